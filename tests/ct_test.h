@@ -1,0 +1,156 @@
+/*
+ * ct_test.h - the assertions and conventions every test executable uses.
+ *
+ * A test file is one executable with a main() that runs its cases through CT_RUN. A failed
+ * assertion prints both operands with file:line and exits 1 at once (later cases would only
+ * add noise); the verdict is always the exit status: 0 passed, 1 failed, 77 skipped (meson's
+ * convention), never a message alone. Everything here is header-only and static, so a test
+ * links nothing extra for it.
+ */
+#ifndef CT_TEST_H
+#define CT_TEST_H
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct_error.h"
+
+#define CT_TEST_SKIP_CODE 77
+
+__attribute__((unused)) static const char *ct_test__current = "(none)";
+
+__attribute__((noreturn, unused, format(printf, 3, 4))) static void ct_test__fail(const char *file, int line,
+                                                                          const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "FAIL %s:%d [%s]: ", file, line, ct_test__current);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stdout);
+    fflush(stderr);
+    exit(1);
+}
+
+/* Skips the whole executable with a reason (exit 77). */
+#define CT_SKIP(...)                                                                              \
+    do {                                                                                          \
+        fprintf(stdout, "SKIP: ");                                                                \
+        fprintf(stdout, __VA_ARGS__);                                                             \
+        fputc('\n', stdout);                                                                      \
+        fflush(stdout);                                                                           \
+        exit(CT_TEST_SKIP_CODE);                                                                  \
+    } while (0)
+
+#define CT_ASSERT(cond)                                                                           \
+    do {                                                                                          \
+        if (!(cond))                                                                              \
+            ct_test__fail(__FILE__, __LINE__, "assertion failed: %s", #cond);                     \
+    } while (0)
+
+#define CT_ASSERT_MSG(cond, ...)                                                                  \
+    do {                                                                                          \
+        if (!(cond)) {                                                                            \
+            char ct__m[2048];                                                                     \
+            snprintf(ct__m, sizeof ct__m, __VA_ARGS__);                                           \
+            ct_test__fail(__FILE__, __LINE__, "assertion failed: %s (%s)", #cond, ct__m);         \
+        }                                                                                         \
+    } while (0)
+
+/* Integer comparisons: both operands are evaluated once and printed on failure. */
+#define CT__ASSERT_INT(a, op, b)                                                                  \
+    do {                                                                                          \
+        long long ct__a = (long long)(a);                                                         \
+        long long ct__b = (long long)(b);                                                         \
+        if (!(ct__a op ct__b))                                                                    \
+            ct_test__fail(__FILE__, __LINE__, "expected %s %s %s, got %lld vs %lld", #a, #op, #b, \
+                          ct__a, ct__b);                                                          \
+    } while (0)
+#define CT_ASSERT_EQ(a, b) CT__ASSERT_INT(a, ==, b)
+#define CT_ASSERT_NE(a, b) CT__ASSERT_INT(a, !=, b)
+#define CT_ASSERT_LT(a, b) CT__ASSERT_INT(a, <, b)
+#define CT_ASSERT_LE(a, b) CT__ASSERT_INT(a, <=, b)
+#define CT_ASSERT_GT(a, b) CT__ASSERT_INT(a, >, b)
+#define CT_ASSERT_GE(a, b) CT__ASSERT_INT(a, >=, b)
+
+#define CT_ASSERT_EQ_U64(a, b)                                                                    \
+    do {                                                                                          \
+        uint64_t ct__a = (uint64_t)(a);                                                           \
+        uint64_t ct__b = (uint64_t)(b);                                                           \
+        if (ct__a != ct__b)                                                                       \
+            ct_test__fail(__FILE__, __LINE__, "expected %s == %s, got 0x%" PRIx64 " vs 0x%" PRIx64, \
+                          #a, #b, ct__a, ct__b);                                                  \
+    } while (0)
+
+/* A ct function's return code: CT_ASSERT_OK expects 0, CT_ASSERT_ERR a given code. */
+#define CT_ASSERT_OK(expr)                                                                        \
+    do {                                                                                          \
+        int ct__rc = (expr);                                                                      \
+        if (ct__rc != 0)                                                                          \
+            ct_test__fail(__FILE__, __LINE__, "%s returned %d (%s: %s)", #expr, ct__rc,           \
+                          ct_err_name(ct__rc), ct_strerror(ct__rc));                              \
+    } while (0)
+#define CT_ASSERT_ERR(expr, code)                                                                 \
+    do {                                                                                          \
+        int ct__rc = (expr);                                                                      \
+        int ct__want = (code);                                                                    \
+        if (ct__rc != ct__want)                                                                   \
+            ct_test__fail(__FILE__, __LINE__, "%s returned %d (%s), expected %d (%s)", #expr,     \
+                          ct__rc, ct_err_name(ct__rc), ct__want, ct_err_name(ct__want));          \
+    } while (0)
+
+#define CT_ASSERT_STR_EQ(a, b)                                                                    \
+    do {                                                                                          \
+        const char *ct__a = (a);                                                                  \
+        const char *ct__b = (b);                                                                  \
+        if (ct__a == NULL || ct__b == NULL || strcmp(ct__a, ct__b) != 0)                          \
+            ct_test__fail(__FILE__, __LINE__, "expected %s == %s, got \"%s\" vs \"%s\"", #a, #b,  \
+                          ct__a ? ct__a : "(null)", ct__b ? ct__b : "(null)");                    \
+    } while (0)
+
+#define CT_ASSERT_STR_CONTAINS(hay, needle)                                                       \
+    do {                                                                                          \
+        const char *ct__h = (hay);                                                                \
+        const char *ct__n = (needle);                                                             \
+        if (ct__h == NULL || strstr(ct__h, ct__n) == NULL)                                        \
+            ct_test__fail(__FILE__, __LINE__, "expected %s to contain \"%s\", got \"%s\"", #hay,  \
+                          ct__n, ct__h ? ct__h : "(null)");                                       \
+    } while (0)
+
+#define CT_ASSERT_STR_NOT_CONTAINS(hay, needle)                                                   \
+    do {                                                                                          \
+        const char *ct__h = (hay);                                                                \
+        const char *ct__n = (needle);                                                             \
+        if (ct__h != NULL && strstr(ct__h, ct__n) != NULL)                                        \
+            ct_test__fail(__FILE__, __LINE__, "expected %s not to contain \"%s\", got \"%s\"",    \
+                          #hay, ct__n, ct__h);                                                    \
+    } while (0)
+
+/* |a - b| <= atol + rtol * |b|, with b the reference; NaN never passes. */
+#define CT_ASSERT_CLOSE(a, b, atol, rtol)                                                         \
+    do {                                                                                          \
+        double ct__a = (double)(a);                                                               \
+        double ct__b = (double)(b);                                                               \
+        double ct__tol = (double)(atol) + (double)(rtol)*fabs(ct__b);                             \
+        if (!(fabs(ct__a - ct__b) <= ct__tol))                                                    \
+            ct_test__fail(__FILE__, __LINE__, "expected %s ~= %s, got %.9g vs %.9g (tol %.3g)",   \
+                          #a, #b, ct__a, ct__b, ct__tol);                                         \
+    } while (0)
+
+/* Runs one case: a static void function taking no arguments. */
+#define CT_RUN(fn)                                                                                \
+    do {                                                                                          \
+        ct_test__current = #fn;                                                                   \
+        fn();                                                                                     \
+        printf("ok - %s\n", #fn);                                                                 \
+        fflush(stdout);                                                                           \
+    } while (0)
+
+#endif /* CT_TEST_H */
