@@ -39,7 +39,7 @@ static double score_objective(void *p)
 static void test_scores(void)
 {
     float feats[N * C], wte[V * C], logits[N], dl[N], df[N * C] = {0}, dw[V * C] = {0};
-    double f64[N * C], w64[V * C], ref[N], g[V * C], out[N];
+    double f64[N * C], w64[V * C], ref[N], g[N * C > V * C ? N * C : V * C], out[N];
     kc_fill(feats, N * C, -1.0f, 1.0f, 1);
     kc_fill(wte, V * C, -1.0f, 1.0f, 2);
     kc_fill(dl, N, -1.0f, 1.0f, 3);
