@@ -29,8 +29,8 @@
 #endif
 
 enum { B = 128, L = 200, C = 50, NH = 1, V = 3417, NBLOCKS = 2, STEPS_PER_EPOCH = 48 };
-#define N (B * L)
-#define NC ((size_t)N * C)
+#define N     (B * L)
+#define NC    ((size_t)N * C)
 #define PDROP 0.2f
 
 typedef struct row {
@@ -43,16 +43,16 @@ static int nrows;
 static int reps = 5;
 
 /* The fastest of reps runs of fn (the first run also warms caches and BLAS buffers). */
-#define TIME(op_, dir_, gflop_, gbytes_, ...)                                                     \
-    do {                                                                                          \
-        double best_ = 1e30;                                                                      \
-        for (int r_ = 0; r_ < reps; r_++) {                                                       \
-            int64_t t0_ = ct_time_ns();                                                           \
-            __VA_ARGS__;                                                                          \
-            double ms_ = (double)(ct_time_ns() - t0_) / 1e6;                                      \
-            best_ = ms_ < best_ ? ms_ : best_;                                                    \
-        }                                                                                         \
-        rows[nrows++] = (row_t){op_, dir_, best_, gflop_, gbytes_};                               \
+#define TIME(op_, dir_, gflop_, gbytes_, ...)                       \
+    do {                                                            \
+        double best_ = 1e30;                                        \
+        for (int r_ = 0; r_ < reps; r_++) {                         \
+            int64_t t0_ = ct_time_ns();                             \
+            __VA_ARGS__;                                            \
+            double ms_ = (double)(ct_time_ns() - t0_) / 1e6;        \
+            best_ = ms_ < best_ ? ms_ : best_;                      \
+        }                                                           \
+        rows[nrows++] = (row_t){op_, dir_, best_, gflop_, gbytes_}; \
     } while (0)
 
 static float *alloc_fill(size_t n, float lo, float hi, uint64_t stream)
@@ -93,8 +93,8 @@ static void print_header(void)
 #else
     printf("# blas: generic CBLAS\n");
 #endif
-    printf("# sizes: B=%d L=%d d=%d h=%d dropout=%.1f layout=post_ln items=%d, fastest of %d\n",
-           B, L, C, NH, (double)PDROP, V - 1, reps);
+    printf("# sizes: B=%d L=%d d=%d h=%d dropout=%.1f layout=post_ln items=%d, fastest of %d\n", B,
+           L, C, NH, (double)PDROP, V - 1, reps);
     printf("# GFLOP: sasrec-spec.md 6.2 counts (attention dense); backward = 2x forward\n");
     printf("# %-22s %-4s %9s %8s %9s %7s\n", "op", "dir", "ms", "GFLOP", "GFLOP/s", "GB/s");
 }
@@ -130,7 +130,8 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    /* Inputs: a left-padded batch with ml-1m's real fraction (53.6% of B*L at L = 200). */
+    /* Inputs: a left-padded batch, about half of its slots real (ml-1m: 53.6% at L = 200; the
+     * footer prints the count). */
     int32_t *seq = malloc((size_t)N * sizeof *seq), *pos = malloc((size_t)N * sizeof *pos);
     int32_t *neg = malloc((size_t)N * sizeof *neg);
     if (!seq || !pos || !neg)
@@ -167,7 +168,8 @@ int main(int argc, char **argv)
     float *gb = alloc_fill(3 * C, 0, 0, 42);
     float *fs = alloc_fill(CT_ATTENTION_FWD_SCRATCH(L), 0, 0, 43);
     float *bs = alloc_fill(CT_ATTENTION_BWD_SCRATCH(L), 0, 0, 44);
-    float *wte = alloc_fill((size_t)V * C, -0.1f, 0.1f, 45), *wpe = alloc_fill((L + 1) * C, 0, 0, 46);
+    float *wte = alloc_fill((size_t)V * C, -0.1f, 0.1f, 45),
+          *wpe = alloc_fill((L + 1) * C, 0, 0, 46);
     float *gwte = alloc_fill((size_t)V * C, 0, 0, 47), *gwpe = alloc_fill((L + 1) * C, 0, 0, 48);
     float *pl = alloc_fill(N, 0, 0, 49), *nl = alloc_fill(N, 0, 0, 50);
     float *dpl = alloc_fill(N, 0, 0, 51), *dnl = alloc_fill(N, 0, 0, 52);
@@ -175,8 +177,8 @@ int main(int argc, char **argv)
     float *params = alloc_fill(nparams, -0.1f, 0.1f, 53), *pgrad = alloc_fill(nparams, -1, 1, 54);
     float *pm = alloc_fill(nparams, 0, 0, 55), *pv = alloc_fill(nparams, 0, 0, 56);
 
-    const double lin = 2.0 * N * C * C / 1e9;           /* one d x d linear, forward */
-    const double attn = 4.0 * (double)B * L * L * C / 1e9; /* QK^T + AV, dense */
+    const double lin = 2.0 * N * C * C / 1e9;               /* one d x d linear, forward */
+    const double attn = 4.0 * (double)B * L * L * C / 1e9;  /* QK^T + AV, dense */
     const double nbytes = (double)NC * sizeof(float) / 1e9; /* one (B,L,C) tensor */
     ct_dropout_t d_attn = {PDROP, 7, 1, 0}, d_ffn1 = {PDROP, 7, 2, 0}, d_ffn2 = {PDROP, 7, 3, 0};
     ct_dropout_t d_none = {0};
@@ -238,11 +240,9 @@ int main(int argc, char **argv)
     TIME("dropout", "fwd", 0, 2 * nbytes, ct_dropout_cpu(x, x, (int64_t)NC, d_attn));
     TIME("final layernorm", "fwd", 0, 2 * nbytes,
          ct_layernorm_forward_cpu(y, mean, rstd, out, ln_w, ln_b, N, C, eps));
-    TIME("scores pos+neg", "fwd", 4.0 * N * C / 1e9, 0,
-         ct_score_forward_cpu(pl, y, wte, pos, N, C);
+    TIME("scores pos+neg", "fwd", 4.0 * N * C / 1e9, 0, ct_score_forward_cpu(pl, y, wte, pos, N, C);
          ct_score_forward_cpu(nl, y, wte, neg, N, C));
-    TIME("bce loss", "f+b", 0, 0,
-         ct_bce_loss_cpu(&loss, dpl, dnl, pl, nl, pos, N, (float)real));
+    TIME("bce loss", "f+b", 0, 0, ct_bce_loss_cpu(&loss, dpl, dnl, pl, nl, pos, N, (float)real));
     TIME("scores pos+neg", "bwd", 8.0 * N * C / 1e9, 0, memset(gy, 0, nb);
          ct_score_backward_cpu(gy, gwte, dpl, y, wte, pos, N, C);
          ct_score_backward_cpu(gy, gwte, dnl, y, wte, neg, N, C));
@@ -285,9 +285,8 @@ int main(int argc, char **argv)
     printf("# totals\n");
     printf("  %-27s %9.3f %8.3f %9.1f\n", "block fwd", fwd_ms, fwd_gf, fwd_gf / (fwd_ms / 1e3));
     printf("  %-27s %9.3f %8.3f %9.1f\n", "block bwd", bwd_ms, bwd_gf, bwd_gf / (bwd_ms / 1e3));
-    printf("  %-27s %9.3f %8.3f %9.1f   (spec: %.3f GFLOP per block fwd+bwd)\n",
-           "block fwd+bwd", blk_ms, fwd_gf + bwd_gf, (fwd_gf + bwd_gf) / (blk_ms / 1e3),
-           spec_block);
+    printf("  %-27s %9.3f %8.3f %9.1f   (spec: %.3f GFLOP per block fwd+bwd)\n", "block fwd+bwd",
+           blk_ms, fwd_gf + bwd_gf, (fwd_gf + bwd_gf) / (blk_ms / 1e3), spec_block);
     printf("  %-27s %9.3f %8.3f %9.1f   (spec: %.1f GFLOP per step)\n", "step (2 blocks + rest)",
            step_ms, spec_step, spec_step / (step_ms / 1e3), spec_step);
     printf("# projected: %.2f s per ml-1m epoch (%d steps), %.0f target positions/s "

@@ -61,10 +61,10 @@ void ct_rng_u32_cpu(uint32_t *out, int64_t n, uint64_t seed, uint64_t stream, ui
 void ct_rng_uniform_cpu(float *out, int64_t n, uint64_t seed, uint64_t stream, uint64_t offset);
 
 /* ---- defaults of the reference (sasrec-spec.md 2.1) -------------------------------------- */
-#define CT_SASREC_LN_EPS      1e-8f /* every LayerNorm */
-#define CT_SASREC_ADAM_BETA1  0.9
-#define CT_SASREC_ADAM_BETA2  0.98
-#define CT_SASREC_ADAM_EPS    1e-8
+#define CT_SASREC_LN_EPS     1e-8f /* every LayerNorm */
+#define CT_SASREC_ADAM_BETA1 0.9
+#define CT_SASREC_ADAM_BETA2 0.98
+#define CT_SASREC_ADAM_EPS   1e-8
 
 /* ---- threads (kernels/cpu/blas.c) ----------------------------------------------------------
  * Sets the number of threads BLAS may use; the ops themselves are single-threaded. OpenBLAS
@@ -113,8 +113,8 @@ typedef enum ct_pos_mode {
 
 /* out: (B,L,C)   wte: (V,C) item table   wpe: (P,C) positional table, or NULL for none
  * (TiSASRec adds no positional vector)   seq: (B,L) item ids, 0 = padding */
-void ct_embed_forward_cpu(float *out, const float *wte, const float *wpe, const int32_t *seq,
-                          int B, int L, int C, float scale, ct_pos_mode_t pos_mode);
+void ct_embed_forward_cpu(float *out, const float *wte, const float *wpe, const int32_t *seq, int B,
+                          int L, int C, float scale, ct_pos_mode_t pos_mode);
 
 /* dwte[seq[b,t]] += scale * dout[b,t] except for seq == 0 (the item table's padding_idx);
  * dwpe[pid] += dout[b,t], except pid 0 in CT_POS_PADDED. Rows are visited in (b, t) order.
@@ -193,15 +193,14 @@ void ct_qkv_backward_cpu(float *dxq, float *dxkv, float *dweight, float *dbias, 
  *   qkv: (B,L,3C) packed [q|k|v]   qmask: (B,L) or NULL */
 #define CT_ATTENTION_FWD_SCRATCH(L) ((size_t)(L) * (size_t)(L))
 void ct_attention_forward_cpu(float *out, float *att, float *scratch, const float *qkv,
-                              const int32_t *qmask, int B, int L, int C, int NH,
-                              ct_dropout_t drop);
+                              const int32_t *qmask, int B, int L, int C, int NH, ct_dropout_t drop);
 
 /*   dqkv: (B,L,3C) +=   scratch: CT_ATTENTION_BWD_SCRATCH(L) floats   dout: (B,L,C)
  *   att: (B,NH,L,L) from the forward   qkv: (B,L,3C)   qmask, drop: as in the forward */
 #define CT_ATTENTION_BWD_SCRATCH(L) (2 * (size_t)(L) * (size_t)(L) + (size_t)(L))
 void ct_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *att,
-                               const float *qkv, const int32_t *qmask, int B, int L, int C,
-                               int NH, ct_dropout_t drop);
+                               const float *qkv, const int32_t *qmask, int B, int L, int C, int NH,
+                               ct_dropout_t drop);
 
 /* ---- element-wise ops (kernels/cpu/elementwise.c) -------------------------------------------- */
 
@@ -274,9 +273,8 @@ void ct_l2_penalty_cpu(float *penalty, float *dw, const float *w, int64_t n, flo
  * The scalars are formed in double and rounded to float once, the per-element work is float.
  * step counts from 1. SASRec: beta1 0.9, beta2 0.98, eps 1e-8 (CT_SASREC_ADAM_*).
  *   params, m, v: (n) updated in place   grads: (n) */
-void ct_adam_update_cpu(float *params, float *m, float *v, const float *grads, int64_t n,
-                        double lr, double beta1, double beta2, double eps, float grad_scale,
-                        int64_t step);
+void ct_adam_update_cpu(float *params, float *m, float *v, const float *grads, int64_t n, double lr,
+                        double beta1, double beta2, double eps, float grad_scale, int64_t step);
 
 /* Sum of squares of x (accumulated in double, in order): the square of the global gradient norm
  * when x is the flat gradient buffer.   out: (1)   x: (n) */

@@ -9,9 +9,8 @@
 
 #include "ct_kernels.h"
 
-void ct_adam_update_cpu(float *params, float *m, float *v, const float *grads, int64_t n,
-                        double lr, double beta1, double beta2, double eps, float grad_scale,
-                        int64_t step)
+void ct_adam_update_cpu(float *params, float *m, float *v, const float *grads, int64_t n, double lr,
+                        double beta1, double beta2, double eps, float grad_scale, int64_t step)
 {
     double bc1 = 1.0 - pow(beta1, (double)step);
     double bc2 = 1.0 - pow(beta2, (double)step);

@@ -11,9 +11,9 @@
  * shapes with or without skipping - that is what keeps used rows bitwise identical.
  *
  * Softmax, the dropout factors and the softmax backward are fused row loops; their sums are
- * float, over eight partial accumulators in a fixed pattern (ct_kernels_cpu.h). The probabilities kept for the backward are the pre-dropout ones (the softmax
- * backward needs them where the mask dropped an element); the dropped copy is rebuilt in
- * scratch when needed.
+ * float, over eight partial accumulators in a fixed pattern (ct_kernels_cpu.h). The
+ * probabilities kept for the backward are the pre-dropout ones (the softmax backward needs them
+ * where the mask dropped an element); the dropped copy is rebuilt in scratch when needed.
  *
  * Not done here: the input and output projections (linear.c), key-padding masks (the reference
  * has none), any head width other than C / NH.
@@ -53,8 +53,7 @@ static inline void ct__row_factors(float *mk, int i, int L, uint64_t draw_row0, 
 }
 
 void ct_attention_forward_cpu(float *out, float *att, float *scratch, const float *qkv,
-                              const int32_t *qmask, int B, int L, int C, int NH,
-                              ct_dropout_t drop)
+                              const int32_t *qmask, int B, int L, int C, int NH, ct_dropout_t drop)
 {
     const int HS = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -121,8 +120,8 @@ void ct_attention_forward_cpu(float *out, float *att, float *scratch, const floa
 }
 
 void ct_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *att,
-                               const float *qkv, const int32_t *qmask, int B, int L, int C,
-                               int NH, ct_dropout_t drop)
+                               const float *qkv, const int32_t *qmask, int B, int L, int C, int NH,
+                               ct_dropout_t drop)
 {
     const int HS = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)HS);

@@ -81,15 +81,14 @@ __attribute__((target("avx2"))) static void ct__dropout32_avx2(float *out, const
                                                                uint64_t seed, uint64_t stream,
                                                                uint64_t b)
 {
-    __m256i c0 = _mm256_set_epi32((int)(uint32_t)(b + 7), (int)(uint32_t)(b + 6),
-                                  (int)(uint32_t)(b + 5), (int)(uint32_t)(b + 4),
-                                  (int)(uint32_t)(b + 3), (int)(uint32_t)(b + 2),
-                                  (int)(uint32_t)(b + 1), (int)(uint32_t)b);
-    __m256i c1 = _mm256_set_epi32(
-        (int)(uint32_t)((b + 7) >> 32), (int)(uint32_t)((b + 6) >> 32),
-        (int)(uint32_t)((b + 5) >> 32), (int)(uint32_t)((b + 4) >> 32),
-        (int)(uint32_t)((b + 3) >> 32), (int)(uint32_t)((b + 2) >> 32),
-        (int)(uint32_t)((b + 1) >> 32), (int)(uint32_t)(b >> 32));
+    __m256i c0 =
+        _mm256_set_epi32((int)(uint32_t)(b + 7), (int)(uint32_t)(b + 6), (int)(uint32_t)(b + 5),
+                         (int)(uint32_t)(b + 4), (int)(uint32_t)(b + 3), (int)(uint32_t)(b + 2),
+                         (int)(uint32_t)(b + 1), (int)(uint32_t)b);
+    __m256i c1 = _mm256_set_epi32((int)(uint32_t)((b + 7) >> 32), (int)(uint32_t)((b + 6) >> 32),
+                                  (int)(uint32_t)((b + 5) >> 32), (int)(uint32_t)((b + 4) >> 32),
+                                  (int)(uint32_t)((b + 3) >> 32), (int)(uint32_t)((b + 2) >> 32),
+                                  (int)(uint32_t)((b + 1) >> 32), (int)(uint32_t)(b >> 32));
     __m256i c2 = _mm256_set1_epi32((int)(uint32_t)stream);
     __m256i c3 = _mm256_set1_epi32((int)(uint32_t)(stream >> 32));
     const __m256i m0 = _mm256_set1_epi32((int)CT_PHILOX_M0);
@@ -134,8 +133,8 @@ __attribute__((target("avx2"))) static void ct__dropout32_avx2(float *out, const
 
 /* One block's worth (or less) of the scalar rule, for the ends of a span. */
 static inline int64_t ct__dropout_scalar(float *out, const float *inp, int64_t i, int64_t n,
-                                         float p, float keep_scale, uint64_t seed,
-                                         uint64_t stream, uint64_t first)
+                                         float p, float keep_scale, uint64_t seed, uint64_t stream,
+                                         uint64_t first)
 {
     uint64_t k = first + (uint64_t)i;
     ct_philox_block_t b = ct_philox_block_at(seed, stream, k / 4);

@@ -13,8 +13,8 @@ static inline int ct__pos_id(ct_pos_mode_t mode, int32_t item, int t)
     return t;
 }
 
-void ct_embed_forward_cpu(float *out, const float *wte, const float *wpe, const int32_t *seq,
-                          int B, int L, int C, float scale, ct_pos_mode_t pos_mode)
+void ct_embed_forward_cpu(float *out, const float *wte, const float *wpe, const int32_t *seq, int B,
+                          int L, int C, float scale, ct_pos_mode_t pos_mode)
 {
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < L; t++) {

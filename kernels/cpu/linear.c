@@ -38,8 +38,8 @@ static void ct__linear_bwd(float *dinp, int ldi, float *dweight, float *dbias, c
     if (dinp)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, lds, weight,
                     IC, 1.0f, dinp, ldi);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, lds, inp, ldi,
-                1.0f, dweight, IC);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, lds, inp, ldi, 1.0f,
+                dweight, IC);
     if (dbias) {
         for (int r = 0; r < N; r++) {
             const float *d = dout + (size_t)r * lds;
@@ -82,6 +82,6 @@ void ct_qkv_backward_cpu(float *dxq, float *dxkv, float *dweight, float *dbias, 
         return;
     }
     ct__linear_bwd(dxq, C, dweight, dbias, dqkv, 3 * C, xq, weight, N, C, C);
-    ct__linear_bwd(dxkv, C, dweight + (size_t)C * C, dbias ? dbias + C : NULL, dqkv + C, 3 * C,
-                   xkv, weight + (size_t)C * C, N, C, 2 * C);
+    ct__linear_bwd(dxkv, C, dweight + (size_t)C * C, dbias ? dbias + C : NULL, dqkv + C, 3 * C, xkv,
+                   weight + (size_t)C * C, N, C, 2 * C);
 }

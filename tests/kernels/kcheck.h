@@ -41,11 +41,11 @@ __attribute__((unused)) static void kc_to_double(double *y, const float *x, int6
 }
 
 /* Every element written (no NaN left from poisoning, nothing infinite). */
-#define KC_ASSERT_FINITE(x, n)                                                                    \
-    do {                                                                                          \
-        for (int64_t kc__i = 0; kc__i < (int64_t)(n); kc__i++)                                    \
-            CT_ASSERT_MSG(isfinite((x)[kc__i]), "%s[%lld] = %g (not written?)", #x,                 \
-                          (long long)kc__i, (double)(x)[kc__i]);                                  \
+#define KC_ASSERT_FINITE(x, n)                                                      \
+    do {                                                                            \
+        for (int64_t kc__i = 0; kc__i < (int64_t)(n); kc__i++)                      \
+            CT_ASSERT_MSG(isfinite((x)[kc__i]), "%s[%lld] = %g (not written?)", #x, \
+                          (long long)kc__i, (double)(x)[kc__i]);                    \
     } while (0)
 
 /* Compares got (float) with ref (double) element-wise and prints one line:
@@ -76,12 +76,13 @@ __attribute__((unused)) static double kc_check_at(const char *file, int line, co
     printf("  %-28s n=%-6lld max|err|=%.2e worst [%lld] got %+.6e ref %+.6e = %5.1f%% of tol\n",
            what, (long long)n, max_err, (long long)wi, (double)got[wi], ref[wi], worst);
     if (!(worst <= 100.0))
-        ct_test__fail(file, line, "%s: element %lld got %.9g, ref %.9g, %.1f%% of tolerance "
-                                  "(atol %.1e, rtol %.1e)",
+        ct_test__fail(file, line,
+                      "%s: element %lld got %.9g, ref %.9g, %.1f%% of tolerance "
+                      "(atol %.1e, rtol %.1e)",
                       what, (long long)wi, (double)got[wi], ref[wi], worst, atol, rtol);
     return worst;
 }
-#define kc_check(what, got, ref, n, atol, rtol)                                                   \
+#define kc_check(what, got, ref, n, atol, rtol) \
     kc_check_at(__FILE__, __LINE__, what, got, ref, n, atol, rtol)
 
 /* Central finite differences of a scalar function J of x (double), for every i in [0, n):
@@ -132,12 +133,11 @@ __attribute__((unused)) static void kc_assert_doubled_at(const char *file, int l
                           what, (long long)i, (double)second[i], (double)first[i]);
     }
 }
-#define KC_ASSERT_DOUBLED(second, first, n)                                                       \
+#define KC_ASSERT_DOUBLED(second, first, n) \
     kc_assert_doubled_at(__FILE__, __LINE__, #second, second, first, n)
 
 #define KC_ALLOC(type, n) kc_alloc_at(__FILE__, __LINE__, sizeof(type), (size_t)(n))
-__attribute__((unused)) static void *kc_alloc_at(const char *file, int line, size_t size,
-                                                 size_t n)
+__attribute__((unused)) static void *kc_alloc_at(const char *file, int line, size_t size, size_t n)
 {
     void *p = calloc(n ? n : 1, size);
     if (!p)

@@ -26,8 +26,7 @@ void ref_embed(double *out, const double *wte, const double *wpe, const int32_t 
             int32_t id = seq[b * L + t];
             int pid = mode == CT_POS_PADDED ? (id != 0 ? t + 1 : 0) : t;
             for (int c = 0; c < C; c++)
-                out[(b * L + t) * C + c] =
-                    wte[id * C + c] * scale + (wpe ? wpe[pid * C + c] : 0.0);
+                out[(b * L + t) * C + c] = wte[id * C + c] * scale + (wpe ? wpe[pid * C + c] : 0.0);
         }
 }
 

@@ -60,8 +60,8 @@ void tiny_params_init(float *params, const tiny_params_t *pt, const tiny_cfg_t *
         memset(params + pt->wpe, 0, C * sizeof *params);
     for (int l = 0; l < cfg->nblocks; l++) {
         const tiny_block_params_t *b = &pt->blk[l];
-        size_t ln[] = {b->ln1_w, b->ln2_w}, bias[] = {b->ln1_b, b->ln2_b, b->in_b, b->out_b,
-                                                       b->c1_b, b->c2_b};
+        size_t ln[] = {b->ln1_w, b->ln2_w},
+               bias[] = {b->ln1_b, b->ln2_b, b->in_b, b->out_b, b->c1_b, b->c2_b};
         for (int i = 0; i < 2; i++)
             tiny__fill(params + ln[i], C, 0.8f, 1.2f, stream, &ctr);
         for (int i = 0; i < 6; i++)
@@ -90,13 +90,13 @@ typedef struct tiny_block_acts {
 
 struct tiny_model {
     tiny_cfg_t cfg;
-    float *x0;                                    /* embedding output (N,C) */
+    float *x0; /* embedding output (N,C) */
     tiny_block_acts_t blk[TINY_MAX_BLOCKS];
     float *lnf, *lnf_mean, *lnf_rstd;             /* final LN (N,C), (N), (N) */
     float *pos_logits, *neg_logits, *dpos, *dneg; /* (N) */
     /* gradient buffers, (N,C) each unless noted; named after the tensor they are d() of */
     float *gF, *gcur, *gin, *gy, *gf, *gh, *ghp, *gs1, *gs2, *ga, *gao, *gq;
-    float *gqkv;                                  /* (N,3C) */
+    float *gqkv; /* (N,3C) */
     float *att_fwd_scratch, *att_bwd_scratch;
     void *mem[64];
     int nmem;
@@ -144,8 +144,8 @@ tiny_model_t *tiny_model_create(const tiny_cfg_t *cfg)
     m->neg_logits = tiny__alloc(m, N);
     m->dpos = tiny__alloc(m, N);
     m->dneg = tiny__alloc(m, N);
-    float **g[] = {&m->gF, &m->gcur, &m->gin, &m->gy, &m->gf, &m->gh,
-                   &m->ghp, &m->gs1, &m->gs2, &m->ga, &m->gao, &m->gq};
+    float **g[] = {&m->gF,  &m->gcur, &m->gin, &m->gy, &m->gf,  &m->gh,
+                   &m->ghp, &m->gs1,  &m->gs2, &m->ga, &m->gao, &m->gq};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
         *g[i] = tiny__alloc(m, N * C);
     m->gqkv = tiny__alloc(m, N * 3 * C);
@@ -186,8 +186,8 @@ static void tiny__block_forward(tiny_model_t *m, int l, const tiny_params_t *pt,
     /* attention sub-layer: which input feeds queries, keys/values and the residual */
     const float *xq = x, *xkv = x, *res = x;
     if (c->layout == TINY_PRE_LN || c->layout == TINY_ORIGINAL) {
-        ct_layernorm_forward_cpu(a->ln1, a->ln1_mean, a->ln1_rstd, x, W + p->ln1_w, W + p->ln1_b,
-                                 N, C, eps);
+        ct_layernorm_forward_cpu(a->ln1, a->ln1_mean, a->ln1_rstd, x, W + p->ln1_w, W + p->ln1_b, N,
+                                 C, eps);
         xq = a->ln1;
         xkv = c->layout == TINY_PRE_LN ? a->ln1 : x;
         res = c->layout == TINY_PRE_LN ? x : a->ln1;
@@ -281,8 +281,7 @@ static void tiny__block_backward(tiny_model_t *m, int l, const tiny_params_t *pt
     memset(m->gq, 0, nb);
     ct_residual_backward_cpu(c->layout == TINY_ORIGINAL ? m->gq : gin, m->ga, m->gs1, NC);
     memset(m->gao, 0, nb);
-    ct_linear_backward_cpu(m->gao, G + p->out_w, G + p->out_b, m->ga, a->ao, W + p->out_w, N, C,
-                           C);
+    ct_linear_backward_cpu(m->gao, G + p->out_w, G + p->out_b, m->ga, a->ao, W + p->out_w, N, C, C);
     memset(m->gqkv, 0, 3 * nb);
     ct_attention_backward_cpu(m->gqkv, m->att_bwd_scratch, m->gao, a->att, a->qkv, qm, c->B, c->L,
                               C, c->NH, tiny__site(c, 1 + 3 * (uint64_t)l));
@@ -369,8 +368,8 @@ float tiny_forward_backward(tiny_model_t *m, const tiny_params_t *pt, const floa
 /* ---- the float64 reference model ------------------------------------------------------------ */
 
 double tiny_loss_ref(const tiny_cfg_t *c, const tiny_params_t *pt, const double *W,
-                     const int32_t *seq, const int32_t *pos, const int32_t *neg,
-                     double *pos_logits, double *neg_logits)
+                     const int32_t *seq, const int32_t *pos, const int32_t *neg, double *pos_logits,
+                     double *neg_logits)
 {
     const int N = c->B * c->L, C = c->C;
     const size_t NC = (size_t)N * C;

@@ -38,18 +38,18 @@ typedef struct tiny_cfg {
 
 /* Offsets (in floats) of every tensor in the flat parameter buffer. */
 typedef struct tiny_block_params {
-    size_t ln1_w, ln1_b;       /* attention_layernorms.i.{weight,bias} (C) */
-    size_t in_w, in_b;         /* attention_layers.i.in_proj_{weight (3C,C), bias (3C)} */
-    size_t out_w, out_b;       /* attention_layers.i.out_proj.{weight (C,C), bias (C)} */
-    size_t ln2_w, ln2_b;       /* forward_layernorms.i.{weight,bias} (C) */
-    size_t c1_w, c1_b;         /* forward_layers.i.conv1.{weight (C,C,1), bias (C)} */
-    size_t c2_w, c2_b;         /* forward_layers.i.conv2.{weight (C,C,1), bias (C)} */
+    size_t ln1_w, ln1_b; /* attention_layernorms.i.{weight,bias} (C) */
+    size_t in_w, in_b;   /* attention_layers.i.in_proj_{weight (3C,C), bias (3C)} */
+    size_t out_w, out_b; /* attention_layers.i.out_proj.{weight (C,C), bias (C)} */
+    size_t ln2_w, ln2_b; /* forward_layernorms.i.{weight,bias} (C) */
+    size_t c1_w, c1_b;   /* forward_layers.i.conv1.{weight (C,C,1), bias (C)} */
+    size_t c2_w, c2_b;   /* forward_layers.i.conv2.{weight (C,C,1), bias (C)} */
 } tiny_block_params_t;
 
 typedef struct tiny_params {
-    size_t wte;   /* item_emb.weight (V,C) */
-    size_t wpe;   /* pos_emb.weight (P,C) */
-    int P;        /* L + 1 (padded ids) or L (absolute) */
+    size_t wte; /* item_emb.weight (V,C) */
+    size_t wpe; /* pos_emb.weight (P,C) */
+    int P;      /* L + 1 (padded ids) or L (absolute) */
     tiny_block_params_t blk[TINY_MAX_BLOCKS];
     size_t lnf_w, lnf_b; /* last_layernorm.{weight,bias} (C) */
     size_t total;
@@ -77,7 +77,7 @@ float tiny_forward_backward(tiny_model_t *m, const tiny_params_t *pt, const floa
 
 /* The same loss from the float64 reference ops (forward only). */
 double tiny_loss_ref(const tiny_cfg_t *cfg, const tiny_params_t *pt, const double *params,
-                     const int32_t *seq, const int32_t *pos, const int32_t *neg,
-                     double *pos_logits, double *neg_logits);
+                     const int32_t *seq, const int32_t *pos, const int32_t *neg, double *pos_logits,
+                     double *neg_logits);
 
 #endif /* SASREC_TINY_H */

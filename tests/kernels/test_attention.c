@@ -25,8 +25,8 @@
 typedef struct att_case {
     int B, L, C, NH;
     ct_dropout_t drop;
-    double *qkv64; /* (B,L,3C) the point finite differences move */
-    double *out64; /* (B,L,C) scratch for the reference */
+    double *qkv64;  /* (B,L,3C) the point finite differences move */
+    double *out64;  /* (B,L,C) scratch for the reference */
     const float *w; /* (B,L,C) upstream gradient = weights of the objective */
 } att_case_t;
 
@@ -177,8 +177,8 @@ static void test_skip_padding(void)
     enum { B = 3, L = 70 };
     int32_t qmask[B * L];
     for (int t = 0; t < L; t++) {
-        qmask[0 * L + t] = t >= 40;                 /* left padding: tile 0 skipped, tile 1 partly */
-        qmask[1 * L + t] = t + 1;                   /* no padding */
+        qmask[0 * L + t] = t >= 40; /* left padding: tile 0 skipped, tile 1 partly */
+        qmask[1 * L + t] = t + 1;   /* no padding */
         qmask[2 * L + t] = (t * 7) % 5 != 0 ? t : 0; /* holes anywhere (and t = 0) */
     }
     check_skip(B, L, 8, 2, 0.0f, qmask);

@@ -28,9 +28,8 @@ static void test_mask_rule(void)
     for (int i = 0; i < N; i++) {
         int keep = u[i] >= d.p;
         kept += keep;
-        CT_ASSERT_MSG(y[i] == (keep ? x[i] * keep_scale : 0.0f),
-                      "element %d: %g from %g (u=%g)", i, (double)y[i], (double)x[i],
-                      (double)u[i]);
+        CT_ASSERT_MSG(y[i] == (keep ? x[i] * keep_scale : 0.0f), "element %d: %g from %g (u=%g)", i,
+                      (double)y[i], (double)x[i], (double)u[i]);
         /* The float64 reference derives each draw on its own from ct_philox_block_at. */
         double f = ref_dropout_factor(d, (uint64_t)i);
         CT_ASSERT_MSG((f != 0.0) == keep, "element %d: reference factor %g, op keep %d", i, f,

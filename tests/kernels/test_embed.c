@@ -60,8 +60,8 @@ static void check_mode(ct_pos_mode_t mode, int with_pos)
     kc_check("embed out", out, ref, B * L * C, 3e-6, 1e-5);
     /* The id rules spelled out on two positions: padding (b=0,t=1) and the newest item. */
     for (int c = 0; c < C && with_pos; c++) {
-        float want_pad = wte[0 * C + c] * scale + (mode == CT_POS_PADDED ? wpe[0 * C + c]
-                                                                          : wpe[1 * C + c]);
+        float want_pad =
+            wte[0 * C + c] * scale + (mode == CT_POS_PADDED ? wpe[0 * C + c] : wpe[1 * C + c]);
         CT_ASSERT(out[(0 * L + 1) * C + c] == want_pad);
         float want_last = wte[1 * C + c] * scale + wpe[(mode == CT_POS_PADDED ? L : L - 1) * C + c];
         CT_ASSERT(out[(0 * L + L - 1) * C + c] == want_last);

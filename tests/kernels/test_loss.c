@@ -133,8 +133,7 @@ static void test_bce_extremes(void)
     /* Moderate-large logits where float exp would still be fine but precision matters. */
     float pl2[2] = {30.0f, -30.0f}, nl2[2] = {-30.0f, 30.0f};
     ct_bce_loss_cpu(&loss, dp, dn, pl2, nl2, pos, 2, 2.0f);
-    CT_ASSERT_CLOSE(loss, (log1p(exp(-30.0)) * 2 + (30.0 + log1p(exp(-30.0))) * 2) / 2.0, 0,
-                    1e-6);
+    CT_ASSERT_CLOSE(loss, (log1p(exp(-30.0)) * 2 + (30.0 + log1p(exp(-30.0))) * 2) / 2.0, 0, 1e-6);
 }
 
 typedef struct l2_case {

@@ -99,16 +99,16 @@ static void check_model(tiny_layout_t layout, ct_pos_mode_t pos_mode, int timeli
     t[nt++] = (named_t){"item_emb (rows 1..)", pt.wte + C_, (size_t)(V - 1) * C_};
     t[nt++] = (named_t){pfirst ? "pos_emb (rows 1..)" : "pos_emb", pt.wpe + pfirst * C_,
                         (size_t)(pt.P - (int)pfirst) * C_};
-    static const char *bn[] = {"attn_ln.w", "attn_ln.b", "in_proj_weight", "in_proj_bias",
-                               "out_proj.weight", "out_proj.bias", "fwd_ln.w", "fwd_ln.b",
-                               "conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias"};
+    static const char *bn[] = {"attn_ln.w",       "attn_ln.b",     "in_proj_weight", "in_proj_bias",
+                               "out_proj.weight", "out_proj.bias", "fwd_ln.w",       "fwd_ln.b",
+                               "conv1.weight",    "conv1.bias",    "conv2.weight",   "conv2.bias"};
     static char names[NB][12][40];
     for (int l = 0; l < NB; l++) {
         const tiny_block_params_t *b = &pt.blk[l];
         size_t offs[12] = {b->ln1_w, b->ln1_b, b->in_w, b->in_b, b->out_w, b->out_b,
-                           b->ln2_w, b->ln2_b, b->c1_w, b->c1_b, b->c2_w, b->c2_b};
-        size_t ns[12] = {C_, C_, 3 * C_ * C_, 3 * C_, C_ * C_, C_, C_, C_, C_ * C_, C_, C_ * C_,
-                         C_};
+                           b->ln2_w, b->ln2_b, b->c1_w, b->c1_b, b->c2_w,  b->c2_b};
+        size_t ns[12] = {C_, C_, 3 * C_ * C_, 3 * C_, C_ * C_, C_,
+                         C_, C_, C_ * C_,     C_,     C_ * C_, C_};
         for (int k = 0; k < 12; k++) {
             snprintf(names[l][k], sizeof names[l][k], "%d.%s", l, bn[k]);
             t[nt++] = (named_t){names[l][k], offs[k], ns[k]};
@@ -118,8 +118,8 @@ static void check_model(tiny_layout_t layout, ct_pos_mode_t pos_mode, int timeli
     t[nt++] = (named_t){"last_layernorm.b", pt.lnf_b, C_};
     double worst = 0.0;
     for (int k = 0; k < nt; k++)
-        worst = fmax(worst, kc_check(t[k].name, grads + t[k].off, g64 + t[k].off,
-                                     (int64_t)t[k].n, 2e-6, 2e-5));
+        worst = fmax(worst, kc_check(t[k].name, grads + t[k].off, g64 + t[k].off, (int64_t)t[k].n,
+                                     2e-6, 2e-5));
     printf("  worst tensor: %.1f%% of its tolerance\n", worst);
 
     /* Padding-query skipping: the same loss and gradients, bit for bit. */
@@ -127,8 +127,7 @@ static void check_model(tiny_layout_t layout, ct_pos_mode_t pos_mode, int timeli
     cs.skip_padding = 1;
     tiny_model_t *ms = tiny_model_create(&cs);
     CT_ASSERT(ms != NULL);
-    float loss_skip = tiny_forward_backward(ms, &pt, params, grads_skip, seq, pos, neg, NULL,
-                                            NULL);
+    float loss_skip = tiny_forward_backward(ms, &pt, params, grads_skip, seq, pos, neg, NULL, NULL);
     CT_ASSERT_MSG(loss_skip == loss, "loss %.9g with skipping, %.9g without", (double)loss_skip,
                   (double)loss);
     for (size_t i = 0; i < pt.total; i++)
