@@ -156,6 +156,7 @@ static void test_qkv(void)
 
 int main(void)
 {
+    CT_ASSERT_ERR(ct_cpu_set_threads(0), CT_ERANGE_VALUE);
     CT_ASSERT_OK(ct_cpu_set_threads(1));
     CT_RUN(test_linear);
     CT_RUN(test_qkv);
