@@ -1,15 +1,48 @@
 /*
  * ct_kernels.h - the CPU compute functions. Every op has a CPU function here, in
  * kernels/cpu/<op>.c, and (in builds with CUDA) a twin in ct_kernels_cuda.h with the same name
- * stem and argument order plus a trailing stream. Arguments go outputs first, then inputs,
- * then sizes; each buffer is commented with its shape.
+ * stem and argument order plus a trailing stream. Arguments go outputs first (scratch right
+ * after the outputs), then inputs, then sizes, then configuration; each buffer is commented
+ * with its shape.
  *
  * The CPU versions are the reference the GPU versions are tested against, and also the fast
- * CPU path: they must stay readable and exact.
+ * CPU path: they must stay readable and exact. They never allocate (callers pass scratch, sized
+ * by the macros below), never start threads (BLAS runs with the count set by
+ * ct_cpu_set_threads, 1 for one thread per rank) and sum in a fixed order, so the same inputs
+ * give the same bits on every run.
+ *
+ * What this header deliberately does not hold: the model (parameter tables, block layouts, the
+ * training loop) - the trainer composes these ops; the ops know nothing of SASRec's layouts.
+ *
+ * ---- legend (dimension letters used in the shape comments) ----------------------------------
+ *   B   sequences in the batch            L   sequence length (maxlen), column t = 0..L-1,
+ *                                             left-padded, the newest item in column L-1
+ *   C   hidden width (d, 50 in SASRec)    NH  attention heads; HS = C / NH is the head width
+ *   N   rows of a row-wise op (B*L)       V   rows of the item table: items + 1, row 0 = padding
+ *   P   rows of the positional table      U   users scored at once in evaluation
+ *   K   candidates per user               n   elements of a flat buffer
+ *
+ * ---- conventions every function follows -------------------------------------------------------
+ * - Forward functions overwrite every element of their outputs (tests poison outputs with NaN).
+ * - Backward functions ACCUMULATE (+=) into every gradient they produce, input gradients and
+ *   weight gradients alike (llm.c's CPU rule). So the caller zeroes the flat gradient buffer once
+ *   per optimizer step (one memset, which also makes gradient accumulation over micro-batches and
+ *   the tied item embedding work) and zeroes an activation-gradient buffer before the first
+ *   backward that adds into it; residual branches and tensors with several consumers then need
+ *   no extra code. Where a gradient pointer may be NULL ("not wanted") it says so.
+ * - Ops that are their own backward (dropout, timeline mask) are one function that overwrites
+ *   and may run in place; the BCE loss writes d(logits) (it starts the backward pass).
+ * - Ids (items, positions) are int32 and must lie inside their tables; the ops do not check.
+ * - Random numbers: every dropout mask comes from the counter-based generator of ct_philox.h,
+ *   addressed by a ct_dropout_t; masks are regenerated in the backward pass, never stored. A
+ *   tensor's element index is its row-major index in the full tensor, so a rank that holds rows
+ *   b0.. of a global batch passes offset + b0 * (elements per row) and draws exactly the numbers
+ *   a single process would.
  */
 #ifndef CT_KERNELS_H
 #define CT_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -26,6 +59,246 @@ void ct_rng_u32_cpu(uint32_t *out, int64_t n, uint64_t seed, uint64_t stream, ui
 
 /* out: (n) uniform floats in [0, 1). */
 void ct_rng_uniform_cpu(float *out, int64_t n, uint64_t seed, uint64_t stream, uint64_t offset);
+
+/* ---- defaults of the reference (sasrec-spec.md 2.1) -------------------------------------- */
+#define CT_SASREC_LN_EPS     1e-8f /* every LayerNorm */
+#define CT_SASREC_ADAM_BETA1 0.9
+#define CT_SASREC_ADAM_BETA2 0.98
+#define CT_SASREC_ADAM_EPS   1e-8
+
+/* ---- threads (kernels/cpu/blas.c) ----------------------------------------------------------
+ * Sets the number of threads BLAS may use; the ops themselves are single-threaded. OpenBLAS
+ * starts one thread per core unless told otherwise, so a trainer with one rank per core calls
+ * ct_cpu_set_threads(1) before its first op. (OpenBLAS has created its idle pool by then; with
+ * OPENBLAS_NUM_THREADS=1 or OMP_NUM_THREADS=1 in the environment, as torchrun-style launchers
+ * set for multi-process jobs, it never creates one: about 5% faster on a busy 2-core machine.)
+ * Returns 0, CT_ERANGE_VALUE for n < 1, or CT_ENOTBUILT when the BLAS in this build has no
+ * thread control and n != 1. */
+int ct_cpu_set_threads(int n);
+
+/* ---- dropout (kernels/cpu/dropout.c) -------------------------------------------------------
+ * Where a dropout mask comes from. Element i of the tensor uses draw offset + i of stream
+ * (seed, stream); it is kept iff ct_philox_to_unit_float(draw) >= p and a kept element is
+ * scaled by 1 / (1 - p) (ct_philox_dropout_factor). p == 0 is the identity and draws nothing,
+ * so a config of all zeros means "no dropout" (evaluation). */
+typedef struct ct_dropout {
+    float p;         /* drop probability in [0, 1) */
+    uint64_t seed;   /* generator key (the run's seed) */
+    uint64_t stream; /* one stream per dropout site and step: the caller's numbering */
+    uint64_t offset; /* draw index of element 0 */
+} ct_dropout_t;
+
+/* out = inp * mask / (1 - p). Forward and backward are this same call (applied to the
+ * activation, then to its gradient, with the same ct_dropout_t). out may equal inp.
+ *   out: (n)   inp: (n) */
+void ct_dropout_cpu(float *out, const float *inp, int64_t n, ct_dropout_t drop);
+
+/* ---- timeline mask (kernels/cpu/dropout.c) --------------------------------------------------
+ * out[r,:] = inp[r,:] * (seq[r] != 0): the 2020/TF variant's zeroing of padding rows. Its own
+ * backward. out may equal inp.
+ *   out: (N,C)   inp: (N,C)   seq: (N) item ids, 0 = padding */
+void ct_timeline_mask_cpu(float *out, const float *inp, const int32_t *seq, int N, int C);
+
+/* ---- embedding (kernels/cpu/embed.c) -------------------------------------------------------
+ * out[b,t,:] = scale * wte[seq[b,t],:] + wpe[pid(b,t),:]   (SASRec: scale = sqrt(C))
+ * The positional id pid(b,t) follows one of the two rules of sasrec-spec.md 2.1: */
+typedef enum ct_pos_mode {
+    /* HEAD / 2024: P = L + 1 rows, row 0 = padding; pid = t + 1 where seq[b,t] != 0, else 0.
+     * Padding positions add row 0, and row 0 gets no gradient (padding_idx = 0). */
+    CT_POS_PADDED = 0,
+    /* 2020 / TF: P >= L rows; pid = t in every column, padding included (a timeline mask is
+     * what zeroes padding rows in that variant). Every used row gets gradient. */
+    CT_POS_ABSOLUTE = 1,
+} ct_pos_mode_t;
+
+/* out: (B,L,C)   wte: (V,C) item table   wpe: (P,C) positional table, or NULL for none
+ * (TiSASRec adds no positional vector)   seq: (B,L) item ids, 0 = padding */
+void ct_embed_forward_cpu(float *out, const float *wte, const float *wpe, const int32_t *seq, int B,
+                          int L, int C, float scale, ct_pos_mode_t pos_mode);
+
+/* dwte[seq[b,t]] += scale * dout[b,t] except for seq == 0 (the item table's padding_idx);
+ * dwpe[pid] += dout[b,t], except pid 0 in CT_POS_PADDED. Rows are visited in (b, t) order.
+ *   dwte: (V,C) +=   dwpe: (P,C) +=, or NULL   dout: (B,L,C)   seq: (B,L) */
+void ct_embed_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *seq, int B,
+                           int L, int C, float scale, ct_pos_mode_t pos_mode);
+
+/* ---- layernorm (kernels/cpu/layernorm.c) ----------------------------------------------------
+ * out = (inp - mean) * rstd * weight + bias per row, biased variance, rstd = 1/sqrt(var + eps)
+ * (PyTorch's LayerNorm; SASRec uses eps = CT_SASREC_LN_EPS).
+ *   out: (N,C)   mean: (N) saved for backward   rstd: (N) saved for backward
+ *   inp: (N,C)   weight: (C)   bias: (C) */
+void ct_layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C, float eps);
+
+/*   dinp: (N,C) +=   dweight: (C) +=   dbias: (C) +=   dout: (N,C)   inp: (N,C)   weight: (C)
+ *   mean, rstd: (N) from the forward */
+void ct_layernorm_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
+
+/* ---- linear (kernels/cpu/linear.c) ----------------------------------------------------------
+ * out = inp W^T + b (PyTorch's Linear; a Conv1d with kernel size 1 is the same with its weight
+ * read as (OC,IC)). One sgemm.
+ *   out: (N,OC)   inp: (N,IC)   weight: (OC,IC)   bias: (OC) or NULL */
+void ct_linear_forward_cpu(float *out, const float *inp, const float *weight, const float *bias,
+                           int N, int IC, int OC);
+
+/* dinp += dout W; dweight += dout^T inp; dbias += column sums of dout (rows in order).
+ *   dinp: (N,IC) +=, or NULL   dweight: (OC,IC) +=   dbias: (OC) +=, or NULL
+ *   dout: (N,OC)   inp: (N,IC)   weight: (OC,IC) */
+void ct_linear_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int IC, int OC);
+
+/* ---- attention input projection (kernels/cpu/linear.c) --------------------------------------
+ * PyTorch MultiheadAttention's packed in_proj: q = xq Wq^T + bq, k = xkv Wk^T + bk,
+ * v = xkv Wv^T + bv, with W = [Wq; Wk; Wv] and the result packed as qkv[r] = [q | k | v].
+ * Self-attention (post_ln, pre_ln) passes xq == xkv and costs one sgemm; the original layout
+ * passes xq = LN(x), xkv = x.
+ *   qkv: (N,3C)   xq: (N,C)   xkv: (N,C)   weight: (3C,C)   bias: (3C) */
+void ct_qkv_forward_cpu(float *qkv, const float *xq, const float *xkv, const float *weight,
+                        const float *bias, int N, int C);
+
+/* dxq += dq Wq; dxkv += [dk|dv] [Wk;Wv]; dweight, dbias += as ct_linear_backward_cpu.
+ * dxq may equal dxkv (self-attention: one input, one gradient).
+ *   dxq: (N,C) +=   dxkv: (N,C) +=   dweight: (3C,C) +=   dbias: (3C) +=   dqkv: (N,3C)
+ *   xq, xkv: (N,C)   weight: (3C,C) */
+void ct_qkv_backward_cpu(float *dxq, float *dxkv, float *dweight, float *dbias, const float *dqkv,
+                         const float *xq, const float *xkv, const float *weight, int N, int C);
+
+/* ---- causal multi-head attention (kernels/cpu/attention.c) -----------------------------------
+ * For each sequence b and head h (head h = columns h*HS .. h*HS+HS-1 of q, k, v and out):
+ *   S[i,j] = q_i . k_j / sqrt(HS) for j <= i   (causal mask; NO key-padding mask: real queries
+ *            attend to padding keys, as in SASRec.pytorch, sasrec-spec.md 2.1)
+ *   att[i,:] = softmax_j S[i,:]                (zeros above the diagonal)
+ *   out_i = sum_j drop(att)[i,j] v_j           dropout on the probabilities, element
+ *            (b,h,i,j) drawing index offset + ((b*NH + h)*L + i)*L + j
+ * The output projection is a separate ct_linear_* call.
+ *
+ * Skipping padding queries (qmask): where qmask is not NULL, query rows with qmask[b,i] == 0
+ * are skipped: their out row and att row are written as zeros, and the backward pass treats
+ * their dout as zero. Every other row, and every gradient, is bit-for-bit what qmask == NULL
+ * gives provided the caller only skips rows whose outputs nothing downstream uses (their
+ * incoming gradient is exactly zero). Keys and values are never skipped. Safe uses:
+ *   - the last block of any layout with qmask = seq: its rows go row-wise to the logits, and
+ *     the loss ignores positions where pos == 0, which are exactly those where seq == 0;
+ *   - every block when a timeline mask follows it (2020 variant): padding rows are zeroed;
+ *   - evaluation: only column L-1 is scored, so the last block may skip all other rows.
+ * Not safe: earlier blocks of HEAD's layouts, whose padding rows become keys and values of the
+ * next block. Skipping is done in row tiles whose edges do not move, so a partly skipped tile
+ * computes its skipped rows and then zeroes them, which is why the used rows come out bitwise
+ * equal.
+ *
+ *   out: (B,L,C)   att: (B,NH,L,L) softmax probabilities before dropout, saved for backward
+ *   scratch: CT_ATTENTION_FWD_SCRATCH(L) floats (unused when drop.p == 0; may be NULL then)
+ *   qkv: (B,L,3C) packed [q|k|v]   qmask: (B,L) or NULL */
+#define CT_ATTENTION_FWD_SCRATCH(L) ((size_t)(L) * (size_t)(L))
+void ct_attention_forward_cpu(float *out, float *att, float *scratch, const float *qkv,
+                              const int32_t *qmask, int B, int L, int C, int NH, ct_dropout_t drop);
+
+/*   dqkv: (B,L,3C) +=   scratch: CT_ATTENTION_BWD_SCRATCH(L) floats   dout: (B,L,C)
+ *   att: (B,NH,L,L) from the forward   qkv: (B,L,3C)   qmask, drop: as in the forward */
+#define CT_ATTENTION_BWD_SCRATCH(L) (2 * (size_t)(L) * (size_t)(L) + (size_t)(L))
+void ct_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *att,
+                               const float *qkv, const int32_t *qmask, int B, int L, int C, int NH,
+                               ct_dropout_t drop);
+
+/* ---- element-wise ops (kernels/cpu/elementwise.c) -------------------------------------------- */
+
+/* out = max(inp, 0); out may equal inp.   out: (n)   inp: (n) */
+void ct_relu_forward_cpu(float *out, const float *inp, int64_t n);
+
+/* dinp += dout where out > 0. Takes the forward's OUTPUT (out > 0 iff inp > 0), so the
+ * forward may run in place.   dinp: (n) +=   dout: (n)   out: (n) */
+void ct_relu_backward_cpu(float *dinp, const float *dout, const float *out, int64_t n);
+
+/* out = inp1 + inp2; out may equal either input.   out, inp1, inp2: (n) */
+void ct_residual_forward_cpu(float *out, const float *inp1, const float *inp2, int64_t n);
+
+/* dinp1 += dout; dinp2 += dout.   dinp1, dinp2: (n) +=   dout: (n) */
+void ct_residual_backward_cpu(float *dinp1, float *dinp2, const float *dout, int64_t n);
+
+/* x *= s.   x: (n) */
+void ct_scale_cpu(float *x, float s, int64_t n);
+
+/* ---- scores and loss (kernels/cpu/loss.c) ----------------------------------------------------
+ * Training scores with the tied item table: logits[r] = feats[r] . wte[ids[r]], for every row
+ * (padding rows included, as the reference does; the loss ignores them).
+ *   logits: (N)   feats: (N,C) final-LN output   wte: (V,C)   ids: (N) pos or neg item ids */
+void ct_score_forward_cpu(float *logits, const float *feats, const float *wte, const int32_t *ids,
+                          int N, int C);
+
+/* dfeats[r] += dlogits[r] * wte[ids[r]]; dwte[ids[r]] += dlogits[r] * feats[r] except for id 0
+ * (padding_idx). Rows in order.
+ *   dfeats: (N,C) +=   dwte: (V,C) +=   dlogits: (N)   feats: (N,C)   wte: (V,C)   ids: (N) */
+void ct_score_backward_cpu(float *dfeats, float *dwte, const float *dlogits, const float *feats,
+                           const float *wte, const int32_t *ids, int N, int C);
+
+/* SASRec's loss, BCE with logits and one negative per position (sasrec-spec.md 2.1):
+ *   loss = ( sum_{r: pos[r] != 0} softplus(-pos_logits[r]) + softplus(neg_logits[r]) ) / count
+ * which is the reference's mean over the positive terms plus the mean over the negative terms
+ * (both means run over the same positions). count is the number of positions with pos != 0
+ * that the mean runs over: this batch's (ct_count_nonzero_cpu) for one process, the global
+ * batch's in data-parallel runs or over accumulated micro-batches, so that summed gradients are
+ * those of one big batch. softplus is evaluated stably (max(x,0) + log1p(exp(-|x|))), the sum
+ * in double in row order. count <= 0 gives loss 0 and zero gradients.
+ *   loss: (1)   dpos: (N) d loss / d pos_logits, WRITTEN (not +=); 0 where pos == 0
+ *   dneg: (N) likewise   pos_logits, neg_logits: (N)   pos: (N) positive ids, 0 = no target */
+void ct_bce_loss_cpu(float *loss, float *dpos, float *dneg, const float *pos_logits,
+                     const float *neg_logits, const int32_t *pos, int N, float count);
+
+/* The number of non-zero ids (targets) among n. */
+int64_t ct_count_nonzero_cpu(const int32_t *ids, int64_t n);
+
+/* The l2_emb regulariser of the references on one table w, added to the loss by the caller:
+ *   CT_L2_SQUARED       lambda * sum w^2         (SASRec.pytorch HEAD since Sept 2025)
+ *   CT_L2_NORM          lambda * sqrt(sum w^2)   (earlier SASRec.pytorch, TiSASRec.pytorch)
+ *   CT_L2_HALF_SQUARED  lambda * sum w^2 / 2     (the TF originals' l2 regulariser)
+ * It is part of the loss, not decoupled weight decay: its gradient goes into dw before Adam,
+ * exactly as autograd would put it there. (In data-parallel runs every rank adds it and the
+ * gradients are averaged, which keeps it counted once.)
+ *   penalty: (1) written   dw: (n) +=   w: (n) */
+typedef enum ct_l2_mode {
+    CT_L2_SQUARED = 0,
+    CT_L2_NORM = 1,
+    CT_L2_HALF_SQUARED = 2,
+} ct_l2_mode_t;
+void ct_l2_penalty_cpu(float *penalty, float *dw, const float *w, int64_t n, float lambda,
+                       ct_l2_mode_t mode);
+
+/* ---- optimizer (kernels/cpu/adam.c) ----------------------------------------------------------
+ * One Adam step over a flat buffer, as torch.optim.Adam (no weight decay, no amsgrad) computes
+ * it, with g = grads * grad_scale (grad_scale folds in averaging over ranks or clipping):
+ *   m = lerp(m, g, 1 - beta1)      v = beta2 v + (1 - beta2) g^2
+ *   params += -(lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+ * The scalars are formed in double and rounded to float once, the per-element work is float.
+ * step counts from 1. SASRec: beta1 0.9, beta2 0.98, eps 1e-8 (CT_SASREC_ADAM_*).
+ *   params, m, v: (n) updated in place   grads: (n) */
+void ct_adam_update_cpu(float *params, float *m, float *v, const float *grads, int64_t n, double lr,
+                        double beta1, double beta2, double eps, float grad_scale, int64_t step);
+
+/* Sum of squares of x (accumulated in double, in order): the square of the global gradient norm
+ * when x is the flat gradient buffer.   out: (1)   x: (n) */
+void ct_sumsq_cpu(float *out, const float *x, int64_t n);
+
+/* The factor torch.nn.utils.clip_grad_norm_ scales gradients by: min(1, max_norm / (norm +
+ * 1e-6)) with norm = sqrt(sumsq). A host-side helper, the same for every device; pass the
+ * result to ct_adam_update_cpu as (part of) grad_scale. max_norm <= 0 means no clipping (1). */
+float ct_clip_coef(float sumsq, float max_norm);
+
+/* ---- evaluation scores (kernels/cpu/eval.c) ------------------------------------------------
+ * Scores of items for users: score = feats_u . wte[item]. feats row u starts at feats + u*ldf,
+ * so ldf = C reads packed (U,C) vectors, and ldf = L*C with feats pointing at column L-1 of a
+ * (U,L,C) final-LN output reads each sequence's last position without a copy. */
+
+/* Candidate lists (the sampled protocol: the target and 100 negatives).
+ *   scores: (U,K)   feats: (U,ldf)   wte: (V,C)   cand: (U,K) item ids */
+void ct_score_candidates_cpu(float *scores, const float *feats, const float *wte,
+                             const int32_t *cand, int U, int K, int C, int ldf);
+
+/* Every item, one sgemm (full ranking; column 0 is the padding item, which callers exclude).
+ *   scores: (U,V)   feats: (U,ldf)   wte: (V,C) */
+void ct_score_all_cpu(float *scores, const float *feats, const float *wte, int U, int V, int C,
+                      int ldf);
 
 #ifdef __cplusplus
 }

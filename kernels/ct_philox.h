@@ -73,4 +73,13 @@ CT_HOST_DEVICE float ct_philox_to_unit_float(uint32_t x)
     return (float)(x >> 8) * (1.0f / 16777216.0f);
 }
 
+/* The dropout rule every device shares: an element whose draw is x is kept iff its unit float
+ * is >= p (so it is kept with probability 1 - p, to 2^-24), and a kept element is multiplied by
+ * 1 / (1 - p) computed in float. Regenerating the draw from (seed, stream, index) in the
+ * backward pass, on either device, gives exactly the forward's mask: nothing is stored. */
+CT_HOST_DEVICE float ct_philox_dropout_factor(uint32_t x, float p, float keep_scale)
+{
+    return ct_philox_to_unit_float(x) >= p ? keep_scale : 0.0f;
+}
+
 #endif /* CT_PHILOX_H */

@@ -1,0 +1,72 @@
+/*
+ * ct_kernels_cpu.h - helpers shared between the files of kernels/cpu and nothing else (not
+ * installed, not for callers of ct_kernels.h).
+ */
+#ifndef CT_KERNELS_CPU_H
+#define CT_KERNELS_CPU_H
+
+#include <stdint.h>
+
+/* out[i] = inp[i] * (keep ? keep_scale : 0) with the keep decision of draw first + i of
+ * (seed, stream) (ct_philox_dropout_factor). out may equal inp. */
+void ct__dropout_span(float *out, const float *inp, int64_t n, float p, float keep_scale,
+                      uint64_t seed, uint64_t stream, uint64_t first);
+
+/* ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)): how eight partial sums are combined. */
+static inline double ct__combine8_f64(const double *a)
+{
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* Sums with eight partial accumulators: element k goes to accumulator k % 8, and the eight
+ * are combined pairwise, ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)). A fixed order, so results are
+ * the same on every run, but not a serial chain: the compiler keeps the partials in a vector
+ * register instead of waiting on one dependent add per element. Used for the row sums of
+ * layernorm and attention (rows of 50 to a few hundred elements). */
+static inline double ct__sum8_f64(const float *x, int n)
+{
+    double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            a[k] += (double)x[i + k];
+    for (int k = 0; i < n; i++, k++)
+        a[k] += (double)x[i];
+    return ct__combine8_f64(a);
+}
+
+/* The same in float, for the attention rows. */
+static inline float ct__sum8_f32(const float *x, int n)
+{
+    float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            a[k] += x[i + k];
+    for (int k = 0; i < n; i++, k++)
+        a[k] += x[i];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+static inline float ct__dot8_f32(const float *x, const float *y, int n)
+{
+    float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            a[k] += x[i + k] * y[i + k];
+    for (int k = 0; i < n; i++, k++)
+        a[k] += x[i] * y[i];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* max of x[0..n-1], n >= 1 (the order cannot change a maximum). */
+static inline float ct__max_f32(const float *x, int n)
+{
+    float m = x[0];
+    for (int i = 1; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+#endif /* CT_KERNELS_CPU_H */

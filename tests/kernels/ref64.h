@@ -1,0 +1,41 @@
+/*
+ * ref64.h - a float64 reference of every forward op in ct_kernels.h, written the naive way
+ * (plain loops straight from the formulas, no BLAS, no tiling, no skipping) so that it shares
+ * no code path with the ops under test. Only the dropout mask rule is shared - deliberately:
+ * the reference must drop exactly the elements the op drops - and it is re-derived here from
+ * ct_philox_block_at one draw at a time, not through the ops' span helper.
+ *
+ * Tests differentiate these functions with central finite differences to get reference
+ * gradients; there is no reference backward.
+ */
+#ifndef REF64_H
+#define REF64_H
+
+#include <stdint.h>
+
+#include "ct_kernels.h"
+
+/* The dropout factor (0 or 1/(1-p)) of element index `i` of a tensor under drop. */
+double ref_dropout_factor(ct_dropout_t drop, uint64_t i);
+
+void ref_embed(double *out, const double *wte, const double *wpe, const int32_t *seq, int B, int L,
+               int C, double scale, ct_pos_mode_t mode);
+void ref_dropout(double *x, int64_t n, ct_dropout_t drop); /* in place */
+void ref_timeline_mask(double *x, const int32_t *seq, int N, int C);
+void ref_layernorm(double *out, const double *inp, const double *w, const double *b, int N, int C,
+                   double eps);
+void ref_linear(double *out, const double *inp, const double *w, const double *b, int N, int IC,
+                int OC);
+/* q from xq, k and v from xkv, packed (N,3C). */
+void ref_qkv(double *qkv, const double *xq, const double *xkv, const double *w, const double *b,
+             int N, int C);
+/* Causal attention over every query row (no skipping), dropout on the probabilities. */
+void ref_attention(double *out, const double *qkv, int B, int L, int C, int NH, ct_dropout_t drop);
+void ref_relu(double *x, int64_t n); /* in place */
+void ref_score(double *logits, const double *feats, const double *wte, const int32_t *ids, int N,
+               int C);
+double ref_bce(const double *pos_logits, const double *neg_logits, const int32_t *pos, int N,
+               double count);
+double ref_l2(const double *w, int64_t n, double lambda, ct_l2_mode_t mode);
+
+#endif /* REF64_H */

@@ -1,0 +1,60 @@
+/*
+ * test_eval.c - evaluation scores (kernels/cpu/eval.c): candidate lists and all items against
+ * float64 dot products, read both from packed (U,C) vectors and, through ldf, straight from the
+ * last column of a (U,L,C) final-LN output; poisoned outputs.
+ *
+ * Tolerance: each score is a float dot product of C = 50 terms in [-1,1]: about
+ * sqrt(50) * 6e-8 * 2.4 = 1e-6 typical (partial sums reach ~2.4), 7e-6 at the very worst;
+ * atol = 5e-6, rtol = 2e-5. Reading the wrong row (a wrong ldf) is off by order 1.
+ */
+#include "kcheck.h"
+
+enum { U = 5, L = 4, C = 50, V = 30, K = 11 };
+
+static double dot64(const float *a, const float *b)
+{
+    double s = 0.0;
+    for (int c = 0; c < C; c++)
+        s += (double)a[c] * b[c];
+    return s;
+}
+
+static void test_scores(void)
+{
+    static float hidden[U * L * C], wte[V * C], packed[U * C], sc[U * K], sa[U * V];
+    static double rc[U * K], ra[U * V];
+    int32_t cand[U * K];
+    kc_fill(hidden, U * L * C, -1.0f, 1.0f, 1);
+    kc_fill(wte, V * C, -1.0f, 1.0f, 2);
+    for (int u = 0; u < U; u++) {
+        memcpy(packed + u * C, hidden + (u * L + L - 1) * C, C * sizeof(float));
+        for (int k = 0; k < K; k++)
+            cand[u * K + k] = (u * 7 + k * 13) % V; /* duplicates allowed, as the protocol's */
+    }
+    for (int u = 0; u < U; u++) {
+        for (int k = 0; k < K; k++)
+            rc[u * K + k] = dot64(packed + u * C, wte + cand[u * K + k] * C);
+        for (int i = 0; i < V; i++)
+            ra[u * V + i] = dot64(packed + u * C, wte + i * C);
+    }
+    /* Packed vectors (ldf = C) and the last column of (U,L,C) (ldf = L*C). */
+    const float *src[2] = {packed, hidden + (L - 1) * C};
+    const int ldf[2] = {C, L * C};
+    for (int s = 0; s < 2; s++) {
+        printf(" ldf=%d:", ldf[s]);
+        kc_poison(sc, U * K);
+        ct_score_candidates_cpu(sc, src[s], wte, cand, U, K, C, ldf[s]);
+        kc_check("candidate scores", sc, rc, U * K, 5e-6, 2e-5);
+        printf(" ldf=%d:", ldf[s]);
+        kc_poison(sa, U * V);
+        ct_score_all_cpu(sa, src[s], wte, U, V, C, ldf[s]);
+        kc_check("all-item scores", sa, ra, U * V, 5e-6, 2e-5);
+    }
+}
+
+int main(void)
+{
+    CT_ASSERT_OK(ct_cpu_set_threads(1));
+    CT_RUN(test_scores);
+    return 0;
+}
