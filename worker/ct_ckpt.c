@@ -135,6 +135,9 @@ static int ct__list_steps(ct_ckpt_dir_t *d, int64_t **out, size_t *count, ct_err
     return 0;
 }
 
+static int ct__read_latest(ct_ckpt_dir_t *d, char *name, size_t size);
+static void ct__prune(ct_ckpt_dir_t *d, int64_t step);
+
 static void ct__remove_stale_tmp(ct_ckpt_dir_t *d)
 {
     int fd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -170,8 +173,15 @@ int ct_ckpt_dir_init(ct_ckpt_dir_t *d, const char *path, int keep_last, bool wri
         rc = -errno;
         return ct_errbuf_set(eb, rc, "checkpoint directory %s: %s", path, ct_strerror(rc));
     }
-    if (writer)
+    if (writer) {
+        /* A writer killed between saving and pruning leaves one step file too many, and
+         * several such kills in a row would pile up; retention relative to what `latest`
+         * names (as if that save had just finished) restores the bound of keep_last. */
         ct__remove_stale_tmp(d);
+        char latest[CT_CKPT_NAME_MAX];
+        if (ct__read_latest(d, latest, sizeof latest) == 1 && ct__step_of(latest) >= 0)
+            ct__prune(d, ct__step_of(latest));
+    }
     return 0;
 }
 

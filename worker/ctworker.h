@@ -403,7 +403,9 @@ typedef struct ct_ckpt_dir {
 } ct_ckpt_dir_t;
 
 /* Creates the directory (and its parents) when missing and opens it. keep_last >= 1. A writer
- * also removes temporary files a killed writer left behind. */
+ * also removes temporary files a killed writer left behind and applies the retention rule of
+ * ct_ckpt_save to the step `latest` names (a writer killed before pruning leaves one file too
+ * many). */
 int ct_ckpt_dir_init(ct_ckpt_dir_t *d, const char *path, int keep_last, bool writer,
                      ct_errbuf_t *eb);
 void ct_ckpt_dir_close(ct_ckpt_dir_t *d); /* safe to call twice */
