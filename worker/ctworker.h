@@ -112,11 +112,12 @@ void ct_worker_fail(const char *fmt, ...) __attribute__((noreturn, format(printf
  * re-raise the signal with its default action (so the exit status still says which signal).
  * Limits, because only async-signal-safe work is allowed there: the error file's directory is
  * opened and the backtrace machinery loaded here, in advance (the file itself is created only
- * on a crash); the backtrace has at most 64 frames, function names only for exported symbols,
- * and non-UTF-8 bytes replaced; the alternate signal stack (for stack overflows) is set up for
- * the calling thread only; a crash inside malloc or with a corrupt stack may still lose the
- * backtrace. A second fatal signal while the handler runs goes straight to the default
- * action. Uses the error file given to ct_worker_setup, else TORCHELASTIC_ERROR_FILE. */
+ * on a crash); the backtrace has at most 64 frames, with function names only for exported
+ * symbols (link the program with -rdynamic to see its own) and non-UTF-8 bytes replaced; the
+ * alternate signal stack (for stack overflows) is set up for the calling thread only; a crash
+ * inside malloc or with a corrupt stack may still lose the backtrace. A second fatal signal
+ * while the handler runs goes straight to the next handler or the default action. Uses the
+ * error file given to ct_worker_setup, else TORCHELASTIC_ERROR_FILE. */
 int ct_worker_catch_fatal_signals(ct_errbuf_t *eb);
 
 /* ---- 2a. Heartbeat ----------------------------------------------------------------------
