@@ -288,6 +288,13 @@ int ct_ckpt_save(ct_ckpt_dir_t *d, ct_ckpt_kind_t kind, const ct_tensor_view_t *
 
 /* ---- loading ----------------------------------------------------------------------------------- */
 
+static void ct__one_line(ct_errbuf_t *eb)
+{
+    for (char *p = eb != NULL ? eb->msg : ""; *p != '\0'; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7F)
+            *p = '?';
+}
+
 static int ct__meta_int(ct_st_file_t *f, const char *name, const char *key, int64_t min,
                         int64_t max, int64_t *out, ct_errbuf_t *eb)
 {
@@ -295,8 +302,11 @@ static int ct__meta_int(ct_st_file_t *f, const char *name, const char *key, int6
     if (v == NULL)
         return ct_errbuf_set(eb, CT_EFORMAT, "%s: __metadata__ has no \"%s\"", name, key);
     int rc = ct_parse_int64(v, min, max, out, eb);
-    if (rc != 0)
-        return ct_errbuf_wrap(eb, CT_EFORMAT, "%s: __metadata__ \"%s\"", name, key);
+    if (rc != 0) {
+        ct_errbuf_wrap(eb, CT_EFORMAT, "%s: __metadata__ \"%s\"", name, key);
+        ct__one_line(eb); /* the message quotes the file's value */
+        return CT_EFORMAT;
+    }
     return 0;
 }
 
@@ -316,8 +326,11 @@ static int ct__read_meta(ct_st_file_t *f, const char *name, ct_ckpt_meta_t *m, c
     const char *metric = ct_st_meta(f, "metric");
     m->has_metric = metric != NULL;
     m->metric = 0;
-    if (metric != NULL && ct_parse_double(metric, -INFINITY, INFINITY, &m->metric, eb) != 0)
-        return ct_errbuf_wrap(eb, CT_EFORMAT, "%s: __metadata__ \"metric\"", name);
+    if (metric != NULL && ct_parse_double(metric, -INFINITY, INFINITY, &m->metric, eb) != 0) {
+        ct_errbuf_wrap(eb, CT_EFORMAT, "%s: __metadata__ \"metric\"", name);
+        ct__one_line(eb);
+        return CT_EFORMAT;
+    }
     const char *config = ct_st_meta(f, "config");
     size_t clen = config != NULL ? strlen(config) : 0;
     if (clen >= sizeof m->config)

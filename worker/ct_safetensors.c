@@ -156,6 +156,11 @@ __attribute__((format(printf, 4, 5))) static int ct__st_err(const ct_st_file_t *
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    /* The text quotes the file (names, jansson's excerpt near a JSON error), which may hold
+     * control characters; the message must stay one printable line. */
+    for (char *p = text; *p != '\0'; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7F)
+            *p = '?';
     return ct_errbuf_set(eb, code, "%s: %s", f->label, text);
 }
 
