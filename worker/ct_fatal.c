@@ -272,7 +272,7 @@ void ct_worker_fail(const char *fmt, ...)
 
     void *frames[CT__MAX_FRAMES];
     int n = backtrace(frames, CT__MAX_FRAMES);
-    static char raw[CT__RAW_MAX], text[CT__TEXT_MAX];
+    char raw[CT__RAW_MAX], text[CT__TEXT_MAX]; /* on the stack: two threads may fail at once */
     int memfd = memfd_create("ct-backtrace", MFD_CLOEXEC);
     size_t tlen = ct__format_backtrace(memfd, frames, n, raw, sizeof raw, text, sizeof text);
     if (memfd >= 0)
