@@ -1,7 +1,8 @@
 /*
  * ct_worker_internal.h - helpers shared by libctworker's source files and not part of its
  * public interface: whole-buffer I/O that resumes after EINTR and short transfers, durable
- * small-file replacement, and the runtime's error-file path for the fatal paths.
+ * small-file replacement, the safetensors pieces shared by the reader and the writer, and the
+ * runtime's state the fatal paths read.
  */
 #ifndef CT_WORKER_INTERNAL_H
 #define CT_WORKER_INTERNAL_H
@@ -11,6 +12,7 @@
 #include <sys/types.h>
 
 #include "ct_error.h"
+#include "ctworker.h"
 
 /* Internal functions stay out of libctworker.so's dynamic symbol table. */
 #pragma GCC visibility push(hidden)
@@ -34,6 +36,20 @@ int ct__tmp_name_for(const char *name, char *buf, size_t size);
 
 /* True for names made by ct__tmp_name_for (any pid). */
 int ct__is_tmp_name(const char *name);
+
+/* ---- safetensors (ct_tensor.c, ct_st_read.c, ct_st_write.c) ---- */
+#define CT__ST_CRC_PREFIX "crc32."       /* __metadata__ key of a tensor's CRC: crc32.<name> */
+#define CT__ST_FORMAT_KEY "ctrun_format" /* present (value "1") in files we write */
+#define CT__ST_CHUNK      ((size_t)16 << 20) /* I/O and CRC granularity for large tensors */
+
+/* numel of a shape; -1 on a negative dimension or overflow. */
+int64_t ct__numel(int ndim, const int64_t *shape);
+
+/* "[2, 3]" into buf, for messages; returns buf. */
+const char *ct__shape_str(int ndim, const int64_t *shape, char *buf, size_t size);
+
+/* Checks view i of a caller's table (name, dtype, dims, sizes, data pointer); -EINVAL. */
+int ct__check_view(const ct_tensor_view_t *v, size_t i, ct_errbuf_t *eb);
 
 /* The error file the runtime was set up with ("" when none, NULL before ct_worker_setup). */
 const char *ct__runtime_error_file(void);
