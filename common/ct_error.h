@@ -33,6 +33,7 @@ extern "C" {
     XX(CT_EAUTH, -1008, "authentication failed")                                                  \
     XX(CT_ESTATE, -1009, "operation not valid in this state")                                     \
     XX(CT_ESPAWN, -1010, "could not start process")                                               \
+    XX(CT_EMISMATCH, -1011, "data does not match what was expected")                              \
     XX(CT_ECUDA, -1100, "CUDA error")                                                             \
     XX(CT_ECUBLAS, -1101, "cuBLAS error")                                                         \
     XX(CT_ENCCL, -1102, "NCCL error")                                                             \

@@ -1,0 +1,457 @@
+/*
+ * ct_ckpt.c - a checkpoint directory: naming, the `latest` pointer, retention of the last K
+ * step checkpoints (plus best and final), the training metadata in __metadata__, and loading
+ * with fallback to the previous checkpoint when the newest is damaged.
+ *
+ * Crash safety rests on ordering: a checkpoint file is durable (fsync, rename, directory
+ * fsync; see ct_st_save_at) before `latest` names it, `latest` is replaced the same way, and
+ * old files are removed only after `latest` has moved past them. The file format itself is
+ * ct_safetensors.c's business; who writes (rank 0) and when is the trainer's.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ct_log.h"
+#include "ct_parse.h"
+#include "ct_worker_internal.h"
+#include "ctworker.h"
+
+#define CT__LATEST      "latest"
+#define CT__STEP_PREFIX "step_"
+#define CT__SUFFIX      ".safetensors"
+
+static const char *const ct__kind_names[] = {"step", "best", "final"};
+
+int ct_ckpt_file_name(ct_ckpt_kind_t kind, int64_t step, char *buf, size_t size)
+{
+    int n;
+    switch (kind) {
+    case CT_CKPT_STEP:
+        if (step < 0)
+            return -EINVAL;
+        n = snprintf(buf, size, CT__STEP_PREFIX "%012lld" CT__SUFFIX, (long long)step);
+        break;
+    case CT_CKPT_BEST: n = snprintf(buf, size, "best" CT__SUFFIX); break;
+    case CT_CKPT_FINAL: n = snprintf(buf, size, "final" CT__SUFFIX); break;
+    default: return -EINVAL;
+    }
+    return n < 0 || (size_t)n >= size ? -EINVAL : n;
+}
+
+/* "step_<digits>.safetensors" -> the step; -1 for any other name. */
+static int64_t ct__step_of(const char *name)
+{
+    size_t plen = strlen(CT__STEP_PREFIX), slen = strlen(CT__SUFFIX), len = strlen(name);
+    if (len <= plen + slen || len - plen - slen > 18 || strncmp(name, CT__STEP_PREFIX, plen) != 0 ||
+        strcmp(name + len - slen, CT__SUFFIX) != 0)
+        return -1;
+    int64_t step = 0;
+    for (size_t i = plen; i < len - slen; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return -1;
+        step = step * 10 + (name[i] - '0');
+    }
+    return step;
+}
+
+static int ct__mkdir_p(const char *path, ct_errbuf_t *eb)
+{
+    char buf[CT_WORKER_PATH_MAX];
+    size_t len = strlen(path);
+    if (len == 0 || len >= sizeof buf)
+        return ct_errbuf_set(eb, -EINVAL, "checkpoint directory \"%.80s\": empty or too long",
+                             path);
+    memcpy(buf, path, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        char saved = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+            int rc = -errno;
+            return ct_errbuf_set(eb, rc, "checkpoint directory: cannot create %s: %s", buf,
+                                 ct_strerror(rc));
+        }
+        buf[i] = saved;
+    }
+    return 0;
+}
+
+/* Every step in the directory, largest first, in a malloc'd array. */
+static int ct__list_steps(ct_ckpt_dir_t *d, int64_t **out, size_t *count, ct_errbuf_t *eb)
+{
+    *out = NULL;
+    *count = 0;
+    int fd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+    if (dir == NULL) {
+        int rc = -errno;
+        if (fd >= 0)
+            close(fd);
+        return ct_errbuf_set(eb, rc, "%s: cannot list: %s", d->path, ct_strerror(rc));
+    }
+    int64_t *steps = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL) {
+        int64_t s = ct__step_of(de->d_name);
+        if (s < 0)
+            continue;
+        if (n == cap) {
+            size_t ncap = cap ? 2 * cap : 16;
+            int64_t *grown = realloc(steps, ncap * sizeof *steps);
+            if (grown == NULL) {
+                rc = ct_errbuf_set(eb, -ENOMEM, "%s: out of memory listing", d->path);
+                break;
+            }
+            steps = grown;
+            cap = ncap;
+        }
+        steps[n++] = s;
+    }
+    closedir(dir);
+    if (rc != 0) {
+        free(steps);
+        return rc;
+    }
+    /* Descending; a few dozen entries at most, so insertion sort is plenty. */
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && steps[j - 1] < steps[j]; j--) {
+            int64_t t = steps[j];
+            steps[j] = steps[j - 1];
+            steps[j - 1] = t;
+        }
+    *out = steps;
+    *count = n;
+    return 0;
+}
+
+static int ct__read_latest(ct_ckpt_dir_t *d, char *name, size_t size);
+static void ct__prune(ct_ckpt_dir_t *d, int64_t step);
+
+static void ct__remove_stale_tmp(ct_ckpt_dir_t *d)
+{
+    int fd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+    if (dir == NULL) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL)
+        if (ct__is_tmp_name(de->d_name) && unlinkat(d->dirfd, de->d_name, 0) == 0)
+            ct_log_info("removed %s/%s, left by an interrupted checkpoint write", d->path,
+                        de->d_name);
+    closedir(dir);
+}
+
+int ct_ckpt_dir_init(ct_ckpt_dir_t *d, const char *path, int keep_last, bool writer,
+                     ct_errbuf_t *eb)
+{
+    d->dirfd = -1;
+    d->keep_last = keep_last;
+    d->writer = writer;
+    d->path[0] = '\0';
+    if (keep_last < 1)
+        return ct_errbuf_set(eb, -EINVAL, "checkpoints: keep_last %d (expected >= 1)", keep_last);
+    int rc = ct__mkdir_p(path, eb);
+    if (rc != 0)
+        return rc;
+    snprintf(d->path, sizeof d->path, "%s", path);
+    d->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (d->dirfd < 0) {
+        rc = -errno;
+        return ct_errbuf_set(eb, rc, "checkpoint directory %s: %s", path, ct_strerror(rc));
+    }
+    if (writer) {
+        /* A writer killed between saving and pruning leaves one step file too many, and
+         * several such kills in a row would pile up; retention relative to what `latest`
+         * names (as if that save had just finished) restores the bound of keep_last. */
+        ct__remove_stale_tmp(d);
+        char latest[CT_CKPT_NAME_MAX];
+        if (ct__read_latest(d, latest, sizeof latest) == 1 && ct__step_of(latest) >= 0)
+            ct__prune(d, ct__step_of(latest));
+    }
+    return 0;
+}
+
+void ct_ckpt_dir_close(ct_ckpt_dir_t *d)
+{
+    if (d->dirfd >= 0)
+        close(d->dirfd);
+    d->dirfd = -1;
+}
+
+/* Retention after step `step` was saved: drop steps above it (an abandoned future), then all
+ * but the newest keep_last. Failures only warn: the checkpoint itself is safe. */
+static void ct__prune(ct_ckpt_dir_t *d, int64_t step)
+{
+    ct_errbuf_t eb;
+    int64_t *steps;
+    size_t n;
+    if (ct__list_steps(d, &steps, &n, &eb) != 0) {
+        ct_log_warn("checkpoint retention skipped: %s", eb.msg);
+        return;
+    }
+    int kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (steps[i] <= step && kept < d->keep_last) {
+            kept++;
+            continue;
+        }
+        char name[CT_CKPT_NAME_MAX];
+        ct_ckpt_file_name(CT_CKPT_STEP, steps[i], name, sizeof name);
+        if (unlinkat(d->dirfd, name, 0) != 0 && errno != ENOENT)
+            ct_log_warn("checkpoint retention: cannot remove %s/%s: %s", d->path, name,
+                        ct_strerror(-errno));
+    }
+    free(steps);
+}
+
+static int ct__check_meta(const ct_ckpt_meta_t *m, ct_errbuf_t *eb)
+{
+    if (m->step < 0 || m->epoch < 0 || m->data_position < 0)
+        return ct_errbuf_set(eb, -EINVAL, "checkpoint metadata: negative step, epoch or position");
+    if (m->world_size < 1)
+        return ct_errbuf_set(eb, -EINVAL, "checkpoint metadata: world size %d", m->world_size);
+    if (m->has_metric && !isfinite(m->metric))
+        return ct_errbuf_set(eb, -EINVAL, "checkpoint metadata: metric is not finite");
+    size_t clen = strnlen(m->config, sizeof m->config);
+    if (clen == sizeof m->config)
+        return ct_errbuf_set(eb, -EINVAL, "checkpoint metadata: config is not NUL-terminated "
+                                          "within %d bytes", CT_CKPT_CONFIG_MAX);
+    if (clen > 0) {
+        json_error_t jerr;
+        json_t *j = json_loadb(m->config, clen, JSON_DECODE_ANY, &jerr);
+        if (j == NULL)
+            return ct_errbuf_set(eb, -EINVAL, "checkpoint metadata: config is not JSON: %s",
+                                 jerr.text);
+        json_decref(j);
+    }
+    return 0;
+}
+
+int ct_ckpt_save(ct_ckpt_dir_t *d, ct_ckpt_kind_t kind, const ct_tensor_view_t *views, size_t n,
+                 const ct_ckpt_meta_t *meta, ct_errbuf_t *eb)
+{
+    if (d->dirfd < 0 || !d->writer)
+        return ct_errbuf_set(eb, CT_ESTATE, "checkpoint directory %s is not open for writing",
+                             d->path);
+    char name[CT_CKPT_NAME_MAX];
+    if (ct_ckpt_file_name(kind, meta->step, name, sizeof name) < 0)
+        return ct_errbuf_set(eb, -EINVAL, "checkpoint: bad kind %d or step %lld", (int)kind,
+                             (long long)meta->step);
+    int rc = ct__check_meta(meta, eb);
+    if (rc != 0)
+        return rc;
+
+    char step[24], epoch[24], pos[24], world[16], metric[32];
+    snprintf(step, sizeof step, "%lld", (long long)meta->step);
+    snprintf(epoch, sizeof epoch, "%lld", (long long)meta->epoch);
+    snprintf(pos, sizeof pos, "%lld", (long long)meta->data_position);
+    snprintf(world, sizeof world, "%d", meta->world_size);
+    snprintf(metric, sizeof metric, "%.17g", meta->metric);
+    ct_st_kv_t kv[8] = {
+        {"format", "pt"}, {"ctrun_kind", ct__kind_names[kind]}, {"step", step},
+        {"epoch", epoch}, {"data_position", pos},               {"world_size", world},
+    };
+    size_t nkv = 6;
+    if (meta->config[0] != '\0')
+        kv[nkv++] = (ct_st_kv_t){"config", meta->config};
+    if (meta->has_metric)
+        kv[nkv++] = (ct_st_kv_t){"metric", metric};
+
+    rc = ct_st_save_at(d->dirfd, name, views, n, kv, nkv, eb);
+    if (rc != 0)
+        return ct_errbuf_wrap(eb, rc, "checkpoint %s", d->path);
+    if (kind != CT_CKPT_BEST) {
+        char text[CT_CKPT_NAME_MAX + 1];
+        int len = snprintf(text, sizeof text, "%s\n", name);
+        rc = ct__replace_file_at(d->dirfd, CT__LATEST, text, (size_t)len, eb);
+        if (rc != 0)
+            return ct_errbuf_wrap(eb, rc, "checkpoint %s", d->path);
+    }
+    if (kind == CT_CKPT_STEP)
+        ct__prune(d, meta->step);
+    return 0;
+}
+
+/* ---- loading ----------------------------------------------------------------------------------- */
+
+static void ct__one_line(ct_errbuf_t *eb)
+{
+    for (char *p = eb != NULL ? eb->msg : ""; *p != '\0'; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7F)
+            *p = '?';
+}
+
+static int ct__meta_int(ct_st_file_t *f, const char *name, const char *key, int64_t min,
+                        int64_t max, int64_t *out, ct_errbuf_t *eb)
+{
+    const char *v = ct_st_meta(f, key);
+    if (v == NULL)
+        return ct_errbuf_set(eb, CT_EFORMAT, "%s: __metadata__ has no \"%s\"", name, key);
+    int rc = ct_parse_int64(v, min, max, out, eb);
+    if (rc != 0) {
+        ct_errbuf_wrap(eb, CT_EFORMAT, "%s: __metadata__ \"%s\"", name, key);
+        ct__one_line(eb); /* the message quotes the file's value */
+        return CT_EFORMAT;
+    }
+    return 0;
+}
+
+static int ct__read_meta(ct_st_file_t *f, const char *name, ct_ckpt_meta_t *m, ct_errbuf_t *eb)
+{
+    if (ct_st_meta(f, "ctrun_format") == NULL)
+        return ct_errbuf_set(eb, CT_EFORMAT,
+                             "%s: not a ctrun checkpoint (no ctrun_format in __metadata__)", name);
+    int64_t world;
+    int rc;
+    if ((rc = ct__meta_int(f, name, "step", 0, INT64_MAX, &m->step, eb)) != 0 ||
+        (rc = ct__meta_int(f, name, "epoch", 0, INT64_MAX, &m->epoch, eb)) != 0 ||
+        (rc = ct__meta_int(f, name, "data_position", 0, INT64_MAX, &m->data_position, eb)) != 0 ||
+        (rc = ct__meta_int(f, name, "world_size", 1, CT_WORKER_MAX_WORLD, &world, eb)) != 0)
+        return rc;
+    m->world_size = (int)world;
+    const char *metric = ct_st_meta(f, "metric");
+    m->has_metric = metric != NULL;
+    m->metric = 0;
+    if (metric != NULL && ct_parse_double(metric, -INFINITY, INFINITY, &m->metric, eb) != 0) {
+        ct_errbuf_wrap(eb, CT_EFORMAT, "%s: __metadata__ \"metric\"", name);
+        ct__one_line(eb);
+        return CT_EFORMAT;
+    }
+    const char *config = ct_st_meta(f, "config");
+    size_t clen = config != NULL ? strlen(config) : 0;
+    if (clen >= sizeof m->config)
+        return ct_errbuf_set(eb, CT_EFORMAT, "%s: config of %zu bytes (at most %d)", name, clen,
+                             CT_CKPT_CONFIG_MAX - 1);
+    memcpy(m->config, config != NULL ? config : "", clen + 1);
+    return 0;
+}
+
+int ct_ckpt_load(ct_ckpt_dir_t *d, const char *name, const ct_tensor_view_t *views, size_t n,
+                 ct_ckpt_meta_t *meta, ct_errbuf_t *eb)
+{
+    ct_st_file_t *f;
+    int rc = ct_st_open_at(&f, d->dirfd, name, eb);
+    if (rc != 0)
+        return rc;
+    rc = ct__read_meta(f, name, meta, eb);
+    if (rc == 0)
+        rc = ct_st_read(f, views, n, 0, eb);
+    ct_st_close(f);
+    return rc;
+}
+
+/* Damage worth falling back from, as opposed to a checkpoint that does not fit the model or
+ * a file system refusing access, which an older checkpoint would not cure. */
+static bool ct__is_damage(int rc)
+{
+    return rc == CT_EFORMAT || rc == CT_ECRC || rc == CT_ELIMIT || rc == -ENOENT || rc == -EIO ||
+           rc == -EISDIR;
+}
+
+/* The name `latest` holds: 1 found, 0 absent, or -1 unusable (warned). */
+static int ct__read_latest(ct_ckpt_dir_t *d, char *name, size_t size)
+{
+    int fd = openat(d->dirfd, CT__LATEST, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return 0;
+        ct_log_warn("checkpoint pointer %s/%s cannot be opened (%s); looking for step "
+                    "checkpoints",
+                    d->path, CT__LATEST, ct_strerror(-errno));
+        return -1;
+    }
+    char buf[CT_CKPT_NAME_MAX + 2];
+    ssize_t got = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    size_t len = got > 0 ? (size_t)got : 0;
+    buf[len] = '\0';
+    if (len > 0 && buf[len - 1] == '\n')
+        buf[--len] = '\0';
+    size_t slen = strlen(CT__SUFFIX);
+    if (len == 0 || len >= size || strlen(buf) != len || strchr(buf, '/') != NULL ||
+        buf[0] == '.' || len <= slen || strcmp(buf + len - slen, CT__SUFFIX) != 0) {
+        ct_log_warn("checkpoint pointer %s/%s is damaged (it does not name a checkpoint file); "
+                    "looking for step checkpoints",
+                    d->path, CT__LATEST);
+        return -1;
+    }
+    memcpy(name, buf, len + 1);
+    return 1;
+}
+
+int ct_ckpt_load_latest(ct_ckpt_dir_t *d, const ct_tensor_view_t *views, size_t n,
+                        ct_ckpt_meta_t *meta, char *name, ct_errbuf_t *eb)
+{
+    char first[CT_CKPT_NAME_MAX];
+    int64_t bound = INT64_MAX; /* only step checkpoints below this are candidates */
+    int damaged = 0, last_rc = 0;
+    char newest[CT_ERRBUF_SIZE] = "";
+
+    if (ct__read_latest(d, first, sizeof first) == 1) {
+        int rc = ct_ckpt_load(d, first, views, n, meta, eb);
+        if (rc == 0) {
+            if (name != NULL)
+                snprintf(name, CT_CKPT_NAME_MAX, "%s", first);
+            return 0;
+        }
+        if (!ct__is_damage(rc))
+            return ct_errbuf_wrap(eb, rc, "checkpoint %s", d->path);
+        ct_log_warn("checkpoint %s/%s is damaged (%s); trying the previous one", d->path, first,
+                    eb != NULL ? eb->msg : ct_strerror(rc));
+        snprintf(newest, sizeof newest, "%s", eb != NULL ? eb->msg : ct_strerror(rc));
+        damaged++;
+        last_rc = rc;
+        int64_t s = ct__step_of(first);
+        if (s >= 0)
+            bound = s;
+    }
+
+    int64_t *steps;
+    size_t count;
+    int rc = ct__list_steps(d, &steps, &count, eb);
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < count; i++) {
+        if (steps[i] >= bound)
+            continue;
+        char cand[CT_CKPT_NAME_MAX];
+        ct_ckpt_file_name(CT_CKPT_STEP, steps[i], cand, sizeof cand);
+        rc = ct_ckpt_load(d, cand, views, n, meta, eb);
+        if (rc == 0) {
+            free(steps);
+            if (name != NULL)
+                snprintf(name, CT_CKPT_NAME_MAX, "%s", cand);
+            if (damaged > 0)
+                ct_log_warn("resuming from %s/%s instead", d->path, cand);
+            return 0;
+        }
+        if (!ct__is_damage(rc)) {
+            free(steps);
+            return ct_errbuf_wrap(eb, rc, "checkpoint %s", d->path);
+        }
+        ct_log_warn("checkpoint %s/%s is damaged (%s); trying the previous one", d->path, cand,
+                    eb != NULL ? eb->msg : ct_strerror(rc));
+        if (damaged++ == 0)
+            snprintf(newest, sizeof newest, "%s", eb != NULL ? eb->msg : ct_strerror(rc));
+        last_rc = rc;
+    }
+    free(steps);
+    if (damaged == 0)
+        return ct_errbuf_set(eb, -ENOENT, "no checkpoint in %s", d->path);
+    return ct_errbuf_set(eb, last_rc, "no usable checkpoint in %s: %d damaged, the newest: %s",
+                         d->path, damaged, newest);
+}

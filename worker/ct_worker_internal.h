@@ -1,0 +1,67 @@
+/*
+ * ct_worker_internal.h - helpers shared by libctworker's source files and not part of its
+ * public interface: whole-buffer I/O that resumes after EINTR and short transfers, durable
+ * small-file replacement, the safetensors pieces shared by the reader and the writer, and the
+ * runtime's state the fatal paths read.
+ */
+#ifndef CT_WORKER_INTERNAL_H
+#define CT_WORKER_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ct_error.h"
+#include "ctworker.h"
+
+/* Internal functions stay out of libctworker.so's dynamic symbol table. */
+#pragma GCC visibility push(hidden)
+
+/* Writes all n bytes at offset (pwrite) or at the file position (off < 0). 0 or -errno. */
+int ct__write_full(int fd, const void *buf, size_t n, off_t off);
+
+/* Reads exactly n bytes at offset. 0, -errno, or CT_EFORMAT when the file ends first. */
+int ct__read_full(int fd, void *buf, size_t n, off_t off);
+
+/* fsync(2) of a directory, so a rename in it survives a power loss. 0 or -errno. */
+int ct__fsync_dir(int dirfd);
+
+/* Replaces dirfd/name with text, durably: temporary file, fsync, rename, directory fsync. */
+int ct__replace_file_at(int dirfd, const char *name, const void *text, size_t n,
+                        ct_errbuf_t *eb);
+
+/* The temporary name used while writing name: ".<name>.tmp.<pid>". Returns -ENAMETOOLONG when
+ * it does not fit. */
+int ct__tmp_name_for(const char *name, char *buf, size_t size);
+
+/* True for names made by ct__tmp_name_for (any pid). */
+int ct__is_tmp_name(const char *name);
+
+/* ---- safetensors (ct_tensor.c, ct_st_read.c, ct_st_write.c) ---- */
+#define CT__ST_CRC_PREFIX "crc32."       /* __metadata__ key of a tensor's CRC: crc32.<name> */
+#define CT__ST_FORMAT_KEY "ctrun_format" /* present (value "1") in files we write */
+#define CT__ST_CHUNK      ((size_t)16 << 20) /* I/O and CRC granularity for large tensors */
+
+/* numel of a shape; -1 on a negative dimension or overflow. */
+int64_t ct__numel(int ndim, const int64_t *shape);
+
+/* "[2, 3]" into buf, for messages; returns buf. */
+const char *ct__shape_str(int ndim, const int64_t *shape, char *buf, size_t size);
+
+/* Checks view i of a caller's table (name, dtype, dims, sizes, data pointer); -EINVAL. */
+int ct__check_view(const ct_tensor_view_t *v, size_t i, ct_errbuf_t *eb);
+
+/* The error file the runtime was set up with ("" when none, NULL before ct_worker_setup). */
+const char *ct__runtime_error_file(void);
+
+/* The runtime's log prefix ("[rank 1/4]", "" before ct_worker_setup); a static array, so a
+ * signal handler may read it. */
+const char *ct__runtime_prefix(void);
+
+/* Puts back the signal dispositions ct_worker_catch_fatal_signals replaced and releases what
+ * it opened (ct_fatal.c). */
+void ct__fatal_signals_restore(void);
+
+#pragma GCC visibility pop
+
+#endif /* CT_WORKER_INTERNAL_H */

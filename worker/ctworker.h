@@ -1,0 +1,444 @@
+/*
+ * ctworker.h - the public interface of libctworker, the runtime every native ctrun worker links
+ * (ctrain, and any C program a user writes). Installed as <ctworker/ctworker.h>; pkg-config
+ * name `ctworker`. C17, no CUDA or libuv types; every function returns 0 or a negative code
+ * (a negated errno or a CT_E* code from ct_error.h) with the detail in a caller-owned
+ * ct_errbuf_t, except where noted.
+ *
+ * What is here:
+ *   1. the torchrun environment (RANK, WORLD_SIZE, ...), read and cross-checked;
+ *   2. the process-wide runtime: log prefix, heartbeat to the launcher, error file, fatal-
+ *      signal handler (ct_worker_setup, ct_worker_progress, ct_worker_fail);
+ *   3. a counter-based random generator (Philox4x32-10, the same numbers as the kernels');
+ *   4. data sharding: which samples of each global batch this rank owns;
+ *   5. tensors in safetensors files (reader and atomic writer);
+ *   6. checkpoints: a directory of safetensors files with a `latest` pointer, retention and
+ *      fallback to the previous checkpoint when the newest is damaged.
+ *
+ * What is not here yet: the store connection and the communicators. They build on section 1
+ * and 2: ct_worker_init will read the environment (ct_worker_env_read), call ct_worker_setup,
+ * then connect to the store at MASTER_ADDR:MASTER_PORT and create the communicator.
+ *
+ * Threading: sections 3-6 are reentrant (no hidden state). Section 2 is process-wide state,
+ * set up once from the main thread; ct_worker_progress is meant for one (the training) thread.
+ */
+#ifndef CTWORKER_H
+#define CTWORKER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ct_error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CT_WORKER_HOST_MAX   256
+#define CT_WORKER_RUN_ID_MAX 256
+#define CT_WORKER_PATH_MAX   4096
+#define CT_WORKER_MAX_WORLD  1048576 /* the largest WORLD_SIZE accepted */
+
+/* ==== 1. Environment ========================================================================
+ *
+ * The variables torchrun (and ctrun) set for each worker; see torchrun-compat.md §2. When none
+ * of RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE is set the program runs as a single process
+ * (rank 0 of 1, `launched` false), so ctrain works without a launcher. Otherwise all four must
+ * be set and consistent. */
+typedef struct ct_worker_env {
+    bool launched;        /* the rank variables were present */
+    int rank;             /* RANK, 0..world_size-1 */
+    int world_size;       /* WORLD_SIZE */
+    int local_rank;       /* LOCAL_RANK, 0..local_world_size-1 (selects the GPU) */
+    int local_world_size; /* LOCAL_WORLD_SIZE, <= world_size */
+    int group_rank;       /* GROUP_RANK (node rank), 0 when unset */
+    int restart_count;    /* TORCHELASTIC_RESTART_COUNT, 0 when unset */
+    int max_restarts;     /* TORCHELASTIC_MAX_RESTARTS, 0 when unset */
+    bool use_agent_store; /* TORCHELASTIC_USE_AGENT_STORE (torchrun spells it True/False) */
+    bool has_master;      /* MASTER_ADDR and MASTER_PORT were set (required when world_size > 1) */
+    char master_addr[CT_WORKER_HOST_MAX]; /* host name or IP, without brackets */
+    int master_port;                      /* 1..65535, 0 when unset */
+    char run_id[CT_WORKER_RUN_ID_MAX];    /* TORCHELASTIC_RUN_ID, "none" when unset */
+    char error_file[CT_WORKER_PATH_MAX];  /* TORCHELASTIC_ERROR_FILE, "" when unset or empty */
+    int heartbeat_fd;                     /* CTRUN_HEARTBEAT_FD (a writable pipe), -1 when unset */
+} ct_worker_env_t;
+
+/* Reads and checks the variables above. Errors (CT_EPARSE, CT_ERANGE_VALUE, CT_ESTATE) come
+ * with one line naming the variable: a value that is not a number or out of range, RANK >=
+ * WORLD_SIZE, LOCAL_RANK >= LOCAL_WORLD_SIZE, LOCAL_WORLD_SIZE > WORLD_SIZE, LOCAL_RANK > RANK,
+ * GROUP_RANK >= WORLD_SIZE, a partial set (RANK without WORLD_SIZE, MASTER_ADDR without
+ * MASTER_PORT), no master address with WORLD_SIZE > 1, a bad host or port, restart count above
+ * the maximum, an empty/over-long/control-character run id, an over-long error file path, or a
+ * heartbeat fd that is not an open, writable pipe or socket. */
+int ct_worker_env_read(ct_worker_env_t *env, ct_errbuf_t *eb);
+
+/* ==== 2. The process-wide runtime =============================================================
+ *
+ * ct_worker_setup: sets the log prefix to "[rank R/W]", remembers the error file for
+ * ct_worker_fail, attaches the heartbeat pipe (when env->heartbeat_fd >= 0) and, with
+ * CT_WORKER_CATCH_SIGNALS, installs the fatal-signal handler. Call it once, after
+ * ct_worker_env_read; ct_worker_cleanup undoes it (closes the heartbeat fd, restores the
+ * signal dispositions). */
+#define CT_WORKER_CATCH_SIGNALS 0x1u
+
+/* The exit status of ct_worker_fail (Python exits 1 on an uncaught exception, too). */
+#define CT_WORKER_FAIL_EXIT 1
+
+/* Rate limit of the runtime's heartbeat: at most one record per this many milliseconds. */
+#define CT_WORKER_HEARTBEAT_INTERVAL_MS 100
+
+int ct_worker_setup(const ct_worker_env_t *env, unsigned flags, ct_errbuf_t *eb);
+void ct_worker_cleanup(void);
+
+/* Reports that training reached `step`. With a heartbeat pipe it writes a record (see section
+ * 2a) at most every CT_WORKER_HEARTBEAT_INTERVAL_MS, without ever blocking; otherwise it does
+ * nothing. Returns 0 (written, rate-limited or no pipe), -EAGAIN when the pipe was full and
+ * the record was dropped (and counted), -EPIPE when the launcher closed its end (the heartbeat
+ * then stops). Costs one clock read when rate-limited, one write(2) otherwise. */
+int ct_worker_progress(uint64_t step);
+
+/* The fatal path: formats the message, prints it to stderr (one line, with the rank prefix)
+ * with a C backtrace, writes TORCHELASTIC_ERROR_FILE (when set) in the layout of PyTorch's
+ * @record ({"message": {"message": <text>, "extraInfo": {"py_callstack": <backtrace>,
+ * "timestamp": "<unix seconds>"}}}), flushes stdio and ends the process with
+ * CT_WORKER_FAIL_EXIT. Usable before ct_worker_setup (it then reads the variable itself), so
+ * a worker can report a bad environment this way. The one function of this library that
+ * exits, like abort(). */
+void ct_worker_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+/* Installs handlers for SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT that write the error file
+ * ("Signal 11 (SIGSEGV) received by PID <pid>" and the C backtrace) and a line to stderr, then
+ * re-raise the signal with its default action (so the exit status still says which signal).
+ * Limits, because only async-signal-safe work is allowed there: the error file's directory is
+ * opened and the backtrace machinery loaded here, in advance (the file itself is created only
+ * on a crash); the backtrace has at most 64 frames, with function names only for exported
+ * symbols (link the program with -rdynamic to see its own) and non-UTF-8 bytes replaced; the
+ * alternate signal stack (for stack overflows) is set up for the calling thread only; a crash
+ * inside malloc or with a corrupt stack may still lose the backtrace. A second fatal signal
+ * while the handler runs goes straight to the next handler or the default action. Uses the
+ * error file given to ct_worker_setup, else TORCHELASTIC_ERROR_FILE. */
+int ct_worker_catch_fatal_signals(ct_errbuf_t *eb);
+
+/* ---- 2a. Heartbeat ----------------------------------------------------------------------
+ *
+ * Record format, for the launcher's watchdog: fixed 32-byte records in the host's byte order
+ * (both ends run on the same machine), written with one write(2) each. Pipe writes of at most
+ * PIPE_BUF bytes are atomic, so a reader reading multiples of 32 bytes never sees a torn
+ * record. `seq` counts write attempts from 1; a gap in seq means records were dropped because
+ * the pipe was full (the reader was slow), and `dropped` is their running total. `time_ns` is
+ * the worker's CLOCK_MONOTONIC, comparable with the launcher's on the same host. */
+#define CT_HEARTBEAT_MAGIC   0x42485443u /* the bytes "CTHB" read as a little-endian u32 */
+#define CT_HEARTBEAT_VERSION 1u
+
+typedef struct ct_heartbeat_record {
+    uint32_t magic;   /* CT_HEARTBEAT_MAGIC */
+    uint16_t version; /* CT_HEARTBEAT_VERSION */
+    uint16_t size;    /* sizeof(ct_heartbeat_record_t) = 32 */
+    uint32_t seq;
+    uint32_t dropped;
+    uint64_t step;
+    uint64_t time_ns;
+} ct_heartbeat_record_t;
+
+/* A heartbeat sender; ct_worker_progress drives one owned by the runtime. */
+typedef struct ct_heartbeat {
+    int fd;                  /* -1: disabled (no pipe, closed, or reader gone) */
+    int64_t min_interval_ns; /* 0: every call writes */
+    int64_t last_ns;         /* time of the last attempt */
+    uint32_t seq;            /* attempts so far */
+    uint32_t dropped;        /* attempts that found the pipe full */
+    uint64_t sent;           /* records written */
+} ct_heartbeat_t;
+
+/* Takes ownership of fd (a pipe or socket open for writing; -1 for a disabled heartbeat), makes
+ * it non-blocking and close-on-exec, and ignores SIGPIPE if it still has its default action
+ * (a dead launcher must not kill the worker through a heartbeat write). */
+int ct_heartbeat_init(ct_heartbeat_t *hb, int fd, int64_t min_interval_ms, ct_errbuf_t *eb);
+
+/* Sends one record for step unless the last attempt was less than min_interval ago. Returns as
+ * ct_worker_progress does. */
+int ct_heartbeat_beat(ct_heartbeat_t *hb, uint64_t step);
+
+/* Closes the fd; safe to call twice. */
+void ct_heartbeat_close(ct_heartbeat_t *hb);
+
+/* ==== 3. Counter-based random numbers =========================================================
+ *
+ * Draw k of (seed, stream) is lane k % 4 of the Philox4x32-10 block k / 4 (kernels/ct_philox.h),
+ * the same numbers ct_rng_u32_cpu and the CUDA kernels produce. A stream names a purpose and a
+ * sub-key (usually the epoch), so every use of randomness has its own sequence and a resumed
+ * run replays exactly the draws of the run it replaces. Purposes 1..255 are reserved for
+ * libctworker; programs number theirs from 256. */
+#define CT_RNG_STREAM(purpose, sub)                                                               \
+    (((uint64_t)(purpose) << 48) | ((uint64_t)(sub) & 0xFFFFFFFFFFFFull))
+#define CT_RNG_PURPOSE_SHUFFLE 1u /* epoch permutations of ct_shard */
+
+typedef struct ct_rng {
+    uint64_t seed, stream;
+    uint64_t offset;       /* index of the next 32-bit draw */
+    uint64_t cached_block; /* block held in cache[], UINT64_MAX for none */
+    uint32_t cache[4];
+} ct_rng_t;
+
+void ct_rng_init(ct_rng_t *r, uint64_t seed, uint64_t stream, uint64_t offset);
+uint32_t ct_rng_u32(ct_rng_t *r);
+uint64_t ct_rng_u64(ct_rng_t *r); /* two draws, the first is the low half */
+/* Uniform in [0, n) without modulo bias (Lemire's multiply-and-reject for n <= 2^32, masked
+ * rejection above); n = 0 returns 0. Uses a variable number of draws. */
+uint64_t ct_rng_below(ct_rng_t *r, uint64_t n);
+/* Uniform in [0, 1) with 24 random bits, as ct_philox_to_unit_float. */
+float ct_rng_uniform(ct_rng_t *r);
+
+/* ==== 4. Data sharding ========================================================================
+ *
+ * The global batch of B samples is split across the W ranks, so the union of the ranks' shards
+ * is the global batch whatever W is, and the training trajectory depends on W only through the
+ * floating-point order of the gradient sum. Epoch e visits the samples in the order of a
+ * permutation drawn by Fisher-Yates from stream CT_RNG_STREAM(CT_RNG_PURPOSE_SHUFFLE, e) of the
+ * seed (identity order with shuffle = false); global batch s of the epoch is permutation
+ * positions [s*B, s*B + b) with b = B, except for the last partial batch.
+ *
+ * Last partial batch: with drop_last, the N % B samples that do not fill a batch are skipped
+ * (every step has exactly B samples). Without it the last batch has b = N % B samples, split
+ * the same way. Within a batch rank r takes a contiguous slice of b/W samples, and the first
+ * b % W ranks one more each; so ranks may hold different counts, or none (b < W). To keep the
+ * trajectory independent of W, scale each rank's summed per-sample gradients by 1/b (not by
+ * its own count) and allreduce with SUM. */
+typedef struct ct_shard {
+    int64_t n_samples;    /* N >= 1 */
+    int64_t global_batch; /* B >= 1 */
+    int world_size;       /* W >= 1 */
+    int rank;             /* 0..W-1 */
+    uint64_t seed;
+    bool shuffle;   /* false: epoch order = dataset order */
+    bool drop_last; /* skip a last partial batch */
+} ct_shard_t;
+
+/* Checks the fields (ranges above; with drop_last N must be >= B). */
+int ct_shard_check(const ct_shard_t *s, ct_errbuf_t *eb);
+
+/* Global batches per epoch: ceil(N/B), or floor(N/B) with drop_last. */
+int64_t ct_shard_steps_per_epoch(const ct_shard_t *s);
+
+/* The most samples a rank gets in one step, ceil(B/W): the size for ct_shard_indices' out. */
+int64_t ct_shard_max_local(const ct_shard_t *s);
+
+/* Splits a global step count (steps done since the start of training) into the epoch and the
+ * step within it; the data position a checkpoint stores. */
+void ct_shard_locate(const ct_shard_t *s, int64_t global_step, int64_t *epoch, int64_t *step);
+
+/* perm: (N) the visiting order of epoch `epoch`. Every rank computes the same one. */
+void ct_shard_permutation(const ct_shard_t *s, int64_t epoch, int64_t *perm);
+
+/* b: the size of global batch `step` of an epoch (0 for a step past the end). */
+int64_t ct_shard_batch_size(const ct_shard_t *s, int64_t step);
+
+/* This rank's slice of global batch `step`: permutation positions [*begin, *begin + *count). */
+void ct_shard_range(const ct_shard_t *s, int64_t step, int64_t *begin, int64_t *count);
+
+/* out: (ct_shard_max_local) the dataset indices this rank owns in global batch `step` of the
+ * epoch whose permutation is perm. Returns how many were written. */
+int64_t ct_shard_indices(const ct_shard_t *s, const int64_t *perm, int64_t step, int64_t *out);
+
+/* ==== 5. Tensors and safetensors files =======================================================
+ *
+ * The format (huggingface/safetensors): an 8-byte little-endian header length N, N bytes of
+ * JSON ({"__metadata__": {str: str}, "<name>": {"dtype": "F32", "shape": [..], "data_offsets":
+ * [begin, end]}, ...}), then the data region, which the tensors' byte ranges must cover
+ * exactly, without gaps or overlaps. Data are little-endian, row-major.
+ *
+ * Our writer pads the header with spaces to a multiple of 8 and orders tensors by decreasing
+ * element size, so every tensor starts at a multiple of its element size in the file (as the
+ * reference writer does), and adds to __metadata__ "ctrun_format": "1" and, for every tensor,
+ * "crc32.<name>": 8 lowercase hex digits (zlib's CRC-32 of its bytes). The reader checks: the
+ * header length (>= 2, <= CT_ST_MAX_HEADER, within the file), that the header starts with '{'
+ * and is JSON without duplicate keys, the metadata (strings only), dtypes, shapes (<=
+ * CT_TENSOR_MAX_DIMS dimensions, no overflow), that each byte range matches shape x dtype
+ * size, lies inside the data region and that the ranges tile it; and CRCs when the file
+ * carries them (files with "ctrun_format" must carry one per tensor). It does not require
+ * alignment: other writers (MLX, old safetensors) do not pad, and data are copied into the
+ * caller's buffers, never used in place. */
+typedef enum ct_dtype {
+    CT_DTYPE_BOOL = 0,
+    CT_DTYPE_U8,
+    CT_DTYPE_I8,
+    CT_DTYPE_F8_E4M3,
+    CT_DTYPE_F8_E5M2,
+    CT_DTYPE_I16,
+    CT_DTYPE_U16,
+    CT_DTYPE_F16,
+    CT_DTYPE_BF16,
+    CT_DTYPE_I32,
+    CT_DTYPE_U32,
+    CT_DTYPE_F32,
+    CT_DTYPE_I64,
+    CT_DTYPE_U64,
+    CT_DTYPE_F64,
+    CT_DTYPE_COUNT
+} ct_dtype_t;
+
+/* Bytes per element (0 for an invalid dtype). */
+size_t ct_dtype_size(ct_dtype_t dtype);
+/* The safetensors spelling ("F32", "BF16", ...), or "?" for an invalid dtype. */
+const char *ct_dtype_name(ct_dtype_t dtype);
+/* The dtype named text; CT_EFORMAT for an unknown name. */
+int ct_dtype_parse(const char *text, ct_dtype_t *out);
+
+#define CT_TENSOR_MAX_DIMS 8
+#define CT_ST_MAX_HEADER   100000000u /* the reference implementation's limit, in bytes */
+
+/* A named view of host memory: the trainer's table of parameter, gradient and optimizer views
+ * into its flat buffers. data holds numel * ct_dtype_size(dtype) bytes. */
+typedef struct ct_tensor_view {
+    const char *name;
+    ct_dtype_t dtype;
+    int ndim;                            /* 0 (a scalar) .. CT_TENSOR_MAX_DIMS */
+    int64_t shape[CT_TENSOR_MAX_DIMS];   /* the first ndim entries, each >= 0 */
+    void *data;                          /* may be NULL only when the view holds 0 bytes */
+} ct_tensor_view_t;
+
+/* Element and byte counts of a view; -1 when a dimension is negative or the count overflows. */
+int64_t ct_tensor_numel(const ct_tensor_view_t *v);
+int64_t ct_tensor_nbytes(const ct_tensor_view_t *v);
+
+/* One __metadata__ entry. */
+typedef struct ct_st_kv {
+    const char *key;
+    const char *value;
+} ct_st_kv_t;
+
+/* Writes the n views and the metadata as a safetensors file, atomically: a temporary file in
+ * the same directory, fsync, rename over path, fsync of the directory; a crash leaves either
+ * the old file or the new one, never a torn file. Data are written straight from the views
+ * (no copy). Errors: -EINVAL (and the reason) for a bad view (no name, duplicate or
+ * "__metadata__" name, invalid UTF-8, bad dtype/shape, NULL data) or a reserved metadata key
+ * ("ctrun_format", "crc32.*"); a negated errno from the file system. */
+int ct_st_save(const char *path, const ct_tensor_view_t *views, size_t n,
+               const ct_st_kv_t *meta, size_t n_meta, ct_errbuf_t *eb);
+/* The same, into the directory open at dirfd. */
+int ct_st_save_at(int dirfd, const char *name, const ct_tensor_view_t *views, size_t n,
+                  const ct_st_kv_t *meta, size_t n_meta, ct_errbuf_t *eb);
+
+/* An open, validated safetensors file (header parsed; data not read yet). */
+typedef struct ct_st_file ct_st_file_t;
+
+/* A tensor as the file describes it. */
+typedef struct ct_st_tensor {
+    const char *name; /* valid until ct_st_close */
+    ct_dtype_t dtype;
+    int ndim;
+    int64_t shape[CT_TENSOR_MAX_DIMS];
+    uint64_t offset; /* of its first byte, from the start of the file */
+    uint64_t nbytes;
+    bool has_crc;
+    uint32_t crc32;
+} ct_st_tensor_t;
+
+/* Opens and validates the header and layout (everything but the CRCs). Errors: a negated errno
+ * (cannot open or read), CT_EFORMAT (damaged or not safetensors), CT_ELIMIT (header over
+ * CT_ST_MAX_HEADER), each with one line naming the file and the first problem. */
+int ct_st_open(ct_st_file_t **out, const char *path, ct_errbuf_t *eb);
+int ct_st_open_at(ct_st_file_t **out, int dirfd, const char *name, ct_errbuf_t *eb);
+void ct_st_close(ct_st_file_t *f); /* NULL is fine */
+
+/* The tensors, in file (offset) order; ct_st_find returns NULL for an unknown name. */
+size_t ct_st_count(const ct_st_file_t *f);
+const ct_st_tensor_t *ct_st_tensor_at(const ct_st_file_t *f, size_t i);
+const ct_st_tensor_t *ct_st_find(const ct_st_file_t *f, const char *name);
+
+/* __metadata__: the value of key, or NULL; and the entries by index (0..count-1). */
+const char *ct_st_meta(const ct_st_file_t *f, const char *key);
+size_t ct_st_meta_count(const ct_st_file_t *f);
+void ct_st_meta_at(const ct_st_file_t *f, size_t i, const char **key, const char **value);
+
+/* Reads the tensors named by the views into their memory, checking each view's dtype and shape
+ * against the file (CT_EMISMATCH when a view is not in the file or differs, or when the file
+ * has a tensor no view names, unless CT_ST_ALLOW_EXTRA) before any byte is read, then every
+ * tensor's CRC when the file carries CRCs (CT_ECRC), reading the file once in offset order.
+ * Tensors not loaded under CT_ST_ALLOW_EXTRA are still CRC-checked. On an error after reading
+ * started, the views' contents are unspecified. */
+#define CT_ST_ALLOW_EXTRA 0x1u
+int ct_st_read(ct_st_file_t *f, const ct_tensor_view_t *views, size_t n, unsigned flags,
+               ct_errbuf_t *eb);
+
+/* Reads the whole data region and checks every CRC, loading nothing. */
+int ct_st_verify(ct_st_file_t *f, ct_errbuf_t *eb);
+
+/* ==== 6. Checkpoints ==========================================================================
+ *
+ * A directory of safetensors files: step_<012 digits>.safetensors for periodic checkpoints (the
+ * newest keep_last kept), best.safetensors and final.safetensors, and `latest`, a small text
+ * file naming the newest step or final checkpoint. Every file, `latest` included, is replaced
+ * atomically (temporary file, fsync, rename, fsync of the directory), and `latest` moves only
+ * after the file it names is durable, so after a crash at any point it names a complete file.
+ * Rank 0 writes (writer = true); all ranks read.
+ *
+ * Metadata (all strings in __metadata__): "format": "pt", "ctrun_kind" (step/best/final),
+ * "step", "epoch", "data_position", "world_size", "config" (JSON text, when given), "metric"
+ * (when given), plus the CRCs of section 5. */
+#define CT_CKPT_CONFIG_MAX 16384
+#define CT_CKPT_NAME_MAX   64
+
+typedef enum ct_ckpt_kind {
+    CT_CKPT_STEP = 0,
+    CT_CKPT_BEST = 1,
+    CT_CKPT_FINAL = 2,
+} ct_ckpt_kind_t;
+
+typedef struct ct_ckpt_meta {
+    int64_t step;          /* optimizer steps done (>= 0) */
+    int64_t epoch;         /* epoch in progress (>= 0) */
+    int64_t data_position; /* global batches of that epoch already consumed (>= 0) */
+    int world_size;        /* ranks that trained it (>= 1) */
+    bool has_metric;
+    double metric;                  /* e.g. validation NDCG@10 of a `best` checkpoint */
+    char config[CT_CKPT_CONFIG_MAX]; /* JSON text of the training configuration, "" for none */
+} ct_ckpt_meta_t;
+
+typedef struct ct_ckpt_dir {
+    int dirfd; /* -1 when closed */
+    int keep_last;
+    bool writer;
+    char path[CT_WORKER_PATH_MAX];
+} ct_ckpt_dir_t;
+
+/* Creates the directory (and its parents) when missing and opens it. keep_last >= 1. A writer
+ * also removes temporary files a killed writer left behind and applies the retention rule of
+ * ct_ckpt_save to the step `latest` names (a writer killed before pruning leaves one file too
+ * many). */
+int ct_ckpt_dir_init(ct_ckpt_dir_t *d, const char *path, int keep_last, bool writer,
+                     ct_errbuf_t *eb);
+void ct_ckpt_dir_close(ct_ckpt_dir_t *d); /* safe to call twice */
+
+/* Writes a checkpoint of the views. STEP: step_<meta->step>.safetensors, then `latest`, then
+ * retention: step files with a larger step (left by a run this one resumed before) are
+ * removed, and of the rest the newest keep_last kept. FINAL: final.safetensors, then `latest`.
+ * BEST: best.safetensors only. CT_ESTATE when d is not the writer; -EINVAL for bad meta (a
+ * negative count, config that is not JSON or longer than CT_CKPT_CONFIG_MAX - 1). */
+int ct_ckpt_save(ct_ckpt_dir_t *d, ct_ckpt_kind_t kind, const ct_tensor_view_t *views, size_t n,
+                 const ct_ckpt_meta_t *meta, ct_errbuf_t *eb);
+
+/* Loads the checkpoint `latest` names into the views (an exact match of names, dtypes and
+ * shapes) and its metadata into meta; when it is damaged (unreadable, bad format, CRC), says
+ * so in one warning line and tries the next older step checkpoint, and so on. name (at least
+ * CT_CKPT_NAME_MAX bytes, may be NULL) receives the file used. Returns 0; -ENOENT when the
+ * directory has no checkpoint (a fresh start); CT_EMISMATCH when a checkpoint does not fit the
+ * views (no fallback: an older one would not fit either); the last damage code when every
+ * checkpoint is damaged. For all ranks to resume from the same file even if one of them hits a
+ * damaged read, rank 0 can load with this and share `name`, the others use ct_ckpt_load. */
+int ct_ckpt_load_latest(ct_ckpt_dir_t *d, const ct_tensor_view_t *views, size_t n,
+                        ct_ckpt_meta_t *meta, char *name, ct_errbuf_t *eb);
+
+/* Loads the checkpoint file `name` of the directory (e.g. "best.safetensors"), no fallback. */
+int ct_ckpt_load(ct_ckpt_dir_t *d, const char *name, const ct_tensor_view_t *views, size_t n,
+                 ct_ckpt_meta_t *meta, ct_errbuf_t *eb);
+
+/* The file name of a kind (step: of that step) into buf; returns its length or -EINVAL. */
+int ct_ckpt_file_name(ct_ckpt_kind_t kind, int64_t step, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CTWORKER_H */
