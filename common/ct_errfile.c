@@ -1,0 +1,173 @@
+/*
+ * ct_errfile.c - jansson does the JSON; this file does the schema, the tolerant reading
+ * (a timestamp may be a string or a number; missing pieces are NULL, not errors) and the
+ * atomic write. Output is what Python's json.dumps writes: ", " and ": " separators, key
+ * order kept, non-ASCII as \u escapes.
+ */
+#include "ct_errfile.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ct_parse.h"
+
+static int ct__load(const char *path, json_t **root, ct_errbuf_t *eb)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        int e = errno;
+        return ct_errbuf_set(eb, -e, "error file %s: %s", path, strerror(e));
+    }
+    json_error_t jerr;
+    json_t *j = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(f);
+    if (j == NULL)
+        return ct_errbuf_set(eb, CT_EFORMAT, "error file %s is not valid JSON (line %d, column %d: %s)",
+                             path, jerr.line, jerr.column, jerr.text);
+    if (!json_is_object(j) || json_object_get(j, "message") == NULL) {
+        json_decref(j);
+        return ct_errbuf_set(eb, CT_EFORMAT, "error file %s has no \"message\" field", path);
+    }
+    *root = j;
+    return 0;
+}
+
+static int64_t ct__timestamp(json_t *v)
+{
+    int64_t ts = 0;
+    if (json_is_integer(v))
+        ts = (int64_t)json_integer_value(v);
+    else if (json_is_real(v))
+        ts = (int64_t)json_real_value(v);
+    else if (json_is_string(v) && ct_parse_int64(json_string_value(v), 0, INT64_MAX, &ts, NULL) != 0)
+        ts = 0;
+    return ts < 0 ? 0 : ts;
+}
+
+static char *ct__dup_string(json_t *v)
+{
+    return json_is_string(v) ? strdup(json_string_value(v)) : NULL;
+}
+
+int ct_errfile_read(const char *path, ct_errfile_t *out, ct_errbuf_t *eb)
+{
+    memset(out, 0, sizeof *out);
+    json_t *root;
+    int rc = ct__load(path, &root, eb);
+    if (rc != 0)
+        return rc;
+    json_t *msg = json_object_get(root, "message");
+    if (json_is_object(msg)) {
+        out->dict_form = true;
+        out->message = ct__dup_string(json_object_get(msg, "message"));
+        json_t *extra = json_object_get(msg, "extraInfo");
+        out->traceback = ct__dup_string(json_object_get(extra, "py_callstack"));
+        out->timestamp = ct__timestamp(json_object_get(extra, "timestamp"));
+        json_t *code = json_object_get(msg, "errorCode");
+        if (json_is_integer(code) && json_integer_value(code) >= INT_MIN &&
+            json_integer_value(code) <= INT_MAX) {
+            out->has_error_code = true;
+            out->error_code = (int)json_integer_value(code);
+        }
+    } else {
+        out->message = ct__dup_string(msg);
+        if (out->message == NULL && !json_is_null(msg))
+            out->message = json_dumps(msg, JSON_ENCODE_ANY);
+        out->timestamp = ct__timestamp(json_object_get(root, "timestamp"));
+    }
+    json_decref(root);
+    return 0;
+}
+
+void ct_errfile_free(ct_errfile_t *ef)
+{
+    free(ef->message);
+    free(ef->traceback);
+    ef->message = NULL;
+    ef->traceback = NULL;
+}
+
+/* Writes root to a temp file beside path, then renames it over path. */
+static int ct__save(const char *path, json_t *root, ct_errbuf_t *eb)
+{
+    char tmp[PATH_MAX];
+    int n = snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
+    if (n < 0 || (size_t)n >= sizeof tmp)
+        return ct_errbuf_set(eb, -ENAMETOOLONG, "error file %.200s: path too long", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        int e = errno;
+        return ct_errbuf_set(eb, -e, "error file %s: cannot create a temp file: %s", path,
+                             strerror(e));
+    }
+    char *text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
+    int e = text == NULL ? ENOMEM : 0;
+    if (text != NULL) {
+        /* jansson writes \u00E9, Python \u00e9: lower-case the hex of every \u escape. */
+        for (char *p = text; *p != '\0'; p++) {
+            if (*p != '\\')
+                continue;
+            p++;
+            for (int k = 1; *p == 'u' && k <= 4 && p[k] != '\0'; k++)
+                p[k] = (char)tolower((unsigned char)p[k]);
+        }
+        size_t len = strlen(text), done = 0;
+        while (e == 0 && done < len) {
+            ssize_t w = write(fd, text + done, len - done);
+            if (w < 0 && errno != EINTR)
+                e = errno;
+            else if (w > 0)
+                done += (size_t)w;
+        }
+        free(text);
+    }
+    if (e == 0 && fsync(fd) != 0)
+        e = errno;
+    if (close(fd) != 0 && e == 0)
+        e = errno;
+    if (e == 0 && rename(tmp, path) != 0)
+        e = errno;
+    if (e != 0) {
+        unlink(tmp);
+        return ct_errbuf_set(eb, -e, "error file %s: cannot write: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+int ct_errfile_write(const char *path, const char *message, const char *traceback,
+                     int64_t timestamp, int error_code, ct_errbuf_t *eb)
+{
+    char ts[32];
+    snprintf(ts, sizeof ts, "%lld", (long long)timestamp);
+    json_t *root = json_pack("{s:{s:s,s:{s:s,s:s}}}", "message", "message", message ? message : "",
+                             "extraInfo", "py_callstack", traceback ? traceback : "",
+                             "timestamp", ts);
+    if (root == NULL)
+        return ct_errbuf_set(eb, CT_EFORMAT, "error file %s: message is not valid UTF-8", path);
+    if (error_code != 0)
+        json_object_set_new(json_object_get(root, "message"), "errorCode",
+                            json_integer(error_code));
+    int rc = ct__save(path, root, eb);
+    json_decref(root);
+    return rc;
+}
+
+int ct_errfile_copy(const char *src, const char *dst, int error_code, ct_errbuf_t *eb)
+{
+    json_t *root;
+    int rc = ct__load(src, &root, eb);
+    if (rc != 0)
+        return rc;
+    json_t *msg = json_object_get(root, "message");
+    if (error_code != 0 && json_is_object(msg))
+        json_object_set_new(msg, "errorCode", json_integer(error_code));
+    rc = ct__save(dst, root, eb);
+    json_decref(root);
+    return rc;
+}
