@@ -43,7 +43,8 @@ typedef struct ctrun_worker_info {
 /* Fills the fields that come from the configuration (role, world sizes of a single-node job,
  * restarts, run id, signals, the store address from cfg->store_addr) and sets every rank to
  * 0, heartbeat_fd to -1, error_file to "". The agent then sets the ranks, the sizes agreed in
- * the rendezvous, the attempt and the paths. */
+ * the rendezvous, the attempt and the paths, and master_port when the store was asked for a
+ * kernel-chosen port (port 0: --standalone, --master_port 0). */
 void ctrun_worker_info_init(ctrun_worker_info_t *w, const ctrun_config_t *cfg);
 
 /* Builds the worker's envp from base (NULL-terminated "NAME=value" list; NULL means the

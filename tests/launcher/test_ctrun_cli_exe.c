@@ -2,7 +2,8 @@
  * test_ctrun_cli_exe.c - the ctrun binary (argv[1]) from the outside: --help lists every
  * option in both spellings, --version, every kind of bad flag or value (command line and
  * environment) ends with exactly one line on stderr naming it and exit status 2, and a valid
- * command line is refused in one line with status 69 because this build has no agent.
+ * command line is refused in one line with status 69 because this build has no agent; and the
+ * manual page (argv[3]) documents every option in both spellings and every worker variable.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,26 @@
 
 static char *ct__ctrun;
 static char *ct__fake_cuda;
+static char *ct__man;
+
+static const char *const ct__option_names[] = {
+    "nnodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "rdzv_conf",
+    "standalone", "node_rank", "master_addr", "master_port", "local_addr", "max_restarts",
+    "monitor_interval", "start_method", "signals_to_handle", "grace_period",
+    "watchdog_timeout", "event_log_handler", "role", "module", "no_python", "run_path",
+    "python", "log_dir", "redirects", "tee", "local_ranks_filter", "logs_specs",
+    "numa_binding", "help", "version",
+};
+#define CT__NOPTIONS (sizeof ct__option_names / sizeof ct__option_names[0])
+
+/* "--name" in both spellings into under and dash. */
+static void ct__spellings(const char *name, char *under, char *dash, size_t size)
+{
+    snprintf(under, size, "--%s", name);
+    snprintf(dash, size, "%s", under);
+    for (char *p = dash + 2; *p; p++)
+        *p = *p == '_' ? '-' : *p;
+}
 
 /* Runs ctrun with up to 8 arguments (NULL-terminated) in an environment made only of env. */
 static void ct__run(ct_child_t *c, const char *const *env, const char *const *args)
@@ -28,14 +49,6 @@ static void ct__run(ct_child_t *c, const char *const *env, const char *const *ar
 
 static void test_help_lists_every_option(void)
 {
-    static const char *const names[] = {
-        "nnodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "rdzv_conf",
-        "standalone", "node_rank", "master_addr", "master_port", "local_addr", "max_restarts",
-        "monitor_interval", "start_method", "signals_to_handle", "grace_period",
-        "watchdog_timeout", "event_log_handler", "role", "module", "no_python", "run_path",
-        "python", "log_dir", "redirects", "tee", "local_ranks_filter", "logs_specs",
-        "numa_binding", "help", "version",
-    };
     const char *const env[] = {NULL};
     static const char *const variants[][2] = {{"--help", NULL}, {"-h", NULL}};
     for (int v = 0; v < 2; v++) {
@@ -44,12 +57,9 @@ static void test_help_lists_every_option(void)
         CT_ASSERT_EQ(c.exit_code, 0);
         CT_ASSERT_STR_EQ(c.err, "");
         CT_ASSERT_STR_CONTAINS(c.out, "usage: ctrun [options] training_script");
-        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        for (size_t i = 0; i < CT__NOPTIONS; i++) {
             char under[64], dash[64];
-            snprintf(under, sizeof under, "--%s", names[i]);
-            snprintf(dash, sizeof dash, "%s", under);
-            for (char *p = dash + 2; *p; p++)
-                *p = *p == '_' ? '-' : *p;
+            ct__spellings(ct__option_names[i], under, dash, sizeof under);
             CT_ASSERT_MSG(strstr(c.out, under) != NULL, "%s missing from --help", under);
             CT_ASSERT_MSG(strstr(c.out, dash) != NULL, "%s missing from --help", dash);
         }
@@ -254,16 +264,63 @@ static void test_gpu_counts_through_the_binary(void)
     ct_child_close(&c);
 }
 
+static void test_man_page_documents_everything(void)
+{
+    FILE *f = fopen(ct__man, "r");
+    CT_ASSERT(f != NULL);
+    static char raw[200000], text[200000];
+    size_t n = fread(raw, 1, sizeof raw - 1, f);
+    fclose(f);
+    raw[n] = '\0';
+    /* roff writes '-' as "\-": drop the escape to search the plain spelling. */
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (raw[i] == '\\' && raw[i + 1] == '-')
+            continue;
+        text[k++] = raw[i];
+    }
+    text[k] = '\0';
+    CT_ASSERT_STR_CONTAINS(text, ".TH CTRUN 1");
+    for (size_t i = 0; i < CT__NOPTIONS; i++) {
+        char under[64], dash[64];
+        ct__spellings(ct__option_names[i], under, dash, sizeof under);
+        CT_ASSERT_MSG(strstr(text, under) != NULL, "%s missing from ctrun.1", under);
+        CT_ASSERT_MSG(strstr(text, dash) != NULL, "%s missing from ctrun.1", dash);
+    }
+    static const char *const words[] = {
+        "PET_NNODES", "PET_NPROC_PER_NODE", "PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT",
+        "PET_RDZV_ID", "PET_RDZV_CONF", "PET_STANDALONE", "PET_MAX_RESTARTS",
+        "PET_MONITOR_INTERVAL", "PET_START_METHOD", "PET_EVENT_LOG_HANDLER", "PET_ROLE",
+        "PET_MODULE", "PET_NO_PYTHON", "PET_RUN_PATH", "PET_LOG_DIR", "PET_REDIRECTS", "PET_TEE",
+        "PET_LOCAL_RANKS_FILTER", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+        "PET_LOCAL_ADDR", "PET_SIGNALS_TO_HANDLE", "CTRUN_PYTHON", "PYTHON_EXEC",
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "CTRUN_WATCHDOG_TIMEOUT", "CTRUN_LIBCUDA",
+        /* every variable ctrun_env.h sets */
+        "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
+        "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+        "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+        "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS", "TORCHELASTIC_SIGNALS_TO_HANDLE",
+        "CTRUN_HEARTBEAT_FD",
+        /* sections the issue asks for */
+        ".SH EXIT STATUS", ".SH EXAMPLES", ".SH DIFFERENCES FROM TORCHRUN", "128",
+    };
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        CT_ASSERT_MSG(strstr(text, words[i]) != NULL, "%s missing from ctrun.1", words[i]);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 3)
-        CT_SKIP("usage: test_ctrun_cli_exe CTRUN FAKE_LIBCUDA");
+    if (argc < 4)
+        CT_SKIP("usage: test_ctrun_cli_exe CTRUN FAKE_LIBCUDA CTRUN_1");
     ct__ctrun = argv[1];
     ct__fake_cuda = argv[2];
+    ct__man = argv[3];
     CT_RUN(test_help_lists_every_option);
     CT_RUN(test_version);
     CT_RUN(test_bad_values_exit_2_with_one_line);
     CT_RUN(test_valid_command_is_refused_without_an_agent);
     CT_RUN(test_gpu_counts_through_the_binary);
+    CT_RUN(test_man_page_documents_everything);
     return 0;
 }
