@@ -28,8 +28,9 @@ static int ct__load(const char *path, json_t **root, ct_errbuf_t *eb)
     json_t *j = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
     fclose(f);
     if (j == NULL)
-        return ct_errbuf_set(eb, CT_EFORMAT, "error file %s is not valid JSON (line %d, column %d: %s)",
-                             path, jerr.line, jerr.column, jerr.text);
+        return ct_errbuf_set(eb, CT_EFORMAT,
+                             "error file %s is not valid JSON (line %d, column %d: %s)", path,
+                             jerr.line, jerr.column, jerr.text);
     if (!json_is_object(j) || json_object_get(j, "message") == NULL) {
         json_decref(j);
         return ct_errbuf_set(eb, CT_EFORMAT, "error file %s has no \"message\" field", path);
@@ -45,7 +46,8 @@ static int64_t ct__timestamp(json_t *v)
         ts = (int64_t)json_integer_value(v);
     else if (json_is_real(v))
         ts = (int64_t)json_real_value(v);
-    else if (json_is_string(v) && ct_parse_int64(json_string_value(v), 0, INT64_MAX, &ts, NULL) != 0)
+    else if (json_is_string(v) &&
+             ct_parse_int64(json_string_value(v), 0, INT64_MAX, &ts, NULL) != 0)
         ts = 0;
     return ts < 0 ? 0 : ts;
 }
@@ -145,9 +147,9 @@ int ct_errfile_write(const char *path, const char *message, const char *tracebac
 {
     char ts[32];
     snprintf(ts, sizeof ts, "%lld", (long long)timestamp);
-    json_t *root = json_pack("{s:{s:s,s:{s:s,s:s}}}", "message", "message", message ? message : "",
-                             "extraInfo", "py_callstack", traceback ? traceback : "",
-                             "timestamp", ts);
+    json_t *root =
+        json_pack("{s:{s:s,s:{s:s,s:s}}}", "message", "message", message ? message : "",
+                  "extraInfo", "py_callstack", traceback ? traceback : "", "timestamp", ts);
     if (root == NULL)
         return ct_errbuf_set(eb, CT_EFORMAT, "error file %s: message is not valid UTF-8", path);
     if (error_code != 0)

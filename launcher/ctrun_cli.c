@@ -65,6 +65,8 @@ typedef struct ctrun__opt {
 
 #define CTRUN__SIGNALS_DEFAULT "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 
+/* One row per option; rows read better unwrapped than in clang-format's one-field-per-line. */
+/* clang-format off */
 static const ctrun__opt_t ctrun__opts[CTRUN__O_COUNT] = {
     [CTRUN__O_NNODES] = {"Nodes and workers", "nnodes", 0, false, {"PET_NNODES"}, "N|MIN:MAX",
                          "Number of nodes, or the elastic range MIN:MAX (default 1:1)."},
@@ -168,6 +170,7 @@ static const ctrun__opt_t ctrun__opts[CTRUN__O_COUNT] = {
     [CTRUN__O_VERSION] = {NULL, "version", 0, true, {NULL}, NULL,
                           "Show the version and exit."},
 };
+/* clang-format on */
 
 /* What the scanner collected before conversion. */
 typedef struct ctrun__raw {
@@ -243,8 +246,8 @@ static int ctrun__find_long(const char *arg, size_t len, int *id, ct_errbuf_t *e
     }
     if (matches > 1)
         return ct_errbuf_set(eb, CT_EPARSE, "ambiguous option '--%s' could match %s", norm, cands);
-    return ct_errbuf_set(eb, CT_EPARSE, "unrecognized option '--%.*s' (see ctrun --help)",
-                         (int)len, arg);
+    return ct_errbuf_set(eb, CT_EPARSE, "unrecognized option '--%.*s' (see ctrun --help)", (int)len,
+                         arg);
 }
 
 static void ctrun__set(ctrun__raw_t *raw, int id, const char *value, const char *source)
@@ -303,10 +306,9 @@ static int ctrun__scan(int argc, char *const argv[], ctrun__raw_t *raw, int *scr
                         id = o;
                 }
                 if (id < 0)
-                    return ct_errbuf_set(eb, CT_EPARSE,
-                                         "unrecognized option '-%c'%s%.64s%s (see ctrun --help)",
-                                         *c, c == a + 1 ? "" : " in '", c == a + 1 ? "" : a,
-                                         c == a + 1 ? "" : "'");
+                    return ct_errbuf_set(
+                        eb, CT_EPARSE, "unrecognized option '-%c'%s%.64s%s (see ctrun --help)", *c,
+                        c == a + 1 ? "" : " in '", c == a + 1 ? "" : a, c == a + 1 ? "" : "'");
                 char source[8];
                 snprintf(source, sizeof source, "-%c", *c);
                 if (ctrun__opts[id].flag) {
@@ -352,7 +354,7 @@ static void ctrun__env_fallbacks(const char *const *env, ctrun__raw_t *raw)
     }
 }
 
-/* ---- conversion -------------------------------------------------------------------------------- */
+/* ---- conversion ------------------------------------------------------------------------------ */
 
 __attribute__((format(printf, 2, 3))) static int ctrun__warn(ctrun_config_t *cfg, const char *fmt,
                                                              ...)
@@ -467,8 +469,7 @@ static int ctrun__nnodes(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "%s", src);
     if (!(0 < cfg->min_nodes && cfg->min_nodes <= cfg->max_nodes))
-        return ct_errbuf_set(eb, CT_ERANGE_VALUE, "%s: \"%.64s\" needs 0 < MIN <= MAX", src,
-                             text);
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE, "%s: \"%.64s\" needs 0 < MIN <= MAX", src, text);
     return 0;
 }
 
@@ -481,10 +482,9 @@ static int ctrun__uuid4(char **out)
     b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
     b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
     char s[37];
-    snprintf(s, sizeof s,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-             b[15]);
+    snprintf(s, sizeof s, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
     *out = strdup(s);
     return *out ? 0 : -ENOMEM;
 }
@@ -513,8 +513,8 @@ static int ctrun__rendezvous(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_er
         return ct_hostport_parse("localhost:0", -1, true, &cfg->store_addr, eb);
     }
 
-    const char *backend = raw->given[CTRUN__O_RDZV_BACKEND] ? raw->value[CTRUN__O_RDZV_BACKEND]
-                                                            : "static";
+    const char *backend =
+        raw->given[CTRUN__O_RDZV_BACKEND] ? raw->value[CTRUN__O_RDZV_BACKEND] : "static";
     const char *src = raw->source[CTRUN__O_RDZV_BACKEND];
     if (strcmp(backend, "static") == 0)
         cfg->rdzv_backend = CTRUN_RDZV_STATIC;
@@ -525,8 +525,8 @@ static int ctrun__rendezvous(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_er
                              "%s: \"%s\" is not supported by ctrun (expected static or c10d)", src,
                              backend);
     else
-        return ct_errbuf_set(eb, CT_EPARSE, "%s: unknown backend \"%.64s\" (expected static or c10d)",
-                             src, backend);
+        return ct_errbuf_set(
+            eb, CT_EPARSE, "%s: unknown backend \"%.64s\" (expected static or c10d)", src, backend);
 
     if ((rc = ctrun__str(raw, CTRUN__O_RDZV_ID, "none", &cfg->run_id)) != 0 || cfg->run_id == NULL)
         return -ENOMEM;
@@ -619,9 +619,8 @@ static int ctrun__workers(const ctrun__raw_t *raw, ctrun_config_t *cfg, const ch
         if ((rc = ctrun_std_parse(raw->given[id] ? raw->value[id] : "0", std_out[k], eb)) != 0)
             return ct_errbuf_wrap(eb, rc, "%s", raw->source[id]);
     }
-    const char *filter = raw->given[CTRUN__O_LOCAL_RANKS_FILTER]
-                             ? raw->value[CTRUN__O_LOCAL_RANKS_FILTER]
-                             : "";
+    const char *filter =
+        raw->given[CTRUN__O_LOCAL_RANKS_FILTER] ? raw->value[CTRUN__O_LOCAL_RANKS_FILTER] : "";
     if ((rc = ctrun_rank_filter_parse(filter, &cfg->local_ranks_filter, eb)) != 0)
         return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN__O_LOCAL_RANKS_FILTER]);
     if (raw->given[CTRUN__O_LOGS_SPECS])
@@ -644,14 +643,15 @@ static int ctrun__workers(const ctrun__raw_t *raw, ctrun_config_t *cfg, const ch
     size_t slen = strlen(cfg->script);
     bool dot_py = slen >= 3 && strcmp(cfg->script + slen - 3, ".py") == 0;
     cfg->use_python = cfg->run_path || (!cfg->no_python && (cfg->module || dot_py));
-    if ((rc = ctrun__str(raw, CTRUN__O_PYTHON, "python3", &cfg->python)) != 0 || cfg->python == NULL)
+    if ((rc = ctrun__str(raw, CTRUN__O_PYTHON, "python3", &cfg->python)) != 0 ||
+        cfg->python == NULL)
         return -ENOMEM;
     if (cfg->use_python && cfg->python[0] == '\0')
         return ct_errbuf_set(eb, CT_EPARSE, "%s: empty interpreter path",
                              raw->source[CTRUN__O_PYTHON]);
 
-    const char *nproc = raw->given[CTRUN__O_NPROC_PER_NODE] ? raw->value[CTRUN__O_NPROC_PER_NODE]
-                                                            : "1";
+    const char *nproc =
+        raw->given[CTRUN__O_NPROC_PER_NODE] ? raw->value[CTRUN__O_NPROC_PER_NODE] : "1";
     rc = ctrun_nproc_resolve(nproc, ctrun__getenv(env, "CTRUN_LIBCUDA"), &cfg->nproc_kind,
                              &cfg->nproc_per_node, eb);
     return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN__O_NPROC_PER_NODE]);
@@ -679,24 +679,23 @@ static int ctrun__convert(const ctrun__raw_t *raw, ctrun_config_t *cfg, const ch
     if ((rc = ctrun__rendezvous(raw, cfg, eb)) != 0 || (rc = ctrun__rdzv_conf(raw, cfg, eb)) != 0)
         return rc;
     if (cfg->rdzv_backend == CTRUN_RDZV_STATIC && cfg->node_rank >= cfg->max_nodes)
-        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
-                             "%s: %d is out of range for --nnodes=%d (expected 0..%d)",
-                             raw->source[CTRUN__O_NODE_RANK], cfg->node_rank, cfg->max_nodes,
-                             cfg->max_nodes - 1);
+        return ct_errbuf_set(
+            eb, CT_ERANGE_VALUE, "%s: %d is out of range for --nnodes=%d (expected 0..%d)",
+            raw->source[CTRUN__O_NODE_RANK], cfg->node_rank, cfg->max_nodes, cfg->max_nodes - 1);
 
     if ((rc = ctrun__int(raw, CTRUN__O_MAX_RESTARTS, 0, 0, INT_MAX, &cfg->max_restarts, eb)) != 0 ||
         (rc = ctrun__seconds(raw, CTRUN__O_MONITOR_INTERVAL, 0.1, &cfg->monitor_interval_s, eb)) !=
             0 ||
-        (rc = ctrun__choice(raw, CTRUN__O_START_METHOD, "spawn", start_methods,
-                            &cfg->start_method, eb)) != 0 ||
+        (rc = ctrun__choice(raw, CTRUN__O_START_METHOD, "spawn", start_methods, &cfg->start_method,
+                            eb)) != 0 ||
         (rc = ctrun__seconds(raw, CTRUN__O_GRACE_PERIOD, 30, &cfg->grace_period_s, eb)) != 0 ||
         (rc = ctrun__seconds(raw, CTRUN__O_WATCHDOG_TIMEOUT, 0, &cfg->watchdog_timeout_s, eb)) !=
             0 ||
         (rc = ctrun__str(raw, CTRUN__O_SIGNALS_TO_HANDLE, CTRUN__SIGNALS_DEFAULT,
                          &cfg->signals_to_handle)) != 0)
         return rc;
-    if ((rc = ctrun__choice(raw, CTRUN__O_EVENT_LOG_HANDLER, "null", log_handlers, &handler,
-                            eb)) != 0)
+    if ((rc = ctrun__choice(raw, CTRUN__O_EVENT_LOG_HANDLER, "null", log_handlers, &handler, eb)) !=
+        0)
         return rc;
     free(handler);
     rc = ctrun_signal_list_parse(cfg->signals_to_handle, cfg->signals, CTRUN_SIGNALS_MAX,
@@ -748,9 +747,10 @@ int ctrun_cli_parse(int argc, char *const argv[], const char *const *env, ctrun_
 
 void ctrun_config_free(ctrun_config_t *cfg)
 {
-    char **strings[] = {&cfg->rdzv_endpoint, &cfg->run_id, &cfg->master_addr, &cfg->local_addr,
-                        &cfg->start_method, &cfg->signals_to_handle, &cfg->role, &cfg->log_dir,
-                        &cfg->python, &cfg->script};
+    char **strings[] = {&cfg->rdzv_endpoint, &cfg->run_id,       &cfg->master_addr,
+                        &cfg->local_addr,    &cfg->start_method, &cfg->signals_to_handle,
+                        &cfg->role,          &cfg->log_dir,      &cfg->python,
+                        &cfg->script};
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
         free(*strings[i]);
         *strings[i] = NULL;
@@ -769,7 +769,7 @@ void ctrun_config_free(ctrun_config_t *cfg)
     ctrun_rank_filter_free(&cfg->local_ranks_filter);
 }
 
-/* ---- --help / --version -------------------------------------------------------------------------- */
+/* ---- --help / --version ---------------------------------------------------------------------- */
 
 /* Prints text wrapped at 96 columns, each line indented by `indent` spaces. */
 static void ctrun__wrap(FILE *out, const char *text, int indent)

@@ -51,13 +51,13 @@ typedef struct ctrun_config {
     /* rendezvous (after --standalone's rewrite) */
     ctrun_rdzv_backend_t rdzv_backend;
     bool standalone;
-    char *rdzv_endpoint;       /* as given ("" when not) */
-    char *run_id;              /* --rdzv_id; a fresh uuid4 with --standalone */
+    char *rdzv_endpoint; /* as given ("" when not) */
+    char *run_id;        /* --rdzv_id; a fresh uuid4 with --standalone */
     ctrun_rdzv_conf_t rdzv_conf;
-    int node_rank;             /* --node_rank (static: this node's group rank) */
-    char *master_addr;         /* --master_addr, without IPv6 brackets */
-    int master_port;           /* --master_port */
-    char *local_addr;          /* --local_addr, or NULL */
+    int node_rank;     /* --node_rank (static: this node's group rank) */
+    char *master_addr; /* --master_addr, without IPv6 brackets */
+    int master_port;   /* --master_port */
+    char *local_addr;  /* --local_addr, or NULL */
     /* Where the agents' store is: static: --rdzv_endpoint or master_addr:master_port;
      * c10d: --rdzv_endpoint (default port 29400) or localhost:29400; standalone: localhost:0
      * (port 0 = kernel-chosen). */
@@ -65,26 +65,26 @@ typedef struct ctrun_config {
 
     /* supervision */
     int max_restarts;
-    double monitor_interval_s;   /* accepted and stored; ctrun is event-driven */
-    char *start_method;          /* accepted and stored: spawn, fork or forkserver */
-    double grace_period_s;       /* SIGTERM -> SIGKILL grace (--grace_period) */
-    double watchdog_timeout_s;   /* heartbeat watchdog for libctworker workers; 0 = off */
+    double monitor_interval_s;      /* accepted and stored; ctrun is event-driven */
+    char *start_method;             /* accepted and stored: spawn, fork or forkserver */
+    double grace_period_s;          /* SIGTERM -> SIGKILL grace (--grace_period) */
+    double watchdog_timeout_s;      /* heartbeat watchdog for libctworker workers; 0 = off */
     int signals[CTRUN_SIGNALS_MAX]; /* --signals_to_handle, forwarded to workers */
     size_t nsignals;
-    char *signals_to_handle;     /* the same list as given (TORCHELASTIC_SIGNALS_TO_HANDLE) */
+    char *signals_to_handle; /* the same list as given (TORCHELASTIC_SIGNALS_TO_HANDLE) */
 
     /* workers and their output */
-    char *role;                  /* --role */
-    char *log_dir;               /* --log_dir, or NULL (a new temp dir) */
+    char *role;    /* --role */
+    char *log_dir; /* --log_dir, or NULL (a new temp dir) */
     ctrun_std_spec_t redirects, tee;
     ctrun_rank_filter_t local_ranks_filter;
 
     /* what to run */
     bool module, no_python, run_path;
-    bool use_python;             /* the script runs as `<python> -u [-m] script args` */
-    char *python;                /* --python, CTRUN_PYTHON, PYTHON_EXEC, or "python3" */
-    char *script;                /* training_script */
-    char **script_args;          /* everything after it, NULL-terminated */
+    bool use_python;    /* the script runs as `<python> -u [-m] script args` */
+    char *python;       /* --python, CTRUN_PYTHON, PYTHON_EXEC, or "python3" */
+    char *script;       /* training_script */
+    char **script_args; /* everything after it, NULL-terminated */
     size_t nscript_args;
 
     /* Non-fatal remarks for the agent to log as warnings (e.g. an unknown --rdzv_conf key). */

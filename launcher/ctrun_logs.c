@@ -19,7 +19,7 @@
 #include "ct_parse.h"
 #include "ctrun_template.h"
 
-/* ---- --redirects / --tee ------------------------------------------------------------------ */
+/* ---- --redirects / --tee --------------------------------------------------------------------- */
 
 int ctrun_std_parse(const char *text, ctrun_std_spec_t *out, ct_errbuf_t *eb)
 {
@@ -113,7 +113,7 @@ void ctrun_rank_filter_free(ctrun_rank_filter_t *filter)
     filter->count = 0;
 }
 
-/* ---- decisions ------------------------------------------------------------------------------------ */
+/* ---- decisions ------------------------------------------------------------------------------- */
 
 ctrun_stream_plan_t ctrun_logs_plan(const ctrun_std_spec_t *redirects, const ctrun_std_spec_t *tee,
                                     const ctrun_rank_filter_t *filter, bool files_enabled,
@@ -131,8 +131,8 @@ ctrun_stream_plan_t ctrun_logs_plan(const ctrun_std_spec_t *redirects, const ctr
     return plan;
 }
 
-int ctrun_logs_prefix(const char *tmpl, const char *role, int rank, int local_rank,
-                      int group_rank, int restart_count, char **out)
+int ctrun_logs_prefix(const char *tmpl, const char *role, int rank, int local_rank, int group_rank,
+                      int restart_count, char **out)
 {
     char r[16], lr[16], gr[16], rc[16];
     snprintf(r, sizeof r, "%d", rank);
@@ -149,13 +149,13 @@ int ctrun_logs_prefix(const char *tmpl, const char *role, int rank, int local_ra
         return 0;
     }
     const ctrun_template_var_t vars[] = {
-        {"role_name", role}, {"rank", r}, {"local_rank", lr}, {"group_rank", gr},
-        {"restart_count", rc},
+        {"role_name", role}, {"rank", r},           {"local_rank", lr},
+        {"group_rank", gr},  {"restart_count", rc},
     };
     return ctrun_template_substitute(tmpl, vars, sizeof vars / sizeof vars[0], out);
 }
 
-/* ---- folders -------------------------------------------------------------------------------------- */
+/* ---- folders --------------------------------------------------------------------------------- */
 
 /* mkdir -p with mode 0777 (the umask applies), like os.makedirs(exist_ok=True). */
 static int ctrun__mkdirs(const char *path, ct_errbuf_t *eb)
@@ -221,8 +221,7 @@ static const char *ctrun__tmpdir(void)
     return "/tmp";
 }
 
-int ctrun_logs_init(ctrun_logs_t *logs, const char *log_dir, const char *run_id,
-                    ct_errbuf_t *eb)
+int ctrun_logs_init(ctrun_logs_t *logs, const char *log_dir, const char *run_id, ct_errbuf_t *eb)
 {
     memset(logs, 0, sizeof *logs);
     if (log_dir != NULL && strcmp(log_dir, "/dev/null") == 0) {
@@ -268,8 +267,7 @@ static int ctrun__rm_entry(const char *path, const struct stat *st, int flag, st
     return (flag == FTW_DP ? rmdir(path) : unlink(path)) == 0 ? 0 : -1;
 }
 
-int ctrun_logs_attempt_prepare(const ctrun_logs_t *logs, int attempt, int nproc,
-                               ct_errbuf_t *eb)
+int ctrun_logs_attempt_prepare(const ctrun_logs_t *logs, int attempt, int nproc, ct_errbuf_t *eb)
 {
     if (logs->disabled)
         return 0;
@@ -296,8 +294,8 @@ int ctrun_logs_attempt_prepare(const ctrun_logs_t *logs, int attempt, int nproc,
     return 0;
 }
 
-int ctrun_logs_path(const ctrun_logs_t *logs, int attempt, int local_rank,
-                    ctrun_log_file_t which, char *buf, size_t size)
+int ctrun_logs_path(const ctrun_logs_t *logs, int attempt, int local_rank, ctrun_log_file_t which,
+                    char *buf, size_t size)
 {
     static const char *const names[] = {"stdout.log", "stderr.log", "error.json"};
     if (size == 0)

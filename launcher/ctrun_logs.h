@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-/* ---- --redirects / --tee values --------------------------------------------------------- */
+/* ---- --redirects / --tee values -------------------------------------------------------------- */
 
 #define CTRUN_STD_NONE 0u
 #define CTRUN_STD_OUT  1u
@@ -45,7 +45,7 @@ int ctrun_std_parse(const char *text, ctrun_std_spec_t *out, ct_errbuf_t *eb);
 /* The CTRUN_STD_* bits that apply to local_rank. */
 unsigned ctrun_std_get(const ctrun_std_spec_t *spec, int local_rank);
 
-/* ---- --local_ranks_filter ------------------------------------------------------------------ */
+/* ---- --local_ranks_filter -------------------------------------------------------------------- */
 
 /* Local ranks whose output reaches the console; count == 0 means no filter (all do). */
 typedef struct ctrun_rank_filter {
@@ -81,16 +81,16 @@ ctrun_stream_plan_t ctrun_logs_plan(const ctrun_std_spec_t *redirects, const ctr
                                     const ctrun_rank_filter_t *filter, bool files_enabled,
                                     int local_rank, ctrun_stream_t stream);
 
-/* ---- console prefix ---------------------------------------------------------------------------- */
+/* ---- console prefix -------------------------------------------------------------------------- */
 
 /* The console prefix of a tee'd line: "[<role><local_rank>]:" by default, or
  * TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (tmpl, when not NULL) with ${role_name}, ${rank},
  * ${local_rank}, ${group_rank} and ${restart_count} substituted (safe_substitute rules).
  * *out is malloc'd. Returns 0 or -ENOMEM. */
-int ctrun_logs_prefix(const char *tmpl, const char *role, int rank, int local_rank,
-                      int group_rank, int restart_count, char **out);
+int ctrun_logs_prefix(const char *tmpl, const char *role, int rank, int local_rank, int group_rank,
+                      int restart_count, char **out);
 
-/* ---- directory layout ---------------------------------------------------------------------------- */
+/* ---- directory layout ------------------------------------------------------------------------ */
 
 typedef enum ctrun_log_file {
     CTRUN_LOG_STDOUT = 0, /* stdout.log */
@@ -109,17 +109,15 @@ typedef struct ctrun_logs {
  * NULL or empty, a new "$TMPDIR/ctrun_<8 chars>" folder; then "<run_id>_<8 chars>" inside it
  * (mode 0700, retried on collision). Errors: -errno with the path in eb, CT_EPARSE for a
  * run id with '/'. */
-int ctrun_logs_init(ctrun_logs_t *logs, const char *log_dir, const char *run_id,
-                    ct_errbuf_t *eb);
+int ctrun_logs_init(ctrun_logs_t *logs, const char *log_dir, const char *run_id, ct_errbuf_t *eb);
 
 /* Removes <run_dir>/attempt_<attempt> with everything in it, then creates it and one folder
  * per local rank 0..nproc-1. A no-op when disabled. */
-int ctrun_logs_attempt_prepare(const ctrun_logs_t *logs, int attempt, int nproc,
-                               ct_errbuf_t *eb);
+int ctrun_logs_attempt_prepare(const ctrun_logs_t *logs, int attempt, int nproc, ct_errbuf_t *eb);
 
 /* Writes the path of one file into buf ("" when disabled). Returns 0 or -ENAMETOOLONG. */
-int ctrun_logs_path(const ctrun_logs_t *logs, int attempt, int local_rank,
-                    ctrun_log_file_t which, char *buf, size_t size);
+int ctrun_logs_path(const ctrun_logs_t *logs, int attempt, int local_rank, ctrun_log_file_t which,
+                    char *buf, size_t size);
 
 /* Opens (creates, truncates) the log file of a stream for writing, close-on-exec; the caller
  * owns *fd. Errors: -errno with the path in eb, -ENOENT when disabled. */

@@ -38,8 +38,9 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < cfg.nwarnings; i++)
         ct_log_warn("%s", cfg.warnings[i]);
-    fprintf(stderr, "ctrun: the launcher agent is not available in this build; %s was not "
-                    "started\n",
+    fprintf(stderr,
+            "ctrun: the launcher agent is not available in this build; %s was not "
+            "started\n",
             cfg.script);
     ctrun_config_free(&cfg);
     return CTRUN_EXIT_UNAVAILABLE;

@@ -109,8 +109,8 @@ int ctrun_gpu_count(const char *lib, int *count, ct_errbuf_t *eb)
     return 0;
 }
 
-int ctrun_nproc_resolve(const char *text, const char *libcuda, ctrun_nproc_kind_t *kind,
-                        int *count, ct_errbuf_t *eb)
+int ctrun_nproc_resolve(const char *text, const char *libcuda, ctrun_nproc_kind_t *kind, int *count,
+                        ct_errbuf_t *eb)
 {
     int rc = ct_parse_int(text, 1, CTRUN_NPROC_MAX, count, eb);
     if (rc != CT_EPARSE) {
@@ -121,8 +121,9 @@ int ctrun_nproc_resolve(const char *text, const char *libcuda, ctrun_nproc_kind_
     bool autosel = strcmp(text, "auto") == 0;
     if (!cpu && !gpu && !autosel) {
         if (strcmp(text, "xpu") == 0)
-            return ct_errbuf_set(eb, CT_EPARSE, "\"xpu\" is not supported by ctrun (expected a "
-                                                "positive integer, auto, cpu or gpu)");
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "\"xpu\" is not supported by ctrun (expected a "
+                                 "positive integer, auto, cpu or gpu)");
         return ct_errbuf_set(eb, CT_EPARSE,
                              "unsupported value \"%.64s\" (expected a positive integer, auto, cpu "
                              "or gpu)",
@@ -140,9 +141,8 @@ int ctrun_nproc_resolve(const char *text, const char *libcuda, ctrun_nproc_kind_
             return 0;
         }
         if (gpu)
-            return ct_errbuf_set(eb, CT_EPARSE,
-                                 "\"gpu\" needs a CUDA GPU, but Cuda is not available (%s)",
-                                 why.msg);
+            return ct_errbuf_set(
+                eb, CT_EPARSE, "\"gpu\" needs a CUDA GPU, but Cuda is not available (%s)", why.msg);
     }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *kind = cpu ? CTRUN_NPROC_CPU : CTRUN_NPROC_AUTO;

@@ -37,8 +37,8 @@ typedef enum ctrun_nproc_kind {
  * (1..CTRUN_NPROC_MAX), "cpu", "gpu" or "auto" (libcuda is the driver library for the GPU
  * count, NULL for the default). Errors (CT_EPARSE, CT_ERANGE_VALUE) say what was wrong: an
  * unsupported word, a count out of range, or "gpu" with no GPU visible and why. */
-int ctrun_nproc_resolve(const char *text, const char *libcuda, ctrun_nproc_kind_t *kind,
-                        int *count, ct_errbuf_t *eb);
+int ctrun_nproc_resolve(const char *text, const char *libcuda, ctrun_nproc_kind_t *kind, int *count,
+                        ct_errbuf_t *eb);
 
 #ifdef __cplusplus
 }

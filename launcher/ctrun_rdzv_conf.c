@@ -14,10 +14,9 @@
 #include "ct_parse.h"
 
 static const char *const ctrun__known_keys[] = {
-    "timeout",           "join_timeout",        "last_call_timeout",
-    "close_timeout",     "read_timeout",        "heartbeat_timeout",
-    "keep_alive_interval", "keep_alive_max_attempt", "is_host",
-    "store_type",        "store_token",         "rank",
+    "timeout",      "join_timeout",      "last_call_timeout",   "close_timeout",
+    "read_timeout", "heartbeat_timeout", "keep_alive_interval", "keep_alive_max_attempt",
+    "is_host",      "store_type",        "store_token",         "rank",
     "use_libuv",
 };
 
@@ -132,8 +131,8 @@ static int ctrun__typed(ctrun_rdzv_conf_t *c, ct_errbuf_t *eb)
         if (strcmp(v, "file") == 0)
             return ct_errbuf_set(eb, CT_EPARSE,
                                  "store_type: the file store is not supported by ctrun (use tcp)");
-        return ct_errbuf_set(eb, CT_EPARSE, "store_type: unknown store type \"%.32s\" (expected tcp)",
-                             v);
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "store_type: unknown store type \"%.32s\" (expected tcp)", v);
     }
     c->store_token = ctrun_rdzv_conf_get(c, "store_token");
     return 0;

@@ -26,16 +26,16 @@ typedef struct ctrun_kv {
 typedef struct ctrun_rdzv_conf {
     ctrun_kv_t *items;
     size_t count;
-    double timeout_s;              /* timeout: static store wait / op timeout (900) */
-    double join_timeout_s;         /* join_timeout (600) */
-    double last_call_timeout_s;    /* last_call_timeout (30) */
-    double close_timeout_s;        /* close_timeout (30) */
-    double read_timeout_s;         /* read_timeout: store connect/op timeout (60) */
-    double heartbeat_timeout_s;    /* heartbeat_timeout (5) */
-    double keep_alive_interval_s;  /* keep_alive_interval (5) */
-    int keep_alive_max_attempt;    /* keep_alive_max_attempt (3) */
-    int is_host;                   /* is_host: -1 unset (inferred), 0, 1 */
-    const char *store_token;       /* store_token: shared secret (points into items), or NULL */
+    double timeout_s;             /* timeout: static store wait / op timeout (900) */
+    double join_timeout_s;        /* join_timeout (600) */
+    double last_call_timeout_s;   /* last_call_timeout (30) */
+    double close_timeout_s;       /* close_timeout (30) */
+    double read_timeout_s;        /* read_timeout: store connect/op timeout (60) */
+    double heartbeat_timeout_s;   /* heartbeat_timeout (5) */
+    double keep_alive_interval_s; /* keep_alive_interval (5) */
+    int keep_alive_max_attempt;   /* keep_alive_max_attempt (3) */
+    int is_host;                  /* is_host: -1 unset (inferred), 0, 1 */
+    const char *store_token;      /* store_token: shared secret (points into items), or NULL */
 } ctrun_rdzv_conf_t;
 
 /* Parses text: split on ',', then on the first '=', blanks trimmed; "" is an empty conf.

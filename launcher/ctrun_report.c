@@ -23,8 +23,7 @@ typedef struct ctrun__str {
     bool oom;
 } ctrun__str_t;
 
-__attribute__((format(printf, 2, 3))) static void ctrun__addf(ctrun__str_t *s, const char *fmt,
-                                                              ...)
+__attribute__((format(printf, 2, 3))) static void ctrun__addf(ctrun__str_t *s, const char *fmt, ...)
 {
     if (s->oom)
         return;
@@ -222,12 +221,12 @@ int ctrun_report_failed_line(const ctrun_failure_t *f, const char *name, char *b
     return (n < 0 || (size_t)n >= size) ? -ENAMETOOLONG : 0;
 }
 
-int ctrun_report_propagate(const ctrun_failure_t *root, const char *parent_path,
-                           ct_errbuf_t *eb)
+int ctrun_report_propagate(const ctrun_failure_t *root, const char *parent_path, ct_errbuf_t *eb)
 {
     if (parent_path == NULL || parent_path[0] == '\0')
-        return ct_errbuf_set(eb, -ENOENT, "no error file defined for parent, to copy child "
-                                          "error file (%s)",
+        return ct_errbuf_set(eb, -ENOENT,
+                             "no error file defined for parent, to copy child "
+                             "error file (%s)",
                              root->error_file ? root->error_file : "<N/A>");
     if (root->error_file != NULL && root->error_file_ok) {
         int rc = ct_errfile_copy(root->error_file, parent_path, root->exitcode, eb);

@@ -40,18 +40,18 @@ extern "C" {
 #endif
 
 /* torchrun's hint for a failure without an error file or signal. */
-#define CTRUN_REPORT_HINT                                                                         \
+#define CTRUN_REPORT_HINT \
     "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
 
 typedef struct ctrun_failure {
-    int rank;          /* global rank */
+    int rank; /* global rank */
     int local_rank;
     int pid;
-    int exitcode;      /* exit status, or -signal when a signal killed the worker */
-    int64_t timestamp; /* seconds since the epoch: the error file's, else when it was noticed */
-    char *host;        /* FQDN of the worker's node */
-    char *error_file;  /* the worker's error file when it exists, else NULL (shown as <N/A>) */
-    char *message;     /* the "traceback :" text before indentation */
+    int exitcode;       /* exit status, or -signal when a signal killed the worker */
+    int64_t timestamp;  /* seconds since the epoch: the error file's, else when it was noticed */
+    char *host;         /* FQDN of the worker's node */
+    char *error_file;   /* the worker's error file when it exists, else NULL (shown as <N/A>) */
+    char *message;      /* the "traceback :" text before indentation */
     bool error_file_ok; /* error_file was read (so it can be copied to the launcher's file) */
 } ctrun_failure_t;
 
@@ -86,8 +86,7 @@ int ctrun_report_failed_line(const ctrun_failure_t *f, const char *name, char *b
  * timestamp, errorCode), so a scheduler still sees the cause. Returns 0, -ENOENT when
  * parent_path is NULL or "" (torchrun logs "no error file defined for parent"), or a write
  * error with the path in eb. */
-int ctrun_report_propagate(const ctrun_failure_t *root, const char *parent_path,
-                           ct_errbuf_t *eb);
+int ctrun_report_propagate(const ctrun_failure_t *root, const char *parent_path, ct_errbuf_t *eb);
 
 /* This host's fully qualified name as Python's socket.getfqdn() finds it (the first name with
  * a dot among the reverse lookup's name and aliases, else that name, else gethostname()).

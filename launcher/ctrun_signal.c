@@ -68,8 +68,8 @@ int ctrun_signal_from_name(const char *name, int *sig, ct_errbuf_t *eb)
     }
     if (strncasecmp(n, "RTMIN", 5) == 0) {
         int off = 0;
-        if (n[5] == '\0' || (n[5] == '+' && ct_parse_int(n + 6, 0, SIGRTMAX - SIGRTMIN, &off,
-                                                          NULL) == 0)) {
+        if (n[5] == '\0' ||
+            (n[5] == '+' && ct_parse_int(n + 6, 0, SIGRTMAX - SIGRTMIN, &off, NULL) == 0)) {
             *sig = SIGRTMIN + off;
             return 0;
         }
@@ -77,8 +77,7 @@ int ctrun_signal_from_name(const char *name, int *sig, ct_errbuf_t *eb)
     return ct_errbuf_set(eb, CT_EPARSE, "\"%.32s\" is not a signal name", name);
 }
 
-int ctrun_signal_list_parse(const char *text, int *sigs, size_t max, size_t *count,
-                            ct_errbuf_t *eb)
+int ctrun_signal_list_parse(const char *text, int *sigs, size_t max, size_t *count, ct_errbuf_t *eb)
 {
     size_t n = 0;
     const char *p = text;

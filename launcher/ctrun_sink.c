@@ -71,8 +71,8 @@ static void ctrun__add(ctrun__batch_t *b, const void *p, size_t n)
 }
 
 /* Queues one console line made of the prefix, a and b; flushes first when the batch is full. */
-static int ctrun__line(ctrun_sink_t *s, ctrun__batch_t *b, const char *a, size_t an,
-                       const char *c, size_t cn, bool add_nl)
+static int ctrun__line(ctrun_sink_t *s, ctrun__batch_t *b, const char *a, size_t an, const char *c,
+                       size_t cn, bool add_nl)
 {
     int rc = 0;
     if (b->n + 4 > CTRUN__IOV_MAX)

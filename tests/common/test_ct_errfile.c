@@ -44,16 +44,18 @@ static void test_read_record_layout(void)
     char p[256];
     ct__path(p, sizeof p, "record.json");
     /* What @record wrote in the 1.13 run (torchrun-compat.md §4.8). */
-    ct__write(p, "{\"message\": {\"message\": \"ValueError: boom\", \"extraInfo\": {\"py_callstack\": "
-                 "\"Traceback (most recent call last):\\n  File \\\"x.py\\\", line 3\\nValueError: "
-                 "boom\\n\", \"timestamp\": \"1700000000\"}}}");
+    ct__write(p,
+              "{\"message\": {\"message\": \"ValueError: boom\", \"extraInfo\": {\"py_callstack\": "
+              "\"Traceback (most recent call last):\\n  File \\\"x.py\\\", line 3\\nValueError: "
+              "boom\\n\", \"timestamp\": \"1700000000\"}}}");
     ct_errfile_t ef;
     ct_errbuf_t eb = {{0}};
     CT_ASSERT_OK(ct_errfile_read(p, &ef, &eb));
     CT_ASSERT(ef.dict_form);
     CT_ASSERT_STR_EQ(ef.message, "ValueError: boom");
-    CT_ASSERT_STR_EQ(ef.traceback,
-                     "Traceback (most recent call last):\n  File \"x.py\", line 3\nValueError: boom\n");
+    CT_ASSERT_STR_EQ(
+        ef.traceback,
+        "Traceback (most recent call last):\n  File \"x.py\", line 3\nValueError: boom\n");
     CT_ASSERT_EQ(ef.timestamp, 1700000000);
     CT_ASSERT(!ef.has_error_code);
     ct_errfile_free(&ef);
@@ -119,11 +121,12 @@ static void test_write_is_python_json(void)
     char p[256];
     ct__path(p, sizeof p, "out.json");
     ct_errbuf_t eb = {{0}};
-    CT_ASSERT_OK(ct_errfile_write(p, "RuntimeError: NCCL error", "frame 1\nframe 2\n", 1700000001,
-                                  0, &eb));
-    CT_ASSERT_STR_EQ(ct__slurp(p),
-                     "{\"message\": {\"message\": \"RuntimeError: NCCL error\", \"extraInfo\": "
-                     "{\"py_callstack\": \"frame 1\\nframe 2\\n\", \"timestamp\": \"1700000001\"}}}");
+    CT_ASSERT_OK(
+        ct_errfile_write(p, "RuntimeError: NCCL error", "frame 1\nframe 2\n", 1700000001, 0, &eb));
+    CT_ASSERT_STR_EQ(
+        ct__slurp(p),
+        "{\"message\": {\"message\": \"RuntimeError: NCCL error\", \"extraInfo\": "
+        "{\"py_callstack\": \"frame 1\\nframe 2\\n\", \"timestamp\": \"1700000001\"}}}");
     /* Non-ASCII is escaped as json.dumps does by default; errorCode when given. */
     CT_ASSERT_OK(ct_errfile_write(p, "caf\xc3\xa9", NULL, 7, 3, &eb));
     CT_ASSERT_STR_EQ(ct__slurp(p), "{\"message\": {\"message\": \"caf\\u00e9\", \"extraInfo\": "
@@ -151,8 +154,9 @@ static void test_copy_adds_error_code(void)
     ct__path(src, sizeof src, "child.json");
     ct__path(dst, sizeof dst, "parent.json");
     ct_errbuf_t eb = {{0}};
-    ct__write(src, "{\"message\": {\"message\": \"E: x\", \"extraInfo\": {\"py_callstack\": \"tb\", "
-                   "\"timestamp\": \"9\"}}}");
+    ct__write(src,
+              "{\"message\": {\"message\": \"E: x\", \"extraInfo\": {\"py_callstack\": \"tb\", "
+              "\"timestamp\": \"9\"}}}");
     ct__write(dst, "old content that must go");
     CT_ASSERT_OK(ct_errfile_copy(src, dst, -11, &eb));
     CT_ASSERT_STR_EQ(ct__slurp(dst), "{\"message\": {\"message\": \"E: x\", \"extraInfo\": "

@@ -88,7 +88,7 @@ static void test_defaults(void)
     ctrun_config_free(&c);
 }
 
-/* ---- every valued option, both spellings, both forms ------------------------------------- */
+/* ---- every valued option, both spellings, both forms ----------------------------------------- */
 
 typedef void (*ct__check_fn)(const ctrun_config_t *c);
 
@@ -273,7 +273,8 @@ static void test_short_forms_and_flags(void)
     CT_ASSERT_EQ(ctrun_std_get(&c.redirects, 0), 2);
     ctrun_config_free(&c);
 
-    static const char *const flags[][2] = {{"--standalone", NULL},     {"--module", NULL},
+    static const char *const flags[][2] = {{"--standalone", NULL},
+                                           {"--module", NULL},
                                            {"--no_python", "--no-python"},
                                            {"--run_path", "--run-path"}};
     for (size_t i = 0; i < 4; i++) {
@@ -310,8 +311,8 @@ static void test_scanning_rules(void)
     ctrun_config_free(&c);
 
     /* Unique prefixes, in either spelling, and the last occurrence wins. */
-    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--nproc", "2", "--max-r=4", "--nproc-per=3",
-                           "w.py", NULL));
+    CT_ASSERT_OK(
+        ct__parse(&c, ct__noenv, &eb, "--nproc", "2", "--max-r=4", "--nproc-per=3", "w.py", NULL));
     CT_ASSERT_EQ(c.nproc_per_node, 3);
     CT_ASSERT_EQ(c.max_restarts, 4);
     ctrun_config_free(&c);
@@ -341,7 +342,7 @@ static void test_scanning_rules(void)
     ctrun_config_free(&c);
 }
 
-/* ---- environment fallbacks ----------------------------------------------------------------- */
+/* ---- environment fallbacks ------------------------------------------------------------------- */
 
 static void test_pet_fallbacks(void)
 {
@@ -496,15 +497,15 @@ static void test_store_address(void)
     CT_ASSERT_EQ(c.store_addr.kind, CT_HOST_IPV6);
     CT_ASSERT_EQ(c.store_addr.port, 1234);
     ctrun_config_free(&c);
-    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--master_addr=[::1]", "--master_port=+29501",
-                           "w.py", NULL));
+    CT_ASSERT_OK(
+        ct__parse(&c, ct__noenv, &eb, "--master_addr=[::1]", "--master_port=+29501", "w.py", NULL));
     CT_ASSERT_STR_EQ(c.master_addr, "::1");
     CT_ASSERT_STR_EQ(c.store_addr.host, "::1");
     CT_ASSERT_EQ(c.store_addr.port, 29501);
     ctrun_config_free(&c);
     /* c10d: localhost:29400 by default, port 29400 when the endpoint has none. */
-    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--rdzv_backend=c10d", "--nnodes=2",
-                           "--node_rank=7", "w.py", NULL));
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--rdzv_backend=c10d", "--nnodes=2", "--node_rank=7",
+                           "w.py", NULL));
     CT_ASSERT_STR_EQ(c.store_addr.host, "localhost");
     CT_ASSERT_EQ(c.store_addr.port, 29400);
     CT_ASSERT_EQ(c.node_rank, 7); /* not range-checked: c10d assigns ranks itself */

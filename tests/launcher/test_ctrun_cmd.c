@@ -60,8 +60,8 @@ static void test_python_and_direct(void)
 
 static void test_local_rank_macro(void)
 {
-    const char *a[] = {"--no_python", "./w${local_rank}.sh", "${local_rank}", "a${local_rank}b",
-                       "$local_rank", "$$local_rank", "--nproc_per_node=9"};
+    const char *a[] = {"--no_python", "./w${local_rank}.sh", "${local_rank}",     "a${local_rank}b",
+                       "$local_rank", "$$local_rank",        "--nproc_per_node=9"};
     CT_ASSERT_STR_EQ(ct__join(ct__argv(a, 7, ct__env, 3)),
                      "./w${local_rank}.sh|3|a3b|3|$local_rank|--nproc_per_node=9");
     const char *p[] = {"s.py", "--out=/tmp/r${local_rank}"};

@@ -34,8 +34,8 @@ static void test_std_grammar(void)
     CT_ASSERT_EQ(ctrun_std_get(&s, 3), CTRUN_STD_ERR);
     CT_ASSERT_EQ(ctrun_std_get(&s, 4), CTRUN_STD_NONE); /* unlisted */
     CT_ASSERT_EQ(ctrun_std_get(&s, 10), CTRUN_STD_NONE);
-    static const char *const bad[] = {"4",   "",     "00",  "0:4",  "10:1", "0:1,",
-                                      ",0:1", "0-1", "0:1;1:2", "a:1", " 1", "0:1,1"};
+    static const char *const bad[] = {"4",    "",    "00",      "0:4", "10:1", "0:1,",
+                                      ",0:1", "0-1", "0:1;1:2", "a:1", " 1",   "0:1,1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CT_ASSERT_MSG(ctrun_std_parse(bad[i], &s, &eb) == CT_EPARSE, "\"%s\"", bad[i]);
         CT_ASSERT_STR_CONTAINS(eb.msg, "is not 0..3 or a list like 0:1,1:2");

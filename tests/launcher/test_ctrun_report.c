@@ -33,11 +33,11 @@ static char *ct__report(const char *name, ctrun_failure_t *f, size_t n)
     return out;
 }
 
-#define CT_ASSERT_REPORT(got, want)                                                               \
-    do {                                                                                          \
-        char *ct__g = (got);                                                                      \
-        CT_ASSERT_STR_EQ(ct__g, want);                                                            \
-        free(ct__g);                                                                              \
+#define CT_ASSERT_REPORT(got, want)    \
+    do {                               \
+        char *ct__g = (got);           \
+        CT_ASSERT_STR_EQ(ct__g, want); \
+        free(ct__g);                   \
     } while (0)
 
 static const char *const ct__host = "node-7.cluster";
@@ -90,10 +90,11 @@ static void test_signal(void)
 
 static void test_several_failures_root_not_first(void)
 {
-    ct__write("dict.json",
-              "{\"message\": {\"message\": \"ValueError: bad lr\", \"extraInfo\": {\"py_callstack\": "
-              "\"Traceback (most recent call last):\\n  File \\\"/w/train.py\\\", line 9, in "
-              "<module>\\n    main()\\nValueError: bad lr\\n\", \"timestamp\": \"1700000005\"}}}");
+    ct__write(
+        "dict.json",
+        "{\"message\": {\"message\": \"ValueError: bad lr\", \"extraInfo\": {\"py_callstack\": "
+        "\"Traceback (most recent call last):\\n  File \\\"/w/train.py\\\", line 9, in "
+        "<module>\\n    main()\\nValueError: bad lr\\n\", \"timestamp\": \"1700000005\"}}}");
     ctrun_failure_t f[3];
     /* Noticed at 1700000009, but the error file's own time (…05) is what counts. */
     CT_ASSERT_OK(ctrun_failure_init(&f[0], 2, 0, 100, 1, 1700000009, ct__host, "dict.json"));
@@ -101,40 +102,40 @@ static void test_several_failures_root_not_first(void)
     CT_ASSERT_OK(ctrun_failure_init(&f[1], 0, 0, 101, -15, 1700000003, ct__host, NULL));
     CT_ASSERT_OK(ctrun_failure_init(&f[2], 3, 1, 102, 2, 1700000003, ct__host, ""));
     CT_ASSERT_EQ(ctrun_report_root(f, 3), 1);
-    CT_ASSERT_REPORT(
-        ct__report("train.py", f, 3),
-        "============================================================\n"
-        "train.py FAILED\n"
-        "------------------------------------------------------------\n"
-        "Failures:\n"
-        "[0]:\n"
-        "  time      : 2023-11-14_22:13:25\n"
-        "  host      : node-7.cluster\n"
-        "  rank      : 2 (local_rank: 0)\n"
-        "  exitcode  : 1 (pid: 100)\n"
-        "  error_file: dict.json\n"
-        "  traceback : Traceback (most recent call last):\n"
-        "    File \"/w/train.py\", line 9, in <module>\n"
-        "      main()\n"
-        "  ValueError: bad lr\n"
-        "  \n"
-        "[2]:\n"
-        "  time      : 2023-11-14_22:13:23\n"
-        "  host      : node-7.cluster\n"
-        "  rank      : 3 (local_rank: 1)\n"
-        "  exitcode  : 2 (pid: 102)\n"
-        "  error_file: <N/A>\n"
-        "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
-        "------------------------------------------------------------\n"
-        "Root Cause (first observed failure):\n"
-        "[1]:\n"
-        "  time      : 2023-11-14_22:13:23\n"
-        "  host      : node-7.cluster\n"
-        "  rank      : 0 (local_rank: 0)\n"
-        "  exitcode  : -15 (pid: 101)\n"
-        "  error_file: <N/A>\n"
-        "  traceback : Signal 15 (SIGTERM) received by PID 101\n"
-        "============================================================\n");
+    CT_ASSERT_REPORT(ct__report("train.py", f, 3),
+                     "============================================================\n"
+                     "train.py FAILED\n"
+                     "------------------------------------------------------------\n"
+                     "Failures:\n"
+                     "[0]:\n"
+                     "  time      : 2023-11-14_22:13:25\n"
+                     "  host      : node-7.cluster\n"
+                     "  rank      : 2 (local_rank: 0)\n"
+                     "  exitcode  : 1 (pid: 100)\n"
+                     "  error_file: dict.json\n"
+                     "  traceback : Traceback (most recent call last):\n"
+                     "    File \"/w/train.py\", line 9, in <module>\n"
+                     "      main()\n"
+                     "  ValueError: bad lr\n"
+                     "  \n"
+                     "[2]:\n"
+                     "  time      : 2023-11-14_22:13:23\n"
+                     "  host      : node-7.cluster\n"
+                     "  rank      : 3 (local_rank: 1)\n"
+                     "  exitcode  : 2 (pid: 102)\n"
+                     "  error_file: <N/A>\n"
+                     "  traceback : To enable traceback see: "
+                     "https://pytorch.org/docs/stable/elastic/errors.html\n"
+                     "------------------------------------------------------------\n"
+                     "Root Cause (first observed failure):\n"
+                     "[1]:\n"
+                     "  time      : 2023-11-14_22:13:23\n"
+                     "  host      : node-7.cluster\n"
+                     "  rank      : 0 (local_rank: 0)\n"
+                     "  exitcode  : -15 (pid: 101)\n"
+                     "  error_file: <N/A>\n"
+                     "  traceback : Signal 15 (SIGTERM) received by PID 101\n"
+                     "============================================================\n");
 }
 
 static void test_string_and_short_layouts(void)
@@ -206,7 +207,8 @@ static void test_width_counts_characters_and_caps_at_60(void)
     free(f[0].message);
     f[0].message = strdup("m");
     char *out = ct__report("\xc3\xa9", f, 1);
-    CT_ASSERT_EQ(strncmp(out, "=================================\n", 34), 0); /* 33: the time line */
+    CT_ASSERT_EQ(strncmp(out, "=================================\n", 34),
+                 0); /* 33: the time line */
     free(out);
     char longname[128];
     memset(longname, 'n', 100);
@@ -233,8 +235,9 @@ static void test_propagate_to_launcher_error_file(void)
     ct_errbuf_t eb = {{0}};
     ctrun_failure_t f;
     /* With a worker error file: copied, errorCode added (checklist 32). */
-    ct__write("child.json", "{\"message\": {\"message\": \"E: x\", \"extraInfo\": {\"py_callstack\": "
-                            "\"tb\", \"timestamp\": \"9\"}}}");
+    ct__write("child.json",
+              "{\"message\": {\"message\": \"E: x\", \"extraInfo\": {\"py_callstack\": "
+              "\"tb\", \"timestamp\": \"9\"}}}");
     CT_ASSERT_OK(ctrun_failure_init(&f, 0, 0, 5, 1, 1, ct__host, "child.json"));
     ct__write("parent.json", "stale");
     CT_ASSERT_OK(ctrun_report_propagate(&f, "parent.json", &eb));

@@ -44,13 +44,13 @@ static void test_list(void)
     int sigs[CTRUN_SIGNALS_MAX];
     size_t n = 0;
     ct_errbuf_t eb = {{0}};
-    CT_ASSERT_OK(ctrun_signal_list_parse("SIGTERM,SIGINT,SIGHUP,SIGQUIT", sigs, CTRUN_SIGNALS_MAX,
-                                         &n, &eb));
+    CT_ASSERT_OK(
+        ctrun_signal_list_parse("SIGTERM,SIGINT,SIGHUP,SIGQUIT", sigs, CTRUN_SIGNALS_MAX, &n, &eb));
     CT_ASSERT_EQ(n, 4);
     CT_ASSERT_EQ(sigs[0], SIGTERM);
     CT_ASSERT_EQ(sigs[3], SIGQUIT);
-    CT_ASSERT_OK(ctrun_signal_list_parse(" SIGUSR1 , SIGUSR2,SIGUSR1", sigs, CTRUN_SIGNALS_MAX, &n,
-                                         &eb));
+    CT_ASSERT_OK(
+        ctrun_signal_list_parse(" SIGUSR1 , SIGUSR2,SIGUSR1", sigs, CTRUN_SIGNALS_MAX, &n, &eb));
     CT_ASSERT_EQ(n, 2);
     CT_ASSERT_EQ(sigs[1], SIGUSR2);
     CT_ASSERT_ERR(ctrun_signal_list_parse("SIGTERM,,SIGINT", sigs, CTRUN_SIGNALS_MAX, &n, &eb),

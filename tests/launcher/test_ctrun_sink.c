@@ -170,7 +170,9 @@ static void test_two_workers_never_share_a_line(void)
     for (const char *p = out; *p != '\0';) {
         const char *nl = strchr(p, '\n');
         CT_ASSERT(nl != NULL);
-        int r = strncmp(p, "[default0]:", 11) == 0 ? 0 : strncmp(p, "[default1]:", 11) == 0 ? 1 : -1;
+        int r = strncmp(p, "[default0]:", 11) == 0   ? 0
+                : strncmp(p, "[default1]:", 11) == 0 ? 1
+                                                     : -1;
         CT_ASSERT_MSG(r >= 0, "line without a prefix: %.40s", p);
         char want[80];
         int wl = snprintf(want, sizeof want, "rank%d line %03d ", r, lines[r]);

@@ -20,14 +20,30 @@ static void ct__check(const char *in, const char *want)
 static void test_python_cases(void)
 {
     static const char *const cases[][2] = {
-        {"${local_rank}", "7"},   {"a${local_rank}b", "a7b"},  {"$local_rank", "7"},
-        {"$local_rankx", "$local_rankx"}, {"${local_rank}x", "7x"}, {"$$local_rank", "$local_rank"},
-        {"$$$local_rank", "$7"},  {"$", "$"},                  {"a$", "a$"},
-        {"$ x", "$ x"},           {"${local_rank", "${local_rank"}, {"${ local_rank}", "${ local_rank}"},
-        {"$LOCAL_RANK", "$LOCAL_RANK"}, {"$1", "$1"},           {"${other}", "${other}"},
-        {"$other", "$other"},     {"x$$y", "x$y"},             {"$_", "$_"},
-        {"${}", "${}"},           {"$local_rank.$local_rank", "7.7"}, {"$$$$", "$$"},
-        {"${local_rank}}", "7}"}, {"", ""},                    {"no dollar", "no dollar"},
+        {"${local_rank}", "7"},
+        {"a${local_rank}b", "a7b"},
+        {"$local_rank", "7"},
+        {"$local_rankx", "$local_rankx"},
+        {"${local_rank}x", "7x"},
+        {"$$local_rank", "$local_rank"},
+        {"$$$local_rank", "$7"},
+        {"$", "$"},
+        {"a$", "a$"},
+        {"$ x", "$ x"},
+        {"${local_rank", "${local_rank"},
+        {"${ local_rank}", "${ local_rank}"},
+        {"$LOCAL_RANK", "$LOCAL_RANK"},
+        {"$1", "$1"},
+        {"${other}", "${other}"},
+        {"$other", "$other"},
+        {"x$$y", "x$y"},
+        {"$_", "$_"},
+        {"${}", "${}"},
+        {"$local_rank.$local_rank", "7.7"},
+        {"$$$$", "$$"},
+        {"${local_rank}}", "7}"},
+        {"", ""},
+        {"no dollar", "no dollar"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         ct__check(cases[i][0], cases[i][1]);
