@@ -713,6 +713,8 @@ int ctrun_cli_parse(int argc, char *const argv[], const char *const *env, ctrun_
     ctrun__raw_t *raw = calloc(1, sizeof *raw);
     if (raw == NULL)
         return -ENOMEM;
+    for (int o = 0; o < CTRUN__O_COUNT; o++) /* messages about defaults name the option */
+        snprintf(raw->source[o], sizeof raw->source[o], "--%s", ctrun__opts[o].name);
     int script_index = argc;
     int rc = ctrun__scan(argc, argv, raw, &script_index, action, eb);
     if (rc == 0 && *action != CTRUN_CLI_RUN) {

@@ -233,10 +233,9 @@ int ctrun_logs_init(ctrun_logs_t *logs, const char *log_dir, const char *run_id,
     int rc;
     if (log_dir != NULL && log_dir[0] != '\0') {
         rc = ctrun__mkdirs(log_dir, eb);
-        if (rc == 0) {
-            logs->base_dir = strdup(log_dir);
-            rc = logs->base_dir ? 0 : -ENOMEM;
-        }
+        /* Absolute, so that a worker that changes directory still finds its error file. */
+        if (rc == 0 && (logs->base_dir = realpath(log_dir, NULL)) == NULL)
+            rc = ct_errbuf_set(eb, -errno, "log folder %s: %s", log_dir, strerror(errno));
     } else {
         rc = ctrun__mkdtemp(ctrun__tmpdir(), "ctrun_", &logs->base_dir, eb);
         logs->base_created = rc == 0;

@@ -99,7 +99,8 @@ typedef enum ctrun_log_file {
 } ctrun_log_file_t;
 
 typedef struct ctrun_logs {
-    char *base_dir;    /* --log_dir, or the temp dir made for this run; NULL when disabled */
+    char *base_dir;    /* --log_dir made absolute, or the temp dir made for this run; NULL when
+                        * disabled */
     char *run_dir;     /* <base_dir>/<run_id>_<8 chars>; NULL when disabled */
     bool disabled;     /* --log_dir /dev/null: no files at all */
     bool base_created; /* base_dir is a temp dir this agent made */

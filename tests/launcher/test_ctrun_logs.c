@@ -230,6 +230,16 @@ static void test_layout(void)
     ctrun_logs_close(&b);
     ctrun_logs_close(&b);
 
+    /* A relative --log_dir gives absolute paths (workers may change directory). */
+    char cwd[PATH_MAX];
+    CT_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
+    CT_ASSERT_EQ(chdir(base), 0);
+    CT_ASSERT_OK(ctrun_logs_init(&a, "rel/logs", "none", &eb));
+    snprintf(want, sizeof want, "%s/rel/logs/none_", base);
+    CT_ASSERT_EQ(strncmp(a.run_dir, want, strlen(want)), 0);
+    ctrun_logs_close(&a);
+    CT_ASSERT_EQ(chdir(cwd), 0);
+
     /* Errors: a run id with '/', a log dir that is a file. */
     CT_ASSERT_ERR(ctrun_logs_init(&a, log_dir, "a/b", &eb), CT_EPARSE);
     snprintf(want, sizeof want, "%s/file", base);
