@@ -1,263 +1,158 @@
 /*
- * ct_errfile.c - the async-signal-safe error-file writer. Everything below the target
- * open/close pair uses only functions POSIX lists as async-signal-safe (openat, write, close,
- * renameat, unlinkat, getpid) and a stack buffer; JSON escaping and number formatting are done
- * by hand because snprintf is not on that list.
+ * ct_errfile.c - reading and copying error files. jansson does the JSON; this file does the
+ * schema, the tolerant reading (a timestamp may be a string or a number; missing pieces are
+ * NULL, not errors) and the atomic rewrite of a copied file, in what Python's json.dumps
+ * writes: ", " and ": " separators, key order kept, non-ASCII as \u escapes. Writing a new
+ * file is ct_errfile_write.c's job.
  */
 #include "ct_errfile.h"
 
+#include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <stdbool.h>
+#include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-int ct_errfile_target_open(ct_errfile_target_t *t, const char *path, ct_errbuf_t *eb)
+#include "ct_parse.h"
+
+static int ct__load(const char *path, json_t **root, ct_errbuf_t *eb)
 {
-    t->dirfd = -1;
-    t->name[0] = '\0';
-    const char *slash = strrchr(path, '/');
-    const char *base = slash != NULL ? slash + 1 : path;
-    if (base[0] == '\0')
-        return ct_errbuf_set(eb, -EISDIR, "error file \"%s\" names a directory", path);
-    if (strlen(base) >= sizeof t->name)
-        return ct_errbuf_set(eb, CT_ELIMIT, "error file \"%s\": name longer than %d bytes", path,
-                             CT_ERRFILE_NAME_MAX - 1);
-    char dir[4096];
-    if (slash == NULL) {
-        strcpy(dir, ".");
-    } else if (slash == path) {
-        strcpy(dir, "/");
-    } else {
-        size_t n = (size_t)(slash - path);
-        if (n >= sizeof dir)
-            return ct_errbuf_set(eb, CT_ELIMIT, "error file path longer than %zu bytes",
-                                 sizeof dir - 1);
-        memcpy(dir, path, n);
-        dir[n] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        int e = errno;
+        return ct_errbuf_set(eb, -e, "error file %s: %s", path, strerror(e));
     }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
-        int rc = -errno;
-        return ct_errbuf_set(eb, rc, "error file \"%s\": cannot open its directory: %s", path,
-                             ct_strerror(rc));
+    json_error_t jerr;
+    json_t *j = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(f);
+    if (j == NULL)
+        return ct_errbuf_set(eb, CT_EFORMAT,
+                             "error file %s is not valid JSON (line %d, column %d: %s)", path,
+                             jerr.line, jerr.column, jerr.text);
+    if (!json_is_object(j) || json_object_get(j, "message") == NULL) {
+        json_decref(j);
+        return ct_errbuf_set(eb, CT_EFORMAT, "error file %s has no \"message\" field", path);
     }
-    t->dirfd = fd;
-    memcpy(t->name, base, strlen(base) + 1);
+    *root = j;
     return 0;
 }
 
-void ct_errfile_target_close(ct_errfile_target_t *t)
+static int64_t ct__timestamp(json_t *v)
 {
-    if (t->dirfd >= 0)
-        close(t->dirfd);
-    t->dirfd = -1;
+    int64_t ts = 0;
+    if (json_is_integer(v))
+        ts = (int64_t)json_integer_value(v);
+    else if (json_is_real(v))
+        ts = (int64_t)json_real_value(v);
+    else if (json_is_string(v) &&
+             ct_parse_int64(json_string_value(v), 0, INT64_MAX, &ts, NULL) != 0)
+        ts = 0;
+    return ts < 0 ? 0 : ts;
 }
 
-/* ---- a buffered, signal-safe output stream ------------------------------------------------ */
-
-typedef struct ct__out {
-    int fd;
-    int err; /* first write error (negated errno), sticky */
-    size_t len;
-    char buf[1024];
-} ct__out_t;
-
-static void ct__out_flush(ct__out_t *o)
+static char *ct__dup_string(json_t *v)
 {
-    const char *p = o->buf;
-    size_t left = o->len;
-    while (left > 0 && o->err == 0) {
-        ssize_t w = write(o->fd, p, left);
-        if (w < 0) {
-            if (errno != EINTR)
-                o->err = -errno;
-            continue;
-        }
-        p += w;
-        left -= (size_t)w;
-    }
-    o->len = 0;
+    return json_is_string(v) ? strdup(json_string_value(v)) : NULL;
 }
 
-static void ct__out_char(ct__out_t *o, char c)
+int ct_errfile_read(const char *path, ct_errfile_t *out, ct_errbuf_t *eb)
 {
-    if (o->len == sizeof o->buf)
-        ct__out_flush(o);
-    o->buf[o->len++] = c;
-}
-
-static void ct__out_str(ct__out_t *o, const char *s)
-{
-    while (*s != '\0')
-        ct__out_char(o, *s++);
-}
-
-static void ct__out_u64(ct__out_t *o, uint64_t v)
-{
-    char digits[24];
-    int n = 0;
-    do {
-        digits[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    while (n > 0)
-        ct__out_char(o, digits[--n]);
-}
-
-static void ct__out_u16_escape(ct__out_t *o, unsigned cp)
-{
-    static const char hex[] = "0123456789abcdef";
-    ct__out_str(o, "\\u");
-    for (int shift = 12; shift >= 0; shift -= 4)
-        ct__out_char(o, hex[(cp >> shift) & 0xF]);
-}
-
-/* Decodes one UTF-8 sequence at s (n bytes left). Returns its length, or 0 when s does not
- * start a valid sequence (overlong forms, surrogates and values above U+10FFFF are invalid). */
-static size_t ct__utf8_decode(const unsigned char *s, size_t n, unsigned *cp)
-{
-    unsigned c = s[0];
-    size_t len;
-    unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-        *cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        *cp = c & 0x0F;
-        if (c == 0xE0)
-            lo = 0xA0;
-        if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        *cp = c & 0x07;
-        if (c == 0xF0)
-            lo = 0x90;
-        if (c == 0xF4)
-            hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (n < len || s[1] < lo || s[1] > hi)
-        return 0;
-    *cp = (*cp << 6) | (s[1] & 0x3F);
-    for (size_t i = 2; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        *cp = (*cp << 6) | (s[i] & 0x3F);
-    }
-    return len;
-}
-
-/* A JSON string literal in Python's ensure_ascii style. */
-static void ct__out_json_string(ct__out_t *o, const char *text)
-{
-    const unsigned char *s = (const unsigned char *)(text != NULL ? text : "");
-    size_t n = strlen((const char *)s);
-    ct__out_char(o, '"');
-    while (n > 0) {
-        unsigned cp;
-        size_t len = ct__utf8_decode(s, n, &cp);
-        if (len == 0) {
-            cp = 0xFFFD;
-            len = 1;
-        }
-        s += len;
-        n -= len;
-        switch (cp) {
-        case '"': ct__out_str(o, "\\\""); continue;
-        case '\\': ct__out_str(o, "\\\\"); continue;
-        case '\n': ct__out_str(o, "\\n"); continue;
-        case '\r': ct__out_str(o, "\\r"); continue;
-        case '\t': ct__out_str(o, "\\t"); continue;
-        case '\b': ct__out_str(o, "\\b"); continue;
-        case '\f': ct__out_str(o, "\\f"); continue;
-        default: break;
-        }
-        if (cp < 0x20 || (cp >= 0x80 && cp <= 0xFFFF)) {
-            ct__out_u16_escape(o, cp);
-        } else if (cp > 0xFFFF) {
-            cp -= 0x10000;
-            ct__out_u16_escape(o, 0xD800 | (cp >> 10));
-            ct__out_u16_escape(o, 0xDC00 | (cp & 0x3FF));
-        } else {
-            ct__out_char(o, (char)cp);
-        }
-    }
-    ct__out_char(o, '"');
-}
-
-/* ".<name>.tmp.<pid>" into buf (big enough: name is at most 255 bytes). */
-static void ct__tmp_name(char *buf, const char *name)
-{
-    size_t n = 0;
-    buf[n++] = '.';
-    for (const char *p = name; *p != '\0'; p++)
-        buf[n++] = *p;
-    memcpy(buf + n, ".tmp.", 5);
-    n += 5;
-    char digits[16];
-    int d = 0;
-    unsigned long pid = (unsigned long)getpid();
-    do {
-        digits[d++] = (char)('0' + pid % 10);
-        pid /= 10;
-    } while (pid != 0);
-    while (d > 0)
-        buf[n++] = digits[--d];
-    buf[n] = '\0';
-}
-
-int ct_errfile_write(const ct_errfile_target_t *t, const char *message, const char *callstack,
-                     int64_t timestamp)
-{
-    if (t->dirfd < 0)
-        return -EBADF;
-    char tmp[CT_ERRFILE_NAME_MAX + 32];
-    ct__tmp_name(tmp, t->name);
-    int fd = openat(t->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return -errno;
-
-    ct__out_t o;
-    o.fd = fd;
-    o.err = 0;
-    o.len = 0;
-    ct__out_str(&o, "{\"message\": {\"message\": ");
-    ct__out_json_string(&o, message);
-    ct__out_str(&o, ", \"extraInfo\": {\"py_callstack\": ");
-    ct__out_json_string(&o, callstack);
-    ct__out_str(&o, ", \"timestamp\": \"");
-    ct__out_u64(&o, timestamp > 0 ? (uint64_t)timestamp : 0);
-    ct__out_str(&o, "\"}}}\n");
-    ct__out_flush(&o);
-
-    int rc = o.err;
-    if (close(fd) != 0 && rc == 0 && errno != EINTR)
-        rc = -errno;
-    if (rc == 0 && renameat(t->dirfd, tmp, t->dirfd, t->name) != 0)
-        rc = -errno;
-    if (rc != 0)
-        unlinkat(t->dirfd, tmp, 0);
-    return rc;
-}
-
-int ct_errfile_write_path(const char *path, const char *message, const char *callstack,
-                          int64_t timestamp, ct_errbuf_t *eb)
-{
-    ct_errfile_target_t t;
-    int rc = ct_errfile_target_open(&t, path, eb);
+    memset(out, 0, sizeof *out);
+    json_t *root;
+    int rc = ct__load(path, &root, eb);
     if (rc != 0)
         return rc;
-    rc = ct_errfile_write(&t, message, callstack, timestamp);
-    ct_errfile_target_close(&t);
-    if (rc != 0)
-        return ct_errbuf_set(eb, rc, "error file \"%s\": %s", path, ct_strerror(rc));
+    json_t *msg = json_object_get(root, "message");
+    if (json_is_object(msg)) {
+        out->dict_form = true;
+        out->message = ct__dup_string(json_object_get(msg, "message"));
+        json_t *extra = json_object_get(msg, "extraInfo");
+        out->traceback = ct__dup_string(json_object_get(extra, "py_callstack"));
+        out->timestamp = ct__timestamp(json_object_get(extra, "timestamp"));
+        json_t *code = json_object_get(msg, "errorCode");
+        if (json_is_integer(code) && json_integer_value(code) >= INT_MIN &&
+            json_integer_value(code) <= INT_MAX) {
+            out->has_error_code = true;
+            out->error_code = (int)json_integer_value(code);
+        }
+    } else {
+        out->message = ct__dup_string(msg);
+        if (out->message == NULL && !json_is_null(msg))
+            out->message = json_dumps(msg, JSON_ENCODE_ANY);
+        out->timestamp = ct__timestamp(json_object_get(root, "timestamp"));
+    }
+    json_decref(root);
     return 0;
+}
+
+void ct_errfile_free(ct_errfile_t *ef)
+{
+    free(ef->message);
+    free(ef->traceback);
+    ef->message = NULL;
+    ef->traceback = NULL;
+}
+
+/* Writes root to a temp file beside path, then renames it over path. */
+static int ct__save(const char *path, json_t *root, ct_errbuf_t *eb)
+{
+    char tmp[PATH_MAX];
+    int n = snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
+    if (n < 0 || (size_t)n >= sizeof tmp)
+        return ct_errbuf_set(eb, -ENAMETOOLONG, "error file %.200s: path too long", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        int e = errno;
+        return ct_errbuf_set(eb, -e, "error file %s: cannot create a temp file: %s", path,
+                             strerror(e));
+    }
+    char *text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
+    int e = text == NULL ? ENOMEM : 0;
+    if (text != NULL) {
+        /* jansson writes \u00E9, Python \u00e9: lower-case the hex of every \u escape. */
+        for (char *p = text; *p != '\0'; p++) {
+            if (*p != '\\')
+                continue;
+            p++;
+            for (int k = 1; *p == 'u' && k <= 4 && p[k] != '\0'; k++)
+                p[k] = (char)tolower((unsigned char)p[k]);
+        }
+        size_t len = strlen(text), done = 0;
+        while (e == 0 && done < len) {
+            ssize_t w = write(fd, text + done, len - done);
+            if (w < 0 && errno != EINTR)
+                e = errno;
+            else if (w > 0)
+                done += (size_t)w;
+        }
+        free(text);
+    }
+    if (e == 0 && fsync(fd) != 0)
+        e = errno;
+    if (close(fd) != 0 && e == 0)
+        e = errno;
+    if (e == 0 && rename(tmp, path) != 0)
+        e = errno;
+    if (e != 0) {
+        unlink(tmp);
+        return ct_errbuf_set(eb, -e, "error file %s: cannot write: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+int ct_errfile_copy(const char *src, const char *dst, int error_code, ct_errbuf_t *eb)
+{
+    json_t *root;
+    int rc = ct__load(src, &root, eb);
+    if (rc != 0)
+        return rc;
+    json_t *msg = json_object_get(root, "message");
+    if (error_code != 0 && json_is_object(msg))
+        json_object_set_new(msg, "errorCode", json_integer(error_code));
+    rc = ct__save(dst, root, eb);
+    json_decref(root);
+    return rc;
 }

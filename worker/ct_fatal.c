@@ -187,7 +187,7 @@ static void ct__fatal_handler(int sig, siginfo_t *info, void *uctx)
     ct__write_stderr(ct__sig_text, tlen);
 
     if (ct__fatal.target.dirfd >= 0)
-        ct_errfile_write(&ct__fatal.target, msg, ct__sig_text, (int64_t)time(NULL));
+        ct_errfile_write(&ct__fatal.target, msg, ct__sig_text, (int64_t)time(NULL), 0);
     errno = saved_errno;
     ct__fatal_reraise(sig, idx);
 }
@@ -286,7 +286,7 @@ void ct_worker_fail(const char *fmt, ...)
         path = getenv("TORCHELASTIC_ERROR_FILE");
     if (path != NULL && path[0] != '\0') {
         ct_errbuf_t eb;
-        if (ct_errfile_write_path(path, msg, text, (int64_t)time(NULL), &eb) != 0)
+        if (ct_errfile_write_path(path, msg, text, (int64_t)time(NULL), 0, &eb) != 0)
             ct_log_warn("could not write the error file: %s", eb.msg);
     }
     fflush(stdout);

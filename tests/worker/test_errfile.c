@@ -117,7 +117,7 @@ static void test_writer_escapes(void)
     /* quotes, backslash, control characters, 2- and 4-byte UTF-8, an invalid byte, DEL */
     const char *msg = "say \"hi\"\\ \t\n\x01 caf\xc3\xa9 \xf0\x9f\x98\x80 bad\xff end\x7f";
     const char *want = "say \"hi\"\\ \t\n\x01 caf\xc3\xa9 \xf0\x9f\x98\x80 bad\xef\xbf\xbd end\x7f";
-    CT_ASSERT_OK(ct_errfile_write_path(errpath, msg, "line 1\nline 2\n", 1700000000, NULL));
+    CT_ASSERT_OK(ct_errfile_write_path(errpath, msg, "line 1\nline 2\n", 1700000000, 0, NULL));
     FILE *f = fopen(errpath, "rb");
     CT_ASSERT(f != NULL);
     char raw[2048];
@@ -138,7 +138,7 @@ static void test_writer_escapes(void)
 
 static void test_writer_plain_and_errors(void)
 {
-    CT_ASSERT_OK(ct_errfile_write_path(errpath, "plain message", NULL, 1700000001, NULL));
+    CT_ASSERT_OK(ct_errfile_write_path(errpath, "plain message", NULL, 1700000001, 0, NULL));
     json_t *j = load_errfile();
     CT_ASSERT_STR_EQ(jstr(j, "message", "extraInfo", "py_callstack"), "");
     json_decref(j);
@@ -147,12 +147,12 @@ static void test_writer_plain_and_errors(void)
     ct_errbuf_t eb;
     char bad[600];
     snprintf(bad, sizeof bad, "%s/missing-dir/error.json", dir);
-    CT_ASSERT_ERR(ct_errfile_write_path(bad, "m", NULL, 1, &eb), -ENOENT);
+    CT_ASSERT_ERR(ct_errfile_write_path(bad, "m", NULL, 1, 0, &eb), -ENOENT);
     CT_ASSERT_STR_CONTAINS(eb.msg, "cannot open its directory");
     snprintf(bad, sizeof bad, "%s/", dir);
-    CT_ASSERT_ERR(ct_errfile_write_path(bad, "m", NULL, 1, &eb), -EISDIR);
+    CT_ASSERT_ERR(ct_errfile_write_path(bad, "m", NULL, 1, 0, &eb), -EISDIR);
     ct_errfile_target_t t = {.dirfd = -1};
-    CT_ASSERT_ERR(ct_errfile_write(&t, "m", NULL, 1), -EBADF);
+    CT_ASSERT_ERR(ct_errfile_write(&t, "m", NULL, 1, 0), -EBADF);
 }
 
 static void test_worker_fail(void)
