@@ -290,10 +290,6 @@ static int ct__setup(ct_trainer_t *t, ct_errbuf_t *eb)
     if (t->n_samples == 0)
         return ct_errbuf_set(eb, CT_EFORMAT, "%s: no user has 2 training interactions",
                              t->ds.source);
-    t->perm = malloc((size_t)t->n_samples * sizeof *t->perm);
-    if (!t->perm)
-        return ct_errbuf_set(eb, -ENOMEM, "out of memory");
-    t->perm_epoch = -1;
     t->shard = (ct_shard_t){.n_samples = t->n_samples,
                             .global_batch = (int64_t)c->batch_size * c->grad_accum,
                             .world_size = W,
@@ -306,8 +302,6 @@ static int ct__setup(ct_trainer_t *t, ct_errbuf_t *eb)
     t->steps_per_epoch = ct_shard_steps_per_epoch(&t->shard);
     t->total_steps = t->steps_per_epoch * c->num_epochs;
     t->micro = ct_train_eval_chunk(c, W);
-    if ((rc = ct_batch_init(&t->batch, t->micro, c->maxlen, 1, false)) != 0)
-        return ct_errbuf_set(eb, rc, "out of memory for batches");
 
     if ((rc = ct_model_create(&t->model, &t->mcfg, &t->ops, t->micro, eb)) != 0)
         return rc;
@@ -334,10 +328,9 @@ static void ct__teardown(ct_trainer_t *t)
     ct_out_close(t);
     ct_ckpt_dir_close(&t->ckpt);
     ct_evaluator_close(&t->ev);
+    ct_batcher_close(&t->batcher);
     ct_model_destroy(t->model);
-    ct_batch_close(&t->batch);
     free(t->views);
-    free(t->perm);
     free(t->samples);
     free(t->targets);
     ct_data_free(&t->ds);
@@ -345,46 +338,36 @@ static void ct__teardown(ct_trainer_t *t)
 
 /* ---- one optimizer step ------------------------------------------------------------------------ */
 
-static int ct__step(ct_trainer_t *t, int64_t epoch, int64_t pos, ct_errbuf_t *eb)
+static int ct__step(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
 {
     const ct_train_cfg_t *c = t->cfg;
     ct_model_t *m = t->model;
     ct_ops_t *o = &t->ops;
-    if (t->perm_epoch != epoch) {
-        ct_shard_permutation(&t->shard, epoch, t->perm);
-        t->perm_epoch = epoch;
-    }
-    /* The optimizer batch is permutation positions [g0, g0 + b); this rank's slice is
-     * [begin, begin + count). */
-    const int64_t g0 = pos * t->shard.global_batch, b = ct_shard_batch_size(&t->shard, pos);
-    int64_t begin, count;
-    ct_shard_range(&t->shard, pos, &begin, &count);
-    double targets = 0;
-    for (int64_t j = g0; j < g0 + b; j++)
-        targets += t->targets[t->perm[j]];
-
     ct_model_zero_grad(m);
     float local_loss = 0.0f;
-    for (int64_t off = 0; off < count; off += t->micro) {
-        int n = (int)(count - off < t->micro ? count - off : t->micro);
-        for (int r = 0; r < n; r++) {
-            int64_t j = begin + off + r;
-            ct_batch_fill_train(&t->batch, r, &t->ds, t->samples[t->perm[j]], c->seed,
-                                (uint64_t)(epoch * t->n_samples + j));
-        }
-        ct_model_batch_t mb = {.B = n,
-                               .seq = t->batch.seq,
-                               .pos = t->batch.pos,
-                               .neg = t->batch.neg,
+    double targets = 0;
+    const ct_train_chunk_t *ch;
+    do {
+        ch = ct_batcher_next(&t->batcher);
+        if (ch->step != t->step)
+            return ct_errbuf_set(eb, CT_ESTATE, "batch stream at step %lld, trainer at %lld",
+                                 (long long)ch->step, (long long)t->step);
+        targets = ch->targets;
+        if (ch->n == 0)
+            continue;
+        ct_model_batch_t mb = {.B = ch->n,
+                               .seq = ch->batch.seq,
+                               .pos = ch->batch.pos,
+                               .neg = ch->batch.neg,
                                .tseq = NULL,
-                               .row0 = begin + off - g0};
+                               .row0 = ch->row0};
         float l = 0.0f;
         int rc = ct_model_forward_backward(m, &mb, (float)targets, c->seed, t->step, &l);
         if (rc != 0)
             return ct_errbuf_set(eb, rc, "step %lld: the %s backend failed (%s)",
                                  (long long)t->step, o->name, ct_strerror(rc));
         local_loss += l;
-    }
+    } while (!ch->last);
 
     /* The one reduction of the step: gradients, with the loss in the slot after them. */
     float *tail = m->grads_mem + m->num_params;
@@ -487,7 +470,7 @@ static int ct__loop(ct_trainer_t *t, ct_errbuf_t *eb)
         int64_t epoch, pos;
         ct_shard_locate(&t->shard, t->step, &epoch, &pos);
         ct_worker_progress((uint64_t)t->step);
-        if ((rc = ct__step(t, epoch, pos, eb)) != 0)
+        if ((rc = ct__step(t, epoch, eb)) != 0)
             return rc;
         t->step++;
         int64_t now = ct_time_ns();
@@ -548,6 +531,10 @@ int ct_train_run(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_reduc
             goto out;
         ct_out_row_header();
     }
+    if ((rc = ct_batcher_init(&t->batcher, &t->ds, t->samples, t->targets, &t->shard, t->micro,
+                              cfg->maxlen, cfg->seed, t->step, t->total_steps,
+                              cfg->num_workers > 0, eb)) != 0)
+        goto out;
     if ((rc = ct__loop(t, eb)) != 0)
         goto out;
     if ((rc = ct__save(t, CT_CKPT_FINAL, eb)) != 0)

@@ -35,7 +35,7 @@ void ct_train_cfg_default(ct_train_cfg_t *c)
     c->eval_every = 20;
     c->eval = CT_EVAL_MODE_BOTH;
     snprintf(c->backend, sizeof c->backend, "auto");
-    c->num_workers = 0;
+    c->num_workers = 1;
     c->ckpt_every_steps = 0;
     c->keep_checkpoints = 3;
     c->grad_clip = 0.0;
@@ -123,7 +123,8 @@ static const ct__flag_t ct__flags[] = {
     {"backend", CT__ENUM, CT__OFF(backend), 0, 0,
      "auto|ring|nccl  communicator for WORLD_SIZE > 1 (default auto)"},
     {"num_workers", CT__INT, CT__OFF(num_workers), 0, 1024,
-     "N  accepted for SASRec.pytorch compatibility; batches are built inline (default 0)"},
+     "N  0: build batches on the training thread; >= 1: one thread prefetches the next "
+     "(default 1)"},
     {"ckpt_every_steps", CT__INT64, CT__OFF(ckpt_every_steps), 0, 1e15,
      "N  also checkpoint every N optimizer steps; 0 = epoch ends only (default 0)"},
     {"keep_checkpoints", CT__INT, CT__OFF(keep_checkpoints), 1, 1000000,

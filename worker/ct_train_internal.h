@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "ct_batch.h"
+#include "ct_batcher.h"
 #include "ct_data.h"
 #include "ct_eval.h"
 #include "ct_model.h"
@@ -52,12 +53,10 @@ typedef struct ct_trainer {
     int32_t *samples;  /* (n_samples) user ids */
     int32_t *targets;  /* (n_samples) positions with a target: min(train_len - 1, L) */
     int64_t n_samples;
-    int64_t *perm;     /* (n_samples) the permutation of perm_epoch */
-    int64_t perm_epoch;
     ct_shard_t shard;  /* global_batch = batch_size * grad_accum */
     int64_t steps_per_epoch, total_steps;
     int micro;         /* rows per micro-batch on this rank */
-    ct_batch_t batch;  /* micro rows */
+    ct_batcher_t batcher;
 
     ct_ckpt_dir_t ckpt;
     ct_tensor_view_t *views;

@@ -395,7 +395,9 @@ static void test_resume_bit_identical(void)
     const char *env[] = {"TORCHELASTIC_RESTART_COUNT=1", "RANK", "WORLD_SIZE", "LOCAL_RANK",
                          "LOCAL_WORLD_SIZE", "TORCHELASTIC_ERROR_FILE", "CTRUN_HEARTBEAT_FD",
                          NULL};
-    run(&c, env, "--train_dir", dir, LONG_RUN, "--resume", "never", NULL);
+    /* --num_workers 0 (batches built inline) must give the same stream as the default
+     * prefetching thread the reference run used. */
+    run(&c, env, "--train_dir", dir, LONG_RUN, "--resume", "never", "--num_workers", "0", NULL);
     CT_ASSERT_MSG(c.exit_code == 0, "restarted run: exit %d: %s", c.exit_code, c.err);
     CT_ASSERT_STR_CONTAINS(c.out, "# resumed from");
     long long resumed_at = -1;
