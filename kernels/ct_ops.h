@@ -81,22 +81,20 @@ struct ct_ops {
     void (*linear_forward)(ct_ops_t *o, float *out, const float *inp, const float *weight,
                            const float *bias, int N, int IC, int OC);
     void (*linear_backward)(ct_ops_t *o, float *dinp, float *dweight, float *dbias,
-                            const float *dout, const float *inp, const float *weight, int N,
-                            int IC, int OC);
+                            const float *dout, const float *inp, const float *weight, int N, int IC,
+                            int OC);
     void (*qkv_forward)(ct_ops_t *o, float *qkv, const float *xq, const float *xkv,
                         const float *weight, const float *bias, int N, int C);
     void (*qkv_backward)(ct_ops_t *o, float *dxq, float *dxkv, float *dweight, float *dbias,
                          const float *dqkv, const float *xq, const float *xkv, const float *weight,
                          int N, int C);
-    void (*attention_forward)(ct_ops_t *o, float *out, float *att, float *scratch,
-                              const float *qkv, const int32_t *qmask, int B, int L, int C, int NH,
-                              ct_dropout_t drop);
+    void (*attention_forward)(ct_ops_t *o, float *out, float *att, float *scratch, const float *qkv,
+                              const int32_t *qmask, int B, int L, int C, int NH, ct_dropout_t drop);
     void (*attention_backward)(ct_ops_t *o, float *dqkv, float *scratch, const float *dout,
                                const float *att, const float *qkv, const int32_t *qmask, int B,
                                int L, int C, int NH, ct_dropout_t drop);
     void (*relu_forward)(ct_ops_t *o, float *out, const float *inp, int64_t n);
-    void (*relu_backward)(ct_ops_t *o, float *dinp, const float *dout, const float *out,
-                          int64_t n);
+    void (*relu_backward)(ct_ops_t *o, float *dinp, const float *dout, const float *out, int64_t n);
     void (*residual_forward)(ct_ops_t *o, float *out, const float *inp1, const float *inp2,
                              int64_t n);
     void (*residual_backward)(ct_ops_t *o, float *dinp1, float *dinp2, const float *dout,
@@ -104,8 +102,7 @@ struct ct_ops {
     void (*score_forward)(ct_ops_t *o, float *logits, const float *feats, const float *wte,
                           const int32_t *ids, int N, int C);
     void (*score_backward)(ct_ops_t *o, float *dfeats, float *dwte, const float *dlogits,
-                           const float *feats, const float *wte, const int32_t *ids, int N,
-                           int C);
+                           const float *feats, const float *wte, const int32_t *ids, int N, int C);
     void (*bce_loss)(ct_ops_t *o, float *loss, float *dpos, float *dneg, const float *pos_logits,
                      const float *neg_logits, const int32_t *pos, int N, float count);
     void (*l2_penalty)(ct_ops_t *o, float *penalty, float *dw, const float *w, int64_t n,

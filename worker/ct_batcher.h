@@ -35,9 +35,9 @@ typedef struct ct_train_chunk {
     int n;            /* rows, 0 for a rank with nothing in this step */
     int64_t step;     /* the optimizer step (global count from 0) */
     int64_t epoch;
-    int64_t row0;     /* index of row 0 in the step's global batch */
-    double targets;   /* target positions in the whole global batch of the step */
-    bool last;        /* the step's last chunk on this rank */
+    int64_t row0;   /* index of row 0 in the step's global batch */
+    double targets; /* target positions in the whole global batch of the step */
+    bool last;      /* the step's last chunk on this rank */
 } ct_train_chunk_t;
 
 typedef struct ct_batcher {
@@ -58,9 +58,9 @@ typedef struct ct_batcher {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int filled;    /* chunks ready (0..2) */
-    int head;      /* index of the next chunk to hand out */
-    int held;      /* 1 while the consumer holds the chunk it was given */
+    int filled; /* chunks ready (0..2) */
+    int head;   /* index of the next chunk to hand out */
+    int held;   /* 1 while the consumer holds the chunk it was given */
     bool stop;
     bool started;
 } ct_batcher_t;

@@ -145,14 +145,13 @@ static int ct__chunk(ct_evaluator_t *ev, ct_model_t *m, const int32_t *users, in
     }
     if (ev->mode & CT_EVAL_MODE_SAMPLED) {
         for (int r = 0; r < n; r++)
-            ct_eval_candidates(ev->cand + (size_t)r * CT__K, CT_EVAL_NEGATIVES, ds, users[r],
-                               which, ev->exclude_heldout, CT_EVAL_SEED);
+            ct_eval_candidates(ev->cand + (size_t)r * CT__K, CT_EVAL_NEGATIVES, ds, users[r], which,
+                               ev->exclude_heldout, CT_EVAL_SEED);
         if (m) {
             o->copy(o, ev->cand_dev, ev->cand, (size_t)n * CT__K * sizeof(int32_t), CT_COPY_H2D);
             o->score_candidates(o, ev->scores_dev, feats, ct_model_item_table(m), ev->cand_dev, n,
                                 CT__K, m->cfg.hidden, ldf);
-            o->copy(o, ev->scores, ev->scores_dev, (size_t)n * CT__K * sizeof(float),
-                    CT_COPY_D2H);
+            o->copy(o, ev->scores, ev->scores_dev, (size_t)n * CT__K * sizeof(float), CT_COPY_D2H);
             if ((rc = o->sync(o)) != 0)
                 return rc;
         } else {
@@ -177,9 +176,9 @@ static int ct__chunk(ct_evaluator_t *ev, ct_model_t *m, const int32_t *users, in
             int32_t extra;
             ct__history(ds, users[r], which, &excl, &nx, &extra);
             const float *row = m ? ev->scores + (size_t)r * (size_t)V : ev->pop;
-            ct__add(s, which, 2,
-                    ct_eval_rank_full(row, V, ct_eval_target(ds, users[r], which), excl, nx,
-                                      extra));
+            ct__add(
+                s, which, 2,
+                ct_eval_rank_full(row, V, ct_eval_target(ds, users[r], which), excl, nx, extra));
         }
     }
     s->v[which][4] += n;
@@ -224,8 +223,8 @@ int ct_eval_model(ct_evaluator_t *ev, ct_model_t *m, ct_reducer_t *red, ct_eval_
                   ct_errbuf_t *eb)
 {
     if (m->max_batch < ev->chunk)
-        return ct_errbuf_set(eb, -EINVAL, "evaluation chunk %d over the model's %d rows",
-                             ev->chunk, m->max_batch);
+        return ct_errbuf_set(eb, -EINVAL, "evaluation chunk %d over the model's %d rows", ev->chunk,
+                             m->max_batch);
     return ct__run(ev, m, red, out, eb);
 }
 

@@ -40,8 +40,8 @@ extern "C" {
 #define CT_EVAL_SEED      20180601u /* fixed: every evaluation draws the same negatives */
 
 typedef struct ct_eval_split_result {
-    int64_t users;    /* users evaluated (all ranks) */
-    double hr, ndcg;  /* sampled protocol; NAN when not computed */
+    int64_t users;             /* users evaluated (all ranks) */
+    double hr, ndcg;           /* sampled protocol; NAN when not computed */
     double full_hr, full_ndcg; /* full ranking; NAN when not computed */
 } ct_eval_split_result_t;
 
@@ -56,12 +56,12 @@ typedef struct ct_evaluator {
     ct_eval_mode_t mode;
     bool exclude_heldout;
     int rank, world;
-    int32_t *users;  /* this rank's evaluated users */
-    int64_t n_users; /* how many */
-    ct_batch_t batch; /* chunk rows */
-    int32_t *cand;    /* host (chunk, 1 + CT_EVAL_NEGATIVES) */
-    float *scores;    /* host (chunk, max(1 + CT_EVAL_NEGATIVES, I + 1)) */
-    int32_t *cand_dev;  /* backend copies (the host buffers on a host-memory backend) */
+    int32_t *users;    /* this rank's evaluated users */
+    int64_t n_users;   /* how many */
+    ct_batch_t batch;  /* chunk rows */
+    int32_t *cand;     /* host (chunk, 1 + CT_EVAL_NEGATIVES) */
+    float *scores;     /* host (chunk, max(1 + CT_EVAL_NEGATIVES, I + 1)) */
+    int32_t *cand_dev; /* backend copies (the host buffers on a host-memory backend) */
     float *scores_dev;
     float *pop; /* (I + 1) training-set frequency of each item (the baseline's scores) */
     void (*progress)(void *ctx); /* called once per chunk (heartbeat), may be NULL */

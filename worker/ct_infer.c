@@ -65,8 +65,9 @@ static int ct__resolve_cfg(const ct_train_cfg_t *c, int32_t num_items, ct_model_
         if (c->set_heads && file.num_heads != mc->num_heads)
             return ct__conflict("--num_heads", mc->num_heads, file.num_heads, path, eb);
         if (c->set_layout && file.layout != mc->layout)
-            return ct_errbuf_set(eb, CT_EMISMATCH, "--layout was given as %s but %s holds a "
-                                                   "model with layout %s",
+            return ct_errbuf_set(eb, CT_EMISMATCH,
+                                 "--layout was given as %s but %s holds a "
+                                 "model with layout %s",
                                  ct_layout_name(mc->layout), path, ct_layout_name(file.layout));
     } else {
         int pos_rows = 0;

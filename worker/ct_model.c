@@ -109,15 +109,14 @@ int ct_model_cfg_from_json(const json_t *obj, ct_model_cfg_t *c, ct_errbuf_t *eb
                        "dropout_rate", &dropout) != 0)
         return ct_errbuf_set(eb, CT_EFORMAT, "model configuration: %s", je.text);
     if (strcmp(kind, "sasrec") != 0)
-        return ct_errbuf_set(eb, CT_EFORMAT, "model configuration: kind \"%s\" is not known",
-                             kind);
+        return ct_errbuf_set(eb, CT_EFORMAT, "model configuration: kind \"%s\" is not known", kind);
     ct_model_cfg_t n = {.kind = CT_MODEL_SASREC};
     int rc = ct_layout_parse(layout, &n.layout, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, CT_EFORMAT, "model configuration");
-    if (items < 1 || items > INT32_MAX || maxlen < 1 || maxlen > CT_MODEL_MAX_LEN ||
-        hidden < 1 || hidden > CT_MODEL_MAX_HIDDEN || heads < 1 || heads > hidden ||
-        blocks < 1 || blocks > CT_MODEL_MAX_BLOCKS)
+    if (items < 1 || items > INT32_MAX || maxlen < 1 || maxlen > CT_MODEL_MAX_LEN || hidden < 1 ||
+        hidden > CT_MODEL_MAX_HIDDEN || heads < 1 || heads > hidden || blocks < 1 ||
+        blocks > CT_MODEL_MAX_BLOCKS)
         return ct_errbuf_set(eb, CT_EFORMAT, "model configuration: a size is out of range");
     n.num_items = (int32_t)items;
     n.maxlen = (int)maxlen;
@@ -375,7 +374,7 @@ int ct_model_adam(ct_model_t *m, double lr, float grad_scale, int64_t t)
     return o->sync(o);
 }
 
-/* ---- checkpoint views -------------------------------------------------------------------------- */
+/* ---- checkpoint views ------------------------------------------------------------------------ */
 
 size_t ct_model_views(ct_model_t *m, unsigned which, ct_tensor_view_t *views)
 {
@@ -433,7 +432,7 @@ int ct_model_from_host(ct_model_t *m)
     return o->sync(o);
 }
 
-/* ---- loading a state dict ---------------------------------------------------------------------- */
+/* ---- loading a state dict -------------------------------------------------------------------- */
 
 static void ct__shape_text(char *buf, size_t size, int ndim, const int64_t *shape)
 {
@@ -462,8 +461,9 @@ int ct_model_load_params(ct_model_t *m, const char *path, ct_errbuf_t *eb)
         const ct_st_tensor_t *t = ct_st_find(f, views[i].name);
         char want[64], got[64];
         if (!t) {
-            rc = ct_errbuf_set(eb, CT_EMISMATCH, "%s: no tensor \"%s\" (is it a SASRec state "
-                                                 "dict with as many blocks as --num_blocks?)",
+            rc = ct_errbuf_set(eb, CT_EMISMATCH,
+                               "%s: no tensor \"%s\" (is it a SASRec state "
+                               "dict with as many blocks as --num_blocks?)",
                                path, views[i].name);
             goto out;
         }
@@ -480,9 +480,10 @@ int ct_model_load_params(ct_model_t *m, const char *path, ct_errbuf_t *eb)
         bool longer_pos = strcmp(views[i].name, "pos_emb.weight") == 0 && t->ndim == 2 &&
                           t->shape[1] == views[i].shape[1] && t->shape[0] > views[i].shape[0];
         if (!same && !longer_pos) {
-            rc = ct_errbuf_set(eb, CT_EMISMATCH, "%s: tensor \"%s\" has shape %s, this model's is "
-                                                 "%s (check --hidden_units, --maxlen, --layout "
-                                                 "and the dataset)",
+            rc = ct_errbuf_set(eb, CT_EMISMATCH,
+                               "%s: tensor \"%s\" has shape %s, this model's is "
+                               "%s (check --hidden_units, --maxlen, --layout "
+                               "and the dataset)",
                                path, views[i].name, got, want);
             goto out;
         }
@@ -541,15 +542,16 @@ int ct_model_cfg_from_state_dict(const char *path, ct_model_cfg_t *cfg, int *pos
     for (size_t i = 0; i < ct_st_count(f); i++) {
         const char *name = ct_st_tensor_at(f, i)->name;
         int b = -1, k = 0;
-        if (sscanf(name, "attention_layers.%d.in_proj_weight%n", &b, &k) == 1 &&
-            name[k] == '\0' && b + 1 > blocks)
+        if (sscanf(name, "attention_layers.%d.in_proj_weight%n", &b, &k) == 1 && name[k] == '\0' &&
+            b + 1 > blocks)
             blocks = b + 1;
     }
     if (e->shape[0] - 1 > INT32_MAX || e->shape[1] > CT_MODEL_MAX_HIDDEN || blocks < 1 ||
         blocks > CT_MODEL_MAX_BLOCKS) {
         ct_st_close(f);
-        return ct_errbuf_set(eb, CT_EMISMATCH, "%s: item_emb.weight (%lld x %lld) or %d blocks "
-                                               "out of range",
+        return ct_errbuf_set(eb, CT_EMISMATCH,
+                             "%s: item_emb.weight (%lld x %lld) or %d blocks "
+                             "out of range",
                              path, (long long)e->shape[0], (long long)e->shape[1], blocks);
     }
     cfg->num_items = (int32_t)(e->shape[0] - 1);

@@ -68,8 +68,8 @@ typedef struct ct_model_cfg {
     int hidden;        /* C (hidden_units) */
     int num_heads;     /* NH, divides C */
     int num_blocks;
-    float dropout;     /* every dropout site (embedding, attention probabilities, FFN x2) */
-    bool no_skip;      /* never skip padding queries (tests prove skipping changes nothing) */
+    float dropout; /* every dropout site (embedding, attention probabilities, FFN x2) */
+    bool no_skip;  /* never skip padding queries (tests prove skipping changes nothing) */
 } ct_model_cfg_t;
 
 #define CT_MODEL_MAX_BLOCKS 64
@@ -129,12 +129,12 @@ typedef struct ct_param {
 
 /* One micro-batch, host memory. Rows are users; every (B,L) array is left-padded. */
 typedef struct ct_model_batch {
-    int B;                /* rows, <= max_batch */
-    const int32_t *seq;   /* (B,L) input items */
-    const int32_t *pos;   /* (B,L) next-item targets, 0 = none */
-    const int32_t *neg;   /* (B,L) one sampled negative per target */
-    const int64_t *tseq;  /* (B,L) scaled times (TiSASRec), or NULL */
-    int64_t row0;         /* index of row 0 in the optimizer step's global batch */
+    int B;               /* rows, <= max_batch */
+    const int32_t *seq;  /* (B,L) input items */
+    const int32_t *pos;  /* (B,L) next-item targets, 0 = none */
+    const int32_t *neg;  /* (B,L) one sampled negative per target */
+    const int64_t *tseq; /* (B,L) scaled times (TiSASRec), or NULL */
+    int64_t row0;        /* index of row 0 in the optimizer step's global batch */
 } ct_model_batch_t;
 
 typedef struct ct_model ct_model_t;
@@ -167,11 +167,11 @@ struct ct_model {
     int n_params;
     size_t num_params; /* floats in the flat buffers */
 
-    float *params_mem; /* (num_params) backend memory */
-    float *grads_mem;  /* (num_params + CT_MODEL_GRAD_EXTRA) */
-    float *m_mem;      /* (num_params) Adam first moment */
-    float *v_mem;      /* (num_params) Adam second moment */
-    float *scalars;    /* (4) backend scratch for scalar results (penalty, sum of squares) */
+    float *params_mem;  /* (num_params) backend memory */
+    float *grads_mem;   /* (num_params + CT_MODEL_GRAD_EXTRA) */
+    float *m_mem;       /* (num_params) Adam first moment */
+    float *v_mem;       /* (num_params) Adam second moment */
+    float *scalars;     /* (4) backend scratch for scalar results (penalty, sum of squares) */
     float *host_mirror; /* (3 * num_params) host copy of params, m, v; NULL with host memory */
 
     char *view_names; /* storage for the checkpoint view names */
@@ -202,9 +202,8 @@ static inline int ct_model_forward_backward(ct_model_t *m, const ct_model_batch_
     return m->vt->forward_backward(m, b, count, seed, step, loss);
 }
 
-static inline int ct_model_forward_features(ct_model_t *m, const int32_t *seq,
-                                            const int64_t *tseq, int B, const float **feats,
-                                            int *ldf)
+static inline int ct_model_forward_features(ct_model_t *m, const int32_t *seq, const int64_t *tseq,
+                                            int B, const float **feats, int *ldf)
 {
     return m->vt->forward_features(m, seq, tseq, B, feats, ldf);
 }

@@ -19,8 +19,7 @@ static int ct__local_f64(ct_reducer_t *r, double *buf, int64_t n, ct_errbuf_t *e
     return 0;
 }
 
-static int ct__local_broadcast(ct_reducer_t *r, void *buf, size_t nbytes, int root,
-                               ct_errbuf_t *eb)
+static int ct__local_broadcast(ct_reducer_t *r, void *buf, size_t nbytes, int root, ct_errbuf_t *eb)
 {
     (void)r, (void)buf, (void)nbytes;
     if (root != 0)

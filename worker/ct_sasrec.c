@@ -80,7 +80,7 @@ typedef struct ct__sasrec {
     float *loss;                                  /* (1) */
     /* gradient scratch, (N,C) each unless noted, reused by every block */
     float *g_cur, *g_in, *g_a, *g_b, *g_h, *g_hp, *g_ao;
-    float *g_qkv;                           /* (N,3C) */
+    float *g_qkv; /* (N,3C) */
     float *att_fwd_scratch, *att_bwd_scratch;
     int last_B; /* rows of the last forward_backward (for logits) */
 } ct__sasrec_t;
@@ -110,9 +110,18 @@ static ct_dropout_t ct__drop(const ct__pass_t *p, int site, int64_t per_row)
     return ct_model_dropout_site(p->m->cfg.dropout, p->seed, p->step, site, p->row0, per_row);
 }
 
-static int ct__site_attn(int l) { return 1 + 3 * l; }
-static int ct__site_ffn1(int l) { return 2 + 3 * l; }
-static int ct__site_ffn2(int l) { return 3 + 3 * l; }
+static int ct__site_attn(int l)
+{
+    return 1 + 3 * l;
+}
+static int ct__site_ffn1(int l)
+{
+    return 2 + 3 * l;
+}
+static int ct__site_ffn2(int l)
+{
+    return 3 + 3 * l;
+}
 
 /* The query mask of block l's attention (NULL: every query row). */
 static const int32_t *ct__qmask(const ct__pass_t *p, int l)
@@ -164,11 +173,11 @@ static void ct__attn_backward(const ct__pass_t *p, int l, const float *ga, const
     o->linear_backward(o, s->g_ao, p->G + w->out_w, p->G + w->out_b, ga, a->ao, p->W + w->out_w,
                        p->N, p->C, p->C);
     o->zero(o, s->g_qkv, 3 * nb);
-    o->attention_backward(o, s->g_qkv, s->att_bwd_scratch, s->g_ao, a->att, a->qkv,
-                          ct__qmask(p, l), p->B, p->L, p->C, p->NH,
+    o->attention_backward(o, s->g_qkv, s->att_bwd_scratch, s->g_ao, a->att, a->qkv, ct__qmask(p, l),
+                          p->B, p->L, p->C, p->NH,
                           ct__drop(p, ct__site_attn(l), (int64_t)p->NH * p->L * p->L));
-    o->qkv_backward(o, dxq, dxkv, p->G + w->in_w, p->G + w->in_b, s->g_qkv, xq, xkv,
-                    p->W + w->in_w, p->N, p->C);
+    o->qkv_backward(o, dxq, dxkv, p->G + w->in_w, p->G + w->in_b, s->g_qkv, xq, xkv, p->W + w->in_w,
+                    p->N, p->C);
 }
 
 /* f = FFN(y) */
@@ -219,16 +228,16 @@ static void ct__ln_backward(const ct__pass_t *p, float *dx, const float *dout, c
                              p->C);
 }
 
-/* ---- the block layouts ------------------------------------------------------------------------ */
+/* ---- the block layouts ----------------------------------------------------------------------- */
 
 static void ct__post_ln_forward(const ct__pass_t *p, int l, const float *x)
 {
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__blk_acts_t *a = &p->s->act[l];
-    ct__attn_forward(p, l, x, x, x);                                    /* s1 = x + MHA(x,x,x) */
+    ct__attn_forward(p, l, x, x, x); /* s1 = x + MHA(x,x,x) */
     ct__ln_forward(p, a->ln1, a->ln1_mean, a->ln1_rstd, a->s1, w->ln1_w, w->ln1_b); /* y */
     ct__ffn_forward(p, l, a->ln1, a->s2);
-    p->o->residual_forward(p->o, a->s2, a->ln1, a->s2, p->NC);          /* s2 = y + FFN(y) */
+    p->o->residual_forward(p->o, a->s2, a->ln1, a->s2, p->NC); /* s2 = y + FFN(y) */
     ct__ln_forward(p, a->out, a->ln2_mean, a->ln2_rstd, a->s2, w->ln2_w, w->ln2_b);
 }
 
@@ -243,8 +252,8 @@ static void ct__post_ln_backward(const ct__pass_t *p, int l, const float *x, flo
     float *gs2 = s->g_a, *gy = s->g_b, *gs1 = s->g_a;
     o->zero(o, gs2, nb);
     ct__ln_backward(p, gs2, gout, a->s2, w->ln2_w, w->ln2_b, a->ln2_mean, a->ln2_rstd);
-    o->copy(o, gy, gs2, nb, CT_COPY_D2D);       /* s2 = y + f: d(y) starts as d(s2) ... */
-    ct__ffn_backward(p, l, a->ln1, gs2, gy);    /* ... and d(f) = d(s2) */
+    o->copy(o, gy, gs2, nb, CT_COPY_D2D);    /* s2 = y + f: d(y) starts as d(s2) ... */
+    ct__ffn_backward(p, l, a->ln1, gs2, gy); /* ... and d(f) = d(s2) */
     o->zero(o, gs1, nb);
     ct__ln_backward(p, gs1, gy, a->s1, w->ln1_w, w->ln1_b, a->ln1_mean, a->ln1_rstd);
     o->residual_forward(o, gin, gin, gs1, p->NC); /* s1 = x + attn: d(x) += d(s1) */
@@ -256,14 +265,13 @@ static void ct__pre_ln_forward(const ct__pass_t *p, int l, const float *x)
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__blk_acts_t *a = &p->s->act[l];
     ct__ln_forward(p, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b); /* xn */
-    ct__attn_forward(p, l, a->ln1, a->ln1, x);                    /* s1 = x + MHA(xn,xn,xn) */
+    ct__attn_forward(p, l, a->ln1, a->ln1, x); /* s1 = x + MHA(xn,xn,xn) */
     ct__ln_forward(p, a->ln2, a->ln2_mean, a->ln2_rstd, a->s1, w->ln2_w, w->ln2_b); /* y */
     ct__ffn_forward(p, l, a->ln2, a->out);
-    p->o->residual_forward(p->o, a->out, a->s1, a->out, p->NC);   /* out = s1 + FFN(y) */
+    p->o->residual_forward(p->o, a->out, a->s1, a->out, p->NC); /* out = s1 + FFN(y) */
 }
 
-static void ct__pre_ln_backward(const ct__pass_t *p, int l, const float *x, float *gout,
-                                float *gin)
+static void ct__pre_ln_backward(const ct__pass_t *p, int l, const float *x, float *gout, float *gin)
 {
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__blk_acts_t *a = &p->s->act[l];
@@ -286,10 +294,10 @@ static void ct__original_forward(const ct__pass_t *p, int l, const float *x)
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__blk_acts_t *a = &p->s->act[l];
     ct__ln_forward(p, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b); /* q */
-    ct__attn_forward(p, l, a->ln1, x, a->ln1);                    /* s1 = q + MHA(q,x,x) */
+    ct__attn_forward(p, l, a->ln1, x, a->ln1); /* s1 = q + MHA(q,x,x) */
     ct__ln_forward(p, a->ln2, a->ln2_mean, a->ln2_rstd, a->s1, w->ln2_w, w->ln2_b); /* y */
     ct__ffn_forward(p, l, a->ln2, a->out);
-    p->o->residual_forward(p->o, a->out, a->ln2, a->out, p->NC);  /* out = y + FFN(y) */
+    p->o->residual_forward(p->o, a->out, a->ln2, a->out, p->NC); /* out = y + FFN(y) */
     if (ct_layout_timeline(p->m->cfg.layout))
         p->o->timeline_mask(p->o, a->out, a->out, p->s->seq, p->N, p->C);
 }
@@ -315,8 +323,7 @@ static void ct__original_backward(const ct__pass_t *p, int l, const float *x, fl
 }
 
 typedef void (*ct__blk_fwd_fn)(const ct__pass_t *p, int l, const float *x);
-typedef void (*ct__blk_bwd_fn)(const ct__pass_t *p, int l, const float *x, float *gout,
-                               float *gin);
+typedef void (*ct__blk_bwd_fn)(const ct__pass_t *p, int l, const float *x, float *gout, float *gin);
 
 static const struct {
     ct__blk_fwd_fn fwd;
@@ -333,9 +340,17 @@ static const struct {
 static void ct__pass_init(ct__pass_t *p, ct_model_t *m, int B, bool train)
 {
     const ct_model_cfg_t *c = &m->cfg;
-    *p = (ct__pass_t){.m = m, .s = m->impl, .o = m->ops, .W = m->params_mem, .G = m->grads_mem,
-                      .B = B, .L = c->maxlen, .C = c->hidden, .NH = c->num_heads,
-                      .N = B * c->maxlen, .train = train};
+    *p = (ct__pass_t){.m = m,
+                      .s = m->impl,
+                      .o = m->ops,
+                      .W = m->params_mem,
+                      .G = m->grads_mem,
+                      .B = B,
+                      .L = c->maxlen,
+                      .C = c->hidden,
+                      .NH = c->num_heads,
+                      .N = B * c->maxlen,
+                      .train = train};
     p->NC = (int64_t)p->N * p->C;
 }
 
@@ -400,8 +415,8 @@ static int ct__forward_backward(ct_model_t *m, const ct_model_batch_t *b, float 
     if (ct_layout_timeline(c->layout))
         o->timeline_mask(o, gcur, gcur, s->seq, p.N, p.C);
     ct__dropout(&p, gcur, p.NC, ct__drop(&p, 0, (int64_t)p.L * p.C));
-    o->embed_backward(o, p.G + s->wte, p.G + s->wpe, gcur, s->seq, p.B, p.L, p.C,
-                      sqrtf((float)p.C), ct_layout_pos_mode(c->layout));
+    o->embed_backward(o, p.G + s->wte, p.G + s->wpe, gcur, s->seq, p.B, p.L, p.C, sqrtf((float)p.C),
+                      ct_layout_pos_mode(c->layout));
     o->copy(o, loss, s->loss, sizeof *loss, CT_COPY_D2H);
     return o->sync(o);
 }
@@ -451,7 +466,7 @@ static const ct_model_vtbl_t ct__sasrec_vtbl = {
     .destroy = ct__destroy,
 };
 
-/* ---- building ---------------------------------------------------------------------------------- */
+/* ---- building -------------------------------------------------------------------------------- */
 
 /* Assigns (or, with c->base == NULL, measures) every arena buffer. */
 static void ct__carve_arena(ct__sasrec_t *s, const ct_model_t *m, ct__carve_t *c)
@@ -507,11 +522,11 @@ static int ct__build_table(ct_model_t *m, ct__sasrec_t *s)
     const int nb = c->num_blocks;
     char name[CT_PARAM_NAME_MAX];
     ct_param_t *t;
-#define CT__ADD(nm, nd, init, ...)                                          \
-    do {                                                                    \
-        const int64_t shape_[] = {__VA_ARGS__};                             \
-        if (!(t = ct__param_add(m, (nm), (nd), shape_, (init))))            \
-            return -ENOMEM;                                                 \
+#define CT__ADD(nm, nd, init, ...)                               \
+    do {                                                         \
+        const int64_t shape_[] = {__VA_ARGS__};                  \
+        if (!(t = ct__param_add(m, (nm), (nd), shape_, (init)))) \
+            return -ENOMEM;                                      \
     } while (0)
 
     CT__ADD("item_emb.weight", 2, CT_INIT_XAVIER_NORMAL, V, C);
@@ -551,8 +566,8 @@ static int ct__build_table(ct_model_t *m, ct__sasrec_t *s)
     }
     for (int l = 0; l < nb; l++) {
         /* Conv1d(C, C, kernel_size=1): weight (C, C, 1), bias U(+-1/sqrt(C * 1)). */
-        size_t *w[2] = {&s->blk[l].c1_w, &s->blk[l].c2_w}, *b[2] = {&s->blk[l].c1_b,
-                                                                    &s->blk[l].c2_b};
+        size_t *w[2] = {&s->blk[l].c1_w, &s->blk[l].c2_w},
+               *b[2] = {&s->blk[l].c1_b, &s->blk[l].c2_b};
         for (int k = 0; k < 2; k++) {
             snprintf(name, sizeof name, "forward_layers.%d.conv%d.weight", l, k + 1);
             CT__ADD(name, 3, CT_INIT_XAVIER_NORMAL, C, C, 1);
@@ -586,8 +601,9 @@ int ct__sasrec_build(ct_model_t *m, ct_errbuf_t *eb)
     ct__carve_arena(s, m, &c);
     size_t bytes = c.used;
     if (o->alloc(o, &s->arena, bytes) != 0)
-        return ct_errbuf_set(eb, -ENOMEM, "out of memory for %.1f MB of activations (lower "
-                                          "--batch_size or --maxlen)",
+        return ct_errbuf_set(eb, -ENOMEM,
+                             "out of memory for %.1f MB of activations (lower "
+                             "--batch_size or --maxlen)",
                              (double)bytes / 1e6);
     c = (ct__carve_t){s->arena, 0};
     ct__carve_arena(s, m, &c);

@@ -56,16 +56,16 @@ int ct_train_eval_chunk(const ct_train_cfg_t *cfg, int world)
     return (cfg->batch_size + world - 1) / world;
 }
 
-/* ---- checkpoint configuration and state ------------------------------------------------------- */
+/* ---- checkpoint configuration and state ------------------------------------------------------ */
 
 static json_t *ct__state_json(const ct_train_state_t *s)
 {
-    json_t *o = json_pack("{s:I, s:I, s:b, s:f, s:I, s:I, s:f, s:I, s:f}", "adam_steps",
-                          (json_int_t)s->adam_steps, "skipped_steps", (json_int_t)s->skipped_steps,
-                          "has_best", s->has_best, "best_metric", s->best_metric, "best_epoch",
-                          (json_int_t)s->best_epoch, "best_step", (json_int_t)s->best_step,
-                          "loss_sum", s->loss_sum, "loss_steps", (json_int_t)s->loss_steps,
-                          "positions", s->positions);
+    json_t *o =
+        json_pack("{s:I, s:I, s:b, s:f, s:I, s:I, s:f, s:I, s:f}", "adam_steps",
+                  (json_int_t)s->adam_steps, "skipped_steps", (json_int_t)s->skipped_steps,
+                  "has_best", s->has_best, "best_metric", s->best_metric, "best_epoch",
+                  (json_int_t)s->best_epoch, "best_step", (json_int_t)s->best_step, "loss_sum",
+                  s->loss_sum, "loss_steps", (json_int_t)s->loss_steps, "positions", s->positions);
     json_object_set_new(o, "best", ct_out_result_json(&s->best));
     return o;
 }
@@ -96,11 +96,11 @@ static json_t *ct__ckpt_config(const ct_trainer_t *t)
     json_t *o = json_object();
     json_object_set_new(o, "ctrain_checkpoint", json_integer(1));
     json_object_set_new(o, "model", ct_model_cfg_to_json(&t->mcfg));
-    json_object_set_new(
-        o, "data",
-        json_pack("{s:s, s:I, s:I, s:I}", "source", t->ds.source, "num_users",
-                  (json_int_t)t->ds.num_users, "num_items", (json_int_t)t->ds.num_items,
-                  "num_interactions", (json_int_t)t->ds.num_interactions));
+    json_object_set_new(o, "data",
+                        json_pack("{s:s, s:I, s:I, s:I}", "source", t->ds.source, "num_users",
+                                  (json_int_t)t->ds.num_users, "num_items",
+                                  (json_int_t)t->ds.num_items, "num_interactions",
+                                  (json_int_t)t->ds.num_interactions));
     json_object_set_new(o, "train",
                         json_pack("{s:i, s:i, s:I, s:i, s:f}", "batch_size", c->batch_size,
                                   "grad_accum", c->grad_accum, "seed", (json_int_t)c->seed,
@@ -142,8 +142,7 @@ static int ct__save(ct_trainer_t *t, ct_ckpt_kind_t kind, ct_errbuf_t *eb)
 }
 
 /* Why a checkpoint's configuration does not let this run resume from it (NULL: it does). */
-static int ct__check_resume(ct_trainer_t *t, const char *name, const char *config,
-                            ct_errbuf_t *eb)
+static int ct__check_resume(ct_trainer_t *t, const char *name, const char *config, ct_errbuf_t *eb)
 {
     json_error_t je;
     json_t *o = json_loads(config, 0, &je);
@@ -175,20 +174,18 @@ static int ct__check_resume(ct_trainer_t *t, const char *name, const char *confi
         rc = ct_errbuf_set(eb, CT_EMISMATCH,
                            "refusing to resume from %s/%s: it was trained on other data (%lld "
                            "users, %lld items, %lld interactions; this run has %d, %d, %lld)",
-                           t->ckpt.path, name, (long long)users, (long long)items,
-                           (long long)inter, t->ds.num_users, t->ds.num_items,
-                           (long long)t->ds.num_interactions);
+                           t->ckpt.path, name, (long long)users, (long long)items, (long long)inter,
+                           t->ds.num_users, t->ds.num_items, (long long)t->ds.num_interactions);
         goto out;
     }
-    if (bs != t->cfg->batch_size || accum != t->cfg->grad_accum ||
-        (uint64_t)seed != t->cfg->seed) {
-        rc = ct_errbuf_set(eb, CT_EMISMATCH,
-                           "refusing to resume from %s/%s: --batch_size, --grad_accum and --seed "
-                           "(%lld, %lld, %lld) must stay what they were, since they define the "
-                           "data order (this run: %d, %d, %llu)",
-                           t->ckpt.path, name, (long long)bs, (long long)accum, (long long)seed,
-                           t->cfg->batch_size, t->cfg->grad_accum,
-                           (unsigned long long)t->cfg->seed);
+    if (bs != t->cfg->batch_size || accum != t->cfg->grad_accum || (uint64_t)seed != t->cfg->seed) {
+        rc =
+            ct_errbuf_set(eb, CT_EMISMATCH,
+                          "refusing to resume from %s/%s: --batch_size, --grad_accum and --seed "
+                          "(%lld, %lld, %lld) must stay what they were, since they define the "
+                          "data order (this run: %d, %d, %llu)",
+                          t->ckpt.path, name, (long long)bs, (long long)accum, (long long)seed,
+                          t->cfg->batch_size, t->cfg->grad_accum, (unsigned long long)t->cfg->seed);
         goto out;
     }
     rc = ct__state_from_json(state, &t->st, eb);
@@ -257,7 +254,7 @@ out:
     return rc;
 }
 
-/* ---- set-up and tear-down ---------------------------------------------------------------------- */
+/* ---- set-up and tear-down -------------------------------------------------------------------- */
 
 static void ct__eval_progress(void *ctx)
 {
@@ -307,8 +304,8 @@ static int ct__setup(ct_trainer_t *t, ct_errbuf_t *eb)
         return rc;
     if ((rc = ct_model_init_params(t->model, c->seed)) != 0)
         return ct_errbuf_set(eb, rc, "initialising the model failed");
-    if (c->state_dict_path[0] != '\0' && (rc = ct_model_load_params(t->model, c->state_dict_path,
-                                                                    eb)) != 0)
+    if (c->state_dict_path[0] != '\0' &&
+        (rc = ct_model_load_params(t->model, c->state_dict_path, eb)) != 0)
         return ct_errbuf_wrap(eb, rc, "--state_dict_path");
     t->views = calloc((size_t)t->model->n_params * 3, sizeof *t->views);
     if (!t->views)
@@ -336,7 +333,7 @@ static void ct__teardown(ct_trainer_t *t)
     ct_data_free(&t->ds);
 }
 
-/* ---- one optimizer step ------------------------------------------------------------------------ */
+/* ---- one optimizer step ---------------------------------------------------------------------- */
 
 static int ct__step(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
 {
@@ -405,15 +402,15 @@ static int ct__step(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
     t->lr_now = ct_train_lr_at(c, t->step, t->total_steps);
     t->st.adam_steps++;
     if ((rc = ct_model_adam(m, t->lr_now, scale, t->st.adam_steps)) != 0)
-        return ct_errbuf_set(eb, rc, "step %lld: Adam on the %s backend failed",
-                             (long long)t->step, o->name);
+        return ct_errbuf_set(eb, rc, "step %lld: Adam on the %s backend failed", (long long)t->step,
+                             o->name);
     t->st.loss_sum += loss;
     t->st.loss_steps++;
     t->st.positions += targets;
     return 0;
 }
 
-/* ---- evaluation inside training --------------------------------------------------------------- */
+/* ---- evaluation inside training -------------------------------------------------------------- */
 
 /* The number models are selected on: validation full-ranking NDCG@10 when full ranking is
  * evaluated (the spec's primary metric), else the sampled one. Never a test number. */
@@ -459,7 +456,7 @@ static int ct__evaluate(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
     return 0;
 }
 
-/* ---- the job ------------------------------------------------------------------------------------ */
+/* ---- the job --------------------------------------------------------------------------------- */
 
 static int ct__loop(ct_trainer_t *t, ct_errbuf_t *eb)
 {
@@ -482,8 +479,8 @@ static int ct__loop(ct_trainer_t *t, ct_errbuf_t *eb)
                             false);
         bool epoch_end = t->step % t->steps_per_epoch == 0;
         int64_t done = t->step / t->steps_per_epoch; /* epochs completed */
-        if (epoch_end && ((c->eval_every > 0 && done % c->eval_every == 0) ||
-                          done == c->num_epochs)) {
+        if (epoch_end &&
+            ((c->eval_every > 0 && done % c->eval_every == 0) || done == c->num_epochs)) {
             if ((rc = ct__evaluate(t, done, eb)) != 0)
                 return rc;
         }
@@ -532,8 +529,8 @@ int ct_train_run(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_reduc
         ct_out_row_header();
     }
     if ((rc = ct_batcher_init(&t->batcher, &t->ds, t->samples, t->targets, &t->shard, t->micro,
-                              cfg->maxlen, cfg->seed, t->step, t->total_steps,
-                              cfg->num_workers > 0, eb)) != 0)
+                              cfg->maxlen, cfg->seed, t->step, t->total_steps, cfg->num_workers > 0,
+                              eb)) != 0)
         goto out;
     if ((rc = ct__loop(t, eb)) != 0)
         goto out;

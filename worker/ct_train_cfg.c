@@ -94,8 +94,7 @@ static const ct__flag_t ct__flags[] = {
     {"batch_size", CT__INT, CT__OFF(batch_size), 1, 1 << 20,
      "N  global batch of users per micro-step, split over ranks (default 128)"},
     {"lr", CT__DOUBLE, CT__OFF(lr), 0, 1e30, "X  Adam learning rate (default 0.001)"},
-    {"maxlen", CT__INT, CT__OFF(maxlen), 1, CT_MODEL_MAX_LEN,
-     "L  sequence window (default 200)"},
+    {"maxlen", CT__INT, CT__OFF(maxlen), 1, CT_MODEL_MAX_LEN, "L  sequence window (default 200)"},
     {"hidden_units", CT__INT, CT__OFF(hidden_units), 1, CT_MODEL_MAX_HIDDEN,
      "C  hidden width d (default 50)"},
     {"num_blocks", CT__INT, CT__OFF(num_blocks), 1, CT_MODEL_MAX_BLOCKS,
@@ -251,8 +250,7 @@ static int ct__set(ct_train_cfg_t *c, const ct__flag_t *f, const char *v, ct_err
     case CT__DOUBLE:
         rc = ct_parse_double(v, f->min, f->max, (double *)(void *)base, eb);
         if (rc == 0 && strcmp(f->name, "lr") == 0 && !(c->lr > 0))
-            rc = ct_errbuf_set(eb, CT_ERANGE_VALUE, "\"%.60s\" is out of range (expected > 0)",
-                               v);
+            rc = ct_errbuf_set(eb, CT_ERANGE_VALUE, "\"%.60s\" is out of range (expected > 0)", v);
         break;
     case CT__BOOL:
         rc = ct_parse_bool(v, (bool *)(void *)base, eb);

@@ -65,8 +65,8 @@ typedef struct ct_train_cfg {
     uint64_t seed;
     int eval_every; /* epochs; 0 = only after the last */
     ct_eval_mode_t eval;
-    char backend[16]; /* auto, ring, nccl */
-    int num_workers; /* >= 1: a thread prefetches batches (ct_batcher.h) */
+    char backend[16];         /* auto, ring, nccl */
+    int num_workers;          /* >= 1: a thread prefetches batches (ct_batcher.h) */
     int64_t ckpt_every_steps; /* 0 = only at epoch ends */
     int keep_checkpoints;
     bool resume_never;

@@ -33,7 +33,7 @@ typedef struct ct_train_state {
     ct_eval_result_t best; /* that evaluation (its test numbers are reported, never selected on) */
     double loss_sum;       /* since the last evaluation */
     int64_t loss_steps;
-    double positions;      /* targets trained on since the last evaluation */
+    double positions; /* targets trained on since the last evaluation */
 } ct_train_state_t;
 
 typedef struct ct_trainer {
@@ -50,12 +50,12 @@ typedef struct ct_trainer {
     ct_eval_result_t popularity;
 
     /* training samples: users with >= 2 training items */
-    int32_t *samples;  /* (n_samples) user ids */
-    int32_t *targets;  /* (n_samples) positions with a target: min(train_len - 1, L) */
+    int32_t *samples; /* (n_samples) user ids */
+    int32_t *targets; /* (n_samples) positions with a target: min(train_len - 1, L) */
     int64_t n_samples;
-    ct_shard_t shard;  /* global_batch = batch_size * grad_accum */
+    ct_shard_t shard; /* global_batch = batch_size * grad_accum */
     int64_t steps_per_epoch, total_steps;
-    int micro;         /* rows per micro-batch on this rank */
+    int micro; /* rows per micro-batch on this rank */
     ct_batcher_t batcher;
 
     ct_ckpt_dir_t ckpt;

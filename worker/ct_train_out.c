@@ -95,8 +95,8 @@ void ct_out_header(ct_trainer_t *t)
            "%lld steps per epoch, %d epochs, lr %g (%s, warmup %lld, scale %s), l2_emb %g, "
            "grad_clip %g, seed %llu; %s backend, %d BLAS thread%s\n",
            c->batch_size, c->grad_accum, (long long)t->shard.global_batch, t->env->world_size,
-           t->env->world_size == 1 ? "" : "s", (long long)t->steps_per_epoch, c->num_epochs,
-           c->lr, ct_lr_schedule_name(c->lr_schedule), (long long)c->warmup_steps,
+           t->env->world_size == 1 ? "" : "s", (long long)t->steps_per_epoch, c->num_epochs, c->lr,
+           ct_lr_schedule_name(c->lr_schedule), (long long)c->warmup_steps,
            ct_lr_scale_name(c->lr_scale), c->l2_emb, c->grad_clip, (unsigned long long)c->seed,
            t->ops.name, c->threads, c->threads == 1 ? "" : "s");
     printf("# evaluation every %d epoch%s: ", c->eval_every, c->eval_every == 1 ? "" : "s");
@@ -185,12 +185,11 @@ void ct_out_progress(ct_trainer_t *t, double loss, bool force)
                  (long long)fmod(left / 60, 60), (long long)fmod(left, 60));
     }
     char line[256];
-    snprintf(line, sizeof line,
-             "epoch %lld/%d step %lld/%lld loss %.5f %.0f pos/s train %.0fs eta %s",
-             (long long)epoch + 1, t->cfg->num_epochs, (long long)t->step,
-             (long long)t->total_steps, loss,
-             t->train_seconds > 0 ? t->st.positions / t->train_seconds : 0.0,
-             t->total_train_seconds, eta);
+    snprintf(
+        line, sizeof line, "epoch %lld/%d step %lld/%lld loss %.5f %.0f pos/s train %.0fs eta %s",
+        (long long)epoch + 1, t->cfg->num_epochs, (long long)t->step, (long long)t->total_steps,
+        loss, t->train_seconds > 0 ? t->st.positions / t->train_seconds : 0.0,
+        t->total_train_seconds, eta);
     if (t->tty)
         fprintf(stderr, "\r\033[K%s", line);
     else
@@ -289,8 +288,8 @@ static int ct__cut_metrics(const char *dir, int64_t keep_step, ct_errbuf_t *eb)
     fclose(f);
     int rc = 0;
     if (dropped > 0) {
-        ct_log_info("%s: dropped %d record%s after step %lld (this run replays those steps)",
-                    path, dropped, dropped == 1 ? "" : "s", (long long)keep_step);
+        ct_log_info("%s: dropped %d record%s after step %lld (this run replays those steps)", path,
+                    dropped, dropped == 1 ? "" : "s", (long long)keep_step);
         if (len > 0 && kept[len - 1] == '\n')
             kept[--len] = '\0';
         if (len == 0)
@@ -404,16 +403,15 @@ json_t *ct_out_summary(ct_trainer_t *t)
     json_object_set_new(o, "steps", json_integer((json_int_t)t->step));
     json_object_set_new(o, "skipped_steps", json_integer((json_int_t)t->st.skipped_steps));
     json_object_set_new(o, "train_seconds", json_real(t->total_train_seconds));
-    json_object_set_new(o, "wall_seconds",
-                        json_real((double)(ct_time_ns() - t->t_start_ns) / 1e9));
+    json_object_set_new(o, "wall_seconds", json_real((double)(ct_time_ns() - t->t_start_ns) / 1e9));
     json_object_set_new(o, "parameters", json_integer((json_int_t)t->model->num_params));
     if (t->st.has_best) {
         json_t *b = ct_out_result_json(&t->st.best);
         json_object_set_new(b, "epoch", json_integer((json_int_t)t->st.best_epoch));
         json_object_set_new(b, "step", json_integer((json_int_t)t->st.best_step));
-        json_object_set_new(b, "selected_on", json_string((c->eval & CT_EVAL_MODE_FULL)
-                                                              ? "valid.full_ndcg@10"
-                                                              : "valid.ndcg@10"));
+        json_object_set_new(
+            b, "selected_on",
+            json_string((c->eval & CT_EVAL_MODE_FULL) ? "valid.full_ndcg@10" : "valid.ndcg@10"));
         json_object_set_new(o, "best", b);
     }
     if (t->has_last) {

@@ -137,8 +137,8 @@ static void ct__attention_forward(ct_ops_t *o, float *out, float *att, float *sc
 }
 
 static void ct__attention_backward(ct_ops_t *o, float *dqkv, float *scratch, const float *dout,
-                                   const float *att, const float *qkv, const int32_t *qmask,
-                                   int B, int L, int C, int NH, ct_dropout_t d)
+                                   const float *att, const float *qkv, const int32_t *qmask, int B,
+                                   int L, int C, int NH, ct_dropout_t d)
 {
     (void)o;
     ct_attention_backward_cpu(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, d);
@@ -157,8 +157,7 @@ static void ct__relu_backward(ct_ops_t *o, float *dinp, const float *dout, const
     ct_relu_backward_cpu(dinp, dout, out, n);
 }
 
-static void ct__residual_forward(ct_ops_t *o, float *out, const float *a, const float *b,
-                                 int64_t n)
+static void ct__residual_forward(ct_ops_t *o, float *out, const float *a, const float *b, int64_t n)
 {
     (void)o;
     ct_residual_forward_cpu(out, a, b, n);

@@ -13,9 +13,8 @@
 #include "ref64.h"
 
 /* The parameter called name (printf-style), as a pointer into W. */
-__attribute__((format(printf, 3, 4))) static const double *P(const ct_model_t *m,
-                                                             const double *W, const char *fmt,
-                                                             ...)
+__attribute__((format(printf, 3, 4))) static const double *P(const ct_model_t *m, const double *W,
+                                                             const char *fmt, ...)
 {
     char name[CT_PARAM_NAME_MAX];
     va_list ap;
@@ -102,8 +101,8 @@ double sasrec_ref_forward(const ct_model_t *m, const double *W, const int32_t *s
             ref_timeline_mask(x, seq, N, C);
     }
 #undef DROP
-    ref_layernorm(t, x, P(m, W, "last_layernorm.weight"), P(m, W, "last_layernorm.bias"), N,
-                  C, eps);
+    ref_layernorm(t, x, P(m, W, "last_layernorm.weight"), P(m, W, "last_layernorm.bias"), N, C,
+                  eps);
     double loss = 0.0;
     if (pos && neg) {
         const double *wte = P(m, W, "item_emb.weight");

@@ -36,14 +36,20 @@ static const char *ctrain;
 static char root[256];
 
 #define DATA "synthetic:users=240,items=120,len=24,seed=3"
-#define TINY                                                                                   \
-    "--dataset", DATA, "--maxlen", "20", "--hidden_units", "16", "--num_heads", "2",           \
+#define TINY                                                                         \
+    "--dataset", DATA, "--maxlen", "20", "--hidden_units", "16", "--num_heads", "2", \
         "--batch_size", "32", "--lr", "0.005", "--seed", "7"
 
 /* Environment of a plain single-process run: no torchrun variables from the test's caller. */
-static const char *const plain_env[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                                        "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_ERROR_FILE",
-                                        "CTRUN_HEARTBEAT_FD", "MASTER_ADDR", "MASTER_PORT",
+static const char *const plain_env[] = {"RANK",
+                                        "WORLD_SIZE",
+                                        "LOCAL_RANK",
+                                        "LOCAL_WORLD_SIZE",
+                                        "TORCHELASTIC_RESTART_COUNT",
+                                        "TORCHELASTIC_ERROR_FILE",
+                                        "CTRUN_HEARTBEAT_FD",
+                                        "MASTER_ADDR",
+                                        "MASTER_PORT",
                                         NULL};
 
 static void run(ct_child_t *c, const char *const *env, const char *first, ...)
@@ -129,8 +135,8 @@ static void expect_usage_error(const char *needle, const char *a1, const char *a
 {
     ct_child_t c;
     run(&c, NULL, a1, a2, a3, a4, NULL);
-    CT_ASSERT_MSG(c.exit_code == 2, "%s %s %s %s: exit %d (want 2), stderr: %s", a1,
-                  a2 ? a2 : "", a3 ? a3 : "", a4 ? a4 : "", c.exit_code, c.err);
+    CT_ASSERT_MSG(c.exit_code == 2, "%s %s %s %s: exit %d (want 2), stderr: %s", a1, a2 ? a2 : "",
+                  a3 ? a3 : "", a4 ? a4 : "", c.exit_code, c.err);
     CT_ASSERT_MSG(count_lines(c.err) == 1, "want one line, got: %s", c.err);
     CT_ASSERT_STR_CONTAINS(c.err, needle);
     CT_ASSERT_EQ(c.out_len, 0);
@@ -156,8 +162,8 @@ static void test_flags(void)
     expect_usage_error("--dataset", "--dataset", "/nonexistent/ml-1m.txt", NULL, NULL);
     expect_usage_error("--dataset", "--dataset", "synthetic:users=x", NULL, NULL);
     expect_usage_error("--inference_only", "--inference_only", "true", NULL, NULL);
-    expect_usage_error("--state_dict_path", "--state_dict_path", "/nonexistent.safetensors",
-                       NULL, NULL);
+    expect_usage_error("--state_dict_path", "--state_dict_path", "/nonexistent.safetensors", NULL,
+                       NULL);
     expect_usage_error("--maxlen: missing value", "--maxlen", NULL, NULL, NULL);
     expect_usage_error("--resume", "--resume", "sometimes", NULL, NULL);
     expect_usage_error("--lr_schedule", "--lr-schedule", "step", NULL, NULL);
@@ -170,13 +176,23 @@ static void test_flags(void)
     ct_child_t c;
     run(&c, NULL, "--help", NULL);
     CT_ASSERT_EQ(c.exit_code, 0);
-    const char *flags[] = {"dataset", "train_dir", "batch_size", "lr", "maxlen", "hidden_units",
-                           "num_blocks", "num_epochs", "num_heads", "dropout_rate", "l2_emb",
-                           "device", "inference_only", "state_dict_path", "norm_first", "seed",
-                           "eval_every", "eval", "backend", "num_workers", "layout",
-                           "data_format", "ckpt_every_steps", "keep_checkpoints", "resume",
-                           "grad_clip", "warmup_steps", "lr_schedule", "grad_accum", "lr_scale",
-                           "base_batch_size", "skip_invalid_loss", "threads"};
+    const char *flags[] = {"dataset",          "train_dir",
+                           "batch_size",       "lr",
+                           "maxlen",           "hidden_units",
+                           "num_blocks",       "num_epochs",
+                           "num_heads",        "dropout_rate",
+                           "l2_emb",           "device",
+                           "inference_only",   "state_dict_path",
+                           "norm_first",       "seed",
+                           "eval_every",       "eval",
+                           "backend",          "num_workers",
+                           "layout",           "data_format",
+                           "ckpt_every_steps", "keep_checkpoints",
+                           "resume",           "grad_clip",
+                           "warmup_steps",     "lr_schedule",
+                           "grad_accum",       "lr_scale",
+                           "base_batch_size",  "skip_invalid_loss",
+                           "threads"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         char f[64];
         snprintf(f, sizeof f, "--%s ", flags[i]);
@@ -197,8 +213,8 @@ static void test_spellings(void)
     ct_child_t c;
     run(&c, NULL, "--train-dir", dir, "--dataset=" DATA, "--maxlen", "10", "--hidden-units=8",
         "--batch-size", "40", "--num-epochs", "1", "--norm-first", "--eval", "sampled",
-        "--grad-clip=1.5", "--lr-schedule", "cosine", "--warmup-steps", "2", "--lr-scale",
-        "sqrt", "--base-batch-size", "10", "--num_workers", "3", NULL);
+        "--grad-clip=1.5", "--lr-schedule", "cosine", "--warmup-steps", "2", "--lr-scale", "sqrt",
+        "--base-batch-size", "10", "--num_workers", "3", NULL);
     CT_ASSERT_MSG(c.exit_code == 0, "exit %d: %s", c.exit_code, c.err);
     ct_child_close(&c);
     json_t *a = load_json(dir, "args.json");
@@ -229,9 +245,16 @@ static void test_world_size_refused(void)
     dir_path(dir, sizeof dir, "world2");
     char ef[400];
     snprintf(ef, sizeof ef, "TORCHELASTIC_ERROR_FILE=%s", errfile);
-    const char *env[] = {"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2",
-                         "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500", ef,
-                         "TORCHELASTIC_RESTART_COUNT", "CTRUN_HEARTBEAT_FD", NULL};
+    const char *env[] = {"RANK=1",
+                         "WORLD_SIZE=2",
+                         "LOCAL_RANK=1",
+                         "LOCAL_WORLD_SIZE=2",
+                         "MASTER_ADDR=127.0.0.1",
+                         "MASTER_PORT=29500",
+                         ef,
+                         "TORCHELASTIC_RESTART_COUNT",
+                         "CTRUN_HEARTBEAT_FD",
+                         NULL};
     ct_child_t c;
     run(&c, env, "--train_dir", dir, TINY, NULL);
     CT_ASSERT_EQ(c.exit_code, 1);
@@ -242,8 +265,7 @@ static void test_world_size_refused(void)
     json_error_t je;
     json_t *e = json_load_file(errfile, 0, &je);
     CT_ASSERT_MSG(e != NULL, "error file: %s", je.text);
-    const char *msg =
-        json_string_value(json_object_get(json_object_get(e, "message"), "message"));
+    const char *msg = json_string_value(json_object_get(json_object_get(e, "message"), "message"));
     CT_ASSERT_STR_CONTAINS(msg, "WORLD_SIZE=2");
     json_decref(e);
 }
@@ -272,8 +294,7 @@ static void test_learns(void)
         CT_ASSERT_MSG(model >= 3.0 * pop && pop > 0, "%s %.4f is not 3x the popularity %.4f",
                       keys[i][0], model, pop);
     }
-    CT_ASSERT_STR_EQ(json_string_value(json_object_get(json_object_get(s, "best"),
-                                                       "selected_on")),
+    CT_ASSERT_STR_EQ(json_string_value(json_object_get(json_object_get(s, "best"), "selected_on")),
                      "valid.full_ndcg@10");
     json_decref(s);
 
@@ -362,8 +383,9 @@ static void test_resume_bit_identical(void)
 
     /* The same run, killed (SIGKILL, no chance to clean up) once a checkpoint past step 20
      * exists: wherever that lands, the restart must end in the same place. */
-    char *argv[] = {(char *)ctrain, "--train_dir", dir, TINY, "--num_epochs", "120",
-                    "--eval_every", "40", "--ckpt_every_steps", "7", NULL};
+    char *argv[] = {
+        (char *)ctrain, "--train_dir",        dir, TINY, "--num_epochs", "120", "--eval_every",
+        "40",           "--ckpt_every_steps", "7", NULL};
     ct_child_opts_t o = {.env = plain_env};
     CT_ASSERT_OK(ct_child_start(&c, argv, &o));
     snprintf(latest, sizeof latest, "%s/latest", dir);
@@ -392,8 +414,13 @@ static void test_resume_bit_identical(void)
     snprintf(fa, sizeof fa, "%s/final.safetensors", dir);
     CT_ASSERT(access(fa, F_OK) != 0);
 
-    const char *env[] = {"TORCHELASTIC_RESTART_COUNT=1", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-                         "LOCAL_WORLD_SIZE", "TORCHELASTIC_ERROR_FILE", "CTRUN_HEARTBEAT_FD",
+    const char *env[] = {"TORCHELASTIC_RESTART_COUNT=1",
+                         "RANK",
+                         "WORLD_SIZE",
+                         "LOCAL_RANK",
+                         "LOCAL_WORLD_SIZE",
+                         "TORCHELASTIC_ERROR_FILE",
+                         "CTRUN_HEARTBEAT_FD",
                          NULL};
     /* --num_workers 0 (batches built inline) must give the same stream as the default
      * prefetching thread the reference run used. */
@@ -431,8 +458,8 @@ static void test_resume_refused_and_never(void)
     char dir[300];
     dir_path(dir, sizeof dir, "learn"); /* finished by test_learns */
     ct_child_t c;
-    run(&c, NULL, "--train_dir", dir, "--dataset", DATA, "--maxlen", "20", "--hidden_units",
-        "24", "--num_heads", "2", "--batch_size", "32", "--seed", "7", NULL);
+    run(&c, NULL, "--train_dir", dir, "--dataset", DATA, "--maxlen", "20", "--hidden_units", "24",
+        "--num_heads", "2", "--batch_size", "32", "--seed", "7", NULL);
     CT_ASSERT_EQ(c.exit_code, 1);
     CT_ASSERT_STR_CONTAINS(c.err, "refusing to resume");
     CT_ASSERT_STR_CONTAINS(c.err, "hidden_units: 16 vs 24");
@@ -518,8 +545,8 @@ static void test_inference(void)
             continue;
         CT_ASSERT(n < 64);
         bufs[n] = malloc(t->nbytes);
-        v[n] = (ct_tensor_view_t){.name = strdup(t->name), .dtype = t->dtype, .ndim = t->ndim,
-                                  .data = bufs[n]};
+        v[n] = (ct_tensor_view_t){
+            .name = strdup(t->name), .dtype = t->dtype, .ndim = t->ndim, .data = bufs[n]};
         memcpy(v[n].shape, t->shape, sizeof v[n].shape);
         n++;
     }

@@ -57,22 +57,22 @@ static void *slot_of(shm_rank_t *r, size_t nbytes)
     return s->slot[r->rank];
 }
 
-#define SUM_IMPL(NAME, T)                                                                      \
-    static int NAME(ct_reducer_t *red, T *buf, int64_t n, ct_errbuf_t *eb)                     \
-    {                                                                                          \
-        (void)eb;                                                                              \
-        shm_rank_t *r = red->impl;                                                             \
-        shm_t *s = r->s;                                                                       \
-        memcpy(slot_of(r, (size_t)n * sizeof(T)), buf, (size_t)n * sizeof(T));                \
-        pthread_barrier_wait(&s->bar);                                                         \
-        for (int64_t i = 0; i < n; i++) {                                                      \
-            T acc = 0;                                                                         \
-            for (int k = 0; k < s->world; k++)                                                 \
-                acc += ((T *)s->slot[k])[i];                                                   \
-            buf[i] = acc;                                                                      \
-        }                                                                                      \
-        pthread_barrier_wait(&s->bar);                                                         \
-        return 0;                                                                              \
+#define SUM_IMPL(NAME, T)                                                      \
+    static int NAME(ct_reducer_t *red, T *buf, int64_t n, ct_errbuf_t *eb)     \
+    {                                                                          \
+        (void)eb;                                                              \
+        shm_rank_t *r = red->impl;                                             \
+        shm_t *s = r->s;                                                       \
+        memcpy(slot_of(r, (size_t)n * sizeof(T)), buf, (size_t)n * sizeof(T)); \
+        pthread_barrier_wait(&s->bar);                                         \
+        for (int64_t i = 0; i < n; i++) {                                      \
+            T acc = 0;                                                         \
+            for (int k = 0; k < s->world; k++)                                 \
+                acc += ((T *)s->slot[k])[i];                                   \
+            buf[i] = acc;                                                      \
+        }                                                                      \
+        pthread_barrier_wait(&s->bar);                                         \
+        return 0;                                                              \
     }
 SUM_IMPL(shm_f32, float)
 SUM_IMPL(shm_f64, double)
@@ -96,7 +96,7 @@ static void shm_close(ct_reducer_t *red)
     (void)red;
 }
 
-/* ---- runs ------------------------------------------------------------------------------------- */
+/* ---- runs ------------------------------------------------------------------------------------ */
 
 typedef struct job {
     const ct_train_cfg_t *cfg;
@@ -136,15 +136,24 @@ static void train(const ct_train_cfg_t *cfg, int W)
         job_t *j = &jobs[r];
         memset(j, 0, sizeof *j);
         j->cfg = cfg;
-        j->env = (ct_worker_env_t){.launched = W > 1, .rank = r, .world_size = W,
-                                   .local_rank = r, .local_world_size = W, .heartbeat_fd = -1};
+        j->env = (ct_worker_env_t){.launched = W > 1,
+                                   .rank = r,
+                                   .world_size = W,
+                                   .local_rank = r,
+                                   .local_world_size = W,
+                                   .heartbeat_fd = -1};
         if (W == 1) {
             ct_reducer_local_init(&j->red);
         } else {
             j->sr = (shm_rank_t){&s, r};
-            j->red = (ct_reducer_t){.rank = r, .world_size = W, .name = "shm", .impl = &j->sr,
-                                    .allreduce_f32 = shm_f32, .allreduce_f64 = shm_f64,
-                                    .broadcast = shm_broadcast, .close = shm_close};
+            j->red = (ct_reducer_t){.rank = r,
+                                    .world_size = W,
+                                    .name = "shm",
+                                    .impl = &j->sr,
+                                    .allreduce_f32 = shm_f32,
+                                    .allreduce_f64 = shm_f64,
+                                    .broadcast = shm_broadcast,
+                                    .close = shm_close};
         }
         CT_ASSERT(pthread_create(&th[r], NULL, job_main, j) == 0);
     }

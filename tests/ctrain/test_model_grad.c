@@ -42,10 +42,10 @@ enum { B = 2, L = 5, C = 8, NH = 2, NI = 20, NB = 2 };
 static const int32_t seq[B * L] = {0, 0, 3, 7, 1, 4, 9, 15, 2, 20};
 static const int32_t pos[B * L] = {0, 0, 7, 1, 12, 9, 15, 2, 20, 8};
 static const int32_t neg[B * L] = {0, 0, 5, 9, 2, 5, 11, 3, 17, 6};
-#define COUNT  7.0f /* targets (pos != 0) */
-#define SEED   2024u
-#define STEP   3
-#define ROW0   5
+#define COUNT 7.0f /* targets (pos != 0) */
+#define SEED  2024u
+#define STEP  3
+#define ROW0  5
 
 static const char *const lname[] = {"post_ln", "pre_ln", "original", "original2020"};
 
@@ -53,9 +53,15 @@ static ct_ops_t ops;
 
 static ct_model_t *make(ct_layout_t layout, float p, bool no_skip, int max_batch)
 {
-    ct_model_cfg_t cfg = {.kind = CT_MODEL_SASREC, .layout = layout, .num_items = NI,
-                          .maxlen = L, .hidden = C, .num_heads = NH, .num_blocks = NB,
-                          .dropout = p, .no_skip = no_skip};
+    ct_model_cfg_t cfg = {.kind = CT_MODEL_SASREC,
+                          .layout = layout,
+                          .num_items = NI,
+                          .maxlen = L,
+                          .hidden = C,
+                          .num_heads = NH,
+                          .num_blocks = NB,
+                          .dropout = p,
+                          .no_skip = no_skip};
     ct_model_t *m = NULL;
     ct_errbuf_t eb;
     int rc = ct_model_create(&m, &cfg, &ops, max_batch, &eb);
@@ -102,8 +108,8 @@ static double ref_objective(void *vp)
 /* Forward + backward + l2 of the float model; returns the total loss. */
 static float run(ct_model_t *m, float l2, int b0, int nb, int64_t row0)
 {
-    ct_model_batch_t mb = {.B = nb, .seq = seq + b0 * L, .pos = pos + b0 * L,
-                           .neg = neg + b0 * L, .row0 = row0};
+    ct_model_batch_t mb = {
+        .B = nb, .seq = seq + b0 * L, .pos = pos + b0 * L, .neg = neg + b0 * L, .row0 = row0};
     float loss = 0, pen = 0;
     CT_ASSERT_OK(ct_model_forward_backward(m, &mb, COUNT, SEED, STEP, &loss));
     CT_ASSERT_OK(ct_model_l2(m, l2, CT_L2_SQUARED, &pen));
@@ -147,9 +153,9 @@ static void check_model(ct_layout_t layout, float p, float l2)
                               (double)m->grads_mem[t->offset + (size_t)c]);
             skip = (size_t)t->shape[1];
         }
-        worst = fmax(worst, kc_check(t->name, m->grads_mem + t->offset + skip,
-                                     g64 + t->offset + skip, (int64_t)(t->numel - skip), 2e-6,
-                                     2e-5));
+        worst =
+            fmax(worst, kc_check(t->name, m->grads_mem + t->offset + skip, g64 + t->offset + skip,
+                                 (int64_t)(t->numel - skip), 2e-6, 2e-5));
     }
     printf("  worst tensor: %.1f%% of its tolerance\n", worst);
 
@@ -162,8 +168,8 @@ static void check_model(ct_layout_t layout, float p, float l2)
                   (double)loss);
     for (size_t i = 0; i < P; i++)
         CT_ASSERT_MSG(ms->grads_mem[i] == m->grads_mem[i],
-                      "gradient %zu: %.9g without skipping, %.9g with", i,
-                      (double)ms->grads_mem[i], (double)m->grads_mem[i]);
+                      "gradient %zu: %.9g without skipping, %.9g with", i, (double)ms->grads_mem[i],
+                      (double)m->grads_mem[i]);
     printf("  padding-query skipping: loss and all %zu gradients identical\n", P);
 
     /* Two micro-batches of one row each (row0 = ROW0 and ROW0 + 1): the same gradients. */
@@ -230,8 +236,13 @@ static void test_host_mirror(void)
     ct_ops_t dev;
     ct_ops_cpu_init(&dev);
     dev.host_memory = false;
-    ct_model_cfg_t cfg = {.kind = CT_MODEL_SASREC, .layout = CT_LAYOUT_POST_LN, .num_items = NI,
-                          .maxlen = L, .hidden = C, .num_heads = NH, .num_blocks = NB};
+    ct_model_cfg_t cfg = {.kind = CT_MODEL_SASREC,
+                          .layout = CT_LAYOUT_POST_LN,
+                          .num_items = NI,
+                          .maxlen = L,
+                          .hidden = C,
+                          .num_heads = NH,
+                          .num_blocks = NB};
     ct_model_t *a = NULL, *d = NULL;
     ct_errbuf_t eb;
     CT_ASSERT_OK(ct_model_create(&a, &cfg, &ops, B, &eb));
@@ -263,8 +274,12 @@ static void test_host_mirror(void)
 /* SASRec.pytorch's initialisation, statistically, on a model big enough to measure. */
 static void test_init(void)
 {
-    ct_model_cfg_t cfg = {.kind = CT_MODEL_SASREC, .layout = CT_LAYOUT_POST_LN,
-                          .num_items = 3000, .maxlen = 50, .hidden = 64, .num_heads = 1,
+    ct_model_cfg_t cfg = {.kind = CT_MODEL_SASREC,
+                          .layout = CT_LAYOUT_POST_LN,
+                          .num_items = 3000,
+                          .maxlen = 50,
+                          .hidden = 64,
+                          .num_heads = 1,
                           .num_blocks = 1};
     ct_model_t *m = NULL, *m2 = NULL;
     ct_errbuf_t eb;
@@ -300,12 +315,16 @@ static void test_init(void)
         }
         case CT_INIT_FANIN_UNIFORM: {
             double bound = 1.0 / sqrt((double)p->fan_in);
-            CT_ASSERT_MSG(mx <= bound && mx > 0.5 * bound, "%s: max |w| %g, bound %g", p->name,
-                          mx, bound);
+            CT_ASSERT_MSG(mx <= bound && mx > 0.5 * bound, "%s: max |w| %g, bound %g", p->name, mx,
+                          bound);
             break;
         }
-        case CT_INIT_ZEROS: CT_ASSERT(mx == 0.0); break;
-        case CT_INIT_ONES: CT_ASSERT(mean == 1.0 && sd == 0.0); break;
+        case CT_INIT_ZEROS:
+            CT_ASSERT(mx == 0.0);
+            break;
+        case CT_INIT_ONES:
+            CT_ASSERT(mean == 1.0 && sd == 0.0);
+            break;
         }
     }
     ct_model_destroy(m);

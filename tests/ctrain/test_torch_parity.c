@@ -85,8 +85,8 @@ static double *read_f32(ct_st_file_t *f, const char *name, size_t n)
 
 static void read_i32(ct_st_file_t *f, const char *name, int32_t *out, int B, int L)
 {
-    ct_tensor_view_t v = {.name = name, .dtype = CT_DTYPE_I32, .ndim = 2, .shape = {B, L},
-                          .data = out};
+    ct_tensor_view_t v = {
+        .name = name, .dtype = CT_DTYPE_I32, .ndim = 2, .shape = {B, L}, .data = out};
     ct_errbuf_t eb;
     int rc = ct_st_read(f, &v, 1, CT_ST_ALLOW_EXTRA, &eb);
     CT_ASSERT_MSG(rc == 0, "%s: %s", name, eb.msg);
@@ -110,9 +110,12 @@ static void check_layout(const char *name, ct_layout_t layout)
     CT_ASSERT_MSG(rc == 0, "%s", eb.msg);
     const int B = meta_int(f, "B"), L = meta_int(f, "L");
     const double lr = atof(ct_st_meta(f, "lr")), l2 = atof(ct_st_meta(f, "l2"));
-    ct_model_cfg_t cfg = {.kind = CT_MODEL_SASREC, .layout = layout,
-                          .num_items = meta_int(f, "items"), .maxlen = L,
-                          .hidden = meta_int(f, "d"), .num_heads = meta_int(f, "heads"),
+    ct_model_cfg_t cfg = {.kind = CT_MODEL_SASREC,
+                          .layout = layout,
+                          .num_items = meta_int(f, "items"),
+                          .maxlen = L,
+                          .hidden = meta_int(f, "d"),
+                          .num_heads = meta_int(f, "heads"),
                           .num_blocks = meta_int(f, "blocks")};
     ct_model_t *m = NULL;
     CT_ASSERT_OK(ct_model_create(&m, &cfg, &ops, B, &eb));
@@ -133,7 +136,7 @@ static void check_layout(const char *name, ct_layout_t layout)
     CT_ASSERT_OK(ct_model_forward_backward(m, &mb, count, 1, 0, &loss));
     CT_ASSERT_OK(ct_model_l2(m, (float)l2, CT_L2_SQUARED, &pen));
     loss += pen;
-    float *pl = KC_ALLOC(float, B * L), *nl = KC_ALLOC(float, B * L);
+    float *pl = KC_ALLOC(float, B *L), *nl = KC_ALLOC(float, B *L);
     CT_ASSERT_OK(m->vt->logits(m, pl, nl, (int64_t)B * L));
     double *rl = read_f32(f, "loss", 1), *rpl = read_f32(f, "pos_logits", (size_t)B * L),
            *rnl = read_f32(f, "neg_logits", (size_t)B * L);
@@ -148,8 +151,8 @@ static void check_layout(const char *name, ct_layout_t layout)
         const ct_param_t *p = &m->params[i];
         snprintf(key, sizeof key, "grad.%s", p->name);
         double *g = read_f32(f, key, p->numel);
-        worst = fmax(worst, kc_check(key, m->grads_mem + p->offset, g, (int64_t)p->numel, 2e-6,
-                                     2e-5));
+        worst =
+            fmax(worst, kc_check(key, m->grads_mem + p->offset, g, (int64_t)p->numel, 2e-6, 2e-5));
         free(g);
     }
     printf("  gradients: worst tensor %.1f%% of its tolerance\n", worst);
@@ -192,7 +195,7 @@ static void check_layout(const char *name, ct_layout_t layout)
     const float *feats = NULL;
     int ldf = 0;
     CT_ASSERT_OK(ct_model_forward_features(m, seq, NULL, B, &feats, &ldf));
-    float *got = KC_ALLOC(float, (size_t)B * cfg.hidden);
+    float *got = KC_ALLOC(float, (size_t)B *cfg.hidden);
     for (int b = 0; b < B; b++)
         memcpy(got + (size_t)b * cfg.hidden, feats + (size_t)b * ldf,
                (size_t)cfg.hidden * sizeof *got);

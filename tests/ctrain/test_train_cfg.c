@@ -44,8 +44,9 @@ static void test_spellings(void)
 {
     ct_train_cfg_t c;
     ct_errbuf_t eb;
-    const char *a[] = {"--batch-size", "64", "--hidden_units=32", "--norm-first", "--num_heads",
-                       "4", "--inference_only", "false", "--skip_invalid_loss", "--seed=9"};
+    const char *a[] = {"--batch-size",        "64",      "--hidden_units=32", "--norm-first",
+                       "--num_heads",         "4",       "--inference_only",  "false",
+                       "--skip_invalid_loss", "--seed=9"};
     CT_ASSERT_OK(parse(&c, &eb, a, 10));
     CT_ASSERT_EQ(c.batch_size, 64);
     CT_ASSERT_EQ(c.hidden_units, 32);
@@ -71,13 +72,23 @@ static void test_spellings(void)
 
     /* args.json holds every setting */
     json_t *j = ct_train_cfg_to_json(&c);
-    const char *keys[] = {"dataset", "train_dir", "batch_size", "lr", "maxlen", "hidden_units",
-                          "num_blocks", "num_epochs", "num_heads", "dropout_rate", "l2_emb",
-                          "device", "inference_only", "state_dict_path", "norm_first", "layout",
-                          "data_format", "seed", "eval_every", "eval", "backend", "num_workers",
-                          "ckpt_every_steps", "keep_checkpoints", "resume", "grad_clip",
-                          "warmup_steps", "lr_schedule", "grad_accum", "lr_scale",
-                          "base_batch_size", "skip_invalid_loss", "threads"};
+    const char *keys[] = {"dataset",          "train_dir",
+                          "batch_size",       "lr",
+                          "maxlen",           "hidden_units",
+                          "num_blocks",       "num_epochs",
+                          "num_heads",        "dropout_rate",
+                          "l2_emb",           "device",
+                          "inference_only",   "state_dict_path",
+                          "norm_first",       "layout",
+                          "data_format",      "seed",
+                          "eval_every",       "eval",
+                          "backend",          "num_workers",
+                          "ckpt_every_steps", "keep_checkpoints",
+                          "resume",           "grad_clip",
+                          "warmup_steps",     "lr_schedule",
+                          "grad_accum",       "lr_scale",
+                          "base_batch_size",  "skip_invalid_loss",
+                          "threads"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         CT_ASSERT_MSG(json_object_get(j, keys[i]) != NULL, "args.json lacks %s", keys[i]);
     CT_ASSERT_EQ(json_object_size(j), sizeof keys / sizeof keys[0]);
@@ -118,9 +129,14 @@ static void test_lr_schedule(void)
 
 static void test_model_cfg(void)
 {
-    ct_model_cfg_t a = {.kind = CT_MODEL_SASREC, .layout = CT_LAYOUT_ORIGINAL2020,
-                        .num_items = 3416, .maxlen = 200, .hidden = 50, .num_heads = 1,
-                        .num_blocks = 2, .dropout = 0.2f};
+    ct_model_cfg_t a = {.kind = CT_MODEL_SASREC,
+                        .layout = CT_LAYOUT_ORIGINAL2020,
+                        .num_items = 3416,
+                        .maxlen = 200,
+                        .hidden = 50,
+                        .num_heads = 1,
+                        .num_blocks = 2,
+                        .dropout = 0.2f};
     json_t *j = ct_model_cfg_to_json(&a);
     ct_model_cfg_t b = {0};
     ct_errbuf_t eb;
