@@ -1,9 +1,10 @@
 /*
  * ctrain.c - main() of ctrain, the native SASRec trainer: flags (exit 2 on a bad one), the
  * torchrun environment and runtime (heartbeat, error file, fatal signals), the reducer for
- * the world size, then training or --inference_only. Every failure after the flags is one
- * line on stderr and in TORCHELASTIC_ERROR_FILE, exit 1. The work itself is in ct_train.c,
- * ct_infer.c and what they call.
+ * the world size, then training or --inference_only. A problem with the environment (a bad
+ * variable, WORLD_SIZE > 1 without a communicator) is one line on stderr and in
+ * TORCHELASTIC_ERROR_FILE; a failure of the run goes through ct_worker_fail (the same, plus a
+ * backtrace). Both exit 1. The work itself is in ct_train.c, ct_infer.c and what they call.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +19,8 @@
 #include "ct_train_cfg.h"
 #include "ctworker.h"
 
-/* A detected failure: one line (the message says what and where), the error file for the
- * launcher's report, exit 1. No backtrace: these errors come with their reason. */
+/* A problem with how ctrain was started: one line (the message says what and where), the
+ * error file for the launcher's report, exit 1. No backtrace: it would only show main(). */
 static void __attribute__((noreturn)) ctrain_fail(const char *msg)
 {
     ct_log_error("%s", msg);
@@ -74,7 +75,7 @@ int main(int argc, char **argv)
                             : ct_train_run(&cfg, &env, &red, &eb);
     ct_reducer_close(&red);
     if (rc != 0)
-        ctrain_fail(eb.msg);
+        ct_worker_fail("%s", eb.msg); /* the runtime's fatal path: error file with backtrace */
     ct_worker_cleanup();
     return 0;
 }

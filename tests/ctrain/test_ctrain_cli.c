@@ -525,6 +525,20 @@ static void test_inference(void)
     json_decref(got);
     ct_child_close(&c);
 
+    /* --state_dict_path without --inference_only: training starts from those weights, so
+     * the first epoch's loss is far below a fresh model's (about 1.39 = 2 ln 2). */
+    char warm[300];
+    dir_path(warm, sizeof warm, "warm");
+    run(&c, NULL, "--train_dir", warm, TINY, "--num_epochs", "1", "--state_dict_path", best, NULL);
+    CT_ASSERT_MSG(c.exit_code == 0, "exit %d: %s", c.exit_code, c.err);
+    ct_child_close(&c);
+    json_t *wm[2];
+    CT_ASSERT_EQ(read_metrics(warm, wm, 2), 1);
+    double warm_loss = json_number_value(json_object_get(wm[0], "train_loss"));
+    printf("  first epoch from the best checkpoint: train loss %.4f\n", warm_loss);
+    CT_ASSERT(warm_loss < 1.2);
+    json_decref(wm[0]);
+
     run(&c, NULL, "--inference_only", "--state_dict_path", best, "--dataset", DATA,
         "--hidden_units", "32", NULL);
     CT_ASSERT_EQ(c.exit_code, 1);
