@@ -141,7 +141,8 @@ static int ct__save(ct_trainer_t *t, ct_ckpt_kind_t kind, ct_errbuf_t *eb)
     return rc;
 }
 
-/* Why a checkpoint's configuration does not let this run resume from it (NULL: it does). */
+/* Checks that this run may resume from a checkpoint with this configuration, and restores
+ * the training state it records. Returns 0, or CT_EFORMAT / CT_EMISMATCH with the reason. */
 static int ct__check_resume(ct_trainer_t *t, const char *name, const char *config, ct_errbuf_t *eb)
 {
     json_error_t je;

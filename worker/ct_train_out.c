@@ -190,11 +190,12 @@ void ct_out_progress(ct_trainer_t *t, double loss, bool force)
         (long long)epoch + 1, t->cfg->num_epochs, (long long)t->step, (long long)t->total_steps,
         loss, t->train_seconds > 0 ? t->st.positions / t->train_seconds : 0.0,
         t->total_train_seconds, eta);
-    if (t->tty)
+    if (t->tty) {
         fprintf(stderr, "\r\033[K%s", line);
-    else
-        fprintf(stderr, "[ctrain] %s\n", line);
-    fflush(stderr);
+        fflush(stderr);
+    } else {
+        ct_log_info("%s", line);
+    }
 }
 
 void ct_out_progress_clear(ct_trainer_t *t)
