@@ -8,6 +8,7 @@
  *     one process with the same global batch, up to float summation order: same losses, same
  *     evaluation, same parameters (dropout on, so the per-row keying of the masks and the
  *     per-example keying of the negatives are exercised across ranks);
+ *   - --grad_accum K cuts the optimizer batch into K micro-batches without changing it;
  *   - resuming under W = 2 goes through the rank-0-loads-and-broadcasts path, and a run may
  *     resume with another world size.
  *
@@ -265,6 +266,31 @@ static void test_world_sizes(void)
     same_params(d1, d3);
 }
 
+/* --grad_accum K with --batch_size B is an optimizer batch of K*B cut into K micro-batches:
+ * the same trajectory as --batch_size K*B, alone and combined with W = 2. */
+static void test_grad_accum(void)
+{
+    char d1[300], d2[300], d3[300];
+    snprintf(d1, sizeof d1, "%s/a1", root);
+    snprintf(d2, sizeof d2, "%s/a2", root);
+    snprintf(d3, sizeof d3, "%s/a3", root);
+    ct_train_cfg_t c;
+    base_cfg(&c, d1, 2);
+    train(&c, 1);
+    base_cfg(&c, d2, 2);
+    c.batch_size = 8, c.grad_accum = 4;
+    train(&c, 1);
+    base_cfg(&c, d3, 2);
+    c.batch_size = 16, c.grad_accum = 2;
+    train(&c, 2);
+    printf("batch 8 x 4 accumulation against batch 32\n");
+    same_metrics(d1, d2);
+    same_params(d1, d2);
+    printf("batch 16 x 2 accumulation on 2 ranks against batch 32\n");
+    same_metrics(d1, d3);
+    same_params(d1, d3);
+}
+
 /* Resume under W = 2 (rank 0 picks the checkpoint and broadcasts its name), from a checkpoint
  * written by a W = 3 run; the result matches W = 1 trained for the whole length. */
 static void test_resume_across_world_sizes(void)
@@ -290,6 +316,7 @@ int main(void)
     snprintf(root, sizeof root, "/tmp/ct_dp.XXXXXX");
     CT_ASSERT(mkdtemp(root) != NULL);
     CT_RUN(test_world_sizes);
+    CT_RUN(test_grad_accum);
     CT_RUN(test_resume_across_world_sizes);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
