@@ -335,7 +335,7 @@ static void test_learns(void)
 
 /* ---- resume --------------------------------------------------------------------------------- */
 
-#define LONG_RUN TINY, "--num_epochs", "120", "--eval_every", "40", "--ckpt_every_steps", "7"
+#define LONG_RUN TINY, "--num_epochs", "60", "--eval_every", "20", "--ckpt_every_steps", "7"
 
 /* Every tensor of two checkpoint files, byte for byte. */
 static void same_checkpoint(const char *a, const char *b)
@@ -383,9 +383,7 @@ static void test_resume_bit_identical(void)
 
     /* The same run, killed (SIGKILL, no chance to clean up) once a checkpoint past step 20
      * exists: wherever that lands, the restart must end in the same place. */
-    char *argv[] = {
-        (char *)ctrain, "--train_dir",        dir, TINY, "--num_epochs", "120", "--eval_every",
-        "40",           "--ckpt_every_steps", "7", NULL};
+    char *argv[] = {(char *)ctrain, "--train_dir", dir, LONG_RUN, NULL};
     ct_child_opts_t o = {.env = plain_env};
     CT_ASSERT_OK(ct_child_start(&c, argv, &o));
     snprintf(latest, sizeof latest, "%s/latest", dir);
