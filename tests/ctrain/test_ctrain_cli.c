@@ -335,7 +335,7 @@ static void test_learns(void)
 
 /* ---- resume --------------------------------------------------------------------------------- */
 
-#define LONG_RUN TINY, "--num_epochs", "60", "--eval_every", "20", "--ckpt_every_steps", "7"
+#define LONG_RUN TINY, "--num_epochs", "100", "--eval_every", "25", "--ckpt_every_steps", "7"
 
 /* Every tensor of two checkpoint files, byte for byte. */
 static void same_checkpoint(const char *a, const char *b)
@@ -381,7 +381,7 @@ static void test_resume_bit_identical(void)
     CT_ASSERT_MSG(c.exit_code == 0, "reference run: exit %d: %s", c.exit_code, c.err);
     ct_child_close(&c);
 
-    /* The same run, killed (SIGKILL, no chance to clean up) once a checkpoint past step 20
+    /* The same run, killed (SIGKILL, no chance to clean up) once a checkpoint past step 13
      * exists: wherever that lands, the restart must end in the same place. */
     char *argv[] = {(char *)ctrain, "--train_dir", dir, LONG_RUN, NULL};
     ct_child_opts_t o = {.env = plain_env};
@@ -398,14 +398,14 @@ static void test_resume_bit_identical(void)
                 step = -1;
             fclose(f);
         }
-        if (step >= 21) {
+        if (step >= 14) {
             ct_child_signal(&c, SIGKILL);
             killed = true;
             break;
         }
         CT_ASSERT_MSG(ct_pgid_alive(c.pid), "the run ended before it could be killed");
     }
-    CT_ASSERT_MSG(killed, "no checkpoint past step 20 appeared");
+    CT_ASSERT_MSG(killed, "no checkpoint past step 13 appeared");
     ct_child_wait(&c, 60000);
     CT_ASSERT_EQ(c.term_signal, SIGKILL);
     ct_child_close(&c);
@@ -429,7 +429,7 @@ static void test_resume_bit_identical(void)
     const char *r = strstr(c.out, ": step ");
     CT_ASSERT(r && sscanf(r, ": step %lld", &resumed_at) == 1);
     printf("  killed, restarted from step %lld\n", resumed_at);
-    CT_ASSERT(resumed_at >= 21 && resumed_at % 7 == 0);
+    CT_ASSERT(resumed_at >= 14 && resumed_at % 7 == 0);
     ct_child_close(&c);
 
     snprintf(fa, sizeof fa, "%s/final.safetensors", ref);
@@ -441,7 +441,7 @@ static void test_resume_bit_identical(void)
      * replayed). */
     json_t *ma[8], *mb[8];
     int na = read_metrics(ref, ma, 8), nb = read_metrics(dir, mb, 8);
-    CT_ASSERT_EQ(na, 3);
+    CT_ASSERT_EQ(na, 4);
     CT_ASSERT_EQ(nb, na);
     for (int i = 0; i < na; i++) {
         json_object_del(ma[i], "positions_per_s");
