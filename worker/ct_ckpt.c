@@ -192,6 +192,42 @@ void ct_ckpt_dir_close(ct_ckpt_dir_t *d)
     d->dirfd = -1;
 }
 
+int ct_ckpt_clear(ct_ckpt_dir_t *d, ct_errbuf_t *eb)
+{
+    if (!d->writer)
+        return ct_errbuf_set(eb, CT_ESTATE, "checkpoints %s: only the writer may clear them",
+                             d->path);
+    /* `latest` first: from then on no reader resumes from this directory's old files, even
+     * if removing one of them fails below. */
+    if (unlinkat(d->dirfd, CT__LATEST, 0) != 0 && errno != ENOENT) {
+        int rc = -errno;
+        return ct_errbuf_set(eb, rc, "%s/%s: cannot remove: %s", d->path, CT__LATEST,
+                             ct_strerror(rc));
+    }
+    int64_t *steps;
+    size_t count;
+    int rc = ct__list_steps(d, &steps, &count, eb);
+    if (rc != 0)
+        return rc;
+    char names[CT_CKPT_NAME_MAX];
+    for (size_t i = 0; i < count + 2 && rc == 0; i++) {
+        if (i < count)
+            ct_ckpt_file_name(CT_CKPT_STEP, steps[i], names, sizeof names);
+        else
+            ct_ckpt_file_name(i == count ? CT_CKPT_BEST : CT_CKPT_FINAL, 0, names, sizeof names);
+        if (unlinkat(d->dirfd, names, 0) != 0 && errno != ENOENT) {
+            rc = -errno;
+            ct_errbuf_set(eb, rc, "%s/%s: cannot remove: %s", d->path, names, ct_strerror(rc));
+        }
+    }
+    free(steps);
+    if (rc == 0 && fsync(d->dirfd) != 0 && errno != EINVAL) {
+        rc = -errno;
+        ct_errbuf_set(eb, rc, "%s: fsync: %s", d->path, ct_strerror(rc));
+    }
+    return rc;
+}
+
 /* Retention after step `step` was saved: drop steps above it (an abandoned future), then all
  * but the newest keep_last. Failures only warn: the checkpoint itself is safe. */
 static void ct__prune(ct_ckpt_dir_t *d, int64_t step)

@@ -102,9 +102,19 @@ int ct_tboard_open(ct_tboard_t *tb, const char *dir, ct_errbuf_t *eb)
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = '\0';
     double now = ct_time_unix_s();
-    snprintf(tb->path, sizeof tb->path, "%s/events.out.tfevents.%lld.%s.%d.ctrain", dir,
-             (long long)now, host, (int)getpid());
-    tb->f = fopen(tb->path, "wbx");
+    /* The same process may open several files within one second (a trainer run twice in a
+     * test, a restart that reuses the pid): a counter after the pid keeps the names apart. */
+    for (int k = 0; k < 1000; k++) {
+        if (k == 0)
+            snprintf(tb->path, sizeof tb->path, "%s/events.out.tfevents.%lld.%s.%d.ctrain", dir,
+                     (long long)now, host, (int)getpid());
+        else
+            snprintf(tb->path, sizeof tb->path, "%s/events.out.tfevents.%lld.%s.%d.%d.ctrain",
+                     dir, (long long)now, host, (int)getpid(), k);
+        tb->f = fopen(tb->path, "wbx");
+        if (tb->f != NULL || errno != EEXIST)
+            break;
+    }
     if (tb->f == NULL)
         return ct_errbuf_set(eb, -errno, "%s: %s", tb->path, strerror(errno));
     ct__pb_t pb = {.n = 0};

@@ -434,6 +434,11 @@ int ct_ckpt_load_latest(ct_ckpt_dir_t *d, const ct_tensor_view_t *views, size_t 
 int ct_ckpt_load(ct_ckpt_dir_t *d, const char *name, const ct_tensor_view_t *views, size_t n,
                  ct_ckpt_meta_t *meta, ct_errbuf_t *eb);
 
+/* Removes every checkpoint of the directory (step files, best, final) and the `latest`
+ * pointer - `latest` first - so that a run starting afresh in a used directory is never
+ * resumed from the previous run's files. Writer only (CT_ESTATE otherwise). */
+int ct_ckpt_clear(ct_ckpt_dir_t *d, ct_errbuf_t *eb);
+
 /* The file name of a kind (step: of that step) into buf; returns its length or -EINVAL. */
 int ct_ckpt_file_name(ct_ckpt_kind_t kind, int64_t step, char *buf, size_t size);
 

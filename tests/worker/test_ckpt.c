@@ -388,6 +388,39 @@ static void test_stale_tmp_removed_by_writer_only(void)
     CT_ASSERT(exists(".hidden"));
 }
 
+/* ct_ckpt_clear: a fresh run in a used directory removes every checkpoint and the pointer,
+ * leaves other files alone, and afterwards there is nothing to resume; readers may not clear. */
+static void test_clear(void)
+{
+    clean_dir();
+    model_t m;
+    model_init(&m);
+    ct_ckpt_dir_t d;
+    ct_errbuf_t eb;
+    CT_ASSERT_OK(ct_ckpt_dir_init(&d, dir, 3, true, &eb));
+    for (int64_t s = 1; s <= 4; s++)
+        save_step(&d, &m, s);
+    ct_ckpt_meta_t meta;
+    meta_for(&meta, 4);
+    CT_ASSERT_OK(ct_ckpt_save(&d, CT_CKPT_BEST, m.views, 3, &meta, &eb));
+    CT_ASSERT_OK(ct_ckpt_save(&d, CT_CKPT_FINAL, m.views, 3, &meta, &eb));
+    write_text("metrics.jsonl", "{}");
+    CT_ASSERT_EQ(count_files("safetensors"), 5);
+
+    ct_ckpt_dir_t r;
+    CT_ASSERT_OK(ct_ckpt_dir_init(&r, dir, 3, false, &eb));
+    CT_ASSERT_ERR(ct_ckpt_clear(&r, &eb), CT_ESTATE);
+    ct_ckpt_dir_close(&r);
+
+    CT_ASSERT_OK(ct_ckpt_clear(&d, &eb));
+    CT_ASSERT_EQ(count_files("safetensors"), 0);
+    CT_ASSERT(!exists("latest"));
+    CT_ASSERT(exists("metrics.jsonl"));
+    CT_ASSERT_ERR(ct_ckpt_load_latest(&d, m.views, 3, &meta, NULL, &eb), -ENOENT);
+    CT_ASSERT_OK(ct_ckpt_clear(&d, &eb)); /* nothing left: still fine */
+    ct_ckpt_dir_close(&d);
+}
+
 /* ---- the killed writer ------------------------------------------------------------------------ */
 
 /* Child mode: saves steps first, first+1, ... until killed. */
@@ -502,6 +535,7 @@ int main(int argc, char **argv)
     CT_RUN(test_retention);
     CT_RUN(test_fallback);
     CT_RUN(test_stale_tmp_removed_by_writer_only);
+    CT_RUN(test_clear);
     CT_RUN(test_killed_writer);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

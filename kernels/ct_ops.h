@@ -1,0 +1,135 @@
+/*
+ * ct_ops.h - the dispatch table through which model code calls the compute ops: one struct of
+ * function pointers whose entries have the signatures of ct_kernels.h with the table itself as
+ * the first argument, plus the few memory operations a model needs (allocate, zero, copy,
+ * synchronise). The model (worker/ct_sasrec.c and later TiSASRec, mHC) is written once against
+ * this table; a backend fills it in:
+ *   - CPU (kernels/cpu/ops.c, ct_ops_cpu_init): each entry calls the ct_*_cpu function; memory
+ *     is host memory (host_memory = true), copies are memcpy, nothing can fail.
+ *   - CUDA (the GPU issue): each entry calls the ct_*_cuda twin of ct_kernels_cuda.h with
+ *     o->stream as the trailing stream argument; memory is device memory. A launch error is
+ *     latched into o->status (the first one wins) instead of being returned by every call, so
+ *     model code stays as readable as the CPU reference: it checks ct_ops_status (or the sync
+ *     entry) once per step and fails the step with that code.
+ *
+ * Pointers passed to op entries are backend memory (from o->alloc); only copy() moves data
+ * between host and backend memory. Scalars an op produces (loss, penalty, sum of squares) are
+ * written to backend memory and fetched with copy(CT_COPY_D2H).
+ *
+ * What is deliberately not here: anything model-shaped (parameter tables, layouts), any choice
+ * of which backend to use (the trainer picks from --device), communicators.
+ */
+#ifndef CT_OPS_H
+#define CT_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ct_kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ct_ops ct_ops_t;
+
+typedef enum ct_copy_kind {
+    CT_COPY_H2D = 0, /* host -> backend */
+    CT_COPY_D2H = 1, /* backend -> host */
+    CT_COPY_D2D = 2, /* backend -> backend */
+} ct_copy_kind_t;
+
+/* Which scratch buffer of the attention op a size is asked for. */
+typedef enum ct_att_scratch {
+    CT_ATT_SCRATCH_FWD = 0,
+    CT_ATT_SCRATCH_BWD = 1,
+} ct_att_scratch_t;
+
+struct ct_ops {
+    const char *name; /* "cpu", "cuda" */
+    bool host_memory; /* alloc() returns host memory: callers may read and write it directly */
+    int status;       /* first failure latched since the last ct_ops_status (0: none) */
+    void *stream;     /* the backend's queue (cudaStream_t); NULL on the CPU */
+
+    /* ---- memory ---- */
+    /* *p <- nbytes of backend memory (64-byte aligned). 0 or -ENOMEM / CT_ECUDA. */
+    int (*alloc)(ct_ops_t *o, void **p, size_t nbytes);
+    void (*release)(ct_ops_t *o, void *p); /* NULL is fine */
+    void (*zero)(ct_ops_t *o, void *p, size_t nbytes);
+    void (*copy)(ct_ops_t *o, void *dst, const void *src, size_t nbytes, ct_copy_kind_t kind);
+    /* Waits for queued work; returns o->status and clears it. */
+    int (*sync)(ct_ops_t *o);
+    /* Scratch floats the attention op needs for sequences of length L (B rows, NH heads). */
+    size_t (*attention_scratch)(ct_ops_t *o, int B, int L, int NH, ct_att_scratch_t which);
+
+    /* ---- the ops of ct_kernels.h, same arguments after o ---- */
+    void (*dropout)(ct_ops_t *o, float *out, const float *inp, int64_t n, ct_dropout_t drop);
+    void (*timeline_mask)(ct_ops_t *o, float *out, const float *inp, const int32_t *seq, int N,
+                          int C);
+    void (*embed_forward)(ct_ops_t *o, float *out, const float *wte, const float *wpe,
+                          const int32_t *seq, int B, int L, int C, float scale,
+                          ct_pos_mode_t pos_mode);
+    void (*embed_backward)(ct_ops_t *o, float *dwte, float *dwpe, const float *dout,
+                           const int32_t *seq, int B, int L, int C, float scale,
+                           ct_pos_mode_t pos_mode);
+    void (*layernorm_forward)(ct_ops_t *o, float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C, float eps);
+    void (*layernorm_backward)(ct_ops_t *o, float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *mean, const float *rstd, int N, int C);
+    void (*linear_forward)(ct_ops_t *o, float *out, const float *inp, const float *weight,
+                           const float *bias, int N, int IC, int OC);
+    void (*linear_backward)(ct_ops_t *o, float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight, int N, int IC,
+                            int OC);
+    void (*qkv_forward)(ct_ops_t *o, float *qkv, const float *xq, const float *xkv,
+                        const float *weight, const float *bias, int N, int C);
+    void (*qkv_backward)(ct_ops_t *o, float *dxq, float *dxkv, float *dweight, float *dbias,
+                         const float *dqkv, const float *xq, const float *xkv, const float *weight,
+                         int N, int C);
+    void (*attention_forward)(ct_ops_t *o, float *out, float *att, float *scratch, const float *qkv,
+                              const int32_t *qmask, int B, int L, int C, int NH, ct_dropout_t drop);
+    void (*attention_backward)(ct_ops_t *o, float *dqkv, float *scratch, const float *dout,
+                               const float *att, const float *qkv, const int32_t *qmask, int B,
+                               int L, int C, int NH, ct_dropout_t drop);
+    void (*relu_forward)(ct_ops_t *o, float *out, const float *inp, int64_t n);
+    void (*relu_backward)(ct_ops_t *o, float *dinp, const float *dout, const float *out, int64_t n);
+    void (*residual_forward)(ct_ops_t *o, float *out, const float *inp1, const float *inp2,
+                             int64_t n);
+    void (*residual_backward)(ct_ops_t *o, float *dinp1, float *dinp2, const float *dout,
+                              int64_t n);
+    void (*score_forward)(ct_ops_t *o, float *logits, const float *feats, const float *wte,
+                          const int32_t *ids, int N, int C);
+    void (*score_backward)(ct_ops_t *o, float *dfeats, float *dwte, const float *dlogits,
+                           const float *feats, const float *wte, const int32_t *ids, int N, int C);
+    void (*bce_loss)(ct_ops_t *o, float *loss, float *dpos, float *dneg, const float *pos_logits,
+                     const float *neg_logits, const int32_t *pos, int N, float count);
+    void (*l2_penalty)(ct_ops_t *o, float *penalty, float *dw, const float *w, int64_t n,
+                       float lambda, ct_l2_mode_t mode);
+    void (*adam_update)(ct_ops_t *o, float *params, float *m, float *v, const float *grads,
+                        int64_t n, double lr, double beta1, double beta2, double eps,
+                        float grad_scale, int64_t step);
+    void (*sumsq)(ct_ops_t *o, float *out, const float *x, int64_t n);
+    void (*score_candidates)(ct_ops_t *o, float *scores, const float *feats, const float *wte,
+                             const int32_t *cand, int U, int K, int C, int ldf);
+    void (*score_all)(ct_ops_t *o, float *scores, const float *feats, const float *wte, int U,
+                      int V, int C, int ldf);
+};
+
+/* Fills o with the CPU backend (kernels/cpu/ops.c). Never fails. */
+void ct_ops_cpu_init(ct_ops_t *o);
+
+/* Returns the latched status and clears it (0 when every op since the last call succeeded). */
+static inline int ct_ops_status(ct_ops_t *o)
+{
+    int rc = o->status;
+    o->status = 0;
+    return rc;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CT_OPS_H */

@@ -1,0 +1,134 @@
+/*
+ * test_eval.c - worker/ct_eval.c: the full-ranking rank (exclusions, duplicates, ties, NaN),
+ * the popularity baseline on a hand-made dataset whose HR/NDCG are worked out below, that a
+ * model-free evaluation split over W ranks and reduced equals W = 1, and the evaluator's user
+ * sharding.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct_eval.h"
+#include "ct_test.h"
+
+static void test_rank_full(void)
+{
+    /* items 1..6; target 3 scores 0.5 */
+    const float s[7] = {9.0f, 0.9f, 0.1f, 0.5f, 0.5f, 0.7f, 0.2f};
+    /* higher: 1 (0.9), 5 (0.7); tie: 4 (0.5) counts against; item 0 never counts */
+    CT_ASSERT_EQ(ct_eval_rank_full(s, 7, 3, NULL, 0, 0), 3);
+    /* excluding 1 and 5 (history, with a duplicate) leaves the tie */
+    const int32_t hist[] = {1, 1, 5};
+    CT_ASSERT_EQ(ct_eval_rank_full(s, 7, 3, hist, 3, 0), 1);
+    /* the extra exclusion (the validation item on the test split) */
+    CT_ASSERT_EQ(ct_eval_rank_full(s, 7, 3, hist, 3, 4), 0);
+    /* the extra item already in the history is not subtracted twice */
+    CT_ASSERT_EQ(ct_eval_rank_full(s, 7, 3, hist, 3, 5), 1);
+    /* the target itself is never excluded, even if the user saw it before */
+    const int32_t with_target[] = {3, 5};
+    CT_ASSERT_EQ(ct_eval_rank_full(s, 7, 3, with_target, 2, 0), 2);
+    /* items below the target never count */
+    const int32_t low[] = {2, 6};
+    CT_ASSERT_EQ(ct_eval_rank_full(s, 7, 3, low, 2, 0), 3);
+    /* a NaN target loses to everything */
+    float n[7] = {0, 1, 2, NAN, 3, 4, 5};
+    CT_ASSERT_EQ(ct_eval_rank_full(n, 7, 3, NULL, 0, 0), 5);
+    /* a NaN competitor counts against the target */
+    n[3] = 10.0f, n[6] = NAN;
+    CT_ASSERT_EQ(ct_eval_rank_full(n, 7, 3, NULL, 0, 0), 1);
+}
+
+/* A dataset written by hand: 6 users, 5 items, ids already in place. */
+static void make_ds(ct_dataset_t *ds)
+{
+    static const int32_t seqs[6][6] = {
+        {1, 2, 1, 2, 3, 0}, /* train 1 2 1, valid 2, test 3 */
+        {1, 1, 2, 4, 0, 0}, /* train 1 1, valid 2, test 4 */
+        {2, 1, 1, 5, 0, 0}, /* train 2 1, valid 1, test 5 */
+        {1, 3, 2, 1, 4, 0}, /* train 1 3 2, valid 1, test 4 */
+        {5, 1, 0, 0, 0, 0}, /* too short: train only */
+        {1, 2, 1, 3, 1, 2}, /* train 1 2 1 3, valid 1, test 2 */
+    };
+    memset(ds, 0, sizeof *ds);
+    ds->num_users = 6;
+    ds->num_items = 5;
+    ds->user_start = calloc(8, sizeof *ds->user_start);
+    ds->items = calloc(36, sizeof *ds->items);
+    int64_t k = 0;
+    for (int u = 1; u <= 6; u++) {
+        ds->user_start[u] = k;
+        for (int j = 0; j < 6 && seqs[u - 1][j]; j++)
+            ds->items[k++] = seqs[u - 1][j];
+    }
+    ds->user_start[7] = k;
+    ds->num_interactions = k;
+    snprintf(ds->source, sizeof ds->source, "hand-made");
+    CT_ASSERT_OK(ct_data_finish(ds, 4));
+}
+
+static void test_popularity(void)
+{
+    ct_dataset_t ds;
+    make_ds(&ds);
+    CT_ASSERT_EQ(ds.num_eval_users, 5);
+    /* Training counts: item 1: 2+2+1+1+1(user 5)+2 = 9, item 2: 1+1+1+1 = 4, item 3: 1+1 = 2,
+     * item 4: 0, item 5: 1 (user 5). Full ranking, every item except the user's history,
+     * ties against the target:
+     *   valid: u1 target 2 (hist 1,2): others 3(2),4(0),5(1) below -> rank 0
+     *          u2 target 2 (hist 1): 3,4,5 below -> rank 0
+     *          u3 target 1 (hist 1,2): target in history but never excluded; 3,4,5 below -> 0
+     *          u4 target 1 (hist 1,2,3): 4,5 below -> 0
+     *          u6 target 1 (hist 1,2,3): -> 0
+     *   test:  u1 target 3 (hist 1,2 + valid 2): 4,5 below -> 0
+     *          u2 target 4 (hist 1 + valid 2): 3 (2) and 5 (1) above -> rank 2
+     *          u3 target 5 (hist 1,2 + valid 1): 3 (2) above, 4 below -> 1
+     *          u4 target 4 (hist 1,3,2 + valid 1): 5 (1) above -> 1
+     *          u6 target 2 (hist 1,2,3 + valid 1): 4,5 below -> 0 */
+    ct_ops_t ops;
+    ct_ops_cpu_init(&ops);
+    ct_reducer_t red;
+    ct_reducer_local_init(&red);
+    ct_evaluator_t ev;
+    ct_errbuf_t eb;
+    CT_ASSERT_OK(ct_evaluator_init(&ev, &ds, &ops, 2, 4, CT_EVAL_MODE_BOTH, false, 0, 1, &eb));
+    CT_ASSERT(ev.pop[1] == 9 && ev.pop[2] == 4 && ev.pop[3] == 2 && ev.pop[4] == 0 &&
+              ev.pop[5] == 1);
+    ct_eval_result_t r;
+    CT_ASSERT_OK(ct_eval_popularity(&ev, &red, &r, &eb));
+    CT_ASSERT_EQ(r.valid.users, 5);
+    CT_ASSERT_CLOSE(r.valid.full_hr, 1.0, 1e-12, 0);
+    CT_ASSERT_CLOSE(r.valid.full_ndcg, 1.0, 1e-12, 0);
+    double want = (1.0 + 1.0 / log2(4.0) + 2.0 / log2(3.0) + 1.0) / 5.0;
+    CT_ASSERT_CLOSE(r.test.full_hr, 1.0, 1e-12, 0);
+    CT_ASSERT_CLOSE(r.test.full_ndcg, want, 1e-12, 0);
+    /* Sampled: 100 negatives among items the user has not trained on, scored by popularity;
+     * every hr is 1 with 5 items, and the ndcg follows the ranks above or ties with repeats,
+     * so only bounds are certain: each user's rank is at most 100. */
+    CT_ASSERT(r.valid.hr >= 0 && r.valid.hr <= 1 && r.valid.ndcg <= r.valid.hr);
+    ct_evaluator_close(&ev);
+
+    /* Split over 3 ranks, each evaluating its share; the sums add up to the whole. */
+    double sum_full = 0, sum_sampled = 0;
+    int64_t users = 0;
+    for (int rank = 0; rank < 3; rank++) {
+        CT_ASSERT_OK(
+            ct_evaluator_init(&ev, &ds, &ops, 2, 4, CT_EVAL_MODE_BOTH, false, rank, 3, &eb));
+        ct_eval_result_t part;
+        CT_ASSERT_OK(ct_eval_popularity(&ev, &red, &part, &eb));
+        users += part.test.users;
+        sum_full += part.test.full_ndcg * (double)part.test.users;
+        sum_sampled += part.test.ndcg * (double)part.test.users;
+        ct_evaluator_close(&ev);
+    }
+    CT_ASSERT_EQ(users, 5);
+    CT_ASSERT_CLOSE(sum_full / 5.0, r.test.full_ndcg, 1e-12, 0);
+    CT_ASSERT_CLOSE(sum_sampled / 5.0, r.test.ndcg, 1e-12, 0);
+    ct_data_free(&ds);
+}
+
+int main(void)
+{
+    CT_RUN(test_rank_full);
+    CT_RUN(test_popularity);
+    return 0;
+}

@@ -1,0 +1,345 @@
+/*
+ * test_model_grad.c - the whole-model gradient check of ctrain's REAL model code
+ * (worker/ct_sasrec.c through the CPU dispatch table): a tiny SASRec (B=2, L=5, d=8, h=2,
+ * 2 blocks, 20 items) for each block layout - post_ln (HEAD's default), pre_ln
+ * (--norm_first), original (the published checkpoints' layout, 2024 ids), original2020
+ * (absolute ids, timeline mask) - with dropout off and on (p = 0.3 at every site, the masks of
+ * a step other than 0 and rows at an offset of the global batch, so the keying is exercised),
+ * and with the l2_emb term (ct_model_l2) in half the cases.
+ *
+ * For every parameter tensor, found by its state_dict name: the float analytic gradient
+ * against central finite differences of the independent float64 forward of sasrec_ref64.c.
+ * The padding rows (item row 0; positional row 0 with padded ids) are asserted to get exactly
+ * zero gradient (padding_idx) and are not compared. Also: loss and logits against float64;
+ * padding-query skipping gives bit-identical loss and gradients (no_skip); splitting the batch
+ * into micro-batches (row0 > 0) gives the same gradients up to summation order (what data
+ * parallelism and --grad_accum rely on); the evaluation features (last column, the last block
+ * computing only that column) against float64 and bit-identical to no skipping; the host-copy
+ * path of non-host backends; and the initialisation's distributions.
+ *
+ * Tolerances (|got - ref| <= atol + rtol |ref|, the worst element printed as a percentage):
+ * the finite differences are accurate to ~1e-9 (h = 1e-5 on a loss of ~1.5), so what is
+ * measured is the float error of the analytic chain: ~60 ops rounding at 6e-8 relative, the
+ * LayerNorms multiplying errors by rstd (up to ~3 here) on the way back - a few 1e-7 on
+ * gradients of order 0.01-0.5. atol = 2e-6 with rtol = 2e-5 keeps a margin of several times
+ * over that, while the mistakes this test exists for (a residual into the wrong branch, an
+ * overwrite instead of +=, a mask or a LayerNorm in the wrong place, a dropout site keyed
+ * wrongly) move gradients by 1e-3 to 1e-1. The loss, logits and features use the same
+ * tolerance (forward errors are below 5e-7). The micro-batch split changes only the order of
+ * float sums of two rows: 1e-6 absolute.
+ */
+#include <string.h>
+
+#include "ct_model.h"
+#include "kcheck.h"
+#include "ref64.h"
+#include "sasrec_ref64.h"
+
+enum { B = 2, L = 5, C = 8, NH = 2, NI = 20, NB = 2 };
+
+/* Row 0: a user with 4 interactions, left-padded; row 1: a full window. seq = S[0..m-2],
+ * pos = S[1..m-1] right-aligned as the sampler builds them; negatives avoid S. */
+static const int32_t seq[B * L] = {0, 0, 3, 7, 1, 4, 9, 15, 2, 20};
+static const int32_t pos[B * L] = {0, 0, 7, 1, 12, 9, 15, 2, 20, 8};
+static const int32_t neg[B * L] = {0, 0, 5, 9, 2, 5, 11, 3, 17, 6};
+#define COUNT 7.0f /* targets (pos != 0) */
+#define SEED  2024u
+#define STEP  3
+#define ROW0  5
+
+static const char *const lname[] = {"post_ln", "pre_ln", "original", "original2020"};
+
+static ct_ops_t ops;
+
+static ct_model_t *make(ct_layout_t layout, float p, bool no_skip, int max_batch)
+{
+    ct_model_cfg_t cfg = {.kind = CT_MODEL_SASREC,
+                          .layout = layout,
+                          .num_items = NI,
+                          .maxlen = L,
+                          .hidden = C,
+                          .num_heads = NH,
+                          .num_blocks = NB,
+                          .dropout = p,
+                          .no_skip = no_skip};
+    ct_model_t *m = NULL;
+    ct_errbuf_t eb;
+    int rc = ct_model_create(&m, &cfg, &ops, max_batch, &eb);
+    CT_ASSERT_MSG(rc == 0, "ct_model_create: %s", eb.msg);
+    return m;
+}
+
+/* Random parameters well inside the nonlinearities: tables and matrices U(-0.5, 0.5),
+ * LayerNorm weights 1 + U(-0.2, 0.2), biases U(-0.1, 0.1), padding rows zero. */
+static void random_params(ct_model_t *m, uint64_t stream)
+{
+    for (int i = 0; i < m->n_params; i++) {
+        const ct_param_t *p = &m->params[i];
+        float *w = m->params_mem + p->offset;
+        bool ln_w = p->init == CT_INIT_ONES;
+        if (p->ndim >= 2)
+            kc_fill(w, (int64_t)p->numel, -0.5f, 0.5f, stream * 100 + (uint64_t)i);
+        else if (ln_w)
+            kc_fill(w, (int64_t)p->numel, 0.8f, 1.2f, stream * 100 + (uint64_t)i);
+        else
+            kc_fill(w, (int64_t)p->numel, -0.1f, 0.1f, stream * 100 + (uint64_t)i);
+        if (p->zero_row0)
+            memset(w, 0, (size_t)p->shape[1] * sizeof *w);
+    }
+}
+
+typedef struct ref_ctx {
+    const ct_model_t *m;
+    double *W;
+    float p, l2;
+} ref_ctx_t;
+
+static double ref_objective(void *vp)
+{
+    ref_ctx_t *r = vp;
+    double loss = sasrec_ref_forward(r->m, r->W, seq, pos, neg, B, COUNT, SEED, STEP, ROW0,
+                                     r->p > 0, NULL, NULL, NULL);
+    const ct_param_t *e = ct_model_find(r->m, "item_emb.weight");
+    if (r->l2 > 0)
+        loss += ref_l2(r->W + e->offset, (int64_t)e->numel, r->l2, CT_L2_SQUARED);
+    return loss;
+}
+
+/* Forward + backward + l2 of the float model; returns the total loss. */
+static float run(ct_model_t *m, float l2, int b0, int nb, int64_t row0)
+{
+    ct_model_batch_t mb = {
+        .B = nb, .seq = seq + b0 * L, .pos = pos + b0 * L, .neg = neg + b0 * L, .row0 = row0};
+    float loss = 0, pen = 0;
+    CT_ASSERT_OK(ct_model_forward_backward(m, &mb, COUNT, SEED, STEP, &loss));
+    CT_ASSERT_OK(ct_model_l2(m, l2, CT_L2_SQUARED, &pen));
+    return loss + pen;
+}
+
+static void check_model(ct_layout_t layout, float p, float l2)
+{
+    printf("model %s, dropout %.1f, l2_emb %g\n", lname[layout], (double)p, (double)l2);
+    ct_model_t *m = make(layout, p, false, B);
+    size_t P = m->num_params;
+    random_params(m, 1 + (uint64_t)layout);
+    double *W = KC_ALLOC(double, P), *g64 = KC_ALLOC(double, P);
+    kc_to_double(W, m->params_mem, (int64_t)P);
+
+    kc_poison(m->grads_mem, (int64_t)P);
+    ct_model_zero_grad(m);
+    float loss = run(m, l2, 0, B, ROW0);
+    KC_ASSERT_FINITE(m->grads_mem, (int64_t)P);
+    float pl[B * L], nl[B * L];
+    double rpl[B * L], rnl[B * L];
+    CT_ASSERT_OK(m->vt->logits(m, pl, nl, B * L));
+    ref_ctx_t rc = {m, W, p, l2};
+    double rloss = ref_objective(&rc);
+    sasrec_ref_forward(m, W, seq, pos, neg, B, COUNT, SEED, STEP, ROW0, p > 0, rpl, rnl, NULL);
+    printf("  loss float %.8f, float64 %.8f\n", (double)loss, rloss);
+    kc_check("loss", &loss, &rloss, 1, 2e-6, 1e-5);
+    kc_check("pos logits", pl, rpl, B * L, 2e-6, 1e-5);
+    kc_check("neg logits", nl, rnl, B * L, 2e-6, 1e-5);
+
+    kc_fd_grad(g64, W, (int64_t)P, 1e-5, ref_objective, &rc);
+    double worst = 0.0;
+    for (int i = 0; i < m->n_params; i++) {
+        const ct_param_t *t = &m->params[i];
+        size_t skip = 0;
+        if (t->zero_row0) {
+            /* padding_idx: used, yet no gradient */
+            for (int64_t c = 0; c < t->shape[1]; c++)
+                CT_ASSERT_MSG(m->grads_mem[t->offset + (size_t)c] == 0.0f,
+                              "%s row 0 got gradient %g", t->name,
+                              (double)m->grads_mem[t->offset + (size_t)c]);
+            skip = (size_t)t->shape[1];
+        }
+        worst =
+            fmax(worst, kc_check(t->name, m->grads_mem + t->offset + skip, g64 + t->offset + skip,
+                                 (int64_t)(t->numel - skip), 2e-6, 2e-5));
+    }
+    printf("  worst tensor: %.1f%% of its tolerance\n", worst);
+
+    /* Padding-query skipping changes nothing, bit for bit. */
+    ct_model_t *ms = make(layout, p, true, B);
+    memcpy(ms->params_mem, m->params_mem, P * sizeof(float));
+    ct_model_zero_grad(ms);
+    float loss_ns = run(ms, l2, 0, B, ROW0);
+    CT_ASSERT_MSG(loss_ns == loss, "loss %.9g without skipping, %.9g with", (double)loss_ns,
+                  (double)loss);
+    for (size_t i = 0; i < P; i++)
+        CT_ASSERT_MSG(ms->grads_mem[i] == m->grads_mem[i],
+                      "gradient %zu: %.9g without skipping, %.9g with", i, (double)ms->grads_mem[i],
+                      (double)m->grads_mem[i]);
+    printf("  padding-query skipping: loss and all %zu gradients identical\n", P);
+
+    /* Two micro-batches of one row each (row0 = ROW0 and ROW0 + 1): the same gradients. */
+    ct_model_t *m1 = make(layout, p, false, 1);
+    memcpy(m1->params_mem, m->params_mem, P * sizeof(float));
+    ct_model_zero_grad(m1);
+    float la = run(m1, 0.0f, 0, 1, ROW0), lb = run(m1, l2, 1, 1, ROW0 + 1);
+    double whole = loss;
+    float split = la + lb;
+    kc_check("loss of 2 micro-batches", &split, &whole, 1, 1e-6, 1e-6);
+    double *gd = KC_ALLOC(double, P);
+    kc_to_double(gd, m->grads_mem, (int64_t)P);
+    kc_check("grads of 2 micro-batches", m1->grads_mem, gd, (int64_t)P, 1e-6, 1e-6);
+
+    /* Evaluation features: column L-1, the last block computing only that column. */
+    const float *f = NULL, *fn = NULL;
+    int ldf = 0, ldn = 0;
+    CT_ASSERT_OK(ct_model_forward_features(m, seq, NULL, B, &f, &ldf));
+    CT_ASSERT_OK(ct_model_forward_features(ms, seq, NULL, B, &fn, &ldn));
+    double rf[B * C];
+    float got[B * C];
+    sasrec_ref_forward(m, W, seq, NULL, NULL, B, 0, 0, 0, 0, false, NULL, NULL, rf);
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++) {
+            got[b * C + c] = f[(size_t)b * ldf + c];
+            CT_ASSERT(fn[(size_t)b * ldn + c] == got[b * C + c]);
+        }
+    kc_check("eval features (column L-1)", got, rf, B * C, 2e-6, 1e-5);
+
+    ct_model_destroy(m1);
+    ct_model_destroy(ms);
+    ct_model_destroy(m);
+    free(W), free(g64), free(gd);
+}
+
+static void test_post_ln(void)
+{
+    check_model(CT_LAYOUT_POST_LN, 0.0f, 0.0f);
+    check_model(CT_LAYOUT_POST_LN, 0.3f, 0.01f);
+}
+
+static void test_pre_ln(void)
+{
+    check_model(CT_LAYOUT_PRE_LN, 0.0f, 0.01f);
+    check_model(CT_LAYOUT_PRE_LN, 0.3f, 0.0f);
+}
+
+static void test_original(void)
+{
+    check_model(CT_LAYOUT_ORIGINAL, 0.0f, 0.0f);
+    check_model(CT_LAYOUT_ORIGINAL, 0.3f, 0.01f);
+}
+
+static void test_original2020(void)
+{
+    check_model(CT_LAYOUT_ORIGINAL2020, 0.0f, 0.01f);
+    check_model(CT_LAYOUT_ORIGINAL2020, 0.3f, 0.0f);
+}
+
+/* A backend whose memory is not host-visible (here: host memory flagged otherwise, which is
+ * enough to route checkpoints through the host copy): views, to_host and from_host. */
+static void test_host_mirror(void)
+{
+    ct_ops_t dev;
+    ct_ops_cpu_init(&dev);
+    dev.host_memory = false;
+    ct_model_cfg_t cfg = {.kind = CT_MODEL_SASREC,
+                          .layout = CT_LAYOUT_POST_LN,
+                          .num_items = NI,
+                          .maxlen = L,
+                          .hidden = C,
+                          .num_heads = NH,
+                          .num_blocks = NB};
+    ct_model_t *a = NULL, *d = NULL;
+    ct_errbuf_t eb;
+    CT_ASSERT_OK(ct_model_create(&a, &cfg, &ops, B, &eb));
+    CT_ASSERT_OK(ct_model_create(&d, &cfg, &dev, B, &eb));
+    CT_ASSERT(a->host_mirror == NULL && d->host_mirror != NULL);
+    CT_ASSERT_OK(ct_model_init_params(a, 7));
+    CT_ASSERT_OK(ct_model_init_params(d, 7));
+    CT_ASSERT(memcmp(a->params_mem, d->params_mem, a->num_params * sizeof(float)) == 0);
+    a->m_mem[3] = 1.5f, d->m_mem[3] = 1.5f;
+    CT_ASSERT_OK(ct_model_to_host(d));
+    ct_tensor_view_t va[3 * 64], vd[3 * 64];
+    size_t na = ct_model_views(a, CT_MODEL_VIEW_PARAMS | CT_MODEL_VIEW_ADAM, va);
+    size_t nd = ct_model_views(d, CT_MODEL_VIEW_PARAMS | CT_MODEL_VIEW_ADAM, vd);
+    CT_ASSERT_EQ(na, nd);
+    CT_ASSERT_EQ(na, (size_t)3 * a->n_params);
+    for (size_t i = 0; i < na; i++) {
+        CT_ASSERT_STR_EQ(va[i].name, vd[i].name);
+        CT_ASSERT(memcmp(va[i].data, vd[i].data, (size_t)ct_tensor_nbytes(&va[i])) == 0);
+    }
+    CT_ASSERT_STR_EQ(va[a->n_params].name, "optimizer.exp_avg.item_emb.weight");
+    CT_ASSERT_STR_EQ(va[2 * a->n_params].name, "optimizer.exp_avg_sq.item_emb.weight");
+    d->host_mirror[0] = 9.0f;
+    CT_ASSERT_OK(ct_model_from_host(d));
+    CT_ASSERT(d->params_mem[0] == 9.0f);
+    ct_model_destroy(a);
+    ct_model_destroy(d);
+}
+
+/* SASRec.pytorch's initialisation, statistically, on a model big enough to measure. */
+static void test_init(void)
+{
+    ct_model_cfg_t cfg = {.kind = CT_MODEL_SASREC,
+                          .layout = CT_LAYOUT_POST_LN,
+                          .num_items = 3000,
+                          .maxlen = 50,
+                          .hidden = 64,
+                          .num_heads = 1,
+                          .num_blocks = 1};
+    ct_model_t *m = NULL, *m2 = NULL;
+    ct_errbuf_t eb;
+    CT_ASSERT_OK(ct_model_create(&m, &cfg, &ops, 1, &eb));
+    CT_ASSERT_OK(ct_model_create(&m2, &cfg, &ops, 1, &eb));
+    CT_ASSERT_OK(ct_model_init_params(m, 1));
+    CT_ASSERT_OK(ct_model_init_params(m2, 1));
+    CT_ASSERT(memcmp(m->params_mem, m2->params_mem, m->num_params * sizeof(float)) == 0);
+    CT_ASSERT_OK(ct_model_init_params(m2, 2));
+    CT_ASSERT(memcmp(m->params_mem, m2->params_mem, m->num_params * sizeof(float)) != 0);
+    for (int i = 0; i < m->n_params; i++) {
+        const ct_param_t *p = &m->params[i];
+        const float *w = m->params_mem + p->offset;
+        size_t first = p->zero_row0 ? (size_t)p->shape[1] : 0;
+        for (size_t k = 0; k < first; k++)
+            CT_ASSERT(w[k] == 0.0f);
+        double s = 0, s2 = 0, mx = 0;
+        size_t n = p->numel - first;
+        for (size_t k = first; k < p->numel; k++) {
+            s += w[k], s2 += (double)w[k] * w[k];
+            mx = fmax(mx, fabs(w[k]));
+        }
+        double mean = s / (double)n, sd = sqrt(s2 / (double)n - mean * mean);
+        switch (p->init) {
+        case CT_INIT_XAVIER_NORMAL: {
+            double rf = p->ndim == 3 ? (double)p->shape[2] : 1.0;
+            double want = sqrt(2.0 / ((double)(p->shape[0] + p->shape[1]) * rf));
+            /* n >= 3200 samples: the sample sd is within ~1.3% (1 sigma) of the truth. */
+            printf("  %-40s xavier_normal sd %.5f (want %.5f)\n", p->name, sd, want);
+            CT_ASSERT_MSG(fabs(sd / want - 1) < 0.07 && fabs(mean) < 4 * want / sqrt((double)n),
+                          "%s: sd %g mean %g, want sd %g", p->name, sd, mean, want);
+            break;
+        }
+        case CT_INIT_FANIN_UNIFORM: {
+            double bound = 1.0 / sqrt((double)p->fan_in);
+            CT_ASSERT_MSG(mx <= bound && mx > 0.5 * bound, "%s: max |w| %g, bound %g", p->name, mx,
+                          bound);
+            break;
+        }
+        case CT_INIT_ZEROS:
+            CT_ASSERT(mx == 0.0);
+            break;
+        case CT_INIT_ONES:
+            CT_ASSERT(mean == 1.0 && sd == 0.0);
+            break;
+        }
+    }
+    ct_model_destroy(m);
+    ct_model_destroy(m2);
+}
+
+int main(void)
+{
+    CT_ASSERT_OK(ct_cpu_set_threads(1));
+    ct_ops_cpu_init(&ops);
+    CT_RUN(test_post_ln);
+    CT_RUN(test_pre_ln);
+    CT_RUN(test_original);
+    CT_RUN(test_original2020);
+    CT_RUN(test_host_mirror);
+    CT_RUN(test_init);
+    return 0;
+}

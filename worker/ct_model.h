@@ -1,0 +1,271 @@
+/*
+ * ct_model.h - ctrain's models: configuration, the flat parameter / gradient / Adam buffers
+ * with their table of named views, and the interface the training loop and the evaluation
+ * call. The loop never knows which model it runs.
+ *
+ * Buffers (llm.c's rule): params, grads, Adam m and Adam v are each ONE allocation of
+ * num_params floats (grads has CT_MODEL_GRAD_EXTRA more, see below), described by one table
+ * of ct_param_t whose names are SASRec.pytorch's state_dict names (item_emb.weight,
+ * attention_layers.0.in_proj_weight, forward_layers.0.conv1.weight with shape (C,C,1), ...),
+ * so a checkpoint is a plain safetensors state dict, zeroing the gradients is one call, the
+ * data-parallel reduction is one call and Adam is one call. Activations live in one arena
+ * per model, sized at creation for max_batch rows: nothing is allocated inside a step.
+ *
+ * Memory is the backend's (ct_ops.h): on the CPU plain host memory; on a GPU device memory, in
+ * which case host_mirror holds a host copy for checkpoints (ct_model_to_host/from_host).
+ *
+ * Models ("kinds") plug in through ct_model_vtbl_t: a kind builds its parameter table and
+ * arena in its create function and implements forward_backward (one micro-batch, gradients
+ * accumulated) and forward_features (the final hidden state of column L-1, for evaluation).
+ * SASRec (ct_sasrec.c) is the kind here; TiSASRec adds a kind (its batches carry tseq) and mHC a
+ * block layout, without touching the training loop.
+ *
+ * Randomness: every dropout mask is a function of (seed, optimizer step, dropout site, element
+ * index in the optimizer step's global batch) - ct_model_dropout_site - so a micro-batch that
+ * holds rows row0.. of the global batch (another rank's, or another accumulation chunk's) draws
+ * exactly the masks one big batch would, and a resumed run draws what the interrupted one
+ * would have.
+ *
+ * Not here: data loading, negatives, the optimizer schedule, reductions, checkpoint files.
+ */
+#ifndef CT_MODEL_H
+#define CT_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "ct_error.h"
+#include "ct_ops.h"
+#include "ctworker.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ct_model_kind {
+    CT_MODEL_SASREC = 0,
+} ct_model_kind_t;
+
+/* SASRec's block layouts (sasrec-spec.md 2.3). */
+typedef enum ct_layout {
+    CT_LAYOUT_POST_LN = 0,      /* (a) HEAD's default: x = LNa(x + MHA(x)); x = LNf(x + FFN(x)) */
+    CT_LAYOUT_PRE_LN = 1,       /* (a') --norm_first: x = x + MHA(LNa(x)); x = x + FFN(LNf(x)) */
+    CT_LAYOUT_ORIGINAL = 2,     /* (b) the published checkpoints: q = LNa(x); x = q + MHA(q,x,x);
+                                   x = LNf(x); x = x + FFN(x); padded position ids (2024) */
+    CT_LAYOUT_ORIGINAL2020 = 3, /* (c) (b) with absolute position ids 0..L-1 (an L-row table)
+                                   and the timeline mask after the embedding and every block */
+    CT_LAYOUT_COUNT
+} ct_layout_t;
+
+typedef struct ct_model_cfg {
+    ct_model_kind_t kind;
+    ct_layout_t layout;
+    int32_t num_items; /* I: the item table has I + 1 rows, row 0 = padding */
+    int maxlen;        /* L */
+    int hidden;        /* C (hidden_units) */
+    int num_heads;     /* NH, divides C */
+    int num_blocks;
+    float dropout; /* every dropout site (embedding, attention probabilities, FFN x2) */
+    bool no_skip;  /* never skip padding queries (tests prove skipping changes nothing) */
+} ct_model_cfg_t;
+
+#define CT_MODEL_MAX_BLOCKS 64
+#define CT_MODEL_MAX_LEN    4096
+#define CT_MODEL_MAX_HIDDEN 4096
+#define CT_PARAM_NAME_MAX   96
+/* Floats after the gradients in grads_mem: scalars that travel with the one gradient
+ * reduction of a step (the trainer puts the step's local loss sum there). */
+#define CT_MODEL_GRAD_EXTRA 1
+
+/* Layout names: post_ln, pre_ln, original, original2020. */
+const char *ct_layout_name(ct_layout_t layout);
+int ct_layout_parse(const char *text, ct_layout_t *out, ct_errbuf_t *eb);
+
+/* Positional-id rule and timeline masking of a layout. */
+ct_pos_mode_t ct_layout_pos_mode(ct_layout_t layout);
+bool ct_layout_timeline(ct_layout_t layout);
+/* Rows of pos_emb: L + 1 with padded ids, L with absolute ids. */
+int ct_model_pos_rows(const ct_model_cfg_t *cfg);
+
+/* Checks ranges and consistency (heads divide hidden, ...); one line in eb. */
+int ct_model_cfg_check(const ct_model_cfg_t *cfg, ct_errbuf_t *eb);
+
+/* The configuration as a JSON object {"kind", "layout", "num_items", "maxlen", "hidden_units",
+ * "num_heads", "num_blocks", "dropout_rate"} (new reference), and back. */
+json_t *ct_model_cfg_to_json(const ct_model_cfg_t *cfg);
+int ct_model_cfg_from_json(const json_t *obj, ct_model_cfg_t *cfg, ct_errbuf_t *eb);
+
+/* Whether a and b describe the same parameters and computation (dropout and no_skip are
+ * training details and do not count). Returns NULL when they agree, else the name of the
+ * first field that differs, and writes "field: a vs b" into what (size bytes). */
+const char *ct_model_cfg_diff(const ct_model_cfg_t *a, const ct_model_cfg_t *b, char *what,
+                              size_t size);
+
+/* ---- the parameter table ---------------------------------------------------------------- */
+
+typedef enum ct_param_init {
+    CT_INIT_XAVIER_NORMAL = 0, /* N(0, 2 / (fan_in + fan_out)), torch.nn.init.xavier_normal_ */
+    CT_INIT_FANIN_UNIFORM = 1, /* U(+-1/sqrt(fan_in)), PyTorch's default for a Conv1d bias */
+    CT_INIT_ZEROS = 2,
+    CT_INIT_ONES = 3,
+} ct_param_init_t;
+
+typedef struct ct_param {
+    char name[CT_PARAM_NAME_MAX]; /* the state_dict name */
+    int ndim;
+    int64_t shape[3];
+    size_t offset; /* in floats, into params_mem (and grads_mem, m_mem, v_mem) */
+    size_t numel;
+    ct_param_init_t init;
+    int fan_in;     /* for CT_INIT_FANIN_UNIFORM */
+    bool zero_row0; /* a padding row re-zeroed after initialisation (padding_idx = 0) */
+    bool l2;        /* part of the l2_emb regulariser */
+} ct_param_t;
+
+/* ---- the model -------------------------------------------------------------------------- */
+
+/* One micro-batch, host memory. Rows are users; every (B,L) array is left-padded. */
+typedef struct ct_model_batch {
+    int B;               /* rows, <= max_batch */
+    const int32_t *seq;  /* (B,L) input items */
+    const int32_t *pos;  /* (B,L) next-item targets, 0 = none */
+    const int32_t *neg;  /* (B,L) one sampled negative per target */
+    const int64_t *tseq; /* (B,L) scaled times (TiSASRec), or NULL */
+    int64_t row0;        /* index of row 0 in the optimizer step's global batch */
+} ct_model_batch_t;
+
+typedef struct ct_model ct_model_t;
+
+typedef struct ct_model_vtbl {
+    /* Forward and backward of one micro-batch: the loss contribution
+     * sum_{positions with a target} (softplus(-r+) + softplus(r-)) / count goes to *loss
+     * (host), gradients are ADDED to grads_mem. count is the number of targets of the whole
+     * optimizer step (all micro-batches, all ranks), so the summed gradients are those of the
+     * global batch's mean loss. Dropout keyed by (seed, step, site, row0 + row). */
+    int (*forward_backward)(ct_model_t *m, const ct_model_batch_t *b, float count, uint64_t seed,
+                            int64_t step, float *loss);
+    /* Dropout-free forward of B rows (seq, tseq as in ct_model_batch_t); *feats points at the
+     * final hidden state of row 0, column L-1, in backend memory; row r's is at feats + r*ldf.
+     * Valid until the next call on m. */
+    int (*forward_features)(ct_model_t *m, const int32_t *seq, const int64_t *tseq, int B,
+                            const float **feats, int *ldf);
+    /* The logits of the last forward_backward, (B*L) each, into host buffers. */
+    int (*logits)(ct_model_t *m, float *pos_logits, float *neg_logits, int64_t n);
+    void (*destroy)(ct_model_t *m); /* frees impl */
+} ct_model_vtbl_t;
+
+struct ct_model {
+    ct_model_cfg_t cfg;
+    ct_ops_t *ops;
+    const ct_model_vtbl_t *vt;
+    int max_batch; /* rows one micro-batch may have */
+
+    ct_param_t *params; /* the table, n_params entries, in state_dict order */
+    int n_params;
+    size_t num_params; /* floats in the flat buffers */
+
+    float *params_mem;  /* (num_params) backend memory */
+    float *grads_mem;   /* (num_params + CT_MODEL_GRAD_EXTRA) */
+    float *m_mem;       /* (num_params) Adam first moment */
+    float *v_mem;       /* (num_params) Adam second moment */
+    float *scalars;     /* (4) backend scratch for scalar results (penalty, sum of squares) */
+    float *host_mirror; /* (3 * num_params) host copy of params, m, v; NULL with host memory */
+
+    char *view_names; /* storage for the checkpoint view names */
+    void *impl;       /* the kind's state: activation arena and offsets */
+};
+
+/* Creates a model of cfg on ops for micro-batches of up to max_batch rows: the table, the
+ * flat buffers (zeroed) and the arena. Returns 0, -EINVAL (bad cfg, eb says why) or -ENOMEM. */
+int ct_model_create(ct_model_t **out, const ct_model_cfg_t *cfg, ct_ops_t *ops, int max_batch,
+                    ct_errbuf_t *eb);
+void ct_model_destroy(ct_model_t *m); /* NULL is fine */
+
+/* SASRec.pytorch's initialisation (sasrec-spec.md 2.1) drawn from Philox keyed by seed (one
+ * stream per tensor): xavier_normal_ on every tensor with >= 2 dims, Conv1d biases
+ * U(+-1/sqrt(C)), attention biases 0, LayerNorm 1 / 0, padding rows zeroed. Adam m and v are
+ * zeroed. Deterministic in (cfg, seed), whatever the backend. */
+int ct_model_init_params(ct_model_t *m, uint64_t seed);
+
+/* The table entry called name, or NULL. */
+const ct_param_t *ct_model_find(const ct_model_t *m, const char *name);
+
+/* grads_mem <- 0 (all num_params + CT_MODEL_GRAD_EXTRA floats). */
+void ct_model_zero_grad(ct_model_t *m);
+
+static inline int ct_model_forward_backward(ct_model_t *m, const ct_model_batch_t *b, float count,
+                                            uint64_t seed, int64_t step, float *loss)
+{
+    return m->vt->forward_backward(m, b, count, seed, step, loss);
+}
+
+static inline int ct_model_forward_features(ct_model_t *m, const int32_t *seq, const int64_t *tseq,
+                                            int B, const float **feats, int *ldf)
+{
+    return m->vt->forward_features(m, seq, tseq, B, feats, ldf);
+}
+
+/* The item table (backend memory, (I+1, C)), which scores candidates. */
+const float *ct_model_item_table(const ct_model_t *m);
+
+/* The l2_emb term on every tensor flagged l2: adds its gradient to grads_mem and returns the
+ * penalty (host) in *penalty. lambda == 0 adds nothing and gives 0. */
+int ct_model_l2(ct_model_t *m, float lambda, ct_l2_mode_t mode, float *penalty);
+
+/* Sum of squares of the gradients (the square of the global gradient norm), host. */
+int ct_model_grad_sumsq(ct_model_t *m, float *sumsq);
+
+/* One Adam step (beta 0.9, 0.98, eps 1e-8: CT_SASREC_ADAM_*) over the whole flat buffer with
+ * g = grads * grad_scale; t counts Adam updates from 1. */
+int ct_model_adam(ct_model_t *m, double lr, float grad_scale, int64_t t);
+
+/* The dropout configuration of one site: stream (seed, CT_RNG_STREAM(CT_RNG_PURPOSE_DROPOUT,
+ * step << 8 | site)), offset row0 * per_row (per_row = elements of the site's tensor per
+ * sequence). Sites: 0 the embedding, 1 + 3l block l's attention probabilities, 2 + 3l and
+ * 3 + 3l its two FFN dropouts. p == 0 gives the identity. */
+#define CT_RNG_PURPOSE_DROPOUT 256u
+static inline ct_dropout_t ct_model_dropout_site(float p, uint64_t seed, int64_t step, int site,
+                                                 int64_t row0, int64_t per_row)
+{
+    ct_dropout_t d = {p, seed,
+                      CT_RNG_STREAM(CT_RNG_PURPOSE_DROPOUT, ((uint64_t)step << 8) | (uint64_t)site),
+                      (uint64_t)(row0 * per_row)};
+    return d;
+}
+
+/* ---- checkpoint views ----------------------------------------------------------------------
+ * Views over the flat buffers, for ct_ckpt_save / ct_st_read: the parameters under their
+ * state_dict names, Adam's moments under "optimizer.exp_avg.<name>" and
+ * "optimizer.exp_avg_sq.<name>" (torch.optim.Adam's state names). With a non-host backend the
+ * views point into host_mirror: call ct_model_to_host before saving and ct_model_from_host
+ * after loading. */
+#define CT_MODEL_VIEW_PARAMS 0x1u
+#define CT_MODEL_VIEW_ADAM   0x2u
+
+/* Fills views (room for 3 * n_params) and returns how many it wrote. */
+size_t ct_model_views(ct_model_t *m, unsigned which, ct_tensor_view_t *views);
+int ct_model_to_host(ct_model_t *m);
+int ct_model_from_host(ct_model_t *m);
+
+/* Loads parameters (only) from a safetensors file that uses SASRec.pytorch's names - a ctrain
+ * checkpoint or a converted .pth. Every parameter must be present with its shape, except that
+ * pos_emb.weight may have more rows than this model uses (SASRec.pytorch fixed its table at
+ * 201 rows for a while): the first rows are taken. Other tensors in the file (optimizer state)
+ * are ignored but CRC-checked. Errors name the file and the tensor. */
+int ct_model_load_params(ct_model_t *m, const char *path, ct_errbuf_t *eb);
+
+/* Reads what a SASRec state dict says about its model: hidden_units (item_emb.weight's
+ * columns), num_items (its rows - 1), num_blocks (the attention_layers.N entries) and pos_emb
+ * rows into *pos_rows. Fields the file cannot tell (layout, heads, maxlen, dropout) are left
+ * as they are. */
+int ct_model_cfg_from_state_dict(const char *path, ct_model_cfg_t *cfg, int *pos_rows,
+                                 ct_errbuf_t *eb);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CT_MODEL_H */

@@ -1,0 +1,81 @@
+/*
+ * ctrain.c - main() of ctrain, the native SASRec trainer: flags (exit 2 on a bad one), the
+ * torchrun environment and runtime (heartbeat, error file, fatal signals), the reducer for
+ * the world size, then training or --inference_only. A problem with the environment (a bad
+ * variable, WORLD_SIZE > 1 without a communicator) is one line on stderr and in
+ * TORCHELASTIC_ERROR_FILE; a failure of the run goes through ct_worker_fail (the same, plus a
+ * backtrace). Both exit 1. The work itself is in ct_train.c, ct_infer.c and what they call.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "ct_config.h"
+#include "ct_errfile.h"
+#include "ct_kernels.h"
+#include "ct_log.h"
+#include "ct_reduce.h"
+#include "ct_train.h"
+#include "ct_train_cfg.h"
+#include "ctworker.h"
+
+/* A problem with how ctrain was started: one line (the message says what and where), the
+ * error file for the launcher's report, exit 1. No backtrace: it would only show main(). */
+static void __attribute__((noreturn)) ctrain_fail(const char *msg)
+{
+    ct_log_error("%s", msg);
+    const char *path = getenv("TORCHELASTIC_ERROR_FILE");
+    if (path && path[0]) {
+        ct_errbuf_t eb;
+        if (ct_errfile_write_path(path, msg, "", (int64_t)time(NULL), 0, &eb) != 0)
+            ct_log_warn("could not write the error file: %s", eb.msg);
+    }
+    fflush(stdout);
+    ct_worker_cleanup();
+    exit(CT_WORKER_FAIL_EXIT);
+}
+
+int main(int argc, char **argv)
+{
+    ct_errbuf_t eb;
+    if (ct_log_init("[ctrain]", &eb) != 0)
+        ct_log_warn("%s", eb.msg);
+
+    static ct_train_cfg_t cfg; /* large (paths); static, not on the stack */
+    ct_train_cfg_default(&cfg);
+    ct_args_action_t action;
+    if (ct_train_args_parse(&cfg, argc, argv, &action, &eb) != 0) {
+        fprintf(stderr, "ctrain: %s\n", eb.msg);
+        return 2;
+    }
+    if (action == CT_ARGS_HELP) {
+        ct_train_args_usage(stdout);
+        return 0;
+    }
+    if (action == CT_ARGS_VERSION) {
+        printf("ctrain %s\n", CT_VERSION);
+        return 0;
+    }
+
+    ct_worker_env_t env;
+    if (ct_worker_env_read(&env, &eb) != 0)
+        ctrain_fail(eb.msg);
+    if (ct_worker_setup(&env, CT_WORKER_CATCH_SIGNALS, &eb) != 0)
+        ctrain_fail(eb.msg);
+    int rc = ct_cpu_set_threads(cfg.threads);
+    if (rc != 0) {
+        snprintf(eb.msg, sizeof eb.msg, "--threads %d: %s", cfg.threads, ct_strerror(rc));
+        ctrain_fail(eb.msg);
+    }
+    ct_reducer_t red;
+    if (ct_reducer_open(&red, &env, cfg.backend, &eb) != 0)
+        ctrain_fail(eb.msg);
+
+    rc = cfg.inference_only ? ct_infer_run(&cfg, &env, &red, &eb)
+                            : ct_train_run(&cfg, &env, &red, &eb);
+    ct_reducer_close(&red);
+    if (rc != 0)
+        ct_worker_fail("%s", eb.msg); /* the runtime's fatal path: error file with backtrace */
+    ct_worker_cleanup();
+    return 0;
+}
