@@ -853,8 +853,8 @@ static int ctrun__add(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8_t *
     if (e != NULL && e->has_value) {
         int rc = ctrun__parse_counter(e->value, e->vlen, &cur);
         if (rc != 0)
-            return ct_errbuf_set(eb, rc, "%s on key \"%.*s\" whose value (%zu bytes) is %s",
-                                 ct_store_op_name(ctx->op), (int)(klen > 80 ? 80 : klen),
+            return ct_errbuf_set(eb, rc, "key \"%.*s\" holds %zu bytes that are %s",
+                                 (int)(klen > 80 ? 80 : klen),
                                  (const char *)key, e->vlen,
                                  rc == CT_EPARSE ? "not a number" : "outside the int64 range");
     }
@@ -1058,7 +1058,7 @@ static void ctrun__req_barrier(ctrun__conn_t *c, const ct_store_req_t *req)
     int rc = ctrun__add(s, &ctx, req->key.data, req->key.len, 1,
                         done ? CTRUN__WAKE_ALL : CTRUN__WAKE_NOT_BARRIER, &count, &eb);
     if (rc != 0) {
-        ctrun__drop(c, "%s", eb.msg);
+        ctrun__drop(c, "BARRIER: %s", eb.msg);
         return;
     }
     if (count >= req->num) {
@@ -1412,7 +1412,7 @@ static int ctrun__in_reserve(ctrun__conn_t *c, size_t want)
 
 static void ctrun__in_shrink(ctrun__conn_t *c)
 {
-    if (c->in_len == 0 && c->in_cap > 0) {
+    if (c->in_len == 0 && c->in_cap > 0 && !c->closing) {
         c->s->st.buffered_bytes -= c->in_cap;
         free(c->in);
         c->in = NULL;
@@ -1555,8 +1555,6 @@ static void ctrun__maybe_finish(ctrun_store_t *s);
 
 static void ctrun__conn_free(ctrun__conn_t *c)
 {
-    ctrun_store_t *s = c->s;
-    s->st.buffered_bytes -= c->in_cap;
     free(c->in);
     free(c->out);
     free(c->wbuf);
@@ -1578,6 +1576,9 @@ static void ctrun__conn_close(ctrun__conn_t *c)
         return;
     ctrun_store_t *s = c->s;
     c->closing = true;
+    /* Its input buffer stops counting against the cap now; the memory goes with the handle
+     * (the request being handled may still point into it). */
+    s->st.buffered_bytes -= c->in_cap;
     ctrun__drop_waits(c);
     while (c->kwatches != NULL)
         ctrun__kwatch_free(s, c->kwatches);
@@ -2144,8 +2145,10 @@ size_t ctrun__test_conn_output(ctrun__conn_t *c, uint8_t *buf, size_t cap)
     size_t n = c->out_len < cap ? c->out_len : cap;
     if (buf != NULL && n > 0)
         memcpy(buf, c->out, n);
-    memmove(c->out, c->out + n, c->out_len - n);
-    c->out_len -= n;
+    if (n > 0) {
+        memmove(c->out, c->out + n, c->out_len - n);
+        c->out_len -= n;
+    }
     if (c->paused && ctrun__pending(c) < CTRUN__LOW_WATER) {
         ctrun__resume(c);
         ctrun__flush_dirty(c->s);

@@ -289,7 +289,7 @@ static void test_split_one_byte_at_a_time(void)
 
 static void test_detect_dialect(void)
 {
-    uint8_t b[8];
+    uint8_t b[8] = {0};
     ct_store_dialect_t d = 0;
     CT_ASSERT_EQ(ct_store_detect_dialect(b, 0, &d), 0);
     size_t n = hex("00 cef7853c 0d", b, sizeof b);
