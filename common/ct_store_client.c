@@ -753,7 +753,7 @@ int ct_store_multi_get(ct_store_client_t *c, const char *const *keys, size_t n,
                        ct_store_bytes_t *values, ct_errbuf_t *eb)
 {
     int rc = ct__need_v2(c, CT_STORE_OP_MULTI_GET, eb);
-    if (rc != 0)
+    if (rc != 0 || n == 0) /* no keys: PyTorch's exchange would carry no reply bytes */
         return rc;
     ct_store_bytes_t *arr;
     if ((rc = ct__key_array(keys, n, &arr, eb)) != 0)
@@ -766,8 +766,8 @@ int ct_store_multi_get(ct_store_client_t *c, const char *const *keys, size_t n,
         if (rc == 0) {
             ct_store_list_iter_t it;
             ct_store_list_begin(&resp.list, &it);
-            for (size_t i = 0; i < n && ct_store_list_next(&it, &values[i], NULL); i++) {
-            }
+            for (size_t i = 0; i < n; i++)
+                ct_store_list_next(&it, &values[i], NULL);
         }
     }
     free(arr);

@@ -444,6 +444,8 @@ ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *b
         rc = ct__rd_u32(&r, &resp->num32, "nonce");
         break;
     case CT_STORE_OP_MULTI_GET:
+        if (nkeys == 0) /* zero bytes: nothing to wait for, and 0 would read as NEED_MORE */
+            return ct_errbuf_set(eb, CT_EPROTOCOL, "a MULTI_GET of no keys has an empty reply");
         if (nkeys > r.lim->max_keys)
             return ct_errbuf_set(eb, CT_ELIMIT, "%s reply: %llu values exceed the limit of %llu", name,
                                  (unsigned long long)nkeys, (unsigned long long)r.lim->max_keys);

@@ -220,7 +220,8 @@ ssize_t ct_store_decode_request(ct_store_dialect_t d, const void *buf, size_t le
                                 ct_store_cursor_t *cursor, size_t *need, ct_errbuf_t *eb);
 
 /* Decodes the reply to a request of op. nkeys is the number of keys the request carried (only
- * MULTI_GET's reply depends on it). */
+ * MULTI_GET's reply depends on it; the reply to a MULTI_GET of no keys is empty, so there is
+ * nothing to decode: CT_EPROTOCOL). */
 ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *buf, size_t len,
                                  const ct_store_limits_t *lim, ct_store_resp_t *resp,
                                  ct_store_cursor_t *cursor, size_t *need, ct_errbuf_t *eb);

@@ -1088,6 +1088,8 @@ static void ctrun__req_multi_get(ctrun__conn_t *c, const ct_store_req_t *req)
                     (unsigned long long)total, (unsigned long long)s->limits.max_message_len);
         return;
     }
+    if (total == 0) /* MULTI_GET of no keys: an empty reply */
+        return;
     uint8_t *p = ctrun__out(c, (size_t)total, false);
     if (p == NULL)
         return;
