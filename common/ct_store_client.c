@@ -349,10 +349,10 @@ static int ct__handshake(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *eb
         return rc;
     ct_store_resp_t resp;
     rc = ct__recv_resp(c, CT_STORE_OP_PING, 0, &resp, deadline, eb);
-    if (rc == CT_EPEER)
-        return ct_errbuf_wrap(eb, rc, "handshake (is it a PyTorch 1.13 store? use the v1 dialect)");
     if (rc != 0)
-        return rc;
+        return ct_errbuf_wrap(eb, rc,
+                              "v2 handshake (a PyTorch 1.13 or 2.0 store needs the v1 dialect; "
+                              "one of PyTorch 2.2-2.4 does not answer PING)");
     if (resp.num32 != c->ping_nonce)
         return ct_errbuf_set(eb, CT_EPROTOCOL, "ping to %s:%d returned 0x%08x, expected 0x%08x",
                              c->host, c->port, resp.num32, c->ping_nonce);

@@ -2028,6 +2028,24 @@ int64_t ctrun_store_num_keys(const ctrun_store_t *s)
     return (int64_t)s->st.keys;
 }
 
+size_t ctrun_store_foreach(ctrun_store_t *s, const char *prefix,
+                           void (*fn)(ct_store_bytes_t key, ct_store_bytes_t value, void *data),
+                           void *data)
+{
+    size_t pl = prefix != NULL ? strlen(prefix) : 0, n = 0;
+    for (size_t b = 0; b <= s->tab_mask; b++) {
+        for (ctrun__entry_t *e = s->tab[b]; e != NULL; e = e->hnext) {
+            if (!e->has_value || e->klen < pl || (pl > 0 && memcmp(e->key, prefix, pl) != 0))
+                continue;
+            n++;
+            if (fn != NULL)
+                fn((ct_store_bytes_t){.data = e->key, .len = e->klen},
+                   (ct_store_bytes_t){.data = e->value, .len = e->vlen}, data);
+        }
+    }
+    return n;
+}
+
 int ctrun_store_wipe_prefix(ctrun_store_t *s, const char *prefix, size_t *ndeleted)
 {
     if (s->closing)

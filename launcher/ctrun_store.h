@@ -112,6 +112,12 @@ int ctrun_store_compare_set(ctrun_store_t *s, const char *key, const void *expec
 int ctrun_store_delete(ctrun_store_t *s, const char *key, bool *deleted);
 int64_t ctrun_store_num_keys(const ctrun_store_t *s);
 
+/* Calls fn for every key that has a value and starts with prefix (NULL or "" = all), in no
+ * particular order; returns how many. fn must not change the store (collect, then act). */
+size_t ctrun_store_foreach(ctrun_store_t *s, const char *prefix,
+                           void (*fn)(ct_store_bytes_t key, ct_store_bytes_t value, void *data),
+                           void *data);
+
 /* Deletes every key (and queue) whose name starts with prefix. *ndeleted may be NULL. Waiters
  * are not disturbed, as with DELETE. */
 int ctrun_store_wipe_prefix(ctrun_store_t *s, const char *prefix, size_t *ndeleted);
