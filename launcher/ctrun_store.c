@@ -100,6 +100,7 @@ struct ctrun__conn {
     ctrun__conn_t *prev, *next; /* all open connections */
     ctrun__conn_t *dnext;       /* connections with output to flush */
     bool dirty, closing, is_virtual, paused, writing, oom;
+    bool doomed; /* to be closed at the next flush: see ctrun__doom */
     uint8_t state;
     bool validated;
     ct_store_dialect_t dialect;
@@ -381,19 +382,32 @@ static size_t ctrun__pending(const ctrun__conn_t *c)
     return c->out_len + (c->writing ? c->inflight : 0);
 }
 
-/* Room for n more output bytes, or NULL (the connection is then closed: out of memory, or,
+/*
+ * Marks a connection to be closed by the next ctrun__flush_dirty. Output is produced for other
+ * connections while walking a key's waiters or watchers; closing one of them there would free
+ * registrations and entries under the walk, so those paths doom instead of closing.
+ */
+static void ctrun__doom(ctrun__conn_t *c)
+{
+    if (c->doomed || c->closing)
+        return;
+    c->doomed = true;
+    c->s->st.dropped++;
+    ctrun__mark_dirty(c);
+}
+
+/* Room for n more output bytes, or NULL (the connection is then doomed: out of memory, or,
  * for pushed bytes, a peer that does not read). */
 static uint8_t *ctrun__out(ctrun__conn_t *c, size_t n, bool pushed)
 {
-    if (c->closing)
+    if (c->closing || c->doomed)
         return NULL;
     if (pushed && ctrun__pending(c) + n > c->s->limits.max_message_len + CTRUN__HIGH_WATER) {
         char peer[96];
         ctrun__peer(c, peer, sizeof peer);
         ctrun__log_conn(c->s, "closed connection from %s: it does not read its replies (%zu bytes "
                               "pending)", peer, ctrun__pending(c));
-        c->s->st.dropped++;
-        ctrun__conn_close(c);
+        ctrun__doom(c);
         return NULL;
     }
     if (c->out_len + n > c->out_cap) {
@@ -403,7 +417,7 @@ static uint8_t *ctrun__out(ctrun__conn_t *c, size_t n, bool pushed)
         uint8_t *nb = realloc(c->out, ncap);
         if (nb == NULL) {
             ctrun__log_conn(c->s, "closed a connection: out of memory for a %zu-byte reply", n);
-            ctrun__conn_close(c);
+            ctrun__doom(c);
             return NULL;
         }
         c->out = nb;
@@ -484,7 +498,10 @@ static void ctrun__flush_dirty(ctrun_store_t *s)
         s->dirty = c->dnext;
         c->dirty = false;
         c->dnext = NULL;
-        ctrun__flush(c);
+        if (c->doomed)
+            ctrun__conn_close(c);
+        else
+            ctrun__flush(c);
     }
 }
 
@@ -1311,6 +1328,7 @@ static void ctrun__handle(ctrun__conn_t *c, const ct_store_req_t *req)
 /* One message from p: > 0 consumed, 0 needs more (c->need set), < 0 the connection closed. */
 static ssize_t ctrun__step(ctrun__conn_t *c, const uint8_t *p, size_t n)
 {
+    /* (A doomed connection is never stepped: ctrun__process stops first.) */
     ctrun_store_t *s = c->s;
     ct_errbuf_t eb;
     ssize_t r;
@@ -1380,7 +1398,7 @@ static ssize_t ctrun__step(ctrun__conn_t *c, const uint8_t *p, size_t n)
             return -1;
         }
         ctrun__handle(c, &req);
-        return c->closing ? -1 : r;
+        return c->closing || c->doomed ? -1 : r;
     }
     default:
         return -1;
@@ -1436,7 +1454,7 @@ static void ctrun__pause(ctrun__conn_t *c)
 static void ctrun__process(ctrun__conn_t *c, const uint8_t *data, size_t len, bool shared)
 {
     size_t off = 0;
-    while (!c->closing && !c->paused && off < len && len - off >= c->need) {
+    while (!c->closing && !c->doomed && !c->paused && off < len && len - off >= c->need) {
         ssize_t n = ctrun__step(c, data + off, len - off);
         if (n <= 0)
             break;
@@ -2127,7 +2145,7 @@ ctrun__conn_t *ctrun__test_conn_open(ctrun_store_t *s)
 int ctrun__test_conn_feed(ctrun__conn_t *c, const void *data, size_t len)
 {
     ctrun_store_t *s = c->s;
-    if (c->closing)
+    if (c->closing || c->doomed)
         return CT_EPEER;
     /* The same two paths as on_read: straight from the shared buffer when nothing is pending,
      * else appended to the connection's own buffer. */
@@ -2178,7 +2196,7 @@ size_t ctrun__test_conn_output(ctrun__conn_t *c, uint8_t *buf, size_t cap)
 
 bool ctrun__test_conn_closed(const ctrun__conn_t *c)
 {
-    return c->closing;
+    return c->closing || c->doomed;
 }
 
 void ctrun__test_conn_free(ctrun__conn_t *c)

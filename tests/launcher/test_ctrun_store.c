@@ -756,6 +756,54 @@ static void test_watch_key_v1(void)
     store_free(s);
 }
 
+/* A waiter whose pushed output reaches the cap exactly when its key is written: the wake-up
+ * walk dooms it (it is closed after the walk), and its second registration on the same key,
+ * next in the walk, must stay valid until then (ASan would see the walk touch freed memory). */
+static void test_doomed_during_wake(void)
+{
+    ct_store_limits_t lim = ct_store_default_limits;
+    lim.max_message_len = 1u << 20;
+    lim.max_value_len = 256u << 10;
+    ctrun_store_opts_t o = {.limits = &lim};
+    ctrun_store_t *s = store_new(&o);
+    const size_t cap = lim.max_message_len + (4u << 20); /* CTRUN__HIGH_WATER */
+    tc_t w = tc_open(s, CT_STORE_V1);
+    tc_simple(&w, CT_STORE_OP_WATCH_KEY, "/w");
+    expect_hex(&w, "03");
+    tc_wait1(&w, "/k");
+    tc_wait1(&w, "/k");
+    char *v = malloc(lim.max_value_len);
+    memset(v, 'x', lim.max_value_len);
+    size_t pending = 0, prev = 0;
+    /* Events of 27 + old + new bytes pile up unread while the next one still fits. */
+    while (pending + 27 + prev + lim.max_value_len <= cap) {
+        CT_ASSERT_OK(ctrun_store_set(s, "/w", v, lim.max_value_len, NULL));
+        pending += 27 + prev + lim.max_value_len;
+        prev = lim.max_value_len;
+    }
+    /* Read just enough that one more event lands exactly on the cap. */
+    size_t next = 27 + prev + lim.max_value_len;
+    CT_ASSERT(pending <= cap && pending + next > cap);
+    size_t k = pending + next - cap;
+    uint8_t *sink = malloc(k);
+    CT_ASSERT_EQ(tc_out(&w, sink, k), k);
+    free(sink);
+    CT_ASSERT_OK(ctrun_store_set(s, "/w", v, lim.max_value_len, NULL));
+    CT_ASSERT(!ctrun__test_conn_closed(w.c));
+    ctrun_store_stats_t st;
+    ctrun_store_stats(s, &st);
+    CT_ASSERT_EQ(st.wait_registrations, 2);
+    CT_ASSERT_OK(ctrun_store_set(s, "/k", "1", 1, NULL)); /* the first wake-up exceeds the cap */
+    CT_ASSERT(ctrun__test_conn_closed(w.c));
+    ctrun_store_stats(s, &st);
+    CT_ASSERT_EQ(st.wait_registrations, 0);
+    CT_ASSERT_EQ(st.dropped, 1);
+    check(s);
+    free(v);
+    tc_free(&w);
+    store_free(s);
+}
+
 /* ---- in-process API -------------------------------------------------------------------- */
 
 typedef struct seen {
@@ -1001,6 +1049,7 @@ int main(void)
     CT_RUN(test_memory_cap);
     CT_RUN(test_backpressure);
     CT_RUN(test_watch_key_v1);
+    CT_RUN(test_doomed_during_wake);
     CT_RUN(test_in_process_api);
     CT_RUN(test_watches);
     CT_RUN(test_wipes);
