@@ -1082,11 +1082,15 @@ static void ctrun__req_barrier(ctrun__conn_t *c, const ct_store_req_t *req)
         ctrun__reply_u8(c, CT_STORE_WAIT_STOP, false);
         return;
     }
+    /* Looked up again: a watch callback may have deleted the key in the meantime. */
     ctrun__wait_t *w = ctrun__wait_new(c);
-    e = ctrun__lookup(s, req->key.data, req->key.len, NULL);
-    if (w == NULL || e == NULL || !ctrun__reg_add(s, w, e, true))
+    e = w != NULL ? ctrun__obtain(s, req->key.data, req->key.len) : NULL;
+    if (w == NULL || e == NULL || !ctrun__reg_add(s, w, e, true)) {
+        if (e != NULL)
+            ctrun__release(s, e);
         ctrun__drop(c, "BARRIER: store memory cap of %llu bytes reached",
                     (unsigned long long)s->max_bytes);
+    }
 }
 
 static void ctrun__req_multi_get(ctrun__conn_t *c, const ct_store_req_t *req)
