@@ -78,7 +78,9 @@ typedef struct ctrun_store_opts {
 } ctrun_store_opts_t;
 
 /* Creates the store and starts listening on loop. Errors: the bind or listen failure
- * (-EADDRINUSE, ...), CT_EPARSE for a bad host, with detail in eb. */
+ * (-EADDRINUSE, ...), CT_EPARSE for a bad host, with detail in eb. On failure *out is NULL and
+ * there is nothing to close; handles that were already open close (and their memory goes) the
+ * next time the loop runs. */
 int ctrun_store_create(uv_loop_t *loop, const ctrun_store_opts_t *opts, ctrun_store_t **out,
                        ct_errbuf_t *eb);
 

@@ -191,8 +191,7 @@ def case_01_connect(env):
     st.set("hello", b"1")
     check(st.get("hello") == b"1", "round trip")
     expected = 1 if env.v2 else 2  # 1.13 opens a second, silent callback connection
-    check(h.stats()["connections"] == expected,
-          "expected %d connections, got %d" % (expected, h.stats()["connections"]))
+    h.wait_stat("connections", expected)
     del st
     env.stop()
     p = subprocess.Popen([env.args.ctrun_store, "--port", "0"], stdout=subprocess.PIPE,
@@ -544,7 +543,7 @@ def case_30_waiter_killed(env):
     h.wait_stat("waits", 0)
     check(h.stats()["registrations"] == 0, "registrations freed")
     env.cli("set", "/never", "1")
-    check(h.stats()["connections"] == 0, "no connection left")
+    h.wait_stat("connections", 0)  # 1.13's second connection may close a moment later
     env.stop()
 
 
