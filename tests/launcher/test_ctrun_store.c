@@ -958,6 +958,8 @@ static void test_wipes(void)
     CT_ASSERT_OK(tc_req(&t, &qp));
     tc_wait1(&w, "/next_attempt");
     CT_ASSERT_EQ(ctrun_store_num_keys(s), 5);
+    CT_ASSERT_EQ(ctrun_store_foreach(s, "/ctrun/", NULL, NULL), 2);
+    CT_ASSERT_EQ(ctrun_store_foreach(s, NULL, NULL, NULL), 5); /* no queues, no waited keys */
     const char *keep[] = {"/ctrun/"};
     size_t n = 0;
     CT_ASSERT_OK(ctrun_store_wipe_except(s, keep, 1, &n));
