@@ -140,7 +140,7 @@ static bool python_has_torch(const char *py, int major_min, int major_max, char 
 
 static size_t encode(ct_store_dialect_t d, const ct_store_req_t *r, uint8_t *out, size_t cap);
 
-#define NBUCKETS 1800
+#define NBUCKETS           1800
 #define BUCKETS_PER_OCTAVE 48.0
 
 typedef struct client_stats {
@@ -173,7 +173,8 @@ enum { OP_SET, OP_GET, OP_ADD, OP_WAIT, OP_CHECK, OP_MULTI_GET };
 static void pipelined_main(int id, const server_t *srv, shared_t *sh, int ready_w, int go_r,
                            int depth)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)srv->port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)srv->port),
                             .sin_addr = {htonl(INADDR_LOOPBACK)}};
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int on = 1;
@@ -190,7 +191,8 @@ static void pipelined_main(int id, const server_t *srv, shared_t *sh, int ready_
         ct_store_req_t v = {.op = CT_STORE_OP_VALIDATE, .num32 = CT_STORE_VALIDATE_MAGIC};
         nh = encode(CT_STORE_V2, &v, head, sizeof head);
     }
-    ct_store_req_t set = {.op = CT_STORE_OP_SET, .key = {(const uint8_t *)key, strlen(key)},
+    ct_store_req_t set = {.op = CT_STORE_OP_SET,
+                          .key = {(const uint8_t *)key, strlen(key)},
                           .value = {(const uint8_t *)value, sizeof value}};
     nh += encode(srv->dialect, &set, head + nh, sizeof head - nh);
     if (send(fd, head, nh, MSG_NOSIGNAL) != (ssize_t)nh)
@@ -198,7 +200,8 @@ static void pipelined_main(int id, const server_t *srv, shared_t *sh, int ready_
     size_t reply_bytes = 0;
     for (int i = 0; i < depth && nb + 64 < sizeof batch; i++) {
         const char *k = i % 2 ? ctr : key;
-        ct_store_req_t r = {.op = i % 2 ? CT_STORE_OP_ADD : CT_STORE_OP_GET, .num = 1,
+        ct_store_req_t r = {.op = i % 2 ? CT_STORE_OP_ADD : CT_STORE_OP_GET,
+                            .num = 1,
                             .key = {(const uint8_t *)k, strlen(k)}};
         nb += encode(srv->dialect, &r, batch + nb, sizeof batch - nb);
         reply_bytes += i % 2 ? 8 : 8 + sizeof value;
@@ -231,8 +234,7 @@ static void client_main(int id, const server_t *srv, shared_t *sh, int ready_w, 
 {
     ct_store_client_t c;
     ct_errbuf_t eb;
-    ct_store_client_opts_t o = {.dialect = srv->dialect, .timeout_ms = 60000,
-                                .no_env_token = true};
+    ct_store_client_opts_t o = {.dialect = srv->dialect, .timeout_ms = 60000, .no_env_token = true};
     if (ct_store_client_connect(&c, "127.0.0.1", srv->port, &o, &eb) != 0) {
         fprintf(stderr, "store_bench: client %d: %s\n", id, eb.msg);
         _exit(1);
@@ -319,8 +321,8 @@ static double proc_cpu_s(pid_t pid)
     buf[n] = '\0';
     char *p = strrchr(buf, ')');
     unsigned long long ut = 0, stt = 0;
-    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-                            &stt) != 2)
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &stt) != 2)
         return 0;
     return (double)(ut + stt) / (double)sysconf(_SC_CLK_TCK);
 }
@@ -438,7 +440,8 @@ static void storm_proc(int id, int n, int total, const server_t *srv, storm_shar
     char one = 1;
     if (write(ready_w, &one, 1) != 1 || read(go_r, &one, 1) != 1)
         _exit(1);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)srv->port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)srv->port),
                             .sin_addr = {htonl(INADDR_LOOPBACK)}};
     for (int i = 0; i < n; i++) {
         s[i].fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -478,8 +481,8 @@ static void storm_proc(int id, int n, int total, const server_t *srv, storm_shar
                 epoll_ctl(ep, EPOLL_CTL_MOD, x->fd, &ev);
                 continue;
             }
-            ssize_t r = recv(x->fd, x->buf + x->have, (size_t)(x->state == 1 ? 8 : 1) - (size_t)x->have,
-                             0);
+            ssize_t r =
+                recv(x->fd, x->buf + x->have, (size_t)(x->state == 1 ? 8 : 1) - (size_t)x->have, 0);
             if (r <= 0) {
                 if (r < 0 && errno == EAGAIN)
                     continue;
@@ -540,8 +543,8 @@ static long long listen_overflows(void)
 static double run_storm(const server_t *srv, int n, long long *failed)
 {
     int procs = n >= 4000 ? 8 : 4;
-    storm_shared_t *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
-                              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    storm_shared_t *sh =
+        mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     memset(sh, 0, sizeof *sh);
     int ready[2], go[2];
     if (pipe(ready) != 0 || pipe(go) != 0)
@@ -682,8 +685,8 @@ int main(int argc, char **argv)
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
 
-    const char *py13 = getenv("CTRUN_TORCH13_PYTHON") ? getenv("CTRUN_TORCH13_PYTHON")
-                                                       : "/usr/bin/python3";
+    const char *py13 =
+        getenv("CTRUN_TORCH13_PYTHON") ? getenv("CTRUN_TORCH13_PYTHON") : "/usr/bin/python3";
     char py2buf[4096];
     const char *py2 = getenv("CTRUN_TORCH2_PYTHON");
     if (py2 == NULL) {

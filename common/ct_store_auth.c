@@ -34,8 +34,8 @@ int ct_store_auth_mac(const void *token, size_t token_len, bool from_server,
     memcpy(msg + label_len, client_nonce, CT_STORE_AUTH_NONCE_LEN);
     memcpy(msg + label_len + CT_STORE_AUTH_NONCE_LEN, server_nonce, CT_STORE_AUTH_NONCE_LEN);
     unsigned int mac_len = 0;
-    if (HMAC(EVP_sha256(), token, (int)token_len, msg, label_len + 2 * CT_STORE_AUTH_NONCE_LEN,
-             mac, &mac_len) == NULL ||
+    if (HMAC(EVP_sha256(), token, (int)token_len, msg, label_len + 2 * CT_STORE_AUTH_NONCE_LEN, mac,
+             &mac_len) == NULL ||
         mac_len != CT_STORE_AUTH_MAC_LEN)
         return ct_errbuf_set(eb, CT_EAUTH, "HMAC-SHA256 failed: %s",
                              ERR_reason_error_string(ERR_get_error()));
@@ -54,7 +54,7 @@ int ct_store_auth_check_token(const char *token, const char *source, ct_errbuf_t
         return ct_errbuf_set(eb, CT_EPARSE, "%s: the store token is empty", source);
     size_t n = strlen(token);
     if (n > CT_STORE_TOKEN_MAX)
-        return ct_errbuf_set(eb, CT_ELIMIT, "%s: the store token is %zu bytes (at most %d)",
-                             source, n, CT_STORE_TOKEN_MAX);
+        return ct_errbuf_set(eb, CT_ELIMIT, "%s: the store token is %zu bytes (at most %d)", source,
+                             n, CT_STORE_TOKEN_MAX);
     return 0;
 }

@@ -218,8 +218,7 @@ static bool ct__retryable(int rc)
 /* One TCP connection attempt to one address. */
 static int ct__connect_addr(const struct addrinfo *ai, int64_t deadline, int *fd_out)
 {
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    ai->ai_protocol);
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0)
         return -errno;
     int rc = 0;
@@ -257,8 +256,8 @@ static int ct__connect_tcp(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *
     bool resolved = false;
     static const int families[2] = {AF_INET6, AF_INET};
     for (int f = 0; f < 2; f++) {
-        struct addrinfo hints = {.ai_family = families[f], .ai_socktype = SOCK_STREAM,
-                                 .ai_flags = AI_NUMERICSERV};
+        struct addrinfo hints = {
+            .ai_family = families[f], .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
         if (families[f] == AF_INET6)
             hints.ai_flags |= AI_V4MAPPED | AI_ALL;
         struct addrinfo *res = NULL;
@@ -381,8 +380,8 @@ static int ct__connect_loop(ct_store_client_t *c, int64_t deadline, ct_errbuf_t 
                 return ct_errbuf_set(eb, -ETIMEDOUT,
                                      "store %s:%d not reachable after %lld ms and %d attempts; "
                                      "last error: %s",
-                                     c->host, c->port, (long long)(ct_time_ms() - start),
-                                     attempt, last.msg);
+                                     c->host, c->port, (long long)(ct_time_ms() - start), attempt,
+                                     last.msg);
             return ct_errbuf_set(eb, rc, "%s", last.msg);
         }
         /* ExponentialBackoffWithJitter: the interval +-50 %, then x1.5 up to 60 s. */
@@ -534,8 +533,7 @@ static ct_store_bytes_t ct__str(const char *s)
     return (ct_store_bytes_t){.data = (const uint8_t *)s, .len = s ? strlen(s) : 0};
 }
 
-static int ct__key_array(const char *const *keys, size_t n, ct_store_bytes_t **out,
-                         ct_errbuf_t *eb)
+static int ct__key_array(const char *const *keys, size_t n, ct_store_bytes_t **out, ct_errbuf_t *eb)
 {
     *out = malloc((n ? n : 1) * sizeof **out);
     if (*out == NULL)
@@ -567,8 +565,7 @@ static void ct__keys_text(const ct_store_bytes_t *keys, size_t n, char *buf, siz
  * crossed the cancel on the wire), as PyTorch's doWait does; the connection stays in step.
  */
 static int ct__wait_req(ct_store_client_t *c, const ct_store_req_t *req,
-                        const ct_store_bytes_t *keys, size_t n, int64_t timeout_ms,
-                        ct_errbuf_t *eb)
+                        const ct_store_bytes_t *keys, size_t n, int64_t timeout_ms, ct_errbuf_t *eb)
 {
     if (timeout_ms < 0)
         timeout_ms = c->timeout_ms;
@@ -646,8 +643,8 @@ static int ct__simple(ct_store_client_t *c, const ct_store_req_t *req, uint64_t 
 int ct_store_set(ct_store_client_t *c, const char *key, const void *value, size_t len,
                  ct_errbuf_t *eb)
 {
-    ct_store_req_t req = {.op = CT_STORE_OP_SET, .key = ct__str(key),
-                          .value = {.data = value, .len = len}};
+    ct_store_req_t req = {
+        .op = CT_STORE_OP_SET, .key = ct__str(key), .value = {.data = value, .len = len}};
     return ct__simple(c, &req, 0, NULL, eb);
 }
 
@@ -680,7 +677,8 @@ int ct_store_compare_set(ct_store_client_t *c, const char *key, const void *expe
                          size_t expected_len, const void *desired, size_t desired_len,
                          ct_store_bytes_t *current, ct_errbuf_t *eb)
 {
-    ct_store_req_t req = {.op = CT_STORE_OP_COMPARE_SET, .key = ct__str(key),
+    ct_store_req_t req = {.op = CT_STORE_OP_COMPARE_SET,
+                          .key = ct__str(key),
                           .value = {.data = expected, .len = expected_len},
                           .desired = {.data = desired, .len = desired_len}};
     ct_store_resp_t resp;
@@ -744,8 +742,8 @@ int ct_store_append(ct_store_client_t *c, const char *key, const void *value, si
     int rc = ct__need_v2(c, CT_STORE_OP_APPEND, eb);
     if (rc != 0)
         return rc;
-    ct_store_req_t req = {.op = CT_STORE_OP_APPEND, .key = ct__str(key),
-                          .value = {.data = value, .len = len}};
+    ct_store_req_t req = {
+        .op = CT_STORE_OP_APPEND, .key = ct__str(key), .value = {.data = value, .len = len}};
     return ct__simple(c, &req, 0, NULL, eb);
 }
 
@@ -783,8 +781,8 @@ int ct_store_multi_set(ct_store_client_t *c, const char *const *keys,
     ct_store_bytes_t *arr;
     if ((rc = ct__key_array(keys, n, &arr, eb)) != 0)
         return rc;
-    ct_store_req_t req = {.op = CT_STORE_OP_MULTI_SET, .key_array = arr, .value_array = values,
-                          .nkeys = n};
+    ct_store_req_t req = {
+        .op = CT_STORE_OP_MULTI_SET, .key_array = arr, .value_array = values, .nkeys = n};
     rc = ct__simple(c, &req, 0, NULL, eb);
     free(arr);
     return rc;
@@ -801,8 +799,8 @@ int ct_store_ping(ct_store_client_t *c, ct_errbuf_t *eb)
     rc = ct__simple(c, &req, 0, &resp, eb);
     if (rc == 0 && resp.num32 != nonce) {
         ct__drop(c);
-        return ct_errbuf_set(eb, CT_EPROTOCOL, "ping returned 0x%08x, expected 0x%08x",
-                             resp.num32, nonce);
+        return ct_errbuf_set(eb, CT_EPROTOCOL, "ping returned 0x%08x, expected 0x%08x", resp.num32,
+                             nonce);
     }
     return rc;
 }
@@ -813,8 +811,8 @@ int ct_store_queue_push(ct_store_client_t *c, const char *key, const void *value
     int rc = ct__need_v2(c, CT_STORE_OP_QUEUE_PUSH, eb);
     if (rc != 0)
         return rc;
-    ct_store_req_t req = {.op = CT_STORE_OP_QUEUE_PUSH, .key = ct__str(key),
-                          .value = {.data = value, .len = len}};
+    ct_store_req_t req = {
+        .op = CT_STORE_OP_QUEUE_PUSH, .key = ct__str(key), .value = {.data = value, .len = len}};
     return ct__simple(c, &req, 0, NULL, eb);
 }
 
@@ -864,8 +862,8 @@ int ct_store_list_keys(ct_store_client_t *c, ct_store_list_t *keys, ct_errbuf_t 
     return rc;
 }
 
-int ct_store_barrier(ct_store_client_t *c, const char *key, int64_t world_size,
-                     int64_t timeout_ms, ct_errbuf_t *eb)
+int ct_store_barrier(ct_store_client_t *c, const char *key, int64_t world_size, int64_t timeout_ms,
+                     ct_errbuf_t *eb)
 {
     int rc = ct__need_v2(c, CT_STORE_OP_BARRIER, eb);
     if (rc != 0)

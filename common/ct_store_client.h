@@ -140,8 +140,8 @@ int ct_store_queue_len(ct_store_client_t *c, const char *key, int64_t *n, ct_err
 /* Every raw key in the store (PyTorch's list_keys() strips a leading "/"; this does not). */
 int ct_store_list_keys(ct_store_client_t *c, ct_store_list_t *keys, ct_errbuf_t *eb);
 /* Counts this caller in at key and returns once world_size callers have; timeout as wait. */
-int ct_store_barrier(ct_store_client_t *c, const char *key, int64_t world_size,
-                     int64_t timeout_ms, ct_errbuf_t *eb);
+int ct_store_barrier(ct_store_client_t *c, const char *key, int64_t world_size, int64_t timeout_ms,
+                     ct_errbuf_t *eb);
 
 #ifdef __cplusplus
 }

@@ -39,10 +39,9 @@ static const int8_t ct__v2_code[CT_STORE_OP_COUNT] = {
     [CT_STORE_OP_LIST_KEYS] = 17,  [CT_STORE_OP_BARRIER] = 18,
 };
 static const char *const ct__op_names[CT_STORE_OP_COUNT] = {
-    "VALIDATE",   "SET",       "COMPARE_SET", "GET",       "ADD",         "CHECK",
-    "WAIT",       "GETNUMKEYS", "WATCH_KEY",  "DELETE_KEY", "APPEND",     "MULTI_GET",
-    "MULTI_SET",  "CANCEL_WAIT", "PING",      "QUEUE_PUSH", "QUEUE_POP",  "QUEUE_LEN",
-    "LIST_KEYS",  "BARRIER",
+    "VALIDATE",   "SET",        "COMPARE_SET", "GET",       "ADD",       "CHECK",     "WAIT",
+    "GETNUMKEYS", "WATCH_KEY",  "DELETE_KEY",  "APPEND",    "MULTI_GET", "MULTI_SET", "CANCEL_WAIT",
+    "PING",       "QUEUE_PUSH", "QUEUE_POP",   "QUEUE_LEN", "LIST_KEYS", "BARRIER",
 };
 
 int ct_store_op_code(ct_store_dialect_t d, ct_store_op_t op)
@@ -240,8 +239,9 @@ static int ct__rd_str(ct__rd_t *r, ct_store_bytes_t *out, uint64_t max, const ch
         return rc;
     if (n > max) {
         r->pos -= 8;
-        return ct_errbuf_set(r->eb, CT_ELIMIT, "%s %s: %s length %llu exceeds the limit of %llu bytes",
-                             r->op, r->kind, field, (unsigned long long)n, (unsigned long long)max);
+        return ct_errbuf_set(r->eb, CT_ELIMIT,
+                             "%s %s: %s length %llu exceeds the limit of %llu bytes", r->op,
+                             r->kind, field, (unsigned long long)n, (unsigned long long)max);
     }
     rc = ct__rd_have(r, n, field);
     if (rc <= 0) {
@@ -295,8 +295,9 @@ static int ct__rd_count(ct__rd_t *r, uint64_t *n, const char *field)
     if (rc <= 0)
         return rc;
     if (*n > r->lim->max_keys)
-        return ct_errbuf_set(r->eb, CT_ELIMIT, "%s %s: %llu %s exceed the limit of %llu", r->op, r->kind,
-                             (unsigned long long)*n, field, (unsigned long long)r->lim->max_keys);
+        return ct_errbuf_set(r->eb, CT_ELIMIT, "%s %s: %llu %s exceed the limit of %llu", r->op,
+                             r->kind, (unsigned long long)*n, field,
+                             (unsigned long long)r->lim->max_keys);
     return 1;
 }
 
@@ -318,8 +319,12 @@ ssize_t ct_store_decode_request(ct_store_dialect_t d, const void *buf, size_t le
                                 const ct_store_limits_t *lim, ct_store_req_t *req,
                                 ct_store_cursor_t *cursor, size_t *need, ct_errbuf_t *eb)
 {
-    ct__rd_t r = {.b = buf, .len = len, .lim = lim ? lim : &ct_store_default_limits, .eb = eb,
-                  .op = "?", .kind = "request"};
+    ct__rd_t r = {.b = buf,
+                  .len = len,
+                  .lim = lim ? lim : &ct_store_default_limits,
+                  .eb = eb,
+                  .op = "?",
+                  .kind = "request"};
     memset(req, 0, sizeof *req);
     if (len == 0) {
         if (need != NULL)
@@ -399,8 +404,12 @@ ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *b
                                  ct_store_cursor_t *cursor, size_t *need, ct_errbuf_t *eb)
 {
     const char *name = ct_store_op_name(op);
-    ct__rd_t r = {.b = buf, .len = len, .lim = lim ? lim : &ct_store_default_limits, .eb = eb,
-                  .op = name, .kind = "reply"};
+    ct__rd_t r = {.b = buf,
+                  .len = len,
+                  .lim = lim ? lim : &ct_store_default_limits,
+                  .eb = eb,
+                  .op = name,
+                  .kind = "reply"};
     memset(resp, 0, sizeof *resp);
     resp->op = op;
     int rc = 1;
@@ -437,7 +446,8 @@ ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *b
                 break;
             }
             if (!ok)
-                rc = ct_errbuf_set(eb, CT_EPROTOCOL, "%s reply: unexpected code %u", name, resp->code);
+                rc = ct_errbuf_set(eb, CT_EPROTOCOL, "%s reply: unexpected code %u", name,
+                                   resp->code);
         }
         break;
     case CT_STORE_OP_PING:
@@ -447,8 +457,9 @@ ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *b
         if (nkeys == 0) /* zero bytes: nothing to wait for, and 0 would read as NEED_MORE */
             return ct_errbuf_set(eb, CT_EPROTOCOL, "a MULTI_GET of no keys has an empty reply");
         if (nkeys > r.lim->max_keys)
-            return ct_errbuf_set(eb, CT_ELIMIT, "%s reply: %llu values exceed the limit of %llu", name,
-                                 (unsigned long long)nkeys, (unsigned long long)r.lim->max_keys);
+            return ct_errbuf_set(eb, CT_ELIMIT, "%s reply: %llu values exceed the limit of %llu",
+                                 name, (unsigned long long)nkeys,
+                                 (unsigned long long)r.lim->max_keys);
         rc = ct__rd_list(&r, nkeys, false, true, cursor, &resp->list);
         break;
     case CT_STORE_OP_QUEUE_POP:
@@ -477,8 +488,12 @@ ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *b
 ssize_t ct_store_decode_watch_event(const void *buf, size_t len, const ct_store_limits_t *lim,
                                     ct_store_watch_event_t *ev, size_t *need, ct_errbuf_t *eb)
 {
-    ct__rd_t r = {.b = buf, .len = len, .lim = lim ? lim : &ct_store_default_limits, .eb = eb,
-                  .op = "watch", .kind = "event"};
+    ct__rd_t r = {.b = buf,
+                  .len = len,
+                  .lim = lim ? lim : &ct_store_default_limits,
+                  .eb = eb,
+                  .op = "watch",
+                  .kind = "event"};
     memset(ev, 0, sizeof *ev);
     uint8_t kind = 0;
     int rc = ct__rd_u8(&r, &kind, "kind");
@@ -686,8 +701,8 @@ ssize_t ct_store_decode_auth_hello(const void *buf, size_t len,
     if (have > 1 && memcmp(b + 1, ct__auth_magic, have - 1) != 0)
         return ct_errbuf_set(eb, CT_EAUTH, "authentication hello with a wrong magic");
     if (len >= 6 && b[5] != CT_STORE_AUTH_VERSION)
-        return ct_errbuf_set(eb, CT_EAUTH, "authentication version %u (this build speaks %u)",
-                             b[5], CT_STORE_AUTH_VERSION);
+        return ct_errbuf_set(eb, CT_EAUTH, "authentication version %u (this build speaks %u)", b[5],
+                             CT_STORE_AUTH_VERSION);
     if (len < CT_STORE_AUTH_HELLO_LEN)
         return CT_STORE_NEED_MORE;
     memcpy(nonce, b + 6, CT_STORE_AUTH_NONCE_LEN);

@@ -57,7 +57,7 @@ typedef enum ct_store_op {
     CT_STORE_OP_GETNUMKEYS,
     CT_STORE_OP_WATCH_KEY, /* v1 only */
     CT_STORE_OP_DELETE_KEY,
-    CT_STORE_OP_APPEND,      /* v2 ... */
+    CT_STORE_OP_APPEND, /* v2 ... */
     CT_STORE_OP_MULTI_GET,
     CT_STORE_OP_MULTI_SET,
     CT_STORE_OP_CANCEL_WAIT,
@@ -87,8 +87,8 @@ bool ct_store_op_has_reply(ct_store_op_t op);
 enum {
     CT_STORE_CHECK_READY = 0,
     CT_STORE_CHECK_NOT_READY = 1,
-    CT_STORE_WAIT_STOP = 0,      /* STOP_WAITING: every awaited key was written */
-    CT_STORE_WAIT_CANCELED = 1,  /* reply to CANCEL_WAIT (v2) */
+    CT_STORE_WAIT_STOP = 0,        /* STOP_WAITING: every awaited key was written */
+    CT_STORE_WAIT_CANCELED = 1,    /* reply to CANCEL_WAIT (v2) */
     CT_STORE_WATCH_REGISTERED = 3, /* reply to WATCH_KEY (v1) */
 };
 

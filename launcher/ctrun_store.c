@@ -168,22 +168,22 @@ static inline uint64_t ctrun__rotl(uint64_t x, int b)
     return (x << b) | (x >> (64 - b));
 }
 
-#define CTRUN__SIPROUND                                                                           \
-    do {                                                                                          \
-        v0 += v1;                                                                                 \
-        v1 = ctrun__rotl(v1, 13);                                                                 \
-        v1 ^= v0;                                                                                 \
-        v0 = ctrun__rotl(v0, 32);                                                                 \
-        v2 += v3;                                                                                 \
-        v3 = ctrun__rotl(v3, 16);                                                                 \
-        v3 ^= v2;                                                                                 \
-        v0 += v3;                                                                                 \
-        v3 = ctrun__rotl(v3, 21);                                                                 \
-        v3 ^= v0;                                                                                 \
-        v2 += v1;                                                                                 \
-        v1 = ctrun__rotl(v1, 17);                                                                 \
-        v1 ^= v2;                                                                                 \
-        v2 = ctrun__rotl(v2, 32);                                                                 \
+#define CTRUN__SIPROUND           \
+    do {                          \
+        v0 += v1;                 \
+        v1 = ctrun__rotl(v1, 13); \
+        v1 ^= v0;                 \
+        v0 = ctrun__rotl(v0, 32); \
+        v2 += v3;                 \
+        v3 = ctrun__rotl(v3, 16); \
+        v3 ^= v2;                 \
+        v0 += v3;                 \
+        v3 = ctrun__rotl(v3, 21); \
+        v3 ^= v0;                 \
+        v2 += v1;                 \
+        v1 = ctrun__rotl(v1, 17); \
+        v1 ^= v2;                 \
+        v2 = ctrun__rotl(v2, 32); \
     } while (0)
 
 /* SipHash-1-3 (Aumasson & Bernstein), the keyed hash that hash-flooding defences use. */
@@ -232,8 +232,8 @@ static void ctrun__uncharge(ctrun_store_t *s, uint64_t n)
 
 /* At most CTRUN__LOG_PER_SECOND lines a second about connections, so that a flood of bad
  * clients cannot flood the log too. */
-__attribute__((format(printf, 2, 3))) static void ctrun__log_conn(ctrun_store_t *s,
-                                                                  const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void ctrun__log_conn(ctrun_store_t *s, const char *fmt,
+                                                                  ...)
 {
     uint64_t now = uv_now(s->loop);
     if (now - s->log_window_ms >= 1000) {
@@ -405,8 +405,10 @@ static uint8_t *ctrun__out(ctrun__conn_t *c, size_t n, bool pushed)
     if (pushed && ctrun__pending(c) + n > c->s->limits.max_message_len + CTRUN__HIGH_WATER) {
         char peer[96];
         ctrun__peer(c, peer, sizeof peer);
-        ctrun__log_conn(c->s, "closed connection from %s: it does not read its replies (%zu bytes "
-                              "pending)", peer, ctrun__pending(c));
+        ctrun__log_conn(c->s,
+                        "closed connection from %s: it does not read its replies (%zu bytes "
+                        "pending)",
+                        peer, ctrun__pending(c));
         ctrun__doom(c);
         return NULL;
     }
@@ -747,8 +749,8 @@ typedef struct ctrun__ctx {
  * Writes (or, with append, extends) the value of key, wakes its waiters (wake_mode), sends v1
  * watch events and runs watch callbacks. CT_ELIMIT when the memory cap forbids it.
  */
-static int ctrun__write(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8_t *key,
-                        size_t klen, const uint8_t *val, size_t vlen, bool append, int wake_mode,
+static int ctrun__write(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8_t *key, size_t klen,
+                        const uint8_t *val, size_t vlen, bool append, int wake_mode,
                         ct_errbuf_t *eb)
 {
     ctrun__entry_t *e = ctrun__obtain(s, key, klen);
@@ -833,8 +835,7 @@ static bool ctrun__delete(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8
     free(old);
     ctrun__release(s, e);
     if (s->watches != NULL)
-        ctrun__notify(s, key, klen, CT_STORE_WATCH_DELETED, NULL, 0, ctx->op,
-                      ctx->conn == NULL);
+        ctrun__notify(s, key, klen, CT_STORE_WATCH_DELETED, NULL, 0, ctx->op, ctx->conn == NULL);
     return true;
 }
 
@@ -871,16 +872,15 @@ static int ctrun__add(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8_t *
         int rc = ctrun__parse_counter(e->value, e->vlen, &cur);
         if (rc != 0)
             return ct_errbuf_set(eb, rc, "key \"%.*s\" holds %zu bytes that are %s",
-                                 (int)(klen > 80 ? 80 : klen),
-                                 (const char *)key, e->vlen,
+                                 (int)(klen > 80 ? 80 : klen), (const char *)key, e->vlen,
                                  rc == CT_EPARSE ? "not a number" : "outside the int64 range");
     }
     /* PyTorch adds in int64 and wraps in practice; unsigned arithmetic wraps without UB. */
     int64_t v = (int64_t)((uint64_t)cur + (uint64_t)delta);
     char text[24];
     int n = snprintf(text, sizeof text, "%lld", (long long)v);
-    int rc = ctrun__write(s, ctx, key, klen, (const uint8_t *)text, (size_t)n, false, wake_mode,
-                          eb);
+    int rc =
+        ctrun__write(s, ctx, key, klen, (const uint8_t *)text, (size_t)n, false, wake_mode, eb);
     if (rc == 0)
         *result = v;
     return rc;
@@ -908,8 +908,7 @@ static int ctrun__compare_set(ctrun_store_t *s, const ctrun__ctx_t *ctx, const u
             return 0;
         }
     }
-    int rc = ctrun__write(s, ctx, key, klen, desired.data, desired.len, false, CTRUN__WAKE_ALL,
-                          eb);
+    int rc = ctrun__write(s, ctx, key, klen, desired.data, desired.len, false, CTRUN__WAKE_ALL, eb);
     if (rc == 0)
         *reply = desired;
     return rc;
@@ -1258,8 +1257,7 @@ static void ctrun__handle(ctrun__conn_t *c, const ct_store_req_t *req)
         break;
     }
     case CT_STORE_OP_ADD:
-        rc = ctrun__add(s, &ctx, req->key.data, req->key.len, req->num, CTRUN__WAKE_ALL, &num,
-                        &eb);
+        rc = ctrun__add(s, &ctx, req->key.data, req->key.len, req->num, CTRUN__WAKE_ALL, &num, &eb);
         if (rc == 0)
             ctrun__reply_u64(c, (uint64_t)num);
         break;
@@ -1475,8 +1473,10 @@ static void ctrun__process(ctrun__conn_t *c, const uint8_t *data, size_t len, bo
         if (rest > 0) {
             int rc = ctrun__in_reserve(c, rest);
             if (rc != 0) {
-                ctrun__drop(c, "no room to buffer a partial request (store memory cap of %llu "
-                               "bytes)", (unsigned long long)c->s->max_bytes);
+                ctrun__drop(c,
+                            "no room to buffer a partial request (store memory cap of %llu "
+                            "bytes)",
+                            (unsigned long long)c->s->max_bytes);
                 return;
             }
             memcpy(c->in, data + off, rest);
@@ -1726,12 +1726,14 @@ static int ctrun__listen(ctrun_store_t *s, const char *host, int port, ct_errbuf
 {
     int fd = -1, rc;
     if (host == NULL || host[0] == '\0') {
-        struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port),
+        struct sockaddr_in6 a6 = {.sin6_family = AF_INET6,
+                                  .sin6_port = htons((uint16_t)port),
                                   .sin6_addr = IN6ADDR_ANY_INIT};
         rc = ctrun__bind_fd(AF_INET6, (struct sockaddr *)&a6, sizeof a6, &fd);
         if (rc == -EAFNOSUPPORT || rc == -EADDRNOTAVAIL || rc == -EPROTONOSUPPORT) {
             ct_log_info("store: IPv6 unavailable (%s); listening on IPv4 only", ct_strerror(rc));
-            struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+            struct sockaddr_in a4 = {.sin_family = AF_INET,
+                                     .sin_port = htons((uint16_t)port),
                                      .sin_addr = {htonl(INADDR_ANY)}};
             rc = ctrun__bind_fd(AF_INET, (struct sockaddr *)&a4, sizeof a4, &fd);
         }
@@ -1741,7 +1743,8 @@ static int ctrun__listen(ctrun_store_t *s, const char *host, int port, ct_errbuf
     } else {
         char ps[16];
         snprintf(ps, sizeof ps, "%d", port);
-        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+        struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                                 .ai_socktype = SOCK_STREAM,
                                  .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
         struct addrinfo *res = NULL;
         int gai = getaddrinfo(host, ps, &hints, &res);
@@ -1860,8 +1863,8 @@ int ctrun_store_create(uv_loop_t *loop, const ctrun_store_opts_t *opts, ctrun_st
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     s->loop = loop;
     s->limits = opts->limits ? *opts->limits : ct_store_default_limits;
-    s->max_connections = opts->max_connections ? opts->max_connections
-                                               : CTRUN_STORE_DEFAULT_MAX_CONNECTIONS;
+    s->max_connections =
+        opts->max_connections ? opts->max_connections : CTRUN_STORE_DEFAULT_MAX_CONNECTIONS;
     s->max_bytes = opts->max_bytes ? opts->max_bytes : CTRUN_STORE_DEFAULT_MAX_BYTES;
     s->tab_mask = 1023;
     s->tab = calloc(s->tab_mask + 1, sizeof *s->tab);
@@ -2284,8 +2287,7 @@ int ctrun__test_check(const ctrun_store_t *s, ct_errbuf_t *eb)
                              (unsigned long long)entries, (unsigned long long)s->nentries,
                              (unsigned long long)keys, (unsigned long long)s->st.keys,
                              (unsigned long long)queues, (unsigned long long)s->st.queues,
-                             (unsigned long long)regs,
-                             (unsigned long long)s->st.wait_registrations,
+                             (unsigned long long)regs, (unsigned long long)s->st.wait_registrations,
                              (unsigned long long)waits, (unsigned long long)s->st.pending_waits,
                              (unsigned long long)mem, (unsigned long long)s->memory);
     return 0;

@@ -67,7 +67,7 @@ typedef struct ctrun_store_opts {
     /* Address to listen on: NULL or "" = every address (dual-stack [::], else 0.0.0.0); or a
      * name / IPv4 / IPv6 literal (without brackets). */
     const char *host;
-    int port; /* 0 = let the kernel choose; see ctrun_store_port() */
+    int port;                 /* 0 = let the kernel choose; see ctrun_store_port() */
     uint64_t max_connections; /* 0 = CTRUN_STORE_DEFAULT_MAX_CONNECTIONS */
     uint64_t max_bytes;       /* 0 = CTRUN_STORE_DEFAULT_MAX_BYTES */
     /* Authentication token (NUL-terminated, copied); NULL = none. When set, every connection
@@ -156,17 +156,17 @@ void ctrun_store_unwatch(ctrun_store_t *s, ctrun_store_watch_t *w);
 /* ---- introspection -------------------------------------------------------------------- */
 
 typedef struct ctrun_store_stats {
-    uint64_t connections;      /* open now */
-    uint64_t keys;             /* what GETNUMKEYS answers */
-    uint64_t queues;           /* non-empty queues */
-    uint64_t stored_bytes;     /* keys + values + queued items */
-    uint64_t buffered_bytes;   /* input buffers of connections */
-    uint64_t pending_waits;    /* WAIT/BARRIER requests not yet answered */
+    uint64_t connections;        /* open now */
+    uint64_t keys;               /* what GETNUMKEYS answers */
+    uint64_t queues;             /* non-empty queues */
+    uint64_t stored_bytes;       /* keys + values + queued items */
+    uint64_t buffered_bytes;     /* input buffers of connections */
+    uint64_t pending_waits;      /* WAIT/BARRIER requests not yet answered */
     uint64_t wait_registrations; /* (wait, key) pairs in the waiter index */
-    uint64_t accepted;         /* connections accepted since creation */
-    uint64_t refused;          /* closed at accept: over max_connections */
-    uint64_t dropped;          /* closed for a protocol, limit or authentication violation */
-    uint64_t requests;         /* requests handled */
+    uint64_t accepted;           /* connections accepted since creation */
+    uint64_t refused;            /* closed at accept: over max_connections */
+    uint64_t dropped;            /* closed for a protocol, limit or authentication violation */
+    uint64_t requests;           /* requests handled */
 } ctrun_store_stats_t;
 
 void ctrun_store_stats(const ctrun_store_t *s, ctrun_store_stats_t *out);

@@ -88,8 +88,7 @@ static int ctrun__read_token_file(const char *path, char *buf, size_t size, ct_e
 {
     FILE *f = fopen(path, "r");
     if (f == NULL)
-        return ct_errbuf_set(eb, -errno, "--token-file: cannot open %s: %s", path,
-                             strerror(errno));
+        return ct_errbuf_set(eb, -errno, "--token-file: cannot open %s: %s", path, strerror(errno));
     if (fgets(buf, (int)size, f) == NULL)
         buf[0] = '\0';
     fclose(f);
@@ -215,8 +214,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "ctrun-store: uv_loop_init: %s\n", uv_strerror(rc));
         return 1;
     }
-    ctrun_store_opts_t opts = {.host = host, .port = port, .max_connections = max_conn,
-                               .max_bytes = max_bytes, .token = token};
+    ctrun_store_opts_t opts = {.host = host,
+                               .port = port,
+                               .max_connections = max_conn,
+                               .max_bytes = max_bytes,
+                               .token = token};
     rc = ctrun_store_create(&m.loop, &opts, &m.store, &eb);
     if (rc != 0) {
         fprintf(stderr, "ctrun-store: %s\n", eb.msg);

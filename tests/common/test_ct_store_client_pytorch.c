@@ -38,8 +38,8 @@ static bool has_torch(const char *interp, char *version, size_t size)
     if (access(interp, X_OK) != 0)
         return false;
     ct_child_t c;
-    char *argv[] = {(char *)interp, "-c", "import torch.distributed, torch; print(torch.__version__)",
-                    NULL};
+    char *argv[] = {(char *)interp, "-c",
+                    "import torch.distributed, torch; print(torch.__version__)", NULL};
     bool ok = ct_child_run(&c, argv, NULL, 120000) == 0 && c.exit_code == 0;
     if (ok)
         snprintf(version, size, "%.*s", (int)strcspn(c.out, "\n"), c.out);

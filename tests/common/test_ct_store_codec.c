@@ -61,8 +61,7 @@ static const vec_t vectors[] = {
     {CT_STORE_V1, CT_STORE_OP_ADD, "03 0200000000000000 2f63 0500000000000000", 0,
      "0a00000000000000"},
     {CT_STORE_V1, CT_STORE_OP_COMPARE_SET,
-     "01 0300000000000000 2f6373 0000000000000000 0100000000000000 78", 0,
-     "0100000000000000 78"},
+     "01 0300000000000000 2f6373 0000000000000000 0100000000000000 78", 0, "0100000000000000 78"},
     {CT_STORE_V1, CT_STORE_OP_COMPARE_SET,
      "01 0600000000000000 2f6e6f6b6579 0100000000000000 61 0100000000000000 62", 0,
      "0100000000000000 61"},
@@ -80,8 +79,7 @@ static const vec_t vectors[] = {
     {CT_STORE_V2, CT_STORE_OP_PING, "0d 39300000", 0, "39300000"},
     {CT_STORE_V2, CT_STORE_OP_SET, "01 0200000000000000 2f6b 0100000000000000 76", 0, NULL},
     {CT_STORE_V2, CT_STORE_OP_COMPARE_SET,
-     "02 0300000000000000 2f6373 0000000000000000 0100000000000000 78", 0,
-     "0100000000000000 78"},
+     "02 0300000000000000 2f6373 0000000000000000 0100000000000000 78", 0, "0100000000000000 78"},
     {CT_STORE_V2, CT_STORE_OP_GET, "03 0200000000000000 2f6b", 0, "0000000000000000"},
     {CT_STORE_V2, CT_STORE_OP_ADD, "04 0200000000000000 2f6e fbffffffffffffff", 0,
      "fdffffffffffffff"},
@@ -98,8 +96,7 @@ static const vec_t vectors[] = {
      " 0300000000000000 2f6d32 0100000000000000 32",
      0, NULL},
     {CT_STORE_V2, CT_STORE_OP_CANCEL_WAIT, "0c", 0, "01"},
-    {CT_STORE_V2, CT_STORE_OP_QUEUE_PUSH, "0e 0200000000000000 2f71 0100000000000000 31", 0,
-     NULL},
+    {CT_STORE_V2, CT_STORE_OP_QUEUE_PUSH, "0e 0200000000000000 2f71 0100000000000000 31", 0, NULL},
     {CT_STORE_V2, CT_STORE_OP_QUEUE_POP, "0f 0200000000000000 2f71", 0,
      "0100000000000000 0100000000000000 31"},
     {CT_STORE_V2, CT_STORE_OP_QUEUE_POP, "0f 0200000000000000 2f71", 0, "0000000000000000"},
@@ -117,16 +114,16 @@ static void test_op_tables(void)
         ct_store_op_t op;
         int v1, v2;
     } t[] = {
-        {CT_STORE_OP_VALIDATE, -1, 0},     {CT_STORE_OP_SET, 0, 1},
-        {CT_STORE_OP_COMPARE_SET, 1, 2},   {CT_STORE_OP_GET, 2, 3},
-        {CT_STORE_OP_ADD, 3, 4},           {CT_STORE_OP_CHECK, 4, 5},
-        {CT_STORE_OP_WAIT, 5, 6},          {CT_STORE_OP_GETNUMKEYS, 6, 7},
-        {CT_STORE_OP_WATCH_KEY, 7, -1},    {CT_STORE_OP_DELETE_KEY, 8, 8},
-        {CT_STORE_OP_APPEND, -1, 9},       {CT_STORE_OP_MULTI_GET, -1, 10},
-        {CT_STORE_OP_MULTI_SET, -1, 11},   {CT_STORE_OP_CANCEL_WAIT, -1, 12},
-        {CT_STORE_OP_PING, -1, 13},        {CT_STORE_OP_QUEUE_PUSH, -1, 14},
-        {CT_STORE_OP_QUEUE_POP, -1, 15},   {CT_STORE_OP_QUEUE_LEN, -1, 16},
-        {CT_STORE_OP_LIST_KEYS, -1, 17},   {CT_STORE_OP_BARRIER, -1, 18},
+        {CT_STORE_OP_VALIDATE, -1, 0},   {CT_STORE_OP_SET, 0, 1},
+        {CT_STORE_OP_COMPARE_SET, 1, 2}, {CT_STORE_OP_GET, 2, 3},
+        {CT_STORE_OP_ADD, 3, 4},         {CT_STORE_OP_CHECK, 4, 5},
+        {CT_STORE_OP_WAIT, 5, 6},        {CT_STORE_OP_GETNUMKEYS, 6, 7},
+        {CT_STORE_OP_WATCH_KEY, 7, -1},  {CT_STORE_OP_DELETE_KEY, 8, 8},
+        {CT_STORE_OP_APPEND, -1, 9},     {CT_STORE_OP_MULTI_GET, -1, 10},
+        {CT_STORE_OP_MULTI_SET, -1, 11}, {CT_STORE_OP_CANCEL_WAIT, -1, 12},
+        {CT_STORE_OP_PING, -1, 13},      {CT_STORE_OP_QUEUE_PUSH, -1, 14},
+        {CT_STORE_OP_QUEUE_POP, -1, 15}, {CT_STORE_OP_QUEUE_LEN, -1, 16},
+        {CT_STORE_OP_LIST_KEYS, -1, 17}, {CT_STORE_OP_BARRIER, -1, 18},
     };
     CT_ASSERT_EQ(sizeof t / sizeof t[0], CT_STORE_OP_COUNT);
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -234,15 +231,14 @@ static void test_decoded_fields(void)
 
     ct_store_resp_t resp;
     n = hex("0100000000000000 0100000000000000 31", buf, sizeof buf);
-    CT_ASSERT_EQ(ct_store_decode_response(CT_STORE_OP_QUEUE_POP, 0, buf, n, NULL, &resp, NULL,
-                                          NULL, NULL),
-                 (ssize_t)n);
+    CT_ASSERT_EQ(
+        ct_store_decode_response(CT_STORE_OP_QUEUE_POP, 0, buf, n, NULL, &resp, NULL, NULL, NULL),
+        (ssize_t)n);
     CT_ASSERT_EQ(resp.num, 1);
     CT_ASSERT(resp.value.len == 1 && resp.value.data[0] == '1');
     n = hex("39300000", buf, sizeof buf);
-    CT_ASSERT_EQ(ct_store_decode_response(CT_STORE_OP_PING, 0, buf, n, NULL, &resp, NULL, NULL,
-                                          NULL),
-                 4);
+    CT_ASSERT_EQ(
+        ct_store_decode_response(CT_STORE_OP_PING, 0, buf, n, NULL, &resp, NULL, NULL, NULL), 4);
     CT_ASSERT_EQ(resp.num32, 12345);
 }
 
@@ -275,8 +271,8 @@ static void test_split_one_byte_at_a_time(void)
                                                  &resp, &cur, &need, &eb);
                 free(copy);
                 if (len < n) {
-                    CT_ASSERT_MSG(r == CT_STORE_NEED_MORE, "vector %zu %s prefix %zu: %zd (%s)",
-                                  i, pass ? "reply" : "request", len, r, eb.msg);
+                    CT_ASSERT_MSG(r == CT_STORE_NEED_MORE, "vector %zu %s prefix %zu: %zd (%s)", i,
+                                  pass ? "reply" : "request", len, r, eb.msg);
                     CT_ASSERT_MSG(need > len && need <= n, "vector %zu prefix %zu: need %zu of %zu",
                                   i, len, need, n);
                 } else {
@@ -370,12 +366,11 @@ static void test_limits(void)
     /* Replies are held to the same limits. */
     ct_store_resp_t resp;
     n = hex("0100800000000000", b, sizeof b);
-    CT_ASSERT_ERR(ct_store_decode_response(CT_STORE_OP_GET, 0, b, n, NULL, &resp, NULL, NULL,
-                                           &eb),
+    CT_ASSERT_ERR(ct_store_decode_response(CT_STORE_OP_GET, 0, b, n, NULL, &resp, NULL, NULL, &eb),
                   CT_ELIMIT);
-    CT_ASSERT_ERR(ct_store_decode_response(CT_STORE_OP_MULTI_GET, 200000, b, 0, NULL, &resp, NULL,
-                                           NULL, &eb),
-                  CT_ELIMIT);
+    CT_ASSERT_ERR(
+        ct_store_decode_response(CT_STORE_OP_MULTI_GET, 200000, b, 0, NULL, &resp, NULL, NULL, &eb),
+        CT_ELIMIT);
 }
 
 static void test_bad_input(void)
@@ -398,31 +393,29 @@ static void test_bad_input(void)
     CT_ASSERT_ERR(ct_store_decode_request(CT_STORE_V1, b, 1, NULL, &req, NULL, NULL, &eb),
                   CT_EPROTOCOL);
     const char *http = "GET / HTTP/1.0\r\n\r\n";
-    CT_ASSERT_ERR(ct_store_decode_request(CT_STORE_V1, http, strlen(http), NULL, &req, NULL, NULL,
-                                          &eb),
-                  CT_EPROTOCOL);
+    CT_ASSERT_ERR(
+        ct_store_decode_request(CT_STORE_V1, http, strlen(http), NULL, &req, NULL, NULL, &eb),
+        CT_EPROTOCOL);
     /* VALIDATE with a wrong magic. */
     size_t n = hex("00 cef7853d", b, sizeof b);
     CT_ASSERT_ERR(ct_store_decode_request(CT_STORE_V2, b, n, NULL, &req, NULL, NULL, &eb),
                   CT_EPROTOCOL);
     /* Reply codes outside their enums. */
     b[0] = 2;
-    CT_ASSERT_ERR(ct_store_decode_response(CT_STORE_OP_CHECK, 0, b, 1, NULL, &resp, NULL, NULL,
-                                           &eb),
+    CT_ASSERT_ERR(
+        ct_store_decode_response(CT_STORE_OP_CHECK, 0, b, 1, NULL, &resp, NULL, NULL, &eb),
+        CT_EPROTOCOL);
+    CT_ASSERT_ERR(ct_store_decode_response(CT_STORE_OP_WAIT, 0, b, 1, NULL, &resp, NULL, NULL, &eb),
                   CT_EPROTOCOL);
-    CT_ASSERT_ERR(ct_store_decode_response(CT_STORE_OP_WAIT, 0, b, 1, NULL, &resp, NULL, NULL,
-                                           &eb),
-                  CT_EPROTOCOL);
-    CT_ASSERT_ERR(ct_store_decode_response(CT_STORE_OP_WATCH_KEY, 0, b, 1, NULL, &resp, NULL,
-                                           NULL, &eb),
-                  CT_EPROTOCOL);
-    CT_ASSERT_ERR(ct_store_decode_response(CT_STORE_OP_SET, 0, b, 1, NULL, &resp, NULL, NULL,
-                                           &eb),
+    CT_ASSERT_ERR(
+        ct_store_decode_response(CT_STORE_OP_WATCH_KEY, 0, b, 1, NULL, &resp, NULL, NULL, &eb),
+        CT_EPROTOCOL);
+    CT_ASSERT_ERR(ct_store_decode_response(CT_STORE_OP_SET, 0, b, 1, NULL, &resp, NULL, NULL, &eb),
                   CT_EPROTOCOL);
     n = hex("ffffffffffffffff", b, sizeof b); /* negative LIST count */
-    CT_ASSERT_ERR(ct_store_decode_response(CT_STORE_OP_LIST_KEYS, 0, b, n, NULL, &resp, NULL,
-                                           NULL, &eb),
-                  CT_EPROTOCOL);
+    CT_ASSERT_ERR(
+        ct_store_decode_response(CT_STORE_OP_LIST_KEYS, 0, b, n, NULL, &resp, NULL, NULL, &eb),
+        CT_EPROTOCOL);
     /* Encoding an op the dialect lacks. */
     ct_store_req_t a = {.op = CT_STORE_OP_APPEND};
     CT_ASSERT_ERR(ct_store_encode_request(CT_STORE_V1, &a, NULL, 0, &eb), CT_EPROTOCOL);
@@ -445,20 +438,19 @@ static void test_bad_input(void)
         uint8_t *copy = malloc(len ? len : 1);
         memcpy(copy, g, len);
         for (int d = CT_STORE_V1; d <= CT_STORE_V2; d++) {
-            ssize_t r = ct_store_decode_request((ct_store_dialect_t)d, copy, len, NULL, &req,
-                                                NULL, NULL, NULL);
+            ssize_t r = ct_store_decode_request((ct_store_dialect_t)d, copy, len, NULL, &req, NULL,
+                                                NULL, NULL);
             CT_ASSERT(r <= (ssize_t)len);
             if (r > 0) { /* then it must re-encode to exactly what it consumed */
                 uint8_t out[64];
-                CT_ASSERT_EQ(ct_store_encode_request((ct_store_dialect_t)d, &req, out, sizeof out,
-                                                     NULL),
-                             r);
+                CT_ASSERT_EQ(
+                    ct_store_encode_request((ct_store_dialect_t)d, &req, out, sizeof out, NULL), r);
                 CT_ASSERT(memcmp(out, copy, (size_t)r) == 0);
             }
         }
         for (int op = 0; op < CT_STORE_OP_COUNT; op++) {
-            ssize_t r = ct_store_decode_response((ct_store_op_t)op, 2, copy, len, NULL, &resp,
-                                                 NULL, NULL, NULL);
+            ssize_t r = ct_store_decode_response((ct_store_op_t)op, 2, copy, len, NULL, &resp, NULL,
+                                                 NULL, NULL);
             CT_ASSERT(r <= (ssize_t)len);
         }
         free(copy);

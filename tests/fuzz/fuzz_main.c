@@ -130,10 +130,11 @@ static uint64_t next(void)
 /* One random edit of buf (length *len, capacity FUZZ_MAX_INPUT). */
 static void mutate(uint8_t *buf, size_t *len)
 {
-    static const uint64_t lengths[] = {0, 1, 2, 5, 7, 8, 63, 64, 65, 4095, 4096, 8192, 8193,
-                                       16383, 16384, 131072, 131073, 1ull << 40, UINT64_MAX};
-    static const uint8_t bytes[] = {0, 1, 2, 3, 5, 7, 8, 9, 12, 13, 17, 18, 19, 0x7f, 0x80,
-                                    0xa5, 0xa6, 0xce, 0xff};
+    static const uint64_t lengths[] = {0,     1,      2,      5,          7,         8,    63,
+                                       64,    65,     4095,   4096,       8192,      8193, 16383,
+                                       16384, 131072, 131073, 1ull << 40, UINT64_MAX};
+    static const uint8_t bytes[] = {0,  1,  2,  3,    5,    7,    8,    9,    12,  13,
+                                    17, 18, 19, 0x7f, 0x80, 0xa5, 0xa6, 0xce, 0xff};
     size_t n = *len;
     switch (next() % 7) {
     case 0:

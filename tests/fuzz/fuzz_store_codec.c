@@ -16,12 +16,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 size_t ct_fuzz_seed(int i, uint8_t *buf, size_t cap);
 void ct_fuzz_teardown(void);
 
-#define FUZZ_CHECK(cond)                                                                          \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            fprintf(stderr, "fuzz_store_codec: check failed: %s (line %d)\n", #cond, __LINE__);   \
-            abort();                                                                              \
-        }                                                                                         \
+#define FUZZ_CHECK(cond)                                                                        \
+    do {                                                                                        \
+        if (!(cond)) {                                                                          \
+            fprintf(stderr, "fuzz_store_codec: check failed: %s (line %d)\n", #cond, __LINE__); \
+            abort();                                                                            \
+        }                                                                                       \
     } while (0)
 
 static const ct_store_limits_t small_limits = {
@@ -97,6 +97,4 @@ size_t ct_fuzz_seed(int i, uint8_t *buf, size_t cap)
     return fuzz_sample(i, &d, &op, buf, cap);
 }
 
-void ct_fuzz_teardown(void)
-{
-}
+void ct_fuzz_teardown(void) {}

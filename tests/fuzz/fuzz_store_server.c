@@ -29,14 +29,14 @@ void ct_fuzz_teardown(void);
 static uv_loop_t fuzz_loop;
 static ctrun_store_t *store;
 
-#define FUZZ_CHECK(cond, ...)                                                                     \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            fprintf(stderr, "fuzz_store_server: check failed: %s: ", #cond);                      \
-            fprintf(stderr, __VA_ARGS__);                                                         \
-            fputc('\n', stderr);                                                                  \
-            abort();                                                                              \
-        }                                                                                         \
+#define FUZZ_CHECK(cond, ...)                                                \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "fuzz_store_server: check failed: %s: ", #cond); \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fputc('\n', stderr);                                             \
+            abort();                                                         \
+        }                                                                    \
     } while (0)
 
 /* A watch that writes back into the store from its callback. */
@@ -44,8 +44,7 @@ static void echo_watch(ctrun_store_t *s, const ctrun_store_event_t *ev, void *da
 {
     (void)data;
     if (ev->kind != CT_STORE_WATCH_DELETED)
-        ctrun_store_set(s, "/echo", ev->value.data, ev->value.len > 64 ? 64 : ev->value.len,
-                        NULL);
+        ctrun_store_set(s, "/echo", ev->value.data, ev->value.len > 64 ? 64 : ev->value.len, NULL);
 }
 
 static void setup(void)
@@ -55,8 +54,8 @@ static void setup(void)
     /* Small limits so that the fuzzer reaches them with short inputs. */
     static const ct_store_limits_t lim = {
         .max_key_len = 64, .max_value_len = 4096, .max_keys = 32, .max_message_len = 16384};
-    ctrun_store_opts_t o = {.host = "127.0.0.1", .port = 0, .max_bytes = 256 * 1024,
-                            .limits = &lim};
+    ctrun_store_opts_t o = {
+        .host = "127.0.0.1", .port = 0, .max_bytes = 256 * 1024, .limits = &lim};
     ct_errbuf_t eb;
     if (uv_loop_init(&fuzz_loop) != 0 || ctrun_store_create(&fuzz_loop, &o, &store, &eb) != 0) {
         fprintf(stderr, "fuzz_store_server: cannot create the store\n");

@@ -159,8 +159,8 @@ static void expect_hex(tc_t *t, const char *want_hex)
     uint8_t want[4096], got[4096];
     size_t wn = hex(want_hex, want, sizeof want);
     size_t gn = tc_out(t, got, sizeof got);
-    CT_ASSERT_MSG(gn == wn && memcmp(got, want, wn) == 0, "expected %zu bytes \"%s\", got %zu",
-                  wn, want_hex, gn);
+    CT_ASSERT_MSG(gn == wn && memcmp(got, want, wn) == 0, "expected %zu bytes \"%s\", got %zu", wn,
+                  want_hex, gn);
 }
 
 static void expect_nothing(tc_t *t)
@@ -208,16 +208,16 @@ static void test_capture_replay_v1(void)
     ctrun_store_t *s = store_new(NULL);
     tc_t t = tc_open(s, CT_STORE_V1);
     static const char *stream =
-        "00 0200000000000000 2f6b 0100000000000000 76"                     /* set k v */
-        "05 0100000000000000 0200000000000000 2f6b"                        /* wait [k] */
-        "02 0200000000000000 2f6b"                                          /* get k */
-        "03 0200000000000000 2f63 0500000000000000"                        /* add c 5 */
-        "03 0200000000000000 2f63 0500000000000000"                        /* add c 5 */
+        "00 0200000000000000 2f6b 0100000000000000 76"                    /* set k v */
+        "05 0100000000000000 0200000000000000 2f6b"                       /* wait [k] */
+        "02 0200000000000000 2f6b"                                        /* get k */
+        "03 0200000000000000 2f63 0500000000000000"                       /* add c 5 */
+        "03 0200000000000000 2f63 0500000000000000"                       /* add c 5 */
         "01 0300000000000000 2f6373 0000000000000000 0100000000000000 78" /* cas cs "" x */
         "01 0600000000000000 2f6e6f6b6579 0100000000000000 61 0100000000000000 62"
-        "06"                                                                /* num_keys */
-        "08 0200000000000000 2f6b"                                          /* delete k */
-        "08 0200000000000000 2f6b"                                          /* again */
+        "06"                       /* num_keys */
+        "08 0200000000000000 2f6b" /* delete k */
+        "08 0200000000000000 2f6b" /* again */
         "05 0200000000000000 0200000000000000 2f63 0300000000000000 2f6373";
     static const char *replies = "00"
                                  "0100000000000000 76"
@@ -263,8 +263,8 @@ static void test_v2_requests(void)
     expect_bytes(&t, "xx");
     /* Case 17: MULTI_SET then MULTI_GET (a missing key reads empty). */
     ct_store_bytes_t mk[2] = {B("/m1"), B("/m2")}, mv[2] = {B("1"), B("2")};
-    ct_store_req_t ms = {.op = CT_STORE_OP_MULTI_SET, .key_array = mk, .value_array = mv,
-                         .nkeys = 2};
+    ct_store_req_t ms = {
+        .op = CT_STORE_OP_MULTI_SET, .key_array = mk, .value_array = mv, .nkeys = 2};
     CT_ASSERT_OK(tc_req(&t, &ms));
     expect_nothing(&t);
     const char *gk[3] = {"/m1", "/m2", "/nope"};
@@ -302,19 +302,19 @@ static void test_v2_requests(void)
     uint8_t got[256];
     size_t n = tc_out(&t, got, sizeof got);
     ct_store_resp_t resp;
-    CT_ASSERT_EQ(ct_store_decode_response(CT_STORE_OP_LIST_KEYS, 0, got, n, NULL, &resp, NULL,
-                                          NULL, NULL),
-                 (ssize_t)n);
+    CT_ASSERT_EQ(
+        ct_store_decode_response(CT_STORE_OP_LIST_KEYS, 0, got, n, NULL, &resp, NULL, NULL, NULL),
+        (ssize_t)n);
     CT_ASSERT_EQ(resp.num, 3);
     ct_store_list_iter_t it;
     ct_store_bytes_t k;
     int seen = 0;
     ct_store_list_begin(&resp.list, &it);
     while (ct_store_list_next(&it, &k, NULL))
-        seen |= (k.len == 2 && memcmp(k.data, "/a", 2) == 0)       ? 1
-                : (k.len == 3 && memcmp(k.data, "/m1", 3) == 0)    ? 2
-                : (k.len == 3 && memcmp(k.data, "/m2", 3) == 0)    ? 4
-                                                                    : 8;
+        seen |= (k.len == 2 && memcmp(k.data, "/a", 2) == 0)    ? 1
+                : (k.len == 3 && memcmp(k.data, "/m1", 3) == 0) ? 2
+                : (k.len == 3 && memcmp(k.data, "/m2", 3) == 0) ? 4
+                                                                : 8;
     CT_ASSERT_EQ(seen, 7);
     /* Case 8: delete returns 1 then 0. */
     tc_simple(&t, CT_STORE_OP_DELETE_KEY, "/a");
@@ -351,8 +351,8 @@ static void test_add_rules(void)
     tc_set(&t, "/s", "-9223372036854775808");
     CT_ASSERT_EQ(tc_add(&t, "/s", 0), INT64_MIN);
     CT_ASSERT_EQ(tc_add(&t, "init/", 0), 0); /* add(k, 0) reads a counter; creates it */
-    static const char *bad[] = {"", "abc", " ", "-", "+x", "99999999999999999999",
-                                "-9223372036854775809"};
+    static const char *bad[] = {
+        "", "abc", " ", "-", "+x", "99999999999999999999", "-9223372036854775809"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         tc_t x = tc_open(s, CT_STORE_V1);
         tc_set(&x, "/e", bad[i]);
@@ -378,8 +378,8 @@ static void test_compare_set(void)
 {
     ctrun_store_t *s = store_new(NULL);
     tc_t t = tc_open(s, CT_STORE_V2);
-    ct_store_req_t r = {.op = CT_STORE_OP_COMPARE_SET, .key = B("/cs"), .value = B(""),
-                        .desired = B("x")};
+    ct_store_req_t r = {
+        .op = CT_STORE_OP_COMPARE_SET, .key = B("/cs"), .value = B(""), .desired = B("x")};
     CT_ASSERT_OK(tc_req(&t, &r));
     expect_bytes(&t, "x");
     r.value = B("x");
@@ -397,8 +397,8 @@ static void test_compare_set(void)
     ct_store_req_t nk = {.op = CT_STORE_OP_GETNUMKEYS};
     CT_ASSERT_OK(tc_req(&t, &nk));
     expect_u64(&t, 1);
-    ct_store_req_t miss = {.op = CT_STORE_OP_COMPARE_SET, .key = B("/nokey"), .value = B("a"),
-                           .desired = B("b")};
+    ct_store_req_t miss = {
+        .op = CT_STORE_OP_COMPARE_SET, .key = B("/nokey"), .value = B("a"), .desired = B("b")};
     CT_ASSERT_OK(tc_req(&t, &miss));
     expect_bytes(&t, "a"); /* expected echoed, key still absent */
     CT_ASSERT_OK(tc_req(&t, &nk));
@@ -408,8 +408,8 @@ static void test_compare_set(void)
     expect_hex(&t, "01");
     /* Empty value equal to empty expected: swapped. */
     tc_set(&t, "/empty", "");
-    ct_store_req_t e = {.op = CT_STORE_OP_COMPARE_SET, .key = B("/empty"), .value = B(""),
-                        .desired = B("full")};
+    ct_store_req_t e = {
+        .op = CT_STORE_OP_COMPARE_SET, .key = B("/empty"), .value = B(""), .desired = B("full")};
     CT_ASSERT_OK(tc_req(&t, &e));
     expect_bytes(&t, "full");
     tc_free(&t);
@@ -468,13 +468,13 @@ static void test_wait_semantics(void)
     expect_hex(&w, "00");
     tc_wait1(&w, "/i");
     ct_store_bytes_t mk[1] = {B("/i")}, mv[1] = {B("v")};
-    ct_store_req_t ms = {.op = CT_STORE_OP_MULTI_SET, .key_array = mk, .value_array = mv,
-                         .nkeys = 1};
+    ct_store_req_t ms = {
+        .op = CT_STORE_OP_MULTI_SET, .key_array = mk, .value_array = mv, .nkeys = 1};
     CT_ASSERT_OK(tc_req(&x, &ms));
     expect_hex(&w, "00");
     tc_wait1(&w, "/z");
-    ct_store_req_t cas = {.op = CT_STORE_OP_COMPARE_SET, .key = B("/z"), .value = B(""),
-                          .desired = B("v")};
+    ct_store_req_t cas = {
+        .op = CT_STORE_OP_COMPARE_SET, .key = B("/z"), .value = B(""), .desired = B("v")};
     CT_ASSERT_OK(tc_req(&x, &cas));
     expect_bytes(&x, "v");
     expect_hex(&w, "00");

@@ -52,7 +52,8 @@ static int raw_connect(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     CT_ASSERT(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr = {htonl(INADDR_LOOPBACK)}};
     CT_ASSERT_OK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0 ? 0 : -errno);
     return fd;
@@ -154,8 +155,7 @@ static void test_client_ops_v2(void)
     CT_ASSERT_OK(ct_store_get(&c, "/big", &got, &eb));
     CT_ASSERT(got.len == big && memcmp(got.data, v, big) == 0);
     /* Over the limit: the client refuses to send it and stays usable. */
-    CT_ASSERT_ERR(ct_store_set(&c, "/toobig", v, (size_t)CT_STORE_MAX_MESSAGE_LEN, &eb),
-                  CT_ELIMIT);
+    CT_ASSERT_ERR(ct_store_set(&c, "/toobig", v, (size_t)CT_STORE_MAX_MESSAGE_LEN, &eb), CT_ELIMIT);
     free(v);
     CT_ASSERT_OK(ct_store_ping(&c, &eb));
     ct_store_client_close(&c);
@@ -421,13 +421,13 @@ static void test_many_clients(void)
     static uint8_t seen[N + 1];
     memset(seen, 0, sizeof seen);
     uint8_t req[64];
-    ct_store_req_t add = {.op = CT_STORE_OP_ADD,
-                          .key = {(const uint8_t *)"init/", 5}, .num = 1};
+    ct_store_req_t add = {.op = CT_STORE_OP_ADD, .key = {(const uint8_t *)"init/", 5}, .num = 1};
     ssize_t len = ct_store_encode_request(CT_STORE_V1, &add, req, sizeof req, NULL);
     for (int i = 0; i < N; i++) {
         fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         CT_ASSERT(fds[i] >= 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)st.port),
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)st.port),
                                 .sin_addr = {htonl(INADDR_LOOPBACK)}};
         int rc = connect(fds[i], (struct sockaddr *)&a, sizeof a);
         CT_ASSERT_MSG(rc == 0 || errno == EINPROGRESS, "connect %d: %s", i, strerror(errno));
@@ -629,8 +629,7 @@ static void test_silent_server(void)
     int port = ntohs(a.sin_port);
     ct_errbuf_t eb = {{0}};
     ct_store_client_t c;
-    ct_store_client_opts_t o = {.dialect = CT_STORE_V1, .timeout_ms = 300,
-                                .no_env_token = true};
+    ct_store_client_opts_t o = {.dialect = CT_STORE_V1, .timeout_ms = 300, .no_env_token = true};
     CT_ASSERT_OK(ct_store_client_connect(&c, "127.0.0.1", port, &o, &eb)); /* no handshake */
     int64_t t0 = ct_time_ms();
     int64_t n;
