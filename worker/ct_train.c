@@ -408,6 +408,7 @@ static int ct__step(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
     t->st.loss_sum += loss;
     t->st.loss_steps++;
     t->st.positions += targets;
+    t->rate_positions += targets;
     return 0;
 }
 
@@ -428,7 +429,7 @@ static int ct__evaluate(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
     if (rc != 0)
         return rc;
     double loss = t->st.loss_steps > 0 ? t->st.loss_sum / (double)t->st.loss_steps : NAN;
-    double pps = train_s > 0 ? t->st.positions / train_s : 0.0;
+    double pps = train_s > 0 ? t->rate_positions / train_s : 0.0;
     t->last = r;
     t->last_epoch = epoch;
     t->last_step = t->step;
@@ -451,6 +452,7 @@ static int ct__evaluate(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
     t->st.loss_sum = 0;
     t->st.loss_steps = 0;
     t->st.positions = 0;
+    t->rate_positions = 0;
     t->train_seconds = 0;
     if (better && (rc = ct__save(t, CT_CKPT_BEST, eb)) != 0)
         return rc;

@@ -75,7 +75,11 @@ typedef struct ct_trainer {
     bool eta_init; /* eta_step0 / eta_s0: where this process's speed is measured from */
     int64_t eta_step0;
     double eta_s0;
-    double train_seconds;       /* training time since the last evaluation */
+    double train_seconds;       /* training time since the last evaluation (this process) */
+    /* Targets trained on in those seconds. Unlike st.positions (checkpointed, so a resumed run
+     * reports the same train_loss), this restarts at 0 with the process, so positions per
+     * second after a resume do not count work done before it. */
+    double rate_positions;
     double total_train_seconds; /* this process's training time */
     ct_eval_result_t last;
     int64_t last_epoch, last_step;

@@ -188,7 +188,7 @@ void ct_out_progress(ct_trainer_t *t, double loss, bool force)
     snprintf(
         line, sizeof line, "epoch %lld/%d step %lld/%lld loss %.5f %.0f pos/s train %.0fs eta %s",
         (long long)epoch + 1, t->cfg->num_epochs, (long long)t->step, (long long)t->total_steps,
-        loss, t->train_seconds > 0 ? t->st.positions / t->train_seconds : 0.0,
+        loss, t->train_seconds > 0 ? t->rate_positions / t->train_seconds : 0.0,
         t->total_train_seconds, eta);
     if (t->tty) {
         fprintf(stderr, "\r\033[K%s", line);
