@@ -85,7 +85,7 @@ __attribute__((unused)) static void gk_poison(void *dev, size_t nbytes)
     GK_CUDA_OK(cudaMemset(dev, 0xff, nbytes));
 }
 
-/* got (downloaded from the GPU) equals ref (the CPU twin's) bit for bit. */
+/* got (downloaded from the GPU) equals ref (the CPU twin's, or another GPU run's) bit for bit. */
 #define GK_ASSERT_BITEQ(what, got, ref, n) gk_assert_biteq_at(__FILE__, __LINE__, what, got, ref, n)
 __attribute__((unused)) static void gk_assert_biteq_at(const char *file, int line, const char *what,
                                                        const float *got, const float *ref,
@@ -96,10 +96,10 @@ __attribute__((unused)) static void gk_assert_biteq_at(const char *file, int lin
         memcpy(&g, &got[i], sizeof g);
         memcpy(&r, &ref[i], sizeof r);
         if (g != r)
-            ct_test__fail(file, line, "%s[%lld]: GPU %.9g (%08x), CPU %.9g (%08x): not bit-identical",
+            ct_test__fail(file, line, "%s[%lld]: got %.9g (%08x), ref %.9g (%08x): not bit-identical",
                           what, (long long)i, (double)got[i], g, (double)ref[i], r);
     }
-    printf("  %-28s n=%-6lld bit-identical to the CPU\n", what, (long long)n);
+    printf("  %-28s n=%-6lld bit-identical\n", what, (long long)n);
 }
 
 /* got (GPU) against ref (CPU, float) with kcheck's rule |got - ref| <= atol + rtol |ref|; the

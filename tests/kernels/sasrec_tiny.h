@@ -1,8 +1,8 @@
 /*
  * sasrec_tiny.h - a whole SASRec (embedding, blocks, final LayerNorm, tied scores, BCE loss,
  * l2_emb) built twice for the whole-model gradient check: once in float from the ct_* ops,
- * forward and backward, and once in float64 from the naive reference ops of ref64.h, forward
- * only. Test code: it allocates freely and is written for a tiny model; the trainer has its own
+ * forward and backward (through an op table, so the same code also runs on the CUDA twins), and
+ * once in float64 from the naive reference ops of ref64.h, forward only. Test code: it allocates freely and is written for a tiny model; the trainer has its own
  * model code and does not use this.
  *
  * The three block layouts are those of sasrec-spec.md 2.3 (x is the (N,C) stream; LNa, LNf the
@@ -63,13 +63,19 @@ void tiny_params_layout(tiny_params_t *pt, const tiny_cfg_t *cfg);
 void tiny_params_init(float *params, const tiny_params_t *pt, const tiny_cfg_t *cfg,
                       uint64_t stream);
 
-/* The float model: activations allocated by tiny_model_create for one cfg. */
+/* The float model: activations allocated by tiny_model_create for one cfg, on the CPU ops;
+ * tiny_model_create_on runs it on another op table (sasrec_tiny_ops.h), which stays the
+ * caller's and holds the model's buffers. */
 typedef struct tiny_model tiny_model_t;
+typedef struct tiny_ops tiny_ops_t;
 tiny_model_t *tiny_model_create(const tiny_cfg_t *cfg);
+tiny_model_t *tiny_model_create_on(const tiny_cfg_t *cfg, tiny_ops_t *ops);
 void tiny_model_destroy(tiny_model_t *m);
 
-/* Forward and backward in float with the ct ops. grads (pt->total) is zeroed here, then filled.
- * Returns the loss (BCE + l2); pos_logits / neg_logits (B*L) are copied out when not NULL.
+/* Forward and backward in float with the model's ops. grads (pt->total) is zeroed here, then
+ * filled. Returns the loss (BCE + l2); pos_logits / neg_logits (B*L) are copied out to the host
+ * when not NULL. params, grads, seq, pos and neg live where the ops work (host memory for the
+ * CPU ops).
  *   seq, pos, neg: (B,L) */
 float tiny_forward_backward(tiny_model_t *m, const tiny_params_t *pt, const float *params,
                             float *grads, const int32_t *seq, const int32_t *pos,

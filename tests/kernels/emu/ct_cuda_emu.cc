@@ -20,12 +20,46 @@
 
 #include "cublas_v2.h"
 
+/* ---- context switching -----------------------------------------------------------------------
+ * On x86-64 a fiber switch is six callee-saved registers and the stack pointer (the System V ABI
+ * leaves everything else to the caller): ct_emu__switch below, no system call. glibc's
+ * swapcontext also saves the signal mask with a system call on every switch, which made the
+ * emulator spend most of its time in the kernel; it remains the fallback for other machines and
+ * for sanitizer builds, which only understand stack switches they are told about. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define CT_EMU_ASM_SWITCH 1
+extern "C" void ct_emu__switch(void **save_sp, void *load_sp);
+__asm__(".text\n"
+        ".globl ct_emu__switch\n"
+        ".type ct_emu__switch,@function\n"
+        "ct_emu__switch:\n"
+        "    pushq %rbp\n"
+        "    pushq %rbx\n"
+        "    pushq %r12\n"
+        "    pushq %r13\n"
+        "    pushq %r14\n"
+        "    pushq %r15\n"
+        "    movq %rsp, (%rdi)\n"
+        "    movq %rsi, %rsp\n"
+        "    popq %r15\n"
+        "    popq %r14\n"
+        "    popq %r13\n"
+        "    popq %r12\n"
+        "    popq %rbx\n"
+        "    popq %rbp\n"
+        "    ret\n"
+        ".size ct_emu__switch, .-ct_emu__switch\n");
+#else
+#define CT_EMU_ASM_SWITCH 0
+#endif
+
 /* ---- fibers and barriers ---------------------------------------------------------------------- */
 
 enum ct_emu_state { CT_EMU_RUNNABLE, CT_EMU_WAIT_BLOCK, CT_EMU_WAIT_WARP, CT_EMU_DONE };
 
 struct ct_emu_fiber {
     ucontext_t ctx;
+    void *sp; /* saved stack pointer (CT_EMU_ASM_SWITCH) */
     char *stack;
     dim3 tid;
     int linear, warp, lane;
@@ -45,7 +79,11 @@ struct ct_emu_warp {
 ct_emu_fiber *ct_emu__cur;
 dim3 ct_emu__block_idx, ct_emu__block_dim, ct_emu__grid_dim;
 
+#if CT_EMU_ASM_SWITCH
+static void *ct_emu__sched_sp;
+#else
 static ucontext_t ct_emu__sched;
+#endif
 static std::vector<ct_emu_fiber> ct_emu__fibers;
 static std::vector<ct_emu_warp> ct_emu__warps;
 static const std::function<void()> *ct_emu__body;
@@ -86,8 +124,22 @@ int ct_emu_lane(void)
 static void ct_emu__yield(void)
 {
     ct_emu_fiber *me = ct_emu__cur;
+#if CT_EMU_ASM_SWITCH
+    ct_emu__switch(&me->sp, ct_emu__sched_sp);
+#else
     if (swapcontext(&me->ctx, &ct_emu__sched) != 0)
         ct_emu__die("swapcontext failed");
+#endif
+}
+
+static void ct_emu__resume(ct_emu_fiber *f)
+{
+#if CT_EMU_ASM_SWITCH
+    ct_emu__switch(&ct_emu__sched_sp, f->sp);
+#else
+    if (swapcontext(&ct_emu__sched, &f->ctx) != 0)
+        ct_emu__die("swapcontext failed");
+#endif
 }
 
 static void ct_emu__wake(ct_emu_state waiting, int warp)
@@ -192,8 +244,31 @@ static void ct_emu__trampoline(void)
         ct_emu__die("a lane ended while others of its warp wait at a warp barrier");
     ct_emu__block_live--;
     ct_emu__block_check_release();
-    swapcontext(&me->ctx, &ct_emu__sched);
+    ct_emu__yield();
     ct_emu__die("an ended fiber was resumed");
+}
+
+/* Prepares fiber f to start in ct_emu__trampoline on its own stack. */
+static void ct_emu__prepare(ct_emu_fiber *f)
+{
+#if CT_EMU_ASM_SWITCH
+    /* The frame ct_emu__switch pops: six registers, then the address `ret` jumps to; above it a
+     * null return address, so the trampoline starts with the stack aligned as after a call. */
+    uintptr_t top = ((uintptr_t)f->stack + CT_EMU_STACK) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = NULL;
+    *--sp = (void *)ct_emu__trampoline;
+    for (int k = 0; k < 6; k++)
+        *--sp = NULL;
+    f->sp = sp;
+#else
+    if (getcontext(&f->ctx) != 0)
+        ct_emu__die("getcontext failed");
+    f->ctx.uc_stack.ss_sp = f->stack;
+    f->ctx.uc_stack.ss_size = CT_EMU_STACK;
+    f->ctx.uc_link = NULL;
+    makecontext(&f->ctx, ct_emu__trampoline, 0);
+#endif
 }
 
 static bool ct_emu__reverse(void)
@@ -224,12 +299,7 @@ static void ct_emu__run_block(int nthreads)
                      ((unsigned)t / ct_emu__block_dim.x) % ct_emu__block_dim.y,
                      (unsigned)t / (ct_emu__block_dim.x * ct_emu__block_dim.y));
         f.state = CT_EMU_RUNNABLE;
-        if (getcontext(&f.ctx) != 0)
-            ct_emu__die("getcontext failed");
-        f.ctx.uc_stack.ss_sp = f.stack;
-        f.ctx.uc_stack.ss_size = CT_EMU_STACK;
-        f.ctx.uc_link = NULL;
-        makecontext(&f.ctx, ct_emu__trampoline, 0);
+        ct_emu__prepare(&f);
     }
     for (;;) {
         bool ran = false, waiting = false;
@@ -237,8 +307,7 @@ static void ct_emu__run_block(int nthreads)
             ct_emu_fiber &f = ct_emu__fibers[(size_t)(reverse ? nthreads - 1 - k : k)];
             if (f.state == CT_EMU_RUNNABLE) {
                 ct_emu__cur = &f;
-                if (swapcontext(&ct_emu__sched, &f.ctx) != 0)
-                    ct_emu__die("swapcontext failed");
+                ct_emu__resume(&f);
                 ct_emu__cur = NULL;
                 ran = true;
             }
