@@ -139,7 +139,8 @@ __global__ void ct__iota_kernel(int32_t *x, int n)
 
 /* One warp per position of the sorted ids; the warp at the first position of an id's run adds
  * the run's rows (which the stable sort left in row order) into that id's row, lanes over
- * channels. Every other warp returns at once. */
+ * channels. Every other warp returns at once. The loads of eight rows are issued before their
+ * (ordered) additions, so a popular item's long run does not wait on one load at a time. */
 __global__ void ct__scatter_sorted_kernel(float *dst, const int32_t *skeys, const int32_t *srows,
                                           const float *src, const float *rowscale, float scale,
                                           int n, int C)
@@ -157,7 +158,20 @@ __global__ void ct__scatter_sorted_kernel(float *dst, const int32_t *skeys, cons
     for (int c = lane; c < C; c += 32) {
         float *d = dst + (int64_t)id * C + c;
         float acc = *d;
-        for (int64_t k = w; k < end; k++) {
+        int64_t k = w;
+        for (; k + 8 <= end; k += 8) {
+            float v[8], s[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int32_t r = srows[k + u];
+                s[u] = rowscale ? rowscale[r] : scale;
+                v[u] = src[(int64_t)r * C + c];
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                acc = __fadd_rn(acc, __fmul_rn(v[u], s[u]));
+        }
+        for (; k < end; k++) {
             const int32_t r = srows[k];
             const float s = rowscale ? rowscale[r] : scale;
             acc = __fadd_rn(acc, __fmul_rn(src[(int64_t)r * C + c], s));

@@ -117,6 +117,7 @@ __global__ void ct__ln_bwd_final_kernel(float *dweight, float *dbias, const floa
     if (j >= 2 * C)
         return;
     float t = 0.0f;
+#pragma unroll 8
     for (int p = 0; p < parts; p++)
         t = __fadd_rn(t, part[(size_t)p * 2 * C + j]);
     float *d = j < C ? dweight + j : dbias + (j - C);

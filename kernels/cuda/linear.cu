@@ -63,6 +63,7 @@ __global__ void ct__colsum_final_kernel(float *dbias, const float *part, int par
     if (c >= OC)
         return;
     float t = 0.0f;
+#pragma unroll 8
     for (int p = 0; p < parts; p++)
         t += part[(int64_t)p * OC + c];
     dbias[c] += t;

@@ -15,6 +15,7 @@
 #include <map>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <ucontext.h>
 #include <vector>
 
@@ -85,6 +86,17 @@ static void *ct_emu__sched_sp;
 static ucontext_t ct_emu__sched;
 #endif
 static std::vector<ct_emu_fiber> ct_emu__fibers;
+
+/* Frees the fiber stacks at exit (before the vector holding them goes), so leak checkers see a
+ * clean exit. */
+static struct ct_emu_stacks_owner {
+    ~ct_emu_stacks_owner()
+    {
+        for (ct_emu_fiber &f : ct_emu__fibers)
+            free(f.stack);
+        ct_emu__fibers.clear();
+    }
+} ct_emu__stacks_owner;
 static std::vector<ct_emu_warp> ct_emu__warps;
 static const std::function<void()> *ct_emu__body;
 static int ct_emu__nthreads, ct_emu__block_live, ct_emu__block_arrived;
@@ -445,6 +457,10 @@ const char *cudaGetErrorName(cudaError_t error)
         return "cudaErrorNoDevice";
     case cudaErrorLaunchFailure:
         return "cudaErrorLaunchFailure";
+    case cudaErrorNotSupported:
+        return "cudaErrorNotSupported";
+    case cudaErrorUnknown:
+        return "cudaErrorUnknown";
     }
     return "cudaErrorUnknown";
 }
@@ -464,6 +480,10 @@ const char *cudaGetErrorString(cudaError_t error)
         return "no CUDA-capable device is detected";
     case cudaErrorLaunchFailure:
         return "unspecified launch failure";
+    case cudaErrorNotSupported:
+        return "operation not supported (by the CPU emulator)";
+    case cudaErrorUnknown:
+        return "unknown error";
     }
     return "unknown error";
 }
@@ -547,6 +567,99 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
     (void)stream;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
+{
+    if (device != 0)
+        return ct_emu__last_error = cudaErrorInvalidValue;
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "%s", "CPU emulator (tests/kernels/emu)");
+    prop->totalGlobalMem = (size_t)1 << 30;
+    prop->multiProcessorCount = 132;
+    prop->major = 9;
+    prop->minor = 0;
+    prop->sharedMemPerBlockOptin = CT_EMU_SMEM_OPTIN;
+    return cudaSuccess;
+}
+
+struct CUevent_st {
+    double ms;
+};
+
+cudaError_t cudaEventCreate(cudaEvent_t *event)
+{
+    *event = (cudaEvent_t)calloc(1, sizeof(struct CUevent_st));
+    return *event ? cudaSuccess : (ct_emu__last_error = cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event)
+{
+    free(event);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
+{
+    (void)stream;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    event->ms = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event)
+{
+    (void)event;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
+{
+    *ms = (float)(end->ms - start->ms);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+{
+    (void)stream;
+    (void)mode;
+    return cudaErrorNotSupported;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph)
+{
+    (void)stream;
+    *graph = NULL;
+    return cudaErrorNotSupported;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                 unsigned long long flags)
+{
+    (void)graph;
+    (void)flags;
+    *exec = NULL;
+    return cudaErrorNotSupported;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream)
+{
+    (void)exec;
+    (void)stream;
+    return cudaErrorNotSupported;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
+{
+    (void)exec;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    (void)graph;
     return cudaSuccess;
 }
 

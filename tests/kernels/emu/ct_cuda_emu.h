@@ -41,10 +41,29 @@ typedef enum cudaError {
     cudaErrorInvalidConfiguration = 9,
     cudaErrorNoDevice = 100,
     cudaErrorLaunchFailure = 719,
+    cudaErrorNotSupported = 801,
+    cudaErrorUnknown = 999,
 } cudaError_t;
 
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
+typedef struct CUgraph_st *cudaGraph_t;
+typedef struct CUgraphExec_st *cudaGraphExec_t;
+
+enum cudaStreamCaptureMode {
+    cudaStreamCaptureModeGlobal = 0,
+    cudaStreamCaptureModeThreadLocal = 1,
+    cudaStreamCaptureModeRelaxed = 2,
+};
+
+/* The fields of the real struct that this project reads. */
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem;
+    int multiProcessorCount;
+    int major, minor;
+    size_t sharedMemPerBlockOptin;
+};
 
 enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0,
@@ -82,6 +101,24 @@ cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaStreamCreate(cudaStream_t *stream);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device);
+
+/* Events time on the host clock (everything runs synchronously). */
+cudaError_t cudaEventCreate(cudaEvent_t *event);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+
+/* Graphs: capture is refused (cudaErrorNotSupported); the rest exists so callers compile. */
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                 unsigned long long flags);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 
 /* Emulator statistics and controls for tests: kernels launched since start. */
 uint64_t ct_emu_launch_count(void);
