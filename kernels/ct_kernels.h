@@ -1,7 +1,8 @@
 /*
  * ct_kernels.h - the CPU compute functions. Every op has a CPU function here, in
  * kernels/cpu/<op>.c, and (in builds with CUDA) a twin in ct_kernels_cuda.h with the same name
- * stem and argument order plus a trailing stream. Arguments go outputs first (scratch right
+ * stem and argument order plus a trailing stream (a cuBLAS context for the matrix-product ops;
+ * GPU-only scratch where the GPU needs some - that header lists the differences). Arguments go outputs first (scratch right
  * after the outputs), then inputs, then sizes, then configuration; each buffer is commented
  * with its shape.
  *
