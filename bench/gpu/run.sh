@@ -10,7 +10,11 @@
 #   4. says what it cannot time yet instead of inventing it: ctrain's own step on the GPU needs
 #      ctrain --device cuda (the trainer half of issue 10), and TiSASRec has no CUDA kernels yet.
 #
-#   bench/gpu/run.sh [--reps N] [--skip-tests]
+#   bench/gpu/run.sh [--reps N] [--skip-tests] [--sanitize]
+#
+#   --sanitize  also run the GPU tests under compute-sanitizer (memcheck: out-of-bounds and
+#               uninitialised accesses; racecheck and synccheck: shared-memory races and
+#               barrier misuse), which sees what the CPU emulator cannot; slow, minutes
 #
 # Results go to $OUT when it is set (the device tool's output folder), else build-gpu/results/:
 #   summary.txt  gpu-tests.log  cuda-args.log  kernels_bench_gpu.txt  torch_ops.txt  (+ logs)
@@ -25,12 +29,15 @@ cd "$top" || exit 1
 
 reps=50
 run_tests=1
+sanitize=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --reps) reps=${2:-}; shift 2 ;;
         --skip-tests) run_tests=0; shift ;;
-        -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "run.sh: unknown argument '$1' (expected --reps N or --skip-tests)" >&2; exit 2 ;;
+        --sanitize) sanitize=1; shift ;;
+        -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "run.sh: unknown argument '$1' (expected --reps N, --skip-tests or --sanitize)" >&2
+           exit 2 ;;
     esac
 done
 case "$reps" in
@@ -104,6 +111,26 @@ if [ "$run_tests" = 1 ]; then
     fi
     if grep -q 'SKIP' "$out/gpu-tests.log"; then
         say "# note: some gpu tests skipped (no GPU visible?): $(grep -c SKIP "$out/gpu-tests.log") rows"
+    fi
+fi
+
+if [ "$sanitize" = 1 ]; then
+    if command -v compute-sanitizer >/dev/null; then
+        for t in build-gpu/tests/kernels/test_*_gpu; do
+            for tool in memcheck racecheck synccheck; do
+                log=$out/sanitize-$tool-$(basename "$t").log
+                compute-sanitizer --tool "$tool" --error-exitcode 99 "$t" >"$log" 2>&1
+                rc=$?
+                case $rc in
+                    0) say "# compute-sanitizer $tool $(basename "$t"): clean" ;;
+                    77) say "# compute-sanitizer $tool $(basename "$t"): skipped (no GPU)" ;;
+                    *) status=1
+                       say "# compute-sanitizer $tool $(basename "$t"): FAILED, exit $rc (log: $log)" ;;
+                esac
+            done
+        done
+    else
+        say "# compute-sanitizer: not found, --sanitize skipped"
     fi
 fi
 
