@@ -2,9 +2,9 @@
  * ct_kernels.h - the CPU compute functions. Every op has a CPU function here, in
  * kernels/cpu/<op>.c, and (in builds with CUDA) a twin in ct_kernels_cuda.h with the same name
  * stem and argument order plus a trailing stream (a cuBLAS context for the matrix-product ops;
- * GPU-only scratch where the GPU needs some - that header lists the differences). Arguments go outputs first (scratch right
- * after the outputs), then inputs, then sizes, then configuration; each buffer is commented
- * with its shape.
+ * GPU-only scratch where the GPU needs some - that header lists the differences). Arguments go
+ * outputs first (scratch right after the outputs), then inputs, then sizes, then configuration;
+ * each buffer is commented with its shape.
  *
  * The CPU versions are the reference the GPU versions are tested against, and also the fast
  * CPU path: they must stay readable and exact. They never allocate (callers pass scratch, sized

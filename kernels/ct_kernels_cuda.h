@@ -85,7 +85,8 @@ int ct_cuda_ctx_init(ct_cuda_ctx_t *ctx, ct_stream_t stream, unsigned flags);
  * and on a zeroed or failed context. */
 void ct_cuda_ctx_close(ct_cuda_ctx_t *ctx);
 
-/* ---- random numbers (kernels/cuda/rng.cu) ------------------------------------------------------ */
+/* ---- random numbers (kernels/cuda/rng.cu) ------------------------------------------------------
+ */
 
 /* out: (n) raw 32-bit draws, as ct_rng_u32_cpu. */
 int ct_rng_u32_cuda(uint32_t *out, int64_t n, uint64_t seed, uint64_t stream, uint64_t offset,
@@ -98,17 +99,16 @@ int ct_rng_uniform_cuda(float *out, int64_t n, uint64_t seed, uint64_t stream, u
 /* ---- dropout and timeline mask (kernels/cuda/dropout.cu) --------------------------------------
  * Bit-identical to the CPU: the same Philox draw per element, the same keep rule and the same
  * single float multiply. out may equal inp. */
-int ct_dropout_cuda(float *out, const float *inp, int64_t n, ct_dropout_t drop,
-                    ct_stream_t stream);
+int ct_dropout_cuda(float *out, const float *inp, int64_t n, ct_dropout_t drop, ct_stream_t stream);
 
 int ct_timeline_mask_cuda(float *out, const float *inp, const int32_t *seq, int N, int C,
                           ct_stream_t stream);
 
-/* ---- embedding (kernels/cuda/embed.cu) --------------------------------------------------------- */
+/* ---- embedding (kernels/cuda/embed.cu) ---------------------------------------------------------
+ */
 
-int ct_embed_forward_cuda(float *out, const float *wte, const float *wpe, const int32_t *seq,
-                          int B, int L, int C, float scale, ct_pos_mode_t pos_mode,
-                          ct_stream_t stream);
+int ct_embed_forward_cuda(float *out, const float *wte, const float *wpe, const int32_t *seq, int B,
+                          int L, int C, float scale, ct_pos_mode_t pos_mode, ct_stream_t stream);
 
 /* dwpe is owned per row (one thread per positional row and channel, sequences in order): the
  * CPU's bits. dwte: with scratch == NULL, atomics (fast, the order of rows sharing an item
@@ -136,8 +136,8 @@ int ct_layernorm_forward_cuda(float *out, float *mean, float *rstd, const float 
  * partial sums to scratch, a second kernel adds them in block order.
  *   scratch: CT_LAYERNORM_BWD_CUDA_SCRATCH(N, C) floats */
 #define CT_LAYERNORM_BWD_CUDA_ROWS 64
-#define CT_LAYERNORM_BWD_CUDA_SCRATCH(N, C)                                                       \
-    (2 * (size_t)(C) *                                                                            \
+#define CT_LAYERNORM_BWD_CUDA_SCRATCH(N, C) \
+    (2 * (size_t)(C) *                      \
      (((size_t)(N) + CT_LAYERNORM_BWD_CUDA_ROWS - 1) / CT_LAYERNORM_BWD_CUDA_ROWS))
 int ct_layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, float *scratch,
                                const float *dout, const float *inp, const float *weight,
@@ -158,9 +158,9 @@ int ct_linear_backward_cuda(float *dinp, float *dweight, float *dbias, const flo
 int ct_qkv_forward_cuda(float *qkv, const float *xq, const float *xkv, const float *weight,
                         const float *bias, int N, int C, const ct_cuda_ctx_t *ctx);
 
-int ct_qkv_backward_cuda(float *dxq, float *dxkv, float *dweight, float *dbias,
-                         const float *dqkv, const float *xq, const float *xkv,
-                         const float *weight, int N, int C, const ct_cuda_ctx_t *ctx);
+int ct_qkv_backward_cuda(float *dxq, float *dxkv, float *dweight, float *dbias, const float *dqkv,
+                         const float *xq, const float *xkv, const float *weight, int N, int C,
+                         const ct_cuda_ctx_t *ctx);
 
 /* ---- causal multi-head attention (kernels/cuda/attention.cu) ---------------------------------
  * Fused kernels: one warp per query row computes scores, softmax, the dropout factors (drawn in
@@ -174,17 +174,17 @@ int ct_qkv_backward_cuda(float *dxq, float *dxkv, float *dweight, float *dbias,
  * CT_ATTENTION_CUDA_MAX_HS; other shapes return CT_ERANGE_VALUE.
  *   forward scratch: unused (the GPU never materialises dropped probabilities); may be NULL
  *   backward scratch: CT_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) floats */
-#define CT_ATTENTION_CUDA_MAX_L               256
-#define CT_ATTENTION_CUDA_MAX_HS              64
+#define CT_ATTENTION_CUDA_MAX_L                 256
+#define CT_ATTENTION_CUDA_MAX_HS                64
 #define CT_ATTENTION_FWD_CUDA_SCRATCH(B, L, NH) ((size_t)0)
 #define CT_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) ((size_t)(B) * (size_t)(NH) * (size_t)(L))
 int ct_attention_forward_cuda(float *out, float *att, float *scratch, const float *qkv,
-                              const int32_t *qmask, int B, int L, int C, int NH,
-                              ct_dropout_t drop, ct_stream_t stream);
+                              const int32_t *qmask, int B, int L, int C, int NH, ct_dropout_t drop,
+                              ct_stream_t stream);
 
 int ct_attention_backward_cuda(float *dqkv, float *scratch, const float *dout, const float *att,
-                               const float *qkv, const int32_t *qmask, int B, int L, int C,
-                               int NH, ct_dropout_t drop, ct_stream_t stream);
+                               const float *qkv, const int32_t *qmask, int B, int L, int C, int NH,
+                               ct_dropout_t drop, ct_stream_t stream);
 
 /* ---- element-wise ops (kernels/cuda/elementwise.cu) ------------------------------------------ */
 
@@ -197,7 +197,8 @@ int ct_residual_backward_cuda(float *dinp1, float *dinp2, const float *dout, int
                               ct_stream_t stream);
 int ct_scale_cuda(float *x, float s, int64_t n, ct_stream_t stream);
 
-/* ---- scores and loss (kernels/cuda/loss.cu) --------------------------------------------------- */
+/* ---- scores and loss (kernels/cuda/loss.cu) ---------------------------------------------------
+ */
 
 int ct_score_forward_cuda(float *logits, const float *feats, const float *wte, const int32_t *ids,
                           int N, int C, ct_stream_t stream);
@@ -232,19 +233,19 @@ int ct_l2_penalty_cuda(float *penalty, float *dw, double *scratch, const float *
 /* ---- optimizer (kernels/cuda/adam.cu) ----------------------------------------------------------
  * The scalars are formed on the host in double exactly as the CPU forms them; the per-element
  * float work rounds as the CPU's, so parameters and moments come out bit-identical. */
-int ct_adam_update_cuda(float *params, float *m, float *v, const float *grads, int64_t n,
-                        double lr, double beta1, double beta2, double eps, float grad_scale,
-                        int64_t step, ct_stream_t stream);
+int ct_adam_update_cuda(float *params, float *m, float *v, const float *grads, int64_t n, double lr,
+                        double beta1, double beta2, double eps, float grad_scale, int64_t step,
+                        ct_stream_t stream);
 
 /*   out: (1) written on the device   scratch: CT_SUMSQ_CUDA_SCRATCH doubles */
 #define CT_SUMSQ_CUDA_SCRATCH ((size_t)CT_REDUCE_CUDA_PARTS)
 int ct_sumsq_cuda(float *out, double *scratch, const float *x, int64_t n, ct_stream_t stream);
 
-/* ---- evaluation (kernels/cuda/eval.cu) -------------------------------------------------------- */
+/* ---- evaluation (kernels/cuda/eval.cu) --------------------------------------------------------
+ */
 
 int ct_score_candidates_cuda(float *scores, const float *feats, const float *wte,
-                             const int32_t *cand, int U, int K, int C, int ldf,
-                             ct_stream_t stream);
+                             const int32_t *cand, int U, int K, int C, int ldf, ct_stream_t stream);
 
 /* One sgemm, as the CPU. */
 int ct_score_all_cuda(float *scores, const float *feats, const float *wte, int U, int V, int C,

@@ -37,7 +37,7 @@
 
 #define PDROP   0.2f
 #define NBLOCKS 2
-#define INNER   20  /* calls per timed repetition */
+#define INNER   20 /* calls per timed repetition */
 #define MAXREPS 1000
 #define NPARAMS 212000
 #define V       3417 /* ml-1m items + 1 */
@@ -63,17 +63,17 @@ static void die(const char *what, const char *detail)
     exit(1);
 }
 
-#define CK(call)                                                                                  \
-    do {                                                                                          \
-        cudaError_t e_ = (call);                                                                  \
-        if (e_ != cudaSuccess)                                                                    \
-            die(#call, cudaGetErrorString(e_));                                                   \
+#define CK(call)                                \
+    do {                                        \
+        cudaError_t e_ = (call);                \
+        if (e_ != cudaSuccess)                  \
+            die(#call, cudaGetErrorString(e_)); \
     } while (0)
-#define OK(call)                                                                                  \
-    do {                                                                                          \
-        int rc_ = (call);                                                                         \
-        if (rc_ != 0)                                                                             \
-            die(#call, ct_strerror(rc_));                                                         \
+#define OK(call)                          \
+    do {                                  \
+        int rc_ = (call);                 \
+        if (rc_ != 0)                     \
+            die(#call, ct_strerror(rc_)); \
     } while (0)
 
 static int cmp_double(const void *a, const void *b)
@@ -83,25 +83,25 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Median over reps of (INNER calls between two events) / INNER, after 3 warm-up calls. */
-#define TIME(op_, dir_, gflop_, gbytes_, ...)                                                     \
-    do {                                                                                          \
-        static double t_[MAXREPS];                                                                \
-        for (int w_ = 0; w_ < 3; w_++) {                                                          \
-            __VA_ARGS__;                                                                          \
-        }                                                                                         \
-        for (int r_ = 0; r_ < reps; r_++) {                                                       \
-            CK(cudaEventRecord(ev0, s));                                                          \
-            for (int k_ = 0; k_ < INNER; k_++) {                                                  \
-                __VA_ARGS__;                                                                      \
-            }                                                                                     \
-            CK(cudaEventRecord(ev1, s));                                                          \
-            CK(cudaEventSynchronize(ev1));                                                        \
-            float ms_ = 0;                                                                        \
-            CK(cudaEventElapsedTime(&ms_, ev0, ev1));                                             \
-            t_[r_] = ms_ / INNER;                                                                 \
-        }                                                                                         \
-        qsort(t_, (size_t)reps, sizeof t_[0], cmp_double);                                        \
-        rows[nrows++] = (row_t){op_, dir_, t_[reps / 2], gflop_, gbytes_};                        \
+#define TIME(op_, dir_, gflop_, gbytes_, ...)                              \
+    do {                                                                   \
+        static double t_[MAXREPS];                                         \
+        for (int w_ = 0; w_ < 3; w_++) {                                   \
+            __VA_ARGS__;                                                   \
+        }                                                                  \
+        for (int r_ = 0; r_ < reps; r_++) {                                \
+            CK(cudaEventRecord(ev0, s));                                   \
+            for (int k_ = 0; k_ < INNER; k_++) {                           \
+                __VA_ARGS__;                                               \
+            }                                                              \
+            CK(cudaEventRecord(ev1, s));                                   \
+            CK(cudaEventSynchronize(ev1));                                 \
+            float ms_ = 0;                                                 \
+            CK(cudaEventElapsedTime(&ms_, ev0, ev1));                      \
+            t_[r_] = ms_ / INNER;                                          \
+        }                                                                  \
+        qsort(t_, (size_t)reps, sizeof t_[0], cmp_double);                 \
+        rows[nrows++] = (row_t){op_, dir_, t_[reps / 2], gflop_, gbytes_}; \
     } while (0)
 
 static float *dev_fill(size_t n, float lo, float hi, uint64_t stream)
@@ -192,8 +192,9 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
             if (sscanf(argv[++i], "%d,%d", &B, &L) != 2 || B < 1 || B > 4096 || L < 2 ||
                 L > CT_ATTENTION_CUDA_MAX_L) {
-                fprintf(stderr, "kernels_bench_gpu: --size wants B,L with B in 1..4096 and L in "
-                                "2..%d, got '%s'\n",
+                fprintf(stderr,
+                        "kernels_bench_gpu: --size wants B,L with B in 1..4096 and L in "
+                        "2..%d, got '%s'\n",
                         CT_ATTENTION_CUDA_MAX_L, argv[i]);
                 return 2;
             }
@@ -233,8 +234,7 @@ int main(int argc, char **argv)
            prop.minor);
     printf("# measured: device copy %.0f GB/s (read + write), sgemm %.1f TFLOP/s%s; "
            "fp32 peak for floors %.0f TFLOP/s (H100 SXM datasheet)\n",
-           bw_measured / 1e9, gemm_flops / 1e12, flags ? " (TF32 allowed)" : "",
-           peak_fp32 / 1e12);
+           bw_measured / 1e9, gemm_flops / 1e12, flags ? " (TF32 allowed)" : "", peak_fp32 / 1e12);
     printf("# sizes: B=%d L=%d d=%d h=%d dropout=%.1f layout=post_ln items=%d, median of %d x %d "
            "calls\n",
            B, L, C, NH, (double)PDROP, V - 1, reps, INNER);
@@ -282,8 +282,10 @@ int main(int argc, char **argv)
         g[i] = dev_fill(NC, -1, 1, 30 + (uint64_t)i);
     float *gqkv = dev_fill(3 * NC, 0, 0, 40), *gw = dev_fill(3 * C * C, 0, 0, 41);
     float *gb = dev_fill(3 * C, 0, 0, 42);
-    float *wte = dev_fill((size_t)V * C, -0.1f, 0.1f, 45), *wpe = dev_fill((size_t)(L + 1) * C, 0, 0, 46);
-    float *gwte = dev_fill((size_t)V * C, 0, 0, 47), *gwpe = dev_fill((size_t)(L + 1) * C, 0, 0, 48);
+    float *wte = dev_fill((size_t)V * C, -0.1f, 0.1f, 45),
+          *wpe = dev_fill((size_t)(L + 1) * C, 0, 0, 46);
+    float *gwte = dev_fill((size_t)V * C, 0, 0, 47),
+          *gwpe = dev_fill((size_t)(L + 1) * C, 0, 0, 48);
     float *pl = dev_fill((size_t)N, 0, 0, 49), *nl = dev_fill((size_t)N, 0, 0, 50);
     float *dpl = dev_fill((size_t)N, 0, 0, 51), *dnl = dev_fill((size_t)N, 0, 0, 52);
     float *params = dev_fill(NPARAMS, -0.1f, 0.1f, 53), *pgrad = dev_fill(NPARAMS, -1, 1, 54);
@@ -297,10 +299,10 @@ int main(int argc, char **argv)
     OK(ct_score_backward_cuda_scratch(&sc_b, N));
     void *sort_scr = dev_bytes(sc_a > sc_b ? sc_a : sc_b);
 
-    const double lin = 2.0 * N * C * C / 1e9;                              /* one d x d linear */
+    const double lin = 2.0 * N * C * C / 1e9; /* one d x d linear */
     const double attn = 4.0 * (double)B * NH * (L * (L + 1.0) / 2) * (C / NH) / 1e9; /* causal */
-    const double nb = (double)NC * sizeof(float) / 1e9;                  /* one (B,L,C) tensor */
-    const double ab = (double)natt * sizeof(float) / 1e9;                /* the probabilities */
+    const double nb = (double)NC * sizeof(float) / 1e9;   /* one (B,L,C) tensor */
+    const double ab = (double)natt * sizeof(float) / 1e9; /* the probabilities */
     const double pb = (double)NPARAMS * sizeof(float) / 1e9;
     ct_dropout_t d_attn = {PDROP, 7, 1, 0}, d_ffn1 = {PDROP, 7, 2, 0}, d_ffn2 = {PDROP, 7, 3, 0};
     ct_dropout_t d_none = {0};
@@ -320,10 +322,12 @@ int main(int argc, char **argv)
     TIME("residual", "fwd", 0, 3 * nb, OK(ct_residual_forward_cuda(s1, x, a, (int64_t)NC, s)));
     TIME("layernorm", "fwd", 0, 2 * nb,
          OK(ct_layernorm_forward_cuda(y, mean, rstd, s1, ln_w, ln_b, N, C, eps, s)));
-    TIME("ffn conv1", "fwd", lin, 2 * nb, OK(ct_linear_forward_cuda(h, y, w_1, b_1, N, C, C, &ctx)));
+    TIME("ffn conv1", "fwd", lin, 2 * nb,
+         OK(ct_linear_forward_cuda(h, y, w_1, b_1, N, C, C, &ctx)));
     TIME("dropout", "fwd", 0, 2 * nb, OK(ct_dropout_cuda(h, h, (int64_t)NC, d_ffn1, s)));
     TIME("relu", "fwd", 0, 2 * nb, OK(ct_relu_forward_cuda(h, h, (int64_t)NC, s)));
-    TIME("ffn conv2", "fwd", lin, 2 * nb, OK(ct_linear_forward_cuda(f, h, w_2, b_2, N, C, C, &ctx)));
+    TIME("ffn conv2", "fwd", lin, 2 * nb,
+         OK(ct_linear_forward_cuda(f, h, w_2, b_2, N, C, C, &ctx)));
     TIME("dropout", "fwd", 0, 2 * nb, OK(ct_dropout_cuda(f, f, (int64_t)NC, d_ffn2, s)));
     TIME("residual", "fwd", 0, 3 * nb, OK(ct_residual_forward_cuda(s2, y, f, (int64_t)NC, s)));
     TIME("layernorm", "fwd", 0, 2 * nb,
@@ -332,9 +336,9 @@ int main(int argc, char **argv)
 
     /* ---- the same block, backward (gradient buffers zeroed inside the timed calls, as the
      * trainer does: that memset is part of the cost of the accumulate contract) ---- */
-    TIME("layernorm", "bwd", 0, 4 * nb, CK(cudaMemsetAsync(gs2, 0, nbytes, s));
-         OK(ct_layernorm_backward_cuda(gs2, gw, gb, ln_scr, gout, s2, ln_w, mean2, rstd2, N, C,
-                                       s)));
+    TIME(
+        "layernorm", "bwd", 0, 4 * nb, CK(cudaMemsetAsync(gs2, 0, nbytes, s));
+        OK(ct_layernorm_backward_cuda(gs2, gw, gb, ln_scr, gout, s2, ln_w, mean2, rstd2, N, C, s)));
     TIME("residual", "bwd", 0, 3 * nb, CK(cudaMemsetAsync(gy, 0, nbytes, s));
          CK(cudaMemsetAsync(gf, 0, nbytes, s));
          OK(ct_residual_backward_cuda(gy, gf, gs2, (int64_t)NC, s)));
@@ -353,9 +357,9 @@ int main(int argc, char **argv)
          OK(ct_residual_backward_cuda(gout, gf, gs1, (int64_t)NC, s)));
     TIME("out projection", "bwd", 2 * lin, 4 * nb, CK(cudaMemsetAsync(gao, 0, nbytes, s));
          OK(ct_linear_backward_cuda(gao, gw, gb, gf, ao, w_o, N, C, C, &ctx)));
-    TIME("attention", "bwd", 2 * attn, 10 * nb + ab, CK(cudaMemsetAsync(gqkv, 0, 3 * nbytes, s));
-         OK(ct_attention_backward_cuda(gqkv, att_scr, gao, att, qkv, NULL, B, L, C, NH, d_attn,
-                                       s)));
+    TIME(
+        "attention", "bwd", 2 * attn, 10 * nb + ab, CK(cudaMemsetAsync(gqkv, 0, 3 * nbytes, s));
+        OK(ct_attention_backward_cuda(gqkv, att_scr, gao, att, qkv, NULL, B, L, C, NH, d_attn, s)));
     TIME("qkv projection", "bwd", 6 * lin, 6 * nb,
          OK(ct_qkv_backward_cuda(gout, gout, gw, gb, gqkv, x, x, w_in, N, C, &ctx)));
     int blk_end = nrows;
@@ -378,32 +382,30 @@ int main(int argc, char **argv)
          OK(ct_layernorm_backward_cuda(gout, gw, gb, ln_scr, gy, out, ln_w, mean, rstd, N, C, s)));
     TIME("dropout", "bwd", 0, 2 * nb, OK(ct_dropout_cuda(gout, gout, (int64_t)NC, d_attn, s)));
     TIME("embedding", "bwd", 0, 3 * nb,
-         OK(ct_embed_backward_cuda(gwte, gwpe, NULL, gout, seq, B, L, C, scale, CT_POS_PADDED,
-                                   s)));
+         OK(ct_embed_backward_cuda(gwte, gwpe, NULL, gout, seq, B, L, C, scale, CT_POS_PADDED, s)));
     TIME("grad norm", "-", 0, pb, OK(ct_sumsq_cuda(ss, red_scr, pgrad, NPARAMS, s)));
-    TIME("adam", "-", 0, 7 * pb,
-         OK(ct_adam_update_cuda(params, pm, pv, pgrad, NPARAMS, 1e-3, 0.9, 0.98, 1e-8, 1.0f, 1,
-                                s)));
+    TIME(
+        "adam", "-", 0, 7 * pb,
+        OK(ct_adam_update_cuda(params, pm, pv, pgrad, NPARAMS, 1e-3, 0.9, 0.98, 1e-8, 1.0f, 1, s)));
     int step_end = nrows;
 
     /* ---- variants (not in the totals) ---- */
     TIME("attention p=0", "fwd", attn, 4 * nb + ab,
          OK(ct_attention_forward_cuda(ao, att, NULL, qkv, NULL, B, L, C, NH, d_none, s)));
-    TIME("attention p=0", "bwd", 2 * attn, 10 * nb + ab, CK(cudaMemsetAsync(gqkv, 0, 3 * nbytes, s));
-         OK(ct_attention_backward_cuda(gqkv, att_scr, gao, att, qkv, NULL, B, L, C, NH, d_none,
-                                       s)));
+    TIME(
+        "attention p=0", "bwd", 2 * attn, 10 * nb + ab, CK(cudaMemsetAsync(gqkv, 0, 3 * nbytes, s));
+        OK(ct_attention_backward_cuda(gqkv, att_scr, gao, att, qkv, NULL, B, L, C, NH, d_none, s)));
     TIME("attention skip-pad", "fwd", attn, 4 * nb + ab,
          OK(ct_attention_forward_cuda(ao, att, NULL, qkv, seq, B, L, C, NH, d_attn, s)));
     TIME("attention skip-pad", "bwd", 2 * attn, 10 * nb + ab,
          CK(cudaMemsetAsync(gqkv, 0, 3 * nbytes, s));
-         OK(ct_attention_backward_cuda(gqkv, att_scr, gao, att, qkv, seq, B, L, C, NH, d_attn,
-                                       s)));
+         OK(ct_attention_backward_cuda(gqkv, att_scr, gao, att, qkv, seq, B, L, C, NH, d_attn, s)));
     TIME("scores sorted", "bwd", 8.0 * N * C / 1e9, 12 * nb, CK(cudaMemsetAsync(gy, 0, nbytes, s));
          OK(ct_score_backward_cuda(gy, gwte, sort_scr, dpl, y, wte, pos, N, C, s));
          OK(ct_score_backward_cuda(gy, gwte, sort_scr, dnl, y, wte, neg, N, C, s)));
     TIME("embedding sorted", "bwd", 0, 3 * nb,
-         OK(ct_embed_backward_cuda(gwte, gwpe, sort_scr, gout, seq, B, L, C, scale,
-                                   CT_POS_PADDED, s)));
+         OK(ct_embed_backward_cuda(gwte, gwpe, sort_scr, gout, seq, B, L, C, scale, CT_POS_PADDED,
+                                   s)));
     {
         /* Full-ranking evaluation of ml-1m's 6040 users: all-item scores and ranks. */
         const int U = small ? 64 : 6040;
@@ -416,7 +418,8 @@ int main(int argc, char **argv)
             ht[u] = 1 + (u * 7) % (V - 1);
         CK(cudaMemcpy(targets, ht, (size_t)U * 4, cudaMemcpyHostToDevice));
         free(ht);
-        TIME("eval score all", "-", 2.0 * U * V * C / 1e9, ((double)U * V + (double)(U + V) * C) * 4 / 1e9,
+        TIME("eval score all", "-", 2.0 * U * V * C / 1e9,
+             ((double)U * V + (double)(U + V) * C) * 4 / 1e9,
              OK(ct_score_all_cuda(scores, feats, wte, U, V, C, C, &ctx)));
         TIME("eval rank all", "-", 0, (double)U * V * 4 / 1e9,
              OK(ct_rank_all_cuda(ranks, scores, targets, NULL, NULL, U, V, s)));
@@ -448,15 +451,15 @@ int main(int argc, char **argv)
 
     /* ---- the same step as one CUDA graph: no launch gaps. A call that fails while capturing
      * (G, GC) marks the capture failed instead of ending the program: the rows above stand. */
-#define G(call)                                                                                   \
-    do {                                                                                          \
-        if (ge == cudaSuccess && (call) != 0)                                                     \
-            ge = cudaErrorUnknown;                                                                \
+#define G(call)                               \
+    do {                                      \
+        if (ge == cudaSuccess && (call) != 0) \
+            ge = cudaErrorUnknown;            \
     } while (0)
-#define GC(call)                                                                                  \
-    do {                                                                                          \
-        if (ge == cudaSuccess)                                                                    \
-            ge = (call);                                                                          \
+#define GC(call)               \
+    do {                       \
+        if (ge == cudaSuccess) \
+            ge = (call);       \
     } while (0)
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
@@ -491,7 +494,7 @@ int main(int argc, char **argv)
         for (int l = 0; l < NBLOCKS; l++) {
             GC(cudaMemsetAsync(gs2, 0, nbytes, s));
             G(ct_layernorm_backward_cuda(gs2, gw, gb, ln_scr, gout, s2, ln_w, mean2, rstd2, N, C,
-                                          s));
+                                         s));
             GC(cudaMemsetAsync(gy, 0, nbytes, s));
             GC(cudaMemsetAsync(gf, 0, nbytes, s));
             G(ct_residual_backward_cuda(gy, gf, gs2, (int64_t)NC, s));
@@ -511,7 +514,7 @@ int main(int argc, char **argv)
             G(ct_linear_backward_cuda(gao, gw, gb, gf, ao, w_o, N, C, C, &ctx));
             GC(cudaMemsetAsync(gqkv, 0, 3 * nbytes, s));
             G(ct_attention_backward_cuda(gqkv, att_scr, gao, att, qkv, NULL, B, L, C, NH, d_attn,
-                                          s));
+                                         s));
             G(ct_qkv_backward_cuda(gout, gout, gw, gb, gqkv, x, x, w_in, N, C, &ctx));
         }
         G(ct_dropout_cuda(gout, gout, (int64_t)NC, d_attn, s));

@@ -29,8 +29,8 @@ __global__ void ct__adam_kernel(float *params, float *m, float *v, const float *
     }
 }
 
-extern "C" int ct_adam_update_cuda(float *params, float *m, float *v, const float *grads,
-                                   int64_t n, double lr, double beta1, double beta2, double eps,
+extern "C" int ct_adam_update_cuda(float *params, float *m, float *v, const float *grads, int64_t n,
+                                   double lr, double beta1, double beta2, double eps,
                                    float grad_scale, int64_t step, ct_stream_t stream)
 {
     CT_CUDA_REQUIRE(n >= 0 && step >= 1);

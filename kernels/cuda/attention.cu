@@ -151,8 +151,8 @@ static size_t ct__att_rows_smem(int L, int LD4)
 
 template <int NV>
 __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
-    ct__att_fwd_kernel(float *out, float *att, const float *qkv, const int32_t *qmask, int L,
-                       int C, int NH, float scale, ct__att_drop_t dr)
+    ct__att_fwd_kernel(float *out, float *att, const float *qkv, const int32_t *qmask, int L, int C,
+                       int NH, float scale, ct__att_drop_t dr)
 {
     constexpr int LD4 = ct__att_geom<NV>::LD4;
     CT_DYNAMIC_SMEM(float4, sm4);
@@ -349,8 +349,8 @@ template <int NV> static size_t ct__att_kv_smem()
 template <int NV>
 __global__ void __launch_bounds__(CT__ATT_KV_WARPS * 32)
     ct__att_bwd_kv_kernel(float *dqkv, const float *crow, const float *dout, const float *att,
-                          const float *qkv, const int32_t *qmask, int L, int C, int NH,
-                          float scale, ct__att_drop_t dr)
+                          const float *qkv, const int32_t *qmask, int L, int C, int NH, float scale,
+                          ct__att_drop_t dr)
 {
     constexpr int LD4 = ct__att_geom<NV>::LD4;
     constexpr int RS4 = (2 * NV) | 1;
@@ -466,8 +466,8 @@ template <typename K> static int ct__att_smem(K *kernel, size_t nbytes)
     CT_CUDA_CHECK(cudaGetDevice(&dev));
     CT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     if (nbytes > (size_t)optin) {
-        ct_log_error("attention: %zu bytes of shared memory needed, the device allows %d",
-                     nbytes, optin);
+        ct_log_error("attention: %zu bytes of shared memory needed, the device allows %d", nbytes,
+                     optin);
         return CT_ERANGE_VALUE;
     }
     CT_CUDA_CHECK(
@@ -476,8 +476,8 @@ template <typename K> static int ct__att_smem(K *kernel, size_t nbytes)
 }
 
 template <int NV>
-static int ct__att_fwd_launch(float *out, float *att, const float *qkv, const int32_t *qmask,
-                              int B, int L, int C, int NH, float scale, ct__att_drop_t dr,
+static int ct__att_fwd_launch(float *out, float *att, const float *qkv, const int32_t *qmask, int B,
+                              int L, int C, int NH, float scale, ct__att_drop_t dr,
                               cudaStream_t stream)
 {
     const size_t smem = ct__att_rows_smem(L, ct__att_geom<NV>::LD4);
@@ -534,12 +534,12 @@ static ct__att_drop_t ct__att_dropout(ct_dropout_t drop)
     return d;
 }
 
-#define CT__ATT_CHECK_SHAPE()                                                                     \
-    do {                                                                                          \
-        CT_CUDA_REQUIRE(B >= 0 && B <= 65535 && NH >= 1 && NH <= 65535);                          \
-        CT_CUDA_REQUIRE(L >= 0 && L <= CT_ATTENTION_CUDA_MAX_L);                                  \
-        CT_CUDA_REQUIRE(C >= 1 && C % NH == 0 && C / NH <= CT_ATTENTION_CUDA_MAX_HS);             \
-        CT_CUDA_REQUIRE(drop.p < 1.0f); /* p <= 0: no dropout, as on the CPU */                  \
+#define CT__ATT_CHECK_SHAPE()                                                         \
+    do {                                                                              \
+        CT_CUDA_REQUIRE(B >= 0 && B <= 65535 && NH >= 1 && NH <= 65535);              \
+        CT_CUDA_REQUIRE(L >= 0 && L <= CT_ATTENTION_CUDA_MAX_L);                      \
+        CT_CUDA_REQUIRE(C >= 1 && C % NH == 0 && C / NH <= CT_ATTENTION_CUDA_MAX_HS); \
+        CT_CUDA_REQUIRE(drop.p < 1.0f); /* p <= 0: no dropout, as on the CPU */       \
     } while (0)
 
 extern "C" int ct_attention_forward_cuda(float *out, float *att, float *scratch, const float *qkv,
@@ -591,10 +591,10 @@ extern "C" int ct_attention_backward_cuda(float *dqkv, float *scratch, const flo
         return ct__att_bwd_launch<8>(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, scale, dr,
                                      s);
     case 13:
-        return ct__att_bwd_launch<13>(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, scale,
-                                      dr, s);
+        return ct__att_bwd_launch<13>(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, scale, dr,
+                                      s);
     default:
-        return ct__att_bwd_launch<16>(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, scale,
-                                      dr, s);
+        return ct__att_bwd_launch<16>(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, scale, dr,
+                                      s);
     }
 }

@@ -21,8 +21,8 @@ extern "C" int ct_cuda_ctx_init(ct_cuda_ctx_t *ctx, ct_stream_t stream, unsigned
     ctx->blas = h;
     CT_CUDA_CHECK_GOTO(cudaMalloc(&ctx->workspace, CT_CUDA_CTX_WORKSPACE_NBYTES), rc, fail);
     ctx->workspace_nbytes = CT_CUDA_CTX_WORKSPACE_NBYTES;
-    CT_CUDA_CHECK_GOTO(cudaMalloc((void **)&ctx->scratch, CT_CUDA_CTX_SCRATCH * sizeof(float)),
-                       rc, fail);
+    CT_CUDA_CHECK_GOTO(cudaMalloc((void **)&ctx->scratch, CT_CUDA_CTX_SCRATCH * sizeof(float)), rc,
+                       fail);
     /* cublasSetStream resets the handle to its default workspace, so the workspace is set
      * after the stream. */
     CT_CUBLAS_CHECK_GOTO(cublasSetStream(h, (cudaStream_t)stream), rc, fail);

@@ -19,15 +19,15 @@
 #include "ct_philox.h"
 
 #ifdef CT_CUDA_EMULATED
-#define CT_LAUNCH(kernel, grid, block, smem, stream, ...)                                         \
-    ct_emu_launch(reinterpret_cast<const void *>(&kernel), dim3(grid), dim3(block),               \
+#define CT_LAUNCH(kernel, grid, block, smem, stream, ...)                           \
+    ct_emu_launch(reinterpret_cast<const void *>(&kernel), dim3(grid), dim3(block), \
                   (size_t)(smem), (cudaStream_t)(stream), [=]() { kernel(__VA_ARGS__); })
 #define CT_DYNAMIC_SMEM(type, name) type *name = reinterpret_cast<type *>(ct_emu_dynamic_smem())
 #else
-#define CT_LAUNCH(kernel, grid, block, smem, stream, ...)                                         \
+#define CT_LAUNCH(kernel, grid, block, smem, stream, ...) \
     kernel<<<(grid), (block), (smem), (cudaStream_t)(stream)>>>(__VA_ARGS__)
-#define CT_DYNAMIC_SMEM(type, name)                                                               \
-    extern __shared__ __align__(16) unsigned char ct__dyn_smem[];                                 \
+#define CT_DYNAMIC_SMEM(type, name)                               \
+    extern __shared__ __align__(16) unsigned char ct__dyn_smem[]; \
     type *name = reinterpret_cast<type *>(ct__dyn_smem)
 #endif
 

@@ -60,8 +60,8 @@ __global__ void ct__timeline_kernel(float *out, const float *inp, const int32_t 
     }
 }
 
-extern "C" int ct_timeline_mask_cuda(float *out, const float *inp, const int32_t *seq, int N,
-                                     int C, ct_stream_t stream)
+extern "C" int ct_timeline_mask_cuda(float *out, const float *inp, const int32_t *seq, int N, int C,
+                                     ct_stream_t stream)
 {
     CT_CUDA_REQUIRE(N >= 0 && C >= 0);
     const int64_t n = (int64_t)N * C;

@@ -6,8 +6,8 @@
  */
 #include "ct_cuda_common.h"
 
-#define CT__FOR_EACH(i, n)                                                                        \
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);                     \
+#define CT__FOR_EACH(i, n)                                                    \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
          i += (int64_t)gridDim.x * blockDim.x)
 
 __global__ void ct__relu_fwd_kernel(float *out, const float *inp, int64_t n)
@@ -53,14 +53,14 @@ __global__ void ct__scale_kernel(float *x, float s, int64_t n)
     }
 }
 
-#define CT__LAUNCH_1D(kernel, n, stream, ...)                                                     \
-    do {                                                                                          \
-        CT_CUDA_REQUIRE((n) >= 0);                                                                \
-        if ((n) == 0)                                                                             \
-            return 0;                                                                             \
-        CT_LAUNCH(kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream, __VA_ARGS__);      \
-        CT_CUDA_CHECK_LAUNCH();                                                                   \
-        return 0;                                                                                 \
+#define CT__LAUNCH_1D(kernel, n, stream, ...)                                                \
+    do {                                                                                     \
+        CT_CUDA_REQUIRE((n) >= 0);                                                           \
+        if ((n) == 0)                                                                        \
+            return 0;                                                                        \
+        CT_LAUNCH(kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream, __VA_ARGS__); \
+        CT_CUDA_CHECK_LAUNCH();                                                              \
+        return 0;                                                                            \
     } while (0)
 
 extern "C" int ct_relu_forward_cuda(float *out, const float *inp, int64_t n, ct_stream_t stream)
@@ -74,8 +74,8 @@ extern "C" int ct_relu_backward_cuda(float *dinp, const float *dout, const float
     CT__LAUNCH_1D(ct__relu_bwd_kernel, n, stream, dinp, dout, out, n);
 }
 
-extern "C" int ct_residual_forward_cuda(float *out, const float *inp1, const float *inp2,
-                                        int64_t n, ct_stream_t stream)
+extern "C" int ct_residual_forward_cuda(float *out, const float *inp1, const float *inp2, int64_t n,
+                                        ct_stream_t stream)
 {
     CT__LAUNCH_1D(ct__residual_fwd_kernel, n, stream, out, inp1, inp2, n);
 }

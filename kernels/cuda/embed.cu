@@ -44,8 +44,8 @@ extern "C" int ct_embed_forward_cuda(float *out, const float *wte, const float *
     const int64_t n = (int64_t)B * L * C;
     if (n == 0)
         return 0;
-    CT_LAUNCH(ct__embed_fwd_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream, out,
-              wte, wpe, seq, n, L, C, scale, pos_mode == CT_POS_PADDED);
+    CT_LAUNCH(ct__embed_fwd_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream, out, wte,
+              wpe, seq, n, L, C, scale, pos_mode == CT_POS_PADDED);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -116,8 +116,7 @@ extern "C" int ct_embed_backward_cuda_scratch(size_t *nbytes, int B, int L)
 /* ---- the item scatter --------------------------------------------------------------------- */
 
 __global__ void ct__scatter_atomic_kernel(float *dst, const float *src, const int32_t *ids,
-                                          const float *rowscale, float scale, int64_t total,
-                                          int C)
+                                          const float *rowscale, float scale, int64_t total, int C)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {

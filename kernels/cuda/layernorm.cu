@@ -95,8 +95,8 @@ __global__ void __launch_bounds__(CT__LN_WARPS * 32)
             const float g = __fmul_rn(d[c], weight[c]);
             acc_db[c] = __fadd_rn(acc_db[c], d[c]);
             acc_dw[c] = __fadd_rn(acc_dw[c], __fmul_rn(d[c], xhat));
-            dx[c] = __fadd_rn(dx[c], __fmul_rn(__fsub_rn(__fsub_rn(g, gmean), __fmul_rn(xhat, gxmean)),
-                                               s));
+            dx[c] = __fadd_rn(
+                dx[c], __fmul_rn(__fsub_rn(__fsub_rn(g, gmean), __fmul_rn(xhat, gxmean)), s));
         }
     }
     __syncthreads();
@@ -110,8 +110,8 @@ __global__ void __launch_bounds__(CT__LN_WARPS * 32)
 }
 
 /* dweight[c] += sum_p part[p][c], dbias[c] += sum_p part[p][C + c], p in order. */
-__global__ void ct__ln_bwd_final_kernel(float *dweight, float *dbias, const float *part,
-                                        int parts, int C)
+__global__ void ct__ln_bwd_final_kernel(float *dweight, float *dbias, const float *part, int parts,
+                                        int C)
 {
     const int j = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (j >= 2 * C)
@@ -124,10 +124,10 @@ __global__ void ct__ln_bwd_final_kernel(float *dweight, float *dbias, const floa
     *d = __fadd_rn(*d, t);
 }
 
-extern "C" int ct_layernorm_backward_cuda(float *dinp, float *dweight, float *dbias,
-                                          float *scratch, const float *dout, const float *inp,
-                                          const float *weight, const float *mean,
-                                          const float *rstd, int N, int C, ct_stream_t stream)
+extern "C" int ct_layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, float *scratch,
+                                          const float *dout, const float *inp, const float *weight,
+                                          const float *mean, const float *rstd, int N, int C,
+                                          ct_stream_t stream)
 {
     CT_CUDA_REQUIRE(N >= 0 && C >= 1 && C <= CT_LAYERNORM_CUDA_MAX_C);
     if (N == 0)

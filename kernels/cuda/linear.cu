@@ -70,8 +70,7 @@ __global__ void ct__colsum_final_kernel(float *dbias, const float *part, int par
 }
 
 /* dbias[c] += sum over the N rows of x[r, c]. */
-static int ct__colsum(float *dbias, const float *x, int ld, int N, int OC,
-                      const ct_cuda_ctx_t *ctx)
+static int ct__colsum(float *dbias, const float *x, int ld, int N, int OC, const ct_cuda_ctx_t *ctx)
 {
     const int64_t max_parts = (int64_t)(CT_CUDA_CTX_SCRATCH / (size_t)OC);
     int64_t parts = CT_CEIL_DIV((int64_t)N, (int64_t)64);
@@ -144,9 +143,9 @@ extern "C" int ct_linear_forward_cuda(float *out, const float *inp, const float 
     return ct__linear_fwd(out, OC, inp, IC, weight, bias, N, IC, OC, ctx);
 }
 
-extern "C" int ct_linear_backward_cuda(float *dinp, float *dweight, float *dbias,
-                                       const float *dout, const float *inp, const float *weight,
-                                       int N, int IC, int OC, const ct_cuda_ctx_t *ctx)
+extern "C" int ct_linear_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                                       const float *inp, const float *weight, int N, int IC, int OC,
+                                       const ct_cuda_ctx_t *ctx)
 {
     CT_CUDA_REQUIRE(ctx && ctx->blas);
     CT_CUDA_REQUIRE(N >= 0 && IC >= 1 && OC >= 0);
@@ -165,8 +164,8 @@ extern "C" int ct_qkv_forward_cuda(float *qkv, const float *xq, const float *xkv
     int rc = ct__linear_fwd(qkv, 3 * C, xq, C, weight, bias, N, C, C, ctx);
     if (rc != 0)
         return rc;
-    return ct__linear_fwd(qkv + C, 3 * C, xkv, C, weight + (size_t)C * C, bias ? bias + C : NULL,
-                          N, C, 2 * C, ctx);
+    return ct__linear_fwd(qkv + C, 3 * C, xkv, C, weight + (size_t)C * C, bias ? bias + C : NULL, N,
+                          C, 2 * C, ctx);
 }
 
 extern "C" int ct_qkv_backward_cuda(float *dxq, float *dxkv, float *dweight, float *dbias,

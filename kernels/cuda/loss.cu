@@ -61,8 +61,8 @@ extern "C" int ct_score_backward_cuda(float *dfeats, float *dwte, void *scratch,
     const int64_t n = (int64_t)N * C;
     if (n == 0)
         return 0;
-    CT_LAUNCH(ct__score_dfeats_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream,
-              dfeats, dlogits, wte, ids, n, C);
+    CT_LAUNCH(ct__score_dfeats_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream, dfeats,
+              dlogits, wte, ids, n, C);
     CT_CUDA_CHECK_LAUNCH();
     /* dwte[ids[r]] += dlogits[r] * feats[r], except id 0. */
     return ct__scatter_rows_cuda(dwte, scratch, feats, ids, dlogits, 0.0f, N, C,

@@ -6,8 +6,8 @@
 #include "ct_cuda_common.h"
 
 template <bool UNIT>
-__global__ void ct_rng_kernel(void *out, int64_t n, uint64_t seed, uint64_t stream,
-                              uint64_t offset, uint64_t nblocks)
+__global__ void ct_rng_kernel(void *out, int64_t n, uint64_t seed, uint64_t stream, uint64_t offset,
+                              uint64_t nblocks)
 {
     uint64_t first_block = offset / 4;
     for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < nblocks;

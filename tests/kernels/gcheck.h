@@ -17,10 +17,10 @@
 #include "ct_kernels_cuda.h"
 #include "kcheck.h"
 
-#define GK_CUDA_OK(call)                                                                          \
-    do {                                                                                          \
-        cudaError_t gk__e = (call);                                                               \
-        CT_ASSERT_MSG(gk__e == cudaSuccess, "%s: %s", #call, cudaGetErrorString(gk__e));          \
+#define GK_CUDA_OK(call)                                                                 \
+    do {                                                                                 \
+        cudaError_t gk__e = (call);                                                      \
+        CT_ASSERT_MSG(gk__e == cudaSuccess, "%s: %s", #call, cudaGetErrorString(gk__e)); \
     } while (0)
 
 /* Exits 77 unless a CUDA device is visible. */
@@ -96,15 +96,16 @@ __attribute__((unused)) static void gk_assert_biteq_at(const char *file, int lin
         memcpy(&g, &got[i], sizeof g);
         memcpy(&r, &ref[i], sizeof r);
         if (g != r)
-            ct_test__fail(file, line, "%s[%lld]: got %.9g (%08x), ref %.9g (%08x): not bit-identical",
-                          what, (long long)i, (double)got[i], g, (double)ref[i], r);
+            ct_test__fail(file, line,
+                          "%s[%lld]: got %.9g (%08x), ref %.9g (%08x): not bit-identical", what,
+                          (long long)i, (double)got[i], g, (double)ref[i], r);
     }
     printf("  %-28s n=%-6lld bit-identical\n", what, (long long)n);
 }
 
 /* got (GPU) against ref (CPU, float) with kcheck's rule |got - ref| <= atol + rtol |ref|; the
  * worst element is printed as a percentage of its tolerance. */
-#define gk_check(what, got, ref, n, atol, rtol)                                                    \
+#define gk_check(what, got, ref, n, atol, rtol) \
     gk_check_at(__FILE__, __LINE__, what, got, ref, n, atol, rtol)
 __attribute__((unused)) static double gk_check_at(const char *file, int line, const char *what,
                                                   const float *got, const float *ref, int64_t n,

@@ -209,27 +209,27 @@ static void tiny__block_forward(tiny_model_t *m, int l, const tiny_params_t *pt,
     /* attention sub-layer: which input feeds queries, keys/values and the residual */
     const float *xq = x, *xkv = x, *res = x;
     if (c->layout == TINY_PRE_LN || c->layout == TINY_ORIGINAL) {
-        OP(layernorm_forward, a->ln1, a->ln1_mean, a->ln1_rstd, x, W + p->ln1_w, W + p->ln1_b, N,
-                                 C, eps);
+        OP(layernorm_forward, a->ln1, a->ln1_mean, a->ln1_rstd, x, W + p->ln1_w, W + p->ln1_b, N, C,
+           eps);
         xq = a->ln1;
         xkv = c->layout == TINY_PRE_LN ? a->ln1 : x;
         res = c->layout == TINY_PRE_LN ? x : a->ln1;
     }
     OP(qkv_forward, a->qkv, xq, xkv, W + p->in_w, W + p->in_b, N, C);
     OP(attention_forward, a->ao, a->att, a->qkv, qm, c->B, c->L, C, c->NH,
-                             tiny__site(c, 1 + 3 * (uint64_t)l));
+       tiny__site(c, 1 + 3 * (uint64_t)l));
     OP(linear_forward, a->a, a->ao, W + p->out_w, W + p->out_b, N, C, C);
     OP(residual_forward, a->s1, res, a->a, (int64_t)N * C);
 
     /* FFN sub-layer input y and its residual */
     const float *y;
     if (c->layout == TINY_POST_LN) {
-        OP(layernorm_forward, a->ln1, a->ln1_mean, a->ln1_rstd, a->s1, W + p->ln1_w,
-                                 W + p->ln1_b, N, C, eps);
+        OP(layernorm_forward, a->ln1, a->ln1_mean, a->ln1_rstd, a->s1, W + p->ln1_w, W + p->ln1_b,
+           N, C, eps);
         y = a->ln1;
     } else {
-        OP(layernorm_forward, a->ln2, a->ln2_mean, a->ln2_rstd, a->s1, W + p->ln2_w,
-                                 W + p->ln2_b, N, C, eps);
+        OP(layernorm_forward, a->ln2, a->ln2_mean, a->ln2_rstd, a->s1, W + p->ln2_w, W + p->ln2_b,
+           N, C, eps);
         y = a->ln2;
     }
     OP(linear_forward, a->h, y, W + p->c1_w, W + p->c1_b, N, C, C);
@@ -240,8 +240,8 @@ static void tiny__block_forward(tiny_model_t *m, int l, const tiny_params_t *pt,
     const float *fres = c->layout == TINY_PRE_LN ? a->s1 : y;
     if (c->layout == TINY_POST_LN) {
         OP(residual_forward, a->s2, fres, a->f, (int64_t)N * C);
-        OP(layernorm_forward, a->out, a->ln2_mean, a->ln2_rstd, a->s2, W + p->ln2_w,
-                                 W + p->ln2_b, N, C, eps);
+        OP(layernorm_forward, a->out, a->ln2_mean, a->ln2_rstd, a->s2, W + p->ln2_w, W + p->ln2_b,
+           N, C, eps);
     } else {
         OP(residual_forward, a->out, fres, a->f, (int64_t)N * C);
     }
@@ -278,7 +278,7 @@ static void tiny__block_backward(tiny_model_t *m, int l, const tiny_params_t *pt
     if (c->layout == TINY_POST_LN) {
         OP(zero, m->gs2, nb);
         OP(layernorm_backward, m->gs2, G + p->ln2_w, G + p->ln2_b, gout, a->s2, W + p->ln2_w,
-                                  a->ln2_mean, a->ln2_rstd, N, C);
+           a->ln2_mean, a->ln2_rstd, N, C);
         OP(residual_backward, gres, m->gf, m->gs2, NC);
     } else {
         OP(residual_backward, gres, m->gf, gout, NC);
@@ -294,10 +294,10 @@ static void tiny__block_backward(tiny_model_t *m, int l, const tiny_params_t *pt
     /* ---- the LayerNorm between the sub-layers, into gs1 = d(s1) ---- */
     if (c->layout == TINY_POST_LN)
         OP(layernorm_backward, m->gs1, G + p->ln1_w, G + p->ln1_b, m->gy, a->s1, W + p->ln1_w,
-                                  a->ln1_mean, a->ln1_rstd, N, C);
+           a->ln1_mean, a->ln1_rstd, N, C);
     else
         OP(layernorm_backward, m->gs1, G + p->ln2_w, G + p->ln2_b, m->gy, a->s1, W + p->ln2_w,
-                                  a->ln2_mean, a->ln2_rstd, N, C);
+           a->ln2_mean, a->ln2_rstd, N, C);
 
     /* ---- attention sub-layer: s1 = res + a ---- */
     OP(zero, m->ga, nb);
@@ -306,23 +306,23 @@ static void tiny__block_backward(tiny_model_t *m, int l, const tiny_params_t *pt
     OP(zero, m->gao, nb);
     OP(linear_backward, m->gao, G + p->out_w, G + p->out_b, m->ga, a->ao, W + p->out_w, N, C, C);
     OP(zero, m->gqkv, 3 * nb);
-    OP(attention_backward, m->gqkv, m->gao, a->att, a->qkv, qm, c->B, c->L,
-                              C, c->NH, tiny__site(c, 1 + 3 * (uint64_t)l));
+    OP(attention_backward, m->gqkv, m->gao, a->att, a->qkv, qm, c->B, c->L, C, c->NH,
+       tiny__site(c, 1 + 3 * (uint64_t)l));
     switch (c->layout) {
     case TINY_POST_LN:
         OP(qkv_backward, gin, gin, G + p->in_w, G + p->in_b, m->gqkv, x, x, W + p->in_w, N, C);
         break;
     case TINY_PRE_LN: /* q, k, v all from LNa(x) */
         OP(qkv_backward, m->gq, m->gq, G + p->in_w, G + p->in_b, m->gqkv, a->ln1, a->ln1,
-                            W + p->in_w, N, C);
-        OP(layernorm_backward, gin, G + p->ln1_w, G + p->ln1_b, m->gq, x, W + p->ln1_w,
-                                  a->ln1_mean, a->ln1_rstd, N, C);
+           W + p->in_w, N, C);
+        OP(layernorm_backward, gin, G + p->ln1_w, G + p->ln1_b, m->gq, x, W + p->ln1_w, a->ln1_mean,
+           a->ln1_rstd, N, C);
         break;
     case TINY_ORIGINAL: /* q = LNa(x) (which is also the residual), k and v from x */
-        OP(qkv_backward, m->gq, gin, G + p->in_w, G + p->in_b, m->gqkv, a->ln1, x, W + p->in_w,
-                            N, C);
-        OP(layernorm_backward, gin, G + p->ln1_w, G + p->ln1_b, m->gq, x, W + p->ln1_w,
-                                  a->ln1_mean, a->ln1_rstd, N, C);
+        OP(qkv_backward, m->gq, gin, G + p->in_w, G + p->in_b, m->gqkv, a->ln1, x, W + p->in_w, N,
+           C);
+        OP(layernorm_backward, gin, G + p->ln1_w, G + p->ln1_b, m->gq, x, W + p->ln1_w, a->ln1_mean,
+           a->ln1_rstd, N, C);
         break;
     }
 }
@@ -349,8 +349,8 @@ float tiny_forward_backward(tiny_model_t *m, const tiny_params_t *pt, const floa
         tiny__block_forward(m, l, pt, params, x, seq);
         x = m->blk[l].out;
     }
-    OP(layernorm_forward, m->lnf, m->lnf_mean, m->lnf_rstd, x, W + pt->lnf_w, W + pt->lnf_b, N,
-                             C, CT_SASREC_LN_EPS);
+    OP(layernorm_forward, m->lnf, m->lnf_mean, m->lnf_rstd, x, W + pt->lnf_w, W + pt->lnf_b, N, C,
+       CT_SASREC_LN_EPS);
     OP(score_forward, m->pos_logits, m->lnf, W + pt->wte, pos, N, C);
     OP(score_forward, m->neg_logits, m->lnf, W + pt->wte, neg, N, C);
     OP(zero, m->scalars, 2 * sizeof(float)); /* no l2 term: penalty 0 */
@@ -359,7 +359,7 @@ float tiny_forward_backward(tiny_model_t *m, const tiny_params_t *pt, const floa
     OP(zero, grads, pt->total * sizeof *grads);
     if (c->l2_emb > 0.0f)
         OP(l2_penalty, m->scalars + 1, G + pt->wte, W + pt->wte, (int64_t)c->V * C, c->l2_emb,
-                          CT_L2_SQUARED);
+           CT_L2_SQUARED);
     if (pos_logits)
         OP(to_host, pos_logits, m->pos_logits, (size_t)N * sizeof *pos_logits);
     if (neg_logits)
@@ -371,7 +371,7 @@ float tiny_forward_backward(tiny_model_t *m, const tiny_params_t *pt, const floa
     OP(score_backward, m->gF, G + pt->wte, m->dneg, m->lnf, W + pt->wte, neg, N, C);
     OP(zero, m->gcur, nb);
     OP(layernorm_backward, m->gcur, G + pt->lnf_w, G + pt->lnf_b, m->gF, x, W + pt->lnf_w,
-                              m->lnf_mean, m->lnf_rstd, N, C);
+       m->lnf_mean, m->lnf_rstd, N, C);
     for (int l = c->nblocks - 1; l >= 0; l--) {
         const float *xin = l > 0 ? m->blk[l - 1].out : m->x0;
         OP(zero, m->gin, nb);
@@ -383,8 +383,7 @@ float tiny_forward_backward(tiny_model_t *m, const tiny_params_t *pt, const floa
     if (c->timeline)
         OP(timeline_mask, m->gcur, m->gcur, seq, N, C);
     OP(dropout, m->gcur, m->gcur, NC, tiny__site(c, 0));
-    OP(embed_backward, G + pt->wte, G + pt->wpe, m->gcur, seq, c->B, c->L, C, scale,
-                          c->pos_mode);
+    OP(embed_backward, G + pt->wte, G + pt->wpe, m->gcur, seq, c->B, c->L, C, scale, c->pos_mode);
     float sc[2];
     OP(to_host, sc, m->scalars, sizeof sc);
     return sc[0] + sc[1];
@@ -511,8 +510,7 @@ static void cpu_relu_forward(void *st, float *out, const float *inp, int64_t n)
     (void)st;
     ct_relu_forward_cpu(out, inp, n);
 }
-static void cpu_relu_backward(void *st, float *dinp, const float *dout, const float *out,
-                              int64_t n)
+static void cpu_relu_backward(void *st, float *dinp, const float *dout, const float *out, int64_t n)
 {
     (void)st;
     ct_relu_backward_cpu(dinp, dout, out, n);

@@ -2,8 +2,8 @@
  * sasrec_tiny.h - a whole SASRec (embedding, blocks, final LayerNorm, tied scores, BCE loss,
  * l2_emb) built twice for the whole-model gradient check: once in float from the ct_* ops,
  * forward and backward (through an op table, so the same code also runs on the CUDA twins), and
- * once in float64 from the naive reference ops of ref64.h, forward only. Test code: it allocates freely and is written for a tiny model; the trainer has its own
- * model code and does not use this.
+ * once in float64 from the naive reference ops of ref64.h, forward only. Test code: it allocates
+ * freely and is written for a tiny model; the trainer has its own model code and does not use this.
  *
  * The three block layouts are those of sasrec-spec.md 2.3 (x is the (N,C) stream; LNa, LNf the
  * block's LayerNorms; FFN = conv1 -> dropout -> ReLU -> conv2 -> dropout):

@@ -44,8 +44,8 @@ static void check_case(int B, int L, int C, int NH, float p)
     float *d_scr = gk_alloc(float, CT_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH));
 
     ct_attention_forward_cpu(out, att, fs, qkv, NULL, B, L, C, NH, drop);
-    CT_ASSERT_OK(ct_attention_forward_cuda(d_out, d_att, NULL, d_qkv, NULL, B, L, C, NH, drop,
-                                           NULL));
+    CT_ASSERT_OK(
+        ct_attention_forward_cuda(d_out, d_att, NULL, d_qkv, NULL, B, L, C, NH, drop, NULL));
     gk_download(got, d_att, sizeof(float) * natt);
     gk_check("att (probabilities)", got, att, natt, 1e-6, 1e-5);
     for (int64_t r = 0; r < (int64_t)B * NH * L; r++)
@@ -111,8 +111,8 @@ static void check_skip(int B, int L, int C, int NH, float p)
     float *d_dqkv = gk_alloc(float, nqkv);
     float *d_scr = gk_alloc(float, CT_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH));
 
-    CT_ASSERT_OK(ct_attention_forward_cuda(d_out, d_att, NULL, d_qkv, NULL, B, L, C, NH, drop,
-                                           NULL));
+    CT_ASSERT_OK(
+        ct_attention_forward_cuda(d_out, d_att, NULL, d_qkv, NULL, B, L, C, NH, drop, NULL));
     gk_download(out0, d_out, sizeof(float) * nout);
     gk_download(att0, d_att, sizeof(float) * natt);
     GK_CUDA_OK(cudaMemset(d_dqkv, 0, sizeof(float) * nqkv));
@@ -122,8 +122,8 @@ static void check_skip(int B, int L, int C, int NH, float p)
 
     gk_poison(d_out, sizeof(float) * nout);
     gk_poison(d_att, sizeof(float) * natt);
-    CT_ASSERT_OK(ct_attention_forward_cuda(d_out, d_att, NULL, d_qkv, d_qm, B, L, C, NH, drop,
-                                           NULL));
+    CT_ASSERT_OK(
+        ct_attention_forward_cuda(d_out, d_att, NULL, d_qkv, d_qm, B, L, C, NH, drop, NULL));
     gk_download(out1, d_out, sizeof(float) * nout);
     gk_download(att1, d_att, sizeof(float) * natt);
     GK_CUDA_OK(cudaMemset(d_dqkv, 0, sizeof(float) * nqkv));
@@ -140,13 +140,13 @@ static void check_skip(int B, int L, int C, int NH, float p)
                 const float *a1 = att1 + ((int64_t)(b * NH + h) * L + i) * L;
                 for (int j = 0; j < L; j++)
                     CT_ASSERT_MSG(used ? memcmp(&a0[j], &a1[j], 4) == 0 : a1[j] == 0.0f,
-                                  "att b=%d h=%d i=%d j=%d: %g with skipping, %g without", b, h,
-                                  i, j, (double)a1[j], (double)a0[j]);
+                                  "att b=%d h=%d i=%d j=%d: %g with skipping, %g without", b, h, i,
+                                  j, (double)a1[j], (double)a0[j]);
                 for (int d = 0; d < HS; d++) {
                     const int64_t k = r * C + h * HS + d;
                     CT_ASSERT_MSG(used ? memcmp(&out0[k], &out1[k], 4) == 0 : out1[k] == 0.0f,
-                                  "out b=%d i=%d h=%d d=%d: %g with skipping, %g without", b, i,
-                                  h, d, (double)out1[k], (double)out0[k]);
+                                  "out b=%d i=%d h=%d d=%d: %g with skipping, %g without", b, i, h,
+                                  d, (double)out1[k], (double)out0[k]);
                 }
             }
         }
@@ -179,13 +179,13 @@ static void test_range(void)
     CT_ASSERT_ERR(ct_attention_forward_cuda(NULL, NULL, NULL, NULL, NULL, 1, 8,
                                             2 * CT_ATTENTION_CUDA_MAX_HS + 2, 2, none, NULL),
                   CT_ERANGE_VALUE);
-    CT_ASSERT_ERR(ct_attention_backward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 10, 3, none,
-                                             NULL),
-                  CT_ERANGE_VALUE);
+    CT_ASSERT_ERR(
+        ct_attention_backward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 10, 3, none, NULL),
+        CT_ERANGE_VALUE);
     none.p = 1.0f;
-    CT_ASSERT_ERR(ct_attention_backward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 8, 1, none,
-                                             NULL),
-                  CT_ERANGE_VALUE);
+    CT_ASSERT_ERR(
+        ct_attention_backward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 8, 1, none, NULL),
+        CT_ERANGE_VALUE);
 }
 
 int main(void)

@@ -21,12 +21,12 @@ static void test_refused(void)
     ct_dropout_t bad = {1.5f, 0, 0, 0};
     CT_ASSERT_ERR(ct_dropout_cuda(NULL, NULL, 8, bad, NULL), CT_ERANGE_VALUE);
     CT_ASSERT_ERR(ct_timeline_mask_cuda(NULL, NULL, NULL, 4, -1, NULL), CT_ERANGE_VALUE);
-    CT_ASSERT_ERR(ct_embed_forward_cuda(NULL, NULL, NULL, NULL, 2, -3, 4, 1.0f, CT_POS_PADDED,
-                                        NULL),
-                  CT_ERANGE_VALUE);
-    CT_ASSERT_ERR(ct_embed_backward_cuda(NULL, NULL, NULL, NULL, NULL, 2, 2, 2, 1.0f,
-                                         (ct_pos_mode_t)9, NULL),
-                  CT_ERANGE_VALUE);
+    CT_ASSERT_ERR(
+        ct_embed_forward_cuda(NULL, NULL, NULL, NULL, 2, -3, 4, 1.0f, CT_POS_PADDED, NULL),
+        CT_ERANGE_VALUE);
+    CT_ASSERT_ERR(
+        ct_embed_backward_cuda(NULL, NULL, NULL, NULL, NULL, 2, 2, 2, 1.0f, (ct_pos_mode_t)9, NULL),
+        CT_ERANGE_VALUE);
     size_t nbytes = 1;
     CT_ASSERT_ERR(ct_embed_backward_cuda_scratch(&nbytes, -1, 4), CT_ERANGE_VALUE);
     CT_ASSERT_ERR(ct_score_backward_cuda_scratch(&nbytes, -1), CT_ERANGE_VALUE);
@@ -45,8 +45,7 @@ static void test_refused(void)
     CT_ASSERT_ERR(ct_attention_forward_cuda(NULL, NULL, NULL, NULL, NULL, 2,
                                             CT_ATTENTION_CUDA_MAX_L + 1, 8, 1, nodrop, NULL),
                   CT_ERANGE_VALUE);
-    CT_ASSERT_ERR(ct_attention_forward_cuda(NULL, NULL, NULL, NULL, NULL, 2, 8, 9, 2, nodrop,
-                                            NULL),
+    CT_ASSERT_ERR(ct_attention_forward_cuda(NULL, NULL, NULL, NULL, NULL, 2, 8, 9, 2, nodrop, NULL),
                   CT_ERANGE_VALUE); /* C not a multiple of NH */
     CT_ASSERT_ERR(ct_attention_backward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 2, 8,
                                              CT_ATTENTION_CUDA_MAX_HS + 1, 1, nodrop, NULL),
@@ -67,9 +66,9 @@ static void test_refused(void)
     CT_ASSERT_ERR(ct_count_nonzero_cuda(NULL, NULL, -1, NULL), CT_ERANGE_VALUE);
     CT_ASSERT_ERR(ct_l2_penalty_cuda(NULL, NULL, NULL, NULL, 4, 1.0f, (ct_l2_mode_t)5, NULL),
                   CT_ERANGE_VALUE);
-    CT_ASSERT_ERR(ct_adam_update_cuda(NULL, NULL, NULL, NULL, 4, 1e-3, 0.9, 0.98, 1e-8, 1.0f, 0,
-                                      NULL),
-                  CT_ERANGE_VALUE);
+    CT_ASSERT_ERR(
+        ct_adam_update_cuda(NULL, NULL, NULL, NULL, 4, 1e-3, 0.9, 0.98, 1e-8, 1.0f, 0, NULL),
+        CT_ERANGE_VALUE);
     CT_ASSERT_ERR(ct_sumsq_cuda(NULL, NULL, NULL, -1, NULL), CT_ERANGE_VALUE);
     CT_ASSERT_ERR(ct_score_candidates_cuda(NULL, NULL, NULL, NULL, 4, 4, 50, 49, NULL),
                   CT_ERANGE_VALUE); /* rows closer than their width */
@@ -82,24 +81,23 @@ static void test_empty_shapes(void)
     /* Nothing to do: no kernel, no CUDA call, so this passes without a GPU too. */
     CT_ASSERT_OK(ct_dropout_cuda(NULL, NULL, 0, nodrop, NULL));
     CT_ASSERT_OK(ct_timeline_mask_cuda(NULL, NULL, NULL, 0, 50, NULL));
-    CT_ASSERT_OK(ct_embed_forward_cuda(NULL, NULL, NULL, NULL, 0, 200, 50, 7.0f, CT_POS_PADDED,
-                                       NULL));
+    CT_ASSERT_OK(
+        ct_embed_forward_cuda(NULL, NULL, NULL, NULL, 0, 200, 50, 7.0f, CT_POS_PADDED, NULL));
     CT_ASSERT_OK(ct_embed_backward_cuda(NULL, NULL, NULL, NULL, NULL, 0, 200, 50, 7.0f,
                                         CT_POS_PADDED, NULL));
-    CT_ASSERT_OK(ct_layernorm_forward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 0, 50, 1e-8f,
-                                           NULL));
-    CT_ASSERT_OK(ct_layernorm_backward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                                            0, 50, NULL));
-    CT_ASSERT_OK(ct_attention_forward_cuda(NULL, NULL, NULL, NULL, NULL, 0, 200, 50, 1, nodrop,
-                                           NULL));
-    CT_ASSERT_OK(ct_attention_backward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 4, 0, 50, 1,
-                                            nodrop, NULL));
+    CT_ASSERT_OK(ct_layernorm_forward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 0, 50, 1e-8f, NULL));
+    CT_ASSERT_OK(ct_layernorm_backward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0,
+                                            50, NULL));
+    CT_ASSERT_OK(
+        ct_attention_forward_cuda(NULL, NULL, NULL, NULL, NULL, 0, 200, 50, 1, nodrop, NULL));
+    CT_ASSERT_OK(
+        ct_attention_backward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 4, 0, 50, 1, nodrop, NULL));
     CT_ASSERT_OK(ct_relu_forward_cuda(NULL, NULL, 0, NULL));
     CT_ASSERT_OK(ct_residual_backward_cuda(NULL, NULL, NULL, 0, NULL));
     CT_ASSERT_OK(ct_score_forward_cuda(NULL, NULL, NULL, NULL, 0, 50, NULL));
     CT_ASSERT_OK(ct_score_backward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 50, NULL));
-    CT_ASSERT_OK(ct_adam_update_cuda(NULL, NULL, NULL, NULL, 0, 1e-3, 0.9, 0.98, 1e-8, 1.0f, 1,
-                                     NULL));
+    CT_ASSERT_OK(
+        ct_adam_update_cuda(NULL, NULL, NULL, NULL, 0, 1e-3, 0.9, 0.98, 1e-8, 1.0f, 1, NULL));
     CT_ASSERT_OK(ct_score_candidates_cuda(NULL, NULL, NULL, NULL, 0, 101, 50, 50, NULL));
     CT_ASSERT_OK(ct_rank_all_cuda(NULL, NULL, NULL, NULL, NULL, 0, 100, NULL));
 }

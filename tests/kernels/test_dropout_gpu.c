@@ -45,9 +45,9 @@ static void check_dropout(int64_t n, float p, uint64_t offset)
 static void test_dropout(void)
 {
     check_dropout(1, 0.5f, 0);
-    check_dropout(3, 0.3f, 6);        /* inside one Philox block */
-    check_dropout(1001, 0.2f, 13);    /* starts and ends mid-block */
-    check_dropout(1000, 0.0f, 0);     /* p = 0: a copy */
+    check_dropout(3, 0.3f, 6);                   /* inside one Philox block */
+    check_dropout(1001, 0.2f, 13);               /* starts and ends mid-block */
+    check_dropout(1000, 0.0f, 0);                /* p = 0: a copy */
     check_dropout(700001, 0.5f, 0xffffffffdull); /* block counter crosses 2^32 */
 }
 
@@ -60,8 +60,8 @@ static void test_timeline(void)
     float *x = gk_host_rand(N * C, -1.0f, 1.0f, 12);
     x[0] = NAN; /* padding rows are written as zeros, not x * 0 */
     x[3 * C + 1] = INFINITY;
-    float *ref = KC_ALLOC(float, N * C), *got = KC_ALLOC(float, N * C);
-    float *dx = gk_dup(float, x, N * C), *dout = gk_alloc(float, N * C);
+    float *ref = KC_ALLOC(float, N *C), *got = KC_ALLOC(float, N *C);
+    float *dx = gk_dup(float, x, N *C), *dout = gk_alloc(float, N *C);
     int32_t *dseq = gk_dup(int32_t, seq, N);
     ct_timeline_mask_cpu(ref, x, seq, N, C);
     CT_ASSERT_OK(ct_timeline_mask_cuda(dout, dx, dseq, N, C, NULL));

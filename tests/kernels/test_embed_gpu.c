@@ -43,14 +43,14 @@ static void check_case(int B, int L, int C, ct_pos_mode_t mode, int with_wpe)
     float *dout = gk_host_rand((int64_t)N * C, -1.0f, 1.0f, 24);
     float *dwte0 = gk_host_rand((int64_t)V * C, -1.0f, 1.0f, 25);
     float *dwpe0 = gk_host_rand((int64_t)P * C, -1.0f, 1.0f, 26);
-    float *ref = KC_ALLOC(float, (int64_t)N * C), *got = KC_ALLOC(float, (int64_t)N * C);
-    float *rdwte = KC_ALLOC(float, V * C), *rdwpe = KC_ALLOC(float, P * C);
-    float *gdwte = KC_ALLOC(float, V * C), *gdwpe = KC_ALLOC(float, P * C);
+    float *ref = KC_ALLOC(float, (int64_t)N *C), *got = KC_ALLOC(float, (int64_t)N *C);
+    float *rdwte = KC_ALLOC(float, V *C), *rdwpe = KC_ALLOC(float, P *C);
+    float *gdwte = KC_ALLOC(float, V *C), *gdwpe = KC_ALLOC(float, P *C);
 
     int32_t *d_seq = gk_dup(int32_t, seq, N);
-    float *d_wte = gk_dup(float, wte, V * C), *d_wpe = gk_dup(float, wpe, P * C);
-    float *d_out = gk_alloc(float, (int64_t)N * C), *d_dout = gk_dup(float, dout, (int64_t)N * C);
-    float *d_dwte = gk_alloc(float, V * C), *d_dwpe = gk_alloc(float, P * C);
+    float *d_wte = gk_dup(float, wte, V *C), *d_wpe = gk_dup(float, wpe, P *C);
+    float *d_out = gk_alloc(float, (int64_t)N *C), *d_dout = gk_dup(float, dout, (int64_t)N *C);
+    float *d_dwte = gk_alloc(float, V *C), *d_dwpe = gk_alloc(float, P *C);
     const float *wp = with_wpe ? wpe : NULL;
     const float *d_wp = with_wpe ? d_wpe : NULL;
 
@@ -86,8 +86,8 @@ static void check_case(int B, int L, int C, ct_pos_mode_t mode, int with_wpe)
     /* GPU with atomics: within rounding. */
     gk_upload(d_dwte, dwte0, sizeof(float) * V * C);
     for (int k = 0; k < 2; k++)
-        CT_ASSERT_OK(ct_embed_backward_cuda(d_dwte, NULL, NULL, d_dout, d_seq, B, L, C, scale,
-                                            mode, NULL));
+        CT_ASSERT_OK(
+            ct_embed_backward_cuda(d_dwte, NULL, NULL, d_dout, d_seq, B, L, C, scale, mode, NULL));
     gk_download(gdwte, d_dwte, sizeof(float) * V * C);
     gk_check("dwte x2 (atomics)", gdwte, rdwte, V * C, 1e-4, 1e-5);
     GK_ASSERT_BITEQ("dwte padding row (atomics)", gdwte, dwte0, C);
@@ -107,19 +107,19 @@ static void test_embed(void)
 
 static void test_bad_arguments(void)
 {
-    CT_ASSERT_ERR(ct_embed_forward_cuda(NULL, NULL, NULL, NULL, -1, 4, 4, 1.0f, CT_POS_PADDED,
-                                        NULL),
-                  CT_ERANGE_VALUE);
-    CT_ASSERT_ERR(ct_embed_backward_cuda(NULL, NULL, NULL, NULL, NULL, 2, 2, 2, 1.0f,
-                                         (ct_pos_mode_t)7, NULL),
-                  CT_ERANGE_VALUE);
+    CT_ASSERT_ERR(
+        ct_embed_forward_cuda(NULL, NULL, NULL, NULL, -1, 4, 4, 1.0f, CT_POS_PADDED, NULL),
+        CT_ERANGE_VALUE);
+    CT_ASSERT_ERR(
+        ct_embed_backward_cuda(NULL, NULL, NULL, NULL, NULL, 2, 2, 2, 1.0f, (ct_pos_mode_t)7, NULL),
+        CT_ERANGE_VALUE);
     /* The sorted scatter needs 16-byte aligned scratch. */
     float *d = gk_alloc(float, 64);
     int32_t *s = gk_alloc(int32_t, 4);
     GK_CUDA_OK(cudaMemset(s, 0, 4 * sizeof(int32_t)));
-    CT_ASSERT_ERR(ct_embed_backward_cuda(d, NULL, (char *)d + 4, d, s, 2, 2, 2, 1.0f,
-                                         CT_POS_PADDED, NULL),
-                  CT_ERANGE_VALUE);
+    CT_ASSERT_ERR(
+        ct_embed_backward_cuda(d, NULL, (char *)d + 4, d, s, 2, 2, 2, 1.0f, CT_POS_PADDED, NULL),
+        CT_ERANGE_VALUE);
     gk_free_all();
 }
 

@@ -80,10 +80,10 @@ static void test_ranks(void)
     s[2 * RV + 40] = NAN;
     int32_t targets[RU] = {1, 50, 96, 3, 60}, ranks[RU];
     /* sorted lists with repeats, 0, the target, an id past the table; user 4 excludes nothing */
-    static const int32_t excl[] = {0, 2, 2, 5, 9,  9, 9, 40, 96,  /* user 0 */
-                                   50, 51, 52, 52,                /* user 1 */
-                                   1, 40, 95, 96, 200,            /* user 2 */
-                                   3, 3, 4, 5, 6, 7, 8, 9, 10, 11}; /* user 3 */
+    static const int32_t excl[] = {0,  2,  2,  5,  9,   9, 9, 40, 96,      /* user 0 */
+                                   50, 51, 52, 52,                         /* user 1 */
+                                   1,  40, 95, 96, 200,                    /* user 2 */
+                                   3,  3,  4,  5,  6,   7, 8, 9,  10, 11}; /* user 3 */
     const int32_t off[RU + 1] = {0, 9, 13, 18, 28, 28};
     s[0 * RV + 1] = 4.0f; /* the target ties with many */
     ct_rank_all_cpu(ranks, s, targets, off, excl, RU, RV);

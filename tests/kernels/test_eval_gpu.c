@@ -20,14 +20,14 @@ static void test_scores(void)
 {
     float *hidden = gk_host_rand(U * L * C, -1.0f, 1.0f, 131);
     float *wte = gk_host_rand(V * C, -1.0f, 1.0f, 132);
-    float *ref = KC_ALLOC(float, U * V), *got = KC_ALLOC(float, U * V);
+    float *ref = KC_ALLOC(float, U *V), *got = KC_ALLOC(float, U *V);
     int32_t cand[U * K];
     for (int u = 0; u < U; u++)
         for (int k = 0; k < K; k++)
             cand[u * K + k] = 1 + (u * 7 + k * 13) % (V - 1); /* duplicates allowed */
-    float *d_hidden = gk_dup(float, hidden, U * L * C), *d_wte = gk_dup(float, wte, V * C);
+    float *d_hidden = gk_dup(float, hidden, U *L *C), *d_wte = gk_dup(float, wte, V *C);
     int32_t *d_cand = gk_dup(int32_t, cand, U * K);
-    float *d_sc = gk_alloc(float, U * K), *d_sa = gk_alloc(float, U * V);
+    float *d_sc = gk_alloc(float, U *K), *d_sa = gk_alloc(float, U *V);
     /* The last column of (U,L,C): feats = hidden + (L-1)*C, ldf = L*C. */
     const float *src = hidden + (L - 1) * C, *d_src = d_hidden + (L - 1) * C;
 
@@ -42,10 +42,10 @@ static void test_scores(void)
     gk_check("all-item scores", got, ref, U * V, 1e-5, 2e-5);
 
     /* packed (U,C) vectors, ldf = C */
-    float *packed = KC_ALLOC(float, U * C);
+    float *packed = KC_ALLOC(float, U *C);
     for (int u = 0; u < U; u++)
         memcpy(packed + u * C, src + u * L * C, C * sizeof(float));
-    float *d_packed = gk_dup(float, packed, U * C);
+    float *d_packed = gk_dup(float, packed, U *C);
     gk_poison(d_sa, sizeof(float) * U * V);
     CT_ASSERT_OK(ct_score_all_cuda(d_sa, d_packed, d_wte, U, V, C, C, &ctx));
     gk_download(got, d_sa, sizeof(float) * U * V);
@@ -87,14 +87,13 @@ static void test_ranks(void)
     }
     off[RU] = ne;
     s[5 * RV + targets[5]] = NAN; /* a NaN target: everything counts */
-    float *d_s = gk_dup(float, s, RU * RV);
+    float *d_s = gk_dup(float, s, RU *RV);
     int32_t *d_t = gk_dup(int32_t, targets, RU), *d_off = gk_dup(int32_t, off, RU + 1);
     int32_t *d_ex = gk_dup(int32_t, excl, ne), *d_r = gk_alloc(int32_t, RU);
 
     for (int with_excl = 0; with_excl < 2; with_excl++) {
         ct_rank_all_cpu(ref, s, targets, with_excl ? off : NULL, excl, RU, RV);
-        CT_ASSERT_OK(ct_rank_all_cuda(d_r, d_s, d_t, with_excl ? d_off : NULL, d_ex, RU, RV,
-                                      NULL));
+        CT_ASSERT_OK(ct_rank_all_cuda(d_r, d_s, d_t, with_excl ? d_off : NULL, d_ex, RU, RV, NULL));
         gk_download(got, d_r, sizeof got);
         for (int u = 0; u < RU; u++) {
             printf("  user %d%s: rank %d (CPU %d)\n", u, with_excl ? " with exclusions" : "",

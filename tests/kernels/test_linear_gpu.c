@@ -40,9 +40,8 @@ static void check_linear(int N, int IC, int OC, int with_bias, int with_dinp)
     for (int k = 0; k < 2; k++) {
         ct_linear_backward_cpu(with_dinp ? dx : NULL, dw, with_bias ? db : NULL, dy, x, w, N, IC,
                                OC);
-        CT_ASSERT_OK(ct_linear_backward_cuda(with_dinp ? d_dx : NULL, d_dw,
-                                             with_bias ? d_db : NULL, d_dy, d_x, d_w, N, IC, OC,
-                                             &ctx));
+        CT_ASSERT_OK(ct_linear_backward_cuda(with_dinp ? d_dx : NULL, d_dw, with_bias ? d_db : NULL,
+                                             d_dy, d_x, d_w, N, IC, OC, &ctx));
     }
     gk_download(got, d_dx, sizeof(float) * ni);
     gk_check("dinp x2", got, dx, ni, 2e-5, 1e-5);
@@ -82,8 +81,8 @@ static void check_qkv(int N, int C, int layout)
     gk_check("forward", got, qkv, nq, 2e-5, 1e-5);
     for (int k = 0; k < 2; k++) {
         ct_qkv_backward_cpu(dxq, hdk, dw, db, dqkv, xq, hk, w, N, C);
-        CT_ASSERT_OK(ct_qkv_backward_cuda(d_dxq, ddk, d_dw, d_db, d_dqkv, d_xq, dk, d_w, N, C,
-                                          &ctx));
+        CT_ASSERT_OK(
+            ct_qkv_backward_cuda(d_dxq, ddk, d_dw, d_db, d_dqkv, d_xq, dk, d_w, N, C, &ctx));
     }
     gk_download(got, d_dxq, sizeof(float) * nx);
     gk_check("dxq x2", got, dxq, nx, 2e-5, 1e-5);

@@ -33,15 +33,16 @@ static void test_scores(void)
 {
     int32_t ids[N];
     make_ids(ids, N, 81, 7);
-    float *feats = gk_host_rand(N * C, -1.0f, 1.0f, 82), *wte = gk_host_rand(V * C, -1.0f, 1.0f, 83);
+    float *feats = gk_host_rand(N * C, -1.0f, 1.0f, 82),
+          *wte = gk_host_rand(V * C, -1.0f, 1.0f, 83);
     float *dlog = gk_host_rand(N, -1.0f, 1.0f, 84), *df0 = gk_host_rand(N * C, -1.0f, 1.0f, 85);
     float *dw0 = gk_host_rand(V * C, -1.0f, 1.0f, 86);
     float logits[N], got_l[N];
-    float *df = KC_ALLOC(float, N * C), *dw = KC_ALLOC(float, V * C), *got = KC_ALLOC(float, N * C);
+    float *df = KC_ALLOC(float, N *C), *dw = KC_ALLOC(float, V *C), *got = KC_ALLOC(float, N *C);
     int32_t *d_ids = gk_dup(int32_t, ids, N);
-    float *d_feats = gk_dup(float, feats, N * C), *d_wte = gk_dup(float, wte, V * C);
+    float *d_feats = gk_dup(float, feats, N *C), *d_wte = gk_dup(float, wte, V *C);
     float *d_log = gk_alloc(float, N), *d_dlog = gk_dup(float, dlog, N);
-    float *d_df = gk_dup(float, df0, N * C), *d_dw = gk_dup(float, dw0, V * C);
+    float *d_df = gk_dup(float, df0, N *C), *d_dw = gk_dup(float, dw0, V *C);
 
     ct_score_forward_cpu(logits, feats, wte, ids, N, C);
     CT_ASSERT_OK(ct_score_forward_cuda(d_log, d_feats, d_wte, d_ids, N, C, NULL));
@@ -55,8 +56,8 @@ static void test_scores(void)
     memcpy(dw, dw0, sizeof(float) * V * C);
     for (int k = 0; k < 2; k++) {
         ct_score_backward_cpu(df, dw, dlog, feats, wte, ids, N, C);
-        CT_ASSERT_OK(ct_score_backward_cuda(d_df, d_dw, scratch, d_dlog, d_feats, d_wte, d_ids, N,
-                                            C, NULL));
+        CT_ASSERT_OK(
+            ct_score_backward_cuda(d_df, d_dw, scratch, d_dlog, d_feats, d_wte, d_ids, N, C, NULL));
     }
     gk_download(got, d_df, sizeof(float) * N * C);
     GK_ASSERT_BITEQ("dfeats x2", got, df, N * C);
@@ -65,8 +66,8 @@ static void test_scores(void)
 
     gk_upload(d_dw, dw0, sizeof(float) * V * C);
     for (int k = 0; k < 2; k++)
-        CT_ASSERT_OK(ct_score_backward_cuda(d_df, d_dw, NULL, d_dlog, d_feats, d_wte, d_ids, N, C,
-                                            NULL));
+        CT_ASSERT_OK(
+            ct_score_backward_cuda(d_df, d_dw, NULL, d_dlog, d_feats, d_wte, d_ids, N, C, NULL));
     gk_download(got, d_dw, sizeof(float) * V * C);
     gk_check("dwte x2 (atomics)", got, dw, V * C, 2e-5, 1e-5);
     GK_ASSERT_BITEQ("dwte padding row", got, dw0, C);

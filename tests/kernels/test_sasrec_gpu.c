@@ -122,8 +122,8 @@ static void g_attention_backward(void *st, float *dqkv, const float *dout, const
     CT_ASSERT_OK(ct_attention_backward_cuda(dqkv, ST->att_scratch, dout, att, qkv, qmask, b, l, c,
                                             nh, drop, S));
 }
-static void g_linear_forward(void *st, float *out, const float *inp, const float *w,
-                             const float *b, int n, int ic, int oc)
+static void g_linear_forward(void *st, float *out, const float *inp, const float *w, const float *b,
+                             int n, int ic, int oc)
 {
     CT_ASSERT_OK(ct_linear_forward_cuda(out, inp, w, b, n, ic, oc, &ST->ctx));
 }
@@ -154,11 +154,10 @@ static void g_score_forward(void *st, float *logits, const float *feats, const f
     CT_ASSERT_OK(ct_score_forward_cuda(logits, feats, wte, ids, n, c, S));
 }
 static void g_score_backward(void *st, float *dfeats, float *dwte, const float *dlogits,
-                             const float *feats, const float *wte, const int32_t *ids, int n,
-                             int c)
+                             const float *feats, const float *wte, const int32_t *ids, int n, int c)
 {
-    CT_ASSERT_OK(ct_score_backward_cuda(dfeats, dwte, ST->scatter_scratch, dlogits, feats, wte,
-                                        ids, n, c, S));
+    CT_ASSERT_OK(ct_score_backward_cuda(dfeats, dwte, ST->scatter_scratch, dlogits, feats, wte, ids,
+                                        n, c, S));
 }
 static void g_bce_loss(void *st, float *loss, float *dpos, float *dneg, const float *pl,
                        const float *nl, const int32_t *pos, int n, float count)
@@ -240,7 +239,8 @@ static tiny_ops_t *gpu_ops_create(const tiny_cfg_t *cfg, cudaStream_t stream, in
     return o;
 }
 
-/* ---- the comparison ---------------------------------------------------------------------------- */
+/* ---- the comparison ----------------------------------------------------------------------------
+ */
 
 /* Left-padded sequences of random lengths (one full, one of length 1); pos = the next items,
  * neg = random items where pos != 0 (the reference's sampler's shape). */
@@ -315,15 +315,17 @@ static void check_model(tiny_layout_t layout, ct_pos_mode_t pos_mode, int timeli
     gk_check("neg logits", nlg, nlc, B * L, 1e-5, 1e-5);
     double worst = 0.0;
     const size_t CC = C;
-    worst = fmax(worst, gk_check("item_emb", gg + pt.wte, gc + pt.wte, (int64_t)(V * CC), 2e-5, 2e-4));
-    worst = fmax(worst, gk_check("pos_emb", gg + pt.wpe, gc + pt.wpe, (int64_t)(pt.P * CC), 2e-5, 2e-4));
+    worst =
+        fmax(worst, gk_check("item_emb", gg + pt.wte, gc + pt.wte, (int64_t)(V * CC), 2e-5, 2e-4));
+    worst = fmax(worst,
+                 gk_check("pos_emb", gg + pt.wpe, gc + pt.wpe, (int64_t)(pt.P * CC), 2e-5, 2e-4));
     for (int l = 0; l < NB; l++) {
         const tiny_block_params_t *b = &pt.blk[l];
         const size_t start = b->ln1_w, end = b->c2_b + CC;
         char name[32];
         snprintf(name, sizeof name, "block %d", l);
-        worst = fmax(worst, gk_check(name, gg + start, gc + start, (int64_t)(end - start), 2e-5,
-                                     2e-4));
+        worst =
+            fmax(worst, gk_check(name, gg + start, gc + start, (int64_t)(end - start), 2e-5, 2e-4));
     }
     worst = fmax(worst, gk_check("last_layernorm", gg + pt.lnf_w, gc + pt.lnf_w, (int64_t)(2 * CC),
                                  2e-5, 2e-4));
@@ -344,8 +346,10 @@ static void check_model(tiny_layout_t layout, ct_pos_mode_t pos_mode, int timeli
     tiny_cfg_t cs = cfg;
     cs.skip_padding = 1;
     const float loss_s = run_gpu(&cs, &pt, params, gg2, seq, pos, neg, NULL, NULL, 1);
-    CT_ASSERT_MSG(memcmp(&loss_s, &loss_g, sizeof loss_g) == 0, "loss %.9g with skipping, %.9g "
-                  "without", (double)loss_s, (double)loss_g);
+    CT_ASSERT_MSG(memcmp(&loss_s, &loss_g, sizeof loss_g) == 0,
+                  "loss %.9g with skipping, %.9g "
+                  "without",
+                  (double)loss_s, (double)loss_g);
     GK_ASSERT_BITEQ("gradients with skipping", gg2, gg, (int64_t)n);
 
     /* The atomic item-table scatter: within tolerance of the CPU. */

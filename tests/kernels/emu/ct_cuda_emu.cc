@@ -54,7 +54,8 @@ __asm__(".text\n"
 #define CT_EMU_ASM_SWITCH 0
 #endif
 
-/* ---- fibers and barriers ---------------------------------------------------------------------- */
+/* ---- fibers and barriers ----------------------------------------------------------------------
+ */
 
 enum ct_emu_state { CT_EMU_RUNNABLE, CT_EMU_WAIT_BLOCK, CT_EMU_WAIT_WARP, CT_EMU_DONE };
 
@@ -69,10 +70,10 @@ struct ct_emu_fiber {
 };
 
 struct ct_emu_warp {
-    int live;          /* lanes not yet ended */
-    unsigned exited;   /* lane bits of ended lanes */
-    int arrived;       /* lanes waiting at the current warp barrier */
-    unsigned gen;      /* completed warp barriers */
+    int live;        /* lanes not yet ended */
+    unsigned exited; /* lane bits of ended lanes */
+    int arrived;     /* lanes waiting at the current warp barrier */
+    unsigned gen;    /* completed warp barriers */
     uint64_t slot[2][32];
     unsigned slot_gen[2][32]; /* the barrier generation each slot was written for */
 };
@@ -384,8 +385,8 @@ void ct_emu_launch(const void *kernel, dim3 grid, dim3 block, size_t smem, cudaS
         }
     }
     std::vector<unsigned char> smem_buf(smem ? smem + 16 : 0);
-    ct_emu__smem = smem ? (unsigned char *)(((uintptr_t)smem_buf.data() + 15) & ~(uintptr_t)15)
-                        : NULL;
+    ct_emu__smem =
+        smem ? (unsigned char *)(((uintptr_t)smem_buf.data() + 15) & ~(uintptr_t)15) : NULL;
     ct_emu__smem_size = smem;
     ct_emu__body = &body;
     ct_emu__block_dim = block;
@@ -401,7 +402,8 @@ void ct_emu_launch(const void *kernel, dim3 grid, dim3 block, size_t smem, cudaS
     ct_emu__smem_size = 0;
 }
 
-/* ---- runtime API ------------------------------------------------------------------------------ */
+/* ---- runtime API ------------------------------------------------------------------------------
+ */
 
 extern "C" {
 
@@ -635,8 +637,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph)
     return cudaErrorNotSupported;
 }
 
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
-                                 unsigned long long flags)
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
 {
     (void)graph;
     (void)flags;
@@ -663,7 +664,8 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph)
     return cudaSuccess;
 }
 
-/* ---- cuBLAS ----------------------------------------------------------------------------------- */
+/* ---- cuBLAS -----------------------------------------------------------------------------------
+ */
 
 struct cublasContext {
     cudaStream_t stream;
@@ -752,9 +754,8 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
         return CUBLAS_STATUS_NOT_INITIALIZED;
     const int arows = transa == CUBLAS_OP_N ? m : k;
     const int brows = transb == CUBLAS_OP_N ? k : n;
-    if (m < 0 || n < 0 || k < 0 || lda < (arows > 1 ? arows : 1) ||
-        ldb < (brows > 1 ? brows : 1) || ldc < (m > 1 ? m : 1) ||
-        (transa != CUBLAS_OP_N && transa != CUBLAS_OP_T) ||
+    if (m < 0 || n < 0 || k < 0 || lda < (arows > 1 ? arows : 1) || ldb < (brows > 1 ? brows : 1) ||
+        ldc < (m > 1 ? m : 1) || (transa != CUBLAS_OP_N && transa != CUBLAS_OP_T) ||
         (transb != CUBLAS_OP_N && transb != CUBLAS_OP_T))
         return CUBLAS_STATUS_INVALID_VALUE;
     if (m == 0 || n == 0)

@@ -136,7 +136,7 @@ uint64_t ct_emu_launch_count(void);
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static /* blocks run one at a time: a static is the block's copy */
+#define __shared__   static /* blocks run one at a time: a static is the block's copy */
 #define __align__(n) alignas(n)
 
 struct dim3 {
@@ -188,14 +188,15 @@ template <class T> static inline T __shfl_sync(unsigned mask, T v, int src, int 
     (void)width;
     return ct_emu__from_bits<T>(ct_emu_exchange(mask, ct_emu__bits(v), src & 31));
 }
-template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask,
-                                                   int width = 32)
+template <class T>
+static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32)
 {
     (void)width;
-    return ct_emu__from_bits<T>(ct_emu_exchange(mask, ct_emu__bits(v), (ct_emu_lane() ^ lane_mask) & 31));
+    return ct_emu__from_bits<T>(
+        ct_emu_exchange(mask, ct_emu__bits(v), (ct_emu_lane() ^ lane_mask) & 31));
 }
-template <class T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta,
-                                                    int width = 32)
+template <class T>
+static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32)
 {
     (void)width;
     int src = ct_emu_lane() + (int)delta;

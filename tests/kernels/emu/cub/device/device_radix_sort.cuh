@@ -13,7 +13,8 @@
 
 #include "ct_cuda_emu.h"
 
-namespace cub {
+namespace cub
+{
 
 struct DeviceRadixSort {
     template <class K, class V, class N>
