@@ -58,6 +58,7 @@ extern "C" int ct_score_backward_cuda(float *dfeats, float *dwte, void *scratch,
                                       const int32_t *ids, int N, int C, ct_stream_t stream)
 {
     CT_CUDA_REQUIRE(N >= 0 && C >= 0);
+    CT_CUDA_REQUIRE(((uintptr_t)scratch & 15) == 0); /* before the first launch below */
     const int64_t n = (int64_t)N * C;
     if (n == 0)
         return 0;

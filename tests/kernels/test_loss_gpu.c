@@ -72,6 +72,14 @@ static void test_scores(void)
     gk_check("dwte x2 (atomics)", got, dw, V * C, 2e-5, 1e-5);
     GK_ASSERT_BITEQ("dwte padding row", got, dw0, C);
 
+    /* Misaligned scratch is refused before anything runs: dfeats stays as it was. */
+    gk_upload(d_df, df0, sizeof(float) * N * C);
+    CT_ASSERT_ERR(ct_score_backward_cuda(d_df, d_dw, (char *)scratch + 4, d_dlog, d_feats, d_wte,
+                                         d_ids, N, C, NULL),
+                  CT_ERANGE_VALUE);
+    gk_download(got, d_df, sizeof(float) * N * C);
+    GK_ASSERT_BITEQ("dfeats untouched", got, df0, N * C);
+
     gk_free_all();
     free(feats), free(wte), free(dlog), free(df0), free(dw0), free(df), free(dw), free(got);
 }
