@@ -1,16 +1,49 @@
 /*
  * ct_kernels_cuda.h - the CUDA twins of ct_kernels.h: same name stem with _cuda instead of
- * _cpu, same arguments, plus a trailing stream. Pointers are device pointers. Each launcher
- * checks its launch with cudaGetLastError and returns 0 or CT_ECUDA (the detail logged with
- * file and line). Only builds with CUDA compile and link these.
+ * _cpu, same arguments in the same order, plus a trailing stream. Pointers are device pointers
+ * unless a comment says otherwise; shapes, the accumulate (+=) contract of backward functions,
+ * the dropout indexing and the padding-query skip contract are those of ct_kernels.h, which
+ * stays the specification. Only builds with CUDA compile and link these.
  *
- * The header is plain C: the stream is declared through CUDA's own opaque struct name, so C
- * code can pass a cudaStream_t without including CUDA headers.
+ * ---- calling conventions ----------------------------------------------------------------------
+ * - Every launcher returns 0, CT_ERANGE_VALUE for a shape it cannot take (checked before any
+ *   CUDA call, so a bad call fails the same way with or without a GPU), CT_ECUDA or CT_ECUBLAS.
+ *   The detail goes to the log with file and line. Each launch is checked with
+ *   cudaGetLastError, which also reports an earlier asynchronous failure on the device.
+ * - Launchers only enqueue work on their stream: they never synchronise, never allocate and
+ *   never copy to the host. Scratch comes from the caller, sized by the *_CUDA_SCRATCH macros
+ *   below where the GPU needs other scratch than the CPU (a scratch argument sits right after
+ *   the outputs, as in ct_kernels.h). Results that are scalars (loss, penalty, norms, counts)
+ *   are written to device memory.
+ * - The ops that call cuBLAS (linear, packed QKV, all-item scores) take a ct_cuda_ctx_t in the
+ *   stream's place: the context holds the stream, a cuBLAS handle bound to it and to a
+ *   workspace, and a small scratch for the launchers' own partial sums. One context per stream
+ *   and host thread (a cuBLAS handle must not be used by two threads at once); create it once
+ *   with ct_cuda_ctx_init and pass ctx->stream to the other launchers.
+ * - Determinism: every reduction (row sums, column sums, the loss, norms) runs over a fixed
+ *   split into blocks that depends on the shape only, never on the device or on timing, and
+ *   combines the pieces in a fixed order, so the same inputs give the same bits on every run.
+ *   The one exception is the item-table scatter of ct_embed_backward_cuda and
+ *   ct_score_backward_cuda without scratch, which uses atomics (rows that share an item are
+ *   added in whatever order the hardware takes); with scratch they sort the rows by item first
+ *   and add them in the CPU's order, which gives the CPU's bits.
+ * - Where the CPU op's per-element arithmetic is a short formula (dropout, masks, embedding,
+ *   layernorm's normalisation, residuals, Adam), the kernels spell it with round-to-nearest
+ *   intrinsics (no fused multiply-add), so they round exactly as the CPU does; what differs
+ *   from the CPU then is only the order of the additions inside reductions and matrix products.
+ * - Sizes and indices inside the kernels are 64-bit where a product of dimensions can pass
+ *   2^31 (B*NH*L*L attention probabilities, flat buffers).
+ *
+ * The header is plain C: the stream and the cuBLAS handle are declared through CUDA's own
+ * opaque struct names, so C code can pass them without including CUDA headers.
  */
 #ifndef CT_KERNELS_CUDA_H
 #define CT_KERNELS_CUDA_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "ct_kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,6 +55,39 @@ typedef struct CUstream_st *ct_stream_t; /* identical to cudaStream_t; NULL = de
  * is no GPU or no driver. Never fails: the reason for 0 is logged at debug level. */
 int ct_cuda_device_count(void);
 
+/* ---- context for the cuBLAS ops (kernels/cuda/context.cu) -------------------------------------
+ * Created once per stream (not per step): it allocates the cuBLAS workspace and the scratch,
+ * which the launchers then reuse. All fields are read-only for callers. */
+typedef struct ct_cuda_ctx {
+    ct_stream_t stream;         /* where every launcher given this context enqueues its work */
+    struct cublasContext *blas; /* cublasHandle_t, bound to stream and workspace */
+    void *workspace;            /* cuBLAS workspace, workspace_nbytes (device) */
+    size_t workspace_nbytes;
+    float *scratch; /* CT_CUDA_CTX_SCRATCH floats (device): partial sums of bias gradients */
+} ct_cuda_ctx_t;
+
+/* cuBLAS's workspace: 32 MiB, what NVIDIA recommends for Hopper GPUs. */
+#define CT_CUDA_CTX_WORKSPACE_NBYTES ((size_t)32 << 20)
+#define CT_CUDA_CTX_SCRATCH          ((size_t)1 << 16)
+
+/* Flags of ct_cuda_ctx_init. Without CT_CUDA_CTX_TF32, cuBLAS computes float products in full
+ * float precision (the CPU twins' tolerances hold); with it, the tensor cores may round the
+ * factors to TF32 (10-bit mantissa), which is faster and about 1e-3 relative off. */
+#define CT_CUDA_CTX_TF32 1u
+
+/* Creates the cuBLAS handle on the current device, binds it to stream (NULL = the default
+ * stream; the stream stays the caller's) and allocates workspace and scratch. Returns 0,
+ * CT_ENOGPU when no device is visible, CT_ECUDA or CT_ECUBLAS; on failure nothing is left
+ * allocated and ct_cuda_ctx_close is still safe to call. */
+int ct_cuda_ctx_init(ct_cuda_ctx_t *ctx, ct_stream_t stream, unsigned flags);
+
+/* Frees what ct_cuda_ctx_init made (waiting for the stream's work first); safe to call twice
+ * and on a zeroed or failed context. */
+void ct_cuda_ctx_close(ct_cuda_ctx_t *ctx);
+
+/* ---- random numbers (kernels/cuda/rng.cu) ------------------------------------------------------
+ */
+
 /* out: (n) raw 32-bit draws, as ct_rng_u32_cpu. */
 int ct_rng_u32_cuda(uint32_t *out, int64_t n, uint64_t seed, uint64_t stream, uint64_t offset,
                     ct_stream_t s);
@@ -29,6 +95,167 @@ int ct_rng_u32_cuda(uint32_t *out, int64_t n, uint64_t seed, uint64_t stream, ui
 /* out: (n) uniform floats in [0, 1), as ct_rng_uniform_cpu. */
 int ct_rng_uniform_cuda(float *out, int64_t n, uint64_t seed, uint64_t stream, uint64_t offset,
                         ct_stream_t s);
+
+/* ---- dropout and timeline mask (kernels/cuda/dropout.cu) --------------------------------------
+ * Bit-identical to the CPU: the same Philox draw per element, the same keep rule and the same
+ * single float multiply. out may equal inp. */
+int ct_dropout_cuda(float *out, const float *inp, int64_t n, ct_dropout_t drop, ct_stream_t stream);
+
+int ct_timeline_mask_cuda(float *out, const float *inp, const int32_t *seq, int N, int C,
+                          ct_stream_t stream);
+
+/* ---- embedding (kernels/cuda/embed.cu) ---------------------------------------------------------
+ */
+
+int ct_embed_forward_cuda(float *out, const float *wte, const float *wpe, const int32_t *seq, int B,
+                          int L, int C, float scale, ct_pos_mode_t pos_mode, ct_stream_t stream);
+
+/* dwpe is owned per row (one thread per positional row and channel, sequences in order): the
+ * CPU's bits. dwte: with scratch == NULL, atomics (fast, the order of rows sharing an item
+ * varies between runs); with scratch, the rows are sorted by item (stable, so (b, t) order is
+ * kept) and each item's rows added in that order: the CPU's bits.
+ *   scratch: NULL, or ct_embed_backward_cuda_scratch(B, L) bytes, 16-byte aligned */
+int ct_embed_backward_cuda(float *dwte, float *dwpe, void *scratch, const float *dout,
+                           const int32_t *seq, int B, int L, int C, float scale,
+                           ct_pos_mode_t pos_mode, ct_stream_t stream);
+
+/* Bytes of scratch for the sorted (deterministic) item scatter of B*L rows, in *nbytes. The
+ * sort's own temporary size is asked of the CUDA library, hence a function rather than a
+ * macro; it needs a device. Returns 0, CT_ERANGE_VALUE or CT_ECUDA. */
+int ct_embed_backward_cuda_scratch(size_t *nbytes, int B, int L);
+
+/* ---- layernorm (kernels/cuda/layernorm.cu) -----------------------------------------------------
+ * One warp per row; row sums in double (as the CPU), so mean and rstd nearly always round to
+ * the CPU's floats, and the normalisation is the CPU's float formula. C <= 1024. */
+#define CT_LAYERNORM_CUDA_MAX_C 1024
+int ct_layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C, float eps,
+                              ct_stream_t stream);
+
+/* dweight and dbias are sums over rows: each block of CT_LAYERNORM_BWD_CUDA_ROWS rows writes
+ * partial sums to scratch, a second kernel adds them in block order.
+ *   scratch: CT_LAYERNORM_BWD_CUDA_SCRATCH(N, C) floats */
+#define CT_LAYERNORM_BWD_CUDA_ROWS 64
+#define CT_LAYERNORM_BWD_CUDA_SCRATCH(N, C) \
+    (2 * (size_t)(C) *                      \
+     (((size_t)(N) + CT_LAYERNORM_BWD_CUDA_ROWS - 1) / CT_LAYERNORM_BWD_CUDA_ROWS))
+int ct_layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, float *scratch,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *mean, const float *rstd, int N, int C,
+                               ct_stream_t stream);
+
+/* ---- linear and packed QKV (kernels/cuda/linear.cu): cuBLAS sgemm ----------------------------
+ * Shapes as the CPU's; IC >= 1. The bias of the forward is broadcast into out and the product
+ * added with beta = 1 (as the CPU); the bias gradient is a deterministic column sum (partials
+ * in ctx->scratch). */
+int ct_linear_forward_cuda(float *out, const float *inp, const float *weight, const float *bias,
+                           int N, int IC, int OC, const ct_cuda_ctx_t *ctx);
+
+int ct_linear_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int IC, int OC,
+                            const ct_cuda_ctx_t *ctx);
+
+int ct_qkv_forward_cuda(float *qkv, const float *xq, const float *xkv, const float *weight,
+                        const float *bias, int N, int C, const ct_cuda_ctx_t *ctx);
+
+int ct_qkv_backward_cuda(float *dxq, float *dxkv, float *dweight, float *dbias, const float *dqkv,
+                         const float *xq, const float *xkv, const float *weight, int N, int C,
+                         const ct_cuda_ctx_t *ctx);
+
+/* ---- causal multi-head attention (kernels/cuda/attention.cu) ---------------------------------
+ * Fused kernels: one warp per query row computes scores, softmax, the dropout factors (drawn in
+ * the kernel from the same Philox indices as the CPU) and the weighted sum of values, with the
+ * keys and values of the row's tile staged in shared memory. The backward is two kernels: one
+ * per query tile (dQ, and the softmax-backward row constant c_i = sum_j P_ij dP_ij, kept in
+ * scratch) and one per key tile (dK and dV, each key's sums over query rows split across the
+ * block's warps and combined in a fixed order). No atomics; padding queries (qmask) are
+ * skipped as on the CPU, and a skipped row's tile work is not done at all.
+ * Range of the fused kernels: L <= CT_ATTENTION_CUDA_MAX_L, head width C / NH <=
+ * CT_ATTENTION_CUDA_MAX_HS; other shapes return CT_ERANGE_VALUE.
+ *   forward scratch: unused (the GPU never materialises dropped probabilities); may be NULL
+ *   backward scratch: CT_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) floats */
+#define CT_ATTENTION_CUDA_MAX_L                 256
+#define CT_ATTENTION_CUDA_MAX_HS                64
+#define CT_ATTENTION_FWD_CUDA_SCRATCH(B, L, NH) ((size_t)0)
+#define CT_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) ((size_t)(B) * (size_t)(NH) * (size_t)(L))
+int ct_attention_forward_cuda(float *out, float *att, float *scratch, const float *qkv,
+                              const int32_t *qmask, int B, int L, int C, int NH, ct_dropout_t drop,
+                              ct_stream_t stream);
+
+int ct_attention_backward_cuda(float *dqkv, float *scratch, const float *dout, const float *att,
+                               const float *qkv, const int32_t *qmask, int B, int L, int C, int NH,
+                               ct_dropout_t drop, ct_stream_t stream);
+
+/* ---- element-wise ops (kernels/cuda/elementwise.cu) ------------------------------------------ */
+
+int ct_relu_forward_cuda(float *out, const float *inp, int64_t n, ct_stream_t stream);
+int ct_relu_backward_cuda(float *dinp, const float *dout, const float *out, int64_t n,
+                          ct_stream_t stream);
+int ct_residual_forward_cuda(float *out, const float *inp1, const float *inp2, int64_t n,
+                             ct_stream_t stream);
+int ct_residual_backward_cuda(float *dinp1, float *dinp2, const float *dout, int64_t n,
+                              ct_stream_t stream);
+int ct_scale_cuda(float *x, float s, int64_t n, ct_stream_t stream);
+
+/* ---- scores and loss (kernels/cuda/loss.cu) ---------------------------------------------------
+ */
+
+int ct_score_forward_cuda(float *logits, const float *feats, const float *wte, const int32_t *ids,
+                          int N, int C, ct_stream_t stream);
+
+/* dfeats rows are owned (the CPU's bits); dwte as in ct_embed_backward_cuda: atomics without
+ * scratch, the CPU's order and bits with it.
+ *   scratch: NULL, or ct_score_backward_cuda_scratch(N) bytes, 16-byte aligned */
+int ct_score_backward_cuda(float *dfeats, float *dwte, void *scratch, const float *dlogits,
+                           const float *feats, const float *wte, const int32_t *ids, int N, int C,
+                           ct_stream_t stream);
+int ct_score_backward_cuda_scratch(size_t *nbytes, int N);
+
+/* The reductions below (loss, penalty, sum of squares) add per-block partial sums in double,
+ * CT_REDUCE_CUDA_PARTS blocks at most, then one block adds the partials in order. */
+#define CT_REDUCE_CUDA_PARTS 256
+
+/* loss: (1) written on the device; count is the host's float, as on the CPU.
+ *   scratch: CT_BCE_LOSS_CUDA_SCRATCH doubles */
+#define CT_BCE_LOSS_CUDA_SCRATCH ((size_t)CT_REDUCE_CUDA_PARTS)
+int ct_bce_loss_cuda(float *loss, float *dpos, float *dneg, double *scratch,
+                     const float *pos_logits, const float *neg_logits, const int32_t *pos, int N,
+                     float count, ct_stream_t stream);
+
+/* count: (1) int64 on the device (the CPU version returns it). */
+int ct_count_nonzero_cuda(int64_t *count, const int32_t *ids, int64_t n, ct_stream_t stream);
+
+/*   penalty: (1) written on the device   scratch: CT_L2_PENALTY_CUDA_SCRATCH doubles */
+#define CT_L2_PENALTY_CUDA_SCRATCH ((size_t)CT_REDUCE_CUDA_PARTS)
+int ct_l2_penalty_cuda(float *penalty, float *dw, double *scratch, const float *w, int64_t n,
+                       float lambda, ct_l2_mode_t mode, ct_stream_t stream);
+
+/* ---- optimizer (kernels/cuda/adam.cu) ----------------------------------------------------------
+ * The scalars are formed on the host in double exactly as the CPU forms them; the per-element
+ * float work rounds as the CPU's, so parameters and moments come out bit-identical. */
+int ct_adam_update_cuda(float *params, float *m, float *v, const float *grads, int64_t n, double lr,
+                        double beta1, double beta2, double eps, float grad_scale, int64_t step,
+                        ct_stream_t stream);
+
+/*   out: (1) written on the device   scratch: CT_SUMSQ_CUDA_SCRATCH doubles */
+#define CT_SUMSQ_CUDA_SCRATCH ((size_t)CT_REDUCE_CUDA_PARTS)
+int ct_sumsq_cuda(float *out, double *scratch, const float *x, int64_t n, ct_stream_t stream);
+
+/* ---- evaluation (kernels/cuda/eval.cu) --------------------------------------------------------
+ */
+
+int ct_score_candidates_cuda(float *scores, const float *feats, const float *wte,
+                             const int32_t *cand, int U, int K, int C, int ldf, ct_stream_t stream);
+
+/* One sgemm, as the CPU. */
+int ct_score_all_cuda(float *scores, const float *feats, const float *wte, int U, int V, int C,
+                      int ldf, const ct_cuda_ctx_t *ctx);
+
+/* As ct_rank_all_cpu: the rank of each user's target among all items, counted on the device,
+ * so full ranking needs U ints back instead of U*V scores. Exact (integer counts). */
+int ct_rank_all_cuda(int32_t *ranks, const float *scores, const int32_t *targets,
+                     const int32_t *excl_off, const int32_t *excl, int U, int V,
+                     ct_stream_t stream);
 
 #ifdef __cplusplus
 }

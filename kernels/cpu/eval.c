@@ -1,7 +1,7 @@
 /*
  * eval.c - scores for evaluation: a user's final hidden vector against candidate items (the
- * sampled protocol) or against every item (full ranking, one sgemm). Ranking, exclusion of seen
- * items and the metrics belong to the trainer.
+ * sampled protocol) or against every item (full ranking, one sgemm), and the target's rank among
+ * all items with seen items excluded (a count, no sort). The metrics belong to the trainer.
  */
 #include <cblas.h>
 
@@ -29,4 +29,27 @@ void ct_score_all_cpu(float *scores, const float *feats, const float *wte, int U
         return;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, U, V, C, 1.0f, feats, ldf, wte, C, 0.0f,
                 scores, V);
+}
+
+void ct_rank_all_cpu(int32_t *ranks, const float *scores, const int32_t *targets,
+                     const int32_t *excl_off, const int32_t *excl, int U, int V)
+{
+    for (int u = 0; u < U; u++) {
+        const float *s = scores + (size_t)u * V;
+        const int32_t t = targets[u];
+        const float st = s[t];
+        int32_t r = 0;
+        for (int i = 1; i < V; i++)
+            r += i != t && !(s[i] < st);
+        if (excl_off) {
+            /* Take back what the excluded items counted; a repeated entry only once. */
+            for (int32_t k = excl_off[u]; k < excl_off[u + 1]; k++) {
+                int32_t e = excl[k];
+                if (e <= 0 || e >= V || e == t || (k > excl_off[u] && excl[k - 1] == e))
+                    continue;
+                r -= !(s[e] < st);
+            }
+        }
+        ranks[u] = r;
+    }
 }

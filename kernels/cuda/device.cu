@@ -1,8 +1,7 @@
 /*
  * device.cu - questions about the GPUs visible to this process.
  */
-#include "ct_cuda_check.h"
-#include "ct_kernels_cuda.h"
+#include "ct_cuda_common.h"
 
 extern "C" int ct_cuda_device_count(void)
 {

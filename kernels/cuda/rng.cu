@@ -3,13 +3,11 @@
  * Philox block (four draws) and writes the lanes that fall inside [offset, offset + n), so a
  * fill that starts mid-block gives exactly the CPU's numbers.
  */
-#include "ct_cuda_check.h"
-#include "ct_kernels_cuda.h"
-#include "ct_philox.h"
+#include "ct_cuda_common.h"
 
 template <bool UNIT>
-__global__ void ct_rng_kernel(void *out, int64_t n, uint64_t seed, uint64_t stream,
-                              uint64_t offset, uint64_t nblocks)
+__global__ void ct_rng_kernel(void *out, int64_t n, uint64_t seed, uint64_t stream, uint64_t offset,
+                              uint64_t nblocks)
 {
     uint64_t first_block = offset / 4;
     for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < nblocks;
@@ -41,8 +39,8 @@ static int ct_rng_launch(void *out, int64_t n, uint64_t seed, uint64_t stream, u
     uint64_t grid = CT_CEIL_DIV(nblocks, (uint64_t)threads);
     if (grid > 65535u * 16u)
         grid = 65535u * 16u; /* the grid-stride loop covers the rest */
-    ct_rng_kernel<UNIT><<<(unsigned)grid, threads, 0, (cudaStream_t)s>>>(out, n, seed, stream,
-                                                                         offset, nblocks);
+    CT_LAUNCH(ct_rng_kernel<UNIT>, (unsigned)grid, threads, 0, s, out, n, seed, stream, offset,
+              nblocks);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }

@@ -1,7 +1,9 @@
 /*
  * test_eval.c - evaluation scores (kernels/cpu/eval.c): candidate lists and all items against
  * float64 dot products, read both from packed (U,C) vectors and, through ldf, straight from the
- * last column of a (U,L,C) final-LN output; poisoned outputs.
+ * last column of a (U,L,C) final-LN output; poisoned outputs. Full-ranking ranks against a
+ * brute force over an explicit exclusion set, with ct_eval_rank's tie rule (equal and NaN
+ * scores count against the target).
  *
  * Tolerance: each score is a float dot product of C = 50 terms in [-1,1]: about
  * sqrt(50) * 6e-8 * 2.4 = 1e-6 typical (partial sums reach ~2.4), 7e-6 at the very worst;
@@ -52,9 +54,54 @@ static void test_scores(void)
     }
 }
 
+/* The rank by definition: items 1..V-1 other than the target and outside the user's exclusion
+ * set, scoring higher, equal or NaN. */
+static int32_t brute_rank(const float *s, int32_t t, const int32_t *ex, int ne, int nv)
+{
+    char *excluded = KC_ALLOC(char, nv);
+    for (int k = 0; k < ne; k++)
+        if (ex[k] > 0 && ex[k] < nv)
+            excluded[ex[k]] = 1;
+    int32_t r = 0;
+    for (int i = 1; i < nv; i++)
+        if (i != t && !excluded[i] && !(s[i] < s[t]))
+            r++;
+    free(excluded);
+    return r;
+}
+
+static void test_ranks(void)
+{
+    enum { RU = 5, RV = 97 };
+    static float s[RU * RV];
+    kc_fill(s, RU * RV, 0.0f, 1.0f, 7);
+    for (int i = 0; i < RU * RV; i++)
+        s[i] = floorf(s[i] * 8.0f); /* ties everywhere */
+    s[2 * RV + 40] = NAN;
+    int32_t targets[RU] = {1, 50, 96, 3, 60}, ranks[RU];
+    /* sorted lists with repeats, 0, the target, an id past the table; user 4 excludes nothing */
+    static const int32_t excl[] = {0,  2,  2,  5,  9,   9, 9, 40, 96,      /* user 0 */
+                                   50, 51, 52, 52,                         /* user 1 */
+                                   1,  40, 95, 96, 200,                    /* user 2 */
+                                   3,  3,  4,  5,  6,   7, 8, 9,  10, 11}; /* user 3 */
+    const int32_t off[RU + 1] = {0, 9, 13, 18, 28, 28};
+    s[0 * RV + 1] = 4.0f; /* the target ties with many */
+    ct_rank_all_cpu(ranks, s, targets, off, excl, RU, RV);
+    for (int u = 0; u < RU; u++) {
+        int32_t want = brute_rank(s + u * RV, targets[u], excl + off[u], off[u + 1] - off[u], RV);
+        printf("  user %d: rank %d (brute force %d)\n", u, ranks[u], want);
+        CT_ASSERT_EQ(ranks[u], want);
+    }
+    /* Without exclusions it is ct_eval_rank's count over all items but the padding one. */
+    ct_rank_all_cpu(ranks, s, targets, NULL, NULL, RU, RV);
+    for (int u = 0; u < RU; u++)
+        CT_ASSERT_EQ(ranks[u], brute_rank(s + u * RV, targets[u], NULL, 0, RV));
+}
+
 int main(void)
 {
     CT_ASSERT_OK(ct_cpu_set_threads(1));
     CT_RUN(test_scores);
+    CT_RUN(test_ranks);
     return 0;
 }

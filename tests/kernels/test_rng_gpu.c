@@ -10,10 +10,10 @@
 #include "ct_kernels_cuda.h"
 #include "ct_test.h"
 
-#define CUDA_OK(call)                                                                             \
-    do {                                                                                          \
-        cudaError_t e_ = (call);                                                                  \
-        CT_ASSERT_MSG(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));                \
+#define CUDA_OK(call)                                                              \
+    do {                                                                           \
+        cudaError_t e_ = (call);                                                   \
+        CT_ASSERT_MSG(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_)); \
     } while (0)
 
 static void check_case(int64_t n, uint64_t seed, uint64_t stream, uint64_t offset)

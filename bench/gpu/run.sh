@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# bench/gpu/run.sh - the one command of a GPU session (issue 10). In a copy of the work tree on a
+# GPU machine with nvcc, meson, ninja and PyTorch and no network, it:
+#   1. configures a CUDA build in build-gpu/ (release, sm_90 + PTX) and builds it;
+#   2. runs the gpu test suite (every CUDA op against its CPU twin, the whole tiny model) and
+#      the launchers' argument checks;
+#   3. runs the kernel benchmark (bench/gpu/kernels_bench_gpu.c) at ml-1m sizes and the PyTorch
+#      reference of the same ops and of one SASRec training step (bench/gpu/torch_ops.py), and
+#      prints them side by side with ratios (bench/gpu/compare.py);
+#   4. says what it cannot time yet instead of inventing it: ctrain's own step on the GPU needs
+#      ctrain --device cuda (the trainer half of issue 10), and TiSASRec has no CUDA kernels yet.
+#
+#   bench/gpu/run.sh [--reps N] [--skip-tests] [--sanitize]
+#
+#   --sanitize  also run the GPU tests under compute-sanitizer (memcheck: out-of-bounds and
+#               uninitialised accesses; racecheck and synccheck: shared-memory races and
+#               barrier misuse), which sees what the CPU emulator cannot; slow, minutes
+#
+# Results go to $OUT when it is set (the device tool's output folder), else build-gpu/results/:
+#   summary.txt  gpu-tests.log  cuda-args.log  kernels_bench_gpu.txt  torch_ops.txt  (+ logs)
+# Missing Debian development packages (libuv, jansson, zlib, OpenBLAS) can travel with the tree
+# as .deb files in .debs/ (apt-get download ... on a Debian/Ubuntu machine with a network); they
+# are unpacked under /tmp/ct-debs and found through pkg-config there.
+# Exit status: 0 when the build and the GPU tests passed; the benchmarks are reported, not
+# judged. 1 when something failed, with the step named.
+set -uo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$top" || exit 1
+
+reps=50
+run_tests=1
+sanitize=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --reps) reps=${2:-}; shift 2 ;;
+        --skip-tests) run_tests=0; shift ;;
+        --sanitize) sanitize=1; shift ;;
+        -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "run.sh: unknown argument '$1' (expected --reps N, --skip-tests or --sanitize)" >&2
+           exit 2 ;;
+    esac
+done
+case "$reps" in
+    ''|*[!0-9]*) echo "run.sh: --reps wants a positive integer, got '$reps'" >&2; exit 2 ;;
+esac
+
+out=${OUT:-$top/build-gpu/results}
+mkdir -p "$out"
+summary=$out/summary.txt
+: >"$summary"
+say() { echo "$*" | tee -a "$summary"; }
+fail() { say "run.sh: FAILED: $*"; exit 1; }
+
+# ---- tools ---------------------------------------------------------------------------------
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH="$PATH:/usr/local/cuda/bin"
+fi
+command -v nvcc >/dev/null || fail "nvcc not found (PATH, /usr/local/cuda/bin)"
+meson=(meson)
+if ! command -v meson >/dev/null; then
+    python3 -c 'import mesonbuild' 2>/dev/null || fail "meson not found (neither on PATH nor as python3's mesonbuild)"
+    meson=(python3 -m mesonbuild.mesonmain)
+fi
+command -v ninja >/dev/null || python3 -c 'import ninja' 2>/dev/null || fail "ninja not found"
+if ! command -v ninja >/dev/null; then
+    PATH="$PATH:$(python3 -c 'import ninja, os; print(os.path.join(os.path.dirname(ninja.__file__), "data", "bin"))')"
+    export PATH
+fi
+if [ -d .debs ] && ls .debs/*.deb >/dev/null 2>&1; then
+    prefix=/tmp/ct-debs
+    mkdir -p "$prefix"
+    for d in .debs/*.deb; do dpkg -x "$d" "$prefix" || fail "unpacking $d"; done
+    pc=$(find "$prefix" -type d -name pkgconfig | tr '\n' ':')
+    libs=$(find "$prefix" -name 'lib*.so*' -printf '%h\n' | sort -u | tr '\n' ':')
+    incs=$(find "$prefix" -type d -name include | tr '\n' ':')
+    export PKG_CONFIG_PATH="${pc}${PKG_CONFIG_PATH:-}" LIBRARY_PATH="${libs}${LIBRARY_PATH:-}"
+    export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:-}" CPATH="${incs}${CPATH:-}"
+    export PKG_CONFIG_SYSROOT_DIR=
+    say "# unpacked $(find .debs -maxdepth 1 -name '*.deb' | wc -l) .deb files from .debs/ under $prefix"
+fi
+
+say "# bench/gpu/run.sh at $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+say "# nvcc: $(nvcc --version | tail -n 1)"
+if command -v nvidia-smi >/dev/null; then
+    say "# gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -n 1)"
+else
+    say "# gpu: nvidia-smi not found"
+fi
+
+# ---- build -------------------------------------------------------------------------------------
+if [ ! -f build-gpu/build.ninja ]; then
+    "${meson[@]}" setup build-gpu -Dcuda=enabled -Dbuildtype=release >"$out/meson-setup.log" 2>&1 \
+        || { tail -n 30 "$out/meson-setup.log"; fail "meson setup (log: $out/meson-setup.log)"; }
+fi
+ninja -C build-gpu >"$out/build.log" 2>&1 || { tail -n 40 "$out/build.log"; fail "build (log: $out/build.log)"; }
+say "# build: build-gpu/ ok"
+
+# ---- GPU tests ---------------------------------------------------------------------------------
+status=0
+if [ "$run_tests" = 1 ]; then
+    # One at a time: the tests share the GPU and some time themselves against the CPU.
+    if "${meson[@]}" test -C build-gpu --suite gpu --print-errorlogs --num-processes 1 \
+            >"$out/gpu-tests.log" 2>&1 \
+        && "${meson[@]}" test -C build-gpu cuda_args >"$out/cuda-args.log" 2>&1; then
+        say "# gpu tests: $(grep -E '^(Ok|Fail|Skipped):' "$out/gpu-tests.log" | tr -s ' ' | tr '\n' ' ')"
+        say "# launcher argument checks (cuda_args): ok"
+    else
+        status=1
+        grep -E 'FAIL|ERROR|TIMEOUT' "$out/gpu-tests.log" | head -n 20 | tee -a "$summary"
+        say "# gpu tests: FAILED (log: $out/gpu-tests.log)"
+    fi
+    if grep -q 'SKIP' "$out/gpu-tests.log"; then
+        say "# note: some gpu tests skipped (no GPU visible?): $(grep -c SKIP "$out/gpu-tests.log") rows"
+    fi
+fi
+
+if [ "$sanitize" = 1 ]; then
+    if command -v compute-sanitizer >/dev/null; then
+        for t in build-gpu/tests/kernels/test_*_gpu; do
+            for tool in memcheck racecheck synccheck; do
+                log=$out/sanitize-$tool-$(basename "$t").log
+                compute-sanitizer --tool "$tool" --error-exitcode 99 "$t" >"$log" 2>&1
+                rc=$?
+                case $rc in
+                    0) say "# compute-sanitizer $tool $(basename "$t"): clean" ;;
+                    77) say "# compute-sanitizer $tool $(basename "$t"): skipped (no GPU)" ;;
+                    *) status=1
+                       say "# compute-sanitizer $tool $(basename "$t"): FAILED, exit $rc (log: $log)" ;;
+                esac
+            done
+        done
+    else
+        say "# compute-sanitizer: not found, --sanitize skipped"
+    fi
+fi
+
+# ---- benchmarks ------------------------------------------------------------------------------
+if build-gpu/bench/kernels_bench_gpu "$reps" >"$out/kernels_bench_gpu.txt" 2>"$out/kernels_bench_gpu.err"; then
+    say "# kernel benchmark: $out/kernels_bench_gpu.txt"
+else
+    say "# kernel benchmark: did not run: $(tail -n 1 "$out/kernels_bench_gpu.err")"
+fi
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    if python3 bench/gpu/torch_ops.py --reps "$reps" >"$out/torch_ops.txt" 2>"$out/torch_ops.err"; then
+        say "# PyTorch reference: $out/torch_ops.txt"
+    else
+        say "# PyTorch reference: failed: $(tail -n 1 "$out/torch_ops.err")"
+    fi
+else
+    say "# PyTorch reference: not run (python3 has no PyTorch with a visible GPU)"
+    : >"$out/torch_ops.txt"
+fi
+cat "$out/kernels_bench_gpu.txt" >>"$summary" 2>/dev/null
+python3 bench/gpu/compare.py "$out/kernels_bench_gpu.txt" "$out/torch_ops.txt" | tee -a "$summary"
+
+# ---- what cannot be timed yet -------------------------------------------------------------------
+if [ -x build-gpu/worker/ctrain ] && build-gpu/worker/ctrain --help 2>&1 | grep -q -- '--device'; then
+    say "# ctrain step on the GPU: ctrain has --device, but this script does not drive it yet;"
+    say "#   time 'ctrain --device cuda' on ml-1m-r (L=200, B=128) here against 'step (model)' above"
+else
+    say "# ctrain step on the GPU: not available yet (ctrain has no --device cuda; the trainer's"
+    say "#   CUDA dispatch is the other half of issue 10). The 'ctrun kernels, one CUDA graph' line"
+    say "#   above is the same step through the CUDA ops, captured by the benchmark, not by ctrain."
+fi
+say "# TiSASRec on the GPU: not available yet (no CUDA kernels for its interval terms)"
+exit $status

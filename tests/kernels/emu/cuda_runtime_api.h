@@ -1,0 +1,2 @@
+/* cuda_runtime_api.h of the CPU emulator (tests/kernels/emu): see ct_cuda_emu.h. */
+#include "ct_cuda_emu.h"
