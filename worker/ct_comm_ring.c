@@ -894,8 +894,6 @@ static int ct__connect_right(const ct__comm_cfg_t *cfg, ct__ring_t *ring, const 
         }
         if (rc != 0) {
             close(fd);
-            /* The neighbour listens before it publishes, so a refusal means the address is
-             * not its (anymore): report, never retry. */
             return ct_errbuf_set(eb, rc, "cannot connect to rank %d at %s: %s", ring->right,
                                  text, ct_strerror(rc));
         }
@@ -966,6 +964,13 @@ static int ct__accept_left(const ct__comm_cfg_t *cfg, ct__ring_t *ring, int lfd,
     }
 }
 
+/* What is left of the deadline, as a store timeout (at least 1 ms: 0 would mean the default). */
+static int64_t ct__left_ms(int64_t deadline)
+{
+    int64_t left = ct_deadline_left_ms(deadline);
+    return left > 0 ? left : 1;
+}
+
 static int ct__ring_connect(const ct__comm_cfg_t *cfg, ct__ring_t *ring, ct_errbuf_t *eb)
 {
     const int64_t deadline = ct_deadline_after_ms(cfg->timeout_ms);
@@ -984,33 +989,50 @@ static int ct__ring_connect(const ct__comm_cfg_t *cfg, ct__ring_t *ring, ct_errb
     snprintf(key, sizeof key, "%sring/%d", cfg->key_prefix, cfg->rank);
     /* The store requests share the set-up's deadline. */
     int64_t saved = st->timeout_ms;
-    ct_store_client_set_timeout(st, ct_deadline_left_ms(deadline) > 0 ? ct_deadline_left_ms(deadline) : 1);
+    ct_store_client_set_timeout(st, ct__left_ms(deadline));
     rc = ct_store_set(st, key, pub, strlen(pub), eb);
     if (rc != 0) {
         ct_errbuf_wrap(eb, rc, "publishing this rank's ring address %s", pub);
         goto out;
     }
+    /* Look the right neighbour up and connect. A refused connection means the address is not
+     * (or no longer) a listener: a key left by an earlier job in the same namespace (the same
+     * run id and attempt on a store that outlived it) that the neighbour has not overwritten
+     * yet. Read the key again and retry until the deadline. */
     snprintf(key, sizeof key, "%sring/%d", cfg->key_prefix, ring->right);
-    ct_store_client_set_timeout(st, ct_deadline_left_ms(deadline) > 0 ? ct_deadline_left_ms(deadline) : 1);
-    ct_store_bytes_t v;
-    rc = ct_store_get(st, key, &v, eb);
-    if (rc != 0) {
-        ct_errbuf_wrap(eb, rc, "waiting for rank %d's ring address (store key \"%s\")",
-                       ring->right, key);
-        goto out;
+    for (int attempt = 1;; attempt++) {
+        ct_store_client_set_timeout(st, ct__left_ms(deadline));
+        ct_store_bytes_t v;
+        rc = ct_store_get(st, key, &v, eb);
+        if (rc != 0) {
+            ct_errbuf_wrap(eb, rc, "waiting for rank %d's ring address (store key \"%s\")",
+                           ring->right, key);
+            goto out;
+        }
+        if (v.len == 0 || v.len >= sizeof ring->right_addr) {
+            rc = ct_errbuf_set(eb, CT_EPROTOCOL,
+                               "store key \"%s\" holds %zu bytes, not an address", key, v.len);
+            goto out;
+        }
+        memcpy(ring->right_addr, v.data, v.len);
+        ring->right_addr[v.len] = '\0';
+        ct_log_debug("ring: listening on %s; right neighbour rank %d at %s (attempt %d)", pub,
+                     ring->right, ring->right_addr, attempt);
+        rc = ct__connect_right(cfg, ring, ring->right_addr, ns, deadline, eb);
+        if (rc != -ECONNREFUSED || ct_deadline_passed(deadline))
+            break;
+        ct_sleep_ms(attempt < 10 ? 20 * attempt : 200);
     }
-    if (v.len == 0 || v.len >= sizeof ring->right_addr) {
-        rc = ct_errbuf_set(eb, CT_EPROTOCOL, "store key \"%s\" holds %zu bytes, not an address",
-                           key, v.len);
+    if (rc == -ECONNREFUSED)
+        ct_errbuf_set(eb, rc,
+                      "rank %d's address in the store, %s, refused connections until the "
+                      "deadline (a stale key: did rank %d die, or does another job use the same "
+                      "TORCHELASTIC_RUN_ID and attempt on this store?)",
+                      ring->right, ring->right_addr, ring->right);
+    if (rc != 0)
         goto out;
-    }
-    memcpy(ring->right_addr, v.data, v.len);
-    ring->right_addr[v.len] = '\0';
-    ct_log_debug("ring: listening on %s; right neighbour rank %d at %s", pub, ring->right,
-                 ring->right_addr);
 
-    if ((rc = ct__connect_right(cfg, ring, ring->right_addr, ns, deadline, eb)) != 0 ||
-        (rc = ct__accept_left(cfg, ring, lfd, ns, deadline, eb)) != 0)
+    if ((rc = ct__accept_left(cfg, ring, lfd, ns, deadline, eb)) != 0)
         goto out;
     uint8_t m[CT__RING_MSG];
     char why[160];

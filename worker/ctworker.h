@@ -485,7 +485,9 @@ int ct_ckpt_file_name(ct_ckpt_kind_t kind, int64_t step, char *buf, size_t size)
  *     loopback when MASTER_ADDR is local, which is refused for a job that spans nodes:
  *     LOCAL_WORLD_SIZE < WORLD_SIZE), or of CTRUN_COMM_ADDR; publishes "host:port"; connects to
  *     rank + 1 and accepts rank - 1 (mod WORLD_SIZE), both sides checking a hello that names
- *     the namespace, the world size and the rank, so strays are turned away. Buffers are host
+ *     the namespace, the world size and the rank, so strays are turned away (a refused
+ *     connection - a stale address left by an earlier job in the same namespace - is retried,
+ *     re-reading the key, until the deadline). Buffers are host
  *     memory. Data move in chunks with non-blocking sockets and poll(2); receiving, reducing and
  *     forwarding overlap, so a collective streams at the speed of the slowest link.
  *
