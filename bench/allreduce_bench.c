@@ -64,8 +64,13 @@ static int usage(const char *msg)
 
 static int parse(int argc, char **argv, opts_t *o)
 {
-    *o = (opts_t){.nranks = {2, 4}, .n_nranks = 2, .minbytes = 4, .maxbytes = 64u << 20,
-                  .iters = 20, .warmup = 5, .backend = NULL};
+    *o = (opts_t){.nranks = {2, 4},
+                  .n_nranks = 2,
+                  .minbytes = 4,
+                  .maxbytes = 64u << 20,
+                  .iters = 20,
+                  .warmup = 5,
+                  .backend = NULL};
     ct_errbuf_t eb;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -178,7 +183,8 @@ static int rank_main(const opts_t *o)
         printf("# allreduce_bench (ctrun %s): %s, %d rank%s on one host, f32 sum in place\n",
                CT_VERSION, gpu ? "NCCL" : "CPU ring over loopback TCP", W, W == 1 ? "" : "s");
         printf("# iters %d, warmup %d; time = slowest rank's mean per call; busbw = algbw * "
-               "2(n-1)/n\n", o->iters, o->warmup);
+               "2(n-1)/n\n",
+               o->iters, o->warmup);
         printf("# memcpy reference: %.2f GB/s (one thread, 64 MiB, best of 5)\n", ref_gbps);
         printf("#\n# %10s %12s %6s %6s %11s %12s %12s %7s\n", "size(B)", "count", "type", "redop",
                "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
@@ -245,7 +251,8 @@ static int rank_main(const opts_t *o)
     else if (R == 0) {
         printf("# Avg bus bandwidth    : %.3f GB/s\n", rows ? sum_bus / rows : 0.0);
         printf("# busbw at the largest size: %.3f GB/s = %.2f x the memcpy reference (%.2f "
-               "GB/s)\n", bus_max, ref_gbps > 0 ? bus_max / ref_gbps : 0.0, ref_gbps);
+               "GB/s)\n",
+               bus_max, ref_gbps > 0 ? bus_max / ref_gbps : 0.0, ref_gbps);
     }
 #if CT_HAVE_NCCL
     if (gpu)

@@ -108,8 +108,7 @@ void ct_ranks_dump(const ct_ranks_t *g)
         const ct_child_t *c = &g->child[r];
         fprintf(stderr, "---- rank %d: exit %d, signal %d%s, %lld ms\n", r, c->exit_code,
                 c->term_signal, c->timed_out ? " (timed out)" : "", (long long)c->elapsed_ms);
-        fprintf(stderr, "stdout:\n%s\nstderr:\n%s\n", c->out ? c->out : "",
-                c->err ? c->err : "");
+        fprintf(stderr, "stdout:\n%s\nstderr:\n%s\n", c->out ? c->out : "", c->err ? c->err : "");
     }
 }
 

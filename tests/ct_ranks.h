@@ -32,13 +32,13 @@ int ct_store_proc_start(ct_store_proc_t *s, const char *exe);
 void ct_store_proc_stop(ct_store_proc_t *s);
 
 typedef struct ct_ranks_opts {
-    int world;                 /* W, 1..CT_RANKS_MAX */
-    int port;                  /* the store's */
-    const char *run_id;        /* NULL: "ct-test" */
-    int restart_count;         /* TORCHELASTIC_RESTART_COUNT */
-    double timeout_s;          /* CTRUN_COMM_TIMEOUT; <= 0: leave it unset */
-    const char *const *env;    /* more changes for every rank ("NAME=value" / "NAME"), or NULL */
-    const char *cwd;           /* NULL: the test's */
+    int world;              /* W, 1..CT_RANKS_MAX */
+    int port;               /* the store's */
+    const char *run_id;     /* NULL: "ct-test" */
+    int restart_count;      /* TORCHELASTIC_RESTART_COUNT */
+    double timeout_s;       /* CTRUN_COMM_TIMEOUT; <= 0: leave it unset */
+    const char *const *env; /* more changes for every rank ("NAME=value" / "NAME"), or NULL */
+    const char *cwd;        /* NULL: the test's */
 } ct_ranks_opts_t;
 
 typedef struct ct_ranks {

@@ -54,8 +54,7 @@ static int ct__fail(ct_comm_t *c, int rc, const char *what, ct_errbuf_t *eb)
     if (eb == NULL)
         eb = &tmp;
     ct_errbuf_wrap(eb, rc, "%s (collective #%llu, rank %d of %d, %s)", what,
-                   (unsigned long long)c->seq, c->rank, c->world,
-                   ct_comm_backend_name(c->backend));
+                   (unsigned long long)c->seq, c->rank, c->world, ct_comm_backend_name(c->backend));
     c->failed = rc;
     snprintf(c->failure, sizeof c->failure, "%s", eb->msg);
     c->ops->abort(c);
@@ -66,11 +65,15 @@ static int ct__fail(ct_comm_t *c, int rc, const char *what, ct_errbuf_t *eb)
 static int ct__begin(ct_comm_t *c, const char *what, int64_t *deadline, ct_errbuf_t *eb)
 {
     if (c == NULL)
-        return ct_errbuf_set(eb, -EINVAL, "%s: no communicator (ct_worker_init not called, or "
-                                          "it failed)", what);
+        return ct_errbuf_set(eb, -EINVAL,
+                             "%s: no communicator (ct_worker_init not called, or "
+                             "it failed)",
+                             what);
     if (c->failed)
-        return ct_errbuf_set(eb, CT_ESTATE, "%s: the communicator was aborted by an earlier "
-                                            "error: %s", what, c->failure);
+        return ct_errbuf_set(eb, CT_ESTATE,
+                             "%s: the communicator was aborted by an earlier "
+                             "error: %s",
+                             what, c->failure);
     *deadline = ct_deadline_after_ms(c->timeout_ms);
     c->seq++;
     return 0;
@@ -112,8 +115,7 @@ int ct_comm_allreduce(ct_comm_t *c, void *buf, int64_t count, ct_dtype_t dtype, 
 int ct_comm_broadcast(ct_comm_t *c, void *buf, size_t nbytes, int root, ct_errbuf_t *eb)
 {
     if (c != NULL && (root < 0 || root >= c->world))
-        return ct_errbuf_set(eb, -EINVAL, "broadcast: root %d is not a rank of %d", root,
-                             c->world);
+        return ct_errbuf_set(eb, -EINVAL, "broadcast: root %d is not a rank of %d", root, c->world);
     if (nbytes > 0 && buf == NULL)
         return ct_errbuf_set(eb, -EINVAL, "broadcast: NULL buffer");
     int64_t deadline;
@@ -204,8 +206,7 @@ int ct_comm_backend_parse(const char *text, ct_comm_backend_t *out, ct_errbuf_t 
     else if (strcmp(text, "nccl") == 0)
         *out = CT_COMM_NCCL;
     else
-        return ct_errbuf_set(eb, CT_EPARSE,
-                             "\"%s\" is not a communicator backend (auto, cpu, ring or nccl)",
-                             text);
+        return ct_errbuf_set(
+            eb, CT_EPARSE, "\"%s\" is not a communicator backend (auto, cpu, ring or nccl)", text);
     return 0;
 }

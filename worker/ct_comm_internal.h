@@ -42,9 +42,9 @@ struct ct_comm {
     ct_comm_backend_t backend;
     int rank, world;
     int64_t timeout_ms;
-    uint64_t seq;                  /* collectives started */
-    int failed;                    /* the code of the failure that aborted it, 0 while healthy */
-    char failure[CT_ERRBUF_SIZE];  /* its message */
+    uint64_t seq;                 /* collectives started */
+    int failed;                   /* the code of the failure that aborted it, 0 while healthy */
+    char failure[CT_ERRBUF_SIZE]; /* its message */
     void *impl;
 };
 

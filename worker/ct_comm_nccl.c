@@ -45,9 +45,8 @@ static int ct__nccl_error(ct_errbuf_t *eb, ncclResult_t r, ncclComm_t comm, cons
 {
     const char *last = comm ? ncclGetLastError(comm) : ncclGetLastError(NULL);
     return ct_errbuf_set(eb, r == ncclRemoteError ? CT_EPEER : CT_ENCCL,
-                         "NCCL error at %s:%d: %s: %s%s%s", file, line, call,
-                         ncclGetErrorString(r), last && last[0] ? " - " : "",
-                         last ? last : "");
+                         "NCCL error at %s:%d: %s: %s%s%s", file, line, call, ncclGetErrorString(r),
+                         last && last[0] ? " - " : "", last ? last : "");
 }
 
 static int ct__cuda_error(ct_errbuf_t *eb, cudaError_t e, const char *call, const char *file,
@@ -58,22 +57,22 @@ static int ct__cuda_error(ct_errbuf_t *eb, cudaError_t e, const char *call, cons
 }
 
 /* The check macros: on failure, rc gets the code (message in eb) and control goes to label. */
-#define CT_NCCL_CHECK_GOTO(call, comm, rc, eb, label)                                             \
-    do {                                                                                          \
-        ncclResult_t ct__r = (call);                                                              \
-        if (ct__r != ncclSuccess && ct__r != ncclInProgress) {                                    \
-            (rc) = ct__nccl_error((eb), ct__r, (comm), #call, __FILE__, __LINE__);                \
-            goto label;                                                                           \
-        }                                                                                         \
+#define CT_NCCL_CHECK_GOTO(call, comm, rc, eb, label)                              \
+    do {                                                                           \
+        ncclResult_t ct__r = (call);                                               \
+        if (ct__r != ncclSuccess && ct__r != ncclInProgress) {                     \
+            (rc) = ct__nccl_error((eb), ct__r, (comm), #call, __FILE__, __LINE__); \
+            goto label;                                                            \
+        }                                                                          \
     } while (0)
 
-#define CT_CUDA_CHECK_GOTO(call, rc, eb, label)                                                   \
-    do {                                                                                          \
-        cudaError_t ct__e = (call);                                                               \
-        if (ct__e != cudaSuccess) {                                                               \
-            (rc) = ct__cuda_error((eb), ct__e, #call, __FILE__, __LINE__);                        \
-            goto label;                                                                           \
-        }                                                                                         \
+#define CT_CUDA_CHECK_GOTO(call, rc, eb, label)                            \
+    do {                                                                   \
+        cudaError_t ct__e = (call);                                        \
+        if (ct__e != cudaSuccess) {                                        \
+            (rc) = ct__cuda_error((eb), ct__e, #call, __FILE__, __LINE__); \
+            goto label;                                                    \
+        }                                                                  \
     } while (0)
 
 int ct__comm_gpu_count(void)
@@ -116,8 +115,7 @@ static int ct__wait_stream(ct__nccl_t *g, int64_t deadline, const char *what, ct
         ncclResult_t st = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(g->comm, &st);
         if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress))
-            return ct__nccl_error(eb, r != ncclSuccess ? r : st, g->comm, what, __FILE__,
-                                  __LINE__);
+            return ct__nccl_error(eb, r != ncclSuccess ? r : st, g->comm, what, __FILE__, __LINE__);
         if (ct_deadline_passed(deadline))
             return ct_errbuf_set(eb, -ETIMEDOUT,
                                  "%s did not complete before the deadline (a peer is dead or "
@@ -180,8 +178,8 @@ static int ct__nccl_allreduce(ct_comm_t *c, void *buf, int64_t count, ct_dtype_t
         if ((rc = ct__scratch(g, nbytes, eb)) != 0)
             return rc;
         dev = g->scratch;
-        CT_CUDA_CHECK_GOTO(cudaMemcpyAsync(dev, buf, nbytes, cudaMemcpyHostToDevice, g->stream),
-                           rc, eb, out);
+        CT_CUDA_CHECK_GOTO(cudaMemcpyAsync(dev, buf, nbytes, cudaMemcpyHostToDevice, g->stream), rc,
+                           eb, out);
     }
     CT_NCCL_CHECK_GOTO(ncclAllReduce(dev, dev, (size_t)count, ct__nccl_type(dtype),
                                      op == CT_COMM_AVG ? ncclAvg : ncclSum, g->comm, g->stream),
@@ -208,8 +206,7 @@ static int ct__nccl_broadcast(ct_comm_t *c, void *buf, size_t nbytes, int root, 
             return rc;
         dev = g->scratch;
         if (c->rank == root)
-            CT_CUDA_CHECK_GOTO(cudaMemcpyAsync(dev, buf, nbytes, cudaMemcpyHostToDevice,
-                                               g->stream),
+            CT_CUDA_CHECK_GOTO(cudaMemcpyAsync(dev, buf, nbytes, cudaMemcpyHostToDevice, g->stream),
                                rc, eb, out);
     }
     CT_NCCL_CHECK_GOTO(ncclBroadcast(dev, dev, nbytes, ncclUint8, root, g->comm, g->stream),
@@ -238,12 +235,12 @@ static int ct__nccl_allgather(ct_comm_t *c, const void *sendbuf, void *recvbuf, 
             return rc;
         drecv = g->scratch;
         dsend = (uint8_t *)g->scratch + (size_t)c->rank * nbytes;
-        CT_CUDA_CHECK_GOTO(cudaMemcpyAsync((void *)dsend, sendbuf, nbytes, cudaMemcpyDefault,
-                                           g->stream),
-                           rc, eb, out);
+        CT_CUDA_CHECK_GOTO(
+            cudaMemcpyAsync((void *)dsend, sendbuf, nbytes, cudaMemcpyDefault, g->stream), rc, eb,
+            out);
     }
-    CT_NCCL_CHECK_GOTO(ncclAllGather(dsend, drecv, nbytes, ncclUint8, g->comm, g->stream),
-                       g->comm, rc, eb, out);
+    CT_NCCL_CHECK_GOTO(ncclAllGather(dsend, drecv, nbytes, ncclUint8, g->comm, g->stream), g->comm,
+                       rc, eb, out);
     if ((rc = ct__wait_comm(g, deadline, "ncclAllGather", eb)) != 0 ||
         (rc = ct__wait_stream(g, deadline, "ncclAllGather", eb)) != 0)
         goto out;
@@ -260,9 +257,9 @@ static int ct__nccl_barrier(ct_comm_t *c, int64_t deadline, ct_errbuf_t *eb)
     int rc = ct__scratch(g, sizeof(float), eb);
     if (rc != 0)
         return rc;
-    CT_NCCL_CHECK_GOTO(ncclAllReduce(g->scratch, g->scratch, 1, ncclFloat32, ncclSum, g->comm,
-                                     g->stream),
-                       g->comm, rc, eb, out);
+    CT_NCCL_CHECK_GOTO(
+        ncclAllReduce(g->scratch, g->scratch, 1, ncclFloat32, ncclSum, g->comm, g->stream), g->comm,
+        rc, eb, out);
     if ((rc = ct__wait_comm(g, deadline, "barrier", eb)) == 0)
         rc = ct__wait_stream(g, deadline, "barrier", eb);
 out:
@@ -324,8 +321,8 @@ static int ct__exchange_id(const ct__comm_cfg_t *cfg, ncclUniqueId *id, int64_t 
         CT_NCCL_CHECK_GOTO(ncclGetUniqueId(id), NULL, rc, eb, out);
     if (cfg->store == NULL) {
         if (cfg->world_size > 1)
-            rc = ct_errbuf_set(eb, CT_ESTATE, "NCCL with %d ranks needs the store",
-                               cfg->world_size);
+            rc =
+                ct_errbuf_set(eb, CT_ESTATE, "NCCL with %d ranks needs the store", cfg->world_size);
         goto out;
     }
     char key[CT_WORKER_KEY_PREFIX_MAX + 16];
@@ -369,11 +366,10 @@ int ct__comm_nccl_create(ct_comm_t **out, const ct__comm_cfg_t *cfg, ct_errbuf_t
     else if (ngpu == 1)
         device = 0; /* a launcher that shows each rank only its own GPU */
     else
-        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
-                             "LOCAL_RANK=%d but only %d GPUs are visible (CUDA_VISIBLE_DEVICES=%s)",
-                             cfg->local_rank, ngpu,
-                             getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES")
-                                                            : "(unset)");
+        return ct_errbuf_set(
+            eb, CT_ERANGE_VALUE,
+            "LOCAL_RANK=%d but only %d GPUs are visible (CUDA_VISIBLE_DEVICES=%s)", cfg->local_rank,
+            ngpu, getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "(unset)");
     ct__nccl_t *g = calloc(1, sizeof *g);
     if (g == NULL)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");

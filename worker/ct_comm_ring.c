@@ -436,8 +436,9 @@ static int ct__check_right(ct__ring_t *ring, ct_errbuf_t *eb)
             return 0;
         return ct__peer_closed(ring, false, errno, eb);
     }
-    return ct_errbuf_set(eb, CT_EPROTOCOL, "rank %d (the right neighbour, %s) sent unexpected bytes",
-                         ring->right, ring->right_addr);
+    return ct_errbuf_set(eb, CT_EPROTOCOL,
+                         "rank %d (the right neighbour, %s) sent unexpected bytes", ring->right,
+                         ring->right_addr);
 }
 
 static int ct__run(ct_comm_t *c, ct__plan_t *pl, int64_t deadline, ct_errbuf_t *eb)
@@ -894,8 +895,8 @@ static int ct__connect_right(const ct__comm_cfg_t *cfg, ct__ring_t *ring, const 
         }
         if (rc != 0) {
             close(fd);
-            return ct_errbuf_set(eb, rc, "cannot connect to rank %d at %s: %s", ring->right,
-                                 text, ct_strerror(rc));
+            return ct_errbuf_set(eb, rc, "cannot connect to rank %d at %s: %s", ring->right, text,
+                                 ct_strerror(rc));
         }
     }
     uint8_t m[CT__RING_MSG];
@@ -924,8 +925,7 @@ static int ct__accept_left(const ct__comm_cfg_t *cfg, ct__ring_t *ring, int lfd,
         ct__addr_t peer = {.len = sizeof peer.ss};
         int fd = accept4(lfd, (struct sockaddr *)&peer.ss, &peer.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
-                errno == ECONNABORTED)
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
                 continue;
             return ct_errbuf_set(eb, -errno, "accept: %s", strerror(errno));
         }
@@ -1010,8 +1010,8 @@ static int ct__ring_connect(const ct__comm_cfg_t *cfg, ct__ring_t *ring, ct_errb
             goto out;
         }
         if (v.len == 0 || v.len >= sizeof ring->right_addr) {
-            rc = ct_errbuf_set(eb, CT_EPROTOCOL,
-                               "store key \"%s\" holds %zu bytes, not an address", key, v.len);
+            rc = ct_errbuf_set(eb, CT_EPROTOCOL, "store key \"%s\" holds %zu bytes, not an address",
+                               key, v.len);
             goto out;
         }
         memcpy(ring->right_addr, v.data, v.len);

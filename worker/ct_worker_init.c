@@ -73,9 +73,8 @@ static int ct__connect_store(ct_worker_t *w, ct_errbuf_t *eb)
     ct_store_client_t *st = calloc(1, sizeof *st);
     if (st == NULL)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
-    ct_store_client_opts_t so = {.dialect = CT_STORE_V2,
-                                 .timeout_ms = w->timeout_ms,
-                                 .connect_timeout_ms = w->timeout_ms};
+    ct_store_client_opts_t so = {
+        .dialect = CT_STORE_V2, .timeout_ms = w->timeout_ms, .connect_timeout_ms = w->timeout_ms};
     int rc = ct_store_client_connect(st, w->env.master_addr, w->env.master_port, &so, eb);
     if (rc != 0) {
         ct_store_client_close(st);
@@ -109,8 +108,8 @@ int ct_worker_init(ct_worker_t *w, const ct_worker_opts_t *opts, ct_errbuf_t *eb
                              "static or c10d rendezvous, or unset it and start ctrun-store at "
                              "MASTER_ADDR:MASTER_PORT",
                              ct_env_str("TORCHELASTIC_USE_AGENT_STORE"));
-    int n = snprintf(w->key_prefix, sizeof w->key_prefix, "ctworker/%s/attempt_%d/",
-                     w->env.run_id, w->env.restart_count);
+    int n = snprintf(w->key_prefix, sizeof w->key_prefix, "ctworker/%s/attempt_%d/", w->env.run_id,
+                     w->env.restart_count);
     if (n < 0 || (size_t)n >= sizeof w->key_prefix)
         return ct_errbuf_set(eb, CT_ELIMIT, "store key prefix too long");
 

@@ -31,9 +31,9 @@ static const char *ctrain;
 static char root[256];
 static int run_counter;
 
-#define CFG                                                                                     \
-    "--dataset", "synthetic:users=250,items=120,len=24,seed=5", "--maxlen", "20",                 \
-        "--hidden_units", "16", "--num_heads", "2", "--batch_size", "32", "--lr", "0.005",       \
+#define CFG                                                                                \
+    "--dataset", "synthetic:users=250,items=120,len=24,seed=5", "--maxlen", "20",          \
+        "--hidden_units", "16", "--num_heads", "2", "--batch_size", "32", "--lr", "0.005", \
         "--eval_every", "1", "--dropout_rate", "0.2", "--seed", "11"
 
 static void dir_path(char *out, size_t size, const char *name)
@@ -58,9 +58,16 @@ static void train(int w, const char *dir, const char *epochs, const char *extra1
     argv[n] = NULL;
     ct_ranks_t g;
     if (w == 1) {
-        const char *env[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                             "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "CTRUN_HEARTBEAT_FD",
-                             "TORCHELASTIC_ERROR_FILE", NULL};
+        const char *env[] = {"RANK",
+                             "WORLD_SIZE",
+                             "LOCAL_RANK",
+                             "LOCAL_WORLD_SIZE",
+                             "MASTER_ADDR",
+                             "MASTER_PORT",
+                             "TORCHELASTIC_RESTART_COUNT",
+                             "CTRUN_HEARTBEAT_FD",
+                             "TORCHELASTIC_ERROR_FILE",
+                             NULL};
         ct_child_opts_t o = {.env = env};
         memset(&g, 0, sizeof g);
         CT_ASSERT_OK(ct_child_start(&g.child[0], argv, &o));
@@ -113,8 +120,8 @@ static void test_resume(void)
     /* The second run continues from the first one's final checkpoint (step 8 of 16). */
     char *argv[] = {(char *)ctrain, "--train_dir", dr, "--num_epochs", "2", CFG, NULL};
     ct_ranks_t g;
-    ct_ranks_opts_t o = {.world = 2, .port = store.port, .run_id = "ctrain-resume",
-                         .timeout_s = 120};
+    ct_ranks_opts_t o = {
+        .world = 2, .port = store.port, .run_id = "ctrain-resume", .timeout_s = 120};
     CT_ASSERT_OK(ct_ranks_start(&g, &o, argv));
     int rc = ct_ranks_wait(&g, 600000);
     if (rc != 0)

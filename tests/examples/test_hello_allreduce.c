@@ -21,13 +21,20 @@ static char root[256];
 
 static void run(int w, const char *dir, const char *steps, const char *expect1, const char *expect2)
 {
-    char *argv[] = {(char *)hello, "--steps", (char *)steps, "--count", "100003", "--dir",
-                    (char *)dir, NULL};
+    char *argv[] = {(char *)hello, "--steps", (char *)steps, "--count",
+                    "100003",      "--dir",   (char *)dir,   NULL};
     ct_ranks_t g;
     if (w == 1) {
-        const char *env[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                             "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "CTRUN_HEARTBEAT_FD",
-                             "CTRUN_COMM_BACKEND", NULL};
+        const char *env[] = {"RANK",
+                             "WORLD_SIZE",
+                             "LOCAL_RANK",
+                             "LOCAL_WORLD_SIZE",
+                             "MASTER_ADDR",
+                             "MASTER_PORT",
+                             "TORCHELASTIC_RESTART_COUNT",
+                             "CTRUN_HEARTBEAT_FD",
+                             "CTRUN_COMM_BACKEND",
+                             NULL};
         ct_child_opts_t o = {.env = env};
         memset(&g, 0, sizeof g);
         CT_ASSERT_OK(ct_child_start(&g.child[0], argv, &o));

@@ -28,8 +28,7 @@
 
 static ct_worker_t w;
 
-static int check_allreduce(uint64_t n, ct_dtype_t dt, ct_comm_op_t op, uint64_t seed,
-                           uLong *digest)
+static int check_allreduce(uint64_t n, ct_dtype_t dt, ct_comm_op_t op, uint64_t seed, uLong *digest)
 {
     size_t es = ct_dtype_size(dt);
     void *buf = malloc(n * es + 8);
@@ -63,9 +62,8 @@ static int check_allreduce(uint64_t n, ct_dtype_t dt, ct_comm_op_t op, uint64_t 
 
 static int mode_check(void)
 {
-    static const uint64_t sizes[] = {1,      2,       3,       4,        5,         7,
-                                     64,     1000,    4099,    65536 + 7, 1u << 20,  (1u << 20) + 3,
-                                     3000017, 1u << 24};
+    static const uint64_t sizes[] = {
+        1, 2, 3, 4, 5, 7, 64, 1000, 4099, 65536 + 7, 1u << 20, (1u << 20) + 3, 3000017, 1u << 24};
     uLong digest = crc32(0, NULL, 0);
     int bad = 0;
     int64_t t0 = ct_time_ms();
@@ -157,8 +155,8 @@ static int mode_mismatch(void)
     float v[11] = {0};
     ct_errbuf_t eb;
     int64_t t0 = ct_time_ms();
-    int rc = ct_comm_allreduce(w.comm, v, w.env.rank == 0 ? 10 : 11, CT_DTYPE_F32, CT_COMM_SUM,
-                               &eb);
+    int rc =
+        ct_comm_allreduce(w.comm, v, w.env.rank == 0 ? 10 : 11, CT_DTYPE_F32, CT_COMM_SUM, &eb);
     printf("%s after %lld ms: %s\n", ct_err_name(rc), (long long)(ct_time_ms() - t0), eb.msg);
     return rc == CT_EPROTOCOL || rc == CT_EPEER ? 0 : 1;
 }

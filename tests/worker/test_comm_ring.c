@@ -189,7 +189,8 @@ static void body_bcast_gather(rank_ctx_t *r)
             CT_ASSERT_MSG(ct_comm_allgather(r->comm, src, recv, n, &eb) == 0, "%s", eb.msg);
             for (int k = 0; k < r->world; k++)
                 for (size_t i = 0; i < n; i++)
-                    CT_ASSERT_MSG(recv[(size_t)k * n + i] == (uint8_t)(cc_mix(i * 7 + (uint64_t)k) >> 9),
+                    CT_ASSERT_MSG(recv[(size_t)k * n + i] ==
+                                      (uint8_t)(cc_mix(i * 7 + (uint64_t)k) >> 9),
                                   "allgather of %zu bytes: rank %d's byte %zu wrong on rank %d", n,
                                   k, i, r->rank);
         }
@@ -204,8 +205,7 @@ static void body_bcast_gather(rank_ctx_t *r)
         r->t[1] = ct_time_ms();
         int64_t times[2 * MAX_W];
         int64_t mine[2] = {r->t[0], r->t[1]};
-        CT_ASSERT_MSG(ct_comm_allgather(r->comm, mine, times, sizeof mine, &eb) == 0, "%s",
-                      eb.msg);
+        CT_ASSERT_MSG(ct_comm_allgather(r->comm, mine, times, sizeof mine, &eb) == 0, "%s", eb.msg);
         for (int k = 0; k < r->world; k++)
             CT_ASSERT_MSG(r->t[1] >= times[2 * k],
                           "rank %d left the barrier at %lld, before rank %d entered at %lld",
@@ -227,8 +227,8 @@ static void body_mismatch(rank_ctx_t *r)
     float v[16] = {0};
     ct_errbuf_t eb;
     int64_t t0 = ct_time_ms();
-    r->rc[0] = ct_comm_allreduce(r->comm, v, r->rank == 0 ? 10 : 11, CT_DTYPE_F32, CT_COMM_SUM,
-                                 &eb);
+    r->rc[0] =
+        ct_comm_allreduce(r->comm, v, r->rank == 0 ? 10 : 11, CT_DTYPE_F32, CT_COMM_SUM, &eb);
     r->t[0] = ct_time_ms() - t0;
     snprintf(r->msg[0], sizeof r->msg[0], "%s", eb.msg);
     r->rc[1] = ct_comm_barrier(r->comm, &eb);
@@ -361,7 +361,8 @@ static void *stray_main(void *p)
     ct_store_client_close(&st);
     int port = atoi(strrchr(addr, ':') + 1);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     CT_ASSERT(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
     uint8_t hello[32] = {0x43, 0x54, 0x52, 0x48, 1}; /* "CTRH", version 1, namespace 0 */
@@ -407,8 +408,11 @@ static void test_stray_connection_turned_away(void)
 
 static void test_world_of_one(void)
 {
-    ct__comm_cfg_t cfg = {.rank = 0, .world_size = 1, .local_world_size = 1,
-                          .key_prefix = "ctworker/one/attempt_0/", .timeout_ms = 1000};
+    ct__comm_cfg_t cfg = {.rank = 0,
+                          .world_size = 1,
+                          .local_world_size = 1,
+                          .key_prefix = "ctworker/one/attempt_0/",
+                          .timeout_ms = 1000};
     ct_comm_t *c = NULL;
     ct_errbuf_t eb;
     CT_ASSERT_OK(ct__comm_ring_create(&c, &cfg, &eb));
