@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "ct_comm_internal.h"
-#include "ct_log.h"
 #include "ct_time.h"
 
 int ct__comm_alloc(ct_comm_t **out, const ct__comm_ops_t *ops, ct_comm_backend_t backend,

@@ -53,6 +53,7 @@
 #define CT__RING_CHUNK       ((size_t)256 << 10)
 #define CT__RING_SOCKBUF     (4 << 20)
 #define CT__RING_STRAY_MS    5000 /* how long an accepted connection may take to say hello */
+#define CT__RING_BURST       4    /* transfers one way before turning to the other */
 
 enum { CT__K_ALLREDUCE = 1, CT__K_BROADCAST = 2, CT__K_ALLGATHER = 3, CT__K_BARRIER = 4 };
 
@@ -457,21 +458,26 @@ static int ct__run(ct_comm_t *c, ct__plan_t *pl, int64_t deadline, ct_errbuf_t *
         bool sp = ct__send_pending(&x), rp = ct__recv_pending(&x);
         if (!sp && !rp)
             return 0;
+        if (ct_deadline_passed(deadline))
+            return ct_errbuf_set(
+                eb, -ETIMEDOUT, "not complete after %lld ms (still %s)", (long long)c->timeout_ms,
+                rp ? "receiving from the left neighbour" : "sending to the right one");
+        /* Move what can move before polling - a collective that streams never sleeps - a few
+         * transfers each way at a time, so that receiving does not starve forwarding. */
         int moved = 0, rc;
-        /* Drain what is there before polling: a collective that streams never sleeps. */
-        if (rp) {
-            while (ct__recv_pending(&x) && (rc = ct__recv_some(&x, eb)) != 0) {
-                if (rc < 0)
-                    return rc;
-                moved = 1;
-            }
+        for (int k = 0; k < CT__RING_BURST && ct__recv_pending(&x); k++) {
+            if ((rc = ct__recv_some(&x, eb)) < 0)
+                return rc;
+            if (rc == 0)
+                break;
+            moved = 1;
         }
-        if (sp) {
-            while (ct__send_pending(&x) && (rc = ct__send_some(&x, eb)) != 0) {
-                if (rc < 0)
-                    return rc;
-                moved = 1;
-            }
+        for (int k = 0; k < CT__RING_BURST && ct__send_pending(&x); k++) {
+            if ((rc = ct__send_some(&x, eb)) < 0)
+                return rc;
+            if (rc == 0)
+                break;
+            moved = 1;
         }
         if (moved)
             continue;

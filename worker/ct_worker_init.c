@@ -12,7 +12,6 @@
 
 #include "ct_comm_internal.h"
 #include "ct_env.h"
-#include "ct_log.h"
 #include "ct_store_client.h"
 
 #define CT__ENV_TIMEOUT "CTRUN_COMM_TIMEOUT"
