@@ -120,7 +120,9 @@ int ct_worker_init(ct_worker_t *w, const ct_worker_opts_t *opts, ct_errbuf_t *eb
     if (backend == CT_COMM_AUTO) {
         backend = CT_COMM_CPU;
 #if CT_HAVE_NCCL
-        if (ct__comm_gpu_count() > 0)
+        /* NCCL only when each rank of this node can have a GPU of its own: NCCL refuses two
+         * ranks on one device. */
+        if (ct__comm_gpu_count() >= w->env.local_world_size)
             backend = CT_COMM_NCCL;
 #endif
     }

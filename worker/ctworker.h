@@ -471,8 +471,8 @@ int ct_ckpt_file_name(ct_ckpt_kind_t kind, int64_t step, char *buf, size_t size)
  * them. The NCCL unique ID is under key_prefix + "nccl/0" (128 raw bytes), the CPU ring's
  * addresses under key_prefix + "ring/<rank>" ("host:port").
  *
- * Backends (CT_COMM_AUTO picks NCCL when the library was built with it and a GPU is visible,
- * the CPU ring otherwise):
+ * Backends (CT_COMM_AUTO picks NCCL when the library was built with it and at least
+ * LOCAL_WORLD_SIZE GPUs are visible - one per rank of the node - and the CPU ring otherwise):
  *   - CT_COMM_NCCL: the GPU is LOCAL_RANK's among the visible ones (CUDA_VISIBLE_DEVICES
  *     applies; with a single visible GPU every rank takes it, for launchers that give each rank
  *     its own). Rank 0 calls ncclGetUniqueId and SETs the ID, the others WAIT and GET it, as
@@ -487,9 +487,9 @@ int ct_ckpt_file_name(ct_ckpt_kind_t kind, int64_t step, char *buf, size_t size)
  *     rank + 1 and accepts rank - 1 (mod WORLD_SIZE), both sides checking a hello that names
  *     the namespace, the world size and the rank, so strays are turned away (a refused
  *     connection - a stale address left by an earlier job in the same namespace - is retried,
- *     re-reading the key, until the deadline). Buffers are host
- *     memory. Data move in chunks with non-blocking sockets and poll(2); receiving, reducing and
- *     forwarding overlap, so a collective streams at the speed of the slowest link.
+ *     re-reading the key, until the deadline). Buffers are host memory. Data move in chunks
+ *     with non-blocking sockets and poll(2); receiving, reducing and forwarding overlap, so a
+ *     collective streams at the speed of the slowest link.
  *
  * CPU ring allreduce and its summation order. The count N is cut into W segments; segment k
  * (k = 0..W-1) holds floor(N/W) elements, plus one for k < N % W, in order. A reduce-scatter
@@ -505,13 +505,13 @@ int ct_ckpt_file_name(ct_ckpt_kind_t kind, int64_t step, char *buf, size_t size)
  *
  * Every call is bounded by the communicator's timeout. A dead or stuck peer turns into an
  * error, never a hang: CT_EPEER when a connection closes or resets (a peer exited, or a
- * neighbour gave up), -ETIMEDOUT when nothing moved before the deadline, CT_EPROTOCOL when the
- * ranks disagree about the collective (each call carries a header with its kind, size, dtype,
- * root and sequence number), CT_ENCCL / CT_ECUDA for NCCL and CUDA errors (with
- * ncclGetLastError's text). After such an error the communicator is aborted: its connections
- * are closed (so neighbours fail fast rather than at their own deadline) or the NCCL
- * communicator is aborted, and every later call returns CT_ESTATE with the original message.
- * Argument errors (-EINVAL) leave it usable. */
+ * neighbour gave up), -ETIMEDOUT when the call is not complete by its deadline (its start plus
+ * the timeout), CT_EPROTOCOL when the ranks disagree about the collective (each call carries a
+ * header with its kind, size, dtype, root and sequence number), CT_ENCCL / CT_ECUDA for NCCL
+ * and CUDA errors (with ncclGetLastError's text). After such an error the communicator is
+ * aborted: its connections are closed (so neighbours fail fast rather than at their own
+ * deadline) or the NCCL communicator is aborted, and every later call returns CT_ESTATE with the
+ * original message. Argument errors (-EINVAL) leave it usable. */
 #define CT_WORKER_DEFAULT_TIMEOUT_MS 300000
 #define CT_WORKER_KEY_PREFIX_MAX     (CT_WORKER_RUN_ID_MAX + 48)
 
