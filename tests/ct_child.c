@@ -247,6 +247,47 @@ int ct_child_wait(ct_child_t *c, int64_t timeout_ms)
     return 0;
 }
 
+int ct_child_wait_all(ct_child_t *cs, int n, int64_t timeout_ms)
+{
+    int64_t deadline = ct_deadline_after_ms(timeout_ms);
+    for (;;) {
+        int left = 0;
+        for (int i = 0; i < n; i++) {
+            if (ct__try_reap(&cs[i], WNOHANG))
+                continue;
+            left++;
+            ct__read_some(&cs[i], 0);
+        }
+        if (left == 0)
+            break;
+        if (ct_deadline_passed(deadline)) {
+            for (int i = 0; i < n; i++)
+                if (!cs[i].reaped) {
+                    cs[i].timed_out = true;
+                    ct_child_signal(&cs[i], SIGKILL);
+                    ct__try_reap(&cs[i], 0);
+                }
+            break;
+        }
+        ct_sleep_ms(5);
+    }
+    int rc = 0;
+    int64_t drain = ct_deadline_after_ms(500);
+    for (int i = 0; i < n; i++) {
+        while ((cs[i].out_fd >= 0 || cs[i].err_fd >= 0) && !ct_deadline_passed(drain))
+            ct__read_some(&cs[i], 10);
+        if (cs[i].timed_out)
+            rc = -ETIMEDOUT;
+    }
+    return rc;
+}
+
+bool ct_child_exited(ct_child_t *c)
+{
+    ct__read_some(c, 0);
+    return ct__try_reap(c, WNOHANG);
+}
+
 void ct_child_signal(ct_child_t *c, int sig)
 {
     if (c->pid > 0)

@@ -45,6 +45,16 @@ int ct_child_start(ct_child_t *c, char *const argv[], const ct_child_opts_t *opt
  * 0 when it exited on its own, -ETIMEDOUT otherwise. */
 int ct_child_wait(ct_child_t *c, int64_t timeout_ms);
 
+/* Waits for n children together, collecting everyone's output (so none stalls on a full
+ * pipe), until each has exited or timeout_ms passes, when those left are killed (SIGKILL,
+ * timed_out set). Each child's elapsed_ms is taken when it is seen to exit (within a few ms).
+ * Returns 0 when all exited on their own, -ETIMEDOUT otherwise. */
+int ct_child_wait_all(ct_child_t *cs, int n, int64_t timeout_ms);
+
+/* Reaps the child when it has exited, without waiting (its output read so far is kept).
+ * True once it has been reaped. */
+bool ct_child_exited(ct_child_t *c);
+
 /* Sends sig to the child's process group. */
 void ct_child_signal(ct_child_t *c, int sig);
 

@@ -1,7 +1,7 @@
 /*
- * ct_reduce.c - the single-process reducer and the choice of reducer from the environment.
- * The multi-process communicators live in libctworker; this file only refuses WORLD_SIZE > 1
- * until one is connected.
+ * ct_reduce.c - the single-process reducer, and the reducer over a libctworker communicator
+ * (CPU ring or NCCL). The communicators themselves, their timeouts and failure handling live in
+ * libctworker; this file only adapts the calls.
  */
 #include "ct_reduce.h"
 
@@ -43,19 +43,38 @@ void ct_reducer_local_init(ct_reducer_t *r)
                         .close = ct__local_close};
 }
 
-int ct_reducer_open(ct_reducer_t *r, const ct_worker_env_t *env, const char *backend,
-                    ct_errbuf_t *eb)
+static int ct__comm_f32(ct_reducer_t *r, float *buf, int64_t n, ct_errbuf_t *eb)
 {
+    return ct_comm_allreduce(r->impl, buf, n, CT_DTYPE_F32, CT_COMM_SUM, eb);
+}
+
+static int ct__comm_f64(ct_reducer_t *r, double *buf, int64_t n, ct_errbuf_t *eb)
+{
+    return ct_comm_allreduce(r->impl, buf, n, CT_DTYPE_F64, CT_COMM_SUM, eb);
+}
+
+static int ct__comm_broadcast(ct_reducer_t *r, void *buf, size_t nbytes, int root, ct_errbuf_t *eb)
+{
+    return ct_comm_broadcast(r->impl, buf, nbytes, root, eb);
+}
+
+int ct_reducer_open(ct_reducer_t *r, ct_comm_t *comm, ct_errbuf_t *eb)
+{
+    (void)eb;
     memset(r, 0, sizeof *r);
-    if (env->world_size == 1) {
+    if (comm == NULL || ct_comm_size(comm) == 1) {
         ct_reducer_local_init(r);
         return 0;
     }
-    return ct_errbuf_set(eb, CT_ENOTBUILT,
-                         "WORLD_SIZE=%d (rank %d) but this ctrain has no communicator yet (the "
-                         "CPU ring and NCCL backends, --backend %s, are not built in); refusing "
-                         "to let each rank train alone",
-                         env->world_size, env->rank, backend);
+    *r = (ct_reducer_t){.rank = ct_comm_rank(comm),
+                        .world_size = ct_comm_size(comm),
+                        .name = ct_comm_backend(comm) == CT_COMM_NCCL ? "nccl" : "ring",
+                        .impl = comm,
+                        .allreduce_f32 = ct__comm_f32,
+                        .allreduce_f64 = ct__comm_f64,
+                        .broadcast = ct__comm_broadcast,
+                        .close = ct__local_close};
+    return 0;
 }
 
 void ct_reducer_close(ct_reducer_t *r)

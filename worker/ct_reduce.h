@@ -10,8 +10,11 @@
  *   - local (ct_reducer_local_init): one process, world size 1. Every call is the identity,
  *     which is exactly a sum over one rank, so a single-process run computes what a W-rank run
  *     computes up to the order of floating-point summation.
- *   - the CPU ring and NCCL communicators of libctworker plug in by filling the same struct
- *     (the lead connects them; see ct_reducer_open).
+ *   - comm (ct_reducer_open with a communicator of more than one rank): the calls go to
+ *     ct_comm_allreduce (SUM) and ct_comm_broadcast of libctworker's communicator, the CPU
+ *     ring or NCCL. On the ring every rank receives the same bits (ctworker.h section 7 gives
+ *     the summation order), so decisions taken from reduced values - skipping a step with a
+ *     non-finite loss, clipping, the best checkpoint - agree on all ranks.
  *
  * What is deliberately not here: averaging (callers scale by 1 / global count before summing,
  * so the result never depends on W), barriers, point-to-point messages.
@@ -46,12 +49,9 @@ struct ct_reducer {
 /* The single-process reducer (rank 0 of 1). */
 void ct_reducer_local_init(ct_reducer_t *r);
 
-/* The reducer for this process's environment: local when env->world_size == 1. With
- * WORLD_SIZE > 1 it needs a communicator; until libctworker has one this returns CT_ENOTBUILT
- * with one line in eb saying so (ranks must never silently train alone). backend is the
- * --backend value ("auto", "ring", "nccl"). */
-int ct_reducer_open(ct_reducer_t *r, const ct_worker_env_t *env, const char *backend,
-                    ct_errbuf_t *eb);
+/* The reducer over comm: local when comm is NULL or has one rank (the identity, exactly), the
+ * communicator otherwise. The reducer borrows comm, which must outlive it. */
+int ct_reducer_open(ct_reducer_t *r, ct_comm_t *comm, ct_errbuf_t *eb);
 
 /* Closes the reducer; safe on a closed one. */
 void ct_reducer_close(ct_reducer_t *r);

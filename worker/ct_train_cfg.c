@@ -120,7 +120,7 @@ static const ct__flag_t ct__flags[] = {
     {"eval", CT__ENUM, CT__OFF(eval), 0, 0,
      "sampled|full|both  evaluation protocols (default both)"},
     {"backend", CT__ENUM, CT__OFF(backend), 0, 0,
-     "auto|ring|nccl  communicator for WORLD_SIZE > 1 (default auto)"},
+     "auto|ring|nccl  communicator for WORLD_SIZE > 1 (default auto: the CPU ring)"},
     {"num_workers", CT__INT, CT__OFF(num_workers), 0, 1024,
      "N  0: build batches on the training thread; >= 1: one thread prefetches the next "
      "(default 1)"},

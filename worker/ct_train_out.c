@@ -91,11 +91,12 @@ void ct_out_header(ct_trainer_t *t)
            "%lld training sequences, %d users evaluated\n",
            t->ds.source, t->ds.num_users, t->ds.num_items, (long long)t->ds.num_interactions,
            ct_data_mean_train_len(&t->ds), (long long)t->n_samples, t->ds.num_eval_users);
-    printf("# training: %d users x %d accumulation = %lld per optimizer step over %d rank%s, "
-           "%lld steps per epoch, %d epochs, lr %g (%s, warmup %lld, scale %s), l2_emb %g, "
-           "grad_clip %g, seed %llu; %s backend, %d BLAS thread%s\n",
+    printf("# training: %d users x %d accumulation = %lld per optimizer step over %d rank%s "
+           "(%s reduction), %lld steps per epoch, %d epochs, lr %g (%s, warmup %lld, scale %s), "
+           "l2_emb %g, grad_clip %g, seed %llu; %s backend, %d BLAS thread%s\n",
            c->batch_size, c->grad_accum, (long long)t->shard.global_batch, t->env->world_size,
-           t->env->world_size == 1 ? "" : "s", (long long)t->steps_per_epoch, c->num_epochs, c->lr,
+           t->env->world_size == 1 ? "" : "s", t->red->name, (long long)t->steps_per_epoch,
+           c->num_epochs, c->lr,
            ct_lr_schedule_name(c->lr_schedule), (long long)c->warmup_steps,
            ct_lr_scale_name(c->lr_scale), c->l2_emb, c->grad_clip, (unsigned long long)c->seed,
            t->ops.name, c->threads, c->threads == 1 ? "" : "s");

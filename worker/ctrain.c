@@ -1,10 +1,14 @@
 /*
  * ctrain.c - main() of ctrain, the native SASRec trainer: flags (exit 2 on a bad one), the
- * torchrun environment and runtime (heartbeat, error file, fatal signals), the reducer for
- * the world size, then training or --inference_only. A problem with the environment (a bad
- * variable, WORLD_SIZE > 1 without a communicator) is one line on stderr and in
- * TORCHELASTIC_ERROR_FILE; a failure of the run goes through ct_worker_fail (the same, plus a
- * backtrace). Both exit 1. The work itself is in ct_train.c, ct_infer.c and what they call.
+ * worker (ct_worker_init: torchrun environment, runtime - heartbeat, error file, fatal signals -
+ * store and communicator), the reducer over it, then training or --inference_only. A problem
+ * with how ctrain was started (a bad variable, a store that cannot be reached, peers that do
+ * not show up) is one line on stderr and in TORCHELASTIC_ERROR_FILE; a failure of the run goes
+ * through ct_worker_fail (the same, plus a backtrace). Both exit 1. The work itself is in
+ * ct_train.c, ct_infer.c and what they call.
+ *
+ * The communicator is always the CPU ring: the trainer's buffers are host memory (--backend
+ * nccl is refused while parsing until the CUDA training path exists; auto means ring).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,25 +61,24 @@ int main(int argc, char **argv)
         return 0;
     }
 
-    ct_worker_env_t env;
-    if (ct_worker_env_read(&env, &eb) != 0)
-        ctrain_fail(eb.msg);
-    if (ct_worker_setup(&env, CT_WORKER_CATCH_SIGNALS, &eb) != 0)
-        ctrain_fail(eb.msg);
     int rc = ct_cpu_set_threads(cfg.threads);
     if (rc != 0) {
         snprintf(eb.msg, sizeof eb.msg, "--threads %d: %s", cfg.threads, ct_strerror(rc));
         ctrain_fail(eb.msg);
     }
+    static ct_worker_t w;
+    ct_worker_opts_t wo = {.backend = CT_COMM_CPU, .flags = CT_WORKER_CATCH_SIGNALS};
+    if (ct_worker_init(&w, &wo, &eb) != 0)
+        ctrain_fail(eb.msg);
     ct_reducer_t red;
-    if (ct_reducer_open(&red, &env, cfg.backend, &eb) != 0)
+    if (ct_reducer_open(&red, w.comm, &eb) != 0)
         ctrain_fail(eb.msg);
 
-    rc = cfg.inference_only ? ct_infer_run(&cfg, &env, &red, &eb)
-                            : ct_train_run(&cfg, &env, &red, &eb);
+    rc = cfg.inference_only ? ct_infer_run(&cfg, &w.env, &red, &eb)
+                            : ct_train_run(&cfg, &w.env, &red, &eb);
     ct_reducer_close(&red);
     if (rc != 0)
         ct_worker_fail("%s", eb.msg); /* the runtime's fatal path: error file with backtrace */
-    ct_worker_cleanup();
+    ct_worker_close(&w);
     return 0;
 }

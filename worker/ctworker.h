@@ -15,12 +15,13 @@
  *   6. checkpoints: a directory of safetensors files with a `latest` pointer, retention and
  *      fallback to the previous checkpoint when the newest is damaged.
  *
- * What is not here yet: the store connection and the communicators. They build on section 1
- * and 2: ct_worker_init will read the environment (ct_worker_env_read), call ct_worker_setup,
- * then connect to the store at MASTER_ADDR:MASTER_PORT and create the communicator.
+ *   7. the worker as a whole (ct_worker_init: environment, runtime, store connection,
+ *      communicator) and the communicators: allreduce, broadcast, allgather and barrier over a
+ *      CPU ring of TCP connections or NCCL, every call bounded by a timeout.
  *
  * Threading: sections 3-6 are reentrant (no hidden state). Section 2 is process-wide state,
  * set up once from the main thread; ct_worker_progress is meant for one (the training) thread.
+ * A communicator (section 7) belongs to one thread at a time.
  */
 #ifndef CTWORKER_H
 #define CTWORKER_H
@@ -441,6 +442,144 @@ int ct_ckpt_clear(ct_ckpt_dir_t *d, ct_errbuf_t *eb);
 
 /* The file name of a kind (step: of that step) into buf; returns its length or -EINVAL. */
 int ct_ckpt_file_name(ct_ckpt_kind_t kind, int64_t step, char *buf, size_t size);
+
+/* ==== 7. The worker and its communicator ======================================================
+ *
+ * ct_worker_init does everything a native worker needs before its first collective:
+ *   1. reads the environment (ct_worker_env_read) and the communicator's own variables:
+ *        CTRUN_COMM_TIMEOUT  seconds (a positive number, fractions allowed) that bound the
+ *                            store connection, the communicator's set-up and every collective;
+ *                            default CT_WORKER_DEFAULT_TIMEOUT_MS (300 s, PyTorch's default);
+ *        CTRUN_COMM_BACKEND  auto (default), cpu (alias ring) or nccl;
+ *        CTRUN_COMM_ADDR     the address this rank's CPU ring listens on (see below);
+ *      values given in ct_worker_opts_t take precedence over the variables;
+ *   2. sets up the runtime (ct_worker_setup with opts->flags);
+ *   3. connects to the store at MASTER_ADDR:MASTER_PORT (the v2 TCPStore dialect, retried with
+ *      backoff until the timeout) whenever MASTER_ADDR is set. With WORLD_SIZE > 1 the store is
+ *      that of the launcher's agent (TORCHELASTIC_USE_AGENT_STORE=True, as ctrun and torchrun's
+ *      static and c10d rendezvous set it); a worker never hosts one, so the value False, which
+ *      tells a PyTorch rank 0 to host the store itself, is rejected. Without the variable the
+ *      store is expected to be there (start ctrun-store yourself);
+ *   4. creates the communicator (below).
+ * Without any rank variable (no launcher) the worker is rank 0 of 1, with no store and a
+ * communicator of one rank: every collective is then a local copy or nothing, and programs run
+ * unchanged without a launcher.
+ *
+ * Store keys are namespaced by the run and the attempt: every key this library writes starts
+ * with key_prefix = "ctworker/<TORCHELASTIC_RUN_ID>/attempt_<TORCHELASTIC_RESTART_COUNT>/", so a
+ * restarted group never reads the keys of an earlier attempt even when the launcher did not wipe
+ * them. The NCCL unique ID is under key_prefix + "nccl/0" (128 raw bytes), the CPU ring's
+ * addresses under key_prefix + "ring/<rank>" ("host:port").
+ *
+ * Backends (CT_COMM_AUTO picks NCCL when the library was built with it and at least
+ * LOCAL_WORLD_SIZE GPUs are visible - one per rank of the node - and the CPU ring otherwise):
+ *   - CT_COMM_NCCL: the GPU is LOCAL_RANK's among the visible ones (CUDA_VISIBLE_DEVICES
+ *     applies; with a single visible GPU every rank takes it, for launchers that give each rank
+ *     its own). Rank 0 calls ncclGetUniqueId and SETs the ID, the others WAIT and GET it, as
+ *     PyTorch's ProcessGroupNCCL does; the communicator is created non-blocking and polled
+ *     against the deadline. Buffers may be device memory, used in place, or host memory, staged
+ *     through a device buffer. Work runs on the communicator's own stream, which waits for the
+ *     legacy default stream; each call returns when its result is complete.
+ *   - CT_COMM_CPU, a ring of TCP connections: each rank listens on an ephemeral port (port 0)
+ *     of the address it reaches the store from (the local address of its store connection;
+ *     loopback when MASTER_ADDR is local, which is refused for a job that spans nodes:
+ *     LOCAL_WORLD_SIZE < WORLD_SIZE), or of CTRUN_COMM_ADDR; publishes "host:port"; connects to
+ *     rank + 1 and accepts rank - 1 (mod WORLD_SIZE), both sides checking a hello that names
+ *     the namespace, the world size and the rank, so strays are turned away (a refused
+ *     connection - a stale address left by an earlier job in the same namespace - is retried,
+ *     re-reading the key, until the deadline). Buffers are host memory. Data move in chunks
+ *     with non-blocking sockets and poll(2); receiving, reducing and forwarding overlap, so a
+ *     collective streams at the speed of the slowest link.
+ *
+ * CPU ring allreduce and its summation order. The count N is cut into W segments; segment k
+ * (k = 0..W-1) holds floor(N/W) elements, plus one for k < N % W, in order. A reduce-scatter
+ * (W - 1 steps: rank r sends segment r - s and adds what it receives into segment r - s - 1,
+ * mod W) leaves segment k fully summed on rank k - 1, and an allgather (W - 1 steps) copies it
+ * to every rank. So element i of segment k is, on every rank and bit for bit,
+ *     (...((x[k][i] + x[k+1][i]) + x[k+2][i]) + ...) + x[k+W-1][i]      (rank indices mod W)
+ * with each addition rounded to the element type (f32, f64; bf16 adds in float and rounds to
+ * nearest even after every addition). AVG divides that sum by W in the element type (bf16: in
+ * float, then rounded). The order depends on W and N only - never on timing or chunk size - so
+ * results repeat exactly from run to run, and all ranks hold identical bits. NCCL's order is
+ * NCCL's (deterministic for a fixed configuration in practice, not promised).
+ *
+ * Every call is bounded by the communicator's timeout. A dead or stuck peer turns into an
+ * error, never a hang: CT_EPEER when a connection closes or resets (a peer exited, or a
+ * neighbour gave up), -ETIMEDOUT when the call is not complete by its deadline (its start plus
+ * the timeout), CT_EPROTOCOL when the ranks disagree about the collective (each call carries a
+ * header with its kind, size, dtype, root and sequence number), CT_ENCCL / CT_ECUDA for NCCL
+ * and CUDA errors (with ncclGetLastError's text). After such an error the communicator is
+ * aborted: its connections are closed (so neighbours fail fast rather than at their own
+ * deadline) or the NCCL communicator is aborted, and every later call returns CT_ESTATE with the
+ * original message. Argument errors (-EINVAL) leave it usable. */
+#define CT_WORKER_DEFAULT_TIMEOUT_MS 300000
+#define CT_WORKER_KEY_PREFIX_MAX     (CT_WORKER_RUN_ID_MAX + 48)
+
+typedef struct ct_comm ct_comm_t;
+
+typedef enum ct_comm_backend {
+    CT_COMM_AUTO = 0,
+    CT_COMM_CPU = 1, /* the CPU ring over TCP */
+    CT_COMM_NCCL = 2,
+} ct_comm_backend_t;
+
+typedef enum ct_comm_op {
+    CT_COMM_SUM = 0,
+    CT_COMM_AVG = 1,
+} ct_comm_op_t;
+
+typedef struct ct_worker_opts {
+    ct_comm_backend_t backend; /* CT_COMM_AUTO: CTRUN_COMM_BACKEND, else automatic */
+    int64_t timeout_ms;        /* 0: CTRUN_COMM_TIMEOUT, else CT_WORKER_DEFAULT_TIMEOUT_MS */
+    unsigned flags;            /* for ct_worker_setup: CT_WORKER_CATCH_SIGNALS */
+} ct_worker_opts_t;
+
+typedef struct ct_worker {
+    ct_worker_env_t env;                       /* what ct_worker_env_read found */
+    ct_comm_t *comm;                           /* the communicator of all WORLD_SIZE ranks */
+    int64_t timeout_ms;                        /* the timeout in force */
+    char key_prefix[CT_WORKER_KEY_PREFIX_MAX]; /* the store namespace of this run and attempt */
+    void *store;                               /* private: the store connection, or NULL */
+    bool ready;                                /* between a successful init and close */
+} ct_worker_t;
+
+/* Initialises w as above; opts may be NULL (all defaults). On failure w is left closed (and
+ * ct_worker_close is still safe) and the message names the variable or the step that failed:
+ * a bad variable (CT_EPARSE, CT_ERANGE_VALUE, CT_ESTATE), a store that cannot be reached in
+ * time (-ETIMEDOUT, naming MASTER_ADDR:MASTER_PORT), peers that do not show up (-ETIMEDOUT),
+ * CT_ENOTBUILT for NCCL in a build without it, CT_ENOGPU for NCCL without a visible GPU. */
+int ct_worker_init(ct_worker_t *w, const ct_worker_opts_t *opts, ct_errbuf_t *eb);
+
+/* Destroys the communicator, closes the store connection and undoes ct_worker_setup. Safe to
+ * call twice and after a failed init. */
+void ct_worker_close(ct_worker_t *w);
+
+/* buf (count elements of dtype: CT_DTYPE_F32, CT_DTYPE_F64 or CT_DTYPE_BF16) <- the sum or the
+ * average over the ranks, in place. */
+int ct_comm_allreduce(ct_comm_t *c, void *buf, int64_t count, ct_dtype_t dtype, ct_comm_op_t op,
+                      ct_errbuf_t *eb);
+/* buf (nbytes) <- root's buf. */
+int ct_comm_broadcast(ct_comm_t *c, void *buf, size_t nbytes, int root, ct_errbuf_t *eb);
+/* recvbuf (world size x nbytes) <- every rank's sendbuf (nbytes), in rank order. sendbuf may
+ * be this rank's slot of recvbuf. */
+int ct_comm_allgather(ct_comm_t *c, const void *sendbuf, void *recvbuf, size_t nbytes,
+                      ct_errbuf_t *eb);
+/* Returns once every rank has entered the barrier. */
+int ct_comm_barrier(ct_comm_t *c, ct_errbuf_t *eb);
+
+int ct_comm_rank(const ct_comm_t *c);
+int ct_comm_size(const ct_comm_t *c);
+ct_comm_backend_t ct_comm_backend(const ct_comm_t *c);
+/* Collectives started so far (the sequence number of the next one). */
+uint64_t ct_comm_count(const ct_comm_t *c);
+/* The timeout of later calls; timeout_ms <= 0 restores CT_WORKER_DEFAULT_TIMEOUT_MS. */
+void ct_comm_set_timeout(ct_comm_t *c, int64_t timeout_ms);
+int64_t ct_comm_timeout(const ct_comm_t *c);
+
+/* "auto", "cpu", "nccl" ("?" for an invalid value). */
+const char *ct_comm_backend_name(ct_comm_backend_t backend);
+/* Parses "auto", "cpu", "ring" (the same as cpu) or "nccl"; CT_EPARSE otherwise. */
+int ct_comm_backend_parse(const char *text, ct_comm_backend_t *out, ct_errbuf_t *eb);
 
 #ifdef __cplusplus
 }

@@ -2,8 +2,9 @@
  * test_ctrain_cli.c - the ctrain executable end to end, on tiny synthetic data:
  *   - flags: every kind of bad value is exit 2 with exactly one line on stderr naming the flag;
  *     --help lists every flag; --version; both spellings (--a_b, --a-b, --a=b) are the same;
- *   - WORLD_SIZE > 1 without a communicator: one line, the error file, exit 1 - never a rank
- *     training alone;
+ *   - WORLD_SIZE > 1 with no store at MASTER_ADDR:MASTER_PORT: one line naming them, the error
+ *     file, exit 1 within CTRUN_COMM_TIMEOUT - never a rank training alone (2-rank training
+ *     itself is tests/ctrain/test_ctrain_ring.c);
  *   - a short run learns: NDCG@10 (sampled and full) at least 3x the popularity baseline's,
  *     loss falling, every output file present and well-formed (metrics.jsonl keys, args.json,
  *     summary.json, the event file, checkpoints);
@@ -18,10 +19,13 @@
  *     --skip_invalid_loss.
  * Usage: test_ctrain_cli PATH_TO_CTRAIN
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -238,19 +242,37 @@ static void test_spellings(void)
 
 /* ---- the environment ---------------------------------------------------------------------- */
 
-static void test_world_size_refused(void)
+/* A port nothing listens on: bound, then closed. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    CT_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+              getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* WORLD_SIZE > 1 and no store at MASTER_ADDR:MASTER_PORT: one line naming them, the error
+ * file, exit 1 - within the CTRUN_COMM_TIMEOUT, never a rank training alone. */
+static void test_store_unreachable(void)
 {
     char errfile[300], dir[300];
     dir_path(errfile, sizeof errfile, "error.json");
     dir_path(dir, sizeof dir, "world2");
-    char ef[400];
+    char ef[400], port[64], want[96];
     snprintf(ef, sizeof ef, "TORCHELASTIC_ERROR_FILE=%s", errfile);
+    int p = free_port();
+    snprintf(port, sizeof port, "MASTER_PORT=%d", p);
+    snprintf(want, sizeof want, "MASTER_ADDR=127.0.0.1 MASTER_PORT=%d", p);
     const char *env[] = {"RANK=1",
                          "WORLD_SIZE=2",
                          "LOCAL_RANK=1",
                          "LOCAL_WORLD_SIZE=2",
                          "MASTER_ADDR=127.0.0.1",
-                         "MASTER_PORT=29500",
+                         port,
+                         "CTRUN_COMM_TIMEOUT=1.5",
                          ef,
                          "TORCHELASTIC_RESTART_COUNT",
                          "CTRUN_HEARTBEAT_FD",
@@ -259,14 +281,16 @@ static void test_world_size_refused(void)
     run(&c, env, "--train_dir", dir, TINY, NULL);
     CT_ASSERT_EQ(c.exit_code, 1);
     CT_ASSERT_MSG(count_lines(c.err) == 1, "want one line, got: %s", c.err);
-    CT_ASSERT_STR_CONTAINS(c.err, "WORLD_SIZE=2");
-    CT_ASSERT_STR_CONTAINS(c.err, "no communicator");
+    CT_ASSERT_STR_CONTAINS(c.err, want);
+    CT_ASSERT_STR_CONTAINS(c.err, "not reachable");
+    CT_ASSERT_STR_CONTAINS(c.err, "CTRUN_COMM_TIMEOUT");
+    CT_ASSERT_MSG(c.elapsed_ms < 60000, "took %lld ms", (long long)c.elapsed_ms);
     ct_child_close(&c);
     json_error_t je;
     json_t *e = json_load_file(errfile, 0, &je);
     CT_ASSERT_MSG(e != NULL, "error file: %s", je.text);
     const char *msg = json_string_value(json_object_get(json_object_get(e, "message"), "message"));
-    CT_ASSERT_STR_CONTAINS(msg, "WORLD_SIZE=2");
+    CT_ASSERT_STR_CONTAINS(msg, want);
     json_decref(e);
 }
 
@@ -609,7 +633,7 @@ int main(int argc, char **argv)
     CT_ASSERT(mkdtemp(root) != NULL);
     CT_RUN(test_flags);
     CT_RUN(test_spellings);
-    CT_RUN(test_world_size_refused);
+    CT_RUN(test_store_unreachable);
     CT_RUN(test_learns);
     CT_RUN(test_resume_bit_identical);
     CT_RUN(test_resume_refused_and_never);

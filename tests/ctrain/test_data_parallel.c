@@ -1,9 +1,9 @@
 /*
- * test_data_parallel.c - ctrain's data-parallel path before the real communicators exist: the
- * trainer (ct_train_run, unchanged) runs as W "ranks" on W threads of this process, joined by
- * a reducer implemented here over shared memory (sum in rank order, broadcast by copy) - the
- * same ct_reducer_t interface the CPU ring and NCCL will fill. It proves what the design
- * promises:
+ * test_data_parallel.c - ctrain's data-parallel path in one process: the trainer
+ * (ct_train_run, unchanged) runs as W "ranks" on W threads of this process, joined by a
+ * reducer implemented here over shared memory (sum in rank order, broadcast by copy) - the
+ * same ct_reducer_t interface the CPU ring fills (test_ctrain_ring.c runs ctrain as real
+ * processes on the ring). It proves what the design promises:
  *   - W = 2 and W = 3 (uneven slices: 11/11/10 of a batch of 32) train the same trajectory as
  *     one process with the same global batch, up to float summation order: same losses, same
  *     evaluation, same parameters (dropout on, so the per-row keying of the masks and the
@@ -12,12 +12,9 @@
  *   - resuming under W = 2 goes through the rank-0-loads-and-broadcasts path, and a run may
  *     resume with another world size.
  *
- * Tolerances: the runs differ only in how the gradient sums are grouped (per rank, then
- * across ranks), ~1e-7 relative per step; over 16 Adam steps of lr 0.005 parameters stay
- * within 1e-4 of each other. One tensor slice is left out: the key part of each in_proj_bias,
- * whose true gradient is exactly zero (adding a constant to every key shifts a softmax row
- * uniformly), so both runs feed Adam pure rounding noise, which Adam scales up to steps of
- * +-lr in arbitrary directions. It has no effect on any output.
+ * Tolerances (train_compare.h): the runs differ only in how the gradient sums are grouped
+ * (per rank, then across ranks), ~1e-7 relative per step; over 16 Adam steps of lr 0.005
+ * parameters stay within 1e-4 of each other.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -30,6 +27,7 @@
 #include "ct_test.h"
 #include "ct_train.h"
 #include "ct_train_cfg.h"
+#include "train_compare.h"
 
 enum { MAX_W = 4 };
 
@@ -167,82 +165,6 @@ static void train(const ct_train_cfg_t *cfg, int W)
         free(s.slot[r]);
 }
 
-static int read_metrics(const char *dir, json_t **out, int max)
-{
-    char p[600], line[8192];
-    snprintf(p, sizeof p, "%s/metrics.jsonl", dir);
-    FILE *f = fopen(p, "r");
-    CT_ASSERT(f != NULL);
-    int n = 0;
-    while (fgets(line, sizeof line, f) && n < max)
-        CT_ASSERT((out[n++] = json_loads(line, 0, NULL)) != NULL);
-    fclose(f);
-    return n;
-}
-
-static void same_metrics(const char *a, const char *b)
-{
-    json_t *ma[8], *mb[8];
-    int na = read_metrics(a, ma, 8), nb = read_metrics(b, mb, 8);
-    CT_ASSERT_EQ(na, nb);
-    for (int i = 0; i < na; i++) {
-        double la = json_number_value(json_object_get(ma[i], "train_loss"));
-        double lb = json_number_value(json_object_get(mb[i], "train_loss"));
-        printf("  epoch %d: train loss %.7f vs %.7f\n", i + 1, la, lb);
-        CT_ASSERT_CLOSE(lb, la, 1e-6, 1e-5);
-        for (int w = 0; w < 2; w++) {
-            const char *split = w ? "test" : "valid";
-            json_t *sa = json_object_get(ma[i], split), *sb = json_object_get(mb[i], split);
-            CT_ASSERT_EQ(json_integer_value(json_object_get(sa, "users")),
-                         json_integer_value(json_object_get(sb, "users")));
-            const char *k[] = {"hr@10", "ndcg@10", "full_hr@10", "full_ndcg@10"};
-            for (int q = 0; q < 4; q++)
-                /* one user's rank moving by one place changes a mean by <= 1/250 */
-                CT_ASSERT_CLOSE(json_number_value(json_object_get(sb, k[q])),
-                                json_number_value(json_object_get(sa, k[q])), 0.0041, 0);
-        }
-        json_decref(ma[i]), json_decref(mb[i]);
-    }
-}
-
-static void same_params(const char *a, const char *b)
-{
-    char pa[600], pb[600];
-    snprintf(pa, sizeof pa, "%s/final.safetensors", a);
-    snprintf(pb, sizeof pb, "%s/final.safetensors", b);
-    ct_st_file_t *fa = NULL, *fb = NULL;
-    ct_errbuf_t eb;
-    CT_ASSERT_OK(ct_st_open(&fa, pa, &eb));
-    CT_ASSERT_OK(ct_st_open(&fb, pb, &eb));
-    double worst = 0;
-    for (size_t i = 0; i < ct_st_count(fa); i++) {
-        const ct_st_tensor_t *t = ct_st_tensor_at(fa, i);
-        if (strncmp(t->name, "optimizer.", 10) == 0)
-            continue;
-        size_t n = t->nbytes / sizeof(float);
-        float *x = malloc(t->nbytes), *y = malloc(t->nbytes);
-        ct_tensor_view_t v = {.name = t->name, .dtype = CT_DTYPE_F32, .ndim = t->ndim, .data = x};
-        memcpy(v.shape, t->shape, sizeof v.shape);
-        CT_ASSERT_OK(ct_st_read(fa, &v, 1, CT_ST_ALLOW_EXTRA, &eb));
-        v.data = y;
-        CT_ASSERT_OK(ct_st_read(fb, &v, 1, CT_ST_ALLOW_EXTRA, &eb));
-        bool in_bias = strstr(t->name, "in_proj_bias") != NULL;
-        size_t C = n / 3;
-        for (size_t k = 0; k < n; k++) {
-            if (in_bias && k >= C && k < 2 * C)
-                continue; /* key bias: see the file comment */
-            double d = fabs((double)x[k] - y[k]);
-            worst = d > worst ? d : worst;
-            CT_ASSERT_MSG(d <= 1e-4, "%s[%zu]: %.8g vs %.8g", t->name, k, (double)x[k],
-                          (double)y[k]);
-        }
-        free(x), free(y);
-    }
-    printf("  parameters: largest difference %.2e\n", worst);
-    ct_st_close(fa);
-    ct_st_close(fb);
-}
-
 static char root[256];
 
 static void test_world_sizes(void)
@@ -259,11 +181,11 @@ static void test_world_sizes(void)
     train(&c2, 2);
     train(&c3, 3);
     printf("W=2 against W=1\n");
-    same_metrics(d1, d2);
-    same_params(d1, d2);
+    train_same_metrics(d1, d2);
+    train_same_params(d1, d2);
     printf("W=3 against W=1\n");
-    same_metrics(d1, d3);
-    same_params(d1, d3);
+    train_same_metrics(d1, d3);
+    train_same_params(d1, d3);
 }
 
 /* --grad_accum K with --batch_size B is an optimizer batch of K*B cut into K micro-batches:
@@ -284,11 +206,11 @@ static void test_grad_accum(void)
     c.batch_size = 16, c.grad_accum = 2;
     train(&c, 2);
     printf("batch 8 x 4 accumulation against batch 32\n");
-    same_metrics(d1, d2);
-    same_params(d1, d2);
+    train_same_metrics(d1, d2);
+    train_same_params(d1, d2);
     printf("batch 16 x 2 accumulation on 2 ranks against batch 32\n");
-    same_metrics(d1, d3);
-    same_params(d1, d3);
+    train_same_metrics(d1, d3);
+    train_same_params(d1, d3);
 }
 
 /* Resume under W = 2 (rank 0 picks the checkpoint and broadcasts its name), from a checkpoint
@@ -306,8 +228,8 @@ static void test_resume_across_world_sizes(void)
     base_cfg(&c, d2, 3);
     train(&c, 2); /* resumes the W=3 run's final checkpoint (step 8) and trains 16 more */
     printf("W=3 for 1 epoch, then W=2 for 2 more, against W=1 for 3\n");
-    same_metrics(d1, d2);
-    same_params(d1, d2);
+    train_same_metrics(d1, d2);
+    train_same_params(d1, d2);
 }
 
 int main(void)
