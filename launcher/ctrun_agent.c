@@ -466,7 +466,8 @@ static void ctrun__progress(ctrun_agent_t *a)
     }
     if (a->state != CTRUN_AGENT_STOPPING)
         return;
-    if (a->outcome == CTRUN_OUTCOME_NONE && !a->store_lost)
+    /* A stop by signal needs no outcome: this node leaves whatever the others decide. */
+    if (a->outcome == CTRUN_OUTCOME_NONE && !a->store_lost && a->stop_signal == 0)
         return;
     uv_timer_stop(&a->grace_timer);
     if (a->stop_signal != 0) {

@@ -308,6 +308,7 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
     p->out_sink = opts->out;
     p->err_sink = opts->err;
     p->drain_ms = opts->drain_ms > 0 ? opts->drain_ms : CTRUN__DRAIN_MS_DEFAULT;
+    p->done = true; /* until a handle is open, a failure leaves nothing behind */
 
     char *path = NULL;
     int rc = ctrun_proc_resolve(opts->file, getenv("PATH"), &path, eb);
@@ -385,6 +386,7 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
     free(path);
     path = NULL;
 
+    p->done = false;
     rc = uv_poll_init(loop, &p->exit_poll, p->pidfd);
     if (rc == 0) {
         p->exit_poll.data = p;
@@ -424,7 +426,6 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
     return 0;
 
 fail_fds:
-    p->done = true; /* nothing was opened, so on_done will not run */
     free(path);
     ctrun__close_fd(&outp[0]);
     ctrun__close_fd(&outp[1]);
