@@ -881,7 +881,11 @@ static int ctrun__setup_store(ctrun_agent_t *a, ct_errbuf_t *eb)
             a->is_host = true;
             a->master_port = ctrun_store_port(a->store);
             ct_log_debug("store listening at %s", ctrun_store_address(a->store));
-        } else if (!(may_fall_back && rc == -EADDRINUSE)) {
+        } else if (may_fall_back && rc == -EADDRINUSE) {
+            ct_log_info("port %d is taken on this machine (another agent hosts the store?); "
+                        "joining as a client of %s:%d",
+                        cfg->store_addr.port, cfg->store_addr.host, cfg->store_addr.port);
+        } else {
             return ct_errbuf_wrap(eb, rc, "cannot host the rendezvous store on port %d",
                                   cfg->store_addr.port);
         }

@@ -68,17 +68,38 @@ __attribute__((unused)) static const char *e2e_dir(char *buf, size_t size, const
     return buf;
 }
 
-/* A port nobody listens on right now (the kernel's choice, released at once). */
+/* A port that can be bound right now (on every address, as ctrun's store binds), chosen below
+ * the kernel's ephemeral range: a port the kernel hands out for bind(0) or as the local end of
+ * an outgoing connection could be taken by any other test's socket between this check and
+ * ctrun's bind, while ports below the range only go to explicit binds. */
 __attribute__((unused)) static int e2e_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    CT_ASSERT(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    CT_ASSERT(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
-    socklen_t len = sizeof a;
-    CT_ASSERT(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
+    int low = 32768;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%d", &low) != 1)
+            low = 32768;
+        fclose(f);
+    }
+    if (low < 12000)
+        low = 65536; /* an unusual range: use the top instead */
+    unsigned seed = (unsigned)getpid() ^ (unsigned)ct_time_ns();
+    for (int tries = 0; tries < 1000; tries++) {
+        seed = seed * 1103515245u + 12345u;
+        int port = low < 65536 ? 10000 + (int)((seed >> 8) % (unsigned)(low - 10000))
+                               : 61000 + (int)((seed >> 8) % 4000u);
+        int fd = socket(AF_INET6, SOCK_STREAM, 0);
+        CT_ASSERT(fd >= 0);
+        int zero = 0;
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+        struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
+        int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        close(fd);
+        if (ok)
+            return port;
+    }
+    CT_ASSERT_MSG(0, "no free port found");
+    return -1;
 }
 
 /* argv for ctrun: the NULL-terminated list args, where the word "WORKER" is replaced by the

@@ -5,8 +5,9 @@
  *
  *   ctrun_test_worker [flags]
  *     --dir D            record into D: a line "<rank> <local_rank> <attempt> <pid> <pgid>" in
- *                        D/starts, and the environment (sorted "NAME=value" lines), argv, and
- *                        whether the error file and its folder exist in D/env.<rank>.<attempt>
+ *                        D/starts, and the environment (sorted "NAME=value" lines), argv, its
+ *                        open fds and whether the error file and its folder exist in
+ *                        D/env.<rank>.<attempt>
  *                        (written whole: temp name, then rename)
  *     --when-rank R      the action below applies to global rank R only (default: every rank)
  *     --when-attempt K   ... and to attempt K only (TORCHELASTIC_RESTART_COUNT; default: all)
@@ -27,6 +28,7 @@
  *   Other arguments are ignored (they still show in the env dump), so the worker can stand in
  *   for a Python interpreter.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -77,6 +79,11 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static int cmp_int(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
 static void dump_env(const char *dir, int rank, int attempt, int argc, char **argv)
 {
     size_t n = 0;
@@ -96,6 +103,22 @@ static void dump_env(const char *dir, int rank, int attempt, int argc, char **ar
             fprintf(f, "%s\n", sorted[i]);
         for (int i = 0; i < argc; i++)
             fprintf(f, "ARGV[%d]=%s\n", i, argv[i]);
+        /* The open file descriptors (what the launcher let through). */
+        DIR *fds = opendir("/proc/self/fd");
+        if (fds != NULL) {
+            int list[64], nfd = 0, self = dirfd(fds);
+            for (struct dirent *e; (e = readdir(fds)) != NULL;) {
+                int fd = atoi(e->d_name);
+                if (e->d_name[0] != '.' && fd != self && fd != fileno(f) && nfd < 64)
+                    list[nfd++] = fd;
+            }
+            closedir(fds);
+            qsort(list, (size_t)nfd, sizeof list[0], cmp_int);
+            fprintf(f, "FDS=");
+            for (int i = 0; i < nfd; i++)
+                fprintf(f, "%s%d", i ? "," : "", list[i]);
+            fprintf(f, "\n");
+        }
         /* Whether the folder of TORCHELASTIC_ERROR_FILE exists while the worker runs (the
          * launcher may remove empty folders when the job is over). */
         const char *ef = getenv("TORCHELASTIC_ERROR_FILE");

@@ -65,6 +65,7 @@ static void test_one_node_two_workers(void)
         char want_tail[64];
         snprintf(want_tail, sizeof want_tail, "/attempt_0/%d/error.json", r);
         CT_ASSERT_STR_EQ(tail, want_tail);
+        E2E_ENV_EQ(dump, "FDS", "0,1,2,3"); /* stdio and the heartbeat pipe, nothing else */
         E2E_ENV_EQ(dump, "ERROR_FILE_DIR", "exists");
         E2E_ENV_EQ(dump, "ERROR_FILE", "missing");
         /* argv as given, with the macro replaced */
@@ -156,10 +157,13 @@ static void test_c10d_pair(void)
         const char *const args[] = {"--rdzv_backend=c10d", ep, "--rdzv_id=job42", "--nnodes=2",
                                     "--nproc_per_node=2", "--log_dir=/dev/null", "--no_python",
                                     "WORKER", "--dir", d[i], NULL};
-        e2e_start(&c[i], NULL, args);
+        const char *const env[] = {"CT_LOG_LEVEL=debug", NULL};
+        e2e_start(&c[i], env, args);
     }
     for (int i = 0; i < 2; i++) {
-        CT_ASSERT_OK(ct_child_wait(&c[i], 60000));
+        int rc = ct_child_wait(&c[i], 60000);
+        CT_ASSERT_MSG(rc == 0, "agent %d timed out:\n%s\nthe other:\n%s", i, c[i].err,
+                      c[1 - i].err ? c[1 - i].err : "(still running)");
         CT_ASSERT_MSG(c[i].exit_code == 0, "agent %d exit %d:\n%s", i, c[i].exit_code, c[i].err);
     }
     /* The ranks 0..3 are split between the two agents by join order, two per agent. */
