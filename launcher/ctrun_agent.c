@@ -912,6 +912,10 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
     a->entrypoint = ctrun_cmd_entrypoint_name(cfg);
     a->prefix_template = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
     ctrun_host_fqdn(a->host, sizeof a->host);
+    if (a->rdzv_kind == CTRUN_RDZV_KIND_C10D && cfg->min_nodes != cfg->max_nodes)
+        ct_log_warn("--nnodes=%d:%d: this rendezvous completes when all %d nodes have joined; "
+                    "nodes cannot join or leave a running job",
+                    cfg->min_nodes, cfg->max_nodes, cfg->max_nodes);
 
     uv_timer_init(&a->loop, &a->grace_timer);
     uv_timer_init(&a->loop, &a->rdzv_timer);

@@ -1,20 +1,31 @@
 /*
- * ctrun_proc.c - fork/exec with a parent-death signal and an exec-error pipe, exit through a
- * pidfd, output and heartbeat through uv pipes.
+ * ctrun_proc.c - spawning with a parent-death signal, exit through a pidfd, output and
+ * heartbeat through uv pipes.
  *
- * Between fork and execve the child only makes async-signal-safe calls: the agent may have
- * helper threads (the store client's lanes), whose locks a forked child must never touch.
+ * The child is made as posix_spawn makes it: clone(CLONE_VM | CLONE_VFORK) on a stack of its
+ * own, so no page table is copied (a launch costs microseconds, whatever the agent's size) and
+ * the agent is suspended until the child has exec'd or failed; a failure's errno is written
+ * into the shared argument block, which the agent reads when it resumes. (This is the
+ * "close-on-exec pipe" of other spawners without the pipe: with a shared address space the
+ * answer is already there when clone returns.) Between clone and execve the child only makes
+ * async-signal-safe system calls and writes nothing of the agent's memory but that block: it
+ * shares the agent's memory, and the agent may have helper threads (the store client's lanes)
+ * whose locks it must never touch. Signal dispositions and the fd table are the child's own
+ * copies (no CLONE_SIGHAND, no CLONE_FILES), so resetting them does not touch the agent.
  */
 #include "ctrun_proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <linux/close_range.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -22,6 +33,7 @@
 #include <unistd.h>
 
 #define CTRUN__DRAIN_MS_DEFAULT 1000
+#define CTRUN__CHILD_STACK      (64 * 1024)
 
 int ctrun_proc_resolve(const char *file, const char *path_env, char **out, ct_errbuf_t *eb)
 {
@@ -58,7 +70,7 @@ int ctrun_proc_resolve(const char *file, const char *path_env, char **out, ct_er
     return ct_errbuf_set(eb, -ENOENT, "%s: not found in PATH (%s)", file, path);
 }
 
-/* ---- the child, between fork and exec --------------------------------------------------- */
+/* ---- the child, between clone and exec -------------------------------------------------- */
 
 /* Moves fd to a number >= 4, so that the dup2 calls onto 1..3 cannot overwrite a source. */
 static int ctrun__lift(int fd)
@@ -68,10 +80,17 @@ static int ctrun__lift(int fd)
     return fcntl(fd, F_DUPFD, 4);
 }
 
-__attribute__((noreturn)) static void ctrun__child(const char *path, char *const *argv,
-                                                   char *const *envp, int out_fd, int err_fd,
-                                                   int hb_fd, int errpipe, pid_t parent)
+typedef struct ctrun__child_args {
+    const char *path;
+    char *const *argv, *const *envp;
+    int out_fd, err_fd, hb_fd;
+    pid_t parent;
+    int err; /* written by the child when a step before or at execve fails */
+} ctrun__child_args_t;
+
+static int ctrun__child(void *arg)
 {
+    ctrun__child_args_t *a = arg;
     /* Handlers the agent installed (libuv's signal handles) must not run here; ignored
      * SIGPIPE/SIGXFSZ go back to the default, as Python's subprocess does (restore_signals). */
     for (int sig = 1; sig < NSIG; sig++) {
@@ -97,11 +116,11 @@ __attribute__((noreturn)) static void ctrun__child(const char *path, char *const
         err = errno;
     if (err == 0 && prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
         err = errno;
-    if (err == 0 && getppid() != parent)
+    if (err == 0 && getppid() != a->parent)
         _exit(127); /* the agent died before the death signal was armed */
-    out_fd = ctrun__lift(out_fd);
-    err_fd = ctrun__lift(err_fd);
-    hb_fd = ctrun__lift(hb_fd);
+    int out_fd = ctrun__lift(a->out_fd);
+    int err_fd = ctrun__lift(a->err_fd);
+    int hb_fd = ctrun__lift(a->hb_fd);
     if (err == 0 && (out_fd < 0 || dup2(out_fd, 1) < 0))
         err = errno ? errno : EBADF;
     if (err == 0 && (err_fd < 0 || dup2(err_fd, 2) < 0))
@@ -110,8 +129,7 @@ __attribute__((noreturn)) static void ctrun__child(const char *path, char *const
         err = errno;
     if (err == 0) {
         /* Nothing of the agent's leaks into the worker beyond fds 0-2 (and 3 when it is the
-         * heartbeat); the error pipe itself closes at exec, which is what tells the parent the
-         * exec worked. */
+         * heartbeat), as Python's subprocess closes them for torchrun's workers. */
         unsigned first = hb_fd >= 0 ? 4u : 3u;
         if (syscall(SYS_close_range, first, ~0u, CLOSE_RANGE_CLOEXEC) != 0) {
             long max = sysconf(_SC_OPEN_MAX);
@@ -120,11 +138,10 @@ __attribute__((noreturn)) static void ctrun__child(const char *path, char *const
             for (int fd = (int)first; fd < max; fd++)
                 fcntl(fd, F_SETFD, FD_CLOEXEC);
         }
-        execve(path, argv, envp);
+        execve(a->path, a->argv, a->envp);
         err = errno;
     }
-    while (write(errpipe, &err, sizeof err) < 0 && errno == EINTR) {
-    }
+    a->err = err ? err : EIO;
     _exit(127);
 }
 
@@ -316,7 +333,7 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         return rc;
 
     /* [0] read end (ours), [1] write end (the child's); everything close-on-exec. */
-    int outp[2] = {-1, -1}, errp[2] = {-1, -1}, hbp[2] = {-1, -1}, errpipe[2] = {-1, -1};
+    int outp[2] = {-1, -1}, errp[2] = {-1, -1}, hbp[2] = {-1, -1};
     int devnull = -1;
     const char *what = "pipe2";
     if ((opts->out == NULL || opts->err == NULL) &&
@@ -324,7 +341,7 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         what = "/dev/null";
     else if ((opts->out != NULL && pipe2(outp, O_CLOEXEC) != 0) ||
              (opts->err != NULL && pipe2(errp, O_CLOEXEC) != 0) ||
-             (opts->heartbeat && pipe2(hbp, O_CLOEXEC) != 0) || pipe2(errpipe, O_CLOEXEC) != 0)
+             (opts->heartbeat && pipe2(hbp, O_CLOEXEC) != 0))
         what = "pipe2";
     else
         what = NULL;
@@ -334,41 +351,45 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         goto fail_fds;
     }
 
+    ctrun__child_args_t ca = {
+        .path = path,
+        .argv = opts->argv,
+        .envp = opts->envp,
+        .out_fd = opts->out ? outp[1] : devnull,
+        .err_fd = opts->err ? errp[1] : devnull,
+        .hb_fd = hbp[1],
+        .parent = getpid(),
+    };
+    void *stack = mmap(NULL, CTRUN__CHILD_STACK, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) {
+        rc = -errno;
+        ct_errbuf_set(eb, rc, "mmap of a %d-byte stack: %s", CTRUN__CHILD_STACK, strerror(errno));
+        goto fail_fds;
+    }
     /* No signal may reach the child before it has reset the handlers it inherited. */
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0)
-        ctrun__child(path, opts->argv, opts->envp, opts->out ? outp[1] : devnull,
-                     opts->err ? errp[1] : devnull, hbp[1], errpipe[1], parent);
-    int fork_errno = errno;
+    pid_t pid = clone(ctrun__child, (char *)stack + CTRUN__CHILD_STACK,
+                      CLONE_VM | CLONE_VFORK | SIGCHLD, &ca);
+    int clone_errno = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    munmap(stack, CTRUN__CHILD_STACK);
     if (pid < 0) {
-        rc = ct_errbuf_set(eb, -fork_errno, "fork: %s", strerror(fork_errno));
+        rc = ct_errbuf_set(eb, -clone_errno, "clone: %s", strerror(clone_errno));
         goto fail_fds;
     }
     ctrun__close_fd(&outp[1]);
     ctrun__close_fd(&errp[1]);
     ctrun__close_fd(&hbp[1]);
-    ctrun__close_fd(&errpipe[1]);
     ctrun__close_fd(&devnull);
-
-    /* End-of-file: the exec worked. An int: the errno of the failed step. */
-    int child_err = 0;
-    ssize_t got;
-    do {
-        got = read(errpipe[0], &child_err, sizeof child_err);
-    } while (got < 0 && errno == EINTR);
-    ctrun__close_fd(&errpipe[0]);
-    if (got != 0) {
+    if (ca.err != 0) {
+        /* The child got no further than execve: reap it and report why. */
         int st;
         while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
         }
-        if (got != (ssize_t)sizeof child_err)
-            child_err = EPIPE;
-        rc = ct_errbuf_set(eb, CT_ESPAWN, "%s: %s", path, strerror(child_err));
+        rc = ct_errbuf_set(eb, CT_ESPAWN, "%s: %s", path, strerror(ca.err));
         goto fail_fds;
     }
     p->pid = pid;
@@ -433,8 +454,6 @@ fail_fds:
     ctrun__close_fd(&errp[1]);
     ctrun__close_fd(&hbp[0]);
     ctrun__close_fd(&hbp[1]);
-    ctrun__close_fd(&errpipe[0]);
-    ctrun__close_fd(&errpipe[1]);
     ctrun__close_fd(&devnull);
     if (p->pidfd >= 0)
         ctrun__close_fd(&p->pidfd);
