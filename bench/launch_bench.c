@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -66,7 +67,7 @@ typedef struct launcher {
     const char *python; /* NULL for ctrun */
     bool pt13;
     bool available;
-    double noop[MAX_RUNS], restart[MAX_RUNS];
+    double noop[MAX_RUNS], noop_cpu[MAX_RUNS], restart[MAX_RUNS];
     int nnoop, nrestart, failures;
 } launcher_t;
 
@@ -138,19 +139,30 @@ static int build_argv(const launcher_t *l, char **argv, const char *const *job)
     return n;
 }
 
+/* User + system CPU time in ms (of the launcher and every process it waited for). */
+static double cpu_ms(const struct rusage *r)
+{
+    return (double)(r->ru_utime.tv_sec + r->ru_stime.tv_sec) * 1e3 +
+           (double)(r->ru_utime.tv_usec + r->ru_stime.tv_usec) / 1e3;
+}
+
 static void noop_once(launcher_t *l)
 {
     const char *const job[] = {"--standalone", "--nproc_per_node=2", "--no_python", "true", NULL};
     char *argv[32];
     build_argv(l, argv, job);
+    struct rusage r0, r1;
+    getrusage(RUSAGE_CHILDREN, &r0);
     int64_t t0 = ct_time_ns();
     pid_t pid = start(argv, NULL);
     int st = finish(pid, 120000);
     int64_t t1 = ct_time_ns();
+    getrusage(RUSAGE_CHILDREN, &r1);
     if (st != 0) {
         l->failures++;
         return;
     }
+    l->noop_cpu[l->nnoop] = cpu_ms(&r1) - cpu_ms(&r0);
     l->noop[l->nnoop++] = (double)(t1 - t0) / 1e6;
 }
 
@@ -251,9 +263,10 @@ static bool probe_torch(launcher_t *l)
 static void print_row(launcher_t *l)
 {
     double nm = median(l->noop, l->nnoop), rm = median(l->restart, l->nrestart);
-    printf("%-18s %-14s %10.2f %10.2f %10.2f   %10.2f %10.2f %10.2f %5d\n", l->name, l->version,
-           nm, l->nnoop ? l->noop[0] : 0, l->nnoop ? l->noop[l->nnoop - 1] : 0, rm,
-           l->nrestart ? l->restart[0] : 0, l->nrestart ? l->restart[l->nrestart - 1] : 0,
+    double cm = median(l->noop_cpu, l->nnoop);
+    printf("%-18s %-14s %10.2f %10.2f %10.2f %10.2f   %10.2f %10.2f %10.2f %5d\n", l->name,
+           l->version, nm, l->nnoop ? l->noop[0] : 0, l->nnoop ? l->noop[l->nnoop - 1] : 0, cm,
+           rm, l->nrestart ? l->restart[0] : 0, l->nrestart ? l->restart[l->nrestart - 1] : 0,
            l->failures);
 }
 
@@ -307,7 +320,8 @@ int main(int argc, char **argv)
     printf("# launch_bench: ctrun vs torchrun, median (min, max) of %d runs, milliseconds\n", runs);
     printf("# host %s, kernel %s, %ld CPUs, load average %.2f %.2f %.2f\n", u.nodename, u.release,
            sysconf(_SC_NPROCESSORS_ONLN), load[0], load[1], load[2]);
-    printf("# noop: --standalone --nproc_per_node=2 --no_python true, launch to exit\n");
+    printf("# noop: --standalone --nproc_per_node=2 --no_python true, launch to exit (noop_cpu: "
+           "user+system CPU of the launcher and its workers)\n");
     printf("# restart: kill -9 of one of 2 workers until both workers of the next attempt have "
            "started\n");
     if (torchrun) {
@@ -335,8 +349,8 @@ int main(int argc, char **argv)
             restart_once(&ls[i], r);
         }
     }
-    printf("%-18s %-14s %10s %10s %10s   %10s %10s %10s %5s\n", "# launcher", "version",
-           "noop_ms", "min", "max", "restart_ms", "min", "max", "fail");
+    printf("%-18s %-14s %10s %10s %10s %10s   %10s %10s %10s %5s\n", "# launcher", "version",
+           "noop_ms", "min", "max", "noop_cpu", "restart_ms", "min", "max", "fail");
     for (int i = 0; i < nl; i++)
         print_row(&ls[i]);
     double cn = median(ls[0].noop, ls[0].nnoop), cr = median(ls[0].restart, ls[0].nrestart);

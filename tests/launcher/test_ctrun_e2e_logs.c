@@ -205,6 +205,35 @@ static void test_two_runs_two_folders_and_dev_null(void)
     ct_child_close(&c);
 }
 
+static void test_default_folder_is_removed(void)
+{
+    /* Without --log_dir the run lives in a new folder under TMPDIR; when no worker wrote a file
+     * the whole folder goes away after the job (removed while ctrun exits). */
+    char tmp[600], envt[700], port[32];
+    e2e_dir(tmp, sizeof tmp, "tmpdir");
+    snprintf(envt, sizeof envt, "TMPDIR=%s", tmp);
+    snprintf(port, sizeof port, "--master_port=%d", e2e_free_port());
+    const char *const env[] = {envt, NULL};
+    const char *const args[] = {"--nproc_per_node=2", port, "--no_python", "WORKER", NULL};
+    ct_child_t c;
+    e2e_run(&c, env, args);
+    CT_ASSERT_EQ(c.exit_code, 0);
+    ct_child_close(&c);
+    int64_t deadline = ct_time_ms() + 10000;
+    for (;;) {
+        int n = 0;
+        DIR *d = opendir(tmp);
+        CT_ASSERT(d != NULL);
+        for (struct dirent *e; (e = readdir(d)) != NULL;)
+            n += e->d_name[0] != '.';
+        closedir(d);
+        if (n == 0)
+            break;
+        CT_ASSERT_MSG(ct_time_ms() < deadline, "%d entries left in %s", n, tmp);
+        ct_sleep_ms(20);
+    }
+}
+
 int main(int argc, char **argv)
 {
     e2e_init(argc, argv, "test_ctrun_e2e_logs");
@@ -215,5 +244,6 @@ int main(int argc, char **argv)
     CT_RUN(test_local_ranks_filter);
     CT_RUN(test_long_line_without_newline);
     CT_RUN(test_two_runs_two_folders_and_dev_null);
+    CT_RUN(test_default_folder_is_removed);
     return 0;
 }
