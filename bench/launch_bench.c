@@ -198,8 +198,14 @@ static void restart_once(launcher_t *l, int run)
         if (*p == ' ' || *p == '(' || *p == ')')
             *p = '_';
     unlink(file);
-    const char *const job[] = {"--standalone", "--nproc_per_node=2", "--max_restarts=1",
-                               "--no_python", self_path, "--worker", file, NULL};
+    const char *const job[] = {"--standalone",
+                               "--nproc_per_node=2",
+                               "--max_restarts=1",
+                               "--no_python",
+                               self_path,
+                               "--worker",
+                               file,
+                               NULL};
     char *argv[32];
     build_argv(l, argv, job);
     pid_t pid = start(argv, log);
@@ -248,8 +254,9 @@ static bool probe_torch(launcher_t *l)
     if (access(l->python, X_OK) != 0)
         return false;
     char cmd[4200];
-    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch.distributed.run, torch; print(torch.__version__)' "
-                              "2>/dev/null",
+    snprintf(cmd, sizeof cmd,
+             "'%s' -c 'import torch.distributed.run, torch; print(torch.__version__)' "
+             "2>/dev/null",
              l->python);
     FILE *p = popen(cmd, "r");
     if (p == NULL)
@@ -265,8 +272,8 @@ static void print_row(launcher_t *l)
     double nm = median(l->noop, l->nnoop), rm = median(l->restart, l->nrestart);
     double cm = median(l->noop_cpu, l->nnoop);
     printf("%-18s %-14s %10.2f %10.2f %10.2f %10.2f   %10.2f %10.2f %10.2f %5d\n", l->name,
-           l->version, nm, l->nnoop ? l->noop[0] : 0, l->nnoop ? l->noop[l->nnoop - 1] : 0, cm,
-           rm, l->nrestart ? l->restart[0] : 0, l->nrestart ? l->restart[l->nrestart - 1] : 0,
+           l->version, nm, l->nnoop ? l->noop[0] : 0, l->nnoop ? l->noop[l->nnoop - 1] : 0, cm, rm,
+           l->nrestart ? l->restart[0] : 0, l->nrestart ? l->restart[l->nrestart - 1] : 0,
            l->failures);
 }
 
@@ -310,8 +317,8 @@ int main(int argc, char **argv)
     const char *home = getenv("HOME");
     snprintf(py2, sizeof py2, "%s/.venvs/torch2/bin/python", home ? home : "");
     const char *p13 = getenv("CTRUN_TORCH13_PYTHON"), *p2 = getenv("CTRUN_TORCH2_PYTHON");
-    launcher_t t13 = {.name = "torchrun (1.13)", .python = p13 ? p13 : "/usr/bin/python3",
-                      .pt13 = true};
+    launcher_t t13 = {
+        .name = "torchrun (1.13)", .python = p13 ? p13 : "/usr/bin/python3", .pt13 = true};
     launcher_t t2 = {.name = "torchrun (>=2.2)", .python = p2 ? p2 : py2};
     struct utsname u;
     uname(&u);

@@ -220,8 +220,8 @@ static bool ct__retryable(int rc)
 }
 
 /* One TCP connection attempt to one address. */
-static int ct__connect_addr(const ct_store_client_t *c, const struct addrinfo *ai,
-                            int64_t deadline, int *fd_out)
+static int ct__connect_addr(const ct_store_client_t *c, const struct addrinfo *ai, int64_t deadline,
+                            int *fd_out)
 {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0)

@@ -58,14 +58,14 @@ enum {
 
 typedef enum ctrun__event_kind {
     CTRUN__EV_START = 0,
-    CTRUN__EV_KV,            /* reply */
-    CTRUN__EV_RDZV_TIMEOUT,  /* the round did not complete in time */
-    CTRUN__EV_WORKER_EXIT,   /* worker, value = exit code */
-    CTRUN__EV_WORKER_GONE,   /* worker */
-    CTRUN__EV_WATCHDOG,      /* worker silent for --watchdog_timeout */
-    CTRUN__EV_SIGNAL,        /* value = signal */
-    CTRUN__EV_GRACE,         /* the grace period after SIGTERM is over */
-    CTRUN__EV_LEFT,          /* host: value = agents that left, -1 = coordinator error */
+    CTRUN__EV_KV,           /* reply */
+    CTRUN__EV_RDZV_TIMEOUT, /* the round did not complete in time */
+    CTRUN__EV_WORKER_EXIT,  /* worker, value = exit code */
+    CTRUN__EV_WORKER_GONE,  /* worker */
+    CTRUN__EV_WATCHDOG,     /* worker silent for --watchdog_timeout */
+    CTRUN__EV_SIGNAL,       /* value = signal */
+    CTRUN__EV_GRACE,        /* the grace period after SIGTERM is over */
+    CTRUN__EV_LEFT,         /* host: value = agents that left, -1 = coordinator error */
     CTRUN__EV_BARRIER_TIMEOUT,
 } ctrun__event_kind_t;
 
@@ -312,7 +312,8 @@ static void ctrun__finish(ctrun_agent_t *a, int exit_code)
     if (!a->is_host) {
         char key[CTRUN_RDZV_KEY_MAX];
         ctrun_rdzv_key(key, "left");
-        int rc = ctrun_kv_add(a->kv, key, 1, CTRUN_TAG(CTRUN_TAG_AGENT, a->attempt, CTRUN__KV_LEFT));
+        int rc =
+            ctrun_kv_add(a->kv, key, 1, CTRUN_TAG(CTRUN_TAG_AGENT, a->attempt, CTRUN__KV_LEFT));
         if (rc != 0)
             ctrun__done(a, exit_code);
         return;
@@ -908,8 +909,8 @@ static int ctrun__setup_store(ctrun_agent_t *a, ct_errbuf_t *eb)
 static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
 {
     const ctrun_config_t *cfg = a->cfg;
-    a->rdzv_kind = cfg->rdzv_backend == CTRUN_RDZV_STATIC ? CTRUN_RDZV_KIND_STATIC
-                                                          : CTRUN_RDZV_KIND_C10D;
+    a->rdzv_kind =
+        cfg->rdzv_backend == CTRUN_RDZV_STATIC ? CTRUN_RDZV_KIND_STATIC : CTRUN_RDZV_KIND_C10D;
     a->entrypoint = ctrun_cmd_entrypoint_name(cfg);
     a->prefix_template = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
     ctrun_host_fqdn(a->host, sizeof a->host);

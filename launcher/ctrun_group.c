@@ -94,21 +94,19 @@ static int ctrun__sink(ctrun_agent_t *a, ctrun_worker_t *w, ctrun_stream_t strea
 {
     const ctrun_config_t *cfg = a->cfg;
     *out = NULL;
-    ctrun_stream_plan_t plan =
-        ctrun_logs_plan(&cfg->redirects, &cfg->tee, &cfg->local_ranks_filter, !a->logs.disabled,
-                        w->local_rank, stream);
+    ctrun_stream_plan_t plan = ctrun_logs_plan(&cfg->redirects, &cfg->tee, &cfg->local_ranks_filter,
+                                               !a->logs.disabled, w->local_rank, stream);
     if (!plan.to_file && !plan.to_console)
         return 0;
     bool is_out = stream == CTRUN_STREAM_STDOUT;
     int *file = is_out ? &w->out_file : &w->err_file;
     int rc;
-    if (plan.to_file && (rc = ctrun_logs_open(&a->logs, a->attempt, w->local_rank, stream, file,
-                                              eb)) != 0)
+    if (plan.to_file &&
+        (rc = ctrun_logs_open(&a->logs, a->attempt, w->local_rank, stream, file, eb)) != 0)
         return rc;
     char *prefix = NULL;
-    if (plan.prefixed &&
-        ctrun_logs_prefix(a->prefix_template, cfg->role, w->rank, w->local_rank,
-                          a->plan.group_rank, a->attempt, &prefix) != 0)
+    if (plan.prefixed && ctrun_logs_prefix(a->prefix_template, cfg->role, w->rank, w->local_rank,
+                                           a->plan.group_rank, a->attempt, &prefix) != 0)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     ctrun_sink_t *sink = is_out ? &w->out_sink : &w->err_sink;
     int console = plan.to_console ? (is_out ? STDOUT_FILENO : STDERR_FILENO) : -1;
@@ -177,8 +175,7 @@ void ctrun_group_signal(ctrun_agent_t *a, int i, int sig)
     ctrun_worker_t *w = &a->workers[i];
     if (w->proc.pid <= 0 || w->state == CTRUN_WORKER_IDLE)
         return;
-    if (sig != SIGKILL &&
-        (w->state == CTRUN_WORKER_RUNNING || w->state == CTRUN_WORKER_STOPPING)) {
+    if (sig != SIGKILL && (w->state == CTRUN_WORKER_RUNNING || w->state == CTRUN_WORKER_STOPPING)) {
         char name[32];
         ctrun_signal_name(sig, name, sizeof name);
         ct_log_warn("Sending process %d closing signal %s", (int)w->proc.pid, name);

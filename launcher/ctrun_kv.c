@@ -227,8 +227,8 @@ static void ctrun__local_run(ctrun_kv_t *kv, ctrun__req_t *r)
             break;
         }
         /* Missing: complete when it is written. */
-        r->rc = ctrun_store_watch(kv->store, r->key, false, ctrun__local_watch_cb, r, &r->watch,
-                                  &eb);
+        r->rc =
+            ctrun_store_watch(kv->store, r->key, false, ctrun__local_watch_cb, r, &r->watch, &eb);
         if (r->rc == 0) {
             r->next = kv->watching;
             kv->watching = r;
@@ -273,8 +273,8 @@ static void ctrun__remote_run(ctrun__lane_t *lane, ctrun__req_t *r)
         r->rc = ct_store_add(c, r->key, r->delta, &r->num, &eb);
         break;
     case CTRUN_KV_CAS:
-        r->rc = ct_store_compare_set(c, r->key, r->value, r->len, r->desired, r->desired_len,
-                                     &cur, &eb);
+        r->rc = ct_store_compare_set(c, r->key, r->value, r->len, r->desired, r->desired_len, &cur,
+                                     &eb);
         if (r->rc == 0)
             ctrun__set_out(r, cur.data, cur.len);
         break;

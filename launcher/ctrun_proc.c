@@ -97,9 +97,9 @@ static int ctrun__child(void *arg)
         struct sigaction old;
         if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &old) != 0)
             continue;
-        bool handled = !(old.sa_flags & SA_SIGINFO) ? (old.sa_handler != SIG_DFL &&
-                                                        old.sa_handler != SIG_IGN)
-                                                     : true;
+        bool handled = !(old.sa_flags & SA_SIGINFO)
+                           ? (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN)
+                           : true;
         if (handled || sig == SIGPIPE || sig == SIGXFSZ) {
             struct sigaction dfl;
             memset(&dfl, 0, sizeof dfl);

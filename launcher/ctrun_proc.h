@@ -54,12 +54,12 @@ typedef struct ctrun_proc_callbacks {
 } ctrun_proc_callbacks_t;
 
 typedef struct ctrun_proc_opts {
-    const char *file;         /* program: a path, or a name looked up in PATH */
-    char *const *argv;        /* argv[0] as the program sees it */
-    char *const *envp;        /* complete environment */
-    ctrun_sink_t *out, *err;  /* NULL: the stream goes to /dev/null */
-    bool heartbeat;           /* give it a heartbeat pipe on CTRUN_PROC_HEARTBEAT_FD */
-    int64_t drain_ms;         /* after the exit, how long to wait for end-of-file (0: 1000) */
+    const char *file;        /* program: a path, or a name looked up in PATH */
+    char *const *argv;       /* argv[0] as the program sees it */
+    char *const *envp;       /* complete environment */
+    ctrun_sink_t *out, *err; /* NULL: the stream goes to /dev/null */
+    bool heartbeat;          /* give it a heartbeat pipe on CTRUN_PROC_HEARTBEAT_FD */
+    int64_t drain_ms;        /* after the exit, how long to wait for end-of-file (0: 1000) */
 } ctrun_proc_opts_t;
 
 struct ctrun_proc {

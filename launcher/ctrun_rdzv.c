@@ -162,8 +162,8 @@ ctrun_rdzv_result_t ctrun_rdzv_on_reply(ctrun_rdzv_t *r, const ctrun_kv_reply_t 
         if (ctrun_rdzv_plan_parse(value, r->node_rank, &r->plan, &eb) != 0)
             return ctrun__fail(r, "rendezvous plan of attempt %d: %s", r->attempt, eb.msg);
         if (r->plan.local_world_size != r->nproc)
-            return ctrun__fail(r, "rendezvous plan gives node %d %d workers, not %d",
-                               r->node_rank, r->plan.local_world_size, r->nproc);
+            return ctrun__fail(r, "rendezvous plan gives node %d %d workers, not %d", r->node_rank,
+                               r->plan.local_world_size, r->nproc);
         r->state = CTRUN_RDZV_DONE;
         return CTRUN_RDZV_COMPLETE;
     }
@@ -186,8 +186,9 @@ int ctrun_rdzv_plan_text(int attempt, int nnodes, int max_restarts, const int *n
     for (int i = 0; i < nnodes; i++)
         world += nproc[i];
     size_t pos = 0;
-    int w = snprintf(buf, size, "attempt=%d nnodes=%d world_size=%lld max_restarts=%d nproc=",
-                     attempt, nnodes, world, max_restarts);
+    int w =
+        snprintf(buf, size, "attempt=%d nnodes=%d world_size=%lld max_restarts=%d nproc=", attempt,
+                 nnodes, world, max_restarts);
     if (w < 0 || (size_t)w >= size)
         return -ENAMETOOLONG;
     pos = (size_t)w;
@@ -220,8 +221,8 @@ int ctrun_rdzv_plan_parse(const char *text, int group_rank, ctrun_rdzv_plan_t *p
         char *end = NULL;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p || errno != 0 || v < 1 || v > 1000000 ||
-            (*end != ',' && *end != '\0') || (*end == '\0' && i + 1 < plan->nnodes))
+        if (end == p || errno != 0 || v < 1 || v > 1000000 || (*end != ',' && *end != '\0') ||
+            (*end == '\0' && i + 1 < plan->nnodes))
             return ct_errbuf_set(eb, CT_EPARSE, "bad nproc list in plan \"%.128s\"", text);
         if (i < group_rank)
             plan->rank_base += (int)v;

@@ -51,7 +51,7 @@
 extern "C" {
 #endif
 
-#define CTRUN_RDZV_PREFIX "/ctrun/"
+#define CTRUN_RDZV_PREFIX  "/ctrun/"
 #define CTRUN_RDZV_KEY_MAX 256
 
 /* The largest node count a plan can describe. */
@@ -60,9 +60,9 @@ extern "C" {
 /* Tags of the kv requests the rendezvous makes: the top byte marks them, so the agent can route
  * replies; the attempt is in bits 8..39 so that a late reply of an earlier attempt is told
  * apart. */
-#define CTRUN_TAG_RDZV   0x01u
-#define CTRUN_TAG_AGENT  0x02u
-#define CTRUN_TAG(owner, attempt, kind)                                                           \
+#define CTRUN_TAG_RDZV  0x01u
+#define CTRUN_TAG_AGENT 0x02u
+#define CTRUN_TAG(owner, attempt, kind) \
     (((uint64_t)(owner) << 56) | (((uint64_t)(uint32_t)(attempt)) << 8) | (uint64_t)(kind))
 #define CTRUN_TAG_OWNER(tag)   ((unsigned)((tag) >> 56))
 #define CTRUN_TAG_ATTEMPT(tag) ((int)(uint32_t)((tag) >> 8))
@@ -103,13 +103,13 @@ typedef struct ctrun_rdzv {
     ctrun_rdzv_state_t state;
     ctrun_rdzv_kind_t kind;
     ctrun_kv_t *kv;
-    char job[512];    /* this agent's job descriptor */
-    char token[512];  /* this agent's /ctrun/node/<g> value */
+    char job[512];   /* this agent's job descriptor */
+    char token[512]; /* this agent's /ctrun/node/<g> value */
     int nnodes;
-    int node_rank;    /* static: the configured rank; c10d: -1 until taken */
+    int node_rank; /* static: the configured rank; c10d: -1 until taken */
     int nproc;
     int attempt;
-    bool registered;  /* the node key is ours (from attempt 0 on) */
+    bool registered; /* the node key is ours (from attempt 0 on) */
     ctrun_rdzv_plan_t plan;
     char error[CT_ERRBUF_SIZE];
 } ctrun_rdzv_t;

@@ -119,11 +119,11 @@ void ctrun_failure_free(ctrun_failure_t *f)
 
 int ctrun_failure_to_json(const ctrun_failure_t *f, int node, char **out)
 {
-    json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:i, s:I, s:s, s:s?, s:s}", "node", node, "rank",
-                          f->rank, "local_rank", f->local_rank, "pid", f->pid, "exitcode",
-                          f->exitcode, "timestamp", (json_int_t)f->timestamp, "host",
-                          f->host ? f->host : "", "error_file", f->error_file, "message",
-                          f->message ? f->message : "");
+    json_t *o =
+        json_pack("{s:i, s:i, s:i, s:i, s:i, s:I, s:s, s:s?, s:s}", "node", node, "rank", f->rank,
+                  "local_rank", f->local_rank, "pid", f->pid, "exitcode", f->exitcode, "timestamp",
+                  (json_int_t)f->timestamp, "host", f->host ? f->host : "", "error_file",
+                  f->error_file, "message", f->message ? f->message : "");
     if (o == NULL)
         return -ENOMEM;
     *out = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
@@ -143,8 +143,8 @@ int ctrun_failure_from_json(const char *text, ctrun_failure_t *f, int *node, ct_
     json_int_t ts = 0;
     int rc = json_unpack_ex(o, &err, 0, "{s:i, s:i, s:i, s:i, s:i, s:I, s:s, s:o, s:s}", "node",
                             node, "rank", &f->rank, "local_rank", &f->local_rank, "pid", &f->pid,
-                            "exitcode", &f->exitcode, "timestamp", &ts, "host", &host,
-                            "error_file", &jfile, "message", &message);
+                            "exitcode", &f->exitcode, "timestamp", &ts, "host", &host, "error_file",
+                            &jfile, "message", &message);
     if (rc == 0 && !json_is_null(jfile) && (file = json_string_value(jfile)) == NULL) {
         snprintf(err.text, sizeof err.text, "error_file is neither a string nor null");
         rc = -1;

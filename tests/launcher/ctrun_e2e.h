@@ -176,8 +176,8 @@ __attribute__((unused)) static bool e2e_exists(const char *fmt, ...)
 }
 
 /* The value of NAME in an env dump ("NAME=value" lines), copied into buf; NULL when absent. */
-__attribute__((unused)) static const char *e2e_env_get(const char *dump, const char *name, char *buf,
-                                                       size_t size)
+__attribute__((unused)) static const char *e2e_env_get(const char *dump, const char *name,
+                                                       char *buf, size_t size)
 {
     size_t n = strlen(name);
     for (const char *p = dump; p != NULL && *p != '\0';) {
@@ -203,11 +203,11 @@ __attribute__((unused)) static const char *e2e_env_get(const char *dump, const c
         const char *e2e__got = e2e_env_get((dump), (name), e2e__v, sizeof e2e__v);                \
         const char *e2e__want = (want);                                                           \
         if (e2e__want == NULL)                                                                    \
-            CT_ASSERT_MSG(e2e__got == NULL, "%s should be unset, is \"%.900s\"", name, e2e__got);     \
+            CT_ASSERT_MSG(e2e__got == NULL, "%s should be unset, is \"%.900s\"", name, e2e__got); \
         else                                                                                      \
             CT_ASSERT_MSG(e2e__got != NULL && strcmp(e2e__got, e2e__want) == 0,                   \
-                          "%s: got \"%.900s\", want \"%.900s\"", name, e2e__got ? e2e__got : "(unset)",   \
-                          e2e__want);                                                             \
+                          "%s: got \"%.900s\", want \"%.900s\"", name,                            \
+                          e2e__got ? e2e__got : "(unset)", e2e__want);                            \
     } while (0)
 
 /* Lines of D/starts: how many workers started (in attempt k, or any when k < 0). */

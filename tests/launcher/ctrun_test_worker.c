@@ -244,8 +244,8 @@ int main(int argc, char **argv)
             ct_heartbeat_close(&hb);
         }
     }
-    bool applies = (when_rank < 0 || when_rank == rank) &&
-                   (when_attempt < 0 || when_attempt == attempt);
+    bool applies =
+        (when_rank < 0 || when_rank == rank) && (when_attempt < 0 || when_attempt == attempt);
     bool action = exit_code >= 0 || sig != 0 || errfile_msg != NULL;
     if (!applies || !action) {
         sleep_ms(sleep_ms_v);

@@ -297,9 +297,15 @@ static void test_bad_values_exit_2_with_one_line(void)
 static void test_valid_command_runs(void)
 {
     const char *const env[] = {"PET_NPROC_PER_NODE=2", NULL};
-    const char *const args[] = {"--nnodes=1", "--rdzv-conf=join_timeout=5", "--master_port=0",
-                                "--log_dir=/dev/null", "--no_python", "sh", "-c",
-                                "echo $LOCAL_RANK/$LOCAL_WORLD_SIZE", NULL};
+    const char *const args[] = {"--nnodes=1",
+                                "--rdzv-conf=join_timeout=5",
+                                "--master_port=0",
+                                "--log_dir=/dev/null",
+                                "--no_python",
+                                "sh",
+                                "-c",
+                                "echo $LOCAL_RANK/$LOCAL_WORLD_SIZE",
+                                NULL};
     ct_child_t c;
     ct__run(&c, env, args);
     CT_ASSERT_MSG(c.exit_code == 0, "exit %d: %s", c.exit_code, c.err);
@@ -310,8 +316,8 @@ static void test_valid_command_runs(void)
     ct_child_close(&c);
 
     /* Remarks about accepted values go to the log before the job runs. */
-    const char *const args2[] = {"--rdzv_conf=foo=1", "--master_port=0", "--log_dir=/dev/null",
-                                 "--no_python", "true", NULL};
+    const char *const args2[] = {
+        "--rdzv_conf=foo=1", "--master_port=0", "--log_dir=/dev/null", "--no_python", "true", NULL};
     ct__run(&c, env, args2);
     CT_ASSERT_EQ(c.exit_code, 0);
     CT_ASSERT_STR_CONTAINS(c.err, "--rdzv_conf: unknown key \"foo\" is ignored\n");
@@ -333,8 +339,14 @@ static void test_gpu_counts_through_the_binary(void)
     char lib[512], devices[] = "CT_FAKE_CUDA_DEVICES=2";
     snprintf(lib, sizeof lib, "CTRUN_LIBCUDA=%s", ct__fake_cuda);
     const char *const env[] = {lib, devices, NULL};
-    const char *const args[] = {"--nproc_per_node=gpu", "--master_port=0", "--log_dir=/dev/null",
-                                "--no_python", "sh", "-c", "echo $LOCAL_WORLD_SIZE", NULL};
+    const char *const args[] = {"--nproc_per_node=gpu",
+                                "--master_port=0",
+                                "--log_dir=/dev/null",
+                                "--no_python",
+                                "sh",
+                                "-c",
+                                "echo $LOCAL_WORLD_SIZE",
+                                NULL};
     ct_child_t c;
     ct__run(&c, env, args);
     CT_ASSERT_MSG(c.exit_code == 0, "exit %d: %s", c.exit_code, c.err);
@@ -347,8 +359,12 @@ static void test_gpu_counts_through_the_binary(void)
                             "is not available (the CUDA driver reports no device)\n");
     ct_child_close(&c);
     /* auto without a GPU: one worker per CPU. */
-    const char *const args_auto[] = {"--nproc_per_node=auto", "--master_port=0",
-                                     "--log_dir=/dev/null", "--no_python", "true", NULL};
+    const char *const args_auto[] = {"--nproc_per_node=auto",
+                                     "--master_port=0",
+                                     "--log_dir=/dev/null",
+                                     "--no_python",
+                                     "true",
+                                     NULL};
     ct__run(&c, env0, args_auto);
     CT_ASSERT_EQ(c.exit_code, 0);
     ct_child_close(&c);

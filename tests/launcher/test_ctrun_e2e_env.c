@@ -23,12 +23,27 @@ static void test_one_node_two_workers(void)
     e2e_dir(logs, sizeof logs, "one_logs");
     snprintf(port, sizeof port, "%d", e2e_free_port());
     snprintf(portarg, sizeof portarg, "--master_port=%s", port);
-    const char *const env[] = {"OMP_NUM_THREADS", "FOO=bar", "CUDA_VISIBLE_DEVICES=3,5",
-                               "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING",
-                               "LOGLEVEL", "CT_LOG_LEVEL", NULL};
-    const char *const args[] = {"--nproc_per_node=2", portarg, "--log_dir", logs, "--no_python",
-                                "WORKER", "--dir", dir, "--out", "a${local_rank}b",
-                                "--out", "--nproc_per_node=9", NULL};
+    const char *const env[] = {"OMP_NUM_THREADS",
+                               "FOO=bar",
+                               "CUDA_VISIBLE_DEVICES=3,5",
+                               "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                               "NCCL_ASYNC_ERROR_HANDLING",
+                               "LOGLEVEL",
+                               "CT_LOG_LEVEL",
+                               NULL};
+    const char *const args[] = {"--nproc_per_node=2",
+                                portarg,
+                                "--log_dir",
+                                logs,
+                                "--no_python",
+                                "WORKER",
+                                "--dir",
+                                dir,
+                                "--out",
+                                "a${local_rank}b",
+                                "--out",
+                                "--nproc_per_node=9",
+                                NULL};
     ct_child_t c;
     e2e_run(&c, env, args);
     CT_ASSERT_MSG(c.exit_code == 0, "exit %d, stderr:\n%s", c.exit_code, c.err);
@@ -43,16 +58,51 @@ static void test_one_node_two_workers(void)
     for (int r = 0; r < 2; r++) {
         char lr[8], efile_prefix[700];
         snprintf(lr, sizeof lr, "%d", r);
-        const char *const pairs[] = {
-            "RANK", lr, "LOCAL_RANK", lr, "GROUP_RANK", "0", "ROLE_RANK", lr, "ROLE_NAME",
-            "default", "LOCAL_WORLD_SIZE", "2", "WORLD_SIZE", "2", "GROUP_WORLD_SIZE", "1",
-            "ROLE_WORLD_SIZE", "2", "MASTER_ADDR", "127.0.0.1", "MASTER_PORT", port,
-            "TORCHELASTIC_RESTART_COUNT", "0", "TORCHELASTIC_MAX_RESTARTS", "0",
-            "TORCHELASTIC_RUN_ID", "none", "TORCHELASTIC_USE_AGENT_STORE", "True",
-            "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1", "NCCL_ASYNC_ERROR_HANDLING", "1",
-            "OMP_NUM_THREADS", "1", "FOO", "bar", "CUDA_VISIBLE_DEVICES", "3,5",
-            "TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "CTRUN_HEARTBEAT_FD",
-            "3", NULL};
+        const char *const pairs[] = {"RANK",
+                                     lr,
+                                     "LOCAL_RANK",
+                                     lr,
+                                     "GROUP_RANK",
+                                     "0",
+                                     "ROLE_RANK",
+                                     lr,
+                                     "ROLE_NAME",
+                                     "default",
+                                     "LOCAL_WORLD_SIZE",
+                                     "2",
+                                     "WORLD_SIZE",
+                                     "2",
+                                     "GROUP_WORLD_SIZE",
+                                     "1",
+                                     "ROLE_WORLD_SIZE",
+                                     "2",
+                                     "MASTER_ADDR",
+                                     "127.0.0.1",
+                                     "MASTER_PORT",
+                                     port,
+                                     "TORCHELASTIC_RESTART_COUNT",
+                                     "0",
+                                     "TORCHELASTIC_MAX_RESTARTS",
+                                     "0",
+                                     "TORCHELASTIC_RUN_ID",
+                                     "none",
+                                     "TORCHELASTIC_USE_AGENT_STORE",
+                                     "True",
+                                     "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                                     "1",
+                                     "NCCL_ASYNC_ERROR_HANDLING",
+                                     "1",
+                                     "OMP_NUM_THREADS",
+                                     "1",
+                                     "FOO",
+                                     "bar",
+                                     "CUDA_VISIBLE_DEVICES",
+                                     "3,5",
+                                     "TORCHELASTIC_SIGNALS_TO_HANDLE",
+                                     "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+                                     "CTRUN_HEARTBEAT_FD",
+                                     "3",
+                                     NULL};
         expect_worker(dir, r, pairs);
         /* <log_dir>/none_XXXXXXXX/attempt_0/<local_rank>/error.json: the folder exists, the
          * file does not. */
@@ -60,7 +110,8 @@ static void test_one_node_two_workers(void)
         char ef[4096];
         CT_ASSERT(e2e_env_get(dump, "TORCHELASTIC_ERROR_FILE", ef, sizeof ef) != NULL);
         snprintf(efile_prefix, sizeof efile_prefix, "%s/none_", logs);
-        CT_ASSERT_MSG(strncmp(ef, efile_prefix, strlen(efile_prefix)) == 0, "error file %.1000s", ef);
+        CT_ASSERT_MSG(strncmp(ef, efile_prefix, strlen(efile_prefix)) == 0, "error file %.1000s",
+                      ef);
         const char *tail = ef + strlen(efile_prefix) + 8;
         char want_tail[64];
         snprintf(want_tail, sizeof want_tail, "/attempt_0/%d/error.json", r);
@@ -86,12 +137,28 @@ static void test_two_static_nodes_node1_first(void)
     int port = e2e_free_port();
     snprintf(portarg, sizeof portarg, "--master_port=%d", port);
     const char *const env[] = {"OMP_NUM_THREADS=4", NULL};
-    const char *const a1[] = {"--nnodes=2", "--node_rank=1", "--nproc_per_node=1",
-                              "--master_addr=127.0.0.1", portarg, "--log_dir=/dev/null",
-                              "--no_python", "WORKER", "--dir", d1, NULL};
-    const char *const a0[] = {"--nnodes=2", "--node_rank=0", "--nproc_per_node=2",
-                              "--master_addr=127.0.0.1", portarg, "--log_dir=/dev/null",
-                              "--no_python", "WORKER", "--dir", d0, NULL};
+    const char *const a1[] = {"--nnodes=2",
+                              "--node_rank=1",
+                              "--nproc_per_node=1",
+                              "--master_addr=127.0.0.1",
+                              portarg,
+                              "--log_dir=/dev/null",
+                              "--no_python",
+                              "WORKER",
+                              "--dir",
+                              d1,
+                              NULL};
+    const char *const a0[] = {"--nnodes=2",
+                              "--node_rank=0",
+                              "--nproc_per_node=2",
+                              "--master_addr=127.0.0.1",
+                              portarg,
+                              "--log_dir=/dev/null",
+                              "--no_python",
+                              "WORKER",
+                              "--dir",
+                              d0,
+                              NULL};
     ct_child_t c1, c0;
     e2e_start(&c1, env, a1);
     ct_sleep_ms(300); /* node 1 waits for node 0's store */
@@ -106,12 +173,31 @@ static void test_two_static_nodes_node1_first(void)
         char rs[8], lr[8];
         snprintf(rs, sizeof rs, "%d", r);
         snprintf(lr, sizeof lr, "%d", r < 2 ? r : 0);
-        const char *const pairs[] = {"RANK", rs, "LOCAL_RANK", lr, "GROUP_RANK", r < 2 ? "0" : "1",
-                                     "ROLE_RANK", rs, "LOCAL_WORLD_SIZE", r < 2 ? "2" : "1",
-                                     "WORLD_SIZE", "3", "GROUP_WORLD_SIZE", "2",
-                                     "ROLE_WORLD_SIZE", "3", "MASTER_ADDR", "127.0.0.1",
-                                     "MASTER_PORT", p, "OMP_NUM_THREADS", "4",
-                                     "TORCHELASTIC_ERROR_FILE", "", NULL};
+        const char *const pairs[] = {"RANK",
+                                     rs,
+                                     "LOCAL_RANK",
+                                     lr,
+                                     "GROUP_RANK",
+                                     r < 2 ? "0" : "1",
+                                     "ROLE_RANK",
+                                     rs,
+                                     "LOCAL_WORLD_SIZE",
+                                     r < 2 ? "2" : "1",
+                                     "WORLD_SIZE",
+                                     "3",
+                                     "GROUP_WORLD_SIZE",
+                                     "2",
+                                     "ROLE_WORLD_SIZE",
+                                     "3",
+                                     "MASTER_ADDR",
+                                     "127.0.0.1",
+                                     "MASTER_PORT",
+                                     p,
+                                     "OMP_NUM_THREADS",
+                                     "4",
+                                     "TORCHELASTIC_ERROR_FILE",
+                                     "",
+                                     NULL};
         expect_worker(r < 2 ? d0 : d1, r, pairs);
     }
     CT_ASSERT_STR_NOT_CONTAINS(c0.err, "Setting OMP_NUM_THREADS");
@@ -123,8 +209,14 @@ static void test_standalone(void)
 {
     char dir[600];
     e2e_dir(dir, sizeof dir, "standalone");
-    const char *const args[] = {"--standalone", "--nproc_per_node=1", "--log_dir=/dev/null",
-                                "--no_python", "WORKER", "--dir", dir, NULL};
+    const char *const args[] = {"--standalone",
+                                "--nproc_per_node=1",
+                                "--log_dir=/dev/null",
+                                "--no_python",
+                                "WORKER",
+                                "--dir",
+                                dir,
+                                NULL};
     ct_child_t c;
     e2e_run(&c, NULL, args);
     CT_ASSERT_MSG(c.exit_code == 0, "exit %d:\n%s", c.exit_code, c.err);
@@ -154,9 +246,17 @@ static void test_c10d_pair(void)
     snprintf(ep, sizeof ep, "--rdzv_endpoint=127.0.0.1:%d", e2e_free_port());
     ct_child_t c[2];
     for (int i = 0; i < 2; i++) {
-        const char *const args[] = {"--rdzv_backend=c10d", ep, "--rdzv_id=job42", "--nnodes=2",
-                                    "--nproc_per_node=2", "--log_dir=/dev/null", "--no_python",
-                                    "WORKER", "--dir", d[i], NULL};
+        const char *const args[] = {"--rdzv_backend=c10d",
+                                    ep,
+                                    "--rdzv_id=job42",
+                                    "--nnodes=2",
+                                    "--nproc_per_node=2",
+                                    "--log_dir=/dev/null",
+                                    "--no_python",
+                                    "WORKER",
+                                    "--dir",
+                                    d[i],
+                                    NULL};
         const char *const env[] = {"CT_LOG_LEVEL=debug", NULL};
         e2e_start(&c[i], env, args);
     }
@@ -208,8 +308,14 @@ static void test_python_command_line(void)
     fclose(f);
     chmod(py, 0755);
     snprintf(script, sizeof script, "--python=%s", py);
-    const char *const args[] = {"--nproc_per_node=1", "--master_port=0", "--log_dir=/dev/null",
-                                script, "train.py", "--sleep-ms", "0", NULL};
+    const char *const args[] = {"--nproc_per_node=1",
+                                "--master_port=0",
+                                "--log_dir=/dev/null",
+                                script,
+                                "train.py",
+                                "--sleep-ms",
+                                "0",
+                                NULL};
     ct_child_t c;
     e2e_run(&c, NULL, args);
     CT_ASSERT_MSG(c.exit_code == 0, "exit %d:\n%s", c.exit_code, c.err);

@@ -22,9 +22,24 @@ static void test_fail_once_then_succeed(void)
     e2e_dir(logs, sizeof logs, "once_logs");
     port_arg(port, sizeof port);
     const char *const env[] = {"LOGLEVEL=INFO", "CT_LOG_LEVEL", NULL};
-    const char *const args[] = {"--nproc_per_node=2", "--max_restarts=2", port, "--log_dir", logs,
-                                "--no_python", "WORKER", "--dir", dir, "--when-attempt", "0",
-                                "--when-rank", "1", "--exit", "3", "--sleep-ms", "100", NULL};
+    const char *const args[] = {"--nproc_per_node=2",
+                                "--max_restarts=2",
+                                port,
+                                "--log_dir",
+                                logs,
+                                "--no_python",
+                                "WORKER",
+                                "--dir",
+                                dir,
+                                "--when-attempt",
+                                "0",
+                                "--when-rank",
+                                "1",
+                                "--exit",
+                                "3",
+                                "--sleep-ms",
+                                "100",
+                                NULL};
     ct_child_t c;
     e2e_run(&c, env, args);
     CT_ASSERT_MSG(c.exit_code == 0, "exit %d:\n%s", c.exit_code, c.err);
@@ -53,10 +68,23 @@ static void test_always_failing(void)
     char dir[600], port[32];
     e2e_dir(dir, sizeof dir, "always");
     port_arg(port, sizeof port);
-    const char *const args[] = {"--nproc_per_node=2", "--max_restarts=2", port,
-                                "--log_dir=/dev/null", "--no_python", "WORKER", "--dir", dir,
-                                "--when-rank", "1", "--delay-ms", "200", "--exit", "3", "--sleep-ms",
-                                "-1", NULL};
+    const char *const args[] = {"--nproc_per_node=2",
+                                "--max_restarts=2",
+                                port,
+                                "--log_dir=/dev/null",
+                                "--no_python",
+                                "WORKER",
+                                "--dir",
+                                dir,
+                                "--when-rank",
+                                "1",
+                                "--delay-ms",
+                                "200",
+                                "--exit",
+                                "3",
+                                "--sleep-ms",
+                                "-1",
+                                NULL};
     ct_child_t c;
     e2e_run(&c, NULL, args);
     CT_ASSERT_EQ(c.exit_code, 1);
@@ -81,9 +109,20 @@ static void test_sigsegv_is_named(void)
     char dir[600], port[32];
     e2e_dir(dir, sizeof dir, "segv");
     port_arg(port, sizeof port);
-    const char *const args[] = {"--nproc_per_node=2", port, "--log_dir=/dev/null", "--no_python",
-                                "WORKER", "--dir", dir, "--when-rank", "0", "--signal", "11",
-                                "--sleep-ms", "-1", NULL};
+    const char *const args[] = {"--nproc_per_node=2",
+                                port,
+                                "--log_dir=/dev/null",
+                                "--no_python",
+                                "WORKER",
+                                "--dir",
+                                dir,
+                                "--when-rank",
+                                "0",
+                                "--signal",
+                                "11",
+                                "--sleep-ms",
+                                "-1",
+                                NULL};
     ct_child_t c;
     e2e_run(&c, NULL, args);
     CT_ASSERT_EQ(c.exit_code, 1);
@@ -101,9 +140,19 @@ static void test_error_file_reaches_the_report(void)
     port_arg(port, sizeof port);
     snprintf(parent_env, sizeof parent_env, "TORCHELASTIC_ERROR_FILE=%s/parent.json", dir);
     const char *const env[] = {parent_env, NULL};
-    const char *const args[] = {"--nproc_per_node=1", port, "--log_dir", logs, "--no_python",
-                                "WORKER", "--dir", dir, "--errfile", "ValueError: bad batch",
-                                "--exit", "7", NULL};
+    const char *const args[] = {"--nproc_per_node=1",
+                                port,
+                                "--log_dir",
+                                logs,
+                                "--no_python",
+                                "WORKER",
+                                "--dir",
+                                dir,
+                                "--errfile",
+                                "ValueError: bad batch",
+                                "--exit",
+                                "7",
+                                NULL};
     ct_child_t c;
     e2e_run(&c, env, args);
     CT_ASSERT_EQ(c.exit_code, 1);
@@ -124,8 +173,9 @@ static void test_unstartable_program(void)
 {
     char port[32];
     port_arg(port, sizeof port);
-    const char *const args[] = {"--nproc_per_node=2", "--max_restarts=1", port,
-                                "--log_dir=/dev/null", "--no_python", "/nonexistent/prog", NULL};
+    const char *const args[] = {
+        "--nproc_per_node=2", "--max_restarts=1",  port, "--log_dir=/dev/null",
+        "--no_python",        "/nonexistent/prog", NULL};
     ct_child_t c;
     e2e_run(&c, NULL, args);
     CT_ASSERT_EQ(c.exit_code, 1);
@@ -134,7 +184,8 @@ static void test_unstartable_program(void)
     CT_ASSERT_STR_CONTAINS(c.err, "  traceback : could not start: /nonexistent/prog: No such "
                                   "file or directory\n");
     ct_child_close(&c);
-    const char *const args2[] = {"--nproc_per_node=1", port, "--log_dir=/dev/null", "--no_python",
+    const char *const args2[] = {"--nproc_per_node=1",       port,
+                                 "--log_dir=/dev/null",      "--no_python",
                                  "no-such-program-anywhere", NULL};
     e2e_run(&c, NULL, args2);
     CT_ASSERT_EQ(c.exit_code, 1);
@@ -150,14 +201,44 @@ static void test_two_nodes_restart_together(void)
     port_arg(port, sizeof port);
     /* Rank 2 (node 1) fails in attempt 0; node 0's workers would run for a minute. */
     ct_child_t c0, c1;
-    const char *const a0[] = {"--nnodes=2", "--node_rank=0", "--nproc_per_node=2",
-                              "--max_restarts=1", port, "--log_dir=/dev/null", "--no_python",
-                              "WORKER", "--dir", d0, "--when-attempt", "1", "--exit", "0",
-                              "--sleep-ms", "60000", NULL};
-    const char *const a1[] = {"--nnodes=2", "--node_rank=1", "--nproc_per_node=2",
-                              "--max_restarts=1", port, "--log_dir=/dev/null", "--no_python",
-                              "WORKER", "--dir", d1, "--when-attempt", "0", "--when-rank", "2",
-                              "--delay-ms", "200", "--exit", "9", "--sleep-ms", "100", NULL};
+    const char *const a0[] = {"--nnodes=2",
+                              "--node_rank=0",
+                              "--nproc_per_node=2",
+                              "--max_restarts=1",
+                              port,
+                              "--log_dir=/dev/null",
+                              "--no_python",
+                              "WORKER",
+                              "--dir",
+                              d0,
+                              "--when-attempt",
+                              "1",
+                              "--exit",
+                              "0",
+                              "--sleep-ms",
+                              "60000",
+                              NULL};
+    const char *const a1[] = {"--nnodes=2",
+                              "--node_rank=1",
+                              "--nproc_per_node=2",
+                              "--max_restarts=1",
+                              port,
+                              "--log_dir=/dev/null",
+                              "--no_python",
+                              "WORKER",
+                              "--dir",
+                              d1,
+                              "--when-attempt",
+                              "0",
+                              "--when-rank",
+                              "2",
+                              "--delay-ms",
+                              "200",
+                              "--exit",
+                              "9",
+                              "--sleep-ms",
+                              "100",
+                              NULL};
     e2e_start(&c0, NULL, a0);
     e2e_start(&c1, NULL, a1);
     CT_ASSERT_OK(ct_child_wait(&c0, 60000));
@@ -184,12 +265,32 @@ static void test_two_nodes_final_failure(void)
     e2e_dir(d1, sizeof d1, "mnf1");
     port_arg(port, sizeof port);
     ct_child_t c0, c1;
-    const char *const a0[] = {"--nnodes=2", "--node_rank=0", "--nproc_per_node=1", port,
-                              "--log_dir=/dev/null", "--no_python", "WORKER", "--dir", d0,
-                              "--sleep-ms", "-1", NULL};
-    const char *const a1[] = {"--nnodes=2", "--node_rank=1", "--nproc_per_node=1", port,
-                              "--log_dir=/dev/null", "--no_python", "WORKER", "--dir", d1,
-                              "--delay-ms", "100", "--exit", "5", NULL};
+    const char *const a0[] = {"--nnodes=2",
+                              "--node_rank=0",
+                              "--nproc_per_node=1",
+                              port,
+                              "--log_dir=/dev/null",
+                              "--no_python",
+                              "WORKER",
+                              "--dir",
+                              d0,
+                              "--sleep-ms",
+                              "-1",
+                              NULL};
+    const char *const a1[] = {"--nnodes=2",
+                              "--node_rank=1",
+                              "--nproc_per_node=1",
+                              port,
+                              "--log_dir=/dev/null",
+                              "--no_python",
+                              "WORKER",
+                              "--dir",
+                              d1,
+                              "--delay-ms",
+                              "100",
+                              "--exit",
+                              "5",
+                              NULL};
     e2e_start(&c0, NULL, a0);
     e2e_start(&c1, NULL, a1);
     CT_ASSERT_OK(ct_child_wait(&c0, 60000));
@@ -212,9 +313,19 @@ static void test_watchdog(void)
     char dir[600], port[32];
     e2e_dir(dir, sizeof dir, "watchdog");
     port_arg(port, sizeof port);
-    const char *const args[] = {"--nproc_per_node=2", "--watchdog_timeout=1", port,
-                                "--log_dir=/dev/null", "--no_python", "WORKER", "--dir", dir,
-                                "--heartbeat", "5", "--sleep-ms", "-1", NULL};
+    const char *const args[] = {"--nproc_per_node=2",
+                                "--watchdog_timeout=1",
+                                port,
+                                "--log_dir=/dev/null",
+                                "--no_python",
+                                "WORKER",
+                                "--dir",
+                                dir,
+                                "--heartbeat",
+                                "5",
+                                "--sleep-ms",
+                                "-1",
+                                NULL};
     ct_child_t c;
     e2e_run(&c, NULL, args);
     CT_ASSERT_EQ(c.exit_code, 1);
@@ -229,10 +340,25 @@ static void test_sigkill_after_grace_period(void)
     e2e_dir(dir, sizeof dir, "grace");
     port_arg(port, sizeof port);
     /* Rank 0 ignores SIGTERM (15); rank 1 fails. */
-    const char *const args[] = {"--nproc_per_node=2", "--grace_period=1", port,
-                                "--log_dir=/dev/null", "--no_python", "WORKER", "--dir", dir,
-                                "--ignore", "15", "--when-rank", "1", "--delay-ms", "100",
-                                "--exit", "2", "--sleep-ms", "-1", NULL};
+    const char *const args[] = {"--nproc_per_node=2",
+                                "--grace_period=1",
+                                port,
+                                "--log_dir=/dev/null",
+                                "--no_python",
+                                "WORKER",
+                                "--dir",
+                                dir,
+                                "--ignore",
+                                "15",
+                                "--when-rank",
+                                "1",
+                                "--delay-ms",
+                                "100",
+                                "--exit",
+                                "2",
+                                "--sleep-ms",
+                                "-1",
+                                NULL};
     ct_child_t c;
     e2e_run(&c, NULL, args);
     CT_ASSERT_EQ(c.exit_code, 1);

@@ -13,8 +13,16 @@ static void start_tree_job(ct_child_t *c, const char *dir, const char *const *ex
 {
     char port[32];
     snprintf(port, sizeof port, "--master_port=%d", e2e_free_port());
-    const char *args[48] = {"--nproc_per_node=2", port, "--log_dir=/dev/null", "--no_python",
-                            "WORKER", "--dir", dir, "--child", "--sleep-ms", "-1"};
+    const char *args[48] = {"--nproc_per_node=2",
+                            port,
+                            "--log_dir=/dev/null",
+                            "--no_python",
+                            "WORKER",
+                            "--dir",
+                            dir,
+                            "--child",
+                            "--sleep-ms",
+                            "-1"};
     size_t n = 10;
     for (size_t i = 0; extra != NULL && extra[i] != NULL; i++)
         args[n++] = extra[i];
@@ -75,9 +83,20 @@ static void test_second_sigint_kills(void)
     ct_child_t c;
     char port[32];
     snprintf(port, sizeof port, "--master_port=%d", e2e_free_port());
-    const char *const args[] = {"--nproc_per_node=2", "--grace_period=120", port,
-                                "--log_dir=/dev/null", "--no_python", "WORKER", "--dir", dir,
-                                "--child", "--sleep-ms", "-1", extra[0], extra[1], NULL};
+    const char *const args[] = {"--nproc_per_node=2",
+                                "--grace_period=120",
+                                port,
+                                "--log_dir=/dev/null",
+                                "--no_python",
+                                "WORKER",
+                                "--dir",
+                                dir,
+                                "--child",
+                                "--sleep-ms",
+                                "-1",
+                                extra[0],
+                                extra[1],
+                                NULL};
     e2e_start(&c, NULL, args);
     CT_ASSERT(e2e_wait_starts(dir, 2, 30000));
     kill(c.pid, SIGINT);
@@ -97,8 +116,9 @@ static void test_sigterm_during_rendezvous(void)
     e2e_dir(dir, sizeof dir, "rdzv");
     snprintf(port, sizeof port, "--master_port=%d", e2e_free_port());
     /* Node 0 of 2 waits for node 1, who never comes. */
-    const char *const args[] = {"--nnodes=2", "--node_rank=0", port, "--log_dir=/dev/null",
-                                "--no_python", "WORKER", "--dir", dir, NULL};
+    const char *const args[] = {"--nnodes=2",  "--node_rank=0", port,    "--log_dir=/dev/null",
+                                "--no_python", "WORKER",        "--dir", dir,
+                                NULL};
     ct_child_t c;
     e2e_start(&c, NULL, args);
     ct_sleep_ms(300);
@@ -108,8 +128,9 @@ static void test_sigterm_during_rendezvous(void)
     CT_ASSERT_EQ(e2e_count_starts(dir, -1), 0);
     ct_child_close(&c);
     /* The same for a node that waits for node 0's store. */
-    const char *const args1[] = {"--nnodes=2", "--node_rank=1", port, "--log_dir=/dev/null",
-                                 "--no_python", "WORKER", "--dir", dir, NULL};
+    const char *const args1[] = {"--nnodes=2",  "--node_rank=1", port,    "--log_dir=/dev/null",
+                                 "--no_python", "WORKER",        "--dir", dir,
+                                 NULL};
     e2e_start(&c, NULL, args1);
     ct_sleep_ms(300);
     kill(c.pid, SIGTERM);

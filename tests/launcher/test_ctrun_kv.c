@@ -72,7 +72,7 @@ static int find(const replies_t *rs, uint64_t tag)
 static void exercise(uv_loop_t *loop, ctrun_kv_t *kv, replies_t *rs)
 {
     rs->in_submit = true;
-    CT_ASSERT_OK(ctrun_kv_get(kv, "/later", 1));         /* missing: waits */
+    CT_ASSERT_OK(ctrun_kv_get(kv, "/later", 1)); /* missing: waits */
     CT_ASSERT_OK(ctrun_kv_set(kv, "/a", "x", 2));
     CT_ASSERT_OK(ctrun_kv_add(kv, "/n", 5, 3));
     CT_ASSERT_OK(ctrun_kv_add(kv, "/n", -2, 4));
@@ -141,8 +141,10 @@ static void test_remote(void)
     CT_ASSERT_OK(ctrun_store_create(&loop, &so, &s, &eb));
     replies_t rs = {0};
     ctrun_kv_t *kv = NULL;
-    ctrun_kv_remote_opts_t ko = {.host = "127.0.0.1", .port = ctrun_store_port(s),
-                                 .connect_timeout_ms = 10000, .op_timeout_ms = 10000,
+    ctrun_kv_remote_opts_t ko = {.host = "127.0.0.1",
+                                 .port = ctrun_store_port(s),
+                                 .connect_timeout_ms = 10000,
+                                 .op_timeout_ms = 10000,
                                  .backoff_max_ms = 200};
     CT_ASSERT_OK(ctrun_kv_open_remote(&loop, &ko, on_reply, &rs, &kv, &eb));
     exercise(&loop, kv, &rs);
@@ -169,8 +171,11 @@ static void test_remote_store_appears_late(void)
     replies_t rs = {0};
     ctrun_kv_t *kv = NULL;
     ct_errbuf_t eb = {{0}};
-    ctrun_kv_remote_opts_t ko = {.host = "127.0.0.1", .port = port, .connect_timeout_ms = 30000,
-                                 .op_timeout_ms = 10000, .backoff_max_ms = 100};
+    ctrun_kv_remote_opts_t ko = {.host = "127.0.0.1",
+                                 .port = port,
+                                 .connect_timeout_ms = 30000,
+                                 .op_timeout_ms = 10000,
+                                 .backoff_max_ms = 100};
     CT_ASSERT_OK(ctrun_kv_open_remote(&loop, &ko, on_reply, &rs, &kv, &eb));
     CT_ASSERT_OK(ctrun_kv_add(kv, "/early", 1, 1));
     CT_ASSERT_OK(ctrun_kv_get(kv, "/early", 2));
@@ -198,8 +203,10 @@ static void test_remote_connect_fails(void)
     replies_t rs = {0};
     ctrun_kv_t *kv = NULL;
     ct_errbuf_t eb = {{0}};
-    ctrun_kv_remote_opts_t ko = {.host = "127.0.0.1", .port = e2e_free_port(),
-                                 .connect_timeout_ms = 300, .op_timeout_ms = 300,
+    ctrun_kv_remote_opts_t ko = {.host = "127.0.0.1",
+                                 .port = e2e_free_port(),
+                                 .connect_timeout_ms = 300,
+                                 .op_timeout_ms = 300,
                                  .backoff_max_ms = 50};
     CT_ASSERT_OK(ctrun_kv_open_remote(&loop, &ko, on_reply, &rs, &kv, &eb));
     CT_ASSERT_OK(ctrun_kv_set(kv, "/x", "1", 1));

@@ -73,8 +73,12 @@ static char *run_worker(const char *const *extra, result_t *r, bool heartbeat, i
         argv[n++] = (char *)extra[i];
     argv[n] = NULL;
     char *envp[] = {"RANK=0", "CTRUN_HEARTBEAT_FD=3", NULL};
-    ctrun_proc_opts_t o = {.file = worker, .argv = argv, .envp = envp, .out = &sink,
-                           .heartbeat = heartbeat, .drain_ms = drain_ms};
+    ctrun_proc_opts_t o = {.file = worker,
+                           .argv = argv,
+                           .envp = envp,
+                           .out = &sink,
+                           .heartbeat = heartbeat,
+                           .drain_ms = drain_ms};
     ctrun_proc_t p;
     ct_errbuf_t eb = {{0}};
     memset(r, 0, sizeof *r);

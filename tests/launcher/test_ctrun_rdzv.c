@@ -61,8 +61,10 @@ static void party_open(world_t *w, party_t *p, const ctrun_rdzv_params_t *params
     memset(p, 0, sizeof *p);
     ct_errbuf_t eb = {{0}};
     if (remote) {
-        ctrun_kv_remote_opts_t ko = {.host = "127.0.0.1", .port = ctrun_store_port(w->store),
-                                     .connect_timeout_ms = 10000, .op_timeout_ms = 10000,
+        ctrun_kv_remote_opts_t ko = {.host = "127.0.0.1",
+                                     .port = ctrun_store_port(w->store),
+                                     .connect_timeout_ms = 10000,
+                                     .op_timeout_ms = 10000,
                                      .backoff_max_ms = 100};
         CT_ASSERT_OK(ctrun_kv_open_remote(&w->loop, &ko, on_reply, p, &p->kv, &eb));
     } else {
@@ -120,12 +122,12 @@ static void test_plan_text(void)
     CT_ASSERT_ERR(ctrun_rdzv_plan_parse("attempt=0 nnodes=2 world_size=3 max_restarts=0 nproc=1,1",
                                         0, &p, &eb),
                   CT_EMISMATCH);
-    CT_ASSERT_ERR(ctrun_rdzv_plan_parse("attempt=0 nnodes=2 world_size=2 max_restarts=0 nproc=1",
-                                        0, &p, &eb),
-                  CT_EPARSE);
-    CT_ASSERT_ERR(ctrun_rdzv_plan_parse("attempt=0 nnodes=1 world_size=0 max_restarts=0 nproc=0",
-                                        0, &p, &eb),
-                  CT_EPARSE);
+    CT_ASSERT_ERR(
+        ctrun_rdzv_plan_parse("attempt=0 nnodes=2 world_size=2 max_restarts=0 nproc=1", 0, &p, &eb),
+        CT_EPARSE);
+    CT_ASSERT_ERR(
+        ctrun_rdzv_plan_parse("attempt=0 nnodes=1 world_size=0 max_restarts=0 nproc=0", 0, &p, &eb),
+        CT_EPARSE);
     char small[16];
     CT_ASSERT_ERR(ctrun_rdzv_plan_text(0, 3, 0, nproc, small, sizeof small), -ENAMETOOLONG);
 }
@@ -133,8 +135,12 @@ static void test_plan_text(void)
 static ctrun_rdzv_params_t params(ctrun_rdzv_kind_t kind, const char *run_id, int nnodes,
                                   int node_rank, int nproc)
 {
-    ctrun_rdzv_params_t p = {.kind = kind, .run_id = run_id, .nnodes = nnodes,
-                             .node_rank = node_rank, .nproc = nproc, .max_restarts = 3,
+    ctrun_rdzv_params_t p = {.kind = kind,
+                             .run_id = run_id,
+                             .nnodes = nnodes,
+                             .node_rank = node_rank,
+                             .nproc = nproc,
+                             .max_restarts = 3,
                              .host = "testhost"};
     return p;
 }
