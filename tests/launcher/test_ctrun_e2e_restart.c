@@ -369,6 +369,52 @@ static void test_sigkill_after_grace_period(void)
     ct_child_close(&c);
 }
 
+static void test_rendezvous_timeout(void)
+{
+    /* A node alone in a two-node job gives up after the rendezvous timeout, with the reason. */
+    char dir[600], ep[64], port[32];
+    e2e_dir(dir, sizeof dir, "rdzv_timeout");
+    snprintf(ep, sizeof ep, "--rdzv_endpoint=127.0.0.1:%d", e2e_free_port());
+    const char *const args[] = {"--rdzv_backend=c10d",
+                                ep,
+                                "--nnodes=2",
+                                "--rdzv_conf=join_timeout=1",
+                                "--log_dir=/dev/null",
+                                "--no_python",
+                                "WORKER",
+                                "--dir",
+                                dir,
+                                NULL};
+    ct_child_t c;
+    e2e_run(&c, NULL, args);
+    CT_ASSERT_EQ(c.exit_code, 1);
+    CT_ASSERT_STR_CONTAINS(c.err, "rendezvous of attempt 0 timed out after 1 s: not all 2 nodes "
+                                  "joined");
+    CT_ASSERT_STR_CONTAINS(c.err, "--rdzv_conf join_timeout=SECONDS");
+    CT_ASSERT_EQ(e2e_count_starts(dir, -1), 0);
+    ct_child_close(&c);
+    /* A static node 1 whose node 0 never comes (its connection attempts are refused). */
+    port_arg(port, sizeof port);
+    const char *const args1[] = {"--nnodes=2",
+                                 "--node_rank=1",
+                                 port,
+                                 "--rdzv_conf=timeout=1",
+                                 "--log_dir=/dev/null",
+                                 "--no_python",
+                                 "WORKER",
+                                 "--dir",
+                                 dir,
+                                 NULL};
+    e2e_run(&c, NULL, args1);
+    CT_ASSERT_EQ(c.exit_code, 1);
+    /* Whichever ends first: the rendezvous timer, or the connection attempts' deadline. */
+    CT_ASSERT_MSG(strstr(c.err, "rendezvous of attempt 0 timed out") != NULL ||
+                      strstr(c.err, "store 127.0.0.1:") != NULL,
+                  "stderr: %s", c.err);
+    CT_ASSERT_EQ(e2e_count_starts(dir, -1), 0);
+    ct_child_close(&c);
+}
+
 int main(int argc, char **argv)
 {
     e2e_init(argc, argv, "test_ctrun_e2e_restart");
@@ -381,5 +427,6 @@ int main(int argc, char **argv)
     CT_RUN(test_two_nodes_final_failure);
     CT_RUN(test_watchdog);
     CT_RUN(test_sigkill_after_grace_period);
+    CT_RUN(test_rendezvous_timeout);
     return 0;
 }
