@@ -94,6 +94,15 @@ static void ctrun__set_state(ctrun_agent_t *a, ctrun_agent_state_t s)
 
 /* ---- small actions ------------------------------------------------------------------------ */
 
+/* This node's name for reports and the rendezvous, looked up on first use: the lookup reads the
+ * resolver's files, which a one-node job that never fails does not need to pay for. */
+static const char *ctrun__host(ctrun_agent_t *a)
+{
+    if (a->host[0] == '\0')
+        ctrun_host_fqdn(a->host, sizeof a->host);
+    return a->host;
+}
+
 static uint64_t ctrun__tag(const ctrun_agent_t *a, unsigned kind)
 {
     return CTRUN_TAG(CTRUN_TAG_AGENT, a->attempt, kind);
@@ -197,7 +206,7 @@ static void ctrun__record_failure(ctrun_agent_t *a, int i, int exitcode, const c
     ctrun_failure_t *f = &a->failures[a->nfailures];
     const char *ef = a->logs.disabled ? NULL : w->error_file;
     if (ctrun_failure_init(f, w->rank, i, (int)w->proc.pid, exitcode, (int64_t)ct_time_unix_s(),
-                           a->host, ef) != 0) {
+                           ctrun__host(a), ef) != 0) {
         ct_log_error("out of memory recording the failure of local rank %d", i);
         return;
     }
@@ -869,7 +878,7 @@ static int ctrun__setup_store(ctrun_agent_t *a, ct_errbuf_t *eb)
     } else if (cfg->rdzv_conf.is_host >= 0) {
         want_host = cfg->rdzv_conf.is_host == 1;
     } else {
-        want_host = ctrun__endpoint_is_local(cfg, a->host);
+        want_host = ctrun__endpoint_is_local(cfg, ctrun__host(a));
         may_fall_back = true; /* another agent on this machine may host it (torchrun's rule) */
     }
     if (want_host) {
@@ -913,7 +922,6 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
         cfg->rdzv_backend == CTRUN_RDZV_STATIC ? CTRUN_RDZV_KIND_STATIC : CTRUN_RDZV_KIND_C10D;
     a->entrypoint = ctrun_cmd_entrypoint_name(cfg);
     a->prefix_template = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
-    ctrun_host_fqdn(a->host, sizeof a->host);
     if (a->rdzv_kind == CTRUN_RDZV_KIND_C10D && cfg->min_nodes != cfg->max_nodes)
         ct_log_warn("--nnodes=%d:%d: this rendezvous completes when all %d nodes have joined; "
                     "nodes cannot join or leave a running job",
@@ -953,7 +961,7 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
         .node_rank = cfg->node_rank,
         .nproc = cfg->nproc_per_node,
         .max_restarts = cfg->max_restarts,
-        .host = a->host,
+        .host = cfg->max_nodes > 1 ? ctrun__host(a) : "localhost",
     };
     if (a->is_host) {
         if ((rc = ctrun_rdzv_coord_init(&a->coord, a->store, &rp, ctrun__left_cb, a, eb)) != 0)
