@@ -17,7 +17,9 @@
  * one fixed-width row per launcher, ratios to ctrun in the footer.
  *
  * Not a test: nothing here asserts speed. Every launched job runs in its own session and is
- * killed as a group when a run ends, so an interrupted benchmark leaves nothing behind.
+ * killed as a group when a run ends, so an interrupted benchmark leaves nothing behind; the
+ * next run starts once that session is empty, so one launcher's teardown does not weigh on the
+ * next measurement. Launchers take turns run by run, so a change of machine load hits all alike.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -116,6 +118,20 @@ static int finish(pid_t pid, int64_t timeout_ms)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* Between runs: until nothing of the last job is left (a killed PyTorch process takes a while
+ * to free its memory), then a short pause, so that one run's teardown is not the next run's
+ * load. Zombies reparented to us are reaped here too. */
+static void settle(pid_t session)
+{
+    int64_t deadline = ct_time_ms() + 10000;
+    while (kill(-session, 0) == 0 && ct_time_ms() < deadline) {
+        while (waitpid(-1, NULL, WNOHANG) > 0) {
+        }
+        ct_sleep_ms(5);
+    }
+    ct_sleep_ms(100);
+}
+
 static int build_argv(const launcher_t *l, char **argv, const char *const *job)
 {
     int n = 0;
@@ -158,6 +174,7 @@ static void noop_once(launcher_t *l)
     int st = finish(pid, 120000);
     int64_t t1 = ct_time_ns();
     getrusage(RUSAGE_CHILDREN, &r1);
+    settle(pid);
     if (st != 0) {
         l->failures++;
         return;
@@ -216,6 +233,7 @@ static void restart_once(launcher_t *l, int run)
     if (starts[0][0] == 0 || starts[0][1] == 0) {
         l->failures++;
         finish(pid, 1);
+        settle(pid);
         return;
     }
     ct_sleep_ms(100); /* let the launcher settle into supervising */
@@ -226,6 +244,7 @@ static void restart_once(launcher_t *l, int run)
         ct_sleep_ms(1);
     }
     int st = finish(pid, 60000);
+    settle(pid);
     if (st != 0 || starts[1][0] == 0 || starts[1][1] == 0) {
         l->failures++;
         return;
