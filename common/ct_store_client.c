@@ -69,12 +69,16 @@ static int ct__reserve(uint8_t **buf, size_t *cap, size_t want, ct_errbuf_t *eb)
     return 0;
 }
 
-/* Waits for events on the socket until the deadline. 0: ready; -ETIMEDOUT; -errno. */
-static int ct__poll(int fd, short events, int64_t deadline)
+/* Waits for events on fd (or only for the deadline when fd < 0) until the deadline, or until
+ * the client's cancel fd becomes readable. 0: ready; -ETIMEDOUT; -ECANCELED; -errno. */
+static int ct__poll(const ct_store_client_t *c, int fd, short events, int64_t deadline)
 {
     for (;;) {
-        struct pollfd p = {.fd = fd, .events = events};
-        int rc = poll(&p, 1, ct_deadline_poll_ms(deadline));
+        struct pollfd p[2] = {{.fd = fd, .events = events}, {.fd = c->cancel_fd, .events = POLLIN}};
+        /* poll ignores negative fds, so the slots of an absent socket or cancel fd are inert. */
+        int rc = poll(p, 2, ct_deadline_poll_ms(deadline));
+        if (rc > 0 && p[1].revents != 0)
+            return -ECANCELED;
         if (rc > 0)
             return 0; /* errors and hang-ups surface in the following send/recv */
         if (rc == 0)
@@ -98,7 +102,7 @@ static int ct__send_all(ct_store_client_t *c, const void *buf, size_t n, int64_t
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int rc = ct__poll(c->fd, POLLOUT, deadline);
+            int rc = ct__poll(c, c->fd, POLLOUT, deadline);
             if (rc == -ETIMEDOUT)
                 return ct_errbuf_set(eb, -ETIMEDOUT, "%s: timed out sending to %s:%d", what,
                                      c->host, c->port);
@@ -146,7 +150,7 @@ static int ct__fill(ct_store_client_t *c, size_t need, int64_t deadline, const c
         if (errno == EINTR)
             continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            rc = ct__poll(c->fd, POLLIN, deadline);
+            rc = ct__poll(c, c->fd, POLLIN, deadline);
             if (rc == -ETIMEDOUT)
                 return ct_errbuf_set(eb, -ETIMEDOUT, "%s: no reply from %s:%d before the deadline",
                                      what, c->host, c->port);
@@ -216,7 +220,8 @@ static bool ct__retryable(int rc)
 }
 
 /* One TCP connection attempt to one address. */
-static int ct__connect_addr(const struct addrinfo *ai, int64_t deadline, int *fd_out)
+static int ct__connect_addr(const ct_store_client_t *c, const struct addrinfo *ai, int64_t deadline,
+                            int *fd_out)
 {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0)
@@ -228,7 +233,7 @@ static int ct__connect_addr(const struct addrinfo *ai, int64_t deadline, int *fd
             close(fd);
             return rc;
         }
-        rc = ct__poll(fd, POLLOUT, deadline);
+        rc = ct__poll(c, fd, POLLOUT, deadline);
         if (rc == 0) {
             int err = 0;
             socklen_t len = sizeof err;
@@ -267,7 +272,7 @@ static int ct__connect_tcp(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *
         resolved = true;
         for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
             int fd = -1;
-            int rc = ct__connect_addr(ai, deadline, &fd);
+            int rc = ct__connect_addr(c, ai, deadline, &fd);
             if (rc == 0) {
                 freeaddrinfo(res);
                 c->fd = fd;
@@ -392,10 +397,12 @@ static int ct__connect_loop(ct_store_client_t *c, int64_t deadline, ct_errbuf_t 
             sleep_ms = left;
         ct_log_debug("store %s:%d: attempt %d failed (%s); retrying in %lld ms", c->host, c->port,
                      attempt, last.msg, (long long)sleep_ms);
-        ct_sleep_ms(sleep_ms);
+        if (ct__poll(c, -1, 0, ct_deadline_after_ms(sleep_ms)) == -ECANCELED)
+            return ct_errbuf_set(eb, -ECANCELED, "connecting to store %s:%d: canceled", c->host,
+                                 c->port);
         interval *= 1.5;
-        if (interval > CT__BACKOFF_MAX_MS)
-            interval = CT__BACKOFF_MAX_MS;
+        if (interval > (double)c->backoff_max_ms)
+            interval = (double)c->backoff_max_ms;
     }
 }
 
@@ -407,6 +414,7 @@ int ct_store_client_connect(ct_store_client_t *c, const char *host, int port,
         opts = &defaults;
     memset(c, 0, sizeof *c);
     c->fd = -1;
+    c->cancel_fd = -1;
     c->initialized = true;
     if (host == NULL || host[0] == '\0' || strlen(host) >= sizeof c->host)
         return ct_errbuf_set(eb, CT_EPARSE, "store host \"%s\" is empty or too long",
@@ -421,6 +429,8 @@ int ct_store_client_connect(ct_store_client_t *c, const char *host, int port,
     c->timeout_ms = opts->timeout_ms == 0 ? CT_STORE_DEFAULT_TIMEOUT_MS : opts->timeout_ms;
     c->cancel_grace_ms = opts->cancel_grace_ms > 0 ? opts->cancel_grace_ms : CT__CANCEL_GRACE_MS;
     c->no_ping = opts->no_ping;
+    c->cancel_fd = opts->cancel_fd > 0 ? opts->cancel_fd : -1;
+    c->backoff_max_ms = opts->backoff_max_ms > 0 ? opts->backoff_max_ms : CT__BACKOFF_MAX_MS;
     c->limits = opts->limits ? *opts->limits : ct_store_default_limits;
     c->rng = (uint64_t)ct_time_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c;
     if (c->rng == 0)
@@ -460,6 +470,7 @@ void ct_store_client_close(ct_store_client_t *c)
     }
     memset(c, 0, sizeof *c);
     c->fd = -1;
+    c->cancel_fd = -1;
 }
 
 void ct_store_client_set_timeout(ct_store_client_t *c, int64_t timeout_ms)

@@ -25,10 +25,11 @@
  * - Replies that carry bytes (get, compare_set, multi_get, queue_pop, list_keys) are returned
  *   as views into the client's receive buffer, valid until the next call on the same client.
  *
- * Errors: -ETIMEDOUT (deadline), -ECONNREFUSED & co. (connect), CT_EPEER (the server closed the
- * connection), CT_EPROTOCOL (a reply that does not parse, or a ping mismatch), CT_EAUTH
- * (authentication), -ENOTSUP (a v2-only request on a v1 client), -ENODATA (queue_pop on an
- * empty queue without blocking), CT_ELIMIT (a request over the limits), with detail in eb.
+ * Errors: -ETIMEDOUT (deadline), -ECANCELED (the cancel fd became readable), -ECONNREFUSED &
+ * co. (connect), CT_EPEER (the server closed the connection), CT_EPROTOCOL (a reply that does
+ * not parse, or a ping mismatch), CT_EAUTH (authentication), -ENOTSUP (a v2-only request on a
+ * v1 client), -ENODATA (queue_pop on an empty queue without blocking), CT_ELIMIT (a request
+ * over the limits), with detail in eb.
  */
 #ifndef CT_STORE_CLIENT_H
 #define CT_STORE_CLIENT_H
@@ -64,6 +65,14 @@ typedef struct ct_store_client_opts {
     bool no_ping;
     /* Limits applied to replies; NULL = ct_store_default_limits. Copied. */
     const ct_store_limits_t *limits;
+    /* Longest pause between connection attempts (0 = 60 s, PyTorch's cap). A launcher waiting
+     * for a peer that starts late wants a short cap, so it connects soon after the peer is up. */
+    int64_t backoff_max_ms;
+    /* When > 0: a file descriptor the client polls beside its socket; once it is readable,
+     * every blocking call (connecting, backoff pauses, sends, replies, waits) returns
+     * -ECANCELED and drops the connection. It lets another thread stop a client blocked in a
+     * WAIT (e.g. an eventfd written once at shutdown). 0 = none (fd 0 is never one). */
+    int cancel_fd;
 } ct_store_client_opts_t;
 
 typedef struct ct_store_client {
@@ -74,6 +83,8 @@ typedef struct ct_store_client {
     int port;
     int64_t timeout_ms, cancel_grace_ms;
     bool no_ping;
+    int cancel_fd; /* -1: none */
+    int64_t backoff_max_ms;
     char *token; /* owned copy, or NULL */
     size_t token_len;
     ct_store_limits_t limits;

@@ -1,25 +1,42 @@
 /*
- * ctrun_main.c - the ctrun executable: parse the command line, answer --help and --version,
- * reject bad flags with one line and exit status 2.
+ * ctrun_main.c - the ctrun executable: parse the command line (answer --help and --version,
+ * reject a bad flag or value with one line and exit status 2), set the log level, and run the
+ * agent (ctrun_agent.h), whose result is the exit status.
  *
- * This build has no agent yet (rendezvous, spawning and supervision come with the store), so a
- * valid command line is not run: ctrun says so in one line and exits with EX_UNAVAILABLE (69)
- * rather than pretending to have run the job.
+ * Log level: CT_LOG_LEVEL when set; otherwise torchrun's LOGLEVEL (Python level names), so that
+ * LOGLEVEL=INFO shows the same INFO blocks as torchrun; otherwise warnings and errors only, as
+ * torchrun prints by default.
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
 
 #include "ct_log.h"
+#include "ctrun_agent.h"
 #include "ctrun_cli.h"
 
-/* sysexits.h's EX_UNAVAILABLE: distinct from every status a real job run can end with. */
-#define CTRUN_EXIT_UNAVAILABLE 69
+static void ctrun__log_level(void)
+{
+    if (getenv("CT_LOG_LEVEL") != NULL)
+        return; /* ct_log_init read it */
+    const char *py = getenv("LOGLEVEL");
+    ct_log_level_t level = CT_LOG_WARN;
+    if (py != NULL) {
+        if (strcasecmp(py, "CRITICAL") == 0 || strcasecmp(py, "FATAL") == 0)
+            level = CT_LOG_ERROR;
+        else if (ct_log_parse_level(py, &level, NULL) != 0)
+            level = CT_LOG_WARN;
+    }
+    ct_log_set_level(level);
+}
 
 int main(int argc, char **argv)
 {
     ct_errbuf_t eb = {{0}};
     if (ct_log_init("[ctrun]", &eb) != 0)
         ct_log_warn("%s", eb.msg);
+    ctrun__log_level();
 
     ctrun_config_t cfg;
     ctrun_cli_action_t action;
@@ -38,10 +55,11 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < cfg.nwarnings; i++)
         ct_log_warn("%s", cfg.warnings[i]);
-    fprintf(stderr,
-            "ctrun: the launcher agent is not available in this build; %s was not "
-            "started\n",
-            cfg.script);
+    int exit_code = CTRUN_EXIT_FAILED;
+    if (ctrun_agent_run(&cfg, &exit_code, &eb) != 0) {
+        fprintf(stderr, "ctrun: error: %s\n", eb.msg);
+        exit_code = CTRUN_EXIT_FAILED;
+    }
     ctrun_config_free(&cfg);
-    return CTRUN_EXIT_UNAVAILABLE;
+    return exit_code;
 }

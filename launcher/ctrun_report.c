@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "ct_errfile.h"
 #include "ctrun_signal.h"
 
@@ -113,6 +115,54 @@ void ctrun_failure_free(ctrun_failure_t *f)
     free(f->error_file);
     free(f->message);
     f->host = f->error_file = f->message = NULL;
+}
+
+int ctrun_failure_to_json(const ctrun_failure_t *f, int node, char **out)
+{
+    json_t *o =
+        json_pack("{s:i, s:i, s:i, s:i, s:i, s:I, s:s, s:s?, s:s}", "node", node, "rank", f->rank,
+                  "local_rank", f->local_rank, "pid", f->pid, "exitcode", f->exitcode, "timestamp",
+                  (json_int_t)f->timestamp, "host", f->host ? f->host : "", "error_file",
+                  f->error_file, "message", f->message ? f->message : "");
+    if (o == NULL)
+        return -ENOMEM;
+    *out = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(o);
+    return *out ? 0 : -ENOMEM;
+}
+
+int ctrun_failure_from_json(const char *text, ctrun_failure_t *f, int *node, ct_errbuf_t *eb)
+{
+    memset(f, 0, sizeof *f);
+    json_error_t err;
+    json_t *o = json_loads(text, 0, &err);
+    if (o == NULL)
+        return ct_errbuf_set(eb, CT_EPARSE, "failure record: %s", err.text);
+    const char *host = NULL, *file = NULL, *message = NULL;
+    json_t *jfile = NULL;
+    json_int_t ts = 0;
+    int rc = json_unpack_ex(o, &err, 0, "{s:i, s:i, s:i, s:i, s:i, s:I, s:s, s:o, s:s}", "node",
+                            node, "rank", &f->rank, "local_rank", &f->local_rank, "pid", &f->pid,
+                            "exitcode", &f->exitcode, "timestamp", &ts, "host", &host, "error_file",
+                            &jfile, "message", &message);
+    if (rc == 0 && !json_is_null(jfile) && (file = json_string_value(jfile)) == NULL) {
+        snprintf(err.text, sizeof err.text, "error_file is neither a string nor null");
+        rc = -1;
+    }
+    if (rc != 0) {
+        json_decref(o);
+        return ct_errbuf_set(eb, CT_EPARSE, "failure record: %s", err.text);
+    }
+    f->timestamp = ts;
+    f->host = strdup(host);
+    f->error_file = file ? strdup(file) : NULL;
+    f->message = strdup(message);
+    json_decref(o);
+    if (f->host == NULL || f->message == NULL || (file != NULL && f->error_file == NULL)) {
+        ctrun_failure_free(f);
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory");
+    }
+    return 0;
 }
 
 size_t ctrun_report_root(const ctrun_failure_t *failures, size_t n)

@@ -66,6 +66,16 @@ int ctrun_failure_init(ctrun_failure_t *f, int rank, int local_rank, int pid, in
 
 void ctrun_failure_free(ctrun_failure_t *f);
 
+/* One failure as a single JSON line (no newline) for passing records between agents through
+ * the store: {"node": node, "rank": .., "local_rank": .., "pid": .., "exitcode": ..,
+ * "timestamp": .., "host": .., "error_file": path or null, "message": ..}. *out is malloc'd.
+ * Returns 0 or -ENOMEM. */
+int ctrun_failure_to_json(const ctrun_failure_t *f, int node, char **out);
+
+/* Reads such a line back into f (free with ctrun_failure_free) and *node. The record describes
+ * another process's file, so error_file_ok stays false. Errors: CT_EPARSE with the reason. */
+int ctrun_failure_from_json(const char *text, ctrun_failure_t *f, int *node, ct_errbuf_t *eb);
+
 /* Index of the root cause: the smallest timestamp, the first of equals. n must be > 0. */
 size_t ctrun_report_root(const ctrun_failure_t *failures, size_t n);
 

@@ -267,6 +267,56 @@ static void test_propagate_to_launcher_error_file(void)
     ctrun_failure_free(&f);
 }
 
+static void test_json_round_trip(void)
+{
+    /* Records travel between agents as JSON lines: every field survives, a message with quotes,
+     * newlines and non-ASCII text included; the copy is never taken for a readable local file. */
+    ctrun_failure_t f, g;
+    CT_ASSERT_OK(ctrun_failure_init(&f, 5, 1, 777, -11, 1700000123, "node-2.cluster", NULL));
+    free(f.message);
+    f.message = strdup("ValueError: \"bad\"\n  at line 2 \xc3\xa9");
+    f.error_file = strdup("/logs/run/attempt_0/1/error.json");
+    f.error_file_ok = true;
+    char *json = NULL;
+    CT_ASSERT_OK(ctrun_failure_to_json(&f, 3, &json));
+    CT_ASSERT(strchr(json, '\n') == NULL);
+    int node = -1;
+    ct_errbuf_t eb = {{0}};
+    CT_ASSERT_OK(ctrun_failure_from_json(json, &g, &node, &eb));
+    CT_ASSERT_EQ(node, 3);
+    CT_ASSERT_EQ(g.rank, 5);
+    CT_ASSERT_EQ(g.local_rank, 1);
+    CT_ASSERT_EQ(g.pid, 777);
+    CT_ASSERT_EQ(g.exitcode, -11);
+    CT_ASSERT_EQ(g.timestamp, 1700000123);
+    CT_ASSERT_STR_EQ(g.host, "node-2.cluster");
+    CT_ASSERT_STR_EQ(g.error_file, f.error_file);
+    CT_ASSERT_STR_EQ(g.message, f.message);
+    CT_ASSERT(!g.error_file_ok);
+    ctrun_failure_free(&g);
+    free(json);
+    /* No error file: null, and back to NULL. */
+    free(f.error_file);
+    f.error_file = NULL;
+    CT_ASSERT_OK(ctrun_failure_to_json(&f, 0, &json));
+    CT_ASSERT_STR_CONTAINS(json, "\"error_file\":null");
+    CT_ASSERT_OK(ctrun_failure_from_json(json, &g, &node, &eb));
+    CT_ASSERT(g.error_file == NULL);
+    ctrun_failure_free(&g);
+    free(json);
+    ctrun_failure_free(&f);
+    /* Bad input: one line naming the problem. */
+    CT_ASSERT_ERR(ctrun_failure_from_json("{\"node\": 1}", &g, &node, &eb), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "failure record: ");
+    CT_ASSERT_ERR(ctrun_failure_from_json("not json", &g, &node, &eb), CT_EPARSE);
+    CT_ASSERT_ERR(ctrun_failure_from_json("{\"node\":0,\"rank\":0,\"local_rank\":0,\"pid\":1,"
+                                          "\"exitcode\":1,\"timestamp\":1,\"host\":\"h\","
+                                          "\"error_file\":7,\"message\":\"m\"}",
+                                          &g, &node, &eb),
+                  CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "error_file is neither a string nor null");
+}
+
 static void test_fqdn(void)
 {
     char host[256] = "";
@@ -290,6 +340,7 @@ int main(void)
     CT_RUN(test_width_counts_characters_and_caps_at_60);
     CT_RUN(test_failed_line);
     CT_RUN(test_propagate_to_launcher_error_file);
+    CT_RUN(test_json_round_trip);
     CT_RUN(test_fqdn);
     CT_ASSERT_EQ(chdir("/"), 0);
     char cmd[64];

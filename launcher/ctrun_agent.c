@@ -1,0 +1,1052 @@
+/*
+ * ctrun_agent.c - the agent's states, events and its one transition function (ctrun__step).
+ *
+ * Every callback (kv replies, worker exits and closes, heartbeats, signals, timers) turns into
+ * one ctrun__event_t and goes through ctrun__step, which is the only place that changes the
+ * agent's or a worker's state; the helpers it calls act (send a signal, submit a request,
+ * print) and return. The states are listed in ctrun_agent_internal.h. One attempt, as this
+ * node sees it:
+ *
+ *   RENDEZVOUS  ctrun_rdzv runs attempt k's round; its plan arrives as RDZV_REPLY -> COMPLETE.
+ *   RUNNING     workers started; a GET of /ctrun/a/<k>/outcome is pending from the start.
+ *               - a worker fails (non-zero, signal, spawn failure, watchdog): its record is
+ *                 appended to /ctrun/a/<k>/failures, "failed <g>" is compare-set into the
+ *                 outcome, every local worker gets SIGTERM -> STOPPING.
+ *               - the outcome arrives first (another node failed or stopped) -> STOPPING.
+ *               - a handled signal: forwarded to every worker, "stopped <g> <sig>" -> STOPPING.
+ *               - every worker exited 0: ADD /ctrun/a/<k>/ok; whoever brings it to N writes
+ *                 "succeeded" -> SUCCEEDED (waits for the outcome; a late failure elsewhere
+ *                 still moves it to STOPPING, with nothing left to stop).
+ *   STOPPING    grace timer -> SIGKILL. Once every worker is GONE and the outcome is known:
+ *               restarts left -> RENDEZVOUS of k+1; otherwise the report (failures read from
+ *               the store) -> EXITING.
+ *   EXITING     exit barrier: a client ADDs /ctrun/left and leaves; the host waits (bounded)
+ *               until the others have, so nobody loses the store while reading it -> DONE.
+ *
+ * The job-wide restart count is the attempt number the coordinator publishes in each plan;
+ * --max_restarts is the host's (carried in the plan), so every node restarts the same number
+ * of times.
+ */
+#include "ctrun_agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ct_log.h"
+#include "ct_time.h"
+#include "ctrun_agent_internal.h"
+#include "ctrun_cmd.h"
+#include "ctrun_env.h"
+#include "ctrun_info.h"
+#include "ctrun_signal.h"
+
+/* Kinds of the agent's own kv requests (the rendezvous has its own, see ctrun_rdzv.h). */
+enum {
+    CTRUN__KV_OUTCOME = 1, /* GET /ctrun/a/<k>/outcome */
+    CTRUN__KV_POST,        /* COMPARE_SET of the outcome */
+    CTRUN__KV_APPEND,      /* APPEND a failure record */
+    CTRUN__KV_OK,          /* ADD /ctrun/a/<k>/ok */
+    CTRUN__KV_FAILURES,    /* GET /ctrun/a/<k>/failures */
+    CTRUN__KV_LEFT,        /* ADD /ctrun/left */
+};
+
+typedef enum ctrun__event_kind {
+    CTRUN__EV_START = 0,
+    CTRUN__EV_KV,           /* reply */
+    CTRUN__EV_RDZV_TIMEOUT, /* the round did not complete in time */
+    CTRUN__EV_WORKER_EXIT,  /* worker, value = exit code */
+    CTRUN__EV_WORKER_GONE,  /* worker */
+    CTRUN__EV_WATCHDOG,     /* worker silent for --watchdog_timeout */
+    CTRUN__EV_SIGNAL,       /* value = signal */
+    CTRUN__EV_GRACE,        /* the grace period after SIGTERM is over */
+    CTRUN__EV_LEFT,         /* host: value = agents that left, -1 = coordinator error */
+    CTRUN__EV_BARRIER_TIMEOUT,
+} ctrun__event_kind_t;
+
+typedef struct ctrun__event {
+    ctrun__event_kind_t kind;
+    int worker;
+    int value;
+    const ctrun_kv_reply_t *reply;
+} ctrun__event_t;
+
+static void ctrun__step(ctrun_agent_t *a, const ctrun__event_t *ev);
+
+static const char *const ctrun__state_names[] = {
+    [CTRUN_AGENT_INIT] = "INIT",         [CTRUN_AGENT_RENDEZVOUS] = "RENDEZVOUS",
+    [CTRUN_AGENT_RUNNING] = "RUNNING",   [CTRUN_AGENT_SUCCEEDED] = "SUCCEEDED",
+    [CTRUN_AGENT_STOPPING] = "STOPPING", [CTRUN_AGENT_EXITING] = "EXITING",
+    [CTRUN_AGENT_DONE] = "DONE",
+};
+
+static void ctrun__set_state(ctrun_agent_t *a, ctrun_agent_state_t s)
+{
+    ct_log_debug("agent: %s -> %s (attempt %d)", ctrun__state_names[a->state],
+                 ctrun__state_names[s], a->attempt);
+    a->state = s;
+}
+
+/* ---- small actions ------------------------------------------------------------------------ */
+
+/* This node's name for reports and the rendezvous, looked up on first use: the lookup reads the
+ * resolver's files, which a one-node job that never fails does not need to pay for. */
+static const char *ctrun__host(ctrun_agent_t *a)
+{
+    if (a->host[0] == '\0')
+        ctrun_host_fqdn(a->host, sizeof a->host);
+    return a->host;
+}
+
+static uint64_t ctrun__tag(const ctrun_agent_t *a, unsigned kind)
+{
+    return CTRUN_TAG(CTRUN_TAG_AGENT, a->attempt, kind);
+}
+
+static int ctrun__live_workers(const ctrun_agent_t *a)
+{
+    int n = 0;
+    for (int i = 0; i < a->nworkers; i++)
+        n += a->workers[i].state == CTRUN_WORKER_RUNNING ||
+             a->workers[i].state == CTRUN_WORKER_STOPPING;
+    return n;
+}
+
+/* A store request could not be made or failed: from here on the agent works alone. */
+static void ctrun__store_lost(ctrun_agent_t *a, const char *what)
+{
+    if (!a->store_lost)
+        ct_log_error("lost the rendezvous store at %s:%d: %s", a->master_addr, a->master_port,
+                     what);
+    a->store_lost = true;
+}
+
+static void ctrun__kv(ctrun_agent_t *a, int rc)
+{
+    if (rc != 0)
+        ctrun__store_lost(a, ct_strerror(rc));
+}
+
+static ctrun_outcome_t ctrun__parse_outcome(const char *text, int *node, int *sig)
+{
+    *node = -1;
+    *sig = 0;
+    if (strcmp(text, "succeeded") == 0)
+        return CTRUN_OUTCOME_SUCCEEDED;
+    if (sscanf(text, "failed %d", node) == 1)
+        return CTRUN_OUTCOME_FAILED;
+    if (sscanf(text, "stopped %d %d", node, sig) == 2)
+        return CTRUN_OUTCOME_STOPPED;
+    return CTRUN_OUTCOME_NONE;
+}
+
+static void ctrun__note_outcome(ctrun_agent_t *a, const char *text)
+{
+    if (a->outcome != CTRUN_OUTCOME_NONE)
+        return;
+    a->outcome = ctrun__parse_outcome(text, &a->outcome_node, &a->outcome_signal);
+    if (a->outcome == CTRUN_OUTCOME_NONE)
+        ct_log_warn("ignoring a malformed outcome of attempt %d: \"%.64s\"", a->attempt, text);
+}
+
+/* Writes the outcome of the attempt unless one is there already; the reply tells the winner. */
+static void ctrun__post_outcome(ctrun_agent_t *a, const char *text)
+{
+    if (a->store_lost) {
+        ctrun__note_outcome(a, text);
+        return;
+    }
+    char key[CTRUN_RDZV_KEY_MAX];
+    ctrun_rdzv_key(key, "a/%d/outcome", a->attempt);
+    ctrun__kv(a, ctrun_kv_cas(a->kv, key, "", text, ctrun__tag(a, CTRUN__KV_POST)));
+    if (a->store_lost)
+        ctrun__note_outcome(a, text);
+}
+
+static void ctrun__signal_all(ctrun_agent_t *a, int sig)
+{
+    for (int i = 0; i < a->nworkers; i++) {
+        ctrun_worker_t *w = &a->workers[i];
+        if (w->state == CTRUN_WORKER_RUNNING || w->state == CTRUN_WORKER_STOPPING) {
+            ctrun_group_signal(a, i, sig);
+            w->state = CTRUN_WORKER_STOPPING;
+        }
+    }
+}
+
+/* Every live worker gets sig (SIGTERM for a failure, the handled signal otherwise) and the
+ * grace period starts. */
+static void ctrun__stop_workers(ctrun_agent_t *a, int sig)
+{
+    ctrun__signal_all(a, sig);
+    uv_timer_stop(&a->watchdog_timer);
+    /* One deadline per attempt: a later signal does not extend it. */
+    if (!uv_is_active((uv_handle_t *)&a->grace_timer) && ctrun__live_workers(a) > 0) {
+        uint64_t ms = (uint64_t)(a->cfg->grace_period_s * 1000.0 + 0.5);
+        uv_timer_start(&a->grace_timer, a->grace_timer.timer_cb, ms, 0);
+    }
+}
+
+/* Records worker i's failure, logs torchrun's line, and publishes the record. */
+static void ctrun__record_failure(ctrun_agent_t *a, int i, int exitcode, const char *message)
+{
+    ctrun_worker_t *w = &a->workers[i];
+    w->failed = true;
+    ctrun_failure_t *grown = realloc(a->failures, (a->nfailures + 1) * sizeof *grown);
+    if (grown == NULL) {
+        ct_log_error("out of memory recording the failure of local rank %d", i);
+        return;
+    }
+    a->failures = grown;
+    ctrun_failure_t *f = &a->failures[a->nfailures];
+    const char *ef = a->logs.disabled ? NULL : w->error_file;
+    if (ctrun_failure_init(f, w->rank, i, (int)w->proc.pid, exitcode, (int64_t)ct_time_unix_s(),
+                           ctrun__host(a), ef) != 0) {
+        ct_log_error("out of memory recording the failure of local rank %d", i);
+        return;
+    }
+    if (message != NULL && !f->error_file_ok) {
+        char *m = strdup(message);
+        if (m != NULL) {
+            free(f->message);
+            f->message = m;
+        }
+    }
+    a->nfailures++;
+    char line[1024];
+    ctrun_report_failed_line(f, a->entrypoint, line, sizeof line);
+    ct_log_error("%s", line);
+    if (w->hb_count > 0)
+        ct_log_warn("local rank %d (rank %d) last reported step %llu, %.1f s before it failed", i,
+                    w->rank, (unsigned long long)w->hb_step,
+                    (double)(uv_now(&a->loop) - w->hb_last_ms) / 1000.0);
+    if (a->store_lost)
+        return;
+    char *json = NULL;
+    if (ctrun_failure_to_json(f, a->plan.group_rank, &json) == 0) {
+        size_t n = strlen(json);
+        char *line_nl = malloc(n + 2);
+        if (line_nl != NULL) {
+            memcpy(line_nl, json, n);
+            line_nl[n] = '\n';
+            line_nl[n + 1] = '\0';
+            char key[CTRUN_RDZV_KEY_MAX];
+            ctrun_rdzv_key(key, "a/%d/failures", a->attempt);
+            ctrun__kv(a, ctrun_kv_append(a->kv, key, line_nl, ctrun__tag(a, CTRUN__KV_APPEND)));
+            free(line_nl);
+        }
+        free(json);
+    }
+}
+
+/* This node's attempt failed first-hand (once per attempt): tell the others, stop the rest. */
+static void ctrun__fail_attempt(ctrun_agent_t *a)
+{
+    if (!a->failure_posted) {
+        a->failure_posted = true;
+        char text[64];
+        snprintf(text, sizeof text, "failed %d", a->plan.group_rank);
+        ctrun__post_outcome(a, text);
+    }
+    ctrun__stop_workers(a, SIGTERM);
+}
+
+/* ---- ending --------------------------------------------------------------------------------- */
+
+static void ctrun__close_cb(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void ctrun__store_closed(void *data)
+{
+    ctrun_agent_t *a = data;
+    a->store = NULL;
+}
+
+/* Closes every handle; uv_run then returns. */
+static void ctrun__done(ctrun_agent_t *a, int exit_code)
+{
+    a->exit_code = exit_code;
+    ctrun__set_state(a, CTRUN_AGENT_DONE);
+    uv_timer_stop(&a->grace_timer);
+    uv_timer_stop(&a->rdzv_timer);
+    uv_timer_stop(&a->watchdog_timer);
+    uv_timer_stop(&a->barrier_timer);
+    /* Whatever is still alive (a signal during a rendezvous never started workers; a lost
+     * store leaves none running) must not outlive the agent. */
+    for (int i = 0; i < a->nworkers; i++) {
+        ctrun_worker_t *w = &a->workers[i];
+        if (w->state == CTRUN_WORKER_RUNNING || w->state == CTRUN_WORKER_STOPPING ||
+            w->state == CTRUN_WORKER_EXITED) {
+            ctrun_proc_signal(&w->proc, SIGKILL);
+            ctrun_proc_close(&w->proc);
+        }
+    }
+    ctrun_kv_close(a->kv);
+    a->kv = NULL;
+    if (a->coord_open)
+        ctrun_rdzv_coord_close(&a->coord);
+    a->coord_open = false;
+    if (a->store != NULL && !a->store_closing) {
+        a->store_closing = true;
+        ctrun_store_close(a->store, ctrun__store_closed, a);
+    }
+    for (int i = 0; i < a->nsignals; i++)
+        uv_close((uv_handle_t *)&a->signals[i], ctrun__close_cb);
+    a->nsignals = 0;
+    uv_close((uv_handle_t *)&a->grace_timer, ctrun__close_cb);
+    uv_close((uv_handle_t *)&a->rdzv_timer, ctrun__close_cb);
+    uv_close((uv_handle_t *)&a->watchdog_timer, ctrun__close_cb);
+    uv_close((uv_handle_t *)&a->barrier_timer, ctrun__close_cb);
+}
+
+/* The job is over for this node: the exit barrier, then DONE. */
+static void ctrun__finish(ctrun_agent_t *a, int exit_code)
+{
+    a->exit_code = exit_code;
+    ctrun__set_state(a, CTRUN_AGENT_EXITING);
+    uv_timer_stop(&a->grace_timer);
+    uv_timer_stop(&a->rdzv_timer);
+    uv_timer_stop(&a->watchdog_timer);
+    if (a->store_lost || a->plan.nnodes <= 1) {
+        ctrun__done(a, exit_code);
+        return;
+    }
+    if (!a->is_host) {
+        char key[CTRUN_RDZV_KEY_MAX];
+        ctrun_rdzv_key(key, "left");
+        int rc =
+            ctrun_kv_add(a->kv, key, 1, CTRUN_TAG(CTRUN_TAG_AGENT, a->attempt, CTRUN__KV_LEFT));
+        if (rc != 0)
+            ctrun__done(a, exit_code);
+        return;
+    }
+    if (a->coord.left >= a->plan.nnodes - 1) {
+        ctrun__done(a, exit_code);
+        return;
+    }
+    /* The others only have to stop their workers and read the outcome and the failures. */
+    uint64_t ms = (uint64_t)((a->cfg->grace_period_s + 30.0) * 1000.0);
+    uv_timer_start(&a->barrier_timer, a->barrier_timer.timer_cb, ms, 0);
+}
+
+/* Prints the failure report (records from every node when the store has them) and finishes. */
+static void ctrun__report(ctrun_agent_t *a, const char *lines)
+{
+    ctrun_failure_t *list = NULL;
+    size_t n = 0, cap = 0;
+    bool from_store = lines != NULL && lines[0] != '\0';
+    if (from_store) {
+        char *copy = strdup(lines);
+        char *save = NULL;
+        for (char *line = copy ? strtok_r(copy, "\n", &save) : NULL; line != NULL;
+             line = strtok_r(NULL, "\n", &save)) {
+            if (n == cap) {
+                cap = cap ? cap * 2 : 8;
+                ctrun_failure_t *g = realloc(list, cap * sizeof *g);
+                if (g == NULL)
+                    break;
+                list = g;
+            }
+            int node = -1;
+            ct_errbuf_t eb = {{0}};
+            if (ctrun_failure_from_json(line, &list[n], &node, &eb) != 0) {
+                ct_log_warn("skipping a failure record from the store: %s", eb.msg);
+                continue;
+            }
+            /* Our own workers' error files are here to copy (see ctrun_report_propagate). */
+            list[n].error_file_ok = node == a->plan.group_rank && list[n].error_file != NULL;
+            n++;
+        }
+        free(copy);
+        from_store = n > 0;
+    }
+    const ctrun_failure_t *shown = from_store ? list : a->failures;
+    size_t nshown = from_store ? n : a->nfailures;
+    if (nshown > 0) {
+        char *text = NULL;
+        if (ctrun_report_format(a->entrypoint, shown, nshown, &text) == 0) {
+            fputs(text, stderr);
+            fflush(stderr);
+        }
+        free(text);
+        ct_errbuf_t eb = {{0}};
+        const ctrun_failure_t *root = &shown[ctrun_report_root(shown, nshown)];
+        int rc = ctrun_report_propagate(root, getenv("TORCHELASTIC_ERROR_FILE"), &eb);
+        if (rc == -ENOENT)
+            ct_log_debug("no error file defined for parent, to copy child error file (%s)",
+                         root->error_file ? root->error_file : "<N/A>");
+        else if (rc != 0)
+            ct_log_error("%s", eb.msg);
+    }
+    for (size_t i = 0; i < n; i++)
+        ctrun_failure_free(&list[i]);
+    free(list);
+    ctrun__finish(a, CTRUN_EXIT_FAILED);
+}
+
+/* ---- attempts ------------------------------------------------------------------------------- */
+
+static double ctrun__rdzv_timeout_s(const ctrun_agent_t *a)
+{
+    return a->rdzv_kind == CTRUN_RDZV_KIND_STATIC ? a->cfg->rdzv_conf.timeout_s
+                                                  : a->cfg->rdzv_conf.join_timeout_s;
+}
+
+static void ctrun__start_rendezvous(ctrun_agent_t *a, int attempt)
+{
+    a->attempt = attempt;
+    a->outcome = CTRUN_OUTCOME_NONE;
+    a->failure_posted = false;
+    a->killed = false;
+    ctrun__set_state(a, CTRUN_AGENT_RENDEZVOUS);
+    uv_timer_start(&a->rdzv_timer, a->rdzv_timer.timer_cb,
+                   (uint64_t)(ctrun__rdzv_timeout_s(a) * 1000.0), 0);
+    int rc = ctrun_rdzv_start(&a->rdzv, attempt);
+    if (rc != 0) {
+        ct_log_error("%s", a->rdzv.error);
+        ctrun__done(a, CTRUN_EXIT_FAILED);
+    }
+}
+
+/* The plan of the attempt is known: start every local worker. */
+static void ctrun__start_workers(ctrun_agent_t *a)
+{
+    ct_errbuf_t eb = {{0}};
+    uv_timer_stop(&a->rdzv_timer);
+    a->plan = a->rdzv.plan;
+    if (ctrun_group_prepare(a, &eb) != 0) {
+        ct_log_error("preparing attempt %d: %s", a->attempt, eb.msg);
+        ctrun_group_free(a);
+        ctrun__done(a, CTRUN_EXIT_FAILED);
+        return;
+    }
+    ctrun_group_log_rendezvous(a);
+    char key[CTRUN_RDZV_KEY_MAX];
+    ctrun_rdzv_key(key, "a/%d/outcome", a->attempt);
+    ctrun__kv(a, ctrun_kv_get(a->kv, key, ctrun__tag(a, CTRUN__KV_OUTCOME)));
+    ctrun__set_state(a, CTRUN_AGENT_RUNNING);
+    for (int i = 0; i < a->nworkers; i++) {
+        ctrun_worker_t *w = &a->workers[i];
+        ct_errbuf_clear(&eb);
+        if (ctrun_group_spawn(a, i, &eb) == 0) {
+            w->state = CTRUN_WORKER_RUNNING;
+            a->nrunning++;
+            continue;
+        }
+        /* Reported now, with the reason; the attempt fails like a crash (exit status 127, as
+         * a shell reports a command it cannot run). */
+        ct_log_error("cannot start local rank %d: %s", i, eb.msg);
+        w->exitcode = 127;
+        char msg[CT_ERRBUF_SIZE + 32];
+        snprintf(msg, sizeof msg, "could not start: %s", eb.msg);
+        ctrun__record_failure(a, i, 127, msg);
+        for (int j = i; j < a->nworkers; j++) {
+            ctrun_worker_t *wj = &a->workers[j];
+            if (j == i && !wj->proc.done) {
+                wj->state = CTRUN_WORKER_EXITED; /* its handles are still closing */
+                continue;
+            }
+            wj->state = CTRUN_WORKER_GONE;
+            a->ngone++;
+        }
+        ctrun__fail_attempt(a);
+        ctrun__set_state(a, CTRUN_AGENT_STOPPING);
+        return;
+    }
+}
+
+/* STOPPING or SUCCEEDED: move on once every worker is gone and the outcome is known. */
+static void ctrun__progress(ctrun_agent_t *a)
+{
+    if (a->ngone < a->nworkers)
+        return;
+    if (a->state == CTRUN_AGENT_SUCCEEDED) {
+        if (a->outcome == CTRUN_OUTCOME_SUCCEEDED)
+            ctrun__finish(a, 0);
+        else if (a->outcome != CTRUN_OUTCOME_NONE)
+            ctrun__set_state(a, CTRUN_AGENT_STOPPING); /* handled just below */
+        else if (a->store_lost)
+            ctrun__finish(a, CTRUN_EXIT_FAILED);
+    }
+    if (a->state != CTRUN_AGENT_STOPPING)
+        return;
+    /* A stop by signal needs no outcome: this node leaves whatever the others decide. */
+    if (a->outcome == CTRUN_OUTCOME_NONE && !a->store_lost && a->stop_signal == 0)
+        return;
+    uv_timer_stop(&a->grace_timer);
+    if (a->stop_signal != 0) {
+        ctrun_group_free(a);
+        ctrun__finish(a, 128 + a->stop_signal);
+        return;
+    }
+    if (a->store_lost) {
+        ctrun__report(a, NULL);
+        ctrun_group_free(a);
+        return;
+    }
+    if (a->outcome == CTRUN_OUTCOME_STOPPED) {
+        char sn[32];
+        ct_log_error("node %d was stopped by %s; stopping this node too", a->outcome_node,
+                     ctrun_signal_name(a->outcome_signal, sn, sizeof sn));
+        ctrun_group_free(a);
+        ctrun__finish(a, CTRUN_EXIT_FAILED);
+        return;
+    }
+    if (a->outcome == CTRUN_OUTCOME_SUCCEEDED) { /* a stop request lost the race */
+        ctrun_group_free(a);
+        ctrun__finish(a, 0);
+        return;
+    }
+    int left = a->plan.max_restarts - a->attempt;
+    if (left > 0) {
+        ct_log_info("[%s] Worker group FAILED. %d/%d attempts left; will restart worker group",
+                    a->cfg->role, left, a->plan.max_restarts);
+        ctrun_group_free(a);
+        ctrun__start_rendezvous(a, a->attempt + 1);
+        return;
+    }
+    /* The last attempt failed: the report needs every node's records. */
+    char key[CTRUN_RDZV_KEY_MAX];
+    ctrun_rdzv_key(key, "a/%d/failures", a->attempt);
+    ctrun__set_state(a, CTRUN_AGENT_EXITING);
+    ctrun__kv(a, ctrun_kv_get(a->kv, key, ctrun__tag(a, CTRUN__KV_FAILURES)));
+    if (a->store_lost) {
+        ctrun__report(a, NULL);
+        ctrun_group_free(a);
+    }
+}
+
+/* ---- the transition function ----------------------------------------------------------------- */
+
+static void ctrun__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
+{
+    if (CTRUN_TAG_OWNER(r->tag) == CTRUN_TAG_RDZV) {
+        if (a->state != CTRUN_AGENT_RENDEZVOUS)
+            return;
+        switch (ctrun_rdzv_on_reply(&a->rdzv, r)) {
+        case CTRUN_RDZV_PENDING:
+            return;
+        case CTRUN_RDZV_ERROR:
+            ct_log_error("%s", a->rdzv.error);
+            ctrun__done(a, CTRUN_EXIT_FAILED);
+            return;
+        case CTRUN_RDZV_COMPLETE:
+            ctrun__start_workers(a);
+            return;
+        }
+        return;
+    }
+    unsigned kind = CTRUN_TAG_KIND(r->tag);
+    if (kind == CTRUN__KV_LEFT) {
+        if (a->state == CTRUN_AGENT_EXITING)
+            ctrun__done(a, a->exit_code);
+        return;
+    }
+    if (CTRUN_TAG_ATTEMPT(r->tag) != a->attempt || a->state == CTRUN_AGENT_DONE)
+        return; /* a reply about an attempt that is over */
+    if (r->rc != 0) {
+        if (r->rc == -ECANCELED)
+            return;
+        ctrun__store_lost(a, r->error);
+        if (a->state == CTRUN_AGENT_RUNNING || a->state == CTRUN_AGENT_SUCCEEDED) {
+            /* Nobody can tell us how the job goes on: stop here. */
+            ctrun__stop_workers(a, SIGTERM);
+            ctrun__set_state(a, CTRUN_AGENT_STOPPING);
+        }
+        if (a->state == CTRUN_AGENT_EXITING && kind == CTRUN__KV_FAILURES) {
+            ctrun__report(a, NULL);
+            ctrun_group_free(a);
+            return;
+        }
+        ctrun__progress(a);
+        return;
+    }
+    const char *value = (const char *)r->data;
+    switch (kind) {
+    case CTRUN__KV_OUTCOME:
+    case CTRUN__KV_POST:
+        ctrun__note_outcome(a, value);
+        if (a->state == CTRUN_AGENT_RUNNING && a->outcome != CTRUN_OUTCOME_NONE &&
+            a->outcome != CTRUN_OUTCOME_SUCCEEDED) {
+            if (a->outcome == CTRUN_OUTCOME_FAILED)
+                ct_log_warn("attempt %d failed on node %d; stopping this node's workers",
+                            a->attempt, a->outcome_node);
+            ctrun__stop_workers(a, SIGTERM);
+            ctrun__set_state(a, CTRUN_AGENT_STOPPING);
+        }
+        ctrun__progress(a);
+        return;
+    case CTRUN__KV_OK:
+        if (r->num == a->plan.nnodes)
+            ctrun__post_outcome(a, "succeeded");
+        return;
+    case CTRUN__KV_FAILURES:
+        if (a->state == CTRUN_AGENT_EXITING) {
+            ctrun__report(a, value);
+            ctrun_group_free(a);
+        }
+        return;
+    default:
+        return;
+    }
+}
+
+static void ctrun__on_worker_exit(ctrun_agent_t *a, int i, int exitcode)
+{
+    ctrun_worker_t *w = &a->workers[i];
+    ctrun_worker_state_t prev = w->state;
+    w->exitcode = exitcode;
+    w->state = CTRUN_WORKER_EXITED;
+    a->nrunning--;
+    if (prev == CTRUN_WORKER_RUNNING && exitcode != 0) {
+        ctrun__record_failure(a, i, exitcode, NULL);
+        if (a->state == CTRUN_AGENT_RUNNING || a->state == CTRUN_AGENT_STOPPING) {
+            ctrun__fail_attempt(a);
+            ctrun__set_state(a, CTRUN_AGENT_STOPPING);
+        }
+        return;
+    }
+    if (a->state == CTRUN_AGENT_RUNNING && a->nrunning == 0 && a->nfailures == 0) {
+        /* Every local worker exited 0. */
+        ctrun__set_state(a, CTRUN_AGENT_SUCCEEDED);
+        uv_timer_stop(&a->watchdog_timer);
+        if (a->store_lost)
+            return;
+        char key[CTRUN_RDZV_KEY_MAX];
+        ctrun_rdzv_key(key, "a/%d/ok", a->attempt);
+        ctrun__kv(a, ctrun_kv_add(a->kv, key, 1, ctrun__tag(a, CTRUN__KV_OK)));
+    }
+}
+
+static void ctrun__on_signal(ctrun_agent_t *a, int sig)
+{
+    char sn[32];
+    ctrun_signal_name(sig, sn, sizeof sn);
+    switch (a->state) {
+    case CTRUN_AGENT_INIT:
+    case CTRUN_AGENT_RENDEZVOUS:
+        /* No worker exists yet. */
+        ct_log_warn("Received %d death signal, shutting down (no worker was started)", sig);
+        ctrun__done(a, 128 + sig);
+        return;
+    case CTRUN_AGENT_RUNNING:
+    case CTRUN_AGENT_SUCCEEDED:
+        ct_log_warn("Received %d death signal, shutting down workers", sig);
+        a->stop_signal = sig;
+        if (sig == SIGINT)
+            a->sigint_count++;
+        {
+            char text[64];
+            snprintf(text, sizeof text, "stopped %d %d", a->plan.group_rank, sig);
+            ctrun__post_outcome(a, text);
+        }
+        ctrun__stop_workers(a, sig);
+        ctrun__set_state(a, CTRUN_AGENT_STOPPING);
+        ctrun__progress(a);
+        return;
+    case CTRUN_AGENT_STOPPING:
+        if (a->stop_signal == 0)
+            a->stop_signal = sig;
+        if (sig == SIGINT && ++a->sigint_count >= 2) {
+            ct_log_warn("Received %s again: killing every worker now", sn);
+            a->killed = true;
+            ctrun__signal_all(a, SIGKILL);
+        } else {
+            ctrun__signal_all(a, sig);
+        }
+        ctrun__progress(a);
+        return;
+    case CTRUN_AGENT_EXITING:
+        ctrun__done(a, 128 + sig);
+        return;
+    case CTRUN_AGENT_DONE:
+        return;
+    }
+}
+
+static void ctrun__on_grace(ctrun_agent_t *a)
+{
+    if (a->state != CTRUN_AGENT_STOPPING || a->killed)
+        return;
+    a->killed = true;
+    for (int i = 0; i < a->nworkers; i++) {
+        ctrun_worker_t *w = &a->workers[i];
+        if (w->state == CTRUN_WORKER_STOPPING || w->state == CTRUN_WORKER_RUNNING)
+            ct_log_warn("Unable to shutdown process %d via %s, forcefully exiting via SIGKILL",
+                        (int)w->proc.pid, a->stop_signal ? "the forwarded signal" : "SIGTERM");
+        /* Exited workers may have left children in their group; those go too. */
+        if (w->state != CTRUN_WORKER_IDLE && w->state != CTRUN_WORKER_GONE)
+            ctrun_proc_signal(&w->proc, SIGKILL);
+    }
+}
+
+static void ctrun__on_watchdog(ctrun_agent_t *a, int i)
+{
+    ctrun_worker_t *w = &a->workers[i];
+    if (a->state != CTRUN_AGENT_RUNNING || w->state != CTRUN_WORKER_RUNNING)
+        return;
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "watchdog: no progress for %g s (last heartbeat at step %llu); see --watchdog_timeout",
+             a->cfg->watchdog_timeout_s, (unsigned long long)w->hb_step);
+    ct_log_error("local rank %d (pid %d): %s", i, (int)w->proc.pid, msg);
+    ctrun__record_failure(a, i, -SIGTERM, msg);
+    ctrun__fail_attempt(a);
+    ctrun__set_state(a, CTRUN_AGENT_STOPPING);
+}
+
+static void ctrun__step(ctrun_agent_t *a, const ctrun__event_t *ev)
+{
+    switch (ev->kind) {
+    case CTRUN__EV_START:
+        ctrun__start_rendezvous(a, 0);
+        return;
+    case CTRUN__EV_KV:
+        ctrun__on_kv(a, ev->reply);
+        return;
+    case CTRUN__EV_RDZV_TIMEOUT:
+        if (a->state != CTRUN_AGENT_RENDEZVOUS)
+            return;
+        ct_log_error("rendezvous of attempt %d timed out after %g s: not all %d nodes joined "
+                     "(store %s:%d; see --rdzv_conf %s=SECONDS)",
+                     a->attempt, ctrun__rdzv_timeout_s(a), a->rdzv.nnodes, a->master_addr,
+                     a->master_port,
+                     a->rdzv_kind == CTRUN_RDZV_KIND_STATIC ? "timeout" : "join_timeout");
+        ctrun__done(a, CTRUN_EXIT_FAILED);
+        return;
+    case CTRUN__EV_WORKER_EXIT:
+        ctrun__on_worker_exit(a, ev->worker, ev->value);
+        ctrun__progress(a);
+        return;
+    case CTRUN__EV_WORKER_GONE: {
+        ctrun_worker_t *w = &a->workers[ev->worker];
+        if (w->state != CTRUN_WORKER_GONE) {
+            w->state = CTRUN_WORKER_GONE;
+            a->ngone++;
+        }
+        if (a->state == CTRUN_AGENT_DONE)
+            return;
+        ctrun__progress(a);
+        return;
+    }
+    case CTRUN__EV_WATCHDOG:
+        ctrun__on_watchdog(a, ev->worker);
+        return;
+    case CTRUN__EV_SIGNAL:
+        ctrun__on_signal(a, ev->value);
+        return;
+    case CTRUN__EV_GRACE:
+        ctrun__on_grace(a);
+        return;
+    case CTRUN__EV_LEFT:
+        if (ev->value < 0) {
+            ct_log_error("rendezvous coordinator: %s", a->coord.error);
+            if (a->state == CTRUN_AGENT_RENDEZVOUS)
+                ctrun__done(a, CTRUN_EXIT_FAILED);
+            return;
+        }
+        if (a->state == CTRUN_AGENT_EXITING && ev->value >= a->plan.nnodes - 1)
+            ctrun__done(a, a->exit_code);
+        return;
+    case CTRUN__EV_BARRIER_TIMEOUT:
+        if (a->state != CTRUN_AGENT_EXITING)
+            return;
+        ct_log_warn("exit barrier: %d of %d other nodes finished within %g s; exiting anyway",
+                    a->coord.left, a->plan.nnodes - 1, a->cfg->grace_period_s + 30.0);
+        ctrun__done(a, a->exit_code);
+        return;
+    }
+}
+
+/* ---- callbacks into events ------------------------------------------------------------------ */
+
+static void ctrun__kv_cb(void *data, const ctrun_kv_reply_t *reply)
+{
+    ctrun__event_t ev = {.kind = CTRUN__EV_KV, .reply = reply};
+    ctrun__step(data, &ev);
+}
+
+void ctrun__agent_worker_exit(ctrun_agent_t *a, int i, int exitcode)
+{
+    ctrun__event_t ev = {.kind = CTRUN__EV_WORKER_EXIT, .worker = i, .value = exitcode};
+    ctrun__step(a, &ev);
+}
+
+void ctrun__agent_worker_gone(ctrun_agent_t *a, int i)
+{
+    ctrun__event_t ev = {.kind = CTRUN__EV_WORKER_GONE, .worker = i};
+    ctrun__step(a, &ev);
+}
+
+static void ctrun__watchdog_cb(uv_timer_t *t)
+{
+    ctrun_agent_t *a = t->data;
+    uint64_t now = uv_now(&a->loop);
+    uint64_t timeout = (uint64_t)(a->cfg->watchdog_timeout_s * 1000.0);
+    uint64_t next = UINT64_MAX;
+    for (int i = 0; i < a->nworkers; i++) {
+        ctrun_worker_t *w = &a->workers[i];
+        if (w->state != CTRUN_WORKER_RUNNING || w->hb_count == 0)
+            continue;
+        uint64_t due = w->hb_last_ms + timeout;
+        if (due <= now) {
+            ctrun__event_t ev = {.kind = CTRUN__EV_WATCHDOG, .worker = i};
+            ctrun__step(a, &ev);
+            return;
+        }
+        if (due - now < next)
+            next = due - now;
+    }
+    if (next != UINT64_MAX)
+        uv_timer_start(t, ctrun__watchdog_cb, next, 0);
+}
+
+void ctrun__agent_worker_heartbeat(ctrun_agent_t *a, int i, const ct_heartbeat_record_t *rec)
+{
+    /* Bookkeeping only (not a state change): the watchdog timer turns silence into an event. */
+    ctrun_worker_t *w = &a->workers[i];
+    w->hb_count++;
+    w->hb_step = rec->step;
+    w->hb_last_ms = uv_now(&a->loop);
+    if (a->cfg->watchdog_timeout_s > 0 && a->state == CTRUN_AGENT_RUNNING &&
+        !uv_is_active((uv_handle_t *)&a->watchdog_timer))
+        uv_timer_start(&a->watchdog_timer, ctrun__watchdog_cb,
+                       (uint64_t)(a->cfg->watchdog_timeout_s * 1000.0), 0);
+}
+
+static void ctrun__signal_cb(uv_signal_t *h, int sig)
+{
+    ctrun__event_t ev = {.kind = CTRUN__EV_SIGNAL, .value = sig};
+    ctrun__step(h->data, &ev);
+}
+
+static void ctrun__grace_cb(uv_timer_t *t)
+{
+    ctrun__event_t ev = {.kind = CTRUN__EV_GRACE};
+    ctrun__step(t->data, &ev);
+}
+
+static void ctrun__rdzv_timer_cb(uv_timer_t *t)
+{
+    ctrun__event_t ev = {.kind = CTRUN__EV_RDZV_TIMEOUT};
+    ctrun__step(t->data, &ev);
+}
+
+static void ctrun__barrier_cb(uv_timer_t *t)
+{
+    ctrun__event_t ev = {.kind = CTRUN__EV_BARRIER_TIMEOUT};
+    ctrun__step(t->data, &ev);
+}
+
+static void ctrun__left_cb(void *data, int left)
+{
+    ctrun__event_t ev = {.kind = CTRUN__EV_LEFT, .value = left};
+    ctrun__step(data, &ev);
+}
+
+/* ---- set-up ---------------------------------------------------------------------------------- */
+
+/* c10d: does the endpoint name this machine? (torchrun's is_host inference, simplified to the
+ * names a test or a user writes: loopback, localhost, this host's names, --local_addr.) */
+static bool ctrun__endpoint_is_local(const ctrun_config_t *cfg, const char *fqdn)
+{
+    const char *h = cfg->store_addr.host;
+    char name[256] = "";
+    gethostname(name, sizeof name - 1);
+    return strcmp(h, "localhost") == 0 || strncmp(h, "127.", 4) == 0 || strcmp(h, "::1") == 0 ||
+           strcmp(h, name) == 0 || strcmp(h, fqdn) == 0 ||
+           (cfg->local_addr != NULL && strcmp(h, cfg->local_addr) == 0);
+}
+
+static int ctrun__setup_store(ctrun_agent_t *a, ct_errbuf_t *eb)
+{
+    const ctrun_config_t *cfg = a->cfg;
+    snprintf(a->master_addr, sizeof a->master_addr, "%s", cfg->store_addr.host);
+    a->master_port = cfg->store_addr.port;
+    bool want_host, may_fall_back = false;
+    if (a->rdzv_kind == CTRUN_RDZV_KIND_STATIC) {
+        want_host = cfg->node_rank == 0;
+    } else if (cfg->standalone) {
+        want_host = true;
+    } else if (cfg->rdzv_conf.is_host >= 0) {
+        want_host = cfg->rdzv_conf.is_host == 1;
+    } else {
+        want_host = ctrun__endpoint_is_local(cfg, ctrun__host(a));
+        may_fall_back = true; /* another agent on this machine may host it (torchrun's rule) */
+    }
+    if (want_host) {
+        ctrun_store_opts_t so = {
+            .host = NULL, /* every address: other nodes reach it by whatever name they use */
+            .port = cfg->store_addr.port,
+            .token = cfg->rdzv_conf.store_token,
+        };
+        int rc = ctrun_store_create(&a->loop, &so, &a->store, eb);
+        if (rc == 0) {
+            a->is_host = true;
+            a->master_port = ctrun_store_port(a->store);
+            ct_log_debug("store listening at %s", ctrun_store_address(a->store));
+        } else if (may_fall_back && rc == -EADDRINUSE) {
+            ct_log_info("port %d is taken on this machine (another agent hosts the store?); "
+                        "joining as a client of %s:%d",
+                        cfg->store_addr.port, cfg->store_addr.host, cfg->store_addr.port);
+        } else {
+            return ct_errbuf_wrap(eb, rc, "cannot host the rendezvous store on port %d",
+                                  cfg->store_addr.port);
+        }
+    }
+    if (a->is_host)
+        return ctrun_kv_open_local(&a->loop, a->store, ctrun__kv_cb, a, &a->kv, eb);
+    double timeout_s = ctrun__rdzv_timeout_s(a);
+    ctrun_kv_remote_opts_t ko = {
+        .host = cfg->store_addr.host,
+        .port = cfg->store_addr.port,
+        .connect_timeout_ms = (int64_t)(timeout_s * 1000.0),
+        .op_timeout_ms = (int64_t)(cfg->rdzv_conf.read_timeout_s * 1000.0),
+        .backoff_max_ms = 1000,
+        .token = cfg->rdzv_conf.store_token,
+    };
+    return ctrun_kv_open_remote(&a->loop, &ko, ctrun__kv_cb, a, &a->kv, eb);
+}
+
+static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
+{
+    const ctrun_config_t *cfg = a->cfg;
+    a->rdzv_kind =
+        cfg->rdzv_backend == CTRUN_RDZV_STATIC ? CTRUN_RDZV_KIND_STATIC : CTRUN_RDZV_KIND_C10D;
+    a->entrypoint = ctrun_cmd_entrypoint_name(cfg);
+    a->prefix_template = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+    if (a->rdzv_kind == CTRUN_RDZV_KIND_C10D && cfg->min_nodes != cfg->max_nodes)
+        ct_log_warn("--nnodes=%d:%d: this rendezvous completes when all %d nodes have joined; "
+                    "nodes cannot join or leave a running job",
+                    cfg->min_nodes, cfg->max_nodes, cfg->max_nodes);
+
+    uv_timer_init(&a->loop, &a->grace_timer);
+    uv_timer_init(&a->loop, &a->rdzv_timer);
+    uv_timer_init(&a->loop, &a->watchdog_timer);
+    uv_timer_init(&a->loop, &a->barrier_timer);
+    a->grace_timer.data = a->rdzv_timer.data = a->watchdog_timer.data = a->barrier_timer.data = a;
+    a->grace_timer.timer_cb = ctrun__grace_cb;
+    a->rdzv_timer.timer_cb = ctrun__rdzv_timer_cb;
+    a->barrier_timer.timer_cb = ctrun__barrier_cb;
+
+    /* Signals are handled from the start: one during the rendezvous ends the agent at once
+     * with 128+signal (no worker exists yet). */
+    for (size_t i = 0; i < cfg->nsignals; i++) {
+        uv_signal_t *h = &a->signals[a->nsignals];
+        uv_signal_init(&a->loop, h);
+        h->data = a;
+        a->nsignals++;
+        int rc = uv_signal_start(h, ctrun__signal_cb, cfg->signals[i]);
+        if (rc != 0)
+            return ct_errbuf_set(eb, rc, "cannot handle signal %d: %s", cfg->signals[i],
+                                 uv_strerror(rc));
+    }
+
+    int rc = ctrun_logs_init(&a->logs, cfg->log_dir, cfg->run_id, eb);
+    if (rc != 0)
+        return rc;
+    if ((rc = ctrun__setup_store(a, eb)) != 0)
+        return rc;
+    ctrun_rdzv_params_t rp = {
+        .kind = a->rdzv_kind,
+        .run_id = cfg->run_id,
+        .nnodes = cfg->max_nodes,
+        .node_rank = cfg->node_rank,
+        .nproc = cfg->nproc_per_node,
+        .max_restarts = cfg->max_restarts,
+        .host = cfg->max_nodes > 1 ? ctrun__host(a) : "localhost",
+    };
+    if (a->is_host) {
+        if ((rc = ctrun_rdzv_coord_init(&a->coord, a->store, &rp, ctrun__left_cb, a, eb)) != 0)
+            return rc;
+        a->coord_open = true;
+    }
+    ctrun_rdzv_init(&a->rdzv, a->kv, &rp);
+    a->plan.nnodes = cfg->max_nodes;
+    return 0;
+}
+
+/* Removes the run's empty log folders (all of them when no worker wrote a file). On some
+ * filesystems each rmdir costs a journal commit and a discard, milliseconds apiece, so a child
+ * does it while ctrun exits: the job's end is not delayed by its own tidying. The child has
+ * nothing of the job (every worker is gone, the store and its threads are closed) and exits
+ * without running exit handlers. */
+static void ctrun__tidy_logs(const ctrun_logs_t *logs)
+{
+    if (logs->run_dir == NULL)
+        return;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setsid(); /* not part of the job's process group: a group kill after ctrun exits (a
+                   * shell, a scheduler) does not cut the tidying short */
+        int fd = open("/dev/null", O_RDWR);
+        for (int i = 0; fd >= 0 && i < 3; i++)
+            dup2(fd, i);
+        ctrun_logs_remove_empty(logs);
+        _exit(0);
+    }
+    if (pid < 0)
+        ctrun_logs_remove_empty(logs);
+}
+
+static void ctrun__walk_close(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
+{
+    ctrun_agent_t *a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory");
+    a->cfg = cfg;
+    int rc = uv_loop_init(&a->loop);
+    if (rc != 0) {
+        free(a);
+        return ct_errbuf_set(eb, rc, "uv_loop_init: %s", uv_strerror(rc));
+    }
+    /* A vanished console reader must not kill the agent; workers get SIGPIPE back. */
+    signal(SIGPIPE, SIG_IGN);
+
+    if (ctrun_env_omp_notice_needed(NULL, cfg->nproc_per_node))
+        ct_log_warn("\n%s", ctrun_env_omp_notice());
+    if (CT_LOG_INFO >= ct_log__threshold) {
+        char *text = NULL;
+        if (ctrun_info_launch_config(cfg, &text) == 0)
+            ct_log_info("%s", text);
+        free(text);
+    }
+
+    ct_errbuf_t seb = {{0}};
+    if (ctrun__setup(a, &seb) != 0) {
+        ct_log_error("%s", seb.msg);
+        ctrun__done(a, CTRUN_EXIT_FAILED);
+    } else {
+        if (a->logs.run_dir != NULL)
+            ct_log_info("log directory set to: %s", a->logs.run_dir);
+        ctrun__event_t ev = {.kind = CTRUN__EV_START};
+        ctrun__step(a, &ev);
+    }
+    uv_run(&a->loop, UV_RUN_DEFAULT);
+    /* Everything was closed by ctrun__done; anything left is a bug worth not hanging on. */
+    uv_walk(&a->loop, ctrun__walk_close, NULL);
+    uv_run(&a->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&a->loop);
+    ctrun_group_free(a);
+    ctrun__tidy_logs(&a->logs);
+    ctrun_logs_close(&a->logs);
+    *exit_code = a->exit_code;
+    free(a);
+    return 0;
+}
