@@ -1,8 +1,11 @@
 /*
  * embed.c - item + positional embedding lookup and its scatter-add backward, with both of the
- * reference's positional-id rules (ct_pos_mode_t). Dropout and the timeline mask that follow the
- * embedding in the model are separate ops; this file only gathers and scatters.
+ * reference's positional-id rules (ct_pos_mode_t), and TiSASRec's per-sequence copies of its
+ * absolute-position tables. Dropout and the timeline mask that follow the embedding in the
+ * model are separate ops; this file only gathers and scatters.
  */
+#include <string.h>
+
 #include "ct_kernels.h"
 
 /* The positional row of column t; see ct_pos_mode_t. */
@@ -54,5 +57,21 @@ void ct_embed_backward_cpu(float *dwte, float *dwpe, const float *dout, const in
                     dp[c] += d[c];
             }
         }
+    }
+}
+
+void ct_rows_broadcast_forward_cpu(float *out, const float *table, int B, int L, int C)
+{
+    for (int b = 0; b < B; b++)
+        memcpy(out + (size_t)b * L * C, table, (size_t)L * C * sizeof *out);
+}
+
+void ct_rows_broadcast_backward_cpu(float *dtable, const float *dout, int B, int L, int C)
+{
+    const size_t n = (size_t)L * C;
+    for (int b = 0; b < B; b++) {
+        const float *d = dout + (size_t)b * n;
+        for (size_t x = 0; x < n; x++)
+            dtable[x] += d[x];
     }
 }
