@@ -272,6 +272,75 @@ static void test_world_size_refused(void)
 
 /* ---- learning, outputs --------------------------------------------------------------------- */
 
+/* ctrain's event file read back by TensorBoard's own reader: every scalar of metrics.jsonl at
+ * its step, as float32 (rtol 1e-6). The Python with the tensorboard package is
+ * $CTRUN_TORCH2_PYTHON or ~/.venvs/torch2/bin/python; without it this check says so and is
+ * skipped (the writer's framing is tested byte by byte in tests/worker/test_ct_tboard.c). */
+static void check_event_file(const char *dir)
+{
+    const char *py = getenv("CTRUN_TORCH2_PYTHON");
+    char pybuf[512];
+    if (py == NULL) {
+        snprintf(pybuf, sizeof pybuf, "%s/.venvs/torch2/bin/python",
+                 getenv("HOME") ? getenv("HOME") : "");
+        py = pybuf;
+    }
+    if (access(py, X_OK) != 0) {
+        printf("  # %s not found: the TensorBoard reader check of ctrain's event file is "
+               "skipped\n",
+               py);
+        return;
+    }
+    static const char script[] =
+        "import glob, sys\n"
+        "try:\n"
+        "    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader\n"
+        "except Exception as e:\n"
+        "    print('no tensorboard:', e); sys.exit(77)\n"
+        "files = glob.glob(sys.argv[1] + '/events.out.tfevents.*')\n"
+        "assert len(files) == 1, files\n"
+        "for ev in EventFileLoader(files[0]).Load():\n"
+        "    for v in ev.summary.value:\n"
+        "        x = v.simple_value if v.HasField('simple_value') else v.tensor.float_val[0]\n"
+        "        print(v.tag, ev.step, repr(x))\n";
+    ct_child_t c;
+    char *argv[] = {(char *)py, "-c", (char *)script, (char *)dir, NULL};
+    CT_ASSERT_OK(ct_child_run(&c, argv, NULL, 120000));
+    if (c.exit_code == 77) {
+        printf("  # %s", c.out);
+        ct_child_close(&c);
+        return;
+    }
+    CT_ASSERT_MSG(c.exit_code == 0, "tensorboard reader: %s%s", c.out, c.err);
+    json_t *m[8];
+    int n = read_metrics(dir, m, 8);
+    static const char *const tags[][2] = {
+        {"train/loss", "train_loss"},          {"train/positions_per_s", "positions_per_s"},
+        {"train/lr", "lr"},                    {"valid/hr@10", "valid.hr@10"},
+        {"valid/ndcg@10", "valid.ndcg@10"},    {"valid/full_hr@10", "valid.full_hr@10"},
+        {"valid/full_ndcg@10", "valid.full_ndcg@10"}, {"test/hr@10", "test.hr@10"},
+        {"test/ndcg@10", "test.ndcg@10"},      {"test/full_hr@10", "test.full_hr@10"},
+        {"test/full_ndcg@10", "test.full_ndcg@10"}};
+    const size_t nt = sizeof tags / sizeof tags[0];
+    int found = 0;
+    for (int i = 0; i < n; i++) {
+        long long step = (long long)json_integer_value(json_object_get(m[i], "step"));
+        for (size_t k = 0; k < nt; k++) {
+            char want[128];
+            snprintf(want, sizeof want, "%s %lld ", tags[k][0], step);
+            const char *line = strstr(c.out, want);
+            CT_ASSERT_MSG(line != NULL, "the event file has no %s at step %lld", tags[k][0], step);
+            double got = atof(line + strlen(want)), ref = jnum(m[i], tags[k][1]);
+            CT_ASSERT_CLOSE(got, ref, 1e-9, 1e-6);
+            found++;
+        }
+        json_decref(m[i]);
+    }
+    CT_ASSERT_EQ(found, n * (int)nt);
+    printf("  TensorBoard's reader: %d scalars at %d steps, equal to metrics.jsonl\n", found, n);
+    ct_child_close(&c);
+}
+
 static void test_learns(void)
 {
     char dir[300];
@@ -331,6 +400,7 @@ static void test_learns(void)
     char cmd[700];
     snprintf(cmd, sizeof cmd, "ls %s/events.out.tfevents.* >/dev/null 2>&1", dir);
     CT_ASSERT_MSG(system(cmd) == 0, "no TensorBoard event file in %s", dir);
+    check_event_file(dir);
 }
 
 /* ---- resume --------------------------------------------------------------------------------- */

@@ -8,8 +8,9 @@ batch construction, training step and sampled evaluation. It is the PyTorch side
   - the speed and accuracy reference of bench/train_bench, through the command line below.
 
     torch_ref.py train --model sasrec|tisasrec --dataset FILE [--maxlen L] [--batch_size B]
-                       [--epochs N] [--max_steps S] [--threads T] [--eval_every E]
-                       [--dropout P] [--seed N] [--lr X] [--l2_emb X] [--time_span K]
+                       [--epochs N] [--max_steps S] [--warmup W] [--threads T]
+                       [--eval_every E] [--dropout P] [--seed N] [--lr X] [--l2_emb X]
+                       [--time_span K]
 
 prints one JSON object per line: {"event": "epoch", "epoch", "steps", "positions",
 "train_seconds", "sample_seconds", "loss"} after every epoch, {"event": "eval", "epoch",
@@ -544,6 +545,9 @@ def cmd_train(a):
     emit({"event": "start", "model": kind, "users": nu, "items": data["items"],
           "steps_per_epoch": per_epoch, "threads": torch.get_num_threads(),
           "torch": torch.__version__})
+    # warm-up steps (first-call allocations, the sampler's first batches) are not timed
+    for _ in range(a.warmup):
+        train_step(model, opt, sampler.next_batch(), a.l2_emb)
     steps = 0
     t_all = time.time()
     for epoch in range(1, a.epochs + 1):
@@ -599,6 +603,7 @@ def main(argv):
     t.add_argument("--norm_first", action="store_true")
     t.add_argument("--epochs", type=int, default=1)
     t.add_argument("--max_steps", type=int, default=0)
+    t.add_argument("--warmup", type=int, default=0)
     t.add_argument("--eval_every", type=int, default=0)
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--seed", type=int, default=42)
