@@ -221,11 +221,12 @@ void ct_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, c
  *   out_i = sum_j drop(att)[i,j] (v_j + rv[tau_ij] * fV[b,i,j,:])
  * k and v are the key and value rows with the absolute-position rows already added (the
  * reference's K_w x + P^K and V_w x + P^V, their dropout included), rk and rv the interval
- * key and value tables. fK and fV are the dropout factors of the reference's (B,L,L,C)
- * interval tensors: element (b,i,j,c) draws index offset + ((b*L + i)*L + j)*C + c of drop_rk
- * (drop_rv); they are regenerated where needed, never stored, and no (B,L,L,C) tensor is
- * formed (see tisas.c). The probabilities' dropout is attention.c's: element (b,h,i,j) draws
- * offset + ((b*NH + h)*L + i)*L + j of drop_att. No output projection (TiSASRec has none).
+ * key and value tables. fK and fV are the dropout factors (0 or 1/(1-p_rkv)) of the
+ * reference's (B,L,L,C) interval tensors, given as keep bits by ct_tisas_mask_cpu (NULL: no
+ * dropout on that tensor); no (B,L,L,C) float tensor is formed (see tisas.c). The
+ * probabilities' dropout is attention.c's: element (b,h,i,j) draws offset +
+ * ((b*NH + h)*L + i)*L + j of drop_att, regenerated. No output projection (TiSASRec has
+ * none).
  *
  * qmask (B,L): query rows with qmask == 0 are not computed; their out and att rows are written
  * as zeros and their dout is ignored. TiSASRec.pytorch gives padding query rows uniform weights
@@ -236,14 +237,15 @@ void ct_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, c
  *
  *   out: (B,L,C)   att: (B,NH,L,L) probabilities before dropout, for the backward
  *   scratch: CT_TISAS_ATTENTION_FWD_SCRATCH(L,C) floats   q, k, v: (B,L,C)
- *   rk, rv: (T+1,C)   tseq: (B,L) scaled times, 0 at padding   qmask: (B,L) or NULL */
+ *   rk, rv: (T+1,C)   tseq: (B,L) scaled times, 0 at padding   qmask: (B,L) or NULL
+ *   mask_rk, mask_rv: (B,L,CT_TISAS_MASK_WORDS(L,C)) or NULL */
 #define CT_TISAS_ATTENTION_FWD_SCRATCH(L, C) \
     ((size_t)(L) * (size_t)(L) + 2 * (size_t)(L) * (size_t)(C) + (size_t)(L))
 void ct_tisas_attention_forward_cpu(float *out, float *att, float *scratch, const float *q,
                                     const float *k, const float *v, const float *rk,
                                     const float *rv, const int64_t *tseq, const int32_t *qmask,
                                     int B, int L, int C, int NH, int T, ct_dropout_t drop_att,
-                                    ct_dropout_t drop_rk, ct_dropout_t drop_rv);
+                                    const uint32_t *mask_rk, const uint32_t *mask_rv, float p_rkv);
 
 /*   dq, dk, dv: (B,L,C) +=   drk, drv: (T+1,C) +=
  *   scratch: CT_TISAS_ATTENTION_BWD_SCRATCH(L,C) floats   dout: (B,L,C)   att: from the forward
@@ -255,8 +257,19 @@ void ct_tisas_attention_backward_cpu(float *dq, float *dk, float *dv, float *drk
                                      const float *q, const float *k, const float *v,
                                      const float *rk, const float *rv, const int64_t *tseq,
                                      const int32_t *qmask, int B, int L, int C, int NH, int T,
-                                     ct_dropout_t drop_att, ct_dropout_t drop_rk,
-                                     ct_dropout_t drop_rv);
+                                     ct_dropout_t drop_att, const uint32_t *mask_rk,
+                                     const uint32_t *mask_rv, float p_rkv);
+
+/* The dropout masks of the (B,L,L,C) interval key or value tensor as keep bits, for the query
+ * rows the attention computes: row (b,i) at word (b*L + i) * CT_TISAS_MASK_WORDS(L,C), bit
+ * j*C + c (j = 0..i) is 1 iff element (b,i,j,c) is kept, the element drawing index offset +
+ * ((b*L + i)*L + j)*C + c of drop (one draw per element, as the reference drops each element).
+ * Rows with qmask == 0 are not written (NULL: every row). The model draws each mask once per
+ * pass and every block's forward and backward reads it: B*L*L*C bits, 1/32 of the float tensor.
+ *   bits: (B,L,CT_TISAS_MASK_WORDS(L,C))   qmask: (B,L) or NULL */
+#define CT_TISAS_MASK_WORDS(L, C) (((size_t)(L) * (size_t)(C) + 31) / 32)
+void ct_tisas_mask_cpu(uint32_t *bits, const int32_t *qmask, int B, int L, int C,
+                       ct_dropout_t drop);
 
 /* ---- mHC residual streams (kernels/cpu/mhc.c) -------------------------------------------------
  * Manifold-constrained hyper-connections (sasrec-spec.md 7): every token carries n streams of

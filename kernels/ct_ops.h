@@ -137,15 +137,18 @@ struct ct_ops {
                                     const float *q, const float *k, const float *v,
                                     const float *rk, const float *rv, const int64_t *tseq,
                                     const int32_t *qmask, int B, int L, int C, int NH, int T,
-                                    ct_dropout_t drop_att, ct_dropout_t drop_rk,
-                                    ct_dropout_t drop_rv);
+                                    ct_dropout_t drop_att, const uint32_t *mask_rk,
+                                    const uint32_t *mask_rv, float p_rkv);
     void (*tisas_attention_backward)(ct_ops_t *o, float *dq, float *dk, float *dv, float *drk,
                                      float *drv, float *scratch, const float *dout,
                                      const float *att, const float *q, const float *k,
                                      const float *v, const float *rk, const float *rv,
                                      const int64_t *tseq, const int32_t *qmask, int B, int L,
                                      int C, int NH, int T, ct_dropout_t drop_att,
-                                     ct_dropout_t drop_rk, ct_dropout_t drop_rv);
+                                     const uint32_t *mask_rk, const uint32_t *mask_rv,
+                                     float p_rkv);
+    void (*tisas_mask)(ct_ops_t *o, uint32_t *bits, const int32_t *qmask, int B, int L, int C,
+                       ct_dropout_t drop);
     void (*sinkhorn_forward)(ct_ops_t *o, float *out, const float *logits, int M, int n,
                              int iters);
     void (*sinkhorn_backward)(ct_ops_t *o, float *dlogits, float *scratch, const float *dout,

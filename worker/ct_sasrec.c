@@ -35,8 +35,9 @@
  *
  * TiSASRec's four gathered tensors (P^K, P^V per (b,t,c); R^K, R^V per (b,i,j,c)) each get their
  * own dropout, drawn once per pass and shared by all blocks, as in the reference: P^K and P^V
- * are formed once per pass ((B,L,C) each); the interval masks are regenerated from Philox
- * inside the attention op and never stored (see kernels/cpu/tisas.c).
+ * are formed once per pass ((B,L,C) each); the interval tensors are never formed - their
+ * masks are drawn once per pass as bits (B*L*L*C bits each, 1/32 of the float tensor) and the
+ * attention reads R^K, R^V rows from the tables (see kernels/cpu/tisas.c).
  *
  * ---- backward conventions ------------------------------------------------------------------
  * Ops ACCUMULATE gradients (ct_kernels.h). Every activation-gradient buffer is zeroed (or
@@ -113,6 +114,7 @@ typedef struct ct__sasrec {
     float *X0;                /* (N,n,C) mHC: the embedding in every stream */
     float *xc;                /* (N,C) mHC: the streams' average, the final LN's input */
     float *pkd, *pvd;         /* (N,C) TiSASRec: the pass's dropped absolute-position rows */
+    uint32_t *mask_rk, *mask_rv; /* TiSASRec with dropout: the pass's interval masks as bits */
     ct__blk_acts_t act[CT_MODEL_MAX_BLOCKS];
     float *lnf, *lnf_mean, *lnf_rstd;             /* (N,C), (N), (N) final LayerNorm */
     float *pos_logits, *neg_logits, *dpos, *dneg; /* (N) */
@@ -193,6 +195,16 @@ static ct_dropout_t ct__drop_att(const ct__pass_t *p, int l)
     return ct__drop(p, ct__site_attn(l), (int64_t)p->NH * p->L * p->L);
 }
 
+/* The interval tensors' dropout masks of this pass (NULL when there is no dropout). */
+static const uint32_t *ct__mask_rk(const ct__pass_t *p)
+{
+    return p->train && p->m->cfg.dropout > 0.0f ? p->s->mask_rk : NULL;
+}
+static const uint32_t *ct__mask_rv(const ct__pass_t *p)
+{
+    return p->train && p->m->cfg.dropout > 0.0f ? p->s->mask_rv : NULL;
+}
+
 /* s1 = res + A(xq, xkv); res may be NULL (mHC: s1 is the branch alone). */
 static void ct__attn_forward(const ct__pass_t *p, int l, const float *xq, const float *xkv,
                              const float *res)
@@ -203,7 +215,6 @@ static void ct__attn_forward(const ct__pass_t *p, int l, const float *xq, const 
     ct_ops_t *o = p->o;
     if (p->ti) {
         float *q = a->qkv, *k = a->qkv + p->NC, *v = a->qkv + 2 * p->NC;
-        const int64_t lc = (int64_t)p->L * p->C;
         o->linear_forward(o, q, xq, p->W + w->qw, p->W + w->qb, p->N, p->C, p->C);
         o->linear_forward(o, k, xkv, p->W + w->kw, p->W + w->kb, p->N, p->C, p->C);
         o->residual_forward(o, k, k, s->pkd, p->NC);
@@ -211,9 +222,8 @@ static void ct__attn_forward(const ct__pass_t *p, int l, const float *xq, const 
         o->residual_forward(o, v, v, s->pvd, p->NC);
         o->tisas_attention_forward(o, a->s1, a->att, s->att_fwd_scratch, q, k, v, p->W + s->rk,
                                    p->W + s->rv, s->tseq, ct__qmask(p, l), p->B, p->L, p->C,
-                                   p->NH, p->m->cfg.time_span, ct__drop_att(p, l),
-                                   ct__drop(p, CT_SITE_TIME_K, lc * p->L),
-                                   ct__drop(p, CT_SITE_TIME_V, lc * p->L));
+                                   p->NH, p->m->cfg.time_span, ct__drop_att(p, l), ct__mask_rk(p),
+                                   ct__mask_rv(p), p->m->cfg.dropout);
     } else {
         o->qkv_forward(o, a->qkv, xq, xkv, p->W + w->in_w, p->W + w->in_b, p->N, p->C);
         o->attention_forward(o, a->ao, a->att, s->att_fwd_scratch, a->qkv, ct__qmask(p, l), p->B,
@@ -236,14 +246,12 @@ static void ct__attn_backward(const ct__pass_t *p, int l, const float *ga, const
     if (p->ti) {
         const float *q = a->qkv, *k = a->qkv + p->NC, *v = a->qkv + 2 * p->NC;
         float *dq = s->g_qkv, *dk = s->g_qkv + p->NC, *dv = s->g_qkv + 2 * p->NC;
-        const int64_t lc = (int64_t)p->L * p->C;
         o->zero(o, s->g_qkv, 3 * nb);
         o->tisas_attention_backward(o, dq, dk, dv, p->G + s->rk, p->G + s->rv, s->att_bwd_scratch,
                                     ga, a->att, q, k, v, p->W + s->rk, p->W + s->rv, s->tseq,
                                     ct__qmask(p, l), p->B, p->L, p->C, p->NH,
-                                    p->m->cfg.time_span, ct__drop_att(p, l),
-                                    ct__drop(p, CT_SITE_TIME_K, lc * p->L),
-                                    ct__drop(p, CT_SITE_TIME_V, lc * p->L));
+                                    p->m->cfg.time_span, ct__drop_att(p, l), ct__mask_rk(p),
+                                    ct__mask_rv(p), p->m->cfg.dropout);
         /* k = K_w xkv + P^K: the position rows collect d k from every block */
         o->residual_forward(o, s->g_pk, s->g_pk, dk, p->NC);
         o->residual_forward(o, s->g_pv, s->g_pv, dv, p->NC);
@@ -576,6 +584,15 @@ static const float *ct__forward(const ct__pass_t *p)
         ct__dropout(p, s->pkd, p->NC, ct__drop(p, CT_SITE_ABS_POS_K, lc));
         o->rows_broadcast_forward(o, s->pvd, p->W + s->pv, p->B, p->L, p->C);
         ct__dropout(p, s->pvd, p->NC, ct__drop(p, CT_SITE_ABS_POS_V, lc));
+        if (ct__mask_rk(p)) {
+            /* the interval masks, for the query rows every block computes (under the timeline
+             * mask: the real items; all rows without skipping) */
+            const int32_t *rows = c->no_skip ? NULL : s->seq;
+            o->tisas_mask(o, s->mask_rk, rows, p->B, p->L, p->C,
+                          ct__drop(p, CT_SITE_TIME_K, lc * p->L));
+            o->tisas_mask(o, s->mask_rv, rows, p->B, p->L, p->C,
+                          ct__drop(p, CT_SITE_TIME_V, lc * p->L));
+        }
     }
     const float *x = s->x0;
     if (p->mhc) {
@@ -771,6 +788,10 @@ static void ct__carve_arena(ct__sasrec_t *s, const ct_model_t *m, ct__carve_t *c
     s->xc = mhc ? CT__CARVE_F32(c, NC) : NULL;
     s->pkd = ti ? CT__CARVE_F32(c, NC) : NULL;
     s->pvd = ti ? CT__CARVE_F32(c, NC) : NULL;
+    const bool masks = ti && cfg->dropout > 0.0f;
+    const size_t mw = N * CT_TISAS_MASK_WORDS(L, C);
+    s->mask_rk = masks ? (uint32_t *)ct__carve_take(c, mw * sizeof(uint32_t)) : NULL;
+    s->mask_rv = masks ? (uint32_t *)ct__carve_take(c, mw * sizeof(uint32_t)) : NULL;
     for (int l = 0; l < cfg->num_blocks; l++) {
         ct__blk_acts_t *a = &s->act[l];
         bool post = cfg->layout == CT_LAYOUT_POST_LN;

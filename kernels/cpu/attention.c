@@ -52,7 +52,7 @@ static inline void ct__row_factors(float *mk, int i, int L, uint64_t draw_row0, 
                      draw_row0 + (uint64_t)i * (uint64_t)L);
 }
 
-void ct_attention_forward_cpu(float *out, float *att, float *scratch, const float *qkv,
+CT__MULTIVERSION void ct_attention_forward_cpu(float *out, float *att, float *scratch, const float *qkv,
                               const int32_t *qmask, int B, int L, int C, int NH, ct_dropout_t drop)
 {
     const int HS = C / NH, C3 = 3 * C;
@@ -119,7 +119,7 @@ void ct_attention_forward_cpu(float *out, float *att, float *scratch, const floa
     }
 }
 
-void ct_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *att,
+CT__MULTIVERSION void ct_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *att,
                                const float *qkv, const int32_t *qmask, int B, int L, int C, int NH,
                                ct_dropout_t drop)
 {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ct_kernels.h"
+#include "ct_kernels_cpu.h"
 
 /* The positional row of column t; see ct_pos_mode_t. */
 static inline int ct__pos_id(ct_pos_mode_t mode, int32_t item, int t)
@@ -16,7 +17,7 @@ static inline int ct__pos_id(ct_pos_mode_t mode, int32_t item, int t)
     return t;
 }
 
-void ct_embed_forward_cpu(float *out, const float *wte, const float *wpe, const int32_t *seq, int B,
+CT__MULTIVERSION void ct_embed_forward_cpu(float *out, const float *wte, const float *wpe, const int32_t *seq, int B,
                           int L, int C, float scale, ct_pos_mode_t pos_mode)
 {
     for (int b = 0; b < B; b++) {
@@ -36,7 +37,7 @@ void ct_embed_forward_cpu(float *out, const float *wte, const float *wpe, const 
     }
 }
 
-void ct_embed_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *seq, int B,
+CT__MULTIVERSION void ct_embed_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *seq, int B,
                            int L, int C, float scale, ct_pos_mode_t pos_mode)
 {
     for (int b = 0; b < B; b++) {
@@ -60,13 +61,13 @@ void ct_embed_backward_cpu(float *dwte, float *dwpe, const float *dout, const in
     }
 }
 
-void ct_rows_broadcast_forward_cpu(float *out, const float *table, int B, int L, int C)
+CT__MULTIVERSION void ct_rows_broadcast_forward_cpu(float *out, const float *table, int B, int L, int C)
 {
     for (int b = 0; b < B; b++)
         memcpy(out + (size_t)b * L * C, table, (size_t)L * C * sizeof *out);
 }
 
-void ct_rows_broadcast_backward_cpu(float *dtable, const float *dout, int B, int L, int C)
+CT__MULTIVERSION void ct_rows_broadcast_backward_cpu(float *dtable, const float *dout, int B, int L, int C)
 {
     const size_t n = (size_t)L * C;
     for (int b = 0; b < B; b++) {

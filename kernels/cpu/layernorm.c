@@ -13,7 +13,7 @@
 #include "ct_kernels.h"
 #include "ct_kernels_cpu.h"
 
-void ct_layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *inp,
+CT__MULTIVERSION void ct_layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps)
 {
     for (int r = 0; r < N; r++) {
@@ -41,7 +41,7 @@ void ct_layernorm_forward_cpu(float *out, float *mean, float *rstd, const float 
     }
 }
 
-void ct_layernorm_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
+CT__MULTIVERSION void ct_layernorm_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *mean,
                                const float *rstd, int N, int C)
 {

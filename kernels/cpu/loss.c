@@ -15,8 +15,9 @@
 #include <string.h>
 
 #include "ct_kernels.h"
+#include "ct_kernels_cpu.h"
 
-void ct_score_forward_cpu(float *logits, const float *feats, const float *wte, const int32_t *ids,
+CT__MULTIVERSION void ct_score_forward_cpu(float *logits, const float *feats, const float *wte, const int32_t *ids,
                           int N, int C)
 {
     for (int r = 0; r < N; r++) {
@@ -29,7 +30,7 @@ void ct_score_forward_cpu(float *logits, const float *feats, const float *wte, c
     }
 }
 
-void ct_score_backward_cpu(float *dfeats, float *dwte, const float *dlogits, const float *feats,
+CT__MULTIVERSION void ct_score_backward_cpu(float *dfeats, float *dwte, const float *dlogits, const float *feats,
                            const float *wte, const int32_t *ids, int N, int C)
 {
     for (int r = 0; r < N; r++) {
@@ -62,7 +63,7 @@ static inline double ct__sigmoid(double x)
     return e / (1.0 + e);
 }
 
-void ct_bce_loss_cpu(float *loss, float *dpos, float *dneg, const float *pos_logits,
+CT__MULTIVERSION void ct_bce_loss_cpu(float *loss, float *dpos, float *dneg, const float *pos_logits,
                      const float *neg_logits, const int32_t *pos, int N, float count)
 {
     double sum = 0.0;
@@ -90,7 +91,7 @@ int64_t ct_count_nonzero_cpu(const int32_t *ids, int64_t n)
     return k;
 }
 
-void ct_l2_penalty_cpu(float *penalty, float *dw, const float *w, int64_t n, float lambda,
+CT__MULTIVERSION void ct_l2_penalty_cpu(float *penalty, float *dw, const float *w, int64_t n, float lambda,
                        ct_l2_mode_t mode)
 {
     double ss = 0.0;
@@ -147,7 +148,7 @@ static double ct__softmax_xent_row(float *lg, int n, int tgt, double inv)
     return log(s) - zt;
 }
 
-void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
+CT__MULTIVERSION void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
                     const float *wte, const int32_t *pos, int N, int C, int V, float count)
 {
     const int NI = V - 1; /* classes: items 1..V-1 */
@@ -188,7 +189,7 @@ void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, con
     *loss = (float)(sum * inv);
 }
 
-void ct_sampled_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch,
+CT__MULTIVERSION void ct_sampled_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch,
                             const float *feats, const float *wte, const int32_t *pos,
                             const int32_t *neg, int B, int L, int C, int M, float count)
 {

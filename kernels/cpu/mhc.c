@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "ct_kernels.h"
+#include "ct_kernels_cpu.h"
 
 /* ---- Sinkhorn-Knopp -------------------------------------------------------------------------- */
 
@@ -104,14 +105,14 @@ static void ct__sinkhorn1_bwd(float *dz, const float *dout, const float *z, int 
         dz[x] += g[x] * m0[x];
 }
 
-void ct_sinkhorn_forward_cpu(float *out, const float *logits, int M, int n, int iters)
+CT__MULTIVERSION void ct_sinkhorn_forward_cpu(float *out, const float *logits, int M, int n, int iters)
 {
     const size_t nn = (size_t)n * n;
     for (int r = 0; r < M; r++)
         ct__sinkhorn1(out + r * nn, logits + r * nn, n, iters, NULL, NULL, NULL);
 }
 
-void ct_sinkhorn_backward_cpu(float *dlogits, float *scratch, const float *dout,
+CT__MULTIVERSION void ct_sinkhorn_backward_cpu(float *dlogits, float *scratch, const float *dout,
                               const float *logits, int M, int n, int iters)
 {
     const size_t nn = (size_t)n * n;
@@ -126,7 +127,7 @@ static inline float ct__sigmoid(float x)
     return x >= 0.0f ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
 }
 
-void ct_mhc_coeffs_forward_cpu(float *hpre, float *hpost, float *hres, float *proj, float *rstd,
+CT__MULTIVERSION void ct_mhc_coeffs_forward_cpu(float *hpre, float *hpost, float *hres, float *proj, float *rstd,
                                const float *X, const float *phi, const float *alpha,
                                const float *bias, int N, int n, int C, int iters, float eps)
 {
@@ -155,7 +156,7 @@ void ct_mhc_coeffs_forward_cpu(float *hpre, float *hpost, float *hres, float *pr
     }
 }
 
-void ct_mhc_coeffs_backward_cpu(float *dX, float *dphi, float *dalpha, float *dbias,
+CT__MULTIVERSION void ct_mhc_coeffs_backward_cpu(float *dX, float *dphi, float *dalpha, float *dbias,
                                 float *scratch, const float *dhpre, const float *dhpost,
                                 const float *dhres, const float *X, const float *phi,
                                 const float *alpha, const float *bias, const float *proj,
@@ -213,7 +214,7 @@ void ct_mhc_coeffs_backward_cpu(float *dX, float *dphi, float *dalpha, float *db
 
 /* ---- stream mixing --------------------------------------------------------------------------- */
 
-void ct_mhc_pre_forward_cpu(float *u, const float *X, const float *hpre, int N, int n, int C)
+CT__MULTIVERSION void ct_mhc_pre_forward_cpu(float *u, const float *X, const float *hpre, int N, int n, int C)
 {
     for (int r = 0; r < N; r++) {
         const float *x = X + (size_t)r * n * C, *h = hpre + (size_t)r * n;
@@ -226,7 +227,7 @@ void ct_mhc_pre_forward_cpu(float *u, const float *X, const float *hpre, int N, 
     }
 }
 
-void ct_mhc_pre_backward_cpu(float *dX, float *dhpre, const float *du, const float *X,
+CT__MULTIVERSION void ct_mhc_pre_backward_cpu(float *dX, float *dhpre, const float *du, const float *X,
                              const float *hpre, int N, int n, int C)
 {
     for (int r = 0; r < N; r++) {
@@ -244,7 +245,7 @@ void ct_mhc_pre_backward_cpu(float *dX, float *dhpre, const float *du, const flo
     }
 }
 
-void ct_mhc_post_forward_cpu(float *Y, const float *X, const float *f, const float *hres,
+CT__MULTIVERSION void ct_mhc_post_forward_cpu(float *Y, const float *X, const float *f, const float *hres,
                              const float *hpost, int N, int n, int C)
 {
     for (int r = 0; r < N; r++) {
@@ -265,7 +266,7 @@ void ct_mhc_post_forward_cpu(float *Y, const float *X, const float *f, const flo
     }
 }
 
-void ct_mhc_post_backward_cpu(float *dX, float *df, float *dhres, float *dhpost, const float *dY,
+CT__MULTIVERSION void ct_mhc_post_backward_cpu(float *dX, float *df, float *dhres, float *dhpost, const float *dY,
                               const float *X, const float *f, const float *hres,
                               const float *hpost, int N, int n, int C)
 {
@@ -298,14 +299,14 @@ void ct_mhc_post_backward_cpu(float *dX, float *df, float *dhres, float *dhpost,
     }
 }
 
-void ct_mhc_expand_forward_cpu(float *X, const float *x, int N, int n, int C)
+CT__MULTIVERSION void ct_mhc_expand_forward_cpu(float *X, const float *x, int N, int n, int C)
 {
     for (int r = 0; r < N; r++)
         for (int s = 0; s < n; s++)
             memcpy(X + ((size_t)r * n + s) * C, x + (size_t)r * C, (size_t)C * sizeof *X);
 }
 
-void ct_mhc_expand_backward_cpu(float *dx, const float *dX, int N, int n, int C)
+CT__MULTIVERSION void ct_mhc_expand_backward_cpu(float *dx, const float *dX, int N, int n, int C)
 {
     for (int r = 0; r < N; r++) {
         float *d = dx + (size_t)r * C;
@@ -317,7 +318,7 @@ void ct_mhc_expand_backward_cpu(float *dx, const float *dX, int N, int n, int C)
     }
 }
 
-void ct_mhc_collapse_forward_cpu(float *x, const float *X, int N, int n, int C)
+CT__MULTIVERSION void ct_mhc_collapse_forward_cpu(float *x, const float *X, int N, int n, int C)
 {
     const float inv = 1.0f / (float)n;
     for (int r = 0; r < N; r++) {
@@ -333,7 +334,7 @@ void ct_mhc_collapse_forward_cpu(float *x, const float *X, int N, int n, int C)
     }
 }
 
-void ct_mhc_collapse_backward_cpu(float *dX, const float *dx, int N, int n, int C)
+CT__MULTIVERSION void ct_mhc_collapse_backward_cpu(float *dX, const float *dx, int N, int n, int C)
 {
     const float inv = 1.0f / (float)n;
     for (int r = 0; r < N; r++) {

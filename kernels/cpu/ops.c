@@ -264,11 +264,12 @@ static void ct__tisas_attention_forward(ct_ops_t *o, float *out, float *att, flo
                                         const float *q, const float *k, const float *v,
                                         const float *rk, const float *rv, const int64_t *tseq,
                                         const int32_t *qmask, int B, int L, int C, int NH, int T,
-                                        ct_dropout_t da, ct_dropout_t dk, ct_dropout_t dv)
+                                        ct_dropout_t da, const uint32_t *mk, const uint32_t *mv,
+                                        float p)
 {
     (void)o;
     ct_tisas_attention_forward_cpu(out, att, scratch, q, k, v, rk, rv, tseq, qmask, B, L, C, NH, T,
-                                   da, dk, dv);
+                                   da, mk, mv, p);
 }
 
 static void ct__tisas_attention_backward(ct_ops_t *o, float *dq, float *dk, float *dv, float *drk,
@@ -276,12 +277,19 @@ static void ct__tisas_attention_backward(ct_ops_t *o, float *dq, float *dk, floa
                                          const float *att, const float *q, const float *k,
                                          const float *v, const float *rk, const float *rv,
                                          const int64_t *tseq, const int32_t *qmask, int B, int L,
-                                         int C, int NH, int T, ct_dropout_t da, ct_dropout_t dkd,
-                                         ct_dropout_t dvd)
+                                         int C, int NH, int T, ct_dropout_t da, const uint32_t *mk,
+                                         const uint32_t *mv, float p)
 {
     (void)o;
     ct_tisas_attention_backward_cpu(dq, dk, dv, drk, drv, scratch, dout, att, q, k, v, rk, rv,
-                                    tseq, qmask, B, L, C, NH, T, da, dkd, dvd);
+                                    tseq, qmask, B, L, C, NH, T, da, mk, mv, p);
+}
+
+static void ct__tisas_mask(ct_ops_t *o, uint32_t *bits, const int32_t *qmask, int B, int L, int C,
+                           ct_dropout_t drop)
+{
+    (void)o;
+    ct_tisas_mask_cpu(bits, qmask, B, L, C, drop);
 }
 
 static void ct__sinkhorn_forward(ct_ops_t *o, float *out, const float *logits, int M, int n,
@@ -430,6 +438,7 @@ void ct_ops_cpu_init(ct_ops_t *o)
         .rows_broadcast_backward = ct__rows_broadcast_backward,
         .tisas_attention_forward = ct__tisas_attention_forward,
         .tisas_attention_backward = ct__tisas_attention_backward,
+        .tisas_mask = ct__tisas_mask,
         .sinkhorn_forward = ct__sinkhorn_forward,
         .sinkhorn_backward = ct__sinkhorn_backward,
         .mhc_coeffs_forward = ct__mhc_coeffs_forward,

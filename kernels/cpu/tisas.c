@@ -1,10 +1,17 @@
 /*
  * tisas.c - TiSASRec's time-aware attention, forward and backward (semantics in ct_kernels.h),
- * computed without materialising any of the (B,L,L,C) tensors the reference builds: the
+ * computed without materialising any of the (B,L,L,C) float tensors the reference builds: the
  * interval key and value rows R^K[tau_ij], R^V[tau_ij] are read from their (T+1, C) tables
  * inside the loops that need them, and their dropout masks - one draw per (b,i,j,c) element,
- * exactly the elements the reference drops - are regenerated from Philox one query row at a
- * time, into a scratch row of (i+1) x C factors, in the forward and again in the backward.
+ * exactly the elements the reference drops - come as bits (ct_tisas_mask_cpu), unpacked one
+ * query row at a time into a scratch row of (i+1) x C factors.
+ *
+ * Why bits and not regeneration inside these loops: the reference draws each interval tensor's
+ * mask once per forward and every block uses it, in the forward and in the backward, so a
+ * regenerating kernel draws it 2 x (blocks) x 2 times per step; at TiSASRec's sizes that was
+ * over half of the step on the CPU (perf: 53% in Philox at L = 50). Drawing it once per pass
+ * into B*L*L*C bits - 1/32 of the float tensor, 2 MB per tensor at L = 50, B = 128 - and
+ * reading the bits everywhere computes exactly the same masks at a quarter of the draws.
  *
  * Why the direct gather-dot and not the product-then-gather of sasrec-spec.md 3.6 (Q (R^K)^T
  * once, then gather at tau): with dropout on the interval tensors the product cannot be
@@ -34,6 +41,7 @@
  * and sgemm efficiency). */
 #define CT__TIS_TILE 24
 
+
 static inline int ct__tile_skipped(const int32_t *qm, int i0, int i1)
 {
     if (!qm)
@@ -54,12 +62,40 @@ static inline void ct__taus(int32_t *tau, const int64_t *ts, int i, int T)
     }
 }
 
-/* f[0..n) = the dropout factors (0 or 1/(1-p)) of draws first.. of drop's stream. */
-static inline void ct__factors(float *f, int64_t n, ct_dropout_t drop, uint64_t first)
+/* f[0..n) = the dropout factors (0 or keep_scale) of a row's mask bits; written without
+ * branches, 32 at a time, so that the compiler vectorizes it (a bit times keep_scale is exactly
+ * 0 or keep_scale). */
+static inline void ct__factors(float *f, int64_t n, const uint32_t *bits, float keep_scale)
 {
-    for (int64_t x = 0; x < n; x++)
-        f[x] = 1.0f;
-    ct__dropout_span(f, f, n, drop.p, 1.0f / (1.0f - drop.p), drop.seed, drop.stream, first);
+    int64_t x = 0;
+    for (; x + 32 <= n; x += 32) {
+        const uint32_t w = bits[x >> 5];
+        for (int k = 0; k < 32; k++)
+            f[x + k] = (float)((w >> k) & 1u) * keep_scale;
+    }
+    for (; x < n; x++)
+        f[x] = (float)((bits[x >> 5] >> (x & 31)) & 1u) * keep_scale;
+}
+
+/* Where row (b, i)'s mask bits start. */
+static inline const uint32_t *ct__row_bits(const uint32_t *bits, int b, int i, int L, int C)
+{
+    return bits + ((size_t)b * (size_t)L + (size_t)i) * CT_TISAS_MASK_WORDS(L, C);
+}
+
+void ct_tisas_mask_cpu(uint32_t *bits, const int32_t *qmask, int B, int L, int C,
+                       ct_dropout_t drop)
+{
+    const size_t W = CT_TISAS_MASK_WORDS(L, C);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < L; i++) {
+            if (qmask && qmask[(size_t)b * L + i] == 0)
+                continue;
+            uint64_t first =
+                drop.offset + (((uint64_t)b * (uint64_t)L + (uint64_t)i) * (uint64_t)L) * (uint64_t)C;
+            ct__keep_bits_span(bits + ((size_t)b * L + i) * W, (int64_t)(i + 1) * C, drop.p,
+                               drop.seed, drop.stream, first);
+        }
 }
 
 /* sum_c x[c] * (y[c] * f[c]) over eight partial sums (ct_kernels_cpu.h's pattern). */
@@ -75,21 +111,16 @@ static inline float ct__dot3_8(const float *x, const float *y, const float *f, i
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
-/* Where the interval factors of query row i of sequence b start (element (b,i,0,0)). */
-static inline uint64_t ct__row_draw(ct_dropout_t d, int b, int i, int L, int C)
-{
-    return d.offset + (((uint64_t)b * (uint64_t)L + (uint64_t)i) * (uint64_t)L) * (uint64_t)C;
-}
-
-void ct_tisas_attention_forward_cpu(float *out, float *att, float *scratch, const float *q,
+CT__MULTIVERSION void ct_tisas_attention_forward_cpu(float *out, float *att, float *scratch, const float *q,
                                     const float *k, const float *v, const float *rk,
                                     const float *rv, const int64_t *tseq, const int32_t *qmask,
                                     int B, int L, int C, int NH, int T, ct_dropout_t drop_att,
-                                    ct_dropout_t drop_rk, ct_dropout_t drop_rv)
+                                    const uint32_t *mask_rk, const uint32_t *mask_rv, float p_rkv)
 {
     const int HS = C / NH;
     const float scale = 1.0f / sqrtf((float)HS);
-    const int datt = drop_att.p > 0.0f, drk = drop_rk.p > 0.0f, drv = drop_rv.p > 0.0f;
+    const int datt = drop_att.p > 0.0f, drk = mask_rk != NULL, drv = mask_rv != NULL;
+    const float keep_rkv = p_rkv > 0.0f ? 1.0f / (1.0f - p_rkv) : 1.0f;
     const float keep_att = datt ? 1.0f / (1.0f - drop_att.p) : 1.0f;
     const size_t TL = (size_t)(CT__TIS_TILE < L ? CT__TIS_TILE : L) * (size_t)L;
     float *pd = scratch;                     /* (tile, L) dropped probabilities */
@@ -130,7 +161,8 @@ void ct_tisas_attention_forward_cpu(float *out, float *att, float *scratch, cons
                     ct__taus(tau, ts, i, T);
                     const float *qi = qb + (size_t)i * C;
                     if (drk) {
-                        ct__factors(fk, (int64_t)(i + 1) * C, drop_rk, ct__row_draw(drop_rk, b, i, L, C));
+                        ct__factors(fk, (int64_t)(i + 1) * C, ct__row_bits(mask_rk, b, i, L, C),
+                                    keep_rkv);
                         for (int j = 0; j <= i; j++)
                             r[j] += scale * ct__dot3_8(qi, rk + (size_t)tau[j] * C + hc,
                                                        fk + (size_t)j * C + hc, HS);
@@ -172,7 +204,8 @@ void ct_tisas_attention_forward_cpu(float *out, float *att, float *scratch, cons
                     float *oi = ob + (size_t)i * C;
                     ct__taus(tau, ts, i, T);
                     if (drv)
-                        ct__factors(fv, (int64_t)(i + 1) * C, drop_rv, ct__row_draw(drop_rv, b, i, L, C));
+                        ct__factors(fv, (int64_t)(i + 1) * C, ct__row_bits(mask_rv, b, i, L, C),
+                                    keep_rkv);
                     for (int j = 0; j <= i; j++) {
                         const float wj = w[j];
                         if (wj == 0.0f)
@@ -193,17 +226,18 @@ void ct_tisas_attention_forward_cpu(float *out, float *att, float *scratch, cons
     }
 }
 
-void ct_tisas_attention_backward_cpu(float *dq, float *dk, float *dv, float *drk, float *drv,
+CT__MULTIVERSION void ct_tisas_attention_backward_cpu(float *dq, float *dk, float *dv, float *drk, float *drv,
                                      float *scratch, const float *dout, const float *att,
                                      const float *q, const float *k, const float *v,
                                      const float *rk, const float *rv, const int64_t *tseq,
                                      const int32_t *qmask, int B, int L, int C, int NH, int T,
-                                     ct_dropout_t drop_att, ct_dropout_t drop_rk,
-                                     ct_dropout_t drop_rv)
+                                     ct_dropout_t drop_att, const uint32_t *mask_rk,
+                                     const uint32_t *mask_rv, float p_rkv)
 {
     const int HS = C / NH;
     const float scale = 1.0f / sqrtf((float)HS);
-    const int datt = drop_att.p > 0.0f, dk_on = drop_rk.p > 0.0f, dv_on = drop_rv.p > 0.0f;
+    const int datt = drop_att.p > 0.0f, dk_on = mask_rk != NULL, dv_on = mask_rv != NULL;
+    const float keep_rkv = p_rkv > 0.0f ? 1.0f / (1.0f - p_rkv) : 1.0f;
     const float keep_att = datt ? 1.0f / (1.0f - drop_att.p) : 1.0f;
     const size_t TL = (size_t)(CT__TIS_TILE < L ? CT__TIS_TILE : L) * (size_t)L;
     float *dp = scratch;            /* (tile, L) d(dropped P), then dS */
@@ -244,7 +278,8 @@ void ct_tisas_attention_backward_cpu(float *dq, float *dk, float *dv, float *drk
                     const float *doi = dob + (size_t)i * C;
                     ct__taus(tau, ts, i, T);
                     if (dv_on)
-                        ct__factors(fv, (int64_t)(i + 1) * C, drop_rv, ct__row_draw(drop_rv, b, i, L, C));
+                        ct__factors(fv, (int64_t)(i + 1) * C, ct__row_bits(mask_rv, b, i, L, C),
+                                    keep_rkv);
                     if (datt) {
                         for (int j = 0; j <= i; j++)
                             mk[j] = 1.0f;
@@ -298,7 +333,8 @@ void ct_tisas_attention_backward_cpu(float *dq, float *dk, float *dv, float *drk
                     float *dqi = dqb + (size_t)i * C;
                     ct__taus(tau, ts, i, T);
                     if (dk_on)
-                        ct__factors(fk, (int64_t)(i + 1) * C, drop_rk, ct__row_draw(drop_rk, b, i, L, C));
+                        ct__factors(fk, (int64_t)(i + 1) * C, ct__row_bits(mask_rk, b, i, L, C),
+                                    keep_rkv);
                     for (int j = 0; j <= i; j++) {
                         const float s = scale * g[j];
                         if (s == 0.0f)

@@ -10,6 +10,8 @@
  *     skipped row's gradient is), and the accumulate (+=) contract;
  *   - skipping: the rows qmask keeps, and every gradient, are bit-for-bit what qmask = NULL
  *     gives when the skipped rows' upstream gradient is zero;
+ *   - the interval masks (ct_tisas_mask_cpu): every bit of the rows computed is the reference's
+ *     per-element rule, at offsets where the vector paths apply and where they do not;
  *   - the intervals: clipped at T, padding (time 0) against real items included.
  * Sizes: one partial tile (L = 7, 2 heads), and two tiles with a ragged end (L = 27).
  *
@@ -50,6 +52,35 @@ static void check_case(int B, int L, int C, int NH, int T, float p, const int32_
     const int64_t nx = (int64_t)B * L * C, nr = (int64_t)(T + 1) * C;
     const int64_t natt = (int64_t)B * NH * L * L;
     ct_dropout_t da = {p, 1234, 77, 5}, dk = {p, 1234, 78, 11}, dv = {p, 1234, 79, 3};
+    /* the interval masks as bits, for the rows the op computes; checked against the reference's
+     * per-element rule */
+    const size_t W = CT_TISAS_MASK_WORDS(L, C);
+    uint32_t *mk = KC_ALLOC(uint32_t, (size_t)B * L * W), *mv = KC_ALLOC(uint32_t, (size_t)B * L * W);
+    ct_tisas_mask_cpu(mk, seq, B, L, C, dk);
+    ct_tisas_mask_cpu(mv, seq, B, L, C, dv);
+    int64_t kept = 0, total = 0;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < L; i++) {
+            if (seq[b * L + i] == 0)
+                continue;
+            for (int j = 0; j <= i; j++)
+                for (int c = 0; c < C; c++) {
+                    uint64_t e = (((uint64_t)b * L + i) * L + j) * C + c, bit = (uint64_t)j * C + c;
+                    const uint32_t *rk_row = mk + ((size_t)b * L + i) * W;
+                    const uint32_t *rv_row = mv + ((size_t)b * L + i) * W;
+                    int kk = (rk_row[bit / 32] >> (bit % 32)) & 1, kv = (rv_row[bit / 32] >> (bit % 32)) & 1;
+                    CT_ASSERT_MSG(kk == (ref_dropout_factor(dk, e) != 0.0), "R^K mask bit %llu",
+                                  (unsigned long long)e);
+                    CT_ASSERT_MSG(kv == (ref_dropout_factor(dv, e) != 0.0), "R^V mask bit %llu",
+                                  (unsigned long long)e);
+                    kept += kk, total++;
+                }
+        }
+    if (p > 0)
+        printf("  interval masks: %lld of %lld elements kept (p = %.2f), bits equal the reference "
+               "rule\n",
+               (long long)kept, (long long)total, (double)p);
+    const uint32_t *mkp = p > 0 ? mk : NULL, *mvp = p > 0 ? mv : NULL;
     float *q = KC_ALLOC(float, nx), *k = KC_ALLOC(float, nx), *v = KC_ALLOC(float, nx);
     float *rk = KC_ALLOC(float, nr), *rv = KC_ALLOC(float, nr);
     float *out = KC_ALLOC(float, nx), *att = KC_ALLOC(float, natt), *dout = KC_ALLOC(float, nx);
@@ -67,8 +98,8 @@ static void check_case(int B, int L, int C, int NH, int T, float p, const int32_
     kc_poison(att, natt);
     kc_poison(fs, (int64_t)CT_TISAS_ATTENTION_FWD_SCRATCH(L, C));
     kc_poison(bs, (int64_t)CT_TISAS_ATTENTION_BWD_SCRATCH(L, C));
-    ct_tisas_attention_forward_cpu(out, att, fs, q, k, v, rk, rv, ts, seq, B, L, C, NH, T, da, dk,
-                                   dv);
+    ct_tisas_attention_forward_cpu(out, att, fs, q, k, v, rk, rv, ts, seq, B, L, C, NH, T, da, mkp,
+                                   mvp, p);
     KC_ASSERT_FINITE(out, nx);
     KC_ASSERT_FINITE(att, natt);
 
@@ -115,7 +146,7 @@ static void check_case(int B, int L, int C, int NH, int T, float p, const int32_
             memset(w + r * C, 0, (size_t)C * sizeof *w);
     tc.w = w;
     ct_tisas_attention_backward_cpu(dq, dkk, dvv, drk, drv, bs, dout, att, q, k, v, rk, rv, ts,
-                                    seq, B, L, C, NH, T, da, dk, dv);
+                                    seq, B, L, C, NH, T, da, mkp, mvp, p);
     double *g = KC_ALLOC(double, nx > nr ? nx : nr);
     kc_fd_grad(g, tc.q, nx, 1e-5, objective, &tc);
     kc_check("d q vs finite diff", dq, g, nx, 2e-6, 2e-5);
@@ -133,27 +164,30 @@ static void check_case(int B, int L, int C, int NH, int T, float p, const int32_
     memcpy(c1, dq, (size_t)nx * sizeof *c1);
     memcpy(c2, drv, (size_t)nr * sizeof *c2);
     ct_tisas_attention_backward_cpu(dq, dkk, dvv, drk, drv, bs, dout, att, q, k, v, rk, rv, ts,
-                                    seq, B, L, C, NH, T, da, dk, dv);
+                                    seq, B, L, C, NH, T, da, mkp, mvp, p);
     KC_ASSERT_DOUBLED(dq, c1, nx);
     KC_ASSERT_DOUBLED(drv, c2, nr);
 
-    /* skipping: qmask = seq against qmask = NULL with zero upstream on the skipped rows */
+    /* skipping: qmask = seq against qmask = NULL with zero upstream on the skipped rows (the
+     * masks of every row, then) */
+    ct_tisas_mask_cpu(mk, NULL, B, L, C, dk);
+    ct_tisas_mask_cpu(mv, NULL, B, L, C, dv);
     float *o1 = KC_ALLOC(float, nx), *a1 = KC_ALLOC(float, natt);
     float *e[5], *f[5];
     int64_t ne[5] = {nx, nx, nx, nr, nr};
     for (int x = 0; x < 5; x++)
         e[x] = KC_ALLOC(float, ne[x]), f[x] = KC_ALLOC(float, ne[x]);
-    ct_tisas_attention_forward_cpu(o1, a1, fs, q, k, v, rk, rv, ts, NULL, B, L, C, NH, T, da, dk,
-                                   dv);
+    ct_tisas_attention_forward_cpu(o1, a1, fs, q, k, v, rk, rv, ts, NULL, B, L, C, NH, T, da, mkp,
+                                   mvp, p);
     for (int64_t r = 0; r < (int64_t)B * L; r++)
         if (seq[r] != 0)
             for (int c = 0; c < C; c++)
                 CT_ASSERT_MSG(o1[r * C + c] == out[r * C + c], "row %lld differs without qmask",
                               (long long)r);
     ct_tisas_attention_backward_cpu(e[0], e[1], e[2], e[3], e[4], bs, w, a1, q, k, v, rk, rv, ts,
-                                    NULL, B, L, C, NH, T, da, dk, dv);
+                                    NULL, B, L, C, NH, T, da, mkp, mvp, p);
     ct_tisas_attention_backward_cpu(f[0], f[1], f[2], f[3], f[4], bs, dout, att, q, k, v, rk, rv,
-                                    ts, seq, B, L, C, NH, T, da, dk, dv);
+                                    ts, seq, B, L, C, NH, T, da, mkp, mvp, p);
     for (int x = 0; x < 5; x++)
         for (int64_t i = 0; i < ne[x]; i++)
             CT_ASSERT_MSG(e[x][i] == f[x][i], "gradient %d[%lld]: %.9g without skipping, %.9g with",
@@ -162,7 +196,8 @@ static void check_case(int B, int L, int C, int NH, int T, float p, const int32_
 
     for (int x = 0; x < 5; x++)
         free(e[x]), free(f[x]);
-    free(o1), free(a1), free(c1), free(c2), free(g), free(w), free(got), free(want);
+    free(o1), free(a1), free(c1), free(c2), free(g), free(w), free(got), free(want), free(mk);
+    free(mv);
     free(tc.q), free(tc.k), free(tc.v), free(tc.rk), free(tc.rv), free(tc.out);
     free(q), free(k), free(v), free(rk), free(rv), free(out), free(att), free(dout), free(dq);
     free(dkk), free(dvv), free(drk), free(drv), free(fs), free(bs);
