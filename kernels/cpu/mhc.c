@@ -25,12 +25,13 @@
 
 /* ---- Sinkhorn-Knopp -------------------------------------------------------------------------- */
 
-/* One matrix: M0 = exp(Z - max Z), then iters x (rows to sum 1, then columns to sum 1). With
+/* One matrix: M0 = exp(Z - max Z), then iters x (rows to sum 1, then columns to sum 1). A row
+ * or column is scaled by the reciprocal of its sum (one division per row instead of n). With
  * it != NULL the iterates are kept for the backward: it[2t] = R_t (rows normalised),
  * it[2t+1] = M_t (columns normalised), t = 0..iters-1, n*n floats each, and M0 at it[2*iters];
- * rs[t*n + i] and cs[t*n + j] the row and column sums divided by. */
-static void ct__sinkhorn1(float *out, const float *z, int n, int iters, float *it, float *rs,
-                          float *cs)
+ * ri[t*n + i] and ci[t*n + j] the reciprocal row and column sums used. */
+static void ct__sinkhorn1(float *out, const float *z, int n, int iters, float *it, float *ri,
+                          float *ci)
 {
     const int nn = n * n;
     float mx = z[0];
@@ -46,22 +47,27 @@ static void ct__sinkhorn1(float *out, const float *z, int n, int iters, float *i
             float s = 0.0f;
             for (int j = 0; j < n; j++)
                 s += m[i * n + j];
+            const float r = 1.0f / s;
             for (int j = 0; j < n; j++)
-                m[i * n + j] /= s;
-            if (rs)
-                rs[t * n + i] = s;
+                m[i * n + j] *= r;
+            if (ri)
+                ri[t * n + i] = r;
         }
         if (it)
             memcpy(it + (size_t)(2 * t) * nn, m, (size_t)nn * sizeof *m);
-        for (int j = 0; j < n; j++) {
-            float s = 0.0f;
-            for (int i = 0; i < n; i++)
-                s += m[i * n + j];
-            for (int i = 0; i < n; i++)
-                m[i * n + j] /= s;
-            if (cs)
-                cs[t * n + j] = s;
-        }
+        float cs[CT_MHC_MAX_STREAMS];
+        for (int j = 0; j < n; j++)
+            cs[j] = m[j];
+        for (int i = 1; i < n; i++)
+            for (int j = 0; j < n; j++)
+                cs[j] += m[i * n + j];
+        for (int j = 0; j < n; j++)
+            cs[j] = 1.0f / cs[j];
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++)
+                m[i * n + j] *= cs[j];
+        if (ci)
+            memcpy(ci + (size_t)t * n, cs, (size_t)n * sizeof *cs);
         if (it)
             memcpy(it + (size_t)(2 * t + 1) * nn, m, (size_t)nn * sizeof *m);
     }
@@ -73,30 +79,31 @@ static void ct__sinkhorn1_bwd(float *dz, const float *dout, const float *z, int 
                               float *scratch)
 {
     const int nn = n * n;
-    float *it = scratch, *rs = it + (size_t)(2 * iters + 1) * nn, *cs = rs + (size_t)iters * n;
+    float *it = scratch, *ri = it + (size_t)(2 * iters + 1) * nn, *ci = ri + (size_t)iters * n;
     float out[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS], g[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS];
-    ct__sinkhorn1(out, z, n, iters, it, rs, cs);
+    ct__sinkhorn1(out, z, n, iters, it, ri, ci);
     memcpy(g, dout, (size_t)nn * sizeof *g);
     for (int t = iters - 1; t >= 0; t--) {
-        /* columns: y = x / s per column  ->  dx = (dy - sum_i dy y) / s */
+        /* columns: y = x * r per column (r = 1 / sum)  ->  dx = (dy - sum_i dy y) * r */
         const float *y = it + (size_t)(2 * t + 1) * nn;
-        for (int j = 0; j < n; j++) {
-            float d = 0.0f;
-            for (int i = 0; i < n; i++)
-                d += g[i * n + j] * y[i * n + j];
-            const float s = cs[t * n + j];
-            for (int i = 0; i < n; i++)
-                g[i * n + j] = (g[i * n + j] - d) / s;
-        }
+        float d[CT_MHC_MAX_STREAMS];
+        for (int j = 0; j < n; j++)
+            d[j] = g[j] * y[j];
+        for (int i = 1; i < n; i++)
+            for (int j = 0; j < n; j++)
+                d[j] += g[i * n + j] * y[i * n + j];
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++)
+                g[i * n + j] = (g[i * n + j] - d[j]) * ci[t * n + j];
         /* rows, the same along each row */
         y = it + (size_t)(2 * t) * nn;
         for (int i = 0; i < n; i++) {
-            float d = 0.0f;
+            float e = 0.0f;
             for (int j = 0; j < n; j++)
-                d += g[i * n + j] * y[i * n + j];
-            const float s = rs[t * n + i];
+                e += g[i * n + j] * y[i * n + j];
+            const float r = ri[t * n + i];
             for (int j = 0; j < n; j++)
-                g[i * n + j] = (g[i * n + j] - d) / s;
+                g[i * n + j] = (g[i * n + j] - e) * r;
         }
     }
     /* M0 = exp(z - max z): the shift cancels in the first normalisation, so d z = d M0 * M0 */
@@ -105,7 +112,7 @@ static void ct__sinkhorn1_bwd(float *dz, const float *dout, const float *z, int 
         dz[x] += g[x] * m0[x];
 }
 
-CT__MULTIVERSION void ct_sinkhorn_forward_cpu(float *out, const float *logits, int M, int n, int iters)
+void ct_sinkhorn_forward_cpu(float *out, const float *logits, int M, int n, int iters)
 {
     const size_t nn = (size_t)n * n;
     for (int r = 0; r < M; r++)
