@@ -90,7 +90,7 @@ CT__MULTIVERSION void ct_attention_forward_cpu(float *out, float *att, float *sc
                     }
                     float mx = ct__max_f32(r, i + 1);
                     for (int j = 0; j <= i; j++)
-                        r[j] = expf(r[j] - mx);
+                        r[j] = ct__exp_nonpos(r[j] - mx);
                     float inv = 1.0f / ct__sum8_f32(r, i + 1);
                     for (int j = 0; j <= i; j++)
                         r[j] *= inv;

@@ -79,6 +79,33 @@ static inline float ct__dot8_f32(const float *x, const float *y, int n)
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+/* e^x for x <= 0, the softmaxes' x - max: Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2,
+ * Cephes's degree-6 polynomial for e^r (2 ulp at most against the exact value), times 2^n
+ * made from the exponent bits; 0 below -87.3 (where e^x leaves the normal floats). Plain float
+ * arithmetic, no library call and no branch, so a loop of these vectorizes in every version
+ * of ct__MULTIVERSION - libm's expf does not, and was 5% of a SASRec step. Every version
+ * computes the same bits (the operations are the same; nothing is contracted or reordered). */
+static inline float ct__exp_nonpos(float x)
+{
+    const float big = 12582912.0f; /* 1.5 * 2^23: adding and subtracting it rounds to an int */
+    float xc = x < -87.3f ? -87.3f : x;
+    float n = (xc * 1.44269504088896341f + big) - big;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float e = p * (r * r) + r + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } two = {.i = ((int32_t)n + 127) << 23};
+    return x < -87.3f ? 0.0f : e * two.f;
+}
+
 /* max of x[0..n-1], n >= 1 (the order cannot change a maximum). */
 static inline float ct__max_f32(const float *x, int n)
 {

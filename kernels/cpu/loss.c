@@ -127,19 +127,16 @@ CT__MULTIVERSION void ct_l2_penalty_cpu(float *penalty, float *dw, const float *
 /* ---- softmax cross-entropy losses ------------------------------------------------------------ */
 
 /* Row r of logits (n entries, class tgt) -> loss contribution lse - logits[tgt] (returned) and
- * the gradient (softmax - onehot) * inv written over the logits. */
-static double ct__softmax_xent_row(float *lg, int n, int tgt, double inv)
+ * the gradient (softmax - onehot) * inv written over the logits. Separate passes (max, exp,
+ * sum, scale) so that all but the exponentials vectorize; the sum is in double over eight
+ * partial sums (ct_kernels_cpu.h's fixed pattern). */
+static inline double ct__softmax_xent_row(float *lg, int n, int tgt, double inv)
 {
-    float mx = lg[0];
-    for (int i = 1; i < n; i++)
-        mx = lg[i] > mx ? lg[i] : mx;
+    const float mx = ct__max_f32(lg, n);
     const double zt = (double)lg[tgt] - (double)mx;
-    double s = 0.0;
-    for (int i = 0; i < n; i++) {
-        float e = expf(lg[i] - mx);
-        s += e;
-        lg[i] = e;
-    }
+    for (int i = 0; i < n; i++)
+        lg[i] = ct__exp_nonpos(lg[i] - mx);
+    const double s = ct__sum8_f64(lg, n);
     const float scale = (float)(inv / s);
     for (int i = 0; i < n; i++)
         lg[i] *= scale;
@@ -148,7 +145,7 @@ static double ct__softmax_xent_row(float *lg, int n, int tgt, double inv)
     return log(s) - zt;
 }
 
-CT__MULTIVERSION void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
+void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
                     const float *wte, const int32_t *pos, int N, int C, int V, float count)
 {
     const int NI = V - 1; /* classes: items 1..V-1 */

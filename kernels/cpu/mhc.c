@@ -39,7 +39,7 @@ static void ct__sinkhorn1(float *out, const float *z, int n, int iters, float *i
         mx = z[x] > mx ? z[x] : mx;
     float m[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS];
     for (int x = 0; x < nn; x++)
-        m[x] = expf(z[x] - mx);
+        m[x] = ct__exp_nonpos(z[x] - mx);
     if (it)
         memcpy(it + (size_t)2 * iters * nn, m, (size_t)nn * sizeof *m);
     for (int t = 0; t < iters; t++) {
