@@ -312,11 +312,11 @@ void ct_mhc_coeffs_forward_cpu(float *hpre, float *hpost, float *hres, float *pr
  *   dhpre, dhpost: (N,n)   dhres: (N,n,n)   the rest as in the forward */
 #define CT_MHC_COEFFS_BWD_SCRATCH(N, n, iters) \
     ((size_t)(N) * (size_t)CT_MHC_COEFFS(n) + CT_SINKHORN_BWD_SCRATCH(n, iters))
-void ct_mhc_coeffs_backward_cpu(float *dX, float *dphi, float *dalpha, float *dbias,
-                                float *scratch, const float *dhpre, const float *dhpost,
-                                const float *dhres, const float *X, const float *phi,
-                                const float *alpha, const float *bias, const float *proj,
-                                const float *rstd, int N, int n, int C, int iters);
+void ct_mhc_coeffs_backward_cpu(float *dX, float *dphi, float *dalpha, float *dbias, float *scratch,
+                                const float *dhpre, const float *dhpost, const float *dhres,
+                                const float *X, const float *phi, const float *alpha,
+                                const float *bias, const float *proj, const float *rstd, int N,
+                                int n, int C, int iters);
 
 /* The sub-layer input: u_r = sum_s hpre[r,s] X[r,s,:].   u: (N,C)   X: (N,n,C)   hpre: (N,n) */
 void ct_mhc_pre_forward_cpu(float *u, const float *X, const float *hpre, int N, int n, int C);
@@ -330,8 +330,8 @@ void ct_mhc_post_forward_cpu(float *Y, const float *X, const float *f, const flo
                              const float *hpost, int N, int n, int C);
 /*   dX: (N,n,C) +=   df: (N,C) +=   dhres: (N,n,n) +=   dhpost: (N,n) +=   dY: (N,n,C) */
 void ct_mhc_post_backward_cpu(float *dX, float *df, float *dhres, float *dhpost, const float *dY,
-                              const float *X, const float *f, const float *hres,
-                              const float *hpost, int N, int n, int C);
+                              const float *X, const float *f, const float *hres, const float *hpost,
+                              int N, int n, int C);
 
 /* The ends of the network: the embedding copied into every stream (X[r,s,:] = x[r,:]), and the
  * streams averaged before the final LayerNorm (x[r,:] = mean_s X[r,s,:]).
@@ -393,7 +393,7 @@ void ct_bce_loss_cpu(float *loss, float *dpos, float *dneg, const float *pos_log
  * (summed in double in row order) is written. count <= 0 gives 0 and adds nothing.
  *   loss: (1)   dfeats: (N,C) +=   dwte: (V,C) +=   scratch: CT_CE_SCRATCH(V,C) floats
  *   feats: (N,C)   wte: (V,C)   pos: (N) */
-#define CT_CE_CHUNK 128
+#define CT_CE_CHUNK         128
 #define CT_CE_SCRATCH(V, C) ((size_t)CT_CE_CHUNK * ((size_t)(V) + 2 * (size_t)(C) + 1))
 void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
                     const float *wte, const int32_t *pos, int N, int C, int V, float count);
@@ -404,8 +404,8 @@ void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, con
  * Loss and gradient in one pass; negative ids 0 get no gradient.
  *   loss: (1)   dfeats: (B,L,C) +=   dwte: (V,C) +=
  *   scratch: CT_SAMPLED_CE_SCRATCH(L,M,C) floats   feats: (B,L,C)   pos: (B,L)   neg: (B,M) */
-#define CT_SAMPLED_CE_SCRATCH(L, M, C)                                                         \
-    (2 * (size_t)(M) * (size_t)(C) + 2 * (size_t)(L) * (size_t)(C) +                       \
+#define CT_SAMPLED_CE_SCRATCH(L, M, C)                               \
+    (2 * (size_t)(M) * (size_t)(C) + 2 * (size_t)(L) * (size_t)(C) + \
      (size_t)(L) * ((size_t)(M) + 1) + (size_t)(L))
 void ct_sampled_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch,
                             const float *feats, const float *wte, const int32_t *pos,

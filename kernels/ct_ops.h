@@ -134,23 +134,20 @@ struct ct_ops {
     void (*rows_broadcast_backward)(ct_ops_t *o, float *dtable, const float *dout, int B, int L,
                                     int C);
     void (*tisas_attention_forward)(ct_ops_t *o, float *out, float *att, float *scratch,
-                                    const float *q, const float *k, const float *v,
-                                    const float *rk, const float *rv, const int64_t *tseq,
-                                    const int32_t *qmask, int B, int L, int C, int NH, int T,
-                                    ct_dropout_t drop_att, const uint32_t *mask_rk,
-                                    const uint32_t *mask_rv, float p_rkv);
+                                    const float *q, const float *k, const float *v, const float *rk,
+                                    const float *rv, const int64_t *tseq, const int32_t *qmask,
+                                    int B, int L, int C, int NH, int T, ct_dropout_t drop_att,
+                                    const uint32_t *mask_rk, const uint32_t *mask_rv, float p_rkv);
     void (*tisas_attention_backward)(ct_ops_t *o, float *dq, float *dk, float *dv, float *drk,
                                      float *drv, float *scratch, const float *dout,
                                      const float *att, const float *q, const float *k,
                                      const float *v, const float *rk, const float *rv,
-                                     const int64_t *tseq, const int32_t *qmask, int B, int L,
-                                     int C, int NH, int T, ct_dropout_t drop_att,
-                                     const uint32_t *mask_rk, const uint32_t *mask_rv,
-                                     float p_rkv);
+                                     const int64_t *tseq, const int32_t *qmask, int B, int L, int C,
+                                     int NH, int T, ct_dropout_t drop_att, const uint32_t *mask_rk,
+                                     const uint32_t *mask_rv, float p_rkv);
     void (*tisas_mask)(ct_ops_t *o, uint32_t *bits, const int32_t *qmask, int B, int L, int C,
                        ct_dropout_t drop);
-    void (*sinkhorn_forward)(ct_ops_t *o, float *out, const float *logits, int M, int n,
-                             int iters);
+    void (*sinkhorn_forward)(ct_ops_t *o, float *out, const float *logits, int M, int n, int iters);
     void (*sinkhorn_backward)(ct_ops_t *o, float *dlogits, float *scratch, const float *dout,
                               const float *logits, int M, int n, int iters);
     void (*mhc_coeffs_forward)(ct_ops_t *o, float *hpre, float *hpost, float *hres, float *proj,
@@ -163,8 +160,8 @@ struct ct_ops {
                                 const float *rstd, int N, int n, int C, int iters);
     void (*mhc_pre_forward)(ct_ops_t *o, float *u, const float *X, const float *hpre, int N, int n,
                             int C);
-    void (*mhc_pre_backward)(ct_ops_t *o, float *dX, float *dhpre, const float *du,
-                             const float *X, const float *hpre, int N, int n, int C);
+    void (*mhc_pre_backward)(ct_ops_t *o, float *dX, float *dhpre, const float *du, const float *X,
+                             const float *hpre, int N, int n, int C);
     void (*mhc_post_forward)(ct_ops_t *o, float *Y, const float *X, const float *f,
                              const float *hres, const float *hpost, int N, int n, int C);
     void (*mhc_post_backward)(ct_ops_t *o, float *dX, float *df, float *dhres, float *dhpost,

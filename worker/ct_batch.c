@@ -75,7 +75,8 @@ void ct_batch_clear_row(ct_batch_t *b, int r)
     if (b->tseq)
         memset(b->tseq + o, 0, L * sizeof *b->tseq);
     if (b->row_neg)
-        memset(b->row_neg + (size_t)r * b->num_row_neg, 0, (size_t)b->num_row_neg * sizeof *b->row_neg);
+        memset(b->row_neg + (size_t)r * b->num_row_neg, 0,
+               (size_t)b->num_row_neg * sizeof *b->row_neg);
 }
 
 /* Copies items[from..to) (and their scaled times) right-aligned into row r of seq/tseq. */

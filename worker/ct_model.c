@@ -129,15 +129,15 @@ int ct_model_cfg_check(const ct_model_cfg_t *c, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, -EINVAL, "model kind %d is not known", (int)c->kind);
     if ((unsigned)c->layout >= CT_LAYOUT_COUNT)
         return ct_errbuf_set(eb, -EINVAL, "layout %d is not known", (int)c->layout);
-    if (c->mhc_streams != 0 &&
-        (c->mhc_streams < 2 || c->mhc_streams > CT_MHC_MAX_STREAMS))
+    if (c->mhc_streams != 0 && (c->mhc_streams < 2 || c->mhc_streams > CT_MHC_MAX_STREAMS))
         return ct_errbuf_set(eb, -EINVAL, "mHC streams %d out of range (2..%d, or 0 for none)",
                              c->mhc_streams, CT_MHC_MAX_STREAMS);
     if (c->mhc_streams > 0 && c->layout != CT_LAYOUT_PRE_LN)
-        return ct_errbuf_set(eb, -EINVAL,
-                             "mHC wraps the sub-layers of the pre_ln layout, not %s (sasrec-spec.md "
-                             "7.4: the other layouts have no clean identity path)",
-                             ct_layout_name(c->layout));
+        return ct_errbuf_set(
+            eb, -EINVAL,
+            "mHC wraps the sub-layers of the pre_ln layout, not %s (sasrec-spec.md "
+            "7.4: the other layouts have no clean identity path)",
+            ct_layout_name(c->layout));
     if (c->kind == CT_MODEL_TISASREC) {
         if (c->layout != CT_LAYOUT_ORIGINAL2020 && c->layout != CT_LAYOUT_PRE_LN)
             return ct_errbuf_set(eb, -EINVAL,
@@ -194,15 +194,15 @@ int ct_model_cfg_from_json(const json_t *obj, ct_model_cfg_t *c, ct_errbuf_t *eb
     if (json_unpack_ex((json_t *)obj, &je, 0, "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:F, s?I, s?I}",
                        "kind", &kind, "layout", &layout, "num_items", &items, "maxlen", &maxlen,
                        "hidden_units", &hidden, "num_heads", &heads, "num_blocks", &blocks,
-                       "dropout_rate", &dropout, "mhc_streams", &streams, "time_span",
-                       &span) != 0)
+                       "dropout_rate", &dropout, "mhc_streams", &streams, "time_span", &span) != 0)
         return ct_errbuf_set(eb, CT_EFORMAT, "model configuration: %s", je.text);
     ct_model_cfg_t n = {.kind = CT_MODEL_SASREC};
     if (ct_model_kind_parse(kind, &n.kind, eb) != 0)
         return ct_errbuf_wrap(eb, CT_EFORMAT, "model configuration");
     if (streams < 0 || streams > CT_MHC_MAX_STREAMS || span < 0 || span > CT_MODEL_MAX_TIME_SPAN)
-        return ct_errbuf_set(eb, CT_EFORMAT, "model configuration: mhc_streams or time_span out "
-                                             "of range");
+        return ct_errbuf_set(eb, CT_EFORMAT,
+                             "model configuration: mhc_streams or time_span out "
+                             "of range");
     n.mhc_streams = (int)streams;
     n.time_span = (int)span;
     int rc = ct_layout_parse(layout, &n.layout, eb);
@@ -707,8 +707,7 @@ int ct_model_cfg_from_state_dict(const char *path, ct_model_cfg_t *cfg, int *pos
     if ((ti && (pk->shape[0] > CT_MODEL_MAX_LEN || tv->shape[0] - 1 > CT_MODEL_MAX_TIME_SPAN)) ||
         streams > CT_MHC_MAX_STREAMS) {
         ct_st_close(f);
-        return ct_errbuf_set(eb, CT_EMISMATCH, "%s: a table or the mHC streams out of range",
-                             path);
+        return ct_errbuf_set(eb, CT_EMISMATCH, "%s: a table or the mHC streams out of range", path);
     }
     cfg->kind = ti ? CT_MODEL_TISASREC : CT_MODEL_SASREC;
     cfg->num_items = (int32_t)(e->shape[0] - 1);

@@ -56,8 +56,8 @@ typedef enum ct_model_kind {
 
 /* The training loss after the final LayerNorm. */
 typedef enum ct_loss {
-    CT_LOSS_BCE = 0,        /* the references': one positive and one sampled negative per position */
-    CT_LOSS_CE = 1,         /* softmax cross-entropy over every item (SASRec+ / BERT4Rec's loss) */
+    CT_LOSS_BCE = 0, /* the references': one positive and one sampled negative per position */
+    CT_LOSS_CE = 1,  /* softmax cross-entropy over every item (SASRec+ / BERT4Rec's loss) */
     CT_LOSS_SAMPLED_CE = 2, /* softmax over the positive and num_negatives per sequence */
     CT_LOSS_COUNT
 } ct_loss_t;
@@ -97,10 +97,10 @@ typedef struct ct_model_cfg {
 #define CT_MHC_RMS_EPS    1e-6f
 #define CT_MHC_ALPHA_INIT 0.01f
 
-#define CT_MODEL_MAX_BLOCKS 64
-#define CT_MODEL_MAX_LEN    4096
-#define CT_MODEL_MAX_HIDDEN 4096
-#define CT_PARAM_NAME_MAX   96
+#define CT_MODEL_MAX_BLOCKS    64
+#define CT_MODEL_MAX_LEN       4096
+#define CT_MODEL_MAX_HIDDEN    4096
+#define CT_PARAM_NAME_MAX      96
 #define CT_MODEL_MAX_TIME_SPAN (1 << 20)
 /* Floats after the gradients in grads_mem: scalars that travel with the one gradient
  * reduction of a step (the trainer puts the step's local loss sum there). */
@@ -139,8 +139,8 @@ json_t *ct_model_cfg_to_json(const ct_model_cfg_t *cfg);
 int ct_model_cfg_from_json(const json_t *obj, ct_model_cfg_t *cfg, ct_errbuf_t *eb);
 
 /* Whether a and b describe the same parameters and computation (dropout, no_skip, the loss and
- * num_negatives are training details and do not count). Returns NULL when they agree, else the name of the
- * first field that differs, and writes "field: a vs b" into what (size bytes). */
+ * num_negatives are training details and do not count). Returns NULL when they agree, else the name
+ * of the first field that differs, and writes "field: a vs b" into what (size bytes). */
 const char *ct_model_cfg_diff(const ct_model_cfg_t *a, const ct_model_cfg_t *b, char *what,
                               size_t size);
 

@@ -70,19 +70,19 @@ typedef struct ct__blk_params {
     size_t in_w, in_b;   /* SASRec: attention_layers.l.in_proj_{weight (3C,C), bias (3C)} */
     size_t out_w, out_b; /* SASRec: attention_layers.l.out_proj.{weight (C,C), bias (C)} */
     size_t qw, qb, kw, kb, vw, vb; /* TiSASRec: attention_layers.l.{Q,K,V}_w.{weight, bias} */
-    size_t ln2_w, ln2_b; /* forward_layernorms.l */
-    size_t c1_w, c1_b;   /* forward_layers.l.conv1.{weight (C,C,1), bias (C)} */
-    size_t c2_w, c2_b;   /* forward_layers.l.conv2 */
+    size_t ln2_w, ln2_b;           /* forward_layernorms.l */
+    size_t c1_w, c1_b;             /* forward_layers.l.conv1.{weight (C,C,1), bias (C)} */
+    size_t c2_w, c2_b;             /* forward_layers.l.conv2 */
     /* mHC: {attention,forward}_hc.l.{phi (nC,K), alpha (3), bias (K)}; [0] attention, [1] FFN */
     size_t hc_phi[2], hc_alpha[2], hc_bias[2];
 } ct__blk_params_t;
 
 /* One mHC layer's saved activations. */
 typedef struct ct__hc_acts {
-    float *u;                  /* (N,C) H^pre X, the sub-layer input */
+    float *u;                   /* (N,C) H^pre X, the sub-layer input */
     float *hpre, *hpost, *hres; /* (N,n), (N,n), (N,n,n) */
-    float *proj, *rstd;        /* (N,K), (N) for the coefficients' backward */
-    float *Y;                  /* (N,n,C) the layer's output streams */
+    float *proj, *rstd;         /* (N,K), (N) for the coefficients' backward */
+    float *Y;                   /* (N,n,C) the layer's output streams */
 } ct__hc_acts_t;
 
 /* One block's saved activations (N = max_batch * L rows each). */
@@ -106,14 +106,14 @@ typedef struct ct__sasrec {
     ct__blk_params_t blk[CT_MODEL_MAX_BLOCKS];
 
     void *arena;
-    int32_t *seq, *pos, *neg; /* (B,L) inputs copied to the backend */
-    int32_t *row_neg;         /* (B,M) sampled-CE negatives */
-    int64_t *tseq;            /* (B,L) TiSASRec scaled times */
-    int32_t *eval_qmask;      /* (B,L) 1 in column L-1 only */
-    float *x0;                /* (N,C) embedding output */
-    float *X0;                /* (N,n,C) mHC: the embedding in every stream */
-    float *xc;                /* (N,C) mHC: the streams' average, the final LN's input */
-    float *pkd, *pvd;         /* (N,C) TiSASRec: the pass's dropped absolute-position rows */
+    int32_t *seq, *pos, *neg;    /* (B,L) inputs copied to the backend */
+    int32_t *row_neg;            /* (B,M) sampled-CE negatives */
+    int64_t *tseq;               /* (B,L) TiSASRec scaled times */
+    int32_t *eval_qmask;         /* (B,L) 1 in column L-1 only */
+    float *x0;                   /* (N,C) embedding output */
+    float *X0;                   /* (N,n,C) mHC: the embedding in every stream */
+    float *xc;                   /* (N,C) mHC: the streams' average, the final LN's input */
+    float *pkd, *pvd;            /* (N,C) TiSASRec: the pass's dropped absolute-position rows */
     uint32_t *mask_rk, *mask_rv; /* TiSASRec with dropout: the pass's interval masks as bits */
     ct__blk_acts_t act[CT_MODEL_MAX_BLOCKS];
     float *lnf, *lnf_mean, *lnf_rstd;             /* (N,C), (N), (N) final LayerNorm */
@@ -123,8 +123,8 @@ typedef struct ct__sasrec {
     float *g_cur, *g_in; /* (N,C), or (N,n,C) with mHC: the block-boundary gradients */
     float *g_mid;        /* (N,n,C) mHC: between a block's two mHC layers */
     float *g_a, *g_b, *g_h, *g_hp, *g_ao, *g_u;
-    float *g_qkv;                 /* (N,3C) */
-    float *g_pk, *g_pv;           /* (N,C) TiSASRec: d(dropped P^K, P^V) over all blocks */
+    float *g_qkv;                     /* (N,3C) */
+    float *g_pk, *g_pv;               /* (N,C) TiSASRec: d(dropped P^K, P^V) over all blocks */
     float *g_hpre, *g_hpost, *g_hres; /* mHC: (N,n), (N,n), (N,n,n) */
     float *att_fwd_scratch, *att_bwd_scratch, *mhc_scratch, *loss_scratch;
     int last_B; /* rows of the last forward_backward (for logits) */
@@ -221,8 +221,8 @@ static void ct__attn_forward(const ct__pass_t *p, int l, const float *xq, const 
         o->linear_forward(o, v, xkv, p->W + w->vw, p->W + w->vb, p->N, p->C, p->C);
         o->residual_forward(o, v, v, s->pvd, p->NC);
         o->tisas_attention_forward(o, a->s1, a->att, s->att_fwd_scratch, q, k, v, p->W + s->rk,
-                                   p->W + s->rv, s->tseq, ct__qmask(p, l), p->B, p->L, p->C,
-                                   p->NH, p->m->cfg.time_span, ct__drop_att(p, l), ct__mask_rk(p),
+                                   p->W + s->rv, s->tseq, ct__qmask(p, l), p->B, p->L, p->C, p->NH,
+                                   p->m->cfg.time_span, ct__drop_att(p, l), ct__mask_rk(p),
                                    ct__mask_rv(p), p->m->cfg.dropout);
     } else {
         o->qkv_forward(o, a->qkv, xq, xkv, p->W + w->in_w, p->W + w->in_b, p->N, p->C);
@@ -249,9 +249,9 @@ static void ct__attn_backward(const ct__pass_t *p, int l, const float *ga, const
         o->zero(o, s->g_qkv, 3 * nb);
         o->tisas_attention_backward(o, dq, dk, dv, p->G + s->rk, p->G + s->rv, s->att_bwd_scratch,
                                     ga, a->att, q, k, v, p->W + s->rk, p->W + s->rv, s->tseq,
-                                    ct__qmask(p, l), p->B, p->L, p->C, p->NH,
-                                    p->m->cfg.time_span, ct__drop_att(p, l), ct__mask_rk(p),
-                                    ct__mask_rv(p), p->m->cfg.dropout);
+                                    ct__qmask(p, l), p->B, p->L, p->C, p->NH, p->m->cfg.time_span,
+                                    ct__drop_att(p, l), ct__mask_rk(p), ct__mask_rv(p),
+                                    p->m->cfg.dropout);
         /* k = K_w xkv + P^K: the position rows collect d k from every block */
         o->residual_forward(o, s->g_pk, s->g_pk, dk, p->NC);
         o->residual_forward(o, s->g_pv, s->g_pv, dv, p->NC);
@@ -267,10 +267,10 @@ static void ct__attn_backward(const ct__pass_t *p, int l, const float *ga, const
     o->linear_backward(o, s->g_ao, p->G + w->out_w, p->G + w->out_b, ga, a->ao, p->W + w->out_w,
                        p->N, p->C, p->C);
     o->zero(o, s->g_qkv, 3 * nb);
-    o->attention_backward(o, s->g_qkv, s->att_bwd_scratch, s->g_ao, a->att, a->qkv,
-                          ct__qmask(p, l), p->B, p->L, p->C, p->NH, ct__drop_att(p, l));
-    o->qkv_backward(o, dxq, dxkv, p->G + w->in_w, p->G + w->in_b, s->g_qkv, xq, xkv,
-                    p->W + w->in_w, p->N, p->C);
+    o->attention_backward(o, s->g_qkv, s->att_bwd_scratch, s->g_ao, a->att, a->qkv, ct__qmask(p, l),
+                          p->B, p->L, p->C, p->NH, ct__drop_att(p, l));
+    o->qkv_backward(o, dxq, dxkv, p->G + w->in_w, p->G + w->in_b, s->g_qkv, xq, xkv, p->W + w->in_w,
+                    p->N, p->C);
 }
 
 /* f = FFN(y) */
@@ -445,9 +445,9 @@ static void ct__hc_in_backward(const ct__pass_t *p, int l, int k, const float *X
     o->zero(o, s->g_hpre, (size_t)p->N * p->n * sizeof(float));
     o->mhc_pre_backward(o, dX, s->g_hpre, du, X, h->hpre, p->N, p->n, p->C);
     o->mhc_coeffs_backward(o, dX, p->G + w->hc_phi[k], p->G + w->hc_alpha[k], p->G + w->hc_bias[k],
-                           s->mhc_scratch, s->g_hpre, s->g_hpost, s->g_hres, X,
-                           p->W + w->hc_phi[k], p->W + w->hc_alpha[k], p->W + w->hc_bias[k],
-                           h->proj, h->rstd, p->N, p->n, p->C, CT_MHC_ITERS);
+                           s->mhc_scratch, s->g_hpre, s->g_hpost, s->g_hres, X, p->W + w->hc_phi[k],
+                           p->W + w->hc_alpha[k], p->W + w->hc_bias[k], h->proj, h->rstd, p->N,
+                           p->n, p->C, CT_MHC_ITERS);
 }
 
 /* Y = H^res X + H^post^T f's backward: reads dY; adds into dX; writes d f into df (zeroed
@@ -636,10 +636,10 @@ static void ct__loss_forward_backward(const ct__pass_t *p, float count)
         o->score_forward(o, s->neg_logits, s->lnf, p->W + s->wte, s->neg, p->N, p->C);
         o->bce_loss(o, s->loss, s->dpos, s->dneg, s->pos_logits, s->neg_logits, s->pos, p->N,
                     count);
-        o->score_backward(o, s->g_cur, p->G + s->wte, s->dpos, s->lnf, p->W + s->wte, s->pos,
-                          p->N, p->C);
-        o->score_backward(o, s->g_cur, p->G + s->wte, s->dneg, s->lnf, p->W + s->wte, s->neg,
-                          p->N, p->C);
+        o->score_backward(o, s->g_cur, p->G + s->wte, s->dpos, s->lnf, p->W + s->wte, s->pos, p->N,
+                          p->C);
+        o->score_backward(o, s->g_cur, p->G + s->wte, s->dneg, s->lnf, p->W + s->wte, s->neg, p->N,
+                          p->C);
         break;
     }
 }
@@ -780,8 +780,8 @@ static void ct__carve_arena(ct__sasrec_t *s, const ct_model_t *m, ct__carve_t *c
     s->pos = CT__CARVE_I32(c, N);
     s->neg = CT__CARVE_I32(c, N);
     s->eval_qmask = CT__CARVE_I32(c, N);
-    s->row_neg = cfg->loss == CT_LOSS_SAMPLED_CE ? CT__CARVE_I32(c, B * (size_t)cfg->num_negatives)
-                                                 : NULL;
+    s->row_neg =
+        cfg->loss == CT_LOSS_SAMPLED_CE ? CT__CARVE_I32(c, B * (size_t)cfg->num_negatives) : NULL;
     s->tseq = ti ? CT__CARVE_I64(c, N) : NULL;
     s->x0 = CT__CARVE_F32(c, NC);
     s->X0 = mhc ? CT__CARVE_F32(c, NS) : NULL;
@@ -841,8 +841,10 @@ static void ct__carve_arena(ct__sasrec_t *s, const ct_model_t *m, ct__carve_t *c
     s->g_hres = mhc ? CT__CARVE_F32(c, N * n * n) : NULL;
     int Bi = m->max_batch, Li = cfg->maxlen, NH = cfg->num_heads;
     if (ti) {
-        s->att_fwd_scratch = CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_TISAS_FWD, Li, cfg->hidden, 0));
-        s->att_bwd_scratch = CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_TISAS_BWD, Li, cfg->hidden, 0));
+        s->att_fwd_scratch =
+            CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_TISAS_FWD, Li, cfg->hidden, 0));
+        s->att_bwd_scratch =
+            CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_TISAS_BWD, Li, cfg->hidden, 0));
     } else {
         s->att_fwd_scratch =
             CT__CARVE_F32(c, o->attention_scratch(o, Bi, Li, NH, CT_ATT_SCRATCH_FWD));
@@ -856,8 +858,8 @@ static void ct__carve_arena(ct__sasrec_t *s, const ct_model_t *m, ct__carve_t *c
     if (cfg->loss == CT_LOSS_CE)
         s->loss_scratch = CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_CE, (int64_t)V, (int64_t)C, 0));
     else if (cfg->loss == CT_LOSS_SAMPLED_CE)
-        s->loss_scratch = CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_SAMPLED_CE, (int64_t)L,
-                                                      cfg->num_negatives, (int64_t)C));
+        s->loss_scratch = CT__CARVE_F32(
+            c, o->scratch(o, CT_SCRATCH_SAMPLED_CE, (int64_t)L, cfg->num_negatives, (int64_t)C));
 }
 
 #define CT__ADD(nm, nd, init, ...)                               \

@@ -349,7 +349,8 @@ static int ct__resolve_model(ct_train_cfg_t *c, ct_errbuf_t *eb)
         c->mhc = !c->no_mhc;
     }
     c->set_mhc = c->set_mhc_flag || c->set_no_mhc_flag;
-    if (c->mhc && c->set_layout && c->layout != CT_LAYOUT_PRE_LN && (c->set_mhc || !c->inference_only))
+    if (c->mhc && c->set_layout && c->layout != CT_LAYOUT_PRE_LN &&
+        (c->set_mhc || !c->inference_only))
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--layout: %s conflicts with mHC (on by default), which wraps the "
                              "pre_ln layout; add --no_mhc to run %s",

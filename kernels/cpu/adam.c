@@ -10,8 +10,9 @@
 #include "ct_kernels.h"
 #include "ct_kernels_cpu.h"
 
-CT__MULTIVERSION void ct_adam_update_cpu(float *params, float *m, float *v, const float *grads, int64_t n, double lr,
-                        double beta1, double beta2, double eps, float grad_scale, int64_t step)
+CT__MULTIVERSION void ct_adam_update_cpu(float *params, float *m, float *v, const float *grads,
+                                         int64_t n, double lr, double beta1, double beta2,
+                                         double eps, float grad_scale, int64_t step)
 {
     double bc1 = 1.0 - pow(beta1, (double)step);
     double bc2 = 1.0 - pow(beta2, (double)step);

@@ -52,8 +52,9 @@ static inline void ct__row_factors(float *mk, int i, int L, uint64_t draw_row0, 
                      draw_row0 + (uint64_t)i * (uint64_t)L);
 }
 
-CT__MULTIVERSION void ct_attention_forward_cpu(float *out, float *att, float *scratch, const float *qkv,
-                              const int32_t *qmask, int B, int L, int C, int NH, ct_dropout_t drop)
+CT__MULTIVERSION void ct_attention_forward_cpu(float *out, float *att, float *scratch,
+                                               const float *qkv, const int32_t *qmask, int B, int L,
+                                               int C, int NH, ct_dropout_t drop)
 {
     const int HS = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -119,9 +120,10 @@ CT__MULTIVERSION void ct_attention_forward_cpu(float *out, float *att, float *sc
     }
 }
 
-CT__MULTIVERSION void ct_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *att,
-                               const float *qkv, const int32_t *qmask, int B, int L, int C, int NH,
-                               ct_dropout_t drop)
+CT__MULTIVERSION void ct_attention_backward_cpu(float *dqkv, float *scratch, const float *dout,
+                                                const float *att, const float *qkv,
+                                                const int32_t *qmask, int B, int L, int C, int NH,
+                                                ct_dropout_t drop)
 {
     const int HS = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)HS);

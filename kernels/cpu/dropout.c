@@ -168,19 +168,17 @@ __attribute__((target("avx2"))) static uint32_t ct__keep32_avx2(float p, uint64_
 /* Draws of blocks b .. b+15 with AVX-512, in draw order (out[v] = draws 16v .. 16v+15). The
  * round is the SSE2 one: 64-bit products of the even lanes and of the odd lanes shifted down,
  * their high and low words blended back into lane order with a mask. */
-__attribute__((target("avx512f"))) static inline void ct__philox16_avx512(__m512i out[4],
-                                                                          uint64_t seed,
-                                                                          uint64_t stream,
-                                                                          uint64_t b)
+__attribute__((target("avx512f"))) static inline void
+ct__philox16_avx512(__m512i out[4], uint64_t seed, uint64_t stream, uint64_t b)
 {
     const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     const __m512i lo_b = _mm512_set1_epi32((int)(uint32_t)b);
     __m512i c0 = _mm512_add_epi32(lo_b, iota);
     /* the carry into the high word where b + j wraps past 2^32 */
     const __mmask16 carry = _mm512_cmplt_epu32_mask(c0, lo_b);
-    __m512i c1 = _mm512_mask_add_epi32(_mm512_set1_epi32((int)(uint32_t)(b >> 32)), carry,
-                                       _mm512_set1_epi32((int)(uint32_t)(b >> 32)),
-                                       _mm512_set1_epi32(1));
+    __m512i c1 =
+        _mm512_mask_add_epi32(_mm512_set1_epi32((int)(uint32_t)(b >> 32)), carry,
+                              _mm512_set1_epi32((int)(uint32_t)(b >> 32)), _mm512_set1_epi32(1));
     __m512i c2 = _mm512_set1_epi32((int)(uint32_t)stream);
     __m512i c3 = _mm512_set1_epi32((int)(uint32_t)(stream >> 32));
     const __m512i m0 = _mm512_set1_epi32((int)CT_PHILOX_M0);
@@ -219,8 +217,7 @@ __attribute__((target("avx512f"))) static inline void ct__philox16_avx512(__m512
     out[3] = _mm512_shuffle_i32x4(z, w, _MM_SHUFFLE(3, 1, 3, 1));
 }
 
-__attribute__((target("avx512f"))) static inline __mmask16 ct__keep16_avx512(__m512i d,
-                                                                             __m512 pv)
+__attribute__((target("avx512f"))) static inline __mmask16 ct__keep16_avx512(__m512i d, __m512 pv)
 {
     const __m512 unit = _mm512_set1_ps(1.0f / 16777216.0f);
     __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(d, 8)), unit);
@@ -231,8 +228,8 @@ __attribute__((target("avx512f"))) static inline __mmask16 ct__keep16_avx512(__m
  * multiply done as in the other paths (so NaN and signed zeros come out alike). */
 __attribute__((target("avx512f"))) static void ct__dropout64_avx512(float *out, const float *inp,
                                                                     float p, float keep_scale,
-                                                                    uint64_t seed,
-                                                                    uint64_t stream, uint64_t b)
+                                                                    uint64_t seed, uint64_t stream,
+                                                                    uint64_t b)
 {
     __m512i d[4];
     ct__philox16_avx512(d, seed, stream, b);

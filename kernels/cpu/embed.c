@@ -17,8 +17,9 @@ static inline int ct__pos_id(ct_pos_mode_t mode, int32_t item, int t)
     return t;
 }
 
-CT__MULTIVERSION void ct_embed_forward_cpu(float *out, const float *wte, const float *wpe, const int32_t *seq, int B,
-                          int L, int C, float scale, ct_pos_mode_t pos_mode)
+CT__MULTIVERSION void ct_embed_forward_cpu(float *out, const float *wte, const float *wpe,
+                                           const int32_t *seq, int B, int L, int C, float scale,
+                                           ct_pos_mode_t pos_mode)
 {
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < L; t++) {
@@ -37,8 +38,9 @@ CT__MULTIVERSION void ct_embed_forward_cpu(float *out, const float *wte, const f
     }
 }
 
-CT__MULTIVERSION void ct_embed_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *seq, int B,
-                           int L, int C, float scale, ct_pos_mode_t pos_mode)
+CT__MULTIVERSION void ct_embed_backward_cpu(float *dwte, float *dwpe, const float *dout,
+                                            const int32_t *seq, int B, int L, int C, float scale,
+                                            ct_pos_mode_t pos_mode)
 {
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < L; t++) {
@@ -61,13 +63,15 @@ CT__MULTIVERSION void ct_embed_backward_cpu(float *dwte, float *dwpe, const floa
     }
 }
 
-CT__MULTIVERSION void ct_rows_broadcast_forward_cpu(float *out, const float *table, int B, int L, int C)
+CT__MULTIVERSION void ct_rows_broadcast_forward_cpu(float *out, const float *table, int B, int L,
+                                                    int C)
 {
     for (int b = 0; b < B; b++)
         memcpy(out + (size_t)b * L * C, table, (size_t)L * C * sizeof *out);
 }
 
-CT__MULTIVERSION void ct_rows_broadcast_backward_cpu(float *dtable, const float *dout, int B, int L, int C)
+CT__MULTIVERSION void ct_rows_broadcast_backward_cpu(float *dtable, const float *dout, int B, int L,
+                                                     int C)
 {
     const size_t n = (size_t)L * C;
     for (int b = 0; b < B; b++) {

@@ -17,8 +17,8 @@
 #include "ct_kernels.h"
 #include "ct_kernels_cpu.h"
 
-CT__MULTIVERSION void ct_score_forward_cpu(float *logits, const float *feats, const float *wte, const int32_t *ids,
-                          int N, int C)
+CT__MULTIVERSION void ct_score_forward_cpu(float *logits, const float *feats, const float *wte,
+                                           const int32_t *ids, int N, int C)
 {
     for (int r = 0; r < N; r++) {
         const float *f = feats + (size_t)r * C;
@@ -30,8 +30,9 @@ CT__MULTIVERSION void ct_score_forward_cpu(float *logits, const float *feats, co
     }
 }
 
-CT__MULTIVERSION void ct_score_backward_cpu(float *dfeats, float *dwte, const float *dlogits, const float *feats,
-                           const float *wte, const int32_t *ids, int N, int C)
+CT__MULTIVERSION void ct_score_backward_cpu(float *dfeats, float *dwte, const float *dlogits,
+                                            const float *feats, const float *wte,
+                                            const int32_t *ids, int N, int C)
 {
     for (int r = 0; r < N; r++) {
         float d = dlogits[r];
@@ -63,8 +64,9 @@ static inline double ct__sigmoid(double x)
     return e / (1.0 + e);
 }
 
-CT__MULTIVERSION void ct_bce_loss_cpu(float *loss, float *dpos, float *dneg, const float *pos_logits,
-                     const float *neg_logits, const int32_t *pos, int N, float count)
+CT__MULTIVERSION void ct_bce_loss_cpu(float *loss, float *dpos, float *dneg,
+                                      const float *pos_logits, const float *neg_logits,
+                                      const int32_t *pos, int N, float count)
 {
     double sum = 0.0;
     double inv = count > 0.0f ? 1.0 / (double)count : 0.0;
@@ -91,8 +93,8 @@ int64_t ct_count_nonzero_cpu(const int32_t *ids, int64_t n)
     return k;
 }
 
-CT__MULTIVERSION void ct_l2_penalty_cpu(float *penalty, float *dw, const float *w, int64_t n, float lambda,
-                       ct_l2_mode_t mode)
+CT__MULTIVERSION void ct_l2_penalty_cpu(float *penalty, float *dw, const float *w, int64_t n,
+                                        float lambda, ct_l2_mode_t mode)
 {
     double ss = 0.0;
     for (int64_t i = 0; i < n; i++)
@@ -150,9 +152,9 @@ void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, con
 {
     const int NI = V - 1; /* classes: items 1..V-1 */
     const double inv = count > 0.0f ? 1.0 / (double)count : 0.0;
-    float *fc = scratch;                             /* (CH, C) gathered feature rows */
-    float *lg = fc + (size_t)CT_CE_CHUNK * C;        /* (CH, NI) logits, then their gradient */
-    float *dfc = lg + (size_t)CT_CE_CHUNK * NI;      /* (CH, C) */
+    float *fc = scratch;                                /* (CH, C) gathered feature rows */
+    float *lg = fc + (size_t)CT_CE_CHUNK * C;           /* (CH, NI) logits, then their gradient */
+    float *dfc = lg + (size_t)CT_CE_CHUNK * NI;         /* (CH, C) */
     int *rows = (int *)(dfc + (size_t)CT_CE_CHUNK * C); /* (CH) the rows gathered */
     double sum = 0.0;
     int r = 0;
@@ -186,17 +188,18 @@ void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, con
     *loss = (float)(sum * inv);
 }
 
-CT__MULTIVERSION void ct_sampled_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch,
-                            const float *feats, const float *wte, const int32_t *pos,
-                            const int32_t *neg, int B, int L, int C, int M, float count)
+CT__MULTIVERSION void ct_sampled_ce_loss_cpu(float *loss, float *dfeats, float *dwte,
+                                             float *scratch, const float *feats, const float *wte,
+                                             const int32_t *pos, const int32_t *neg, int B, int L,
+                                             int C, int M, float count)
 {
     const int K = M + 1; /* class 0 = the positive, 1..M the row's negatives */
     const double inv = count > 0.0f ? 1.0 / (double)count : 0.0;
-    float *en = scratch;                 /* (M, C) the row's negative embeddings */
-    float *fr = en + (size_t)M * C;      /* (L, C) the row's feature rows with a target */
-    float *lg = fr + (size_t)L * C;      /* (L, K) logits, then their gradient */
-    float *dfr = lg + (size_t)L * K;     /* (L, C) */
-    float *den = dfr + (size_t)L * C;    /* (M, C) */
+    float *en = scratch;                    /* (M, C) the row's negative embeddings */
+    float *fr = en + (size_t)M * C;         /* (L, C) the row's feature rows with a target */
+    float *lg = fr + (size_t)L * C;         /* (L, K) logits, then their gradient */
+    float *dfr = lg + (size_t)L * K;        /* (L, C) */
+    float *den = dfr + (size_t)L * C;       /* (M, C) */
     int *ts = (int *)(den + (size_t)M * C); /* (L) the positions gathered */
     double sum = 0.0;
     for (int b = 0; b < B && count > 0.0f; b++) {

@@ -120,7 +120,7 @@ void ct_sinkhorn_forward_cpu(float *out, const float *logits, int M, int n, int 
 }
 
 CT__MULTIVERSION void ct_sinkhorn_backward_cpu(float *dlogits, float *scratch, const float *dout,
-                              const float *logits, int M, int n, int iters)
+                                               const float *logits, int M, int n, int iters)
 {
     const size_t nn = (size_t)n * n;
     for (int r = 0; r < M; r++)
@@ -134,14 +134,15 @@ static inline float ct__sigmoid(float x)
     return x >= 0.0f ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
 }
 
-CT__MULTIVERSION void ct_mhc_coeffs_forward_cpu(float *hpre, float *hpost, float *hres, float *proj, float *rstd,
-                               const float *X, const float *phi, const float *alpha,
-                               const float *bias, int N, int n, int C, int iters, float eps)
+CT__MULTIVERSION void ct_mhc_coeffs_forward_cpu(float *hpre, float *hpost, float *hres, float *proj,
+                                                float *rstd, const float *X, const float *phi,
+                                                const float *alpha, const float *bias, int N, int n,
+                                                int C, int iters, float eps)
 {
     const int D = n * C, K = CT_MHC_COEFFS(n), nn = n * n;
     /* proj = X phi, then each row scaled by its RMS factor (the same as normalising first) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, K, D, 1.0f, X, D, phi, K, 0.0f,
-                proj, K);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, K, D, 1.0f, X, D, phi, K, 0.0f, proj,
+                K);
     for (int r = 0; r < N; r++) {
         const float *x = X + (size_t)r * D;
         double ss = 0.0;
@@ -163,20 +164,21 @@ CT__MULTIVERSION void ct_mhc_coeffs_forward_cpu(float *hpre, float *hpost, float
     }
 }
 
-CT__MULTIVERSION void ct_mhc_coeffs_backward_cpu(float *dX, float *dphi, float *dalpha, float *dbias,
-                                float *scratch, const float *dhpre, const float *dhpost,
-                                const float *dhres, const float *X, const float *phi,
-                                const float *alpha, const float *bias, const float *proj,
-                                const float *rstd, int N, int n, int C, int iters)
+CT__MULTIVERSION void
+ct_mhc_coeffs_backward_cpu(float *dX, float *dphi, float *dalpha, float *dbias, float *scratch,
+                           const float *dhpre, const float *dhpost, const float *dhres,
+                           const float *X, const float *phi, const float *alpha, const float *bias,
+                           const float *proj, const float *rstd, int N, int n, int C, int iters)
 {
     const int D = n * C, K = CT_MHC_COEFFS(n), nn = n * n;
-    float *dp = scratch;                   /* (N, K): d proj, then times rstd */
-    float *sk = dp + (size_t)N * K;        /* Sinkhorn iterates of one token */
+    float *dp = scratch;            /* (N, K): d proj, then times rstd */
+    float *sk = dp + (size_t)N * K; /* Sinkhorn iterates of one token */
     double da[3] = {0.0, 0.0, 0.0};
     for (int r = 0; r < N; r++) {
         const float *pr = proj + (size_t)r * K;
         float *g = dp + (size_t)r * K;
-        float z[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS], dz[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS];
+        float z[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS],
+            dz[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS];
         for (int s = 0; s < n; s++) {
             const float sp = ct__sigmoid(alpha[0] * pr[s] + bias[s]);
             const float so = ct__sigmoid(alpha[1] * pr[n + s] + bias[n + s]);
@@ -213,15 +215,14 @@ CT__MULTIVERSION void ct_mhc_coeffs_backward_cpu(float *dX, float *dphi, float *
     for (int k = 0; k < 3; k++)
         dalpha[k] += (float)da[k];
     /* the (X phi) path: dX += (rstd dproj) phi^T; dphi += X^T (rstd dproj) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, D, K, 1.0f, dp, K, phi, K, 1.0f, dX,
-                D);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, D, K, N, 1.0f, X, D, dp, K, 1.0f, dphi,
-                K);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, D, K, 1.0f, dp, K, phi, K, 1.0f, dX, D);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, D, K, N, 1.0f, X, D, dp, K, 1.0f, dphi, K);
 }
 
 /* ---- stream mixing --------------------------------------------------------------------------- */
 
-CT__MULTIVERSION void ct_mhc_pre_forward_cpu(float *u, const float *X, const float *hpre, int N, int n, int C)
+CT__MULTIVERSION void ct_mhc_pre_forward_cpu(float *u, const float *X, const float *hpre, int N,
+                                             int n, int C)
 {
     for (int r = 0; r < N; r++) {
         const float *x = X + (size_t)r * n * C, *h = hpre + (size_t)r * n;
@@ -234,8 +235,9 @@ CT__MULTIVERSION void ct_mhc_pre_forward_cpu(float *u, const float *X, const flo
     }
 }
 
-CT__MULTIVERSION void ct_mhc_pre_backward_cpu(float *dX, float *dhpre, const float *du, const float *X,
-                             const float *hpre, int N, int n, int C)
+CT__MULTIVERSION void ct_mhc_pre_backward_cpu(float *dX, float *dhpre, const float *du,
+                                              const float *X, const float *hpre, int N, int n,
+                                              int C)
 {
     for (int r = 0; r < N; r++) {
         const float *x = X + (size_t)r * n * C, *h = hpre + (size_t)r * n;
@@ -252,8 +254,9 @@ CT__MULTIVERSION void ct_mhc_pre_backward_cpu(float *dX, float *dhpre, const flo
     }
 }
 
-CT__MULTIVERSION void ct_mhc_post_forward_cpu(float *Y, const float *X, const float *f, const float *hres,
-                             const float *hpost, int N, int n, int C)
+CT__MULTIVERSION void ct_mhc_post_forward_cpu(float *Y, const float *X, const float *f,
+                                              const float *hres, const float *hpost, int N, int n,
+                                              int C)
 {
     for (int r = 0; r < N; r++) {
         const float *x = X + (size_t)r * n * C, *hr = hres + (size_t)r * n * n;
@@ -273,9 +276,10 @@ CT__MULTIVERSION void ct_mhc_post_forward_cpu(float *Y, const float *X, const fl
     }
 }
 
-CT__MULTIVERSION void ct_mhc_post_backward_cpu(float *dX, float *df, float *dhres, float *dhpost, const float *dY,
-                              const float *X, const float *f, const float *hres,
-                              const float *hpost, int N, int n, int C)
+CT__MULTIVERSION void ct_mhc_post_backward_cpu(float *dX, float *df, float *dhres, float *dhpost,
+                                               const float *dY, const float *X, const float *f,
+                                               const float *hres, const float *hpost, int N, int n,
+                                               int C)
 {
     for (int r = 0; r < N; r++) {
         const float *x = X + (size_t)r * n * C, *hr = hres + (size_t)r * n * n;

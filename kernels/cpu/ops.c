@@ -253,8 +253,8 @@ static void ct__rows_broadcast_forward(ct_ops_t *o, float *out, const float *tab
     ct_rows_broadcast_forward_cpu(out, table, B, L, C);
 }
 
-static void ct__rows_broadcast_backward(ct_ops_t *o, float *dtable, const float *dout, int B,
-                                        int L, int C)
+static void ct__rows_broadcast_backward(ct_ops_t *o, float *dtable, const float *dout, int B, int L,
+                                        int C)
 {
     (void)o;
     ct_rows_broadcast_backward_cpu(dtable, dout, B, L, C);
@@ -281,8 +281,8 @@ static void ct__tisas_attention_backward(ct_ops_t *o, float *dq, float *dk, floa
                                          const uint32_t *mv, float p)
 {
     (void)o;
-    ct_tisas_attention_backward_cpu(dq, dk, dv, drk, drv, scratch, dout, att, q, k, v, rk, rv,
-                                    tseq, qmask, B, L, C, NH, T, da, mk, mv, p);
+    ct_tisas_attention_backward_cpu(dq, dk, dv, drk, drv, scratch, dout, att, q, k, v, rk, rv, tseq,
+                                    qmask, B, L, C, NH, T, da, mk, mv, p);
 }
 
 static void ct__tisas_mask(ct_ops_t *o, uint32_t *bits, const int32_t *qmask, int B, int L, int C,
@@ -306,8 +306,8 @@ static void ct__sinkhorn_backward(ct_ops_t *o, float *dlogits, float *scratch, c
     ct_sinkhorn_backward_cpu(dlogits, scratch, dout, logits, M, n, iters);
 }
 
-static void ct__mhc_coeffs_forward(ct_ops_t *o, float *hpre, float *hpost, float *hres,
-                                   float *proj, float *rstd, const float *X, const float *phi,
+static void ct__mhc_coeffs_forward(ct_ops_t *o, float *hpre, float *hpost, float *hres, float *proj,
+                                   float *rstd, const float *X, const float *phi,
                                    const float *alpha, const float *bias, int N, int n, int C,
                                    int iters, float eps)
 {

@@ -41,7 +41,6 @@
  * and sgemm efficiency). */
 #define CT__TIS_TILE 24
 
-
 static inline int ct__tile_skipped(const int32_t *qm, int i0, int i1)
 {
     if (!qm)
@@ -83,8 +82,7 @@ static inline const uint32_t *ct__row_bits(const uint32_t *bits, int b, int i, i
     return bits + ((size_t)b * (size_t)L + (size_t)i) * CT_TISAS_MASK_WORDS(L, C);
 }
 
-void ct_tisas_mask_cpu(uint32_t *bits, const int32_t *qmask, int B, int L, int C,
-                       ct_dropout_t drop)
+void ct_tisas_mask_cpu(uint32_t *bits, const int32_t *qmask, int B, int L, int C, ct_dropout_t drop)
 {
     const size_t W = CT_TISAS_MASK_WORDS(L, C);
     for (int b = 0; b < B; b++)
@@ -92,7 +90,8 @@ void ct_tisas_mask_cpu(uint32_t *bits, const int32_t *qmask, int B, int L, int C
             if (qmask && qmask[(size_t)b * L + i] == 0)
                 continue;
             uint64_t first =
-                drop.offset + (((uint64_t)b * (uint64_t)L + (uint64_t)i) * (uint64_t)L) * (uint64_t)C;
+                drop.offset +
+                (((uint64_t)b * (uint64_t)L + (uint64_t)i) * (uint64_t)L) * (uint64_t)C;
             ct__keep_bits_span(bits + ((size_t)b * L + i) * W, (int64_t)(i + 1) * C, drop.p,
                                drop.seed, drop.stream, first);
         }
@@ -111,11 +110,13 @@ static inline float ct__dot3_8(const float *x, const float *y, const float *f, i
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
-CT__MULTIVERSION void ct_tisas_attention_forward_cpu(float *out, float *att, float *scratch, const float *q,
-                                    const float *k, const float *v, const float *rk,
-                                    const float *rv, const int64_t *tseq, const int32_t *qmask,
-                                    int B, int L, int C, int NH, int T, ct_dropout_t drop_att,
-                                    const uint32_t *mask_rk, const uint32_t *mask_rv, float p_rkv)
+CT__MULTIVERSION void ct_tisas_attention_forward_cpu(float *out, float *att, float *scratch,
+                                                     const float *q, const float *k, const float *v,
+                                                     const float *rk, const float *rv,
+                                                     const int64_t *tseq, const int32_t *qmask,
+                                                     int B, int L, int C, int NH, int T,
+                                                     ct_dropout_t drop_att, const uint32_t *mask_rk,
+                                                     const uint32_t *mask_rv, float p_rkv)
 {
     const int HS = C / NH;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -123,9 +124,9 @@ CT__MULTIVERSION void ct_tisas_attention_forward_cpu(float *out, float *att, flo
     const float keep_rkv = p_rkv > 0.0f ? 1.0f / (1.0f - p_rkv) : 1.0f;
     const float keep_att = datt ? 1.0f / (1.0f - drop_att.p) : 1.0f;
     const size_t TL = (size_t)(CT__TIS_TILE < L ? CT__TIS_TILE : L) * (size_t)L;
-    float *pd = scratch;                     /* (tile, L) dropped probabilities */
-    float *fk = pd + TL;                     /* (L, C) interval-key factors of one row */
-    float *fv = fk + (size_t)L * C;          /* (L, C) interval-value factors of one row */
+    float *pd = scratch;                            /* (tile, L) dropped probabilities */
+    float *fk = pd + TL;                            /* (L, C) interval-key factors of one row */
+    float *fv = fk + (size_t)L * C;                 /* (L, C) interval-value factors of one row */
     int32_t *tau = (int32_t *)(fv + (size_t)L * C); /* (L) */
 
     for (int b = 0; b < B; b++) {
@@ -226,13 +227,11 @@ CT__MULTIVERSION void ct_tisas_attention_forward_cpu(float *out, float *att, flo
     }
 }
 
-CT__MULTIVERSION void ct_tisas_attention_backward_cpu(float *dq, float *dk, float *dv, float *drk, float *drv,
-                                     float *scratch, const float *dout, const float *att,
-                                     const float *q, const float *k, const float *v,
-                                     const float *rk, const float *rv, const int64_t *tseq,
-                                     const int32_t *qmask, int B, int L, int C, int NH, int T,
-                                     ct_dropout_t drop_att, const uint32_t *mask_rk,
-                                     const uint32_t *mask_rv, float p_rkv)
+CT__MULTIVERSION void ct_tisas_attention_backward_cpu(
+    float *dq, float *dk, float *dv, float *drk, float *drv, float *scratch, const float *dout,
+    const float *att, const float *q, const float *k, const float *v, const float *rk,
+    const float *rv, const int64_t *tseq, const int32_t *qmask, int B, int L, int C, int NH, int T,
+    ct_dropout_t drop_att, const uint32_t *mask_rk, const uint32_t *mask_rv, float p_rkv)
 {
     const int HS = C / NH;
     const float scale = 1.0f / sqrtf((float)HS);

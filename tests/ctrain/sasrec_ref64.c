@@ -142,14 +142,23 @@ double sasrec_ref_forward(const ct_model_t *m, const double *W, const ref_batch_
     const double eps = CT_SASREC_LN_EPS;
     const bool timeline = ct_model_timeline(c), ti = c->kind == CT_MODEL_TISASREC;
     const ct_layout_t lay = c->layout;
-    ref_ctx_t r = {m, W, b, L, C, c->num_heads, N, b->dropout ? c->dropout : 0.0f, NULL, NULL,
+    ref_ctx_t r = {m,
+                   W,
+                   b,
+                   L,
+                   C,
+                   c->num_heads,
+                   N,
+                   b->dropout ? c->dropout : 0.0f,
+                   NULL,
+                   NULL,
                    xcalloc(4 * NC, sizeof(double))};
     double *x = xcalloc(NS, sizeof *x), *y = xcalloc(NS, sizeof *x);
     double *ln1 = xcalloc(NC, sizeof *x), *ln2 = xcalloc(NC, sizeof *x);
     double *t = xcalloc(NC, sizeof *x), *s1 = xcalloc(NC, sizeof *x);
 
-    ref_embed(x, P(m, W, "item_emb.weight"), ti ? NULL : P(m, W, "pos_emb.weight"), b->seq, B, L,
-              C, (double)sqrtf((float)C), ct_layout_pos_mode(lay));
+    ref_embed(x, P(m, W, "item_emb.weight"), ti ? NULL : P(m, W, "pos_emb.weight"), b->seq, B, L, C,
+              (double)sqrtf((float)C), ct_layout_pos_mode(lay));
     ref_dropout(x, (int64_t)NC, drop_of(&r, 0, (int64_t)L * C));
     if (timeline)
         ref_timeline_mask(x, b->seq, N, C);
@@ -161,10 +170,12 @@ double sasrec_ref_forward(const ct_model_t *m, const double *W, const ref_batch_
             for (int tt = 0; tt < L; tt++)
                 for (int cc = 0; cc < C; cc++) {
                     size_t e = ((size_t)bb * L + tt) * C + cc;
-                    r.pkd[e] = pk[tt * C + cc] *
-                               ref_dropout_factor(drop_of(&r, CT_SITE_ABS_POS_K, (int64_t)L * C), e);
-                    r.pvd[e] = pv[tt * C + cc] *
-                               ref_dropout_factor(drop_of(&r, CT_SITE_ABS_POS_V, (int64_t)L * C), e);
+                    r.pkd[e] =
+                        pk[tt * C + cc] *
+                        ref_dropout_factor(drop_of(&r, CT_SITE_ABS_POS_K, (int64_t)L * C), e);
+                    r.pvd[e] =
+                        pv[tt * C + cc] *
+                        ref_dropout_factor(drop_of(&r, CT_SITE_ABS_POS_V, (int64_t)L * C), e);
                 }
     }
     if (c->mhc_streams > 0) {
@@ -238,8 +249,7 @@ double sasrec_ref_forward(const ct_model_t *m, const double *W, const ref_batch_
             loss = ref_ce(t, wte, b->pos, N, C, c->num_items + 1, b->count);
             break;
         case CT_LOSS_SAMPLED_CE:
-            loss = ref_sampled_ce(t, wte, b->pos, b->row_neg, B, L, C, c->num_negatives,
-                                  b->count);
+            loss = ref_sampled_ce(t, wte, b->pos, b->row_neg, B, L, C, c->num_negatives, b->count);
             break;
         default: {
             double *pl = xcalloc((size_t)N, sizeof *pl), *nl = xcalloc((size_t)N, sizeof *nl);

@@ -192,26 +192,46 @@ static void test_flags(void)
     ct_child_t c;
     run(&c, NULL, "--help", NULL);
     CT_ASSERT_EQ(c.exit_code, 0);
-    const char *flags[] = {"dataset",          "train_dir",
-                           "batch_size",       "lr",
-                           "maxlen",           "hidden_units",
-                           "num_blocks",       "num_epochs",
-                           "num_heads",        "dropout_rate",
-                           "l2_emb",           "device",
-                           "inference_only",   "state_dict_path",
-                           "norm_first",       "seed",
-                           "eval_every",       "eval",
-                           "backend",          "num_workers",
-                           "layout",           "data_format",
-                           "ckpt_every_steps", "keep_checkpoints",
-                           "resume",           "grad_clip",
-                           "warmup_steps",     "lr_schedule",
-                           "grad_accum",       "lr_scale",
-                           "base_batch_size",  "skip_invalid_loss",
-                           "threads",          "model",
-                           "mhc",              "no_mhc",
-                           "no_time",          "time_span",
-                           "loss",             "num_negatives"};
+    const char *flags[] = {"dataset",
+                           "train_dir",
+                           "batch_size",
+                           "lr",
+                           "maxlen",
+                           "hidden_units",
+                           "num_blocks",
+                           "num_epochs",
+                           "num_heads",
+                           "dropout_rate",
+                           "l2_emb",
+                           "device",
+                           "inference_only",
+                           "state_dict_path",
+                           "norm_first",
+                           "seed",
+                           "eval_every",
+                           "eval",
+                           "backend",
+                           "num_workers",
+                           "layout",
+                           "data_format",
+                           "ckpt_every_steps",
+                           "keep_checkpoints",
+                           "resume",
+                           "grad_clip",
+                           "warmup_steps",
+                           "lr_schedule",
+                           "grad_accum",
+                           "lr_scale",
+                           "base_batch_size",
+                           "skip_invalid_loss",
+                           "threads",
+                           "model",
+                           "mhc",
+                           "no_mhc",
+                           "no_time",
+                           "time_span",
+                           "loss",
+                           "num_negatives"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         char f[64];
         snprintf(f, sizeof f, "--%s ", flags[i]);
@@ -333,13 +353,17 @@ static void check_event_file(const char *dir)
     CT_ASSERT_MSG(c.exit_code == 0, "tensorboard reader: %s%s", c.out, c.err);
     json_t *m[8];
     int n = read_metrics(dir, m, 8);
-    static const char *const tags[][2] = {
-        {"train/loss", "train_loss"},          {"train/positions_per_s", "positions_per_s"},
-        {"train/lr", "lr"},                    {"valid/hr@10", "valid.hr@10"},
-        {"valid/ndcg@10", "valid.ndcg@10"},    {"valid/full_hr@10", "valid.full_hr@10"},
-        {"valid/full_ndcg@10", "valid.full_ndcg@10"}, {"test/hr@10", "test.hr@10"},
-        {"test/ndcg@10", "test.ndcg@10"},      {"test/full_hr@10", "test.full_hr@10"},
-        {"test/full_ndcg@10", "test.full_ndcg@10"}};
+    static const char *const tags[][2] = {{"train/loss", "train_loss"},
+                                          {"train/positions_per_s", "positions_per_s"},
+                                          {"train/lr", "lr"},
+                                          {"valid/hr@10", "valid.hr@10"},
+                                          {"valid/ndcg@10", "valid.ndcg@10"},
+                                          {"valid/full_hr@10", "valid.full_hr@10"},
+                                          {"valid/full_ndcg@10", "valid.full_ndcg@10"},
+                                          {"test/hr@10", "test.hr@10"},
+                                          {"test/ndcg@10", "test.ndcg@10"},
+                                          {"test/full_hr@10", "test.full_hr@10"},
+                                          {"test/full_ndcg@10", "test.full_ndcg@10"}};
     const size_t nt = sizeof tags / sizeof tags[0];
     int found = 0;
     for (int i = 0; i < n; i++) {
@@ -473,7 +497,8 @@ static void test_variants(void)
         CT_ASSERT_STR_CONTAINS(c.out, i ? "loss sampled_ce" : "loss ce");
         ct_child_close(&c);
         json_t *s = load_json(dir, "summary.json");
-        double model = jnum(s, "best.test.full_ndcg@10"), pop = jnum(s, "popularity.test.full_ndcg@10");
+        double model = jnum(s, "best.test.full_ndcg@10"),
+               pop = jnum(s, "popularity.test.full_ndcg@10");
         printf("  --loss %s: test full_ndcg@10 %.4f, popularity %.4f\n", losses[i][1], model, pop);
         CT_ASSERT_MSG(model >= 3.0 * pop, "--loss %s: %.4f is not 3x the popularity %.4f",
                       losses[i][1], model, pop);
@@ -522,10 +547,11 @@ static void test_time_matters(void)
         char dir[300];
         dir_path(dir, sizeof dir, i ? "time_sasrec" : "time_tisasrec");
         ct_child_t c;
-        run(&c, NULL, "--train_dir", dir, "--dataset", "synthetic:users=500,items=30,len=30,noise=0",
-            "--maxlen", "30", "--hidden_units", "32", "--batch_size", "64", "--lr", "0.005",
-            "--dropout_rate", "0.1", "--l2_emb", "0", "--num_epochs", "40", "--eval_every", "40",
-            "--eval", "full", "--seed", "3", "--no_mhc", i ? "--no_time" : NULL, NULL);
+        run(&c, NULL, "--train_dir", dir, "--dataset",
+            "synthetic:users=500,items=30,len=30,noise=0", "--maxlen", "30", "--hidden_units", "32",
+            "--batch_size", "64", "--lr", "0.005", "--dropout_rate", "0.1", "--l2_emb", "0",
+            "--num_epochs", "40", "--eval_every", "40", "--eval", "full", "--seed", "3", "--no_mhc",
+            i ? "--no_time" : NULL, NULL);
         CT_ASSERT_MSG(c.exit_code == 0, "exit %d: %s", c.exit_code, c.err);
         ct_child_close(&c);
         json_t *s = load_json(dir, "summary.json");
@@ -543,8 +569,8 @@ static void test_time_matters(void)
 /* SASRec (the former default): the kill can land anywhere in a run long enough to reach it,
  * and SASRec's steps are the cheapest under the sanitizers; the default model's resume is
  * checked bit for bit by test_resume_default_model. */
-#define LONG_RUN                                                                              \
-    TINY, "--no_time", "--no_mhc", "--num_epochs", "100", "--eval_every", "25",               \
+#define LONG_RUN                                                                \
+    TINY, "--no_time", "--no_mhc", "--num_epochs", "100", "--eval_every", "25", \
         "--ckpt_every_steps", "7"
 
 /* Every tensor of two checkpoint files, byte for byte. */

@@ -58,9 +58,9 @@ static const int64_t tseq[B * L] = {0, 0, 2, 3, 9, 1, 4, 4, 12, 30};
 static const int32_t row_neg[B * M] = {5, 9, 2, 16, 5, 5, 11, 3, 17, 6};
 #define COUNT  7.0f /* targets (pos != 0) */
 #define FD_MAX 128  /* finite differences per tensor (see check_model) */
-#define SEED  2024u
-#define STEP  3
-#define ROW0  5
+#define SEED   2024u
+#define STEP   3
+#define ROW0   5
 
 typedef struct variant {
     const char *name;
@@ -295,14 +295,13 @@ static const variant_t sas_pre = {"SASRec pre_ln", CT_MODEL_SASREC, CT_LAYOUT_PR
                                   CT_LOSS_BCE};
 static const variant_t sas_orig = {"SASRec original", CT_MODEL_SASREC, CT_LAYOUT_ORIGINAL, 0,
                                    CT_LOSS_BCE};
-static const variant_t sas_2020 = {"SASRec original2020", CT_MODEL_SASREC,
-                                   CT_LAYOUT_ORIGINAL2020, 0, CT_LOSS_BCE};
+static const variant_t sas_2020 = {"SASRec original2020", CT_MODEL_SASREC, CT_LAYOUT_ORIGINAL2020,
+                                   0, CT_LOSS_BCE};
 static const variant_t tis = {"TiSASRec", CT_MODEL_TISASREC, CT_LAYOUT_ORIGINAL2020, 0,
                               CT_LOSS_BCE};
 static const variant_t tis_pre = {"TiSASRec pre_ln", CT_MODEL_TISASREC, CT_LAYOUT_PRE_LN, 0,
                                   CT_LOSS_BCE};
-static const variant_t sas_mhc = {"SASRec+mHC", CT_MODEL_SASREC, CT_LAYOUT_PRE_LN, NS,
-                                  CT_LOSS_BCE};
+static const variant_t sas_mhc = {"SASRec+mHC", CT_MODEL_SASREC, CT_LAYOUT_PRE_LN, NS, CT_LOSS_BCE};
 static const variant_t tis_mhc = {"TiSASRec+mHC", CT_MODEL_TISASREC, CT_LAYOUT_PRE_LN, NS,
                                   CT_LOSS_BCE};
 
@@ -428,14 +427,21 @@ static void test_host_mirror(void)
 static void test_tisasrec_names(void)
 {
     ct_model_t *m = make(&tis_mhc, 0.0f, false, 1);
-    static const char *const want[] = {
-        "item_emb.weight", "abs_pos_K_emb.weight", "abs_pos_V_emb.weight",
-        "time_matrix_K_emb.weight", "time_matrix_V_emb.weight", "attention_layernorms.0.weight",
-        "attention_layernorms.0.bias", "attention_layernorms.1.weight",
-        "attention_layernorms.1.bias", "attention_layers.0.Q_w.weight",
-        "attention_layers.0.Q_w.bias", "attention_layers.0.K_w.weight",
-        "attention_layers.0.K_w.bias", "attention_layers.0.V_w.weight",
-        "attention_layers.0.V_w.bias"};
+    static const char *const want[] = {"item_emb.weight",
+                                       "abs_pos_K_emb.weight",
+                                       "abs_pos_V_emb.weight",
+                                       "time_matrix_K_emb.weight",
+                                       "time_matrix_V_emb.weight",
+                                       "attention_layernorms.0.weight",
+                                       "attention_layernorms.0.bias",
+                                       "attention_layernorms.1.weight",
+                                       "attention_layernorms.1.bias",
+                                       "attention_layers.0.Q_w.weight",
+                                       "attention_layers.0.Q_w.bias",
+                                       "attention_layers.0.K_w.weight",
+                                       "attention_layers.0.K_w.bias",
+                                       "attention_layers.0.V_w.weight",
+                                       "attention_layers.0.V_w.bias"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         CT_ASSERT_STR_EQ(m->params[i].name, want[i]);
     const ct_param_t *t = ct_model_find(m, "time_matrix_V_emb.weight");

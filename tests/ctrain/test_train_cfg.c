@@ -99,8 +99,8 @@ static void test_model_flags(void)
     const char *ok1[] = {"--mhc", "false", "--no_mhc"};
     CT_ASSERT_OK(parse(&c, &eb, ok1, 3));
     CT_ASSERT(!c.mhc);
-    const char *ok2[] = {"--no_time", "--no_mhc", "--layout", "original", "--loss", "sampled_ce",
-                         "--num_negatives", "100"};
+    const char *ok2[] = {"--no_time", "--no_mhc",   "--layout",        "original",
+                         "--loss",    "sampled_ce", "--num_negatives", "100"};
     CT_ASSERT_OK(parse(&c, &eb, ok2, 8));
     CT_ASSERT(c.layout == CT_LAYOUT_ORIGINAL && c.loss == CT_LOSS_SAMPLED_CE);
     ct_model_cfg_t m = ct_train_model_cfg(&c, 100);
@@ -118,9 +118,9 @@ static void test_spellings(void)
 {
     ct_train_cfg_t c;
     ct_errbuf_t eb;
-    const char *a[] = {"--batch-size",        "64",      "--hidden_units=32", "--norm-first",
-                       "--num_heads",         "4",       "--inference_only",  "false",
-                       "--skip_invalid_loss", "--seed=9", "--no-time",        "--no-mhc"};
+    const char *a[] = {"--batch-size",        "64",       "--hidden_units=32", "--norm-first",
+                       "--num_heads",         "4",        "--inference_only",  "false",
+                       "--skip_invalid_loss", "--seed=9", "--no-time",         "--no-mhc"};
     CT_ASSERT_OK(parse(&c, &eb, a, 12));
     CT_ASSERT_EQ(c.batch_size, 64);
     CT_ASSERT_EQ(c.hidden_units, 32);
@@ -146,25 +146,44 @@ static void test_spellings(void)
 
     /* args.json holds every setting */
     json_t *j = ct_train_cfg_to_json(&c);
-    const char *keys[] = {"dataset",          "train_dir",
-                          "batch_size",       "lr",
-                          "maxlen",           "hidden_units",
-                          "num_blocks",       "num_epochs",
-                          "num_heads",        "dropout_rate",
-                          "l2_emb",           "device",
-                          "inference_only",   "state_dict_path",
-                          "norm_first",       "layout",
-                          "data_format",      "seed",
-                          "eval_every",       "eval",
-                          "backend",          "num_workers",
-                          "ckpt_every_steps", "keep_checkpoints",
-                          "resume",           "grad_clip",
-                          "warmup_steps",     "lr_schedule",
-                          "grad_accum",       "lr_scale",
-                          "base_batch_size",  "skip_invalid_loss",
-                          "threads",          "model",
-                          "mhc",              "mhc_streams",
-                          "time_span",        "loss",
+    const char *keys[] = {"dataset",
+                          "train_dir",
+                          "batch_size",
+                          "lr",
+                          "maxlen",
+                          "hidden_units",
+                          "num_blocks",
+                          "num_epochs",
+                          "num_heads",
+                          "dropout_rate",
+                          "l2_emb",
+                          "device",
+                          "inference_only",
+                          "state_dict_path",
+                          "norm_first",
+                          "layout",
+                          "data_format",
+                          "seed",
+                          "eval_every",
+                          "eval",
+                          "backend",
+                          "num_workers",
+                          "ckpt_every_steps",
+                          "keep_checkpoints",
+                          "resume",
+                          "grad_clip",
+                          "warmup_steps",
+                          "lr_schedule",
+                          "grad_accum",
+                          "lr_scale",
+                          "base_batch_size",
+                          "skip_invalid_loss",
+                          "threads",
+                          "model",
+                          "mhc",
+                          "mhc_streams",
+                          "time_span",
+                          "loss",
                           "num_negatives"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         CT_ASSERT_MSG(json_object_get(j, keys[i]) != NULL, "args.json lacks %s", keys[i]);
@@ -270,9 +289,9 @@ static void test_model_cfg(void)
     u = t, u.loss = CT_LOSS_BCE;
     CT_ASSERT(ct_model_cfg_diff(&t, &u, what, sizeof what) == NULL);
     /* a checkpoint written before mHC and TiSASRec existed */
-    j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:f}", "kind", "sasrec", "layout",
-                  "post_ln", "num_items", 30, "maxlen", 7, "hidden_units", 16, "num_heads", 2,
-                  "num_blocks", 2, "dropout_rate", 0.2);
+    j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:f}", "kind", "sasrec", "layout", "post_ln",
+                  "num_items", 30, "maxlen", 7, "hidden_units", 16, "num_heads", 2, "num_blocks", 2,
+                  "dropout_rate", 0.2);
     CT_ASSERT_OK(ct_model_cfg_from_json(j, &u, &eb));
     json_decref(j);
     CT_ASSERT(u.kind == CT_MODEL_SASREC && u.mhc_streams == 0 && u.time_span == 0);

@@ -219,7 +219,7 @@ static void check_ce(int sampled, double count)
                                (float)count);
     else
         ct_ce_loss_cpu(&loss, df, dw, scr, feats, wte, pos_ids, N, C, V, (float)count);
-    ce_case_t cc = {KC_ALLOC(double, N * C), KC_ALLOC(double, V * C), count, sampled};
+    ce_case_t cc = {KC_ALLOC(double, N *C), KC_ALLOC(double, V *C), count, sampled};
     kc_to_double(cc.feats, feats, N * C);
     kc_to_double(cc.wte, wte, V * C);
     double rl = ce_objective(&cc);

@@ -72,8 +72,8 @@ static void check_sinkhorn(int M, int n, int iters, float spread, uint64_t strea
                 worst_c = fmax(worst_c, fabs(cs - 1.0));
             }
         }
-        printf("  doubly stochastic: max |row sum - 1| %.2e, max |column sum - 1| %.2e\n",
-               worst_r, worst_c);
+        printf("  doubly stochastic: max |row sum - 1| %.2e, max |column sum - 1| %.2e\n", worst_r,
+               worst_c);
         CT_ASSERT_MSG(worst_r <= 1e-5, "row sums off by %g", worst_r);
         CT_ASSERT_MSG(worst_c <= 2e-6, "column sums off by %g", worst_c);
     }
@@ -109,7 +109,8 @@ static void test_sinkhorn(void)
                       (double)out[i * n + i]);
 }
 
-/* ---- the mappings ----------------------------------------------------------------------------- */
+/* ---- the mappings -----------------------------------------------------------------------------
+ */
 
 enum { CN = 5, CS = 4, CC = 3, CD = CS * CC, CK = CT_MHC_COEFFS(CS) };
 #define EPS 1e-6f
@@ -144,12 +145,19 @@ static void test_coeffs(void)
     kc_fill(wpost, CN * CS, -1.0f, 1.0f, 44);
     kc_fill(wres, CN * CS * CS, -1.0f, 1.0f, 45);
     kc_poison(hpre, CN * CS), kc_poison(hpost, CN * CS), kc_poison(hres, CN * CS * CS);
-    ct_mhc_coeffs_forward_cpu(hpre, hpost, hres, proj, rstd, X, phi, alpha, bias, CN, CS, CC,
-                              ITERS, EPS);
+    ct_mhc_coeffs_forward_cpu(hpre, hpost, hres, proj, rstd, X, phi, alpha, bias, CN, CS, CC, ITERS,
+                              EPS);
     KC_ASSERT_FINITE(hres, CN * CS * CS);
-    co_case_t c = {KC_ALLOC(double, CN * CD), KC_ALLOC(double, CD * CK), KC_ALLOC(double, 3),
-                   KC_ALLOC(double, CK), KC_ALLOC(double, CN * CS), KC_ALLOC(double, CN * CS),
-                   KC_ALLOC(double, CN * CS * CS), wpre, wpost, wres};
+    co_case_t c = {KC_ALLOC(double, CN *CD),
+                   KC_ALLOC(double, CD *CK),
+                   KC_ALLOC(double, 3),
+                   KC_ALLOC(double, CK),
+                   KC_ALLOC(double, CN *CS),
+                   KC_ALLOC(double, CN *CS),
+                   KC_ALLOC(double, CN *CS *CS),
+                   wpre,
+                   wpost,
+                   wres};
     kc_to_double(c.X, X, CN * CD), kc_to_double(c.phi, phi, CD * CK);
     kc_to_double(c.alpha, alpha, 3), kc_to_double(c.bias, bias, CK);
     co_objective(&c);
@@ -179,7 +187,8 @@ static void test_coeffs(void)
     free(c.hres);
 }
 
-/* ---- mixing ----------------------------------------------------------------------------------- */
+/* ---- mixing -----------------------------------------------------------------------------------
+ */
 
 enum { MN = 4, MS = 3, MC = 5 };
 
@@ -212,9 +221,13 @@ static void test_mixing(void)
     kc_fill(hpost, MN * MS, 0.0f, 2.0f, 54);
     kc_fill(wu, MN * MC, -1.0f, 1.0f, 55);
     kc_fill(wy, MN * MS * MC, -1.0f, 1.0f, 56);
-    mix_case_t m = {KC_ALLOC(double, MN * MS * MC), KC_ALLOC(double, MN * MC),
-                    KC_ALLOC(double, MN * MS * MS), KC_ALLOC(double, MN * MS),
-                    KC_ALLOC(double, MN * MS * MC), wu, 0};
+    mix_case_t m = {KC_ALLOC(double, MN *MS *MC),
+                    KC_ALLOC(double, MN *MC),
+                    KC_ALLOC(double, MN *MS *MS),
+                    KC_ALLOC(double, MN *MS),
+                    KC_ALLOC(double, MN *MS *MC),
+                    wu,
+                    0};
     double g[MN * MS * MS * MC];
 
     /* pre */

@@ -55,7 +55,8 @@ static void check_case(int B, int L, int C, int NH, int T, float p, const int32_
     /* the interval masks as bits, for the rows the op computes; checked against the reference's
      * per-element rule */
     const size_t W = CT_TISAS_MASK_WORDS(L, C);
-    uint32_t *mk = KC_ALLOC(uint32_t, (size_t)B * L * W), *mv = KC_ALLOC(uint32_t, (size_t)B * L * W);
+    uint32_t *mk = KC_ALLOC(uint32_t, (size_t)B * L * W),
+             *mv = KC_ALLOC(uint32_t, (size_t)B * L * W);
     ct_tisas_mask_cpu(mk, seq, B, L, C, dk);
     ct_tisas_mask_cpu(mv, seq, B, L, C, dv);
     int64_t kept = 0, total = 0;
@@ -68,7 +69,8 @@ static void check_case(int B, int L, int C, int NH, int T, float p, const int32_
                     uint64_t e = (((uint64_t)b * L + i) * L + j) * C + c, bit = (uint64_t)j * C + c;
                     const uint32_t *rk_row = mk + ((size_t)b * L + i) * W;
                     const uint32_t *rv_row = mv + ((size_t)b * L + i) * W;
-                    int kk = (rk_row[bit / 32] >> (bit % 32)) & 1, kv = (rv_row[bit / 32] >> (bit % 32)) & 1;
+                    int kk = (rk_row[bit / 32] >> (bit % 32)) & 1,
+                        kv = (rv_row[bit / 32] >> (bit % 32)) & 1;
                     CT_ASSERT_MSG(kk == (ref_dropout_factor(dk, e) != 0.0), "R^K mask bit %llu",
                                   (unsigned long long)e);
                     CT_ASSERT_MSG(kv == (ref_dropout_factor(dv, e) != 0.0), "R^V mask bit %llu",
@@ -103,7 +105,16 @@ static void check_case(int B, int L, int C, int NH, int T, float p, const int32_
     KC_ASSERT_FINITE(out, nx);
     KC_ASSERT_FINITE(att, natt);
 
-    tcase_t tc = {.B = B, .L = L, .C = C, .NH = NH, .T = T, .ts = ts, .seq = seq, .da = da, .dk = dk, .dv = dv};
+    tcase_t tc = {.B = B,
+                  .L = L,
+                  .C = C,
+                  .NH = NH,
+                  .T = T,
+                  .ts = ts,
+                  .seq = seq,
+                  .da = da,
+                  .dk = dk,
+                  .dv = dv};
     tc.q = KC_ALLOC(double, nx), tc.k = KC_ALLOC(double, nx), tc.v = KC_ALLOC(double, nx);
     tc.rk = KC_ALLOC(double, nr), tc.rv = KC_ALLOC(double, nr), tc.out = KC_ALLOC(double, nx);
     kc_to_double(tc.q, q, nx), kc_to_double(tc.k, k, nx), kc_to_double(tc.v, v, nx);
@@ -145,8 +156,8 @@ static void check_case(int B, int L, int C, int NH, int T, float p, const int32_
         if (seq[r] == 0)
             memset(w + r * C, 0, (size_t)C * sizeof *w);
     tc.w = w;
-    ct_tisas_attention_backward_cpu(dq, dkk, dvv, drk, drv, bs, dout, att, q, k, v, rk, rv, ts,
-                                    seq, B, L, C, NH, T, da, mkp, mvp, p);
+    ct_tisas_attention_backward_cpu(dq, dkk, dvv, drk, drv, bs, dout, att, q, k, v, rk, rv, ts, seq,
+                                    B, L, C, NH, T, da, mkp, mvp, p);
     double *g = KC_ALLOC(double, nx > nr ? nx : nr);
     kc_fd_grad(g, tc.q, nx, 1e-5, objective, &tc);
     kc_check("d q vs finite diff", dq, g, nx, 2e-6, 2e-5);
@@ -163,8 +174,8 @@ static void check_case(int B, int L, int C, int NH, int T, float p, const int32_
     float *c1 = KC_ALLOC(float, nx), *c2 = KC_ALLOC(float, nr);
     memcpy(c1, dq, (size_t)nx * sizeof *c1);
     memcpy(c2, drv, (size_t)nr * sizeof *c2);
-    ct_tisas_attention_backward_cpu(dq, dkk, dvv, drk, drv, bs, dout, att, q, k, v, rk, rv, ts,
-                                    seq, B, L, C, NH, T, da, mkp, mvp, p);
+    ct_tisas_attention_backward_cpu(dq, dkk, dvv, drk, drv, bs, dout, att, q, k, v, rk, rv, ts, seq,
+                                    B, L, C, NH, T, da, mkp, mvp, p);
     KC_ASSERT_DOUBLED(dq, c1, nx);
     KC_ASSERT_DOUBLED(drv, c2, nr);
 
