@@ -21,7 +21,9 @@
  *   C   hidden width (d, 50 in SASRec)    NH  attention heads; HS = C / NH is the head width
  *   N   rows of a row-wise op (B*L)       V   rows of the item table: items + 1, row 0 = padding
  *   P   rows of the positional table      U   users scored at once in evaluation
- *   K   candidates per user               n   elements of a flat buffer
+ *   K   candidates per user               n   elements of a flat buffer (mHC: streams)
+ *   T   TiSASRec's time_span: interval buckets 0..T
+ *   M   sampled negatives per sequence (sampled softmax) or matrices (Sinkhorn)
  *
  * ---- conventions every function follows -------------------------------------------------------
  * - Forward functions overwrite every element of their outputs (tests poison outputs with NaN).
@@ -123,6 +125,15 @@ void ct_embed_forward_cpu(float *out, const float *wte, const float *wpe, const 
 void ct_embed_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *seq, int B,
                            int L, int C, float scale, ct_pos_mode_t pos_mode);
 
+/* TiSASRec's absolute-position key and value rows, one copy per sequence (the reference gathers
+ * them per sequence and drops them out per element, so each sequence needs its own copy before
+ * its dropout): out[b,t,:] = table[t,:].
+ *   out: (B,L,C)   table: (L,C) */
+void ct_rows_broadcast_forward_cpu(float *out, const float *table, int B, int L, int C);
+
+/* dtable[t] += sum over b (in order) of dout[b,t].   dtable: (L,C) +=   dout: (B,L,C) */
+void ct_rows_broadcast_backward_cpu(float *dtable, const float *dout, int B, int L, int C);
+
 /* ---- layernorm (kernels/cpu/layernorm.c) ----------------------------------------------------
  * out = (inp - mean) * rstd * weight + bias per row, biased variance, rstd = 1/sqrt(var + eps)
  * (PyTorch's LayerNorm; SASRec uses eps = CT_SASREC_LN_EPS).
@@ -203,6 +214,134 @@ void ct_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, c
                                const float *qkv, const int32_t *qmask, int B, int L, int C, int NH,
                                ct_dropout_t drop);
 
+/* ---- time-aware attention (kernels/cpu/tisas.c) ---------------------------------------------
+ * TiSASRec's attention (sasrec-spec.md 3.3) for each sequence b and head h (head h = columns
+ * h*HS .. h*HS+HS-1), with tau_ij = min(|tseq[b,i] - tseq[b,j]|, T):
+ *   S[i,j] = (q_i . k_j + sum_c q_ic rk[tau_ij,c] fK[b,i,j,c]) / sqrt(HS)   for j <= i
+ *   att[i,:] = softmax_j S[i,:]       (zeros above the diagonal)
+ *   out_i = sum_j drop(att)[i,j] (v_j + rv[tau_ij] * fV[b,i,j,:])
+ * k and v are the key and value rows with the absolute-position rows already added (the
+ * reference's K_w x + P^K and V_w x + P^V, their dropout included), rk and rv the interval
+ * key and value tables. fK and fV are the dropout factors (0 or 1/(1-p_rkv)) of the
+ * reference's (B,L,L,C) interval tensors, given as keep bits by ct_tisas_mask_cpu (NULL: no
+ * dropout on that tensor); no (B,L,L,C) float tensor is formed (see tisas.c). The
+ * probabilities' dropout is attention.c's: element (b,h,i,j) draws offset +
+ * ((b*NH + h)*L + i)*L + j of drop_att, regenerated. No output projection (TiSASRec has
+ * none).
+ *
+ * qmask (B,L): query rows with qmask == 0 are not computed; their out and att rows are written
+ * as zeros and their dout is ignored. TiSASRec.pytorch gives padding query rows uniform weights
+ * over all L keys, but the timeline mask after every block zeroes whatever those rows hold, so
+ * nothing downstream reads them: the model passes seq (and, in evaluation, a mask of column
+ * L-1 for the last block). Keys and values are never skipped: real queries attend to padding
+ * keys, as in the reference. qmask NULL computes every row as a real query.
+ *
+ *   out: (B,L,C)   att: (B,NH,L,L) probabilities before dropout, for the backward
+ *   scratch: CT_TISAS_ATTENTION_FWD_SCRATCH(L,C) floats   q, k, v: (B,L,C)
+ *   rk, rv: (T+1,C)   tseq: (B,L) scaled times, 0 at padding   qmask: (B,L) or NULL
+ *   mask_rk, mask_rv: (B,L,CT_TISAS_MASK_WORDS(L,C)) or NULL */
+#define CT_TISAS_ATTENTION_FWD_SCRATCH(L, C) \
+    ((size_t)(L) * (size_t)(L) + 2 * (size_t)(L) * (size_t)(C) + (size_t)(L))
+void ct_tisas_attention_forward_cpu(float *out, float *att, float *scratch, const float *q,
+                                    const float *k, const float *v, const float *rk,
+                                    const float *rv, const int64_t *tseq, const int32_t *qmask,
+                                    int B, int L, int C, int NH, int T, ct_dropout_t drop_att,
+                                    const uint32_t *mask_rk, const uint32_t *mask_rv, float p_rkv);
+
+/*   dq, dk, dv: (B,L,C) +=   drk, drv: (T+1,C) +=
+ *   scratch: CT_TISAS_ATTENTION_BWD_SCRATCH(L,C) floats   dout: (B,L,C)   att: from the forward
+ *   the rest as in the forward */
+#define CT_TISAS_ATTENTION_BWD_SCRATCH(L, C) \
+    (2 * (size_t)(L) * (size_t)(L) + 2 * (size_t)(L) * (size_t)(C) + 2 * (size_t)(L))
+void ct_tisas_attention_backward_cpu(float *dq, float *dk, float *dv, float *drk, float *drv,
+                                     float *scratch, const float *dout, const float *att,
+                                     const float *q, const float *k, const float *v,
+                                     const float *rk, const float *rv, const int64_t *tseq,
+                                     const int32_t *qmask, int B, int L, int C, int NH, int T,
+                                     ct_dropout_t drop_att, const uint32_t *mask_rk,
+                                     const uint32_t *mask_rv, float p_rkv);
+
+/* The dropout masks of the (B,L,L,C) interval key or value tensor as keep bits, for the query
+ * rows the attention computes: row (b,i) at word (b*L + i) * CT_TISAS_MASK_WORDS(L,C), bit
+ * j*C + c (j = 0..i) is 1 iff element (b,i,j,c) is kept, the element drawing index offset +
+ * ((b*L + i)*L + j)*C + c of drop (one draw per element, as the reference drops each element).
+ * Rows with qmask == 0 are not written (NULL: every row). The model draws each mask once per
+ * pass and every block's forward and backward reads it: B*L*L*C bits, 1/32 of the float tensor.
+ *   bits: (B,L,CT_TISAS_MASK_WORDS(L,C))   qmask: (B,L) or NULL */
+#define CT_TISAS_MASK_WORDS(L, C) (((size_t)(L) * (size_t)(C) + 31) / 32)
+void ct_tisas_mask_cpu(uint32_t *bits, const int32_t *qmask, int B, int L, int C,
+                       ct_dropout_t drop);
+
+/* ---- mHC residual streams (kernels/cpu/mhc.c) -------------------------------------------------
+ * Manifold-constrained hyper-connections (sasrec-spec.md 7): every token carries n streams of
+ * C channels, X (n,C) row-major, and each sub-layer F (with its own pre-norm) is wrapped as
+ *   X' = H^res X + (H^post)^T F(H^pre X)
+ * with per-token mappings computed from the flattened streams. */
+#define CT_MHC_MAX_STREAMS 8
+/* Columns of the projection: n (pre) + n (post) + n*n (res, row-major). */
+#define CT_MHC_COEFFS(n) (2 * (n) + (n) * (n))
+
+/* Sinkhorn-Knopp on M matrices of n x n (n <= CT_MHC_MAX_STREAMS): M0 = exp(Z - max Z), then
+ * iters times: divide every row by its sum, then every column by its sum. The result has
+ * columns summing to 1 exactly (to rounding) and rows to within the method's convergence
+ * (after 20 iterations on mHC's logits, 1e-6 and better).
+ *   out: (M,n,n)   logits: (M,n,n) */
+void ct_sinkhorn_forward_cpu(float *out, const float *logits, int M, int n, int iters);
+
+/* dlogits += the gradient through all iters iterations (iterates recomputed per matrix).
+ *   dlogits: (M,n,n) +=   scratch: CT_SINKHORN_BWD_SCRATCH(n, iters) floats
+ *   dout: (M,n,n)   logits: (M,n,n) */
+#define CT_SINKHORN_BWD_SCRATCH(n, iters) \
+    ((size_t)(2 * (iters) + 1) * (size_t)(n) * (size_t)(n) + 2 * (size_t)(iters) * (size_t)(n))
+void ct_sinkhorn_backward_cpu(float *dlogits, float *scratch, const float *dout,
+                              const float *logits, int M, int n, int iters);
+
+/* The mappings of one mHC layer for N tokens (sasrec-spec.md 7.2). With D = n*C and
+ * xh = X_r / sqrt(mean(X_r^2) + eps) (RMSNorm of the flattened streams, no gain: phi carries
+ * any scale) and proj = xh phi (K = CT_MHC_COEFFS(n) columns):
+ *   hpre  = sigmoid(alpha[0] proj[0:n] + bias[0:n])
+ *   hpost = 2 sigmoid(alpha[1] proj[n:2n] + bias[n:2n])
+ *   hres  = Sinkhorn(alpha[2] proj[2n:] + bias[2n:], iters)
+ *   hpre, hpost: (N,n)   hres: (N,n,n)   proj: (N,K) saved for the backward   rstd: (N) saved
+ *   X: (N,D)   phi: (D,K)   alpha: (3)   bias: (K) */
+void ct_mhc_coeffs_forward_cpu(float *hpre, float *hpost, float *hres, float *proj, float *rstd,
+                               const float *X, const float *phi, const float *alpha,
+                               const float *bias, int N, int n, int C, int iters, float eps);
+
+/*   dX: (N,D) +=   dphi: (D,K) +=   dalpha: (3) +=   dbias: (K) +=
+ *   scratch: CT_MHC_COEFFS_BWD_SCRATCH(N, n, iters) floats
+ *   dhpre, dhpost: (N,n)   dhres: (N,n,n)   the rest as in the forward */
+#define CT_MHC_COEFFS_BWD_SCRATCH(N, n, iters) \
+    ((size_t)(N) * (size_t)CT_MHC_COEFFS(n) + CT_SINKHORN_BWD_SCRATCH(n, iters))
+void ct_mhc_coeffs_backward_cpu(float *dX, float *dphi, float *dalpha, float *dbias, float *scratch,
+                                const float *dhpre, const float *dhpost, const float *dhres,
+                                const float *X, const float *phi, const float *alpha,
+                                const float *bias, const float *proj, const float *rstd, int N,
+                                int n, int C, int iters);
+
+/* The sub-layer input: u_r = sum_s hpre[r,s] X[r,s,:].   u: (N,C)   X: (N,n,C)   hpre: (N,n) */
+void ct_mhc_pre_forward_cpu(float *u, const float *X, const float *hpre, int N, int n, int C);
+/*   dX: (N,n,C) +=   dhpre: (N,n) +=   du: (N,C) */
+void ct_mhc_pre_backward_cpu(float *dX, float *dhpre, const float *du, const float *X,
+                             const float *hpre, int N, int n, int C);
+
+/* The new streams: Y[r,s,:] = sum_t hres[r,s,t] X[r,t,:] + hpost[r,s] f[r,:].
+ *   Y: (N,n,C)   X: (N,n,C)   f: (N,C) the sub-layer output   hres: (N,n,n)   hpost: (N,n) */
+void ct_mhc_post_forward_cpu(float *Y, const float *X, const float *f, const float *hres,
+                             const float *hpost, int N, int n, int C);
+/*   dX: (N,n,C) +=   df: (N,C) +=   dhres: (N,n,n) +=   dhpost: (N,n) +=   dY: (N,n,C) */
+void ct_mhc_post_backward_cpu(float *dX, float *df, float *dhres, float *dhpost, const float *dY,
+                              const float *X, const float *f, const float *hres, const float *hpost,
+                              int N, int n, int C);
+
+/* The ends of the network: the embedding copied into every stream (X[r,s,:] = x[r,:]), and the
+ * streams averaged before the final LayerNorm (x[r,:] = mean_s X[r,s,:]).
+ *   X: (N,n,C)   x: (N,C);  backward: dx += sum_s dX[r,s,:]  /  dX[r,s,:] += dx[r,:] / n */
+void ct_mhc_expand_forward_cpu(float *X, const float *x, int N, int n, int C);
+void ct_mhc_expand_backward_cpu(float *dx, const float *dX, int N, int n, int C);
+void ct_mhc_collapse_forward_cpu(float *x, const float *X, int N, int n, int C);
+void ct_mhc_collapse_backward_cpu(float *dX, const float *dx, int N, int n, int C);
+
 /* ---- element-wise ops (kernels/cpu/elementwise.c) -------------------------------------------- */
 
 /* out = max(inp, 0); out may equal inp.   out: (n)   inp: (n) */
@@ -246,6 +385,32 @@ void ct_score_backward_cpu(float *dfeats, float *dwte, const float *dlogits, con
  *   dneg: (N) likewise   pos_logits, neg_logits: (N)   pos: (N) positive ids, 0 = no target */
 void ct_bce_loss_cpu(float *loss, float *dpos, float *dneg, const float *pos_logits,
                      const float *neg_logits, const int32_t *pos, int N, float count);
+
+/* Softmax cross-entropy over the whole catalogue (BERT4Rec's loss; SASRec+ of Klenitskiy &
+ * Vasilev, RecSys 2023): for every row with pos[r] != 0,
+ *   loss += (logsumexp_{i=1..V-1} feats_r . wte_i  -  feats_r . wte_pos[r]) / count
+ * Item 0 (padding) is not a class. Loss and gradient in one pass over chunks of CT_CE_CHUNK
+ * target rows: dfeats (rows with a target) and dwte rows 1..V-1 are ACCUMULATED, the loss
+ * (summed in double in row order) is written. count <= 0 gives 0 and adds nothing.
+ *   loss: (1)   dfeats: (N,C) +=   dwte: (V,C) +=   scratch: CT_CE_SCRATCH(V,C) floats
+ *   feats: (N,C)   wte: (V,C)   pos: (N) */
+#define CT_CE_CHUNK         128
+#define CT_CE_SCRATCH(V, C) ((size_t)CT_CE_CHUNK * ((size_t)(V) + 2 * (size_t)(C) + 1))
+void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
+                    const float *wte, const int32_t *pos, int N, int C, int V, float count);
+
+/* Sampled softmax cross-entropy with M negatives per sequence, shared by all its positions
+ * (Klenitskiy & Vasilev's "SASRec+ with N negatives"): for row (b,t) with pos != 0,
+ *   loss += (logsumexp(s0, s1..sM) - s0) / count,  s0 = f . wte[pos],  sk = f . wte[neg[b,k-1]]
+ * Loss and gradient in one pass; negative ids 0 get no gradient.
+ *   loss: (1)   dfeats: (B,L,C) +=   dwte: (V,C) +=
+ *   scratch: CT_SAMPLED_CE_SCRATCH(L,M,C) floats   feats: (B,L,C)   pos: (B,L)   neg: (B,M) */
+#define CT_SAMPLED_CE_SCRATCH(L, M, C)                               \
+    (2 * (size_t)(M) * (size_t)(C) + 2 * (size_t)(L) * (size_t)(C) + \
+     (size_t)(L) * ((size_t)(M) + 1) + (size_t)(L))
+void ct_sampled_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch,
+                            const float *feats, const float *wte, const int32_t *pos,
+                            const int32_t *neg, int B, int L, int C, int M, float count);
 
 /* The number of non-zero ids (targets) among n. */
 int64_t ct_count_nonzero_cpu(const int32_t *ids, int64_t n);

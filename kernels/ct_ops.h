@@ -2,7 +2,7 @@
  * ct_ops.h - the dispatch table through which model code calls the compute ops: one struct of
  * function pointers whose entries have the signatures of ct_kernels.h with the table itself as
  * the first argument, plus the few memory operations a model needs (allocate, zero, copy,
- * synchronise). The model (worker/ct_sasrec.c and later TiSASRec, mHC) is written once against
+ * synchronise). The model (worker/ct_sasrec.c: SASRec, TiSASRec, mHC) is written once against
  * this table; a backend fills it in:
  *   - CPU (kernels/cpu/ops.c, ct_ops_cpu_init): each entry calls the ct_*_cpu function; memory
  *     is host memory (host_memory = true), copies are memcpy, nothing can fail.
@@ -46,6 +46,16 @@ typedef enum ct_att_scratch {
     CT_ATT_SCRATCH_BWD = 1,
 } ct_att_scratch_t;
 
+/* The other ops that take scratch, and what the three size arguments of scratch() mean. */
+typedef enum ct_scratch_op {
+    CT_SCRATCH_TISAS_FWD = 0,  /* (L, C, -) */
+    CT_SCRATCH_TISAS_BWD = 1,  /* (L, C, -) */
+    CT_SCRATCH_SINKHORN_BWD,   /* (n, iters, -) */
+    CT_SCRATCH_MHC_COEFFS_BWD, /* (N, n, iters) */
+    CT_SCRATCH_CE,             /* (V, C, -) */
+    CT_SCRATCH_SAMPLED_CE,     /* (L, M, C) */
+} ct_scratch_op_t;
+
 struct ct_ops {
     const char *name; /* "cpu", "cuda" */
     bool host_memory; /* alloc() returns host memory: callers may read and write it directly */
@@ -62,6 +72,8 @@ struct ct_ops {
     int (*sync)(ct_ops_t *o);
     /* Scratch floats the attention op needs for sequences of length L (B rows, NH heads). */
     size_t (*attention_scratch)(ct_ops_t *o, int B, int L, int NH, ct_att_scratch_t which);
+    /* Scratch floats of the other ops (see ct_scratch_op_t for a, b, c). */
+    size_t (*scratch)(ct_ops_t *o, ct_scratch_op_t op, int64_t a, int64_t b, int64_t c);
 
     /* ---- the ops of ct_kernels.h, same arguments after o ---- */
     void (*dropout)(ct_ops_t *o, float *out, const float *inp, int64_t n, ct_dropout_t drop);
@@ -115,6 +127,56 @@ struct ct_ops {
                              const int32_t *cand, int U, int K, int C, int ldf);
     void (*score_all)(ct_ops_t *o, float *scores, const float *feats, const float *wte, int U,
                       int V, int C, int ldf);
+
+    /* ---- TiSASRec, mHC, cross-entropy losses ---- */
+    void (*rows_broadcast_forward)(ct_ops_t *o, float *out, const float *table, int B, int L,
+                                   int C);
+    void (*rows_broadcast_backward)(ct_ops_t *o, float *dtable, const float *dout, int B, int L,
+                                    int C);
+    void (*tisas_attention_forward)(ct_ops_t *o, float *out, float *att, float *scratch,
+                                    const float *q, const float *k, const float *v, const float *rk,
+                                    const float *rv, const int64_t *tseq, const int32_t *qmask,
+                                    int B, int L, int C, int NH, int T, ct_dropout_t drop_att,
+                                    const uint32_t *mask_rk, const uint32_t *mask_rv, float p_rkv);
+    void (*tisas_attention_backward)(ct_ops_t *o, float *dq, float *dk, float *dv, float *drk,
+                                     float *drv, float *scratch, const float *dout,
+                                     const float *att, const float *q, const float *k,
+                                     const float *v, const float *rk, const float *rv,
+                                     const int64_t *tseq, const int32_t *qmask, int B, int L, int C,
+                                     int NH, int T, ct_dropout_t drop_att, const uint32_t *mask_rk,
+                                     const uint32_t *mask_rv, float p_rkv);
+    void (*tisas_mask)(ct_ops_t *o, uint32_t *bits, const int32_t *qmask, int B, int L, int C,
+                       ct_dropout_t drop);
+    void (*sinkhorn_forward)(ct_ops_t *o, float *out, const float *logits, int M, int n, int iters);
+    void (*sinkhorn_backward)(ct_ops_t *o, float *dlogits, float *scratch, const float *dout,
+                              const float *logits, int M, int n, int iters);
+    void (*mhc_coeffs_forward)(ct_ops_t *o, float *hpre, float *hpost, float *hres, float *proj,
+                               float *rstd, const float *X, const float *phi, const float *alpha,
+                               const float *bias, int N, int n, int C, int iters, float eps);
+    void (*mhc_coeffs_backward)(ct_ops_t *o, float *dX, float *dphi, float *dalpha, float *dbias,
+                                float *scratch, const float *dhpre, const float *dhpost,
+                                const float *dhres, const float *X, const float *phi,
+                                const float *alpha, const float *bias, const float *proj,
+                                const float *rstd, int N, int n, int C, int iters);
+    void (*mhc_pre_forward)(ct_ops_t *o, float *u, const float *X, const float *hpre, int N, int n,
+                            int C);
+    void (*mhc_pre_backward)(ct_ops_t *o, float *dX, float *dhpre, const float *du, const float *X,
+                             const float *hpre, int N, int n, int C);
+    void (*mhc_post_forward)(ct_ops_t *o, float *Y, const float *X, const float *f,
+                             const float *hres, const float *hpost, int N, int n, int C);
+    void (*mhc_post_backward)(ct_ops_t *o, float *dX, float *df, float *dhres, float *dhpost,
+                              const float *dY, const float *X, const float *f, const float *hres,
+                              const float *hpost, int N, int n, int C);
+    void (*mhc_expand_forward)(ct_ops_t *o, float *X, const float *x, int N, int n, int C);
+    void (*mhc_expand_backward)(ct_ops_t *o, float *dx, const float *dX, int N, int n, int C);
+    void (*mhc_collapse_forward)(ct_ops_t *o, float *x, const float *X, int N, int n, int C);
+    void (*mhc_collapse_backward)(ct_ops_t *o, float *dX, const float *dx, int N, int n, int C);
+    void (*ce_loss)(ct_ops_t *o, float *loss, float *dfeats, float *dwte, float *scratch,
+                    const float *feats, const float *wte, const int32_t *pos, int N, int C, int V,
+                    float count);
+    void (*sampled_ce_loss)(ct_ops_t *o, float *loss, float *dfeats, float *dwte, float *scratch,
+                            const float *feats, const float *wte, const int32_t *pos,
+                            const int32_t *neg, int B, int L, int C, int M, float count);
 };
 
 /* Fills o with the CPU backend (kernels/cpu/ops.c). Never fails. */

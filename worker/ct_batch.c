@@ -13,7 +13,7 @@
 #include "ct_philox.h"
 
 /* Purposes mixed into the Philox stream so that different uses never share draws. */
-enum { CT__PURPOSE_TRAIN_NEG = 1, CT__PURPOSE_EVAL_NEG = 2 };
+enum { CT__PURPOSE_TRAIN_NEG = 1, CT__PURPOSE_EVAL_NEG = 2, CT__PURPOSE_ROW_NEG = 3 };
 #define CT__MAX_REDRAWS 32
 
 static uint32_t ct__draw(uint64_t seed, uint64_t stream, uint64_t index)
@@ -46,8 +46,17 @@ int ct_batch_init(ct_batch_t *b, int B, int L, int num_neg, bool with_time)
     return 0;
 }
 
+int ct_batch_add_row_neg(ct_batch_t *b, int n)
+{
+    free(b->row_neg);
+    b->num_row_neg = n;
+    b->row_neg = calloc((size_t)b->B * (size_t)n, sizeof *b->row_neg);
+    return b->row_neg ? 0 : -ENOMEM;
+}
+
 void ct_batch_close(ct_batch_t *b)
 {
+    free(b->row_neg);
     free(b->user);
     free(b->seq);
     free(b->pos);
@@ -65,6 +74,9 @@ void ct_batch_clear_row(ct_batch_t *b, int r)
     memset(b->neg + o * (size_t)b->num_neg, 0, L * (size_t)b->num_neg * sizeof *b->neg);
     if (b->tseq)
         memset(b->tseq + o, 0, L * sizeof *b->tseq);
+    if (b->row_neg)
+        memset(b->row_neg + (size_t)r * b->num_row_neg, 0,
+               (size_t)b->num_row_neg * sizeof *b->row_neg);
 }
 
 /* Copies items[from..to) (and their scaled times) right-aligned into row r of seq/tseq. */
@@ -121,6 +133,22 @@ void ct_batch_fill_train(ct_batch_t *b, int r, const ct_dataset_t *ds, int32_t u
             neg[t * K + j] = item;
         }
     }
+    if (b->row_neg) {
+        const uint64_t rs = (key << 4) | CT__PURPOSE_ROW_NEG;
+        int32_t *rn = b->row_neg + (size_t)r * b->num_row_neg;
+        for (int j = 0; j < b->num_row_neg; j++) {
+            uint64_t base = (uint64_t)j * CT__MAX_REDRAWS;
+            int32_t item = 0;
+            for (int k = 0; k < CT__MAX_REDRAWS; k++) {
+                item = ct__item_of(ct__draw(seed, rs, base + (uint64_t)k), ds->num_items);
+                if (!ct_data_in_train(ds, u, item))
+                    break;
+            }
+            for (int32_t tries = 0; ct_data_in_train(ds, u, item) && tries < ds->num_items; tries++)
+                item = item % ds->num_items + 1;
+            rn[j] = item;
+        }
+    }
 }
 
 int32_t ct_eval_target(const ct_dataset_t *ds, int32_t u, ct_eval_split_t which)
@@ -138,11 +166,13 @@ void ct_batch_fill_eval(ct_batch_t *b, int r, const ct_dataset_t *ds, int32_t u,
     ct__place(b, r, ds, s, s + m, b->seq);
 }
 
-static bool ct__excluded(const ct_dataset_t *ds, int32_t u, int32_t item, bool exclude_heldout)
+static bool ct__excluded(const ct_dataset_t *ds, int32_t u, int32_t item, ct_eval_split_t which,
+                         bool exclude_heldout)
 {
     if (ct_data_in_train(ds, u, item))
         return true;
-    return exclude_heldout && (item == ds->valid_item[u] || item == ds->test_item[u]);
+    return exclude_heldout &&
+           (item == ds->valid_item[u] || (which == CT_EVAL_TEST && item == ds->test_item[u]));
 }
 
 void ct_eval_candidates(int32_t *cand, int num_neg, const ct_dataset_t *ds, int32_t u,
@@ -157,13 +187,13 @@ void ct_eval_candidates(int32_t *cand, int num_neg, const ct_dataset_t *ds, int3
         bool found = false;
         for (int k = 0; k < 1000 && !found; k++) {
             item = ct__item_of(ct__draw(seed, stream, next++), ds->num_items);
-            found = !ct__excluded(ds, u, item, exclude_heldout);
+            found = !ct__excluded(ds, u, item, which, exclude_heldout);
         }
         /* A user who has seen (nearly) the whole catalogue: walk upward to an unseen item. If
          * there is none at all, the last draw stands, so the list is always filled. */
         for (int32_t tries = 0; !found && tries < ds->num_items; tries++) {
             item = item % ds->num_items + 1;
-            found = !ct__excluded(ds, u, item, exclude_heldout);
+            found = !ct__excluded(ds, u, item, which, exclude_heldout);
         }
         cand[j] = item;
     }

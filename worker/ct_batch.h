@@ -6,7 +6,11 @@
  * item in column L-1; only the last L interactions are kept. For a user with training list S
  * of length m, a training row is seq = S[0..m-2] and pos = S[1..m-1], right-aligned; every
  * column with a target gets num_neg negatives drawn uniformly from 1..I, redrawn while they
- * are among the user's training items (SASRec.pytorch's rule); padding columns stay 0.
+ * are among the user's training items (SASRec.pytorch's rule); padding columns stay 0. For the
+ * sampled softmax loss a row can also carry num_row_neg negatives of its own, shared by all its
+ * positions (Klenitskiy & Vasilev's "SASRec+ with N negatives", RecSys 2023): uniform over
+ * 1..I, redrawn while among the user's training items, with replacement (so a catalogue
+ * smaller than N is no error; duplicates simply count twice in the softmax's denominator).
  *
  * Every draw comes from Philox keyed by (seed, a per-example key), never from a stateful
  * generator: the trainer passes the example's global index in the run, so a rank that builds
@@ -37,17 +41,22 @@ typedef struct ct_batch {
     int32_t *pos;  /* (B, L) next-item targets (training rows only) */
     int32_t *neg;  /* (B, L, num_neg) sampled negatives (training rows only) */
     int64_t *tseq; /* (B, L) TiSASRec scaled times of seq, 0 at padding; NULL without time */
+    int num_row_neg;
+    int32_t *row_neg; /* (B, num_row_neg) a row's own negatives (sampled softmax), or NULL */
 } ct_batch_t;
 
 /* Allocates a batch (all zero). with_time adds tseq. Returns 0 or -ENOMEM. */
 int ct_batch_init(ct_batch_t *b, int B, int L, int num_neg, bool with_time);
+/* Adds row_neg with n > 0 negatives per row to an initialised batch. 0 or -ENOMEM. */
+int ct_batch_add_row_neg(ct_batch_t *b, int n);
 void ct_batch_close(ct_batch_t *b);
 
 /* Zeroes row r (an unused row contributes nothing: no targets). */
 void ct_batch_clear_row(ct_batch_t *b, int r);
 
 /* Row r <- the training example of user u (all padding when u has fewer than 2 training
- * items). key identifies the example (its global index in the run); seed is the run's seed. */
+ * items), with its row negatives when the batch has them. key identifies the example (its
+ * global index in the run); seed is the run's seed. */
 void ct_batch_fill_train(ct_batch_t *b, int r, const ct_dataset_t *ds, int32_t u, uint64_t seed,
                          uint64_t key);
 
@@ -60,8 +69,8 @@ int32_t ct_eval_target(const ct_dataset_t *ds, int32_t u, ct_eval_split_t which)
 
 /* cand[0] = the target, cand[1..num_neg] = negatives drawn uniformly from 1..I with
  * replacement, redrawn while in u's training items (and, with exclude_heldout, while equal to
- * the valid or test item: TiSASRec's rule; SASRec does not exclude them). Deterministic in
- * (seed, u, which). */
+ * the target or, on the test split, the valid item: TiSASRec.pytorch's rule, whose valid split
+ * may still draw the test item; SASRec excludes neither). Deterministic in (seed, u, which). */
 void ct_eval_candidates(int32_t *cand, int num_neg, const ct_dataset_t *ds, int32_t u,
                         ct_eval_split_t which, bool exclude_heldout, uint64_t seed);
 

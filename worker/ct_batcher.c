@@ -72,8 +72,8 @@ static void *ct__producer(void *arg)
 
 int ct_batcher_init(ct_batcher_t *b, const ct_dataset_t *ds, const int32_t *samples,
                     const int32_t *targets, const ct_shard_t *shard, int micro, int L,
-                    uint64_t seed, int64_t start_step, int64_t total_steps, bool threaded,
-                    ct_errbuf_t *eb)
+                    bool with_time, int row_neg, uint64_t seed, int64_t start_step,
+                    int64_t total_steps, bool threaded, ct_errbuf_t *eb)
 {
     memset(b, 0, sizeof *b);
     b->ds = ds;
@@ -91,7 +91,8 @@ int ct_batcher_init(ct_batcher_t *b, const ct_dataset_t *ds, const int32_t *samp
     if (!b->perm)
         goto oom;
     for (int i = 0; i < nbuf; i++)
-        if (ct_batch_init(&b->chunk[i].batch, micro, L, 1, false) != 0)
+        if (ct_batch_init(&b->chunk[i].batch, micro, L, 1, with_time) != 0 ||
+            (row_neg > 0 && ct_batch_add_row_neg(&b->chunk[i].batch, row_neg) != 0))
             goto oom;
     if (threaded) {
         int rc = pthread_mutex_init(&b->mu, NULL);

@@ -65,12 +65,13 @@ typedef struct ct_batcher {
     bool started;
 } ct_batcher_t;
 
-/* Sets up the stream from start_step to total_steps. Returns 0 or -ENOMEM / a pthread error
- * (eb says which). */
+/* Sets up the stream from start_step to total_steps. Chunks carry TiSASRec's times when
+ * with_time, and row_neg negatives per row when row_neg > 0 (the sampled softmax). Returns 0
+ * or -ENOMEM / a pthread error (eb says which). */
 int ct_batcher_init(ct_batcher_t *b, const ct_dataset_t *ds, const int32_t *samples,
                     const int32_t *targets, const ct_shard_t *shard, int micro, int L,
-                    uint64_t seed, int64_t start_step, int64_t total_steps, bool threaded,
-                    ct_errbuf_t *eb);
+                    bool with_time, int row_neg, uint64_t seed, int64_t start_step,
+                    int64_t total_steps, bool threaded, ct_errbuf_t *eb);
 
 /* The next chunk, valid until the next call (or close). Must not be called past the last
  * chunk of total_steps. */

@@ -60,7 +60,8 @@ int ct_evaluator_init(ct_evaluator_t *ev, const ct_dataset_t *ds, ct_ops_t *ops,
     ev->cand = malloc((size_t)chunk * K * sizeof *ev->cand);
     ev->scores = malloc((size_t)chunk * width * sizeof *ev->scores);
     ev->pop = calloc(V, sizeof *ev->pop);
-    int rc = ct_batch_init(&ev->batch, chunk, L, 1, false);
+    /* TiSASRec needs the input window's times; they are there whenever the data has them */
+    int rc = ct_batch_init(&ev->batch, chunk, L, 1, ds->time_scaled != NULL);
     if (!ev->users || !ev->cand || !ev->scores || !ev->pop || rc != 0) {
         ct_evaluator_close(ev);
         return ct_errbuf_set(eb, -ENOMEM, "out of memory for evaluation");
@@ -139,7 +140,7 @@ static int ct__chunk(ct_evaluator_t *ev, ct_model_t *m, const int32_t *users, in
     if (m) {
         for (int r = 0; r < n; r++)
             ct_batch_fill_eval(&ev->batch, r, ds, users[r], which);
-        rc = ct_model_forward_features(m, ev->batch.seq, NULL, n, &feats, &ldf);
+        rc = ct_model_forward_features(m, ev->batch.seq, ev->batch.tseq, n, &feats, &ldf);
         if (rc != 0)
             return rc;
     }

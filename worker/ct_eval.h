@@ -3,9 +3,9 @@
  * validation and test splits under two protocols, and the popularity baseline.
  *
  *   sampled  the target and 100 negatives drawn uniformly from 1..I with replacement, redrawn
- *            while in the user's training items (TiSASRec also excludes the held-out items;
- *            SASRec does not) - ct_eval_candidates with a fixed evaluation seed, so every
- *            evaluation of every run uses the same candidates;
+ *            while in the user's training items (TiSASRec also excludes the target and, on the
+ *            test split, the valid item; SASRec does not) - ct_eval_candidates with a fixed
+ *            evaluation seed, so every evaluation of every run uses the same candidates;
  *   full     every item 1..I except the user's history: the training items, and for the test
  *            split also the validation item (the model saw it as input); the target itself is
  *            never excluded.
@@ -15,7 +15,7 @@
  * datasets is not reproduced), split over ranks in contiguous blocks, then the per-rank sums
  * are reduced with the trainer's reducer, so the result does not depend on the world size.
  * Inputs are batched through the model's forward (only column L-1 is computed in the last
- * block, see ct_sasrec.c).
+ * block, see ct_sasrec.c), with the window's TiSASRec times whenever the dataset has them.
  *
  * Not here: choosing the best checkpoint (the trainer selects on validation, never on test),
  * writing metrics.

@@ -3,10 +3,12 @@
  * print the metrics (one row and a "# summary:" line, as training does), writing nothing.
  *
  * The model's shape comes from the file where it can: a ctrain checkpoint carries its whole
- * model configuration; a converted SASRec.pytorch state dict tells hidden_units, num_blocks
- * and the item count through its tensors' shapes. Flags given explicitly must agree with the
+ * model configuration; a converted SASRec.pytorch or TiSASRec.pytorch state dict tells the
+ * model, hidden_units, num_blocks, the item count, mHC's streams and TiSASRec's maxlen and
+ * time_span through its tensors' names and shapes. Flags given explicitly must agree with the
  * file (a clear error otherwise); flags not given take the file's values. The layout and the
- * number of heads of a plain state dict cannot be read from it and come from the flags.
+ * number of heads of a plain state dict cannot be read from it and come from the flags (the
+ * layout's default being the model's: ct_train_default_layout).
  */
 #include <errno.h>
 #include <math.h>
@@ -50,6 +52,21 @@ static int ct__conflict(const char *flag, long long given, long long file, const
                          flag, given, path, file);
 }
 
+/* The model flags given on the command line against the file's model. */
+static int ct__check_model_flags(const ct_train_cfg_t *c, const ct_model_cfg_t *file,
+                                 const char *path, ct_errbuf_t *eb)
+{
+    if (c->set_model && file->kind != c->model)
+        return ct_errbuf_set(eb, CT_EMISMATCH, "--model was given as %s but %s holds a %s model",
+                             ct_model_kind_name(c->model), path, ct_model_title(file));
+    if (c->set_mhc && (file->mhc_streams > 0) != c->mhc)
+        return ct_errbuf_set(eb, CT_EMISMATCH, "--%s was given but %s holds a %s model",
+                             c->mhc ? "mhc" : "no_mhc", path, ct_model_title(file));
+    if (c->set_time_span && file->kind == CT_MODEL_TISASREC && file->time_span != c->time_span)
+        return ct__conflict("--time_span", c->time_span, file->time_span, path, eb);
+    return 0;
+}
+
 static int ct__resolve_cfg(const ct_train_cfg_t *c, int32_t num_items, ct_model_cfg_t *mc,
                            ct_errbuf_t *eb)
 {
@@ -60,6 +77,8 @@ static int ct__resolve_cfg(const ct_train_cfg_t *c, int32_t num_items, ct_model_
     if (rc < 0)
         return rc;
     if (rc == 1) {
+        if ((rc = ct__check_model_flags(c, &file, path, eb)) != 0)
+            return rc;
         if (c->set_maxlen && file.maxlen != mc->maxlen)
             return ct__conflict("--maxlen", mc->maxlen, file.maxlen, path, eb);
         if (c->set_heads && file.num_heads != mc->num_heads)
@@ -71,8 +90,13 @@ static int ct__resolve_cfg(const ct_train_cfg_t *c, int32_t num_items, ct_model_
                                  ct_layout_name(mc->layout), path, ct_layout_name(file.layout));
     } else {
         int pos_rows = 0;
-        if ((rc = ct_model_cfg_from_state_dict(path, &file, &pos_rows, eb)) != 0)
+        if ((rc = ct_model_cfg_from_state_dict(path, &file, &pos_rows, eb)) != 0 ||
+            (rc = ct__check_model_flags(c, &file, path, eb)) != 0)
             return rc;
+        if (file.kind == CT_MODEL_TISASREC && c->set_maxlen && file.maxlen != c->maxlen)
+            return ct__conflict("--maxlen", c->maxlen, file.maxlen, path, eb);
+        if (!c->set_layout)
+            file.layout = ct_train_default_layout(file.kind, file.mhc_streams > 0);
     }
     if (c->set_hidden && file.hidden != mc->hidden)
         return ct__conflict("--hidden_units", mc->hidden, file.hidden, path, eb);
@@ -105,22 +129,23 @@ int ct_infer_run(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_reduc
     ct_train_backend(cfg, &ops);
     int chunk = ct_train_eval_chunk(cfg, env->world_size);
     if ((rc = ct__resolve_cfg(cfg, ds.num_items, &mc, eb)) != 0 ||
+        (rc = ct_train_check_data(&mc, &ds, eb)) != 0 ||
         (rc = ct_model_create(&model, &mc, &ops, chunk, eb)) != 0)
         goto out;
     if ((rc = ct_model_load_params(model, cfg->state_dict_path, eb)) != 0)
         goto out;
-    if ((rc = ct_evaluator_init(&ev, &ds, &ops, chunk, mc.maxlen, cfg->eval, false, env->rank,
-                                env->world_size, eb)) != 0)
+    if ((rc = ct_evaluator_init(&ev, &ds, &ops, chunk, mc.maxlen, cfg->eval,
+                                mc.kind == CT_MODEL_TISASREC, env->rank, env->world_size, eb)) != 0)
         goto out;
     ct_eval_result_t r, pop;
     if ((rc = ct_eval_model(&ev, model, red, &r, eb)) != 0 ||
         (rc = ct_eval_popularity(&ev, red, &pop, eb)) != 0)
         goto out;
     if (env->rank == 0) {
-        printf("# ctrain --inference_only %s: SASRec layout %s, hidden_units %d, %d blocks, %d "
+        printf("# ctrain --inference_only %s: %s layout %s, hidden_units %d, %d blocks, %d "
                "heads, maxlen %d; %s: %d users evaluated\n",
-               cfg->state_dict_path, ct_layout_name(mc.layout), mc.hidden, mc.num_blocks,
-               mc.num_heads, mc.maxlen, ds.source, ds.num_eval_users);
+               cfg->state_dict_path, ct_model_title(&mc), ct_layout_name(mc.layout), mc.hidden,
+               mc.num_blocks, mc.num_heads, mc.maxlen, ds.source, ds.num_eval_users);
         ct_out_popularity(&pop);
         ct_out_row_header();
         ct_out_row(0, 0, NAN, 0.0, &r);

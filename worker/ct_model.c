@@ -1,8 +1,8 @@
 /*
  * ct_model.c - the kind-independent part of ct_model.h: configuration (names, checks, JSON),
- * the parameter table and the flat buffers, initialisation, the whole-buffer steps (l2_emb,
- * gradient norm, Adam), checkpoint views and loading parameters from a state dict. The
- * forward and backward passes belong to the kinds (ct_sasrec.c).
+ * the parameter table and the flat buffers, initialisation (the references' rules and mHC's),
+ * the whole-buffer steps (l2_emb, gradient norm, Adam), checkpoint views and loading parameters
+ * from a state dict. The forward and backward passes belong to the kinds (ct_sasrec.c).
  */
 #include "ct_model.h"
 
@@ -45,6 +45,51 @@ int ct_layout_parse(const char *text, ct_layout_t *out, ct_errbuf_t *eb)
                          text);
 }
 
+static const char *const ct__kind_names[CT_MODEL_KIND_COUNT] = {
+    [CT_MODEL_SASREC] = "sasrec",
+    [CT_MODEL_TISASREC] = "tisasrec",
+};
+
+const char *ct_model_kind_name(ct_model_kind_t kind)
+{
+    return (unsigned)kind < CT_MODEL_KIND_COUNT ? ct__kind_names[kind] : "?";
+}
+
+int ct_model_kind_parse(const char *text, ct_model_kind_t *out, ct_errbuf_t *eb)
+{
+    for (int i = 0; i < CT_MODEL_KIND_COUNT; i++) {
+        if (strcmp(text, ct__kind_names[i]) == 0) {
+            *out = (ct_model_kind_t)i;
+            return 0;
+        }
+    }
+    return ct_errbuf_set(eb, CT_EPARSE, "\"%s\" is not a model (expected sasrec or tisasrec)",
+                         text);
+}
+
+static const char *const ct__loss_names[CT_LOSS_COUNT] = {
+    [CT_LOSS_BCE] = "bce",
+    [CT_LOSS_CE] = "ce",
+    [CT_LOSS_SAMPLED_CE] = "sampled_ce",
+};
+
+const char *ct_loss_name(ct_loss_t loss)
+{
+    return (unsigned)loss < CT_LOSS_COUNT ? ct__loss_names[loss] : "?";
+}
+
+int ct_loss_parse(const char *text, ct_loss_t *out, ct_errbuf_t *eb)
+{
+    for (int i = 0; i < CT_LOSS_COUNT; i++) {
+        if (strcmp(text, ct__loss_names[i]) == 0) {
+            *out = (ct_loss_t)i;
+            return 0;
+        }
+    }
+    return ct_errbuf_set(eb, CT_EPARSE, "\"%s\" is not a loss (expected bce, ce or sampled_ce)",
+                         text);
+}
+
 ct_pos_mode_t ct_layout_pos_mode(ct_layout_t layout)
 {
     return layout == CT_LAYOUT_ORIGINAL2020 ? CT_POS_ABSOLUTE : CT_POS_PADDED;
@@ -55,17 +100,59 @@ bool ct_layout_timeline(ct_layout_t layout)
     return layout == CT_LAYOUT_ORIGINAL2020;
 }
 
+bool ct_model_timeline(const ct_model_cfg_t *cfg)
+{
+    return cfg->kind == CT_MODEL_TISASREC || ct_layout_timeline(cfg->layout);
+}
+
 int ct_model_pos_rows(const ct_model_cfg_t *cfg)
 {
     return ct_layout_pos_mode(cfg->layout) == CT_POS_PADDED ? cfg->maxlen + 1 : cfg->maxlen;
 }
 
+ct_l2_mode_t ct_model_l2_mode(const ct_model_cfg_t *cfg)
+{
+    return cfg->kind == CT_MODEL_TISASREC ? CT_L2_NORM : CT_L2_SQUARED;
+}
+
+const char *ct_model_title(const ct_model_cfg_t *cfg)
+{
+    bool ti = cfg->kind == CT_MODEL_TISASREC;
+    if (cfg->mhc_streams > 0)
+        return ti ? "TiSASRec+mHC" : "SASRec+mHC";
+    return ti ? "TiSASRec" : "SASRec";
+}
+
 int ct_model_cfg_check(const ct_model_cfg_t *c, ct_errbuf_t *eb)
 {
-    if (c->kind != CT_MODEL_SASREC)
+    if ((unsigned)c->kind >= CT_MODEL_KIND_COUNT)
         return ct_errbuf_set(eb, -EINVAL, "model kind %d is not known", (int)c->kind);
     if ((unsigned)c->layout >= CT_LAYOUT_COUNT)
         return ct_errbuf_set(eb, -EINVAL, "layout %d is not known", (int)c->layout);
+    if (c->mhc_streams != 0 && (c->mhc_streams < 2 || c->mhc_streams > CT_MHC_MAX_STREAMS))
+        return ct_errbuf_set(eb, -EINVAL, "mHC streams %d out of range (2..%d, or 0 for none)",
+                             c->mhc_streams, CT_MHC_MAX_STREAMS);
+    if (c->mhc_streams > 0 && c->layout != CT_LAYOUT_PRE_LN)
+        return ct_errbuf_set(
+            eb, -EINVAL,
+            "mHC wraps the sub-layers of the pre_ln layout, not %s (sasrec-spec.md "
+            "7.4: the other layouts have no clean identity path)",
+            ct_layout_name(c->layout));
+    if (c->kind == CT_MODEL_TISASREC) {
+        if (c->layout != CT_LAYOUT_ORIGINAL2020 && c->layout != CT_LAYOUT_PRE_LN)
+            return ct_errbuf_set(eb, -EINVAL,
+                                 "TiSASRec runs its reference's layout (original2020) or pre_ln, "
+                                 "not %s",
+                                 ct_layout_name(c->layout));
+        if (c->time_span < 1 || c->time_span > CT_MODEL_MAX_TIME_SPAN)
+            return ct_errbuf_set(eb, -EINVAL, "time_span %d out of range (1..%d)", c->time_span,
+                                 CT_MODEL_MAX_TIME_SPAN);
+    }
+    if ((unsigned)c->loss >= CT_LOSS_COUNT)
+        return ct_errbuf_set(eb, -EINVAL, "loss %d is not known", (int)c->loss);
+    if (c->loss == CT_LOSS_SAMPLED_CE && (c->num_negatives < 1 || c->num_negatives > 1000000))
+        return ct_errbuf_set(eb, -EINVAL, "num_negatives %d out of range (1..1000000)",
+                             c->num_negatives);
     if (c->num_items < 1)
         return ct_errbuf_set(eb, -EINVAL, "the dataset has no items");
     if (c->maxlen < 1 || c->maxlen > CT_MODEL_MAX_LEN)
@@ -90,27 +177,34 @@ int ct_model_cfg_check(const ct_model_cfg_t *c, ct_errbuf_t *eb)
 
 json_t *ct_model_cfg_to_json(const ct_model_cfg_t *c)
 {
-    return json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:f}", "kind", "sasrec", "layout",
-                     ct_layout_name(c->layout), "num_items", (json_int_t)c->num_items, "maxlen",
-                     (json_int_t)c->maxlen, "hidden_units", (json_int_t)c->hidden, "num_heads",
-                     (json_int_t)c->num_heads, "num_blocks", (json_int_t)c->num_blocks,
-                     "dropout_rate", (double)c->dropout);
+    return json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:f, s:i, s:i}", "kind",
+                     ct_model_kind_name(c->kind), "layout", ct_layout_name(c->layout), "num_items",
+                     (json_int_t)c->num_items, "maxlen", (json_int_t)c->maxlen, "hidden_units",
+                     (json_int_t)c->hidden, "num_heads", (json_int_t)c->num_heads, "num_blocks",
+                     (json_int_t)c->num_blocks, "dropout_rate", (double)c->dropout, "mhc_streams",
+                     (json_int_t)c->mhc_streams, "time_span", (json_int_t)c->time_span);
 }
 
 int ct_model_cfg_from_json(const json_t *obj, ct_model_cfg_t *c, ct_errbuf_t *eb)
 {
     const char *kind = NULL, *layout = NULL;
-    json_int_t items = 0, maxlen = 0, hidden = 0, heads = 0, blocks = 0;
+    json_int_t items = 0, maxlen = 0, hidden = 0, heads = 0, blocks = 0, streams = 0, span = 0;
     double dropout = 0.0;
     json_error_t je;
-    if (json_unpack_ex((json_t *)obj, &je, 0, "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:F}", "kind",
-                       &kind, "layout", &layout, "num_items", &items, "maxlen", &maxlen,
+    if (json_unpack_ex((json_t *)obj, &je, 0, "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:F, s?I, s?I}",
+                       "kind", &kind, "layout", &layout, "num_items", &items, "maxlen", &maxlen,
                        "hidden_units", &hidden, "num_heads", &heads, "num_blocks", &blocks,
-                       "dropout_rate", &dropout) != 0)
+                       "dropout_rate", &dropout, "mhc_streams", &streams, "time_span", &span) != 0)
         return ct_errbuf_set(eb, CT_EFORMAT, "model configuration: %s", je.text);
-    if (strcmp(kind, "sasrec") != 0)
-        return ct_errbuf_set(eb, CT_EFORMAT, "model configuration: kind \"%s\" is not known", kind);
     ct_model_cfg_t n = {.kind = CT_MODEL_SASREC};
+    if (ct_model_kind_parse(kind, &n.kind, eb) != 0)
+        return ct_errbuf_wrap(eb, CT_EFORMAT, "model configuration");
+    if (streams < 0 || streams > CT_MHC_MAX_STREAMS || span < 0 || span > CT_MODEL_MAX_TIME_SPAN)
+        return ct_errbuf_set(eb, CT_EFORMAT,
+                             "model configuration: mhc_streams or time_span out "
+                             "of range");
+    n.mhc_streams = (int)streams;
+    n.time_span = (int)span;
     int rc = ct_layout_parse(layout, &n.layout, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, CT_EFORMAT, "model configuration");
@@ -128,6 +222,8 @@ int ct_model_cfg_from_json(const json_t *obj, ct_model_cfg_t *c, ct_errbuf_t *eb
     if (rc != 0)
         return ct_errbuf_wrap(eb, CT_EFORMAT, "model configuration");
     n.no_skip = c->no_skip;
+    n.loss = c->loss;
+    n.num_negatives = c->num_negatives;
     *c = n;
     return 0;
 }
@@ -137,9 +233,11 @@ const char *ct_model_cfg_diff(const ct_model_cfg_t *a, const ct_model_cfg_t *b, 
 {
     const char *field = NULL;
     long long x = 0, y = 0;
-    if (a->kind != b->kind)
-        field = "kind", x = a->kind, y = b->kind;
-    else if (a->layout != b->layout) {
+    if (a->kind != b->kind) {
+        snprintf(what, size, "kind: %s vs %s", ct_model_kind_name(a->kind),
+                 ct_model_kind_name(b->kind));
+        return "kind";
+    } else if (a->layout != b->layout) {
         snprintf(what, size, "layout: %s vs %s", ct_layout_name(a->layout),
                  ct_layout_name(b->layout));
         return "layout";
@@ -153,6 +251,10 @@ const char *ct_model_cfg_diff(const ct_model_cfg_t *a, const ct_model_cfg_t *b, 
         field = "num_heads", x = a->num_heads, y = b->num_heads;
     else if (a->num_blocks != b->num_blocks)
         field = "num_blocks", x = a->num_blocks, y = b->num_blocks;
+    else if (a->mhc_streams != b->mhc_streams)
+        field = "mhc_streams", x = a->mhc_streams, y = b->mhc_streams;
+    else if (a->time_span != b->time_span)
+        field = "time_span", x = a->time_span, y = b->time_span;
     if (field)
         snprintf(what, size, "%s: %lld vs %lld", field, x, y);
     return field;
@@ -287,20 +389,58 @@ static double ct__normal(ct_rng_t *r)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+/* fan_in + fan_out as torch.nn.init._calculate_fan_in_and_fan_out counts them: dims 2.. are
+ * the receptive field. */
+static double ct__fans(const ct_param_t *p)
+{
+    double rf = 1.0;
+    for (int i = 2; i < p->ndim; i++)
+        rf *= (double)p->shape[i];
+    return ((double)p->shape[1] + (double)p->shape[0]) * rf;
+}
+
+/* An mHC layer's biases (K = 2n + n^2: pre, post, res; see ct_model_init_params). */
+static void ct__mhc_bias(float *w, int n, int layer)
+{
+    /* H^pre = sigmoid(b): 0.97 on the chosen stream and 0.01 on the n - 1 others sums to 1 at
+     * n = 4; for other n the others share 0.03 so the sum stays 1. */
+    const double other = 0.03 / (double)(n - 1), chosen = 0.97;
+    for (int s = 0; s < n; s++) {
+        double h = s == layer % n ? chosen : other;
+        w[s] = (float)log(h / (1.0 - h));
+        w[n + s] = 0.0f; /* H^post = 2 sigmoid(0) = 1 */
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            w[2 * n + i * n + j] = i == j ? 0.0f : -8.0f;
+}
+
 static void ct__init_tensor(float *w, const ct_param_t *p, uint64_t seed, int index)
 {
     ct_rng_t r;
     ct_rng_init(&r, seed, CT_RNG_STREAM(CT_RNG_PURPOSE_INIT, (uint64_t)index), 0);
     switch (p->init) {
     case CT_INIT_XAVIER_NORMAL: {
-        /* torch.nn.init._calculate_fan_in_and_fan_out: dims 2.. are the receptive field. */
-        double rf = 1.0;
-        for (int i = 2; i < p->ndim; i++)
-            rf *= (double)p->shape[i];
-        double fan_in = (double)p->shape[1] * rf, fan_out = (double)p->shape[0] * rf;
-        double std = sqrt(2.0 / (fan_in + fan_out));
+        double std = sqrt(2.0 / ct__fans(p));
         for (size_t i = 0; i < p->numel; i++)
             w[i] = (float)(std * ct__normal(&r));
+        break;
+    }
+    case CT_INIT_XAVIER_UNIFORM: {
+        double bound = sqrt(6.0 / ct__fans(p));
+        for (size_t i = 0; i < p->numel; i++)
+            w[i] = (float)((2.0 * (double)ct_rng_uniform(&r) - 1.0) * bound);
+        break;
+    }
+    case CT_INIT_CONSTANT:
+        for (size_t i = 0; i < p->numel; i++)
+            w[i] = p->init_value;
+        break;
+    case CT_INIT_MHC_BIAS: {
+        int n = 1;
+        while (CT_MHC_COEFFS(n) < (int)p->numel)
+            n++;
+        ct__mhc_bias(w, n, p->init_index);
         break;
     }
     case CT_INIT_FANIN_UNIFORM: {
@@ -462,9 +602,9 @@ int ct_model_load_params(ct_model_t *m, const char *path, ct_errbuf_t *eb)
         char want[64], got[64];
         if (!t) {
             rc = ct_errbuf_set(eb, CT_EMISMATCH,
-                               "%s: no tensor \"%s\" (is it a SASRec state "
-                               "dict with as many blocks as --num_blocks?)",
-                               path, views[i].name);
+                               "%s: no tensor \"%s\" (is it a %s state dict with as many "
+                               "blocks as --num_blocks?)",
+                               path, views[i].name, ct_model_title(&m->cfg));
             goto out;
         }
         ct__shape_text(want, sizeof want, views[i].ndim, views[i].shape);
@@ -477,13 +617,15 @@ int ct_model_load_params(ct_model_t *m, const char *path, ct_errbuf_t *eb)
         bool same = t->ndim == views[i].ndim;
         for (int d = 0; same && d < t->ndim; d++)
             same = t->shape[d] == views[i].shape[d];
-        bool longer_pos = strcmp(views[i].name, "pos_emb.weight") == 0 && t->ndim == 2 &&
-                          t->shape[1] == views[i].shape[1] && t->shape[0] > views[i].shape[0];
+        bool longer_ok = strcmp(views[i].name, "pos_emb.weight") == 0 ||
+                         strcmp(views[i].name, "time_matrix_K_emb.weight") == 0;
+        bool longer_pos = longer_ok && t->ndim == 2 && t->shape[1] == views[i].shape[1] &&
+                          t->shape[0] > views[i].shape[0];
         if (!same && !longer_pos) {
             rc = ct_errbuf_set(eb, CT_EMISMATCH,
                                "%s: tensor \"%s\" has shape %s, this model's is "
-                               "%s (check --hidden_units, --maxlen, --layout "
-                               "and the dataset)",
+                               "%s (check --model, --hidden_units, --maxlen, --layout, "
+                               "--time_span and the dataset)",
                                path, views[i].name, got, want);
             goto out;
         }
@@ -503,7 +645,7 @@ int ct_model_load_params(ct_model_t *m, const char *path, ct_errbuf_t *eb)
             if (rc != 0)
                 goto out;
             memcpy(dst, pos_tmp, keep * sizeof *dst);
-            ct_log_info("%s: pos_emb.weight has %lld rows; using the first %lld", path,
+            ct_log_info("%s: %s has %lld rows; using the first %lld", path, views[i].name,
                         (long long)t->shape[0], (long long)views[i].shape[0]);
             views[i] = views[--n]; /* loaded; drop it from the list */
             i--;
@@ -531,19 +673,24 @@ int ct_model_cfg_from_state_dict(const char *path, ct_model_cfg_t *cfg, int *pos
         return rc;
     const ct_st_tensor_t *e = ct_st_find(f, "item_emb.weight");
     const ct_st_tensor_t *p = ct_st_find(f, "pos_emb.weight");
-    if (!e || e->ndim != 2 || e->shape[0] < 2 || !p || p->ndim != 2) {
+    const ct_st_tensor_t *pk = ct_st_find(f, "abs_pos_K_emb.weight");
+    const ct_st_tensor_t *tv = ct_st_find(f, "time_matrix_V_emb.weight");
+    const ct_st_tensor_t *hc = ct_st_find(f, "attention_hc.0.phi");
+    bool ti = pk && pk->ndim == 2 && tv && tv->ndim == 2 && tv->shape[0] >= 2;
+    if (!e || e->ndim != 2 || e->shape[0] < 2 || (!ti && (!p || p->ndim != 2))) {
         ct_st_close(f);
         return ct_errbuf_set(eb, CT_EMISMATCH,
-                             "%s: not a SASRec state dict (no 2-d item_emb.weight and "
-                             "pos_emb.weight)",
+                             "%s: not a SASRec or TiSASRec state dict (no 2-d item_emb.weight "
+                             "with pos_emb.weight or abs_pos_K_emb.weight)",
                              path);
     }
     int blocks = 0;
     for (size_t i = 0; i < ct_st_count(f); i++) {
         const char *name = ct_st_tensor_at(f, i)->name;
         int b = -1, k = 0;
-        if (sscanf(name, "attention_layers.%d.in_proj_weight%n", &b, &k) == 1 && name[k] == '\0' &&
-            b + 1 > blocks)
+        int got = ti ? sscanf(name, "attention_layers.%d.Q_w.weight%n", &b, &k)
+                     : sscanf(name, "attention_layers.%d.in_proj_weight%n", &b, &k);
+        if (got == 1 && name[k] == '\0' && b + 1 > blocks)
             blocks = b + 1;
     }
     if (e->shape[0] - 1 > INT32_MAX || e->shape[1] > CT_MODEL_MAX_HIDDEN || blocks < 1 ||
@@ -554,10 +701,27 @@ int ct_model_cfg_from_state_dict(const char *path, ct_model_cfg_t *cfg, int *pos
                              "out of range",
                              path, (long long)e->shape[0], (long long)e->shape[1], blocks);
     }
+    int streams = 0;
+    if (hc && hc->ndim == 2 && e->shape[1] > 0 && hc->shape[0] % e->shape[1] == 0)
+        streams = (int)(hc->shape[0] / e->shape[1]);
+    if ((ti && (pk->shape[0] > CT_MODEL_MAX_LEN || tv->shape[0] - 1 > CT_MODEL_MAX_TIME_SPAN)) ||
+        streams > CT_MHC_MAX_STREAMS) {
+        ct_st_close(f);
+        return ct_errbuf_set(eb, CT_EMISMATCH, "%s: a table or the mHC streams out of range", path);
+    }
+    cfg->kind = ti ? CT_MODEL_TISASREC : CT_MODEL_SASREC;
     cfg->num_items = (int32_t)(e->shape[0] - 1);
     cfg->hidden = (int)e->shape[1];
     cfg->num_blocks = blocks;
-    *pos_rows = p->shape[0] > INT32_MAX ? INT32_MAX : (int)p->shape[0];
+    cfg->mhc_streams = streams;
+    if (ti) {
+        cfg->maxlen = (int)pk->shape[0];
+        cfg->time_span = (int)(tv->shape[0] - 1);
+        *pos_rows = 0;
+    } else {
+        cfg->time_span = 0;
+        *pos_rows = p->shape[0] > INT32_MAX ? INT32_MAX : (int)p->shape[0];
+    }
     ct_st_close(f);
     return 0;
 }

@@ -17,8 +17,11 @@
  * Models ("kinds") plug in through ct_model_vtbl_t: a kind builds its parameter table and
  * arena in its create function and implements forward_backward (one micro-batch, gradients
  * accumulated) and forward_features (the final hidden state of column L-1, for evaluation).
- * SASRec (ct_sasrec.c) is the kind here; TiSASRec adds a kind (its batches carry tseq) and mHC a
- * block layout, without touching the training loop.
+ * Two kinds: SASRec and TiSASRec (its batches carry tseq, its attention adds absolute-position
+ * and time-interval keys and values); both are built by ct_sasrec.c, which shares the block
+ * layouts between them. mHC residual streams (mhc_streams > 0) are a variant of the pre_ln
+ * layout for either kind: every token carries n copies of the residual stream, mixed around
+ * each sub-layer (sasrec-spec.md 7). The training loop never knows which it runs.
  *
  * Randomness: every dropout mask is a function of (seed, optimizer step, dropout site, element
  * index in the optimizer step's global batch) - ct_model_dropout_site - so a micro-batch that
@@ -47,7 +50,17 @@ extern "C" {
 
 typedef enum ct_model_kind {
     CT_MODEL_SASREC = 0,
+    CT_MODEL_TISASREC = 1, /* TiSASRec.pytorch (sasrec-spec.md 3) */
+    CT_MODEL_KIND_COUNT
 } ct_model_kind_t;
+
+/* The training loss after the final LayerNorm. */
+typedef enum ct_loss {
+    CT_LOSS_BCE = 0, /* the references': one positive and one sampled negative per position */
+    CT_LOSS_CE = 1,  /* softmax cross-entropy over every item (SASRec+ / BERT4Rec's loss) */
+    CT_LOSS_SAMPLED_CE = 2, /* softmax over the positive and num_negatives per sequence */
+    CT_LOSS_COUNT
+} ct_loss_t;
 
 /* SASRec's block layouts (sasrec-spec.md 2.3). */
 typedef enum ct_layout {
@@ -62,20 +75,33 @@ typedef enum ct_layout {
 
 typedef struct ct_model_cfg {
     ct_model_kind_t kind;
-    ct_layout_t layout;
-    int32_t num_items; /* I: the item table has I + 1 rows, row 0 = padding */
-    int maxlen;        /* L */
-    int hidden;        /* C (hidden_units) */
-    int num_heads;     /* NH, divides C */
+    ct_layout_t layout; /* TiSASRec: original2020 (its own) or pre_ln; mHC: pre_ln */
+    int32_t num_items;  /* I: the item table has I + 1 rows, row 0 = padding */
+    int maxlen;         /* L */
+    int hidden;         /* C (hidden_units) */
+    int num_heads;      /* NH, divides C */
     int num_blocks;
-    float dropout; /* every dropout site (embedding, attention probabilities, FFN x2) */
-    bool no_skip;  /* never skip padding queries (tests prove skipping changes nothing) */
+    int mhc_streams; /* n: 0 = a plain residual stream; >= 2 (4 in the seed guide) = mHC */
+    int time_span;   /* TiSASRec's interval clip T: R^K and R^V have T + 1 rows (0 for SASRec) */
+    float dropout;   /* every dropout site (embedding, attention probabilities, FFN x2, and
+                        TiSASRec's position and interval tensors) */
+    bool no_skip;    /* never skip padding queries (tests prove skipping changes nothing) */
+    /* training details that do not change the parameters */
+    ct_loss_t loss;
+    int num_negatives; /* CT_LOSS_SAMPLED_CE: negatives per sequence (M) */
 } ct_model_cfg_t;
 
-#define CT_MODEL_MAX_BLOCKS 64
-#define CT_MODEL_MAX_LEN    4096
-#define CT_MODEL_MAX_HIDDEN 4096
-#define CT_PARAM_NAME_MAX   96
+/* mHC constants (sasrec-spec.md 7): Sinkhorn-Knopp iterations, the RMSNorm epsilon of the
+ * flattened streams, and the initial gates alpha. */
+#define CT_MHC_ITERS      20
+#define CT_MHC_RMS_EPS    1e-6f
+#define CT_MHC_ALPHA_INIT 0.01f
+
+#define CT_MODEL_MAX_BLOCKS    64
+#define CT_MODEL_MAX_LEN       4096
+#define CT_MODEL_MAX_HIDDEN    4096
+#define CT_PARAM_NAME_MAX      96
+#define CT_MODEL_MAX_TIME_SPAN (1 << 20)
 /* Floats after the gradients in grads_mem: scalars that travel with the one gradient
  * reduction of a step (the trainer puts the step's local loss sum there). */
 #define CT_MODEL_GRAD_EXTRA 1
@@ -83,24 +109,38 @@ typedef struct ct_model_cfg {
 /* Layout names: post_ln, pre_ln, original, original2020. */
 const char *ct_layout_name(ct_layout_t layout);
 int ct_layout_parse(const char *text, ct_layout_t *out, ct_errbuf_t *eb);
+/* Kind names: sasrec, tisasrec. Loss names: bce, ce, sampled_ce. */
+const char *ct_model_kind_name(ct_model_kind_t kind);
+int ct_model_kind_parse(const char *text, ct_model_kind_t *out, ct_errbuf_t *eb);
+const char *ct_loss_name(ct_loss_t loss);
+int ct_loss_parse(const char *text, ct_loss_t *out, ct_errbuf_t *eb);
 
-/* Positional-id rule and timeline masking of a layout. */
+/* Positional-id rule and timeline masking of a layout (SASRec's rules). */
 ct_pos_mode_t ct_layout_pos_mode(ct_layout_t layout);
 bool ct_layout_timeline(ct_layout_t layout);
-/* Rows of pos_emb: L + 1 with padded ids, L with absolute ids. */
+/* Whether the model zeroes padding rows after the embedding and every block: the 2020 SASRec
+ * layout, and TiSASRec always. */
+bool ct_model_timeline(const ct_model_cfg_t *cfg);
+/* Rows of pos_emb: L + 1 with padded ids, L with absolute ids (SASRec). */
 int ct_model_pos_rows(const ct_model_cfg_t *cfg);
+/* The l2_emb form of the reference: SASRec.pytorch HEAD's lambda * sum w^2 on item_emb, or
+ * TiSASRec.pytorch's lambda * ||w|| on each of its five tables. */
+ct_l2_mode_t ct_model_l2_mode(const ct_model_cfg_t *cfg);
+/* The reference's name of the configuration: "SASRec", "TiSASRec", "SASRec+mHC", ... */
+const char *ct_model_title(const ct_model_cfg_t *cfg);
 
 /* Checks ranges and consistency (heads divide hidden, ...); one line in eb. */
 int ct_model_cfg_check(const ct_model_cfg_t *cfg, ct_errbuf_t *eb);
 
 /* The configuration as a JSON object {"kind", "layout", "num_items", "maxlen", "hidden_units",
- * "num_heads", "num_blocks", "dropout_rate"} (new reference), and back. */
+ * "num_heads", "num_blocks", "dropout_rate", "mhc_streams", "time_span"} (new reference), and
+ * back ("mhc_streams" and "time_span" may be absent: 0, as checkpoints from before them). */
 json_t *ct_model_cfg_to_json(const ct_model_cfg_t *cfg);
 int ct_model_cfg_from_json(const json_t *obj, ct_model_cfg_t *cfg, ct_errbuf_t *eb);
 
-/* Whether a and b describe the same parameters and computation (dropout and no_skip are
- * training details and do not count). Returns NULL when they agree, else the name of the
- * first field that differs, and writes "field: a vs b" into what (size bytes). */
+/* Whether a and b describe the same parameters and computation (dropout, no_skip, the loss and
+ * num_negatives are training details and do not count). Returns NULL when they agree, else the name
+ * of the first field that differs, and writes "field: a vs b" into what (size bytes). */
 const char *ct_model_cfg_diff(const ct_model_cfg_t *a, const ct_model_cfg_t *b, char *what,
                               size_t size);
 
@@ -111,6 +151,9 @@ typedef enum ct_param_init {
     CT_INIT_FANIN_UNIFORM = 1, /* U(+-1/sqrt(fan_in)), PyTorch's default for a Conv1d bias */
     CT_INIT_ZEROS = 2,
     CT_INIT_ONES = 3,
+    CT_INIT_XAVIER_UNIFORM = 4, /* U(+-sqrt(6 / (fan_in + fan_out))), xavier_uniform_ */
+    CT_INIT_CONSTANT = 5,       /* every element init_value */
+    CT_INIT_MHC_BIAS = 6,       /* an mHC layer's static biases; see ct_model_init_params */
 } ct_param_init_t;
 
 typedef struct ct_param {
@@ -120,21 +163,24 @@ typedef struct ct_param {
     size_t offset; /* in floats, into params_mem (and grads_mem, m_mem, v_mem) */
     size_t numel;
     ct_param_init_t init;
-    int fan_in;     /* for CT_INIT_FANIN_UNIFORM */
-    bool zero_row0; /* a padding row re-zeroed after initialisation (padding_idx = 0) */
-    bool l2;        /* part of the l2_emb regulariser */
+    int fan_in;       /* for CT_INIT_FANIN_UNIFORM */
+    float init_value; /* for CT_INIT_CONSTANT */
+    int init_index;   /* for CT_INIT_MHC_BIAS: the mHC layer (0, 1, ... in network order) */
+    bool zero_row0;   /* a padding row re-zeroed after initialisation (padding_idx = 0) */
+    bool l2;          /* part of the l2_emb regulariser */
 } ct_param_t;
 
 /* ---- the model -------------------------------------------------------------------------- */
 
 /* One micro-batch, host memory. Rows are users; every (B,L) array is left-padded. */
 typedef struct ct_model_batch {
-    int B;               /* rows, <= max_batch */
-    const int32_t *seq;  /* (B,L) input items */
-    const int32_t *pos;  /* (B,L) next-item targets, 0 = none */
-    const int32_t *neg;  /* (B,L) one sampled negative per target */
-    const int64_t *tseq; /* (B,L) scaled times (TiSASRec), or NULL */
-    int64_t row0;        /* index of row 0 in the optimizer step's global batch */
+    int B;                  /* rows, <= max_batch */
+    const int32_t *seq;     /* (B,L) input items */
+    const int32_t *pos;     /* (B,L) next-item targets, 0 = none */
+    const int32_t *neg;     /* (B,L) one sampled negative per target (BCE) */
+    const int64_t *tseq;    /* (B,L) scaled times (TiSASRec; NULL for SASRec) */
+    const int32_t *row_neg; /* (B, num_negatives) a sequence's negatives (sampled CE), or NULL */
+    int64_t row0;           /* index of row 0 in the optimizer step's global batch */
 } ct_model_batch_t;
 
 typedef struct ct_model ct_model_t;
@@ -152,7 +198,8 @@ typedef struct ct_model_vtbl {
      * Valid until the next call on m. */
     int (*forward_features)(ct_model_t *m, const int32_t *seq, const int64_t *tseq, int B,
                             const float **feats, int *ldf);
-    /* The logits of the last forward_backward, (B*L) each, into host buffers. */
+    /* The logits of the last forward_backward, (B*L) each, into host buffers (BCE only: the
+     * cross-entropy losses keep no per-position logits; -EINVAL for them). */
     int (*logits)(ct_model_t *m, float *pos_logits, float *neg_logits, int64_t n);
     void (*destroy)(ct_model_t *m); /* frees impl */
 } ct_model_vtbl_t;
@@ -184,10 +231,17 @@ int ct_model_create(ct_model_t **out, const ct_model_cfg_t *cfg, ct_ops_t *ops, 
                     ct_errbuf_t *eb);
 void ct_model_destroy(ct_model_t *m); /* NULL is fine */
 
-/* SASRec.pytorch's initialisation (sasrec-spec.md 2.1) drawn from Philox keyed by seed (one
- * stream per tensor): xavier_normal_ on every tensor with >= 2 dims, Conv1d biases
- * U(+-1/sqrt(C)), attention biases 0, LayerNorm 1 / 0, padding rows zeroed. Adam m and v are
- * zeroed. Deterministic in (cfg, seed), whatever the backend. */
+/* The references' initialisation drawn from Philox keyed by seed (one stream per tensor).
+ * SASRec.pytorch (sasrec-spec.md 2.1): xavier_normal_ on every tensor with >= 2 dims, Conv1d
+ * biases U(+-1/sqrt(C)), attention biases 0, LayerNorm 1 / 0, padding rows zeroed.
+ * TiSASRec.pytorch (3.5): xavier_uniform_ on every tensor with >= 2 dims (the item table's
+ * padding row included, as there), Linear and Conv1d biases U(+-1/sqrt(C)), LayerNorm 1 / 0.
+ * mHC (7.3): phi 0, alpha 0.01, and biases that make every mHC layer start as the plain Pre-LN
+ * residual it replaces: H^post = 2 sigmoid(0) = 1 for every stream, H^res = Sinkhorn of a
+ * matrix with 0 on the diagonal and -8 off it (identity to 1e-3), and H^pre picking stream
+ * (layer index mod n) - sigmoid values (0.97, 0.01, ...) that sum to exactly 1, so that while
+ * the n streams are equal copies (the embedding, replicated) the sub-layer input is that copy.
+ * Adam m and v are zeroed. Deterministic in (cfg, seed), whatever the backend. */
 int ct_model_init_params(ct_model_t *m, uint64_t seed);
 
 /* The table entry called name, or NULL. */
@@ -225,8 +279,14 @@ int ct_model_adam(ct_model_t *m, double lr, float grad_scale, int64_t t);
 /* The dropout configuration of one site: stream (seed, CT_RNG_STREAM(CT_RNG_PURPOSE_DROPOUT,
  * step << 8 | site)), offset row0 * per_row (per_row = elements of the site's tensor per
  * sequence). Sites: 0 the embedding, 1 + 3l block l's attention probabilities, 2 + 3l and
- * 3 + 3l its two FFN dropouts. p == 0 gives the identity. */
+ * 3 + 3l its two FFN dropouts; TiSASRec's four gathered tensors, shared by all blocks as in the
+ * reference: CT_SITE_ABS_POS_K / _V ((B,L,C), per_row L*C) and CT_SITE_TIME_K / _V ((B,L,L,C),
+ * per_row L*L*C). p == 0 gives the identity. */
 #define CT_RNG_PURPOSE_DROPOUT 256u
+#define CT_SITE_ABS_POS_K      252
+#define CT_SITE_ABS_POS_V      253
+#define CT_SITE_TIME_K         254
+#define CT_SITE_TIME_V         255
 static inline ct_dropout_t ct_model_dropout_site(float p, uint64_t seed, int64_t step, int site,
                                                  int64_t row0, int64_t per_row)
 {
@@ -252,15 +312,19 @@ int ct_model_from_host(ct_model_t *m);
 
 /* Loads parameters (only) from a safetensors file that uses SASRec.pytorch's names - a ctrain
  * checkpoint or a converted .pth. Every parameter must be present with its shape, except that
- * pos_emb.weight may have more rows than this model uses (SASRec.pytorch fixed its table at
- * 201 rows for a while): the first rows are taken. Other tensors in the file (optimizer state)
- * are ignored but CRC-checked. Errors name the file and the tensor. */
+ * pos_emb.weight (SASRec.pytorch fixed its table at 201 rows for a while) and
+ * time_matrix_K_emb.weight (TiSASRec.pytorch sized it by the item count for a while; rows past
+ * time_span are never indexed) may have more rows than this model uses: the first rows are
+ * taken. Other tensors in the file (optimizer state) are ignored but CRC-checked. Errors name
+ * the file and the tensor. */
 int ct_model_load_params(ct_model_t *m, const char *path, ct_errbuf_t *eb);
 
-/* Reads what a SASRec state dict says about its model: hidden_units (item_emb.weight's
- * columns), num_items (its rows - 1), num_blocks (the attention_layers.N entries) and pos_emb
- * rows into *pos_rows. Fields the file cannot tell (layout, heads, maxlen, dropout) are left
- * as they are. */
+/* Reads what a SASRec or TiSASRec state dict says about its model: the kind (TiSASRec has
+ * abs_pos_K_emb.weight), hidden_units (item_emb.weight's columns), num_items (its rows - 1),
+ * num_blocks (the attention_layers.N entries), mHC streams (attention_hc.0.phi's rows /
+ * hidden_units), TiSASRec's maxlen and time_span (abs_pos_K_emb.weight's rows, and
+ * time_matrix_V_emb.weight's rows - 1), and SASRec's pos_emb rows into *pos_rows. Fields the
+ * file cannot tell (layout, heads, SASRec's maxlen, dropout) are left as they are. */
 int ct_model_cfg_from_state_dict(const char *path, ct_model_cfg_t *cfg, int *pos_rows,
                                  ct_errbuf_t *eb);
 

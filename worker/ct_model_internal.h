@@ -1,5 +1,5 @@
 /*
- * ct_model_internal.h - what the model kinds (ct_sasrec.c, later TiSASRec) share with the
+ * ct_model_internal.h - what the model kinds (ct_sasrec.c: SASRec and TiSASRec) share with the
  * generic model code of ct_model.c, and nothing else: building the parameter table and
  * carving an activation arena. Not for the trainer.
  */
@@ -15,9 +15,10 @@
 ct_param_t *ct__param_add(ct_model_t *m, const char *name, int ndim, const int64_t *shape,
                           ct_param_init_t init);
 
-/* A kind's create function: fills m->params (through ct__param_add), sets m->vt and m->impl
- * with its arena allocated through m->ops. m->cfg, ops and max_batch are set; the flat
- * buffers are allocated afterwards by ct_model_create. */
+/* The kinds' create function (both kinds, any layout, with or without mHC): fills m->params
+ * (through ct__param_add), sets m->vt and m->impl with its arena allocated through m->ops.
+ * m->cfg, ops and max_batch are set; the flat buffers are allocated afterwards by
+ * ct_model_create. */
 int ct__sasrec_build(ct_model_t *m, ct_errbuf_t *eb);
 
 /* Sub-allocation of one arena: run a layout function once with base == NULL to learn the
@@ -36,5 +37,6 @@ static inline void *ct__carve_take(ct__carve_t *c, size_t nbytes)
 
 #define CT__CARVE_F32(c, n) ((float *)ct__carve_take((c), (size_t)(n) * sizeof(float)))
 #define CT__CARVE_I32(c, n) ((int32_t *)ct__carve_take((c), (size_t)(n) * sizeof(int32_t)))
+#define CT__CARVE_I64(c, n) ((int64_t *)ct__carve_take((c), (size_t)(n) * sizeof(int64_t)))
 
 #endif /* CT_MODEL_INTERNAL_H */

@@ -21,9 +21,10 @@
 
 int ct_train_load_data(const ct_train_cfg_t *cfg, ct_dataset_t *ds, ct_errbuf_t *eb)
 {
-    /* SASRec.pytorch HEAD splits users with >= 4 interactions (sasrec-spec.md 1.3). */
+    /* SASRec.pytorch HEAD splits users with >= 4 interactions, TiSASRec.pytorch those with >= 3
+     * (sasrec-spec.md 1.3). */
     ct_data_opts_t opts = CT_DATA_OPTS_DEFAULT;
-    opts.min_eval_len = 4;
+    opts.min_eval_len = cfg->model == CT_MODEL_TISASREC ? 3 : 4;
     int rc;
     if (strncmp(cfg->dataset, "synthetic", 9) == 0 &&
         (cfg->dataset[9] == '\0' || cfg->dataset[9] == ':')) {
@@ -49,6 +50,16 @@ void ct_train_backend(const ct_train_cfg_t *cfg, ct_ops_t *ops)
     /* --device cuda is refused while parsing; cpu and auto run on the CPU. */
     (void)cfg;
     ct_ops_cpu_init(ops);
+}
+
+int ct_train_check_data(const ct_model_cfg_t *mc, const ct_dataset_t *ds, ct_errbuf_t *eb)
+{
+    if (mc->kind == CT_MODEL_TISASREC && ds->time_scaled == NULL)
+        return ct_errbuf_set(eb, CT_EFORMAT,
+                             "%s has no timestamps, which TiSASRec (the default model) needs; give "
+                             "--no_time (SASRec) or a file with times (user item rating time)",
+                             ds->source);
+    return 0;
 }
 
 int ct_train_eval_chunk(const ct_train_cfg_t *cfg, int world)
@@ -272,6 +283,8 @@ static int ct__setup(ct_trainer_t *t, ct_errbuf_t *eb)
         return rc;
     ct_train_backend(c, &t->ops);
     t->mcfg = ct_train_model_cfg(c, t->ds.num_items);
+    if ((rc = ct_train_check_data(&t->mcfg, &t->ds, eb)) != 0)
+        return rc;
 
     /* Samples: users that yield at least one training target. */
     t->samples = malloc(((size_t)t->ds.num_users + 1) * sizeof *t->samples);
@@ -313,8 +326,8 @@ static int ct__setup(ct_trainer_t *t, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     t->n_views = ct_model_views(t->model, CT_MODEL_VIEW_PARAMS | CT_MODEL_VIEW_ADAM, t->views);
 
-    if ((rc = ct_evaluator_init(&t->ev, &t->ds, &t->ops, t->micro, c->maxlen, c->eval, false, R, W,
-                                eb)) != 0)
+    if ((rc = ct_evaluator_init(&t->ev, &t->ds, &t->ops, t->micro, c->maxlen, c->eval,
+                                t->mcfg.kind == CT_MODEL_TISASREC, R, W, eb)) != 0)
         return rc;
     t->ev.progress = ct__eval_progress;
     t->ev.progress_ctx = t;
@@ -357,7 +370,8 @@ static int ct__step(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
                                .seq = ch->batch.seq,
                                .pos = ch->batch.pos,
                                .neg = ch->batch.neg,
-                               .tseq = NULL,
+                               .tseq = ch->batch.tseq,
+                               .row_neg = ch->batch.row_neg,
                                .row0 = ch->row0};
         float l = 0.0f;
         int rc = ct_model_forward_backward(m, &mb, (float)targets, c->seed, t->step, &l);
@@ -378,7 +392,7 @@ static int ct__step(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
     o->copy(o, &loss, tail, sizeof loss, CT_COPY_D2H);
     /* After the reduction every rank holds the same buffers, so what follows - and the
      * decision to skip - is identical everywhere. */
-    if ((rc = ct_model_l2(m, (float)c->l2_emb, CT_L2_SQUARED, &penalty)) != 0 ||
+    if ((rc = ct_model_l2(m, (float)c->l2_emb, ct_model_l2_mode(&m->cfg), &penalty)) != 0 ||
         (rc = ct_model_grad_sumsq(m, &sumsq)) != 0)
         return ct_errbuf_set(eb, rc, "step %lld: the %s backend failed", (long long)t->step,
                              o->name);
@@ -532,8 +546,9 @@ int ct_train_run(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_reduc
         ct_out_row_header();
     }
     if ((rc = ct_batcher_init(&t->batcher, &t->ds, t->samples, t->targets, &t->shard, t->micro,
-                              cfg->maxlen, cfg->seed, t->step, t->total_steps, cfg->num_workers > 0,
-                              eb)) != 0)
+                              cfg->maxlen, t->mcfg.kind == CT_MODEL_TISASREC,
+                              cfg->loss == CT_LOSS_SAMPLED_CE ? cfg->num_negatives : 0, cfg->seed,
+                              t->step, t->total_steps, cfg->num_workers > 0, eb)) != 0)
         goto out;
     if ((rc = ct__loop(t, eb)) != 0)
         goto out;

@@ -21,15 +21,11 @@ void ct_train_cfg_default(ct_train_cfg_t *c)
     snprintf(c->train_dir, sizeof c->train_dir, "ctrain_run");
     c->batch_size = 128;
     c->lr = 0.001;
-    c->maxlen = 200;
     c->hidden_units = 50;
     c->num_blocks = 2;
-    c->num_epochs = 1000;
     c->num_heads = 1;
     c->dropout_rate = 0.2;
-    c->l2_emb = 0.0;
     snprintf(c->device, sizeof c->device, "cpu");
-    c->layout = CT_LAYOUT_POST_LN;
     c->data_format = CT_DATA_AUTO;
     c->seed = 42;
     c->eval_every = 20;
@@ -45,6 +41,32 @@ void ct_train_cfg_default(ct_train_cfg_t *c)
     c->lr_scale = CT_LR_SCALE_NONE;
     c->base_batch_size = 128;
     c->threads = 1;
+    c->model = CT_MODEL_TISASREC;
+    c->mhc = true;
+    c->time_span = 256;
+    c->loss = CT_LOSS_BCE;
+    c->num_negatives = 256;
+    ct_train_model_defaults(c);
+}
+
+void ct_train_model_defaults(ct_train_cfg_t *c)
+{
+    bool ti = c->model == CT_MODEL_TISASREC;
+    if (!c->set_layout)
+        c->layout = ct_train_default_layout(c->model, c->mhc);
+    if (!c->set_maxlen)
+        c->maxlen = ti ? 50 : 200;
+    if (!c->set_l2)
+        c->l2_emb = ti ? 5e-5 : 0.0;
+    if (!c->set_epochs)
+        c->num_epochs = ti ? 201 : 1000;
+}
+
+ct_layout_t ct_train_default_layout(ct_model_kind_t model, bool mhc)
+{
+    if (mhc)
+        return CT_LAYOUT_PRE_LN;
+    return model == CT_MODEL_TISASREC ? CT_LAYOUT_ORIGINAL2020 : CT_LAYOUT_POST_LN;
 }
 
 const char *ct_eval_mode_name(ct_eval_mode_t m)
@@ -87,6 +109,20 @@ typedef struct ct__flag {
 static const ct__flag_t ct__flags[] = {
     {"dataset", CT__PATH, CT__OFF(dataset), 0, 0,
      "FILE|synthetic[:users=N,items=N,len=N,noise=X,seed=N]  interactions (default synthetic)"},
+    {"model", CT__ENUM, CT__OFF(model), 0, 0,
+     "sasrec|tisasrec  the model (default tisasrec; --no_time = sasrec)"},
+    {"mhc", CT__BOOL, CT__OFF(mhc), 0, 0,
+     "[true|false]  mHC residual streams (4, on pre_ln) around every sub-layer (default true)"},
+    {"no_mhc", CT__BOOL, CT__OFF(no_mhc), 0, 0, "[true|false]  = --mhc false"},
+    {"no_time", CT__BOOL, CT__OFF(no_time), 0, 0,
+     "[true|false]  no time intervals: = --model sasrec"},
+    {"time_span", CT__INT, CT__OFF(time_span), 1, CT_MODEL_MAX_TIME_SPAN,
+     "K  TiSASRec: intervals clipped at K (default 256)"},
+    {"loss", CT__ENUM, CT__OFF(loss), 0, 0,
+     "bce|ce|sampled_ce  one negative per position; softmax over all items; over "
+     "--num_negatives per sequence (default bce)"},
+    {"num_negatives", CT__INT, CT__OFF(num_negatives), 1, 1000000,
+     "N  --loss sampled_ce: negatives per sequence, shared by its positions (default 256)"},
     {"data_format", CT__ENUM, CT__OFF(data_format), 0, 0,
      "auto|sasrec|tsv|ml1m  how to read --dataset FILE (default auto)"},
     {"train_dir", CT__PATH, CT__OFF(train_dir), 0, 0,
@@ -94,18 +130,21 @@ static const ct__flag_t ct__flags[] = {
     {"batch_size", CT__INT, CT__OFF(batch_size), 1, 1 << 20,
      "N  global batch of users per micro-step, split over ranks (default 128)"},
     {"lr", CT__DOUBLE, CT__OFF(lr), 0, 1e30, "X  Adam learning rate (default 0.001)"},
-    {"maxlen", CT__INT, CT__OFF(maxlen), 1, CT_MODEL_MAX_LEN, "L  sequence window (default 200)"},
+    {"maxlen", CT__INT, CT__OFF(maxlen), 1, CT_MODEL_MAX_LEN,
+     "L  sequence window (default 200; TiSASRec 50)"},
     {"hidden_units", CT__INT, CT__OFF(hidden_units), 1, CT_MODEL_MAX_HIDDEN,
      "C  hidden width d (default 50)"},
     {"num_blocks", CT__INT, CT__OFF(num_blocks), 1, CT_MODEL_MAX_BLOCKS,
      "N  transformer blocks (default 2)"},
-    {"num_epochs", CT__INT, CT__OFF(num_epochs), 1, 100000000, "N  epochs (default 1000)"},
+    {"num_epochs", CT__INT, CT__OFF(num_epochs), 1, 100000000,
+     "N  epochs (default 1000; TiSASRec 201)"},
     {"num_heads", CT__INT, CT__OFF(num_heads), 1, CT_MODEL_MAX_HIDDEN,
      "N  attention heads, must divide hidden_units (default 1)"},
     {"dropout_rate", CT__DOUBLE, CT__OFF(dropout_rate), 0, 0.99,
      "P  every dropout site (default 0.2)"},
     {"l2_emb", CT__DOUBLE, CT__OFF(l2_emb), 0, 1e6,
-     "X  loss += X * sum(item_emb^2), SASRec.pytorch HEAD's form (default 0)"},
+     "X  SASRec: loss += X * sum(item_emb^2) (default 0); TiSASRec: X * ||T|| for its five "
+     "tables (default 5e-5)"},
     {"device", CT__ENUM, CT__OFF(device), 0, 0, "cpu|auto|cuda  (default cpu; auto = cpu)"},
     {"inference_only", CT__BOOL, CT__OFF(inference_only), 0, 0,
      "[true|false]  evaluate --state_dict_path and exit"},
@@ -113,7 +152,8 @@ static const ct__flag_t ct__flags[] = {
      "FILE  safetensors with SASRec.pytorch names: weights to evaluate or start from"},
     {"norm_first", CT__BOOL, CT__OFF(norm_first), 0, 0, "[true|false]  = --layout pre_ln"},
     {"layout", CT__ENUM, CT__OFF(layout), 0, 0,
-     "post_ln|pre_ln|original|original2020  block layout (default post_ln)"},
+     "post_ln|pre_ln|original|original2020  block layout (default: pre_ln with mHC, else "
+     "post_ln for SASRec, original2020 for TiSASRec)"},
     {"seed", CT__U64, CT__OFF(seed), 0, 0, "N  seed of every random draw (default 42)"},
     {"eval_every", CT__INT, CT__OFF(eval_every), 0, 100000000,
      "N  evaluate every N epochs and after the last; 0 = only after the last (default 20)"},
@@ -151,7 +191,8 @@ static const ct__flag_t ct__flags[] = {
 void ct_train_args_usage(FILE *out)
 {
     fprintf(out, "usage: ctrain [--flag VALUE | --flag=VALUE]...\n"
-                 "Trains (or, with --inference_only, evaluates) SASRec on the CPU.\n"
+                 "Trains (or, with --inference_only, evaluates) TiSASRec or SASRec, with or "
+                 "without mHC residual streams, on the CPU.\n"
                  "Flags may be spelled with '_' or '-'.\n\n");
     for (size_t i = 0; i < CT__NFLAGS; i++)
         fprintf(out, "  --%-18s %s\n", ct__flags[i].name, ct__flags[i].help);
@@ -194,6 +235,12 @@ static int ct__set_enum(ct_train_cfg_t *c, const ct__flag_t *f, const char *v, c
         rc = ct_layout_parse(v, &c->layout, eb);
         c->set_layout = rc == 0;
         return rc;
+    } else if (strcmp(f->name, "model") == 0) {
+        rc = ct_model_kind_parse(v, &c->model, eb);
+        c->set_model = rc == 0;
+        return rc;
+    } else if (strcmp(f->name, "loss") == 0) {
+        return ct_loss_parse(v, &c->loss, eb);
     } else if (strcmp(f->name, "device") == 0) {
         static const char *const w[] = {"cpu", "auto", "cuda"};
         if ((rc = ct__enum(v, w, 3, &k, eb)) == 0)
@@ -272,8 +319,60 @@ static int ct__set(ct_train_cfg_t *c, const ct__flag_t *f, const char *v, ct_err
         c->set_hidden |= strcmp(f->name, "hidden_units") == 0;
         c->set_blocks |= strcmp(f->name, "num_blocks") == 0;
         c->set_heads |= strcmp(f->name, "num_heads") == 0;
+        c->set_time_span |= strcmp(f->name, "time_span") == 0;
+        c->set_l2 |= strcmp(f->name, "l2_emb") == 0;
+        c->set_epochs |= strcmp(f->name, "num_epochs") == 0;
+        c->set_num_negatives |= strcmp(f->name, "num_negatives") == 0;
+        if (strcmp(f->name, "mhc") == 0)
+            c->set_mhc_flag = true;
+        if (strcmp(f->name, "no_mhc") == 0)
+            c->set_no_mhc_flag = true;
     }
     return rc;
+}
+
+/* The model: --no_time, --mhc / --no_mhc, the layout and the model's default values. */
+static int ct__resolve_model(ct_train_cfg_t *c, ct_errbuf_t *eb)
+{
+    if (c->no_time) {
+        if (c->set_model && c->model != CT_MODEL_SASREC)
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "--no_time: conflicts with --model %s (--no_time means --model "
+                                 "sasrec)",
+                                 ct_model_kind_name(c->model));
+        c->model = CT_MODEL_SASREC;
+        c->set_model = true;
+    }
+    if (c->set_no_mhc_flag) {
+        if (c->set_mhc_flag && c->mhc == c->no_mhc)
+            return ct_errbuf_set(eb, CT_EPARSE, "--no_mhc: conflicts with --mhc");
+        c->mhc = !c->no_mhc;
+    }
+    c->set_mhc = c->set_mhc_flag || c->set_no_mhc_flag;
+    if (c->mhc && c->set_layout && c->layout != CT_LAYOUT_PRE_LN &&
+        (c->set_mhc || !c->inference_only))
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--layout: %s conflicts with mHC (on by default), which wraps the "
+                             "pre_ln layout; add --no_mhc to run %s",
+                             ct_layout_name(c->layout), ct_layout_name(c->layout));
+    if (c->set_layout && !c->mhc && c->model == CT_MODEL_TISASREC &&
+        c->layout != CT_LAYOUT_ORIGINAL2020 && c->layout != CT_LAYOUT_PRE_LN &&
+        (c->set_model || !c->inference_only))
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--layout: TiSASRec runs original2020 (its reference's layout) or "
+                             "pre_ln, not %s (use --model sasrec for %s)",
+                             ct_layout_name(c->layout), ct_layout_name(c->layout));
+    if (c->set_time_span && c->set_model && c->model != CT_MODEL_TISASREC)
+        return ct_errbuf_set(eb, CT_EPARSE, "--time_span: only TiSASRec has time intervals");
+    if (c->set_num_negatives && c->loss != CT_LOSS_SAMPLED_CE)
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--num_negatives: only --loss sampled_ce samples negatives per "
+                             "sequence (this run's loss is %s)",
+                             ct_loss_name(c->loss));
+    /* Inference takes what the checkpoint says (ct_infer.c); training the model's defaults. */
+    if (!c->inference_only)
+        ct_train_model_defaults(c);
+    return 0;
 }
 
 /* Checks across flags, after all are read. */
@@ -288,6 +387,9 @@ static int ct__check(ct_train_cfg_t *c, ct_errbuf_t *eb)
         c->layout = CT_LAYOUT_PRE_LN;
         c->set_layout = true;
     }
+    int rc0 = ct__resolve_model(c, eb);
+    if (rc0 != 0)
+        return rc0;
     if (c->hidden_units % c->num_heads != 0)
         return ct_errbuf_set(eb, CT_ERANGE_VALUE,
                              "--num_heads: %d does not divide --hidden_units %d", c->num_heads,
@@ -388,6 +490,12 @@ json_t *ct_train_cfg_to_json(const ct_train_cfg_t *c)
 {
     json_t *o = json_object();
     json_object_set_new(o, "dataset", json_string(c->dataset));
+    json_object_set_new(o, "model", json_string(ct_model_kind_name(c->model)));
+    json_object_set_new(o, "mhc", json_boolean(c->mhc));
+    json_object_set_new(o, "mhc_streams", json_integer(c->mhc ? CT_TRAIN_MHC_STREAMS : 0));
+    json_object_set_new(o, "time_span", json_integer(c->time_span));
+    json_object_set_new(o, "loss", json_string(ct_loss_name(c->loss)));
+    json_object_set_new(o, "num_negatives", json_integer(c->num_negatives));
     static const char *const fmt[] = {"auto", "sasrec", "tsv", "ml1m"};
     json_object_set_new(o, "data_format", json_string(fmt[c->data_format]));
     json_object_set_new(o, "train_dir", json_string(c->train_dir));
@@ -427,14 +535,18 @@ json_t *ct_train_cfg_to_json(const ct_train_cfg_t *c)
 
 ct_model_cfg_t ct_train_model_cfg(const ct_train_cfg_t *c, int32_t num_items)
 {
-    ct_model_cfg_t m = {.kind = CT_MODEL_SASREC,
+    ct_model_cfg_t m = {.kind = c->model,
                         .layout = c->layout,
                         .num_items = num_items,
                         .maxlen = c->maxlen,
                         .hidden = c->hidden_units,
                         .num_heads = c->num_heads,
                         .num_blocks = c->num_blocks,
-                        .dropout = (float)c->dropout_rate};
+                        .mhc_streams = c->mhc ? CT_TRAIN_MHC_STREAMS : 0,
+                        .time_span = c->model == CT_MODEL_TISASREC ? c->time_span : 0,
+                        .dropout = (float)c->dropout_rate,
+                        .loss = c->loss,
+                        .num_negatives = c->num_negatives};
     return m;
 }
 

@@ -4,10 +4,17 @@
  *
  * Flags are SASRec.pytorch's (--dataset --train_dir --batch_size --lr --maxlen --hidden_units
  * --num_blocks --num_epochs --num_heads --dropout_rate --l2_emb --device --inference_only
- * --state_dict_path --norm_first) plus ctrain's own; each is accepted as --a_b and --a-b, with
- * the value in the next argument or after '='. Boolean flags also stand alone (--norm_first)
- * and take true/false the way SASRec.pytorch's str2bool does (--inference_only true). A bad
- * value or an unknown flag is one line naming the flag; the caller exits 2.
+ * --state_dict_path --norm_first), TiSASRec.pytorch's (--time_span) plus ctrain's own; each is
+ * accepted as --a_b and --a-b, with the value in the next argument or after '='. Boolean flags
+ * also stand alone (--norm_first) and take true/false the way SASRec.pytorch's str2bool does
+ * (--inference_only true). A bad value or an unknown flag is one line naming the flag; the
+ * caller exits 2.
+ *
+ * The model: TiSASRec with mHC residual streams by default (the seed guide's first variant);
+ * --no_mhc, --no_time (= --model sasrec) and both give the other three. Flags left out take
+ * the reference's value for the chosen model: SASRec.pytorch's (maxlen 200, l2_emb 0, 1000
+ * epochs, layout post_ln) or TiSASRec.pytorch's (maxlen 50, l2_emb 5e-5, 201 epochs, its own
+ * layout original2020); mHC runs on pre_ln.
  *
  * Not here: what the flags do (ct_train.c, ct_eval.c), the dataset (ct_data.h).
  */
@@ -78,12 +85,34 @@ typedef struct ct_train_cfg {
     int base_batch_size;
     bool skip_invalid_loss;
     int threads;
+    ct_model_kind_t model; /* --model sasrec|tisasrec, --no_time = sasrec */
+    bool mhc;              /* --mhc / --no_mhc */
+    bool no_mhc, no_time;  /* as given (resolved into mhc and model) */
+    int time_span;         /* TiSASRec's interval clip */
+    ct_loss_t loss;
+    int num_negatives; /* --loss sampled_ce */
     /* which model flags were given (inference adopts a checkpoint's values for the others) */
     bool set_maxlen, set_hidden, set_blocks, set_heads, set_layout;
+    bool set_model, set_mhc, set_time_span, set_l2, set_epochs, set_num_negatives;
+    bool set_mhc_flag, set_no_mhc_flag; /* which of --mhc / --no_mhc were given */
 } ct_train_cfg_t;
 
-/* SASRec.pytorch's defaults (python/main.py) and ctrain's. */
+/* mHC's stream count when --mhc is on (the seed guide's n = 4). */
+#define CT_TRAIN_MHC_STREAMS 4
+
+/* The layout a model runs when --layout is not given: pre_ln with mHC, else the reference's
+ * (post_ln for SASRec HEAD, original2020 for TiSASRec). */
+ct_layout_t ct_train_default_layout(ct_model_kind_t model, bool mhc);
+
+/* The defaults: TiSASRec.pytorch's (main.py) for the default model (TiSASRec with mHC) and
+ * ctrain's. */
 void ct_train_cfg_default(ct_train_cfg_t *cfg);
+
+/* Sets the values that depend on the model (layout, maxlen, l2_emb, num_epochs) to the chosen
+ * model's defaults, except those given as flags (the set_* fields): SASRec.pytorch's (post_ln,
+ * 200, 0, 1000) or TiSASRec.pytorch's (original2020, 50, 5e-5, 201), pre_ln with mHC. For code
+ * that fills a configuration by hand after changing model or mhc. */
+void ct_train_model_defaults(ct_train_cfg_t *cfg);
 
 typedef enum ct_args_action {
     CT_ARGS_RUN = 0,

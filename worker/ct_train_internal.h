@@ -118,6 +118,8 @@ json_t *ct_out_summary(ct_trainer_t *t);
 int ct_train_load_data(const ct_train_cfg_t *cfg, ct_dataset_t *ds, ct_errbuf_t *eb);
 /* The --device backend. */
 void ct_train_backend(const ct_train_cfg_t *cfg, ct_ops_t *ops);
+/* TiSASRec needs the dataset's times: CT_EFORMAT with one line when they are missing. */
+int ct_train_check_data(const ct_model_cfg_t *mc, const ct_dataset_t *ds, ct_errbuf_t *eb);
 /* The evaluation chunk: rows one evaluation forward pass takes. */
 int ct_train_eval_chunk(const ct_train_cfg_t *cfg, int world);
 

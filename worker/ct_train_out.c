@@ -82,11 +82,17 @@ void ct_out_header(ct_trainer_t *t)
 {
     const ct_train_cfg_t *c = t->cfg;
     const ct_model_cfg_t *m = &t->mcfg;
-    printf("# ctrain %s: SASRec layout %s, hidden_units %d, %d block%s, %d head%s, maxlen %d, "
-           "dropout %g, %zu parameters\n",
-           CT_VERSION, ct_layout_name(m->layout), m->hidden, m->num_blocks,
+    char extra[96] = "";
+    if (m->kind == CT_MODEL_TISASREC)
+        snprintf(extra, sizeof extra, ", time_span %d", m->time_span);
+    if (m->mhc_streams > 0)
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", %d mHC streams",
+                 m->mhc_streams);
+    printf("# ctrain %s: %s layout %s, hidden_units %d, %d block%s, %d head%s, maxlen %d%s, "
+           "dropout %g, loss %s, %zu parameters\n",
+           CT_VERSION, ct_model_title(m), ct_layout_name(m->layout), m->hidden, m->num_blocks,
            m->num_blocks == 1 ? "" : "s", m->num_heads, m->num_heads == 1 ? "" : "s", m->maxlen,
-           (double)m->dropout, t->model->num_params);
+           extra, (double)m->dropout, ct_loss_name(m->loss), t->model->num_params);
     printf("# data: %s: %d users, %d items, %lld interactions (mean training length %.2f); "
            "%lld training sequences, %d users evaluated\n",
            t->ds.source, t->ds.num_users, t->ds.num_items, (long long)t->ds.num_interactions,
@@ -102,9 +108,10 @@ void ct_out_header(ct_trainer_t *t)
            t->ops.name, c->threads, c->threads == 1 ? "" : "s");
     printf("# evaluation every %d epoch%s: ", c->eval_every, c->eval_every == 1 ? "" : "s");
     if (c->eval & CT_EVAL_MODE_SAMPLED)
-        printf("sampled = the target + %d negatives not among the user's training items "
+        printf("sampled = the target + %d negatives not among the user's training items%s "
                "(seed %u)%s",
-               CT_EVAL_NEGATIVES, CT_EVAL_SEED, (c->eval & CT_EVAL_MODE_FULL) ? "; " : "");
+               CT_EVAL_NEGATIVES, t->ev.exclude_heldout ? " nor its held-out items" : "",
+               CT_EVAL_SEED, (c->eval & CT_EVAL_MODE_FULL) ? "; " : "");
     if (c->eval & CT_EVAL_MODE_FULL)
         printf("full = every item except item 0 and the user's history (training items; for "
                "test also the validation item)");

@@ -8,9 +8,11 @@
 #include <math.h>
 
 #include "ct_kernels.h"
+#include "ct_kernels_cpu.h"
 
-void ct_adam_update_cpu(float *params, float *m, float *v, const float *grads, int64_t n, double lr,
-                        double beta1, double beta2, double eps, float grad_scale, int64_t step)
+CT__MULTIVERSION void ct_adam_update_cpu(float *params, float *m, float *v, const float *grads,
+                                         int64_t n, double lr, double beta1, double beta2,
+                                         double eps, float grad_scale, int64_t step)
 {
     double bc1 = 1.0 - pow(beta1, (double)step);
     double bc2 = 1.0 - pow(beta2, (double)step);
@@ -29,7 +31,7 @@ void ct_adam_update_cpu(float *params, float *m, float *v, const float *grads, i
     }
 }
 
-void ct_sumsq_cpu(float *out, const float *x, int64_t n)
+CT__MULTIVERSION void ct_sumsq_cpu(float *out, const float *x, int64_t n)
 {
     double s = 0.0;
     for (int64_t i = 0; i < n; i++)

@@ -52,8 +52,9 @@ static inline void ct__row_factors(float *mk, int i, int L, uint64_t draw_row0, 
                      draw_row0 + (uint64_t)i * (uint64_t)L);
 }
 
-void ct_attention_forward_cpu(float *out, float *att, float *scratch, const float *qkv,
-                              const int32_t *qmask, int B, int L, int C, int NH, ct_dropout_t drop)
+CT__MULTIVERSION void ct_attention_forward_cpu(float *out, float *att, float *scratch,
+                                               const float *qkv, const int32_t *qmask, int B, int L,
+                                               int C, int NH, ct_dropout_t drop)
 {
     const int HS = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -90,7 +91,7 @@ void ct_attention_forward_cpu(float *out, float *att, float *scratch, const floa
                     }
                     float mx = ct__max_f32(r, i + 1);
                     for (int j = 0; j <= i; j++)
-                        r[j] = expf(r[j] - mx);
+                        r[j] = ct__exp_nonpos(r[j] - mx);
                     float inv = 1.0f / ct__sum8_f32(r, i + 1);
                     for (int j = 0; j <= i; j++)
                         r[j] *= inv;
@@ -119,9 +120,10 @@ void ct_attention_forward_cpu(float *out, float *att, float *scratch, const floa
     }
 }
 
-void ct_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *att,
-                               const float *qkv, const int32_t *qmask, int B, int L, int C, int NH,
-                               ct_dropout_t drop)
+CT__MULTIVERSION void ct_attention_backward_cpu(float *dqkv, float *scratch, const float *dout,
+                                                const float *att, const float *qkv,
+                                                const int32_t *qmask, int B, int L, int C, int NH,
+                                                ct_dropout_t drop)
 {
     const int HS = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)HS);

@@ -1,9 +1,13 @@
 /*
  * embed.c - item + positional embedding lookup and its scatter-add backward, with both of the
- * reference's positional-id rules (ct_pos_mode_t). Dropout and the timeline mask that follow the
- * embedding in the model are separate ops; this file only gathers and scatters.
+ * reference's positional-id rules (ct_pos_mode_t), and TiSASRec's per-sequence copies of its
+ * absolute-position tables. Dropout and the timeline mask that follow the embedding in the
+ * model are separate ops; this file only gathers and scatters.
  */
+#include <string.h>
+
 #include "ct_kernels.h"
+#include "ct_kernels_cpu.h"
 
 /* The positional row of column t; see ct_pos_mode_t. */
 static inline int ct__pos_id(ct_pos_mode_t mode, int32_t item, int t)
@@ -13,8 +17,9 @@ static inline int ct__pos_id(ct_pos_mode_t mode, int32_t item, int t)
     return t;
 }
 
-void ct_embed_forward_cpu(float *out, const float *wte, const float *wpe, const int32_t *seq, int B,
-                          int L, int C, float scale, ct_pos_mode_t pos_mode)
+CT__MULTIVERSION void ct_embed_forward_cpu(float *out, const float *wte, const float *wpe,
+                                           const int32_t *seq, int B, int L, int C, float scale,
+                                           ct_pos_mode_t pos_mode)
 {
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < L; t++) {
@@ -33,8 +38,9 @@ void ct_embed_forward_cpu(float *out, const float *wte, const float *wpe, const 
     }
 }
 
-void ct_embed_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *seq, int B,
-                           int L, int C, float scale, ct_pos_mode_t pos_mode)
+CT__MULTIVERSION void ct_embed_backward_cpu(float *dwte, float *dwpe, const float *dout,
+                                            const int32_t *seq, int B, int L, int C, float scale,
+                                            ct_pos_mode_t pos_mode)
 {
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < L; t++) {
@@ -54,5 +60,23 @@ void ct_embed_backward_cpu(float *dwte, float *dwpe, const float *dout, const in
                     dp[c] += d[c];
             }
         }
+    }
+}
+
+CT__MULTIVERSION void ct_rows_broadcast_forward_cpu(float *out, const float *table, int B, int L,
+                                                    int C)
+{
+    for (int b = 0; b < B; b++)
+        memcpy(out + (size_t)b * L * C, table, (size_t)L * C * sizeof *out);
+}
+
+CT__MULTIVERSION void ct_rows_broadcast_backward_cpu(float *dtable, const float *dout, int B, int L,
+                                                     int C)
+{
+    const size_t n = (size_t)L * C;
+    for (int b = 0; b < B; b++) {
+        const float *d = dout + (size_t)b * n;
+        for (size_t x = 0; x < n; x++)
+            dtable[x] += d[x];
     }
 }

@@ -13,8 +13,9 @@
 #include "ct_kernels.h"
 #include "ct_kernels_cpu.h"
 
-void ct_layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *inp,
-                              const float *weight, const float *bias, int N, int C, float eps)
+CT__MULTIVERSION void ct_layernorm_forward_cpu(float *out, float *mean, float *rstd,
+                                               const float *inp, const float *weight,
+                                               const float *bias, int N, int C, float eps)
 {
     for (int r = 0; r < N; r++) {
         const float *x = inp + (size_t)r * C;
@@ -41,9 +42,10 @@ void ct_layernorm_forward_cpu(float *out, float *mean, float *rstd, const float 
     }
 }
 
-void ct_layernorm_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, const float *mean,
-                               const float *rstd, int N, int C)
+CT__MULTIVERSION void ct_layernorm_backward_cpu(float *dinp, float *dweight, float *dbias,
+                                                const float *dout, const float *inp,
+                                                const float *weight, const float *mean,
+                                                const float *rstd, int N, int C)
 {
     /* The gradients never alias the inputs or each other; saying so lets the last loop
      * vectorize without run-time overlap checks. */

@@ -52,6 +52,26 @@ static size_t ct__cpu_attention_scratch(ct_ops_t *o, int B, int L, int NH, ct_at
     return which == CT_ATT_SCRATCH_FWD ? CT_ATTENTION_FWD_SCRATCH(L) : CT_ATTENTION_BWD_SCRATCH(L);
 }
 
+static size_t ct__cpu_scratch(ct_ops_t *o, ct_scratch_op_t op, int64_t a, int64_t b, int64_t c)
+{
+    (void)o;
+    switch (op) {
+    case CT_SCRATCH_TISAS_FWD:
+        return CT_TISAS_ATTENTION_FWD_SCRATCH(a, b);
+    case CT_SCRATCH_TISAS_BWD:
+        return CT_TISAS_ATTENTION_BWD_SCRATCH(a, b);
+    case CT_SCRATCH_SINKHORN_BWD:
+        return CT_SINKHORN_BWD_SCRATCH(a, b);
+    case CT_SCRATCH_MHC_COEFFS_BWD:
+        return CT_MHC_COEFFS_BWD_SCRATCH(a, b, c);
+    case CT_SCRATCH_CE:
+        return CT_CE_SCRATCH(a, b);
+    case CT_SCRATCH_SAMPLED_CE:
+        return CT_SAMPLED_CE_SCRATCH(a, b, c);
+    }
+    return 0;
+}
+
 /* ---- ops ----------------------------------------------------------------------------------- */
 
 static void ct__dropout(ct_ops_t *o, float *out, const float *inp, int64_t n, ct_dropout_t d)
@@ -226,6 +246,158 @@ static void ct__score_all(ct_ops_t *o, float *scores, const float *feats, const 
     ct_score_all_cpu(scores, feats, wte, U, V, C, ldf);
 }
 
+static void ct__rows_broadcast_forward(ct_ops_t *o, float *out, const float *table, int B, int L,
+                                       int C)
+{
+    (void)o;
+    ct_rows_broadcast_forward_cpu(out, table, B, L, C);
+}
+
+static void ct__rows_broadcast_backward(ct_ops_t *o, float *dtable, const float *dout, int B, int L,
+                                        int C)
+{
+    (void)o;
+    ct_rows_broadcast_backward_cpu(dtable, dout, B, L, C);
+}
+
+static void ct__tisas_attention_forward(ct_ops_t *o, float *out, float *att, float *scratch,
+                                        const float *q, const float *k, const float *v,
+                                        const float *rk, const float *rv, const int64_t *tseq,
+                                        const int32_t *qmask, int B, int L, int C, int NH, int T,
+                                        ct_dropout_t da, const uint32_t *mk, const uint32_t *mv,
+                                        float p)
+{
+    (void)o;
+    ct_tisas_attention_forward_cpu(out, att, scratch, q, k, v, rk, rv, tseq, qmask, B, L, C, NH, T,
+                                   da, mk, mv, p);
+}
+
+static void ct__tisas_attention_backward(ct_ops_t *o, float *dq, float *dk, float *dv, float *drk,
+                                         float *drv, float *scratch, const float *dout,
+                                         const float *att, const float *q, const float *k,
+                                         const float *v, const float *rk, const float *rv,
+                                         const int64_t *tseq, const int32_t *qmask, int B, int L,
+                                         int C, int NH, int T, ct_dropout_t da, const uint32_t *mk,
+                                         const uint32_t *mv, float p)
+{
+    (void)o;
+    ct_tisas_attention_backward_cpu(dq, dk, dv, drk, drv, scratch, dout, att, q, k, v, rk, rv, tseq,
+                                    qmask, B, L, C, NH, T, da, mk, mv, p);
+}
+
+static void ct__tisas_mask(ct_ops_t *o, uint32_t *bits, const int32_t *qmask, int B, int L, int C,
+                           ct_dropout_t drop)
+{
+    (void)o;
+    ct_tisas_mask_cpu(bits, qmask, B, L, C, drop);
+}
+
+static void ct__sinkhorn_forward(ct_ops_t *o, float *out, const float *logits, int M, int n,
+                                 int iters)
+{
+    (void)o;
+    ct_sinkhorn_forward_cpu(out, logits, M, n, iters);
+}
+
+static void ct__sinkhorn_backward(ct_ops_t *o, float *dlogits, float *scratch, const float *dout,
+                                  const float *logits, int M, int n, int iters)
+{
+    (void)o;
+    ct_sinkhorn_backward_cpu(dlogits, scratch, dout, logits, M, n, iters);
+}
+
+static void ct__mhc_coeffs_forward(ct_ops_t *o, float *hpre, float *hpost, float *hres, float *proj,
+                                   float *rstd, const float *X, const float *phi,
+                                   const float *alpha, const float *bias, int N, int n, int C,
+                                   int iters, float eps)
+{
+    (void)o;
+    ct_mhc_coeffs_forward_cpu(hpre, hpost, hres, proj, rstd, X, phi, alpha, bias, N, n, C, iters,
+                              eps);
+}
+
+static void ct__mhc_coeffs_backward(ct_ops_t *o, float *dX, float *dphi, float *dalpha,
+                                    float *dbias, float *scratch, const float *dhpre,
+                                    const float *dhpost, const float *dhres, const float *X,
+                                    const float *phi, const float *alpha, const float *bias,
+                                    const float *proj, const float *rstd, int N, int n, int C,
+                                    int iters)
+{
+    (void)o;
+    ct_mhc_coeffs_backward_cpu(dX, dphi, dalpha, dbias, scratch, dhpre, dhpost, dhres, X, phi,
+                               alpha, bias, proj, rstd, N, n, C, iters);
+}
+
+static void ct__mhc_pre_forward(ct_ops_t *o, float *u, const float *X, const float *hpre, int N,
+                                int n, int C)
+{
+    (void)o;
+    ct_mhc_pre_forward_cpu(u, X, hpre, N, n, C);
+}
+
+static void ct__mhc_pre_backward(ct_ops_t *o, float *dX, float *dhpre, const float *du,
+                                 const float *X, const float *hpre, int N, int n, int C)
+{
+    (void)o;
+    ct_mhc_pre_backward_cpu(dX, dhpre, du, X, hpre, N, n, C);
+}
+
+static void ct__mhc_post_forward(ct_ops_t *o, float *Y, const float *X, const float *f,
+                                 const float *hres, const float *hpost, int N, int n, int C)
+{
+    (void)o;
+    ct_mhc_post_forward_cpu(Y, X, f, hres, hpost, N, n, C);
+}
+
+static void ct__mhc_post_backward(ct_ops_t *o, float *dX, float *df, float *dhres, float *dhpost,
+                                  const float *dY, const float *X, const float *f,
+                                  const float *hres, const float *hpost, int N, int n, int C)
+{
+    (void)o;
+    ct_mhc_post_backward_cpu(dX, df, dhres, dhpost, dY, X, f, hres, hpost, N, n, C);
+}
+
+static void ct__mhc_expand_forward(ct_ops_t *o, float *X, const float *x, int N, int n, int C)
+{
+    (void)o;
+    ct_mhc_expand_forward_cpu(X, x, N, n, C);
+}
+
+static void ct__mhc_expand_backward(ct_ops_t *o, float *dx, const float *dX, int N, int n, int C)
+{
+    (void)o;
+    ct_mhc_expand_backward_cpu(dx, dX, N, n, C);
+}
+
+static void ct__mhc_collapse_forward(ct_ops_t *o, float *x, const float *X, int N, int n, int C)
+{
+    (void)o;
+    ct_mhc_collapse_forward_cpu(x, X, N, n, C);
+}
+
+static void ct__mhc_collapse_backward(ct_ops_t *o, float *dX, const float *dx, int N, int n, int C)
+{
+    (void)o;
+    ct_mhc_collapse_backward_cpu(dX, dx, N, n, C);
+}
+
+static void ct__ce_loss(ct_ops_t *o, float *loss, float *dfeats, float *dwte, float *scratch,
+                        const float *feats, const float *wte, const int32_t *pos, int N, int C,
+                        int V, float count)
+{
+    (void)o;
+    ct_ce_loss_cpu(loss, dfeats, dwte, scratch, feats, wte, pos, N, C, V, count);
+}
+
+static void ct__sampled_ce_loss(ct_ops_t *o, float *loss, float *dfeats, float *dwte,
+                                float *scratch, const float *feats, const float *wte,
+                                const int32_t *pos, const int32_t *neg, int B, int L, int C, int M,
+                                float count)
+{
+    (void)o;
+    ct_sampled_ce_loss_cpu(loss, dfeats, dwte, scratch, feats, wte, pos, neg, B, L, C, M, count);
+}
+
 void ct_ops_cpu_init(ct_ops_t *o)
 {
     *o = (ct_ops_t){
@@ -237,6 +409,7 @@ void ct_ops_cpu_init(ct_ops_t *o)
         .copy = ct__cpu_copy,
         .sync = ct__cpu_sync,
         .attention_scratch = ct__cpu_attention_scratch,
+        .scratch = ct__cpu_scratch,
         .dropout = ct__dropout,
         .timeline_mask = ct__timeline_mask,
         .embed_forward = ct__embed_forward,
@@ -261,5 +434,24 @@ void ct_ops_cpu_init(ct_ops_t *o)
         .sumsq = ct__sumsq,
         .score_candidates = ct__score_candidates,
         .score_all = ct__score_all,
+        .rows_broadcast_forward = ct__rows_broadcast_forward,
+        .rows_broadcast_backward = ct__rows_broadcast_backward,
+        .tisas_attention_forward = ct__tisas_attention_forward,
+        .tisas_attention_backward = ct__tisas_attention_backward,
+        .tisas_mask = ct__tisas_mask,
+        .sinkhorn_forward = ct__sinkhorn_forward,
+        .sinkhorn_backward = ct__sinkhorn_backward,
+        .mhc_coeffs_forward = ct__mhc_coeffs_forward,
+        .mhc_coeffs_backward = ct__mhc_coeffs_backward,
+        .mhc_pre_forward = ct__mhc_pre_forward,
+        .mhc_pre_backward = ct__mhc_pre_backward,
+        .mhc_post_forward = ct__mhc_post_forward,
+        .mhc_post_backward = ct__mhc_post_backward,
+        .mhc_expand_forward = ct__mhc_expand_forward,
+        .mhc_expand_backward = ct__mhc_expand_backward,
+        .mhc_collapse_forward = ct__mhc_collapse_forward,
+        .mhc_collapse_backward = ct__mhc_collapse_backward,
+        .ce_loss = ct__ce_loss,
+        .sampled_ce_loss = ct__sampled_ce_loss,
     };
 }

@@ -116,6 +116,8 @@ static void *job_main(void *p)
 static void base_cfg(ct_train_cfg_t *c, const char *dir, int epochs)
 {
     ct_train_cfg_default(c);
+    c->model = CT_MODEL_SASREC, c->mhc = false; /* SASRec HEAD (post_ln), the data-parallel case */
+    ct_train_model_defaults(c);
     snprintf(c->dataset, sizeof c->dataset, "synthetic:users=250,items=120,len=24,seed=5");
     snprintf(c->train_dir, sizeof c->train_dir, "%s", dir);
     c->maxlen = 20, c->hidden_units = 16, c->num_heads = 2, c->batch_size = 32, c->lr = 0.005;

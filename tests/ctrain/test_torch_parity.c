@@ -1,12 +1,14 @@
 /*
- * test_torch_parity.c - ctrain's SASRec against PyTorch. torch_parity.py builds a small SASRec
- * (B=4, L=7, d=16, 2 heads, 2 blocks, 30 items) op for op as SASRec.pytorch does, for each of
- * the four block layouts, saves its state dict as a .pth and converts it with
+ * test_torch_parity.c - ctrain's SASRec and TiSASRec against PyTorch. torch_parity.py builds
+ * small models (B=4, L=7, d=16, 2 heads, 2 blocks, 30 items) with torch_ref.py, written op for
+ * op as SASRec.pytorch (each of the four block layouts) and TiSASRec.pytorch (time_span 5, with
+ * times whose intervals clip) do, saves each state dict as a .pth and converts it with
  * examples/convert_pytorch_checkpoint.py; this test loads that file through the trainer's own
- * loader (ct_model_load_params: names, the (d,d,1) conv shapes, the padded pos table) and
- * checks, per layout, with dropout 0:
- *   - pos/neg logits and the loss (BCEWithLogits means + l2_emb * sum(item_emb^2) in half the
- *     layouts) of one training forward;
+ * loader (ct_model_load_params: names, the (d,d,1) conv shapes, the padded pos table, the
+ * interval tables) and checks, per model, with dropout 0:
+ *   - pos/neg logits and the loss (BCEWithLogits means + l2_emb in the model's form -
+ *     sum(item_emb^2) for SASRec in half the layouts, the norm of each of its five tables for
+ *     TiSASRec) of one training forward;
  *   - every gradient, by state_dict name;
  *   - the parameters after one Adam step (lr 1e-3, betas 0.9/0.98, eps 1e-8);
  *   - the eval-mode final features of column L-1 after that step.
@@ -99,9 +101,9 @@ static int meta_int(ct_st_file_t *f, const char *key)
     return atoi(v);
 }
 
-static void check_layout(const char *name, ct_layout_t layout)
+static void check_layout(const char *name, ct_model_kind_t kind, ct_layout_t layout)
 {
-    printf("layout %s\n", name);
+    printf("model %s\n", name);
     char path[600];
     snprintf(path, sizeof path, "%s/ref_%s.safetensors", dir, name);
     ct_st_file_t *f = NULL;
@@ -110,13 +112,14 @@ static void check_layout(const char *name, ct_layout_t layout)
     CT_ASSERT_MSG(rc == 0, "%s", eb.msg);
     const int B = meta_int(f, "B"), L = meta_int(f, "L");
     const double lr = atof(ct_st_meta(f, "lr")), l2 = atof(ct_st_meta(f, "l2"));
-    ct_model_cfg_t cfg = {.kind = CT_MODEL_SASREC,
+    ct_model_cfg_t cfg = {.kind = kind,
                           .layout = layout,
                           .num_items = meta_int(f, "items"),
                           .maxlen = L,
                           .hidden = meta_int(f, "d"),
                           .num_heads = meta_int(f, "heads"),
-                          .num_blocks = meta_int(f, "blocks")};
+                          .num_blocks = meta_int(f, "blocks"),
+                          .time_span = kind == CT_MODEL_TISASREC ? meta_int(f, "time_span") : 0};
     ct_model_t *m = NULL;
     CT_ASSERT_OK(ct_model_create(&m, &cfg, &ops, B, &eb));
     snprintf(path, sizeof path, "%s/model_%s.safetensors", dir, name);
@@ -128,13 +131,18 @@ static void check_layout(const char *name, ct_layout_t layout)
     read_i32(f, "seq", seq, B, L);
     read_i32(f, "pos", pos, B, L);
     read_i32(f, "neg", neg, B, L);
+    int64_t *tseq = KC_ALLOC(int64_t, B * L);
+    ct_tensor_view_t tv = {
+        .name = "tseq", .dtype = CT_DTYPE_I64, .ndim = 2, .shape = {B, L}, .data = tseq};
+    rc = ct_st_read(f, &tv, 1, CT_ST_ALLOW_EXTRA, &eb);
+    CT_ASSERT_MSG(rc == 0, "tseq: %s", eb.msg);
     float count = (float)ct_count_nonzero_cpu(pos, (int64_t)B * L);
 
     ct_model_zero_grad(m);
-    ct_model_batch_t mb = {.B = B, .seq = seq, .pos = pos, .neg = neg, .row0 = 0};
+    ct_model_batch_t mb = {.B = B, .seq = seq, .pos = pos, .neg = neg, .tseq = tseq, .row0 = 0};
     float loss = 0, pen = 0;
     CT_ASSERT_OK(ct_model_forward_backward(m, &mb, count, 1, 0, &loss));
-    CT_ASSERT_OK(ct_model_l2(m, (float)l2, CT_L2_SQUARED, &pen));
+    CT_ASSERT_OK(ct_model_l2(m, (float)l2, ct_model_l2_mode(&m->cfg), &pen));
     loss += pen;
     float *pl = KC_ALLOC(float, B *L), *nl = KC_ALLOC(float, B *L);
     CT_ASSERT_OK(m->vt->logits(m, pl, nl, (int64_t)B * L));
@@ -194,7 +202,7 @@ static void check_layout(const char *name, ct_layout_t layout)
 
     const float *feats = NULL;
     int ldf = 0;
-    CT_ASSERT_OK(ct_model_forward_features(m, seq, NULL, B, &feats, &ldf));
+    CT_ASSERT_OK(ct_model_forward_features(m, seq, tseq, B, &feats, &ldf));
     float *got = KC_ALLOC(float, (size_t)B *cfg.hidden);
     for (int b = 0; b < B; b++)
         memcpy(got + (size_t)b * cfg.hidden, feats + (size_t)b * ldf,
@@ -203,7 +211,7 @@ static void check_layout(const char *name, ct_layout_t layout)
     kc_check("eval features (column L-1)", got, rf, B * cfg.hidden, 2e-6, 2e-5);
 
     free(got), free(rf), free(rl), free(rpl), free(rnl), free(pl), free(nl);
-    free(seq), free(pos), free(neg);
+    free(seq), free(pos), free(neg), free(tseq);
     ct_model_destroy(m);
     ct_st_close(f);
 }
@@ -212,7 +220,12 @@ static void test_parity(void)
 {
     static const char *const names[] = {"post_ln", "pre_ln", "original", "original2020"};
     for (int k = 0; k < 4; k++)
-        check_layout(names[k], (ct_layout_t)k);
+        check_layout(names[k], CT_MODEL_SASREC, (ct_layout_t)k);
+}
+
+static void test_parity_tisasrec(void)
+{
+    check_layout("tisasrec", CT_MODEL_TISASREC, CT_LAYOUT_ORIGINAL2020);
 }
 
 /* The converter's reverse direction: a ctrain-style safetensors file back to a .pth that
@@ -267,6 +280,7 @@ int main(int argc, char **argv)
     CT_ASSERT_MSG(c.exit_code == 0, "torch_parity.py failed (exit %d): %s", c.exit_code, c.err);
     ct_child_close(&c);
     CT_RUN(test_parity);
+    CT_RUN(test_parity_tisasrec);
     CT_RUN(test_converter_roundtrip);
     char rm[300];
     snprintf(rm, sizeof rm, "rm -rf '%s'", dir);

@@ -1,8 +1,9 @@
 /*
- * test_train_cfg.c - worker/ct_train_cfg.c and the model configuration helpers: SASRec.pytorch's
- * defaults, the flag spellings, standalone booleans, cross-flag checks, args.json, the learning
- * rate schedule (warmup, constant / linear / cosine, lr_scale) at chosen steps, and the model
- * configuration's JSON round trip and difference report.
+ * test_train_cfg.c - worker/ct_train_cfg.c and the model configuration helpers: the defaults
+ * (TiSASRec.pytorch's for the default TiSASRec + mHC, SASRec.pytorch's for --no_time --no_mhc),
+ * the model flags and their conflicts, the flag spellings, standalone booleans, cross-flag
+ * checks, args.json, the learning rate schedule (warmup, constant / linear / cosine, lr_scale)
+ * at chosen steps, and the model configuration's JSON round trip and difference report.
  */
 #include <errno.h>
 #include <math.h>
@@ -11,7 +12,7 @@
 #include "ct_test.h"
 #include "ct_train_cfg.h"
 
-static int parse(ct_train_cfg_t *c, ct_errbuf_t *eb, const char **args, int n)
+static int parse(ct_train_cfg_t *c, ct_errbuf_t *eb, const char *const *args, int n)
 {
     char *argv[32] = {"ctrain"};
     for (int i = 0; i < n; i++)
@@ -24,30 +25,103 @@ static int parse(ct_train_cfg_t *c, ct_errbuf_t *eb, const char **args, int n)
 static void test_defaults(void)
 {
     ct_train_cfg_t c;
+    ct_errbuf_t eb;
     ct_train_cfg_default(&c);
-    /* SASRec.pytorch HEAD's python/main.py */
+    /* the default model, TiSASRec + mHC: TiSASRec.pytorch's main.py, mHC on pre_ln */
+    CT_ASSERT(c.model == CT_MODEL_TISASREC && c.mhc && c.layout == CT_LAYOUT_PRE_LN);
     CT_ASSERT_EQ(c.batch_size, 128);
     CT_ASSERT(c.lr == 0.001);
-    CT_ASSERT_EQ(c.maxlen, 200);
+    CT_ASSERT_EQ(c.maxlen, 50);
     CT_ASSERT_EQ(c.hidden_units, 50);
     CT_ASSERT_EQ(c.num_blocks, 2);
-    CT_ASSERT_EQ(c.num_epochs, 1000);
+    CT_ASSERT_EQ(c.num_epochs, 201);
     CT_ASSERT_EQ(c.num_heads, 1);
     CT_ASSERT(c.dropout_rate == 0.2);
-    CT_ASSERT(c.l2_emb == 0.0);
-    CT_ASSERT(!c.norm_first && c.layout == CT_LAYOUT_POST_LN);
+    CT_ASSERT(c.l2_emb == 5e-5);
+    CT_ASSERT_EQ(c.time_span, 256);
+    CT_ASSERT(c.loss == CT_LOSS_BCE && c.num_negatives == 256);
     CT_ASSERT_EQ(c.eval_every, 20);
     CT_ASSERT_EQ(c.threads, 1);
+    ct_model_cfg_t m = ct_train_model_cfg(&c, 100);
+    CT_ASSERT(m.kind == CT_MODEL_TISASREC && m.mhc_streams == 4 && m.time_span == 256);
+    CT_ASSERT_OK(ct_model_cfg_check(&m, &eb));
+
+    /* --no_time --no_mhc: SASRec.pytorch HEAD's python/main.py */
+    const char *a[] = {"--no_time", "--no_mhc"};
+    CT_ASSERT_OK(parse(&c, &eb, a, 2));
+    CT_ASSERT(c.model == CT_MODEL_SASREC && !c.mhc);
+    CT_ASSERT_EQ(c.maxlen, 200);
+    CT_ASSERT_EQ(c.num_epochs, 1000);
+    CT_ASSERT(c.l2_emb == 0.0);
+    CT_ASSERT(!c.norm_first && c.layout == CT_LAYOUT_POST_LN);
+    m = ct_train_model_cfg(&c, 100);
+    CT_ASSERT(m.kind == CT_MODEL_SASREC && m.mhc_streams == 0 && m.time_span == 0);
+    /* the explicit spellings mean the same */
+    const char *b[] = {"--model", "sasrec", "--mhc", "false"};
+    ct_train_cfg_t d;
+    CT_ASSERT_OK(parse(&d, &eb, b, 4));
+    CT_ASSERT(d.model == c.model && d.mhc == c.mhc && d.layout == c.layout && d.maxlen == c.maxlen);
+    /* the other two variants */
+    const char *e[] = {"--no_mhc"};
+    CT_ASSERT_OK(parse(&c, &eb, e, 1));
+    CT_ASSERT(c.model == CT_MODEL_TISASREC && !c.mhc && c.layout == CT_LAYOUT_ORIGINAL2020);
+    CT_ASSERT_EQ(c.maxlen, 50);
+    const char *f[] = {"--no_time", "--maxlen", "30", "--l2_emb", "0.5"};
+    CT_ASSERT_OK(parse(&c, &eb, f, 5));
+    CT_ASSERT(c.model == CT_MODEL_SASREC && c.mhc && c.layout == CT_LAYOUT_PRE_LN);
+    CT_ASSERT(c.maxlen == 30 && c.l2_emb == 0.5 && c.num_epochs == 1000);
+}
+
+/* Model flags that contradict each other or the model: one line naming the flag. */
+static void test_model_flags(void)
+{
+    ct_train_cfg_t c;
+    ct_errbuf_t eb;
+    static const struct {
+        const char *args[4];
+        int n;
+        const char *msg;
+    } bad[] = {
+        {{"--no_time", "--model", "tisasrec"}, 3, "--no_time: conflicts with --model tisasrec"},
+        {{"--mhc", "--no_mhc"}, 2, "--no_mhc: conflicts with --mhc"},
+        {{"--layout", "post_ln"}, 2, "--layout: post_ln conflicts with mHC"},
+        {{"--no_mhc", "--layout", "post_ln"}, 3, "--layout: TiSASRec runs original2020"},
+        {{"--no_time", "--time_span", "9"}, 3, "--time_span: only TiSASRec"},
+        {{"--num_negatives", "9"}, 2, "--num_negatives: only --loss sampled_ce"},
+        {{"--model", "bert4rec"}, 2, "--model: \"bert4rec\" is not a model"},
+        {{"--loss", "bpr"}, 2, "--loss: \"bpr\" is not a loss"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = parse(&c, &eb, bad[i].args, bad[i].n);
+        CT_ASSERT_MSG(rc != 0, "case %zu accepted", i);
+        CT_ASSERT_STR_CONTAINS(eb.msg, bad[i].msg);
+    }
+    const char *ok1[] = {"--mhc", "false", "--no_mhc"};
+    CT_ASSERT_OK(parse(&c, &eb, ok1, 3));
+    CT_ASSERT(!c.mhc);
+    const char *ok2[] = {"--no_time", "--no_mhc",   "--layout",        "original",
+                         "--loss",    "sampled_ce", "--num_negatives", "100"};
+    CT_ASSERT_OK(parse(&c, &eb, ok2, 8));
+    CT_ASSERT(c.layout == CT_LAYOUT_ORIGINAL && c.loss == CT_LOSS_SAMPLED_CE);
+    ct_model_cfg_t m = ct_train_model_cfg(&c, 100);
+    CT_ASSERT(m.loss == CT_LOSS_SAMPLED_CE && m.num_negatives == 100);
+    const char *ok3[] = {"--norm_first", "--time_span", "64", "--loss", "ce"};
+    CT_ASSERT_OK(parse(&c, &eb, ok3, 5));
+    CT_ASSERT(c.mhc && c.layout == CT_LAYOUT_PRE_LN && c.time_span == 64 && c.loss == CT_LOSS_CE);
+    /* inference leaves the model to the checkpoint: no layout is forced */
+    const char *ok4[] = {"--inference_only", "--state_dict_path", "/dev/null", "--layout",
+                         "post_ln"};
+    CT_ASSERT_OK(parse(&c, &eb, ok4, 5));
 }
 
 static void test_spellings(void)
 {
     ct_train_cfg_t c;
     ct_errbuf_t eb;
-    const char *a[] = {"--batch-size",        "64",      "--hidden_units=32", "--norm-first",
-                       "--num_heads",         "4",       "--inference_only",  "false",
-                       "--skip_invalid_loss", "--seed=9"};
-    CT_ASSERT_OK(parse(&c, &eb, a, 10));
+    const char *a[] = {"--batch-size",        "64",       "--hidden_units=32", "--norm-first",
+                       "--num_heads",         "4",        "--inference_only",  "false",
+                       "--skip_invalid_loss", "--seed=9", "--no-time",         "--no-mhc"};
+    CT_ASSERT_OK(parse(&c, &eb, a, 12));
     CT_ASSERT_EQ(c.batch_size, 64);
     CT_ASSERT_EQ(c.hidden_units, 32);
     CT_ASSERT(c.norm_first && c.layout == CT_LAYOUT_PRE_LN);
@@ -57,11 +131,11 @@ static void test_spellings(void)
     CT_ASSERT_EQ(c.seed, 9);
     CT_ASSERT(c.set_hidden && c.set_heads && !c.set_maxlen && !c.set_blocks);
 
-    const char *b[] = {"--layout", "original", "--norm_first", "false"};
-    CT_ASSERT_OK(parse(&c, &eb, b, 4));
+    const char *b[] = {"--layout", "original", "--norm_first", "false", "--no_time", "--no_mhc"};
+    CT_ASSERT_OK(parse(&c, &eb, b, 6));
     CT_ASSERT(c.layout == CT_LAYOUT_ORIGINAL);
-    const char *d[] = {"--layout", "original", "--norm_first"};
-    CT_ASSERT_ERR(parse(&c, &eb, d, 3), CT_EPARSE);
+    const char *d[] = {"--layout", "original", "--norm_first", "--no_time", "--no_mhc"};
+    CT_ASSERT_ERR(parse(&c, &eb, d, 5), CT_EPARSE);
     CT_ASSERT_STR_CONTAINS(eb.msg, "--norm_first");
     const char *e[] = {"--batch_size", "9999999999"};
     CT_ASSERT_ERR(parse(&c, &eb, e, 2), CT_ERANGE_VALUE);
@@ -72,23 +146,45 @@ static void test_spellings(void)
 
     /* args.json holds every setting */
     json_t *j = ct_train_cfg_to_json(&c);
-    const char *keys[] = {"dataset",          "train_dir",
-                          "batch_size",       "lr",
-                          "maxlen",           "hidden_units",
-                          "num_blocks",       "num_epochs",
-                          "num_heads",        "dropout_rate",
-                          "l2_emb",           "device",
-                          "inference_only",   "state_dict_path",
-                          "norm_first",       "layout",
-                          "data_format",      "seed",
-                          "eval_every",       "eval",
-                          "backend",          "num_workers",
-                          "ckpt_every_steps", "keep_checkpoints",
-                          "resume",           "grad_clip",
-                          "warmup_steps",     "lr_schedule",
-                          "grad_accum",       "lr_scale",
-                          "base_batch_size",  "skip_invalid_loss",
-                          "threads"};
+    const char *keys[] = {"dataset",
+                          "train_dir",
+                          "batch_size",
+                          "lr",
+                          "maxlen",
+                          "hidden_units",
+                          "num_blocks",
+                          "num_epochs",
+                          "num_heads",
+                          "dropout_rate",
+                          "l2_emb",
+                          "device",
+                          "inference_only",
+                          "state_dict_path",
+                          "norm_first",
+                          "layout",
+                          "data_format",
+                          "seed",
+                          "eval_every",
+                          "eval",
+                          "backend",
+                          "num_workers",
+                          "ckpt_every_steps",
+                          "keep_checkpoints",
+                          "resume",
+                          "grad_clip",
+                          "warmup_steps",
+                          "lr_schedule",
+                          "grad_accum",
+                          "lr_scale",
+                          "base_batch_size",
+                          "skip_invalid_loss",
+                          "threads",
+                          "model",
+                          "mhc",
+                          "mhc_streams",
+                          "time_span",
+                          "loss",
+                          "num_negatives"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         CT_ASSERT_MSG(json_object_get(j, keys[i]) != NULL, "args.json lacks %s", keys[i]);
     CT_ASSERT_EQ(json_object_size(j), sizeof keys / sizeof keys[0]);
@@ -162,11 +258,64 @@ static void test_model_cfg(void)
     a.num_heads = 3;
     CT_ASSERT_ERR(ct_model_cfg_check(&a, &eb), -EINVAL);
     CT_ASSERT_STR_CONTAINS(eb.msg, "num_heads 3 does not divide hidden_units 50");
+
+    /* TiSASRec + mHC round trip; kind, streams and time_span count as the model's shape */
+    ct_model_cfg_t t = {.kind = CT_MODEL_TISASREC,
+                        .layout = CT_LAYOUT_PRE_LN,
+                        .num_items = 1682,
+                        .maxlen = 50,
+                        .hidden = 50,
+                        .num_heads = 1,
+                        .num_blocks = 2,
+                        .mhc_streams = 4,
+                        .time_span = 256,
+                        .dropout = 0.2f,
+                        .loss = CT_LOSS_CE};
+    CT_ASSERT_OK(ct_model_cfg_check(&t, &eb));
+    j = ct_model_cfg_to_json(&t);
+    ct_model_cfg_t u = {.loss = CT_LOSS_SAMPLED_CE, .num_negatives = 7};
+    CT_ASSERT_OK(ct_model_cfg_from_json(j, &u, &eb));
+    json_decref(j);
+    CT_ASSERT(ct_model_cfg_diff(&t, &u, what, sizeof what) == NULL);
+    CT_ASSERT(u.kind == CT_MODEL_TISASREC && u.mhc_streams == 4 && u.time_span == 256);
+    CT_ASSERT(u.loss == CT_LOSS_SAMPLED_CE && u.num_negatives == 7); /* the caller's, kept */
+    u.mhc_streams = 0;
+    CT_ASSERT_STR_EQ(ct_model_cfg_diff(&t, &u, what, sizeof what), "mhc_streams");
+    u = t, u.time_span = 100;
+    CT_ASSERT_STR_EQ(ct_model_cfg_diff(&t, &u, what, sizeof what), "time_span");
+    u = t, u.kind = CT_MODEL_SASREC;
+    CT_ASSERT_STR_EQ(ct_model_cfg_diff(&t, &u, what, sizeof what), "kind");
+    CT_ASSERT_STR_EQ(what, "kind: tisasrec vs sasrec");
+    u = t, u.loss = CT_LOSS_BCE;
+    CT_ASSERT(ct_model_cfg_diff(&t, &u, what, sizeof what) == NULL);
+    /* a checkpoint written before mHC and TiSASRec existed */
+    j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:f}", "kind", "sasrec", "layout", "post_ln",
+                  "num_items", 30, "maxlen", 7, "hidden_units", 16, "num_heads", 2, "num_blocks", 2,
+                  "dropout_rate", 0.2);
+    CT_ASSERT_OK(ct_model_cfg_from_json(j, &u, &eb));
+    json_decref(j);
+    CT_ASSERT(u.kind == CT_MODEL_SASREC && u.mhc_streams == 0 && u.time_span == 0);
+    /* the combinations the models do not have */
+    u = t, u.layout = CT_LAYOUT_POST_LN;
+    CT_ASSERT_ERR(ct_model_cfg_check(&u, &eb), -EINVAL);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "mHC wraps the sub-layers of the pre_ln layout");
+    u = t, u.mhc_streams = 0, u.layout = CT_LAYOUT_ORIGINAL;
+    CT_ASSERT_ERR(ct_model_cfg_check(&u, &eb), -EINVAL);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "TiSASRec runs");
+    u = t, u.mhc_streams = 1;
+    CT_ASSERT_ERR(ct_model_cfg_check(&u, &eb), -EINVAL);
+    u = t, u.time_span = 0;
+    CT_ASSERT_ERR(ct_model_cfg_check(&u, &eb), -EINVAL);
+    u = t, u.loss = CT_LOSS_SAMPLED_CE, u.num_negatives = 0;
+    CT_ASSERT_ERR(ct_model_cfg_check(&u, &eb), -EINVAL);
+    CT_ASSERT(ct_model_l2_mode(&t) == CT_L2_NORM && ct_model_l2_mode(&a) == CT_L2_SQUARED);
+    CT_ASSERT_STR_EQ(ct_model_title(&t), "TiSASRec+mHC");
 }
 
 int main(void)
 {
     CT_RUN(test_defaults);
+    CT_RUN(test_model_flags);
     CT_RUN(test_spellings);
     CT_RUN(test_lr_schedule);
     CT_RUN(test_model_cfg);

@@ -73,14 +73,15 @@ void train_same_params(const char *a, const char *b)
         v.data = y;
         CT_ASSERT_OK(ct_st_read(fb, &v, 1, CT_ST_ALLOW_EXTRA, &eb));
         bool in_bias = strstr(t->name, "in_proj_bias") != NULL;
+        bool key_bias = strstr(t->name, "K_w.bias") != NULL; /* TiSASRec's key bias */
         size_t C = n / 3;
         for (size_t k = 0; k < n; k++) {
-            if (in_bias && k >= C && k < 2 * C)
-                continue; /* key bias: see the file comment */
+            if (key_bias || (in_bias && k >= C && k < 2 * C))
+                continue; /* key bias: see train_compare.h */
             double d = fabs((double)x[k] - y[k]);
             worst = d > worst ? d : worst;
-            CT_ASSERT_MSG(d <= 1e-4, "%s[%zu]: %.8g vs %.8g", t->name, k, (double)x[k],
-                          (double)y[k]);
+            CT_ASSERT_MSG(d <= 1e-4 + 1e-4 * fabs((double)x[k]), "%s[%zu]: %.8g vs %.8g", t->name,
+                          k, (double)x[k], (double)y[k]);
         }
         free(x), free(y);
     }

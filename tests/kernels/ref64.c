@@ -171,3 +171,204 @@ double ref_l2(const double *w, int64_t n, double lambda, ct_l2_mode_t mode)
         return lambda * ss;
     }
 }
+
+void ref_tisas_attention(double *out, const double *q, const double *k, const double *v,
+                         const double *rk, const double *rv, const int64_t *tseq,
+                         const int32_t *seq, int B, int L, int C, int NH, int T,
+                         ct_dropout_t drop_att, ct_dropout_t drop_rk, ct_dropout_t drop_rv)
+{
+    const int HS = C / NH;
+    const size_t n4 = (size_t)B * L * L * C;
+    double *tk = malloc(n4 * sizeof *tk), *tv = malloc(n4 * sizeof *tv);
+    double *w = malloc((size_t)L * sizeof *w);
+    /* the reference's materialised interval tensors, each with its own dropout */
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < L; i++)
+            for (int j = 0; j < L; j++) {
+                int64_t d = tseq[b * L + i] - tseq[b * L + j];
+                d = d < 0 ? -d : d;
+                int tau = d > T ? T : (int)d;
+                for (int c = 0; c < C; c++) {
+                    size_t e = (((size_t)b * L + i) * L + j) * C + c;
+                    tk[e] = rk[tau * C + c] * ref_dropout_factor(drop_rk, e);
+                    tv[e] = rv[tau * C + c] * ref_dropout_factor(drop_rv, e);
+                }
+            }
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < L; i++) {
+                const double *qi = q + (b * L + i) * C + h * HS;
+                if (seq[b * L + i] == 0) {
+                    /* TiSASRec.pytorch's padding query: every logit replaced, uniform weights */
+                    for (int j = 0; j < L; j++)
+                        w[j] = 1.0 / L;
+                } else {
+                    double mx = -INFINITY, sum = 0.0;
+                    for (int j = 0; j <= i; j++) {
+                        const double *kj = k + (b * L + j) * C + h * HS;
+                        const double *tkij = tk + (((size_t)b * L + i) * L + j) * C + h * HS;
+                        double s = 0.0;
+                        for (int c = 0; c < HS; c++)
+                            s += qi[c] * (kj[c] + tkij[c]);
+                        w[j] = s / sqrt((double)HS);
+                        mx = fmax(mx, w[j]);
+                    }
+                    for (int j = 0; j <= i; j++) {
+                        w[j] = exp(w[j] - mx);
+                        sum += w[j];
+                    }
+                    for (int j = 0; j < L; j++)
+                        w[j] = j <= i ? w[j] / sum : 0.0;
+                }
+                double *o = out + (b * L + i) * C + h * HS;
+                for (int c = 0; c < HS; c++)
+                    o[c] = 0.0;
+                for (int j = 0; j < L; j++) {
+                    uint64_t idx = (((uint64_t)b * NH + h) * L + i) * L + j;
+                    double a = w[j] * ref_dropout_factor(drop_att, idx);
+                    const double *vj = v + (b * L + j) * C + h * HS;
+                    const double *tvij = tv + (((size_t)b * L + i) * L + j) * C + h * HS;
+                    for (int c = 0; c < HS; c++)
+                        o[c] += a * (vj[c] + tvij[c]);
+                }
+            }
+    free(tk), free(tv), free(w);
+}
+
+void ref_sinkhorn(double *out, const double *z, int n, int iters)
+{
+    double m[64];
+    double mx = z[0];
+    for (int x = 1; x < n * n; x++)
+        mx = fmax(mx, z[x]);
+    for (int x = 0; x < n * n; x++)
+        m[x] = exp(z[x] - mx);
+    for (int t = 0; t < iters; t++) {
+        for (int i = 0; i < n; i++) {
+            double s = 0.0;
+            for (int j = 0; j < n; j++)
+                s += m[i * n + j];
+            for (int j = 0; j < n; j++)
+                m[i * n + j] /= s;
+        }
+        for (int j = 0; j < n; j++) {
+            double s = 0.0;
+            for (int i = 0; i < n; i++)
+                s += m[i * n + j];
+            for (int i = 0; i < n; i++)
+                m[i * n + j] /= s;
+        }
+    }
+    memcpy(out, m, (size_t)n * n * sizeof *out);
+}
+
+static double ref_sigmoid(double x)
+{
+    return 1.0 / (1.0 + exp(-x));
+}
+
+void ref_mhc_coeffs(double *hpre, double *hpost, double *hres, const double *X, const double *phi,
+                    const double *alpha, const double *bias, int N, int n, int C, int iters,
+                    double eps)
+{
+    const int D = n * C, K = CT_MHC_COEFFS(n);
+    double *xh = malloc((size_t)D * sizeof *xh), *pr = malloc((size_t)K * sizeof *pr);
+    double z[64];
+    for (int r = 0; r < N; r++) {
+        double ss = 0.0;
+        for (int c = 0; c < D; c++)
+            ss += X[r * D + c] * X[r * D + c];
+        double rs = 1.0 / sqrt(ss / D + eps);
+        for (int c = 0; c < D; c++)
+            xh[c] = X[r * D + c] * rs;
+        for (int o = 0; o < K; o++) {
+            double s = 0.0;
+            for (int c = 0; c < D; c++)
+                s += xh[c] * phi[c * K + o];
+            pr[o] = s;
+        }
+        for (int s = 0; s < n; s++) {
+            hpre[r * n + s] = ref_sigmoid(alpha[0] * pr[s] + bias[s]);
+            hpost[r * n + s] = 2.0 * ref_sigmoid(alpha[1] * pr[n + s] + bias[n + s]);
+        }
+        for (int x = 0; x < n * n; x++)
+            z[x] = alpha[2] * pr[2 * n + x] + bias[2 * n + x];
+        ref_sinkhorn(hres + (size_t)r * n * n, z, n, iters);
+    }
+    free(xh), free(pr);
+}
+
+void ref_mhc_pre(double *u, const double *X, const double *hpre, int N, int n, int C)
+{
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < C; c++) {
+            double s = 0.0;
+            for (int t = 0; t < n; t++)
+                s += hpre[r * n + t] * X[(r * n + t) * C + c];
+            u[r * C + c] = s;
+        }
+}
+
+void ref_mhc_post(double *Y, const double *X, const double *f, const double *hres,
+                  const double *hpost, int N, int n, int C)
+{
+    for (int r = 0; r < N; r++)
+        for (int s = 0; s < n; s++)
+            for (int c = 0; c < C; c++) {
+                double y = hpost[r * n + s] * f[r * C + c];
+                for (int t = 0; t < n; t++)
+                    y += hres[(r * n + s) * n + t] * X[(r * n + t) * C + c];
+                Y[(r * n + s) * C + c] = y;
+            }
+}
+
+double ref_ce(const double *feats, const double *wte, const int32_t *pos, int N, int C, int V,
+              double count)
+{
+    double total = 0.0;
+    double *lg = malloc((size_t)V * sizeof *lg);
+    for (int r = 0; r < N; r++) {
+        if (pos[r] == 0)
+            continue;
+        double mx = -INFINITY, s = 0.0;
+        for (int i = 1; i < V; i++) {
+            double d = 0.0;
+            for (int c = 0; c < C; c++)
+                d += feats[r * C + c] * wte[i * C + c];
+            lg[i] = d;
+            mx = fmax(mx, d);
+        }
+        for (int i = 1; i < V; i++)
+            s += exp(lg[i] - mx);
+        total += mx + log(s) - lg[pos[r]];
+    }
+    free(lg);
+    return count > 0 ? total / count : 0.0;
+}
+
+double ref_sampled_ce(const double *feats, const double *wte, const int32_t *pos,
+                      const int32_t *neg, int B, int L, int C, int M, double count)
+{
+    double total = 0.0;
+    double *lg = malloc((size_t)(M + 1) * sizeof *lg);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < L; t++) {
+            int r = b * L + t;
+            if (pos[r] == 0)
+                continue;
+            double mx = -INFINITY, s = 0.0;
+            for (int k = 0; k <= M; k++) {
+                int32_t id = k == 0 ? pos[r] : neg[b * M + k - 1];
+                double d = 0.0;
+                for (int c = 0; c < C; c++)
+                    d += feats[r * C + c] * wte[id * C + c];
+                lg[k] = d;
+                mx = fmax(mx, d);
+            }
+            for (int k = 0; k <= M; k++)
+                s += exp(lg[k] - mx);
+            total += mx + log(s) - lg[0];
+        }
+    free(lg);
+    return count > 0 ? total / count : 0.0;
+}

@@ -38,4 +38,26 @@ double ref_bce(const double *pos_logits, const double *neg_logits, const int32_t
                double count);
 double ref_l2(const double *w, int64_t n, double lambda, ct_l2_mode_t mode);
 
+/* TiSASRec's attention as TiSASRec.pytorch computes it: the (B,L,L,C) interval key and value
+ * tensors materialised (each element with its dropout factor), padding query rows (seq == 0)
+ * with uniform weights over all L keys, real rows causal; no output projection. */
+void ref_tisas_attention(double *out, const double *q, const double *k, const double *v,
+                         const double *rk, const double *rv, const int64_t *tseq,
+                         const int32_t *seq, int B, int L, int C, int NH, int T,
+                         ct_dropout_t drop_att, ct_dropout_t drop_rk, ct_dropout_t drop_rv);
+/* Sinkhorn-Knopp on one n x n matrix (n <= 8): exp, then iters x (rows, columns). */
+void ref_sinkhorn(double *out, const double *z, int n, int iters);
+/* mHC's per-token mappings, hpre (N,n), hpost (N,n), hres (N,n,n). */
+void ref_mhc_coeffs(double *hpre, double *hpost, double *hres, const double *X, const double *phi,
+                    const double *alpha, const double *bias, int N, int n, int C, int iters,
+                    double eps);
+void ref_mhc_pre(double *u, const double *X, const double *hpre, int N, int n, int C);
+void ref_mhc_post(double *Y, const double *X, const double *f, const double *hres,
+                  const double *hpost, int N, int n, int C);
+/* The cross-entropy losses (classes 1..V-1; the positive and a row's M negatives). */
+double ref_ce(const double *feats, const double *wte, const int32_t *pos, int N, int C, int V,
+              double count);
+double ref_sampled_ce(const double *feats, const double *wte, const int32_t *pos,
+                      const int32_t *neg, int B, int L, int C, int M, double count);
+
 #endif /* REF64_H */

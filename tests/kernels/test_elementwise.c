@@ -2,10 +2,13 @@
  * test_elementwise.c - ReLU, residual add and scale (kernels/cpu/elementwise.c): exact values
  * (these ops round at most once per element, so results are compared bit for bit against the
  * same expression), the ReLU backward taken from the forward's output (so an in-place forward
- * still has what its backward needs), the accumulate contract and poisoned outputs.
+ * still has what its backward needs), the accumulate contract and poisoned outputs; and the
+ * softmaxes' exponential (ct__exp_nonpos of kernels/cpu/ct_kernels_cpu.h) against the exact
+ * value over its whole range.
  */
 #include <string.h>
 
+#include "cpu/ct_kernels_cpu.h"
 #include "kcheck.h"
 
 enum { N = 1001 };
@@ -60,8 +63,41 @@ static void test_scale(void)
         CT_ASSERT(y[i] == x[i] * 0.375f);
 }
 
+/* Every float in [-87.3, 0] on a fine grid (2^21 points, both ends, the values near 0 and the
+ * multiples of ln2 where the reduction switches) within 2 ulp (2 * 2^-23 relative) of exp()
+ * in double; 0 below the range; NaN in, NaN out. */
+static void test_exp(void)
+{
+    double worst = 0.0;
+    float at = 0.0f;
+    const int n = 1 << 21;
+    for (int k = 0; k <= n; k++) {
+        float x = -87.3f * (float)k / (float)n;
+        double want = exp((double)x), got = ct__exp_nonpos(x);
+        double rel = fabs(got - want) / want;
+        if (rel > worst)
+            worst = rel, at = x;
+    }
+    for (int k = 1; k <= 125; k++) {
+        float x = -(float)k * 0.693147180559945309f;
+        for (int d = -2; d <= 2; d++) {
+            float y = nextafterf(x, d < 0 ? -INFINITY : 0.0f);
+            double rel = fabs(ct__exp_nonpos(y) - exp((double)y)) / exp((double)y);
+            if (rel > worst)
+                worst = rel, at = y;
+        }
+    }
+    printf("  exp: worst relative error %.3g at %.9g (%.2f ulp)\n", worst, (double)at,
+           worst / 1.1920929e-7);
+    CT_ASSERT_MSG(worst <= 2.0 * 1.1920929e-7, "exp off by %.3g at %.9g", worst, (double)at);
+    CT_ASSERT(ct__exp_nonpos(0.0f) == 1.0f);
+    CT_ASSERT(ct__exp_nonpos(-88.0f) == 0.0f && ct__exp_nonpos(-1e30f) == 0.0f);
+    CT_ASSERT(isnan(ct__exp_nonpos(NAN)));
+}
+
 int main(void)
 {
+    CT_RUN(test_exp);
     CT_RUN(test_relu);
     CT_RUN(test_residual);
     CT_RUN(test_scale);

@@ -3,7 +3,9 @@
  * backward (padding_idx honoured), SASRec's BCE loss against the direct formula
  * -log sigmoid(r+) - log(1 - sigmoid(r-)) averaged over positions with pos != 0, its gradient
  * against finite differences, the count argument (a global batch's normaliser), stability at
- * extreme logits, and the three l2_emb forms against their formulas and finite differences.
+ * extreme logits, the three l2_emb forms against their formulas and finite differences, and the
+ * two softmax cross-entropy losses (full catalogue; sampled negatives shared by a row) with
+ * their fused gradients against the float64 formulas and finite differences.
  *
  * Tolerances: scores are float dot products of C = 8 terms (error ~1e-7 on values ~1):
  * atol 1e-6, rtol 1e-5. The loss is summed in double, so only the final float rounding
@@ -177,11 +179,97 @@ static void test_l2(void)
     CT_ASSERT(pen == 0.0f && dz[0] == 0.0f && dz[1] == 0.0f && dz[2] == 0.0f);
 }
 
+/* ---- softmax cross-entropy ------------------------------------------------------------------- */
+
+enum { SB = 2, SL = 5, SM = 3 };
+/* (B=2, L=5) targets with left padding; a row's negatives avoid its targets, one repeats */
+static const int32_t sce_neg[SB * SM] = {2, 4, 4, 1, 6, 5};
+
+typedef struct ce_case {
+    double *feats, *wte;
+    double count;
+    int sampled;
+} ce_case_t;
+
+static double ce_objective(void *p)
+{
+    ce_case_t *c = p;
+    if (c->sampled)
+        return ref_sampled_ce(c->feats, c->wte, pos_ids, sce_neg, SB, SL, C, SM, c->count);
+    return ref_ce(c->feats, c->wte, pos_ids, N, C, V, c->count);
+}
+
+/* Loss and both gradients against the reference and finite differences; the gradient of the
+ * padding row of the table is zero; count scales everything; +=. Logits here are dot products
+ * of C = 8 terms of size <= 1 (up to ~3): the softmax of a few units. The loss sums in double
+ * and rounds once (rtol 1e-6 plus the float logits' 1e-7 error); the gradients are a softmax
+ * (float, ~1e-7) times rows of size 1 summed over at most 7 terms: atol 1e-6, rtol 1e-5. */
+static void check_ce(int sampled, double count)
+{
+    printf("%s cross-entropy, count %g\n", sampled ? "sampled" : "full", count);
+    float feats[N * C], wte[V * C], loss = NAN, df[N * C] = {0}, dw[V * C] = {0};
+    float df1[N * C], dw1[V * C];
+    kc_fill(feats, N * C, -1.0f, 1.0f, 60);
+    kc_fill(wte, V * C, -1.0f, 1.0f, 61);
+    size_t ns = sampled ? CT_SAMPLED_CE_SCRATCH(SL, SM, C) : CT_CE_SCRATCH(V, C);
+    float *scr = KC_ALLOC(float, ns);
+    kc_poison(scr, (int64_t)ns);
+    if (sampled)
+        ct_sampled_ce_loss_cpu(&loss, df, dw, scr, feats, wte, pos_ids, sce_neg, SB, SL, C, SM,
+                               (float)count);
+    else
+        ct_ce_loss_cpu(&loss, df, dw, scr, feats, wte, pos_ids, N, C, V, (float)count);
+    ce_case_t cc = {KC_ALLOC(double, N *C), KC_ALLOC(double, V *C), count, sampled};
+    kc_to_double(cc.feats, feats, N * C);
+    kc_to_double(cc.wte, wte, V * C);
+    double rl = ce_objective(&cc);
+    kc_check("loss", &loss, &rl, 1, 1e-7, 1e-6);
+    double g[N * C];
+    kc_fd_grad(g, cc.feats, N * C, 1e-5, ce_objective, &cc);
+    kc_check("d feats vs finite diff", df, g, N * C, 1e-6, 1e-5);
+    for (int r = 0; r < N; r++)
+        if (pos_ids[r] == 0)
+            for (int c = 0; c < C; c++)
+                CT_ASSERT(df[r * C + c] == 0.0f);
+    kc_fd_grad(g, cc.wte, V * C, 1e-5, ce_objective, &cc);
+    kc_check("d wte vs finite diff", dw, g, V * C, 1e-6, 1e-5);
+    for (int c = 0; c < C; c++)
+        CT_ASSERT(dw[c] == 0.0f); /* item 0 is not a class, and padding gets no gradient */
+    memcpy(df1, df, sizeof df), memcpy(dw1, dw, sizeof dw);
+    if (sampled)
+        ct_sampled_ce_loss_cpu(&loss, df, dw, scr, feats, wte, pos_ids, sce_neg, SB, SL, C, SM,
+                               (float)count);
+    else
+        ct_ce_loss_cpu(&loss, df, dw, scr, feats, wte, pos_ids, N, C, V, (float)count);
+    KC_ASSERT_DOUBLED(df, df1, N * C);
+    KC_ASSERT_DOUBLED(dw, dw1, V * C);
+    free(scr), free(cc.feats), free(cc.wte);
+}
+
+static void test_ce(void)
+{
+    check_ce(0, 7.0);  /* this batch's targets */
+    check_ce(0, 20.0); /* a larger global batch's */
+    check_ce(1, 7.0);
+    check_ce(1, 13.0);
+    /* count 0: nothing */
+    float feats[N * C], wte[V * C], loss = NAN, df[N * C] = {0}, dw[V * C] = {0};
+    float *scr = KC_ALLOC(float, CT_CE_SCRATCH(V, C));
+    kc_fill(feats, N * C, -1.0f, 1.0f, 62);
+    kc_fill(wte, V * C, -1.0f, 1.0f, 63);
+    ct_ce_loss_cpu(&loss, df, dw, scr, feats, wte, pos_ids, N, C, V, 0.0f);
+    CT_ASSERT(loss == 0.0f);
+    for (int i = 0; i < N * C; i++)
+        CT_ASSERT(df[i] == 0.0f);
+    free(scr);
+}
+
 int main(void)
 {
     CT_RUN(test_scores);
     CT_RUN(test_bce);
     CT_RUN(test_bce_extremes);
     CT_RUN(test_l2);
+    CT_RUN(test_ce);
     return 0;
 }

@@ -124,6 +124,44 @@ static void test_eval_rows_and_candidates(void)
     ct_eval_candidates(cand, 100, &ds, 1, CT_EVAL_TEST, true, 99);
     for (int j = 1; j <= 100; j++)
         CT_ASSERT(cand[j] == 9 || cand[j] == 10); /* TiSASRec's rule: not 7 or 8 either */
+    /* ... and on the valid split only the target (7) goes: the test item stays possible */
+    ct_eval_candidates(cand, 100, &ds, 1, CT_EVAL_VALID, true, 99);
+    bool saw_test = false;
+    for (int j = 1; j <= 100; j++) {
+        CT_ASSERT(cand[j] == 8 || cand[j] == 9 || cand[j] == 10);
+        saw_test |= cand[j] == 8;
+    }
+    CT_ASSERT(saw_test);
+    ct_data_free(&ds);
+}
+
+/* A row's own negatives (sampled softmax): outside the user's training items, keyed like the
+ * per-position ones, zeroed with the row. */
+static void test_row_negatives(void)
+{
+    ct_dataset_t ds;
+    make_dataset(&ds);
+    ct_batch_t b;
+    CT_ASSERT_OK(ct_batch_init(&b, 2, 8, 1, false));
+    CT_ASSERT_OK(ct_batch_add_row_neg(&b, 50));
+    ct_batch_fill_train(&b, 0, &ds, 1, 42, 7);
+    ct_batch_fill_train(&b, 1, &ds, 1, 42, 7);
+    CT_ASSERT(memcmp(b.row_neg, b.row_neg + 50, 50 * sizeof(int32_t)) == 0);
+    int seen[11] = {0};
+    for (int j = 0; j < 50; j++) {
+        int32_t n = b.row_neg[j];
+        CT_ASSERT(n >= 1 && n <= 10);
+        CT_ASSERT_MSG(!ct_data_in_train(&ds, 1, n), "row negative %d is a training item", n);
+        seen[n]++;
+    }
+    for (int i = 7; i <= 10; i++)
+        CT_ASSERT_MSG(seen[i] > 0, "item %d never drawn in 50 draws over 4 allowed items", i);
+    ct_batch_fill_train(&b, 1, &ds, 1, 42, 8);
+    CT_ASSERT(memcmp(b.row_neg, b.row_neg + 50, 50 * sizeof(int32_t)) != 0);
+    ct_batch_clear_row(&b, 1);
+    for (int j = 0; j < 50; j++)
+        CT_ASSERT_EQ(b.row_neg[50 + j], 0);
+    ct_batch_close(&b);
     ct_data_free(&ds);
 }
 
@@ -151,6 +189,7 @@ int main(void)
 {
     CT_RUN(test_train_rows);
     CT_RUN(test_eval_rows_and_candidates);
+    CT_RUN(test_row_negatives);
     CT_RUN(test_rank_and_metrics);
     return 0;
 }
