@@ -117,7 +117,7 @@ static int ctrun__typed(ctrun_rdzv_conf_t *c, ct_errbuf_t *eb)
     else if (interval_given)
         c->node_hb_timeout_s = c->keep_alive_interval_s * c->keep_alive_max_attempt;
     else
-        c->node_hb_timeout_s = 5.0;
+        c->node_hb_timeout_s = 4.0; /* + the store host's check period: lost within 5 s */
     if (c->node_hb_timeout_s <= c->node_hb_interval_s)
         return ct_errbuf_set(eb, CT_ERANGE_VALUE,
                              "heartbeat_timeout: %g s is not longer than the heartbeat interval "

@@ -37,7 +37,7 @@ typedef struct ctrun_rdzv_conf {
     /* ctrun's node heartbeats: every node_hb_interval_s, a node silent for node_hb_timeout_s
      * is lost. interval = keep_alive_interval when given, else 1 s; timeout = heartbeat_timeout
      * when given, else interval x keep_alive_max_attempt when keep_alive_interval is given
-     * (torchrun's rule), else 5 s. */
+     * (torchrun's rule), else 4 s (a dead node is declared lost within 5 s). */
     double node_hb_interval_s, node_hb_timeout_s;
     int is_host;             /* is_host: -1 unset (inferred), 0, 1 */
     const char *store_token; /* store_token: shared secret (points into items), or NULL */

@@ -516,11 +516,12 @@ int ctrun_rdzv_coord_init(ctrun_rdzv_coord_t *c, uv_loop_t *loop, ctrun_store_t 
         rc = ctrun_store_watch(store, key, watches[i].prefix, watches[i].cb, c, watches[i].out, eb);
     }
     if (rc == 0 && c->heartbeat_timeout_ms > 0) {
-        uint64_t period = (uint64_t)c->heartbeat_timeout_ms / 5;
+        /* A node is declared lost at most one period after its timeout. */
+        uint64_t period = (uint64_t)c->heartbeat_timeout_ms / 10;
         if (period < 50)
             period = 50;
-        if (period > 1000)
-            period = 1000;
+        if (period > 250)
+            period = 250;
         uv_timer_start(&c->check_timer, ctrun__check_cb, period, period);
     }
     if (rc != 0)
