@@ -8,7 +8,8 @@
  *   - --nnodes=2:3: two agents start a round after the last call; a third agent arriving
  *     later is included at the next round, which uses up no restart (--max_restarts=0);
  *   - SIGKILL of one agent of three: the others notice it through the heartbeats, stop their
- *     workers and re-form with two nodes (a restart used), and the job finishes;
+ *     workers and re-form with two nodes (a restart used), and the job finishes; the same with
+ *     ctrain, which resumes from its checkpoint on the smaller world and finishes training;
  *   - SIGKILL below MIN: the survivor exits 1 with a message naming the lost node, no worker
  *     left behind;
  *   - SIGKILL of the agent hosting the store: the other exits 1 naming the store, no orphans.
@@ -18,6 +19,8 @@
 #include <sys/socket.h>
 
 #include "ctrun_e2e.h"
+
+static const char *ctrain; /* argv[3] */
 
 #define AGENTS_MAX 3
 
@@ -261,6 +264,83 @@ static void test_sigkill_one_of_three_reforms(void)
         ct_child_close(&c[i]);
 }
 
+static void test_sigkill_during_ctrain(void)
+{
+    if (ctrain == NULL) {
+        printf("# skipped: no ctrain given\n");
+        return;
+    }
+    char d[AGENTS_MAX][600], ep[64], train_dir[600];
+    int port = e2e_free_port();
+    snprintf(ep, sizeof ep, "--rdzv_endpoint=127.0.0.1:%d", port);
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "train%d", i);
+        e2e_dir(d[i], sizeof d[i], name);
+    }
+    e2e_dir(train_dir, sizeof train_dir, "train_out");
+    ct_child_t c[AGENTS_MAX];
+    for (int i = 0; i < 3; i++) {
+        const char *const args[] = {"--rdzv_backend=c10d",
+                                    ep,
+                                    "--rdzv_id=train",
+                                    "--nnodes=2:3",
+                                    "--rdzv_conf=last_call_timeout=1,heartbeat_timeout=2",
+                                    "--max_restarts=3",
+                                    "--grace_period=5",
+                                    "--log_dir=/dev/null",
+                                    "--no_python",
+                                    ctrain,
+                                    "--train_dir",
+                                    train_dir,
+                                    "--num_epochs",
+                                    "40",
+                                    "--ckpt_every_steps",
+                                    "2",
+                                    "--eval_every",
+                                    "0",
+                                    "--dataset",
+                                    "synthetic:users=250,items=120,len=24,seed=5",
+                                    "--maxlen",
+                                    "20",
+                                    "--hidden_units",
+                                    "16",
+                                    "--num_heads",
+                                    "2",
+                                    "--batch_size",
+                                    "32",
+                                    "--seed",
+                                    "11",
+                                    NULL};
+        /* Every "node" is this machine: the ring may use loopback. */
+        const char *const env[] = {"OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1",
+                                   "CTRUN_COMM_ADDR=127.0.0.1", NULL};
+        e2e_start(&c[i], env, args);
+        if (i == 0)
+            wait_listening(port);
+    }
+    /* The three train; once a checkpoint exists, the third agent dies. */
+    int64_t deadline = ct_time_ms() + 60000;
+    while (!e2e_exists("%s/latest", train_dir)) {
+        for (int i = 0; i < 3; i++)
+            ct_child_poll_output(&c[i], 0);
+        CT_ASSERT_MSG(ct_time_ms() < deadline, "no checkpoint:\n%s", c[0].err ? c[0].err : "");
+        ct_sleep_ms(20);
+    }
+    kill(c[2].pid, SIGKILL);
+    wait_all(c, 2);
+    for (int i = 0; i < 2; i++)
+        CT_ASSERT_MSG(c[i].exit_code == 0, "agent %d exit %d:\n%s", i, c[i].exit_code, c[i].err);
+    /* Rank 0 lives on the first agent: it resumed on two ranks and finished all 40 epochs. */
+    CT_ASSERT_STR_CONTAINS(c[0].out, "# resumed from");
+    CT_ASSERT_STR_CONTAINS(c[0].out, "trained by 3 ranks");
+    CT_ASSERT_STR_CONTAINS(c[0].out, "# summary: {\"epochs\":40");
+    CT_ASSERT(e2e_exists("%s/final.safetensors", train_dir));
+    ct_child_close(&c[2]);
+    for (int i = 0; i < 2; i++)
+        ct_child_close(&c[i]);
+}
+
 static void test_sigkill_below_min(void)
 {
     char d[2][600], ep[64];
@@ -316,10 +396,12 @@ static void test_store_host_killed(void)
 int main(int argc, char **argv)
 {
     e2e_init(argc, argv, "test_ctrun_e2e_elastic");
+    ctrain = argc > 3 ? argv[3] : NULL;
     CT_RUN(test_three_static_nodes_and_a_restart);
     CT_RUN(test_three_c10d_nodes);
     CT_RUN(test_scale_up);
     CT_RUN(test_sigkill_one_of_three_reforms);
+    CT_RUN(test_sigkill_during_ctrain);
     CT_RUN(test_sigkill_below_min);
     CT_RUN(test_store_host_killed);
     return 0;
