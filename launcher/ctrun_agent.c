@@ -29,8 +29,11 @@
  */
 #include "ctrun_agent.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +57,7 @@ enum {
     CTRUN__KV_OK,          /* ADD /ctrun/a/<k>/ok */
     CTRUN__KV_FAILURES,    /* GET /ctrun/a/<k>/failures */
     CTRUN__KV_LEFT,        /* ADD /ctrun/left */
-    CTRUN__KV_HB,          /* SET /ctrun/hb/<id> */
+    CTRUN__KV_HB,          /* ADD /ctrun/hb/<id> */
 };
 
 typedef enum ctrun__event_kind {
@@ -979,24 +982,46 @@ static void ctrun__hb_cb(uv_timer_t *t)
         ctrun__step(a, &ev);
         return;
     }
-    char key[CTRUN_RDZV_KEY_MAX], val[32];
+    /* An ADD, not a SET: the store answers it, so a reply proves the round trip (a SET has no
+     * reply and "succeeds" into the socket buffer of a dead link). */
+    char key[CTRUN_RDZV_KEY_MAX];
     ctrun_rdzv_key(key, "hb/%d", a->rdzv.node_id);
-    snprintf(val, sizeof val, "%llu", (unsigned long long)++a->hb_seq);
-    ctrun__kv(a, ctrun_kv_set(a->kv, key, val, ctrun__tag(a, CTRUN__KV_HB)));
+    a->hb_seq++;
+    ctrun__kv(a, ctrun_kv_add(a->kv, key, 1, ctrun__tag(a, CTRUN__KV_HB)));
 }
 
 /* ---- set-up ---------------------------------------------------------------------------------- */
 
-/* c10d: does the endpoint name this machine? (torchrun's is_host inference, simplified to the
- * names a test or a user writes: loopback, localhost, this host's names, --local_addr.) */
+/* c10d: does the endpoint name this machine? (torchrun's is_host inference: loopback,
+ * localhost, this host's names, --local_addr, or an address of one of its interfaces.) */
 static bool ctrun__endpoint_is_local(const ctrun_config_t *cfg, const char *fqdn)
 {
     const char *h = cfg->store_addr.host;
     char name[256] = "";
     gethostname(name, sizeof name - 1);
-    return strcmp(h, "localhost") == 0 || strncmp(h, "127.", 4) == 0 || strcmp(h, "::1") == 0 ||
-           strcmp(h, name) == 0 || strcmp(h, fqdn) == 0 ||
-           (cfg->local_addr != NULL && strcmp(h, cfg->local_addr) == 0);
+    if (strcmp(h, "localhost") == 0 || strncmp(h, "127.", 4) == 0 || strcmp(h, "::1") == 0 ||
+        strcmp(h, name) == 0 || strcmp(h, fqdn) == 0 ||
+        (cfg->local_addr != NULL && strcmp(h, cfg->local_addr) == 0))
+        return true;
+    /* An address literal of one of this machine's interfaces. */
+    unsigned char want[16];
+    int family = inet_pton(AF_INET, h, want) == 1    ? AF_INET
+                 : inet_pton(AF_INET6, h, want) == 1 ? AF_INET6
+                                                     : 0;
+    struct ifaddrs *list = NULL;
+    if (family == 0 || getifaddrs(&list) != 0)
+        return false;
+    bool found = false;
+    for (struct ifaddrs *i = list; i != NULL && !found; i = i->ifa_next) {
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != family)
+            continue;
+        const void *got = family == AF_INET
+                              ? (const void *)&((struct sockaddr_in *)i->ifa_addr)->sin_addr
+                              : (const void *)&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr;
+        found = memcmp(got, want, family == AF_INET ? 4 : 16) == 0;
+    }
+    freeifaddrs(list);
+    return found;
 }
 
 static int ctrun__setup_store(ctrun_agent_t *a, ct_errbuf_t *eb)

@@ -14,8 +14,9 @@
  *   /ctrun/node/<id>           "<nproc> <pid> <nonce> <host>": the agent holding node id <id>
  *                              (static: id = --node_rank; c10d: join order). COMPARE_SET from
  *                              missing, so an id is taken once.
- *   /ctrun/hb/<id>             the node's heartbeat counter, SET every keep_alive_interval; the
- *                              coordinator times the writes with its own clock.
+ *   /ctrun/hb/<id>             the node's heartbeat counter, ADDed every keep_alive_interval (an
+ *                              ADD is answered, so the agent also learns the store is there);
+ *                              the coordinator times the writes with its own clock.
  *   /ctrun/round               the round a newly registered agent should join (the open round,
  *                              or the running one: a late joiner learns from its plan that it is
  *                              not in it and waits for the next).
