@@ -90,9 +90,7 @@ static void start_node(ct_child_t *c, int i, int port, const char *dir, const ch
 {
     char ep[64], local[64];
     snprintf(ep, sizeof ep, "--rdzv_endpoint=%s:%d", addr[0], port);
-    /* Node 0 finds out that it hosts the store from its interface's address; node 1 names
-     * itself with --local_addr. */
-    snprintf(local, sizeof local, i == 0 ? "--role=default" : "--local_addr=%s", addr[i]);
+    snprintf(local, sizeof local, "--local_addr=%s", addr[i]);
     const char *args[48] = {"ip",
                             "netns",
                             "exec",
@@ -103,15 +101,17 @@ static void start_node(ct_child_t *c, int i, int port, const char *dir, const ch
                             "--rdzv_id=netns",
                             "--nnodes=2",
                             "--nproc_per_node=2",
-                            local,
                             "--rdzv_conf=heartbeat_timeout=2,keep_alive_interval=0.5",
                             "--grace_period=5",
-                            "--log_dir=/dev/null",
-                            "--no_python",
-                            e2e_worker,
-                            "--dir",
-                            dir};
-    size_t n = 18;
+                            "--log_dir=/dev/null"};
+    size_t n = 13;
+    /* Node 0 finds out that it hosts the store from its interface's address; node 1 names
+     * itself with --local_addr. */
+    if (i == 1)
+        args[n++] = local;
+    const char *const tail[] = {"--no_python", e2e_worker, "--dir", dir};
+    for (size_t j = 0; j < 4; j++)
+        args[n++] = tail[j];
     for (size_t j = 0; work[j] != NULL && n + 1 < 48; j++)
         args[n++] = work[j];
     args[n] = NULL;
