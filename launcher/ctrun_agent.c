@@ -539,6 +539,10 @@ static void ctrun__progress(ctrun_agent_t *a)
             ct_log_error("this node (node %d) was declared lost by the rendezvous store's host: "
                          "its heartbeats did not arrive within %g s; leaving the job",
                          a->outcome_node, (double)a->hb_timeout_ms / 1000.0);
+        } else if (a->rdzv_kind == CTRUN_RDZV_KIND_STATIC) {
+            ct_log_error("node %d (%s) was lost; a static job cannot go on without it (the "
+                         "c10d backend with --nnodes MIN:MAX can)",
+                         a->outcome_node, a->outcome_host);
         } else if (left > 0) {
             ct_log_warn("node %d (%s) was lost; re-forming the job without it (%d/%d restarts "
                         "left)",
@@ -969,9 +973,13 @@ static void ctrun__hb_cb(uv_timer_t *t)
     uint64_t now = uv_now(&a->loop);
     if (!a->hb_on) {
         a->hb_on = true;
-        a->hb_ok_ms = now;
+        a->hb_ok_ms = a->hb_tick_ms = now;
     }
-    if (!a->is_host && now - a->hb_ok_ms > a->hb_timeout_ms) {
+    /* After a stall of this loop, replies that arrived meanwhile are read after the timers:
+     * judge the silence on the next tick. */
+    bool late = now - a->hb_tick_ms > 2 * a->hb_interval_ms;
+    a->hb_tick_ms = now;
+    if (!a->is_host && !late && now - a->hb_ok_ms > a->hb_timeout_ms) {
         char why[256];
         snprintf(why, sizeof why,
                  "no heartbeat reply for %.1f s (heartbeat_timeout %.1f s): the node hosting the "

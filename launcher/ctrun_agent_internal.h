@@ -113,7 +113,7 @@ struct ctrun_agent {
     /* node heartbeats (multi-node jobs): written every interval once registered; a client
      * that gets no reply for the timeout has lost the store's host */
     uv_timer_t hb_timer;
-    uint64_t hb_seq, hb_ok_ms;
+    uint64_t hb_seq, hb_ok_ms, hb_tick_ms;
     bool hb_on;
     uint64_t hb_interval_ms, hb_timeout_ms;
     bool killed; /* SIGKILL already sent to this attempt's workers */

@@ -8,7 +8,8 @@
  * Heartbeats are timed with this process's monotonic clock when their writes arrive, so agents'
  * clocks never need to agree. A stalled loop (a stopped or overloaded host) would see every
  * heartbeat as late at once; a check that runs much later than scheduled therefore restarts
- * every node's clock instead of declaring anyone lost.
+ * every node's clock instead of declaring anyone lost, and one that is merely late waits for
+ * the next (timers run before the loop reads the heartbeats that arrived during the stall).
  *
  * Deliberately not here: the agents' side (ctrun_rdzv.c), outcomes other than "lost" and
  * "rejoin", and what agents do about them (ctrun_agent.c).
@@ -333,7 +334,11 @@ static void ctrun__check_cb(uv_timer_t *t)
         c->last_check_ms = now;
         return;
     }
+    bool late = c->last_check_ms != 0 && now - c->last_check_ms > 2 * period;
     c->last_check_ms = now;
+    /* A late check runs before the loop has read what arrived meanwhile: judge next time. */
+    if (late)
+        return;
     for (int id = 0; id < c->nnode_slots; id++) {
         ctrun_rdzv_node_t *nd = &c->nodes[id];
         if (ctrun__alive(nd) && now - nd->last_seen > (uint64_t)c->heartbeat_timeout_ms)

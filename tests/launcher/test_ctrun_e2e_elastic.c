@@ -12,7 +12,9 @@
  *     ctrain, which resumes from its checkpoint on the smaller world and finishes training;
  *   - SIGKILL below MIN: the survivor exits 1 with a message naming the lost node, no worker
  *     left behind;
- *   - SIGKILL of the agent hosting the store: the other exits 1 naming the store, no orphans.
+ *   - SIGKILL of the agent hosting the store: the other exits 1 naming the store, no orphans;
+ *   - SIGKILL of a static node: node 0 stops at once and exits 1 naming it (a static job cannot
+ *     re-form), well before any worker would have ended.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -393,6 +395,44 @@ static void test_store_host_killed(void)
     ct_child_close(&c[1]);
 }
 
+static void test_static_node_lost(void)
+{
+    char d[2][600], port[32], rank[32];
+    snprintf(port, sizeof port, "--master_port=%d", e2e_free_port());
+    e2e_dir(d[0], sizeof d[0], "stlost0");
+    e2e_dir(d[1], sizeof d[1], "stlost1");
+    ct_child_t c[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(rank, sizeof rank, "--node_rank=%d", i);
+        const char *const args[] = {"--nnodes=2",
+                                    rank,
+                                    port,
+                                    "--max_restarts=2",
+                                    "--rdzv_conf=heartbeat_timeout=2,keep_alive_interval=0.5",
+                                    "--log_dir=/dev/null",
+                                    "--no_python",
+                                    "WORKER",
+                                    "--dir",
+                                    d[i],
+                                    "--sleep-ms",
+                                    "60000",
+                                    NULL};
+        e2e_start(&c[i], NULL, args);
+    }
+    for (int i = 0; i < 2; i++)
+        CT_ASSERT_MSG(e2e_wait_starts(d[i], 1, 30000), "node %d did not start", i);
+    kill(c[1].pid, SIGKILL);
+    wait_all(c, 1);
+    CT_ASSERT_MSG(c[0].exit_code == 1, "exit %d:\n%s", c[0].exit_code, c[0].err);
+    CT_ASSERT_STR_CONTAINS(c[0].err, "was lost; a static job cannot go on without it");
+    CT_ASSERT_MSG(c[0].elapsed_ms < 40000, "took %lld ms", (long long)c[0].elapsed_ms);
+    CT_ASSERT_EQ(e2e_count_starts(d[0], -1), 1);
+    CT_ASSERT(e2e_all_gone(d[0], 10000));
+    CT_ASSERT(e2e_all_gone(d[1], 10000));
+    ct_child_close(&c[0]);
+    ct_child_close(&c[1]);
+}
+
 int main(int argc, char **argv)
 {
     e2e_init(argc, argv, "test_ctrun_e2e_elastic");
@@ -404,5 +444,6 @@ int main(int argc, char **argv)
     CT_RUN(test_sigkill_during_ctrain);
     CT_RUN(test_sigkill_below_min);
     CT_RUN(test_store_host_killed);
+    CT_RUN(test_static_node_lost);
     return 0;
 }
