@@ -4,7 +4,8 @@
  *   - three static nodes with 1, 2 and 3 workers: RANK, GROUP_RANK, WORLD_SIZE and
  *     LOCAL_WORLD_SIZE add up on every worker; a worker failing on node 1 restarts the workers
  *     of every node;
- *   - three c10d nodes with different worker counts: ranks by join order, one world size;
+ *   - three c10d nodes with different worker counts: ranks by join order, one world size; a
+ *     worker failing on one node restarts every node's workers (restart count 1 everywhere);
  *   - --nnodes=2:3: two agents start a round after the last call; a third agent arriving
  *     later is included at the next round, which uses up no restart (--max_restarts=0);
  *   - SIGKILL of one agent of three: the others notice it through the heartbeats, stop their
@@ -160,6 +161,62 @@ static void test_three_c10d_nodes(void)
         CT_ASSERT_MSG(c[i].exit_code == 0, "agent %d exit %d:\n%s", i, c[i].exit_code, c[i].err);
     int g[6];
     check_ranks(d, 3, 0, 6, 3, g);
+    for (int i = 0; i < 3; i++)
+        ct_child_close(&c[i]);
+}
+
+static void test_three_c10d_nodes_restart(void)
+{
+    char d[AGENTS_MAX][600], ep[64];
+    int port = e2e_free_port();
+    snprintf(ep, sizeof ep, "--rdzv_endpoint=127.0.0.1:%d", port);
+    ct_child_t c[AGENTS_MAX];
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "c10dre%d", i);
+        e2e_dir(d[i], sizeof d[i], name);
+        /* Rank 1 fails in attempt 0; everyone else sleeps 2 s (and is stopped early). */
+        const char *const args[] = {"--rdzv_backend=c10d",
+                                    ep,
+                                    "--rdzv_id=three",
+                                    "--nnodes=3",
+                                    "--nproc_per_node=1",
+                                    "--max_restarts=1",
+                                    "--log_dir=/dev/null",
+                                    "--no_python",
+                                    "WORKER",
+                                    "--dir",
+                                    d[i],
+                                    "--when-attempt",
+                                    "0",
+                                    "--when-rank",
+                                    "1",
+                                    "--delay-ms",
+                                    "300",
+                                    "--exit",
+                                    "7",
+                                    "--sleep-ms",
+                                    "2000",
+                                    NULL};
+        e2e_start(&c[i], NULL, args);
+        if (i == 0)
+            wait_listening(port);
+    }
+    wait_all(c, 3);
+    int failed_node = -1;
+    for (int i = 0; i < 3; i++) {
+        CT_ASSERT_MSG(c[i].exit_code == 0, "agent %d exit %d:\n%s", i, c[i].exit_code, c[i].err);
+        CT_ASSERT_EQ(e2e_count_starts(d[i], 0), 1);
+        CT_ASSERT_EQ(e2e_count_starts(d[i], 1), 1);
+        if (strstr(c[i].err, "failed (exitcode: 7)") != NULL)
+            failed_node = i;
+    }
+    CT_ASSERT(failed_node >= 0);
+    for (int i = 0; i < 3; i++)
+        if (i != failed_node)
+            CT_ASSERT_STR_CONTAINS(c[i].err, "attempt 0 failed on node 1");
+    int g[3];
+    check_ranks(d, 3, 1, 3, 3, g);
     for (int i = 0; i < 3; i++)
         ct_child_close(&c[i]);
 }
@@ -439,6 +496,7 @@ int main(int argc, char **argv)
     ctrain = argc > 3 ? argv[3] : NULL;
     CT_RUN(test_three_static_nodes_and_a_restart);
     CT_RUN(test_three_c10d_nodes);
+    CT_RUN(test_three_c10d_nodes_restart);
     CT_RUN(test_scale_up);
     CT_RUN(test_sigkill_one_of_three_reforms);
     CT_RUN(test_sigkill_during_ctrain);
