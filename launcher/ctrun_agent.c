@@ -303,8 +303,11 @@ static void ctrun__done(ctrun_agent_t *a, int exit_code)
     }
     ctrun_kv_close(a->kv);
     a->kv = NULL;
-    if (a->coord_open)
+    if (a->coord_open) {
+        /* Nodes still waiting to join learn why no round will come. */
+        ctrun_rdzv_coord_shut(&a->coord, "the job has ended (its store's host is leaving)");
         ctrun_rdzv_coord_close(&a->coord);
+    }
     a->coord_open = false;
     if (a->store != NULL && !a->store_closing) {
         a->store_closing = true;

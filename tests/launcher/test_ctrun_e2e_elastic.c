@@ -8,6 +8,8 @@
  *     worker failing on one node restarts every node's workers (restart count 1 everywhere);
  *   - --nnodes=2:3: two agents start a round after the last call; a third agent arriving
  *     later is included at the next round, which uses up no restart (--max_restarts=0);
+ *   - a node arriving at a job that already has its MAX nodes waits, and leaves with "the job
+ *     has finished" when it does;
  *   - SIGKILL of one agent of three: the others notice it through the heartbeats, stop their
  *     workers and re-form with two nodes (a restart used), and the job finishes; the same with
  *     ctrain, which resumes from its checkpoint on the smaller world and finishes training;
@@ -287,6 +289,35 @@ static void test_scale_up(void)
         ct_child_close(&c[i]);
 }
 
+static void test_full_job_newcomer_waits(void)
+{
+    char d[AGENTS_MAX][600], ep[64];
+    int port = e2e_free_port();
+    snprintf(ep, sizeof ep, "--rdzv_endpoint=127.0.0.1:%d", port);
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "full%d", i);
+        e2e_dir(d[i], sizeof d[i], name);
+    }
+    const char *const work[] = {"--sleep-ms", "3000", NULL};
+    ct_child_t c[AGENTS_MAX];
+    start_elastic(&c[0], ep, "--nnodes=2", d[0], "0", work);
+    wait_listening(port);
+    start_elastic(&c[1], ep, "--nnodes=2", d[1], "0", work);
+    for (int i = 0; i < 2; i++)
+        CT_ASSERT_MSG(e2e_wait_starts(d[i], 1, 30000), "node %d did not start", i);
+    start_elastic(&c[2], ep, "--nnodes=2", d[2], "0", work);
+    wait_all(c, 3);
+    for (int i = 0; i < 2; i++)
+        CT_ASSERT_MSG(c[i].exit_code == 0, "agent %d exit %d:\n%s", i, c[i].exit_code, c[i].err);
+    CT_ASSERT_MSG(c[2].exit_code == 1, "newcomer exit %d:\n%s", c[2].exit_code, c[2].err);
+    CT_ASSERT_STR_CONTAINS(c[2].err, "the rendezvous is closed: the job has finished");
+    CT_ASSERT_EQ(e2e_count_starts(d[0], -1), 1); /* no restart for a node that had no room */
+    CT_ASSERT_EQ(e2e_count_starts(d[2], -1), 0);
+    for (int i = 0; i < 3; i++)
+        ct_child_close(&c[i]);
+}
+
 static void test_sigkill_one_of_three_reforms(void)
 {
     char d[AGENTS_MAX][600], ep[64];
@@ -498,6 +529,7 @@ int main(int argc, char **argv)
     CT_RUN(test_three_c10d_nodes);
     CT_RUN(test_three_c10d_nodes_restart);
     CT_RUN(test_scale_up);
+    CT_RUN(test_full_job_newcomer_waits);
     CT_RUN(test_sigkill_one_of_three_reforms);
     CT_RUN(test_sigkill_during_ctrain);
     CT_RUN(test_sigkill_below_min);
