@@ -224,8 +224,13 @@ static void test_three_c10d_nodes_restart(void)
 }
 
 /* Starts c10d agent i of a --nnodes=nnodes job on ep whose workers run `work`. */
-static void start_elastic(ct_child_t *c, const char *ep, const char *nnodes, const char *dir,
-                          const char *max_restarts, const char *const *work)
+/* Last calls: SHORT where a round of MIN < MAX nodes is meant to start; LONG where all MAX
+ * agents start together, so that a slow third agent on a loaded machine cannot miss round 0. */
+#define SHORT "--rdzv_conf=last_call_timeout=1,join_timeout=60"
+#define LONG  "--rdzv_conf=last_call_timeout=30,join_timeout=60"
+
+static void start_elastic(ct_child_t *c, const char *ep, const char *nnodes, const char *conf,
+                          const char *dir, const char *max_restarts, const char *const *work)
 {
     char mr[32];
     snprintf(mr, sizeof mr, "--max_restarts=%s", max_restarts);
@@ -233,7 +238,7 @@ static void start_elastic(ct_child_t *c, const char *ep, const char *nnodes, con
                             ep,
                             "--rdzv_id=elastic",
                             nnodes,
-                            "--rdzv_conf=last_call_timeout=1,join_timeout=60",
+                            conf,
                             mr,
                             "--grace_period=5",
                             "--log_dir=/dev/null",
@@ -262,13 +267,13 @@ static void test_scale_up(void)
     /* Workers sleep while the world has 2 workers, and exit 0 once it has 3. */
     const char *const work[] = {"--when-world", "3", "--exit", "0", "--sleep-ms", "60000", NULL};
     ct_child_t c[AGENTS_MAX];
-    start_elastic(&c[0], ep, "--nnodes=2:3", d[0], "0", work);
+    start_elastic(&c[0], ep, "--nnodes=2:3", SHORT, d[0], "0", work);
     wait_listening(port);
-    start_elastic(&c[1], ep, "--nnodes=2:3", d[1], "0", work);
+    start_elastic(&c[1], ep, "--nnodes=2:3", SHORT, d[1], "0", work);
     /* The round of two starts after the last call (1 s). */
     CT_ASSERT_MSG(e2e_wait_starts(d[0], 1, 30000) && e2e_wait_starts(d[1], 1, 30000),
                   "the first two nodes did not start:\n%s", c[0].err ? c[0].err : "");
-    start_elastic(&c[2], ep, "--nnodes=2:3", d[2], "0", work);
+    start_elastic(&c[2], ep, "--nnodes=2:3", SHORT, d[2], "0", work);
     wait_all(c, 3);
     for (int i = 0; i < 3; i++)
         CT_ASSERT_MSG(c[i].exit_code == 0, "agent %d exit %d:\n%s", i, c[i].exit_code, c[i].err);
@@ -301,12 +306,12 @@ static void test_full_job_newcomer_waits(void)
     }
     const char *const work[] = {"--sleep-ms", "3000", NULL};
     ct_child_t c[AGENTS_MAX];
-    start_elastic(&c[0], ep, "--nnodes=2", d[0], "0", work);
+    start_elastic(&c[0], ep, "--nnodes=2", SHORT, d[0], "0", work);
     wait_listening(port);
-    start_elastic(&c[1], ep, "--nnodes=2", d[1], "0", work);
+    start_elastic(&c[1], ep, "--nnodes=2", SHORT, d[1], "0", work);
     for (int i = 0; i < 2; i++)
         CT_ASSERT_MSG(e2e_wait_starts(d[i], 1, 30000), "node %d did not start", i);
-    start_elastic(&c[2], ep, "--nnodes=2", d[2], "0", work);
+    start_elastic(&c[2], ep, "--nnodes=2", SHORT, d[2], "0", work);
     wait_all(c, 3);
     for (int i = 0; i < 2; i++)
         CT_ASSERT_MSG(c[i].exit_code == 0, "agent %d exit %d:\n%s", i, c[i].exit_code, c[i].err);
@@ -330,10 +335,10 @@ static void test_sigkill_one_of_three_reforms(void)
     }
     const char *const work[] = {"--when-world", "2", "--exit", "0", "--sleep-ms", "60000", NULL};
     ct_child_t c[AGENTS_MAX];
-    start_elastic(&c[0], ep, "--nnodes=2:3", d[0], "3", work);
+    start_elastic(&c[0], ep, "--nnodes=2:3", LONG, d[0], "3", work);
     wait_listening(port);
-    start_elastic(&c[1], ep, "--nnodes=2:3", d[1], "3", work);
-    start_elastic(&c[2], ep, "--nnodes=2:3", d[2], "3", work);
+    start_elastic(&c[1], ep, "--nnodes=2:3", LONG, d[1], "3", work);
+    start_elastic(&c[2], ep, "--nnodes=2:3", LONG, d[2], "3", work);
     for (int i = 0; i < 3; i++)
         CT_ASSERT_MSG(e2e_wait_starts(d[i], 1, 30000), "node %d did not start", i);
     int64_t t0 = ct_time_ms();
@@ -375,7 +380,7 @@ static void test_sigkill_during_ctrain(void)
                                     ep,
                                     "--rdzv_id=train",
                                     "--nnodes=2:3",
-                                    "--rdzv_conf=last_call_timeout=1,heartbeat_timeout=2",
+                                    "--rdzv_conf=last_call_timeout=30,heartbeat_timeout=2",
                                     "--max_restarts=3",
                                     "--grace_period=5",
                                     "--log_dir=/dev/null",
@@ -440,9 +445,9 @@ static void test_sigkill_below_min(void)
     e2e_dir(d[1], sizeof d[1], "min1");
     const char *const work[] = {"--sleep-ms", "60000", NULL};
     ct_child_t c[2];
-    start_elastic(&c[0], ep, "--nnodes=2:3", d[0], "3", work);
+    start_elastic(&c[0], ep, "--nnodes=2:3", SHORT, d[0], "3", work);
     wait_listening(port);
-    start_elastic(&c[1], ep, "--nnodes=2:3", d[1], "3", work);
+    start_elastic(&c[1], ep, "--nnodes=2:3", SHORT, d[1], "3", work);
     for (int i = 0; i < 2; i++)
         CT_ASSERT_MSG(e2e_wait_starts(d[i], 1, 30000), "node %d did not start", i);
     kill(c[1].pid, SIGKILL);
@@ -465,9 +470,9 @@ static void test_store_host_killed(void)
     e2e_dir(d[1], sizeof d[1], "host1");
     const char *const work[] = {"--sleep-ms", "60000", NULL};
     ct_child_t c[2];
-    start_elastic(&c[0], ep, "--nnodes=2", d[0], "3", work);
+    start_elastic(&c[0], ep, "--nnodes=2", SHORT, d[0], "3", work);
     wait_listening(port);
-    start_elastic(&c[1], ep, "--nnodes=2", d[1], "3", work);
+    start_elastic(&c[1], ep, "--nnodes=2", SHORT, d[1], "3", work);
     for (int i = 0; i < 2; i++)
         CT_ASSERT_MSG(e2e_wait_starts(d[i], 1, 30000), "node %d did not start", i);
     int64_t t0 = ct_time_ms();
