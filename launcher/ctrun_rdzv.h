@@ -78,7 +78,7 @@ extern "C" {
 #define CTRUN_RDZV_PREFIX  "/ctrun/"
 #define CTRUN_RDZV_KEY_MAX 256
 
-/* The largest node count a plan can describe. */
+/* The largest node count a plan can describe (CTRUN_MAX_NODES of the command line). */
 #define CTRUN_RDZV_MAX_NODES 4096
 
 /* Tags of the kv requests the rendezvous makes: the top byte marks them, so the agent can route

@@ -487,6 +487,9 @@ static void test_standalone(void)
                   CT_EPARSE);
     CT_ASSERT_STR_EQ(eb.msg, "--standalone runs a single-node job, but --nnodes asks for at "
                              "least 2 nodes");
+    /* A rendezvous plan lists every node: there is a ceiling. */
+    CT_ASSERT_ERR(ct__parse(&a, ct__noenv, &eb, "--nnodes=1:5000", "w.py", NULL), CT_ERANGE_VALUE);
+    CT_ASSERT_STR_EQ(eb.msg, "--nnodes: \"1:5000\": at most 4096 nodes");
 }
 
 static void test_store_address(void)
