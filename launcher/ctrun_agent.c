@@ -29,8 +29,11 @@
  */
 #include "ctrun_agent.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +57,7 @@ enum {
     CTRUN__KV_OK,          /* ADD /ctrun/a/<k>/ok */
     CTRUN__KV_FAILURES,    /* GET /ctrun/a/<k>/failures */
     CTRUN__KV_LEFT,        /* ADD /ctrun/left */
+    CTRUN__KV_HB,          /* ADD /ctrun/hb/<id> */
 };
 
 typedef enum ctrun__event_kind {
@@ -67,6 +71,7 @@ typedef enum ctrun__event_kind {
     CTRUN__EV_GRACE,        /* the grace period after SIGTERM is over */
     CTRUN__EV_LEFT,         /* host: value = agents that left, -1 = coordinator error */
     CTRUN__EV_BARRIER_TIMEOUT,
+    CTRUN__EV_STORE_GONE, /* a heartbeat failed or got no reply in time (client agents) */
 } ctrun__event_kind_t;
 
 typedef struct ctrun__event {
@@ -142,6 +147,10 @@ static ctrun_outcome_t ctrun__parse_outcome(const char *text, int *node, int *si
         return CTRUN_OUTCOME_FAILED;
     if (sscanf(text, "stopped %d %d", node, sig) == 2)
         return CTRUN_OUTCOME_STOPPED;
+    if (sscanf(text, "lost %d", node) == 1)
+        return CTRUN_OUTCOME_LOST;
+    if (sscanf(text, "rejoin %d", node) == 1)
+        return CTRUN_OUTCOME_REJOIN;
     return CTRUN_OUTCOME_NONE;
 }
 
@@ -150,6 +159,9 @@ static void ctrun__note_outcome(ctrun_agent_t *a, const char *text)
     if (a->outcome != CTRUN_OUTCOME_NONE)
         return;
     a->outcome = ctrun__parse_outcome(text, &a->outcome_node, &a->outcome_signal);
+    snprintf(a->outcome_host, sizeof a->outcome_host, "?");
+    if (a->outcome == CTRUN_OUTCOME_LOST)
+        sscanf(text, "lost %*d %63s", a->outcome_host);
     if (a->outcome == CTRUN_OUTCOME_NONE)
         ct_log_warn("ignoring a malformed outcome of attempt %d: \"%.64s\"", a->attempt, text);
 }
@@ -278,6 +290,7 @@ static void ctrun__done(ctrun_agent_t *a, int exit_code)
     uv_timer_stop(&a->rdzv_timer);
     uv_timer_stop(&a->watchdog_timer);
     uv_timer_stop(&a->barrier_timer);
+    uv_timer_stop(&a->hb_timer);
     /* Whatever is still alive (a signal during a rendezvous never started workers; a lost
      * store leaves none running) must not outlive the agent. */
     for (int i = 0; i < a->nworkers; i++) {
@@ -290,8 +303,11 @@ static void ctrun__done(ctrun_agent_t *a, int exit_code)
     }
     ctrun_kv_close(a->kv);
     a->kv = NULL;
-    if (a->coord_open)
+    if (a->coord_open) {
+        /* Nodes still waiting to join learn why no round will come. */
+        ctrun_rdzv_coord_shut(&a->coord, "the job has ended (its store's host is leaving)");
         ctrun_rdzv_coord_close(&a->coord);
+    }
     a->coord_open = false;
     if (a->store != NULL && !a->store_closing) {
         a->store_closing = true;
@@ -304,6 +320,13 @@ static void ctrun__done(ctrun_agent_t *a, int exit_code)
     uv_close((uv_handle_t *)&a->rdzv_timer, ctrun__close_cb);
     uv_close((uv_handle_t *)&a->watchdog_timer, ctrun__close_cb);
     uv_close((uv_handle_t *)&a->barrier_timer, ctrun__close_cb);
+    uv_close((uv_handle_t *)&a->hb_timer, ctrun__close_cb);
+}
+
+/* How many other nodes the host waits for at the exit barrier: a lost node never comes. */
+static int ctrun__barrier_target(const ctrun_agent_t *a)
+{
+    return a->plan.nnodes - 1 - (a->outcome == CTRUN_OUTCOME_LOST ? 1 : 0);
 }
 
 /* The job is over for this node: the exit barrier, then DONE. */
@@ -327,7 +350,7 @@ static void ctrun__finish(ctrun_agent_t *a, int exit_code)
             ctrun__done(a, exit_code);
         return;
     }
-    if (a->coord.left >= a->plan.nnodes - 1) {
+    if (a->coord.left >= ctrun__barrier_target(a)) {
         ctrun__done(a, exit_code);
         return;
     }
@@ -420,6 +443,7 @@ static void ctrun__start_workers(ctrun_agent_t *a)
 {
     ct_errbuf_t eb = {{0}};
     uv_timer_stop(&a->rdzv_timer);
+    a->attempt = a->rdzv.attempt; /* a new node learns the round from the rendezvous */
     a->plan = a->rdzv.plan;
     if (ctrun_group_prepare(a, &eb) != 0) {
         ct_log_error("preparing attempt %d: %s", a->attempt, eb.msg);
@@ -504,7 +528,40 @@ static void ctrun__progress(ctrun_agent_t *a)
         ctrun__finish(a, 0);
         return;
     }
-    int left = a->plan.max_restarts - a->attempt;
+    if (a->outcome == CTRUN_OUTCOME_REJOIN) {
+        /* torchrun's membership change: a restart that uses up nothing. */
+        ct_log_info("[%s] Detected new nodes (node %d waits to join); will restart worker group",
+                    a->cfg->role, a->outcome_node);
+        ctrun_group_free(a);
+        ctrun__start_rendezvous(a, a->attempt + 1);
+        return;
+    }
+    int left = a->plan.max_restarts - a->plan.restarts;
+    if (a->outcome == CTRUN_OUTCOME_LOST) {
+        if (a->outcome_node == a->rdzv.node_id) {
+            ct_log_error("this node (node %d) was declared lost by the rendezvous store's host: "
+                         "its heartbeats did not arrive within %g s; leaving the job",
+                         a->outcome_node, (double)a->hb_timeout_ms / 1000.0);
+        } else if (a->rdzv_kind == CTRUN_RDZV_KIND_STATIC) {
+            ct_log_error("node %d (%s) was lost; a static job cannot go on without it (the "
+                         "c10d backend with --nnodes MIN:MAX can)",
+                         a->outcome_node, a->outcome_host);
+        } else if (left > 0) {
+            ct_log_warn("node %d (%s) was lost; re-forming the job without it (%d/%d restarts "
+                        "left)",
+                        a->outcome_node, a->outcome_host, left, a->plan.max_restarts);
+            ctrun_group_free(a);
+            ctrun__start_rendezvous(a, a->attempt + 1);
+            return;
+        } else {
+            ct_log_error("node %d (%s) was lost and no restart is left (--max_restarts=%d); "
+                         "the job stops",
+                         a->outcome_node, a->outcome_host, a->plan.max_restarts);
+        }
+        ctrun_group_free(a);
+        ctrun__finish(a, CTRUN_EXIT_FAILED);
+        return;
+    }
     if (left > 0) {
         ct_log_info("[%s] Worker group FAILED. %d/%d attempts left; will restart worker group",
                     a->cfg->role, left, a->plan.max_restarts);
@@ -544,6 +601,16 @@ static void ctrun__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
         return;
     }
     unsigned kind = CTRUN_TAG_KIND(r->tag);
+    if (kind == CTRUN__KV_HB) {
+        if (r->rc == 0) {
+            a->hb_ok_ms = uv_now(&a->loop);
+        } else if (r->rc != -ECANCELED && a->state != CTRUN_AGENT_DONE) {
+            ctrun__event_t ev = {.kind = CTRUN__EV_STORE_GONE};
+            ctrun__store_lost(a, r->error);
+            ctrun__step(a, &ev);
+        }
+        return;
+    }
     if (kind == CTRUN__KV_LEFT) {
         if (a->state == CTRUN_AGENT_EXITING)
             ctrun__done(a, a->exit_code);
@@ -578,6 +645,13 @@ static void ctrun__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
             if (a->outcome == CTRUN_OUTCOME_FAILED)
                 ct_log_warn("attempt %d failed on node %d; stopping this node's workers",
                             a->attempt, a->outcome_node);
+            else if (a->outcome == CTRUN_OUTCOME_LOST)
+                ct_log_warn("node %d (%s) is lost (no heartbeat); stopping this node's workers",
+                            a->outcome_node, a->outcome_host);
+            else if (a->outcome == CTRUN_OUTCOME_REJOIN)
+                ct_log_info("node %d waits to join; stopping this node's workers to re-form the "
+                            "job",
+                            a->outcome_node);
             ctrun__stop_workers(a, SIGTERM);
             ctrun__set_state(a, CTRUN_AGENT_STOPPING);
         }
@@ -702,6 +776,31 @@ static void ctrun__on_watchdog(ctrun_agent_t *a, int i)
     ctrun__set_state(a, CTRUN_AGENT_STOPPING);
 }
 
+/* The store's host is gone (or cut off): nobody can coordinate this node any more. */
+static void ctrun__on_store_gone(ctrun_agent_t *a)
+{
+    switch (a->state) {
+    case CTRUN_AGENT_INIT:
+    case CTRUN_AGENT_RENDEZVOUS:
+        ctrun__done(a, CTRUN_EXIT_FAILED);
+        return;
+    case CTRUN_AGENT_RUNNING:
+    case CTRUN_AGENT_SUCCEEDED:
+        ctrun__stop_workers(a, SIGTERM);
+        ctrun__set_state(a, CTRUN_AGENT_STOPPING);
+        ctrun__progress(a);
+        return;
+    case CTRUN_AGENT_STOPPING:
+        ctrun__progress(a);
+        return;
+    case CTRUN_AGENT_EXITING:
+        ctrun__done(a, a->exit_code);
+        return;
+    case CTRUN_AGENT_DONE:
+        return;
+    }
+}
+
 static void ctrun__step(ctrun_agent_t *a, const ctrun__event_t *ev)
 {
     switch (ev->kind) {
@@ -714,11 +813,23 @@ static void ctrun__step(ctrun_agent_t *a, const ctrun__event_t *ev)
     case CTRUN__EV_RDZV_TIMEOUT:
         if (a->state != CTRUN_AGENT_RENDEZVOUS)
             return;
-        ct_log_error("rendezvous of attempt %d timed out after %g s: not all %d nodes joined "
-                     "(store %s:%d; see --rdzv_conf %s=SECONDS)",
-                     a->attempt, ctrun__rdzv_timeout_s(a), a->rdzv.nnodes, a->master_addr,
-                     a->master_port,
-                     a->rdzv_kind == CTRUN_RDZV_KIND_STATIC ? "timeout" : "join_timeout");
+        if (a->rdzv.waited)
+            ct_log_error("rendezvous timed out after %g s: this node waited for a round with "
+                         "room for it (the job runs with --nnodes maximum %d; store %s:%d; see "
+                         "--rdzv_conf join_timeout=SECONDS)",
+                         ctrun__rdzv_timeout_s(a), a->cfg->max_nodes, a->master_addr,
+                         a->master_port);
+        else
+            ct_log_error(
+                "rendezvous of attempt %d timed out after %g s: %s %d nodes joined "
+                "(store %s:%d; see --rdzv_conf %s=SECONDS)",
+                a->attempt, ctrun__rdzv_timeout_s(a),
+                a->rdzv_kind == CTRUN_RDZV_KIND_STATIC || a->cfg->min_nodes == a->cfg->max_nodes
+                    ? "not all"
+                    : "fewer than",
+                a->rdzv_kind == CTRUN_RDZV_KIND_STATIC ? a->cfg->max_nodes : a->cfg->min_nodes,
+                a->master_addr, a->master_port,
+                a->rdzv_kind == CTRUN_RDZV_KIND_STATIC ? "timeout" : "join_timeout");
         ctrun__done(a, CTRUN_EXIT_FAILED);
         return;
     case CTRUN__EV_WORKER_EXIT:
@@ -752,8 +863,11 @@ static void ctrun__step(ctrun_agent_t *a, const ctrun__event_t *ev)
                 ctrun__done(a, CTRUN_EXIT_FAILED);
             return;
         }
-        if (a->state == CTRUN_AGENT_EXITING && ev->value >= a->plan.nnodes - 1)
+        if (a->state == CTRUN_AGENT_EXITING && ev->value >= ctrun__barrier_target(a))
             ctrun__done(a, a->exit_code);
+        return;
+    case CTRUN__EV_STORE_GONE:
+        ctrun__on_store_gone(a);
         return;
     case CTRUN__EV_BARRIER_TIMEOUT:
         if (a->state != CTRUN_AGENT_EXITING)
@@ -851,18 +965,74 @@ static void ctrun__left_cb(void *data, int left)
     ctrun__step(data, &ev);
 }
 
+/* Node heartbeat: one SET per interval once this node is registered. A client agent that has
+ * had no reply for the timeout has lost the store's host (a dead machine or a cut link answers
+ * nothing, so a failed request alone would come too late). */
+static void ctrun__hb_cb(uv_timer_t *t)
+{
+    ctrun_agent_t *a = t->data;
+    if (a->state == CTRUN_AGENT_DONE || !a->rdzv.registered || a->store_lost)
+        return;
+    uint64_t now = uv_now(&a->loop);
+    if (!a->hb_on) {
+        a->hb_on = true;
+        a->hb_ok_ms = a->hb_tick_ms = now;
+    }
+    /* After a stall of this loop, replies that arrived meanwhile are read after the timers:
+     * judge the silence on the next tick. */
+    bool late = now - a->hb_tick_ms > 2 * a->hb_interval_ms;
+    a->hb_tick_ms = now;
+    if (!a->is_host && !late && now - a->hb_ok_ms > a->hb_timeout_ms) {
+        char why[256];
+        snprintf(why, sizeof why,
+                 "no heartbeat reply for %.1f s (heartbeat_timeout %.1f s): the node hosting the "
+                 "store is gone or unreachable",
+                 (double)(now - a->hb_ok_ms) / 1000.0, (double)a->hb_timeout_ms / 1000.0);
+        ctrun__store_lost(a, why);
+        ctrun__event_t ev = {.kind = CTRUN__EV_STORE_GONE};
+        ctrun__step(a, &ev);
+        return;
+    }
+    /* An ADD, not a SET: the store answers it, so a reply proves the round trip (a SET has no
+     * reply and "succeeds" into the socket buffer of a dead link). */
+    char key[CTRUN_RDZV_KEY_MAX];
+    ctrun_rdzv_key(key, "hb/%d", a->rdzv.node_id);
+    a->hb_seq++;
+    ctrun__kv(a, ctrun_kv_add(a->kv, key, 1, ctrun__tag(a, CTRUN__KV_HB)));
+}
+
 /* ---- set-up ---------------------------------------------------------------------------------- */
 
-/* c10d: does the endpoint name this machine? (torchrun's is_host inference, simplified to the
- * names a test or a user writes: loopback, localhost, this host's names, --local_addr.) */
+/* c10d: does the endpoint name this machine? (torchrun's is_host inference: loopback,
+ * localhost, this host's names, --local_addr, or an address of one of its interfaces.) */
 static bool ctrun__endpoint_is_local(const ctrun_config_t *cfg, const char *fqdn)
 {
     const char *h = cfg->store_addr.host;
     char name[256] = "";
     gethostname(name, sizeof name - 1);
-    return strcmp(h, "localhost") == 0 || strncmp(h, "127.", 4) == 0 || strcmp(h, "::1") == 0 ||
-           strcmp(h, name) == 0 || strcmp(h, fqdn) == 0 ||
-           (cfg->local_addr != NULL && strcmp(h, cfg->local_addr) == 0);
+    if (strcmp(h, "localhost") == 0 || strncmp(h, "127.", 4) == 0 || strcmp(h, "::1") == 0 ||
+        strcmp(h, name) == 0 || strcmp(h, fqdn) == 0 ||
+        (cfg->local_addr != NULL && strcmp(h, cfg->local_addr) == 0))
+        return true;
+    /* An address literal of one of this machine's interfaces. */
+    unsigned char want[16];
+    int family = inet_pton(AF_INET, h, want) == 1    ? AF_INET
+                 : inet_pton(AF_INET6, h, want) == 1 ? AF_INET6
+                                                     : 0;
+    struct ifaddrs *list = NULL;
+    if (family == 0 || getifaddrs(&list) != 0)
+        return false;
+    bool found = false;
+    for (struct ifaddrs *i = list; i != NULL && !found; i = i->ifa_next) {
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != family)
+            continue;
+        const void *got = family == AF_INET
+                              ? (const void *)&((struct sockaddr_in *)i->ifa_addr)->sin_addr
+                              : (const void *)&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr;
+        found = memcmp(got, want, family == AF_INET ? 4 : 16) == 0;
+    }
+    freeifaddrs(list);
+    return found;
 }
 
 static int ctrun__setup_store(ctrun_agent_t *a, ct_errbuf_t *eb)
@@ -922,16 +1092,14 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
         cfg->rdzv_backend == CTRUN_RDZV_STATIC ? CTRUN_RDZV_KIND_STATIC : CTRUN_RDZV_KIND_C10D;
     a->entrypoint = ctrun_cmd_entrypoint_name(cfg);
     a->prefix_template = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
-    if (a->rdzv_kind == CTRUN_RDZV_KIND_C10D && cfg->min_nodes != cfg->max_nodes)
-        ct_log_warn("--nnodes=%d:%d: this rendezvous completes when all %d nodes have joined; "
-                    "nodes cannot join or leave a running job",
-                    cfg->min_nodes, cfg->max_nodes, cfg->max_nodes);
 
     uv_timer_init(&a->loop, &a->grace_timer);
     uv_timer_init(&a->loop, &a->rdzv_timer);
     uv_timer_init(&a->loop, &a->watchdog_timer);
     uv_timer_init(&a->loop, &a->barrier_timer);
+    uv_timer_init(&a->loop, &a->hb_timer);
     a->grace_timer.data = a->rdzv_timer.data = a->watchdog_timer.data = a->barrier_timer.data = a;
+    a->hb_timer.data = a;
     a->grace_timer.timer_cb = ctrun__grace_cb;
     a->rdzv_timer.timer_cb = ctrun__rdzv_timer_cb;
     a->barrier_timer.timer_cb = ctrun__barrier_cb;
@@ -954,20 +1122,32 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
         return rc;
     if ((rc = ctrun__setup_store(a, eb)) != 0)
         return rc;
+    bool multi = cfg->max_nodes > 1;
+    a->hb_interval_ms = (uint64_t)(cfg->rdzv_conf.node_hb_interval_s * 1000.0 + 0.5);
+    a->hb_timeout_ms = (uint64_t)(cfg->rdzv_conf.node_hb_timeout_s * 1000.0 + 0.5);
     ctrun_rdzv_params_t rp = {
         .kind = a->rdzv_kind,
         .run_id = cfg->run_id,
+        .min_nodes = cfg->min_nodes,
         .nnodes = cfg->max_nodes,
         .node_rank = cfg->node_rank,
         .nproc = cfg->nproc_per_node,
         .max_restarts = cfg->max_restarts,
-        .host = cfg->max_nodes > 1 ? ctrun__host(a) : "localhost",
+        /* the name other nodes know this one by: --local_addr, else the FQDN */
+        .host = !multi            ? "localhost"
+                : cfg->local_addr ? cfg->local_addr
+                                  : ctrun__host(a),
+        .last_call_ms = (int64_t)(cfg->rdzv_conf.last_call_timeout_s * 1000.0 + 0.5),
+        .heartbeat_timeout_ms = multi ? (int64_t)a->hb_timeout_ms : 0,
     };
     if (a->is_host) {
-        if ((rc = ctrun_rdzv_coord_init(&a->coord, a->store, &rp, ctrun__left_cb, a, eb)) != 0)
+        if ((rc = ctrun_rdzv_coord_init(&a->coord, &a->loop, a->store, &rp, ctrun__left_cb, a,
+                                        eb)) != 0)
             return rc;
         a->coord_open = true;
     }
+    if (multi)
+        uv_timer_start(&a->hb_timer, ctrun__hb_cb, a->hb_interval_ms / 4 + 1, a->hb_interval_ms);
     ctrun_rdzv_init(&a->rdzv, a->kv, &rp);
     a->plan.nnodes = cfg->max_nodes;
     return 0;

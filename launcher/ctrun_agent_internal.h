@@ -53,6 +53,8 @@ typedef enum ctrun_outcome {
     CTRUN_OUTCOME_SUCCEEDED,
     CTRUN_OUTCOME_FAILED,
     CTRUN_OUTCOME_STOPPED,
+    CTRUN_OUTCOME_LOST,   /* the coordinator lost a node's heartbeats (outcome_node = its id) */
+    CTRUN_OUTCOME_REJOIN, /* a node waits to join: restart without using up a restart */
 } ctrun_outcome_t;
 
 typedef struct ctrun_worker {
@@ -97,6 +99,7 @@ struct ctrun_agent {
     int nworkers, nrunning, ngone;
     ctrun_outcome_t outcome;
     int outcome_node, outcome_signal;
+    char outcome_host[64];     /* LOST: the lost node's name */
     ctrun_failure_t *failures; /* this node's failed workers of this attempt, in order */
     size_t nfailures;
     bool failure_posted;
@@ -107,6 +110,12 @@ struct ctrun_agent {
     int stop_signal; /* the first handled signal received, 0 if none */
     int sigint_count;
     uv_timer_t grace_timer, rdzv_timer, watchdog_timer, barrier_timer;
+    /* node heartbeats (multi-node jobs): written every interval once registered; a client
+     * that gets no reply for the timeout has lost the store's host */
+    uv_timer_t hb_timer;
+    uint64_t hb_seq, hb_ok_ms, hb_tick_ms;
+    bool hb_on;
+    uint64_t hb_interval_ms, hb_timeout_ms;
     bool killed; /* SIGKILL already sent to this attempt's workers */
 
     /* output */

@@ -470,6 +470,9 @@ static int ctrun__nnodes(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf
         return ct_errbuf_wrap(eb, rc, "%s", src);
     if (!(0 < cfg->min_nodes && cfg->min_nodes <= cfg->max_nodes))
         return ct_errbuf_set(eb, CT_ERANGE_VALUE, "%s: \"%.64s\" needs 0 < MIN <= MAX", src, text);
+    if (cfg->max_nodes > CTRUN_MAX_NODES)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE, "%s: \"%.64s\": at most %d nodes", src, text,
+                             CTRUN_MAX_NODES);
     return 0;
 }
 

@@ -37,6 +37,9 @@ extern "C" {
 #define CTRUN_DEFAULT_MASTER_PORT 29500
 #define CTRUN_DEFAULT_C10D_PORT   29400
 
+/* The most nodes a job may have (a rendezvous plan lists them all: CTRUN_RDZV_MAX_NODES). */
+#define CTRUN_MAX_NODES 4096
+
 typedef enum ctrun_rdzv_backend {
     CTRUN_RDZV_STATIC = 0, /* fixed --nnodes, group rank = --node_rank (torchrun's default) */
     CTRUN_RDZV_C10D = 1,   /* dynamic: store at --rdzv_endpoint, ranks by join order */

@@ -62,10 +62,10 @@ int ctrun_group_prepare(ctrun_agent_t *a, ct_errbuf_t *eb)
         w->rank = a->plan.rank_base + i;
         w->state = CTRUN_WORKER_IDLE;
         w->out_file = w->err_file = -1;
-        ctrun_logs_path(&a->logs, a->attempt, i, CTRUN_LOG_ERROR, w->error_file,
+        ctrun_logs_path(&a->logs, a->plan.restarts, i, CTRUN_LOG_ERROR, w->error_file,
                         sizeof w->error_file);
     }
-    return ctrun_logs_attempt_prepare(&a->logs, a->attempt, n, eb);
+    return ctrun_logs_attempt_prepare(&a->logs, a->plan.restarts, n, eb);
 }
 
 static void ctrun__worker_info(const ctrun_agent_t *a, const ctrun_worker_t *w,
@@ -82,7 +82,7 @@ static void ctrun__worker_info(const ctrun_agent_t *a, const ctrun_worker_t *w,
     wi->role_world_size = a->plan.world_size;
     wi->master_addr = a->master_addr;
     wi->master_port = a->master_port;
-    wi->restart_count = a->attempt;
+    wi->restart_count = a->plan.restarts;
     wi->max_restarts = a->plan.max_restarts;
     wi->error_file = w->error_file;
     wi->heartbeat_fd = CTRUN_PROC_HEARTBEAT_FD;
@@ -102,11 +102,11 @@ static int ctrun__sink(ctrun_agent_t *a, ctrun_worker_t *w, ctrun_stream_t strea
     int *file = is_out ? &w->out_file : &w->err_file;
     int rc;
     if (plan.to_file &&
-        (rc = ctrun_logs_open(&a->logs, a->attempt, w->local_rank, stream, file, eb)) != 0)
+        (rc = ctrun_logs_open(&a->logs, a->plan.restarts, w->local_rank, stream, file, eb)) != 0)
         return rc;
     char *prefix = NULL;
     if (plan.prefixed && ctrun_logs_prefix(a->prefix_template, cfg->role, w->rank, w->local_rank,
-                                           a->plan.group_rank, a->attempt, &prefix) != 0)
+                                           a->plan.group_rank, a->plan.restarts, &prefix) != 0)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     ctrun_sink_t *sink = is_out ? &w->out_sink : &w->err_sink;
     int console = plan.to_console ? (is_out ? STDOUT_FILENO : STDERR_FILENO) : -1;

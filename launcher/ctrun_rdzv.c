@@ -1,7 +1,7 @@
 /*
- * ctrun_rdzv.c - the rendezvous protocol of ctrun_rdzv.h: text values (readable with any store
- * client, e.g. `store_cli`), one transition function for an agent's side, and the coordinator's
- * store watches.
+ * ctrun_rdzv.c - the agent's side of the rendezvous protocol of ctrun_rdzv.h: text values
+ * (readable with any store client, e.g. `store_cli`), plans, and one transition function. The
+ * coordinator is in ctrun_rdzv_coord.c.
  */
 #include "ctrun_rdzv.h"
 
@@ -27,8 +27,12 @@ void ctrun_rdzv_key(char *buf, const char *fmt, ...)
 
 void ctrun_rdzv_job_text(const ctrun_rdzv_params_t *p, char *buf, size_t size)
 {
-    snprintf(buf, size, "run_id=%s backend=%s nnodes=%d", p->run_id,
-             p->kind == CTRUN_RDZV_KIND_STATIC ? "static" : "c10d", p->nnodes);
+    const char *backend = p->kind == CTRUN_RDZV_KIND_STATIC ? "static" : "c10d";
+    if (p->kind == CTRUN_RDZV_KIND_C10D && p->min_nodes > 0 && p->min_nodes != p->nnodes)
+        snprintf(buf, size, "run_id=%s backend=%s nnodes=%d:%d", p->run_id, backend, p->min_nodes,
+                 p->nnodes);
+    else
+        snprintf(buf, size, "run_id=%s backend=%s nnodes=%d", p->run_id, backend, p->nnodes);
 }
 
 void ctrun_rdzv_init(ctrun_rdzv_t *r, ctrun_kv_t *kv, const ctrun_rdzv_params_t *params)
@@ -36,8 +40,7 @@ void ctrun_rdzv_init(ctrun_rdzv_t *r, ctrun_kv_t *kv, const ctrun_rdzv_params_t 
     memset(r, 0, sizeof *r);
     r->kv = kv;
     r->kind = params->kind;
-    r->nnodes = params->nnodes;
-    r->node_rank = params->kind == CTRUN_RDZV_KIND_STATIC ? params->node_rank : -1;
+    r->node_id = params->kind == CTRUN_RDZV_KIND_STATIC ? params->node_rank : -1;
     r->nproc = params->nproc;
     ctrun_rdzv_job_text(params, r->job, sizeof r->job);
     uint64_t nonce = 0;
@@ -55,7 +58,7 @@ static uint64_t ctrun__tag(const ctrun_rdzv_t *r, ctrun_rdzv_state_t step)
 /* Enters state s and makes its request. */
 static int ctrun__enter(ctrun_rdzv_t *r, ctrun_rdzv_state_t s)
 {
-    char key[CTRUN_RDZV_KEY_MAX];
+    char key[CTRUN_RDZV_KEY_MAX], line[64];
     int rc = 0;
     r->state = s;
     switch (s) {
@@ -68,12 +71,17 @@ static int ctrun__enter(ctrun_rdzv_t *r, ctrun_rdzv_state_t s)
         rc = ctrun_kv_add(r->kv, key, 1, ctrun__tag(r, s));
         break;
     case CTRUN_RDZV_NODE:
-        ctrun_rdzv_key(key, "node/%d", r->node_rank);
+        ctrun_rdzv_key(key, "node/%d", r->node_id);
         rc = ctrun_kv_cas(r->kv, key, "", r->token, ctrun__tag(r, s));
+        break;
+    case CTRUN_RDZV_ROUND:
+        ctrun_rdzv_key(key, "round");
+        rc = ctrun_kv_get(r->kv, key, ctrun__tag(r, s));
         break;
     case CTRUN_RDZV_READY:
         ctrun_rdzv_key(key, "a/%d/ready", r->attempt);
-        rc = ctrun_kv_add(r->kv, key, 1, ctrun__tag(r, s));
+        snprintf(line, sizeof line, "%d %d\n", r->node_id, r->nproc);
+        rc = ctrun_kv_append(r->kv, key, line, ctrun__tag(r, s));
         break;
     case CTRUN_RDZV_GO:
         ctrun_rdzv_key(key, "a/%d/go", r->attempt);
@@ -131,13 +139,10 @@ ctrun_rdzv_result_t ctrun_rdzv_on_reply(ctrun_rdzv_t *r, const ctrun_kv_reply_t 
         next = r->kind == CTRUN_RDZV_KIND_C10D ? CTRUN_RDZV_RANK : CTRUN_RDZV_NODE;
         break;
     case CTRUN_RDZV_RANK:
-        if (reply->num > r->nnodes)
-            return ctrun__fail(r,
-                               "the rendezvous already has its %d nodes; this node is number "
-                               "%" PRId64 " (an elastic --nnodes MIN:MAX range lets nodes join a "
-                               "running job)",
-                               r->nnodes, reply->num);
-        r->node_rank = (int)reply->num - 1;
+        if (reply->num < 1 || reply->num > CTRUN_RDZV_MAX_NODES * 16)
+            return ctrun__fail(r, "the rendezvous has handed out %" PRId64 " node ids; no more",
+                               reply->num);
+        r->node_id = (int)reply->num - 1;
         next = CTRUN_RDZV_NODE;
         break;
     case CTRUN_RDZV_NODE:
@@ -149,20 +154,39 @@ ctrun_rdzv_result_t ctrun_rdzv_on_reply(ctrun_rdzv_t *r, const ctrun_kv_reply_t 
             return ctrun__fail(r,
                                "group rank %d is already taken by the agent with pid %d on %s "
                                "(two nodes were started with --node_rank=%d)",
-                               r->node_rank, pid, host, r->node_rank);
+                               r->node_id, pid, host, r->node_id);
         }
         r->registered = true;
+        next = CTRUN_RDZV_ROUND;
+        break;
+    case CTRUN_RDZV_ROUND: {
+        int round = -1;
+        if (sscanf(value, "%d", &round) != 1 || round < 0)
+            return ctrun__fail(r, "rendezvous: /ctrun/round holds \"%.64s\", not a round", value);
+        r->attempt = round;
         next = CTRUN_RDZV_READY;
         break;
+    }
     case CTRUN_RDZV_READY:
         next = CTRUN_RDZV_GO;
         break;
     case CTRUN_RDZV_GO: {
         ct_errbuf_t eb = {{0}};
-        if (ctrun_rdzv_plan_parse(value, r->node_rank, &r->plan, &eb) != 0)
-            return ctrun__fail(r, "rendezvous plan of attempt %d: %s", r->attempt, eb.msg);
+        int rc = ctrun_rdzv_plan_parse(value, r->node_id, &r->plan, &eb);
+        if (rc == CT_ESTATE)
+            return ctrun__fail(r, "the rendezvous is closed: %s", eb.msg);
+        if (rc != 0)
+            return ctrun__fail(r, "rendezvous plan of round %d: %s", r->attempt, eb.msg);
+        if (r->plan.group_rank < 0) {
+            /* The round closed without this node (it came late, or the round was full):
+             * wait for the next one, where the coordinator counts it in. */
+            r->waited = true;
+            r->attempt++;
+            next = CTRUN_RDZV_READY;
+            break;
+        }
         if (r->plan.local_world_size != r->nproc)
-            return ctrun__fail(r, "rendezvous plan gives node %d %d workers, not %d", r->node_rank,
+            return ctrun__fail(r, "rendezvous plan gives node %d %d workers, not %d", r->node_id,
                                r->plan.local_world_size, r->nproc);
         r->state = CTRUN_RDZV_DONE;
         return CTRUN_RDZV_COMPLETE;
@@ -179,187 +203,95 @@ ctrun_rdzv_result_t ctrun_rdzv_on_reply(ctrun_rdzv_t *r, const ctrun_kv_reply_t 
 
 /* ---- plans ---------------------------------------------------------------------------- */
 
-int ctrun_rdzv_plan_text(int attempt, int nnodes, int max_restarts, const int *nproc, char *buf,
-                         size_t size)
+int ctrun_rdzv_plan_text(int attempt, int restarts, int nnodes, int max_restarts, const int *nproc,
+                         const int *ids, char *buf, size_t size)
 {
     long long world = 0;
     for (int i = 0; i < nnodes; i++)
         world += nproc[i];
-    size_t pos = 0;
-    int w =
-        snprintf(buf, size, "attempt=%d nnodes=%d world_size=%lld max_restarts=%d nproc=", attempt,
-                 nnodes, world, max_restarts);
-    if (w < 0 || (size_t)w >= size)
-        return -ENAMETOOLONG;
-    pos = (size_t)w;
-    for (int i = 0; i < nnodes; i++) {
-        w = snprintf(buf + pos, size - pos, "%s%d", i ? "," : "", nproc[i]);
-        if (w < 0 || (size_t)w >= size - pos)
-            return -ENAMETOOLONG;
-        pos += (size_t)w;
+    int n =
+        snprintf(buf, size,
+                 "attempt=%d nnodes=%d world_size=%lld max_restarts=%d restarts=%d nproc=", attempt,
+                 nnodes, world, max_restarts, restarts);
+    for (int pass = 0; pass < 2; pass++) {
+        const int *v = pass == 0 ? nproc : ids;
+        if (pass == 1 && n >= 0 && (size_t)n < size)
+            n += snprintf(buf + n, size - (size_t)n, " ids=");
+        for (int i = 0; i < nnodes && n >= 0 && (size_t)n < size; i++)
+            n += snprintf(buf + n, size - (size_t)n, i ? ",%d" : "%d", v[i]);
     }
+    if (n < 0 || (size_t)n >= size)
+        return -ENAMETOOLONG;
     return 0;
 }
 
-int ctrun_rdzv_plan_parse(const char *text, int group_rank, ctrun_rdzv_plan_t *plan,
-                          ct_errbuf_t *eb)
+/* Reads nnodes comma-separated integers in [lo, hi] at *p; returns false on bad input. */
+static bool ctrun__int_list(const char **p, int nnodes, long lo, long hi, int *out_at, int want,
+                            int *found, long long *sum)
 {
-    memset(plan, 0, sizeof *plan);
-    long long world = 0;
-    int used = 0;
-    if (sscanf(text, "attempt=%d nnodes=%d world_size=%lld max_restarts=%d nproc=%n",
-               &plan->attempt, &plan->nnodes, &world, &plan->max_restarts, &used) != 4 ||
-        used == 0)
-        return ct_errbuf_set(eb, CT_EPARSE, "\"%.128s\" is not a plan", text);
-    if (plan->nnodes < 1 || plan->nnodes > CTRUN_RDZV_MAX_NODES || group_rank < 0 ||
-        group_rank >= plan->nnodes)
-        return ct_errbuf_set(eb, CT_EMISMATCH, "plan for %d nodes has no group rank %d",
-                             plan->nnodes, group_rank);
-    const char *p = text + used;
-    long long sum = 0;
-    for (int i = 0; i < plan->nnodes; i++) {
+    const char *q = *p;
+    for (int i = 0; i < nnodes; i++) {
         char *end = NULL;
         errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno != 0 || v < 1 || v > 1000000 || (*end != ',' && *end != '\0') ||
-            (*end == '\0' && i + 1 < plan->nnodes))
-            return ct_errbuf_set(eb, CT_EPARSE, "bad nproc list in plan \"%.128s\"", text);
-        if (i < group_rank)
-            plan->rank_base += (int)v;
-        if (i == group_rank)
-            plan->local_world_size = (int)v;
-        sum += v;
-        p = *end == ',' ? end + 1 : end;
+        long v = strtol(q, &end, 10);
+        if (end == q || errno != 0 || v < lo || v > hi ||
+            (i + 1 < nnodes ? *end != ',' : (*end != '\0' && *end != ' ')))
+            return false;
+        if (out_at != NULL) {
+            out_at[i] = (int)v;
+        }
+        if (found != NULL && v == want && *found < 0)
+            *found = i;
+        if (sum != NULL)
+            *sum += v;
+        q = *end == ',' ? end + 1 : end;
     }
-    if (*p != '\0' || sum != world || world > 1 << 30)
-        return ct_errbuf_set(eb, CT_EMISMATCH, "plan \"%.128s\" does not add up", text);
-    plan->world_size = (int)world;
-    plan->group_rank = group_rank;
-    return 0;
+    *p = q;
+    return true;
 }
 
-/* ---- the coordinator -------------------------------------------------------------------- */
-
-/* Every agent of attempt k is ready: their previous workers are gone, so the workers' key space
- * can be wiped without a late writer refilling it, and the plan published. */
-static void ctrun__coord_go(ctrun_rdzv_coord_t *c, int attempt)
+int ctrun_rdzv_plan_parse(const char *text, int node_id, ctrun_rdzv_plan_t *plan, ct_errbuf_t *eb)
 {
-    size_t text_size = 128 + (size_t)c->nnodes * 12;
-    int *nproc = calloc((size_t)c->nnodes, sizeof *nproc);
-    char *text = malloc(text_size);
-    char key[CTRUN_RDZV_KEY_MAX];
-    ct_errbuf_t eb = {{0}};
-    if (nproc == NULL || text == NULL) {
-        snprintf(c->error, sizeof c->error, "out of memory for the plan of attempt %d", attempt);
-        c->failed = true;
-        goto out;
+    memset(plan, 0, sizeof *plan);
+    plan->group_rank = -1;
+    if (strncmp(text, "closed ", 7) == 0)
+        return ct_errbuf_set(eb, CT_ESTATE, "%.900s", text + 7);
+    long long world = 0;
+    int used = 0;
+    if (sscanf(text, "attempt=%d nnodes=%d world_size=%lld max_restarts=%d restarts=%d nproc=%n",
+               &plan->attempt, &plan->nnodes, &world, &plan->max_restarts, &plan->restarts,
+               &used) != 5 ||
+        used == 0)
+        return ct_errbuf_set(eb, CT_EPARSE, "\"%.128s\" is not a plan", text);
+    if (plan->nnodes < 1 || plan->nnodes > CTRUN_RDZV_MAX_NODES || plan->restarts < 0)
+        return ct_errbuf_set(eb, CT_EMISMATCH, "plan \"%.128s\" has a bad node count", text);
+    int *nproc = malloc((size_t)plan->nnodes * sizeof *nproc);
+    if (nproc == NULL)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory");
+    const char *p = text + used;
+    long long sum = 0;
+    int at = -1;
+    int rc = 0;
+    if (!ctrun__int_list(&p, plan->nnodes, 1, 1000000, nproc, 0, NULL, &sum)) {
+        rc = ct_errbuf_set(eb, CT_EPARSE, "bad nproc list in plan \"%.128s\"", text);
+    } else if (strncmp(p, " ids=", 5) != 0) {
+        rc = ct_errbuf_set(eb, CT_EPARSE, "no ids in plan \"%.128s\"", text);
+    } else {
+        p += 5;
+        if (!ctrun__int_list(&p, plan->nnodes, 0, 1L << 30, NULL, node_id, &at, NULL) || *p != '\0')
+            rc = ct_errbuf_set(eb, CT_EPARSE, "bad id list in plan \"%.128s\"", text);
+        else if (sum != world || world > 1 << 30)
+            rc = ct_errbuf_set(eb, CT_EMISMATCH, "plan \"%.128s\" does not add up", text);
     }
-    for (int i = 0; i < c->nnodes; i++) {
-        ctrun_rdzv_key(key, "node/%d", i);
-        ct_store_bytes_t v = {0};
-        char head[32] = "";
-        if (ctrun_store_get(c->store, key, &v) == 0) {
-            size_t n = v.len < sizeof head - 1 ? v.len : sizeof head - 1;
-            memcpy(head, v.data, n);
-            head[n] = '\0';
+    if (rc == 0) {
+        plan->world_size = (int)world;
+        if (at >= 0) {
+            plan->group_rank = at;
+            for (int i = 0; i < at; i++)
+                plan->rank_base += nproc[i];
+            plan->local_world_size = nproc[at];
         }
-        if (sscanf(head, "%d", &nproc[i]) != 1 || nproc[i] < 1) {
-            /* Readiness is counted after registration, so this is a foreign writer. */
-            snprintf(c->error, sizeof c->error, "attempt %d: %s is missing or malformed", attempt,
-                     key);
-            c->failed = true;
-            goto out;
-        }
     }
-    static const char *const keep[] = {CTRUN_RDZV_PREFIX};
-    size_t wiped = 0;
-    ctrun_store_wipe_except(c->store, keep, 1, &wiped);
-    ctrun_rdzv_plan_text(attempt, c->nnodes, c->max_restarts, nproc, text, text_size);
-    ctrun_rdzv_key(key, "a/%d/go", attempt);
-    if (ctrun_store_set(c->store, key, text, strlen(text), &eb) != 0) {
-        snprintf(c->error, sizeof c->error, "publishing the plan of attempt %d: %.400s", attempt,
-                 eb.msg);
-        c->failed = true;
-    }
-out:
     free(nproc);
-    free(text);
-    if (c->failed && c->on_left != NULL)
-        c->on_left(c->data, -1);
-}
-
-static int64_t ctrun__num(ct_store_bytes_t v)
-{
-    char buf[32];
-    size_t n = v.len < sizeof buf - 1 ? v.len : sizeof buf - 1;
-    memcpy(buf, v.data, n);
-    buf[n] = '\0';
-    return strtoll(buf, NULL, 10);
-}
-
-static void ctrun__coord_ready(ctrun_store_t *s, const ctrun_store_event_t *ev, void *data)
-{
-    ctrun_rdzv_coord_t *c = data;
-    (void)s;
-    if (ev->kind == CT_STORE_WATCH_DELETED)
-        return;
-    /* "/ctrun/a/<k>/ready" */
-    int attempt = -1, used = 0;
-    char key[CTRUN_RDZV_KEY_MAX];
-    size_t n = ev->key.len < sizeof key - 1 ? ev->key.len : sizeof key - 1;
-    memcpy(key, ev->key.data, n);
-    key[n] = '\0';
-    if (sscanf(key, CTRUN_RDZV_PREFIX "a/%d/ready%n", &attempt, &used) != 1 || key[used] != '\0')
-        return;
-    if (ctrun__num(ev->value) == c->nnodes)
-        ctrun__coord_go(c, attempt);
-}
-
-static void ctrun__coord_left(ctrun_store_t *s, const ctrun_store_event_t *ev, void *data)
-{
-    ctrun_rdzv_coord_t *c = data;
-    (void)s;
-    if (ev->kind == CT_STORE_WATCH_DELETED)
-        return;
-    c->left = (int)ctrun__num(ev->value);
-    if (c->on_left != NULL)
-        c->on_left(c->data, c->left);
-}
-
-int ctrun_rdzv_coord_init(ctrun_rdzv_coord_t *c, ctrun_store_t *store,
-                          const ctrun_rdzv_params_t *params, void (*on_left)(void *, int),
-                          void *data, ct_errbuf_t *eb)
-{
-    memset(c, 0, sizeof *c);
-    c->store = store;
-    c->nnodes = params->nnodes;
-    c->max_restarts = params->max_restarts;
-    c->on_left = on_left;
-    c->data = data;
-    char key[CTRUN_RDZV_KEY_MAX], job[512];
-    ctrun_rdzv_job_text(params, job, sizeof job);
-    ctrun_rdzv_key(key, "job");
-    int rc = ctrun_store_set(store, key, job, strlen(job), eb);
-    if (rc != 0)
-        return rc;
-    ctrun_rdzv_key(key, "a/");
-    rc = ctrun_store_watch(store, key, true, ctrun__coord_ready, c, &c->ready_watch, eb);
-    if (rc != 0)
-        return rc;
-    ctrun_rdzv_key(key, "left");
-    rc = ctrun_store_watch(store, key, false, ctrun__coord_left, c, &c->left_watch, eb);
-    if (rc != 0) {
-        ctrun_store_unwatch(store, c->ready_watch);
-        c->ready_watch = NULL;
-    }
     return rc;
-}
-
-void ctrun_rdzv_coord_close(ctrun_rdzv_coord_t *c)
-{
-    if (c->ready_watch != NULL)
-        ctrun_store_unwatch(c->store, c->ready_watch);
-    if (c->left_watch != NULL)
-        ctrun_store_unwatch(c->store, c->left_watch);
-    c->ready_watch = c->left_watch = NULL;
 }

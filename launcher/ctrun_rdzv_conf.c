@@ -110,6 +110,19 @@ static int ctrun__typed(ctrun_rdzv_conf_t *c, ct_errbuf_t *eb)
     c->keep_alive_max_attempt = 3;
     if (v != NULL && (rc = ct_parse_int(v, 1, INT_MAX, &c->keep_alive_max_attempt, eb)) != 0)
         return ct_errbuf_wrap(eb, rc, "keep_alive_max_attempt");
+    bool interval_given = ctrun_rdzv_conf_get(c, "keep_alive_interval") != NULL;
+    c->node_hb_interval_s = interval_given ? c->keep_alive_interval_s : 1.0;
+    if (ctrun_rdzv_conf_get(c, "heartbeat_timeout") != NULL)
+        c->node_hb_timeout_s = c->heartbeat_timeout_s;
+    else if (interval_given)
+        c->node_hb_timeout_s = c->keep_alive_interval_s * c->keep_alive_max_attempt;
+    else
+        c->node_hb_timeout_s = 4.0; /* + the store host's check period: lost within 5 s */
+    if (c->node_hb_timeout_s <= c->node_hb_interval_s)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "heartbeat_timeout: %g s is not longer than the heartbeat interval "
+                             "(keep_alive_interval) %g s",
+                             c->node_hb_timeout_s, c->node_hb_interval_s);
     c->is_host = -1;
     if ((v = ctrun_rdzv_conf_get(c, "is_host")) != NULL) {
         bool b;

@@ -34,14 +34,20 @@ typedef struct ctrun_rdzv_conf {
     double heartbeat_timeout_s;   /* heartbeat_timeout (5) */
     double keep_alive_interval_s; /* keep_alive_interval (5) */
     int keep_alive_max_attempt;   /* keep_alive_max_attempt (3) */
-    int is_host;                  /* is_host: -1 unset (inferred), 0, 1 */
-    const char *store_token;      /* store_token: shared secret (points into items), or NULL */
+    /* ctrun's node heartbeats: every node_hb_interval_s, a node silent for node_hb_timeout_s
+     * is lost. interval = keep_alive_interval when given, else 1 s; timeout = heartbeat_timeout
+     * when given, else interval x keep_alive_max_attempt when keep_alive_interval is given
+     * (torchrun's rule), else 4 s (a dead node is declared lost within 5 s). */
+    double node_hb_interval_s, node_hb_timeout_s;
+    int is_host;             /* is_host: -1 unset (inferred), 0, 1 */
+    const char *store_token; /* store_token: shared secret (points into items), or NULL */
 } ctrun_rdzv_conf_t;
 
 /* Parses text: split on ',', then on the first '=', blanks trimmed; "" is an empty conf.
  * Every key needs a value; a repeated key keeps the last value. Known keys are validated:
  * the *_timeout keys and keep_alive_interval are numbers > 0, keep_alive_max_attempt an
- * integer >= 1, is_host and use_libuv booleans, rank an integer >= 0, store_type "tcp".
+ * integer >= 1, is_host and use_libuv booleans, rank an integer >= 0, store_type "tcp"; the
+ * node heartbeat timeout must be longer than its interval.
  * Errors: CT_EPARSE / CT_ERANGE_VALUE with the key in eb; out is left empty. */
 int ctrun_rdzv_conf_parse(const char *text, ctrun_rdzv_conf_t *out, ct_errbuf_t *eb);
 

@@ -99,10 +99,12 @@ static inline float ct__exp_nonpos(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     float e = p * (r * r) + r + 1.0f;
+    /* The exponent is shifted as unsigned: a NaN x makes (int32_t)n INT_MIN, and shifting a
+     * negative int is undefined (the result is NaN either way). */
     union {
         int32_t i;
         float f;
-    } two = {.i = ((int32_t)n + 127) << 23};
+    } two = {.i = (int32_t)((uint32_t)((int32_t)n + 127) << 23)};
     return x < -87.3f ? 0.0f : e * two.f;
 }
 

@@ -23,6 +23,10 @@ Cases:
      together and the results equal case 2's. (torchrun's static backend restarts only the
      failing node, whose peers then wait in their collectives until a timeout, so it has no
      counterpart here; see torchrun-compat.md §3.1.)
+  4. two static nodes with two workers each under both launchers (same variables and results),
+     then ctrun alone with the dynamic c10d rendezvous (--nnodes=1:2, both agents on
+     127.0.0.1): the round closes at the maximum, ranks follow join order and the results equal
+     the static run's.
 Variables that differ by design (the run's port and paths are compared by shape, not value):
 ctrun also sets CTRUN_HEARTBEAT_FD, both NCCL async-error variables, and
 TORCHELASTIC_SIGNALS_TO_HANDLE (as torchrun >= 2.6 does).
@@ -122,9 +126,14 @@ def base_env():
 
 
 def command(launcher, flavour, interp, ctrun, nnodes, node_rank, nproc, port, restarts, out,
-            crash):
-    flags = ["--nnodes=%d" % nnodes, "--nproc_per_node=%d" % nproc, "--max_restarts=%d" % restarts,
-             "--node_rank=%d" % node_rank, "--master_addr=127.0.0.1", "--master_port=%d" % port]
+            crash, backend="static"):
+    flags = ["--nproc_per_node=%d" % nproc, "--max_restarts=%d" % restarts]
+    if backend == "static":
+        flags += ["--nnodes=%d" % nnodes, "--node_rank=%d" % node_rank, "--master_addr=127.0.0.1",
+                  "--master_port=%d" % port]
+    else:
+        flags += ["--nnodes=1:%d" % nnodes, "--rdzv_backend=c10d", "--rdzv_id=compat",
+                  "--rdzv_endpoint=127.0.0.1:%d" % port, "--rdzv_conf=last_call_timeout=30"]
     logs = os.path.join(out, "logs%d" % node_rank)
     if launcher == "torchrun":
         head = [interp, "-m", "torch.distributed.run", "--monitor_interval", "0.1", "--log_dir",
@@ -164,10 +173,12 @@ def run_nodes(cmds, timeout=300):
     return results
 
 
-def run_job(launcher, flavour, interp, ctrun, nnodes, nproc, restarts, crash, root):
+def run_job(launcher, flavour, interp, ctrun, nnodes, nproc, restarts, crash, root,
+            backend="static"):
     out = tempfile.mkdtemp(prefix="%s_%dn_" % (launcher, nnodes), dir=root)
     port = free_port()
-    cmds = [command(launcher, flavour, interp, ctrun, nnodes, r, nproc, port, restarts, out, crash)
+    cmds = [command(launcher, flavour, interp, ctrun, nnodes, r, nproc, port, restarts, out, crash,
+                    backend)
             for r in range(nnodes)]
     for status, text in run_nodes(cmds):
         check(status == 0, "%s exited %d:\n%s" % (launcher, status, text[-6000:]))
@@ -264,6 +275,23 @@ def main():
                       "two nodes after a job-wide restart, rank %d: %s differs" % (rank, key))
             check(got3[rank]["env"]["TORCHELASTIC_RESTART_COUNT"] == "1", "restart count")
         print("ok - ctrun: two nodes restart together after a crash on node 1 (%.0f s)"
+              % (time.time() - t0))
+
+        t0 = time.time()
+        ref4, p4 = run_job("torchrun", args.torch, interp, args.ctrun, 2, 2, 0, -1, root)
+        got4, q4 = run_job("ctrun", args.torch, interp, args.ctrun, 2, 2, 0, -1, root)
+        compare(ref4, p4, got4, q4, "two nodes of two workers")
+        dyn, _ = run_job("ctrun", args.torch, interp, args.ctrun, 2, 2, 0, -1, root, "c10d")
+        for rank in dyn:
+            e = dyn[rank]["env"]
+            for key in ("all_reduce", "group_all_reduce", "weights"):
+                check(dyn[rank][key] == got4[rank][key],
+                      "c10d, rank %d: %s differs from the static run" % (rank, key))
+            check(e["WORLD_SIZE"] == "4" and e["GROUP_WORLD_SIZE"] == "2"
+                  and e["LOCAL_WORLD_SIZE"] == "2" and e["GROUP_RANK"] == str(rank // 2)
+                  and e["TORCHELASTIC_RUN_ID"] == "compat" and e["MASTER_ADDR"] == "127.0.0.1",
+                  "c10d, rank %d: variables %r" % (rank, {k: e.get(k) for k in TORCHRUN_VARS}))
+        print("ok - two nodes of two workers: static against torchrun, dynamic c10d (%.0f s)"
               % (time.time() - t0))
         ok = True
     except Fail as e:

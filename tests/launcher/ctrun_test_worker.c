@@ -11,6 +11,8 @@
  *                        (written whole: temp name, then rename)
  *     --when-rank R      the action below applies to global rank R only (default: every rank)
  *     --when-attempt K   ... and to attempt K only (TORCHELASTIC_RESTART_COUNT; default: all)
+ *     --when-world W     ... and only when WORLD_SIZE is W (default: any; tells rounds of an
+ *                        elastic job apart, which share a restart count)
  *     --delay-ms N       wait N ms before the action
  *     --exit CODE        action: exit with CODE
  *     --signal SIG       action: kill itself with SIG
@@ -150,7 +152,7 @@ static void sleep_ms(long ms)
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *errfile_msg = NULL;
-    int when_rank = -1, when_attempt = -1, exit_code = -1, sig = 0, heartbeat = 0;
+    int when_rank = -1, when_attempt = -1, when_world = -1, exit_code = -1, sig = 0, heartbeat = 0;
     long delay_ms = 0, sleep_ms_v = 0, long_n = 0;
     bool child = false;
     int rank = env_int("RANK", 0), local_rank = env_int("LOCAL_RANK", 0);
@@ -171,6 +173,8 @@ int main(int argc, char **argv)
             when_rank = atoi(v);
         else if (strcmp(a, "--when-attempt") == 0 && takes)
             when_attempt = atoi(v);
+        else if (strcmp(a, "--when-world") == 0 && takes)
+            when_world = atoi(v);
         else if (strcmp(a, "--delay-ms") == 0 && takes)
             delay_ms = atol(v);
         else if (strcmp(a, "--exit") == 0 && takes)
@@ -244,8 +248,9 @@ int main(int argc, char **argv)
             ct_heartbeat_close(&hb);
         }
     }
-    bool applies =
-        (when_rank < 0 || when_rank == rank) && (when_attempt < 0 || when_attempt == attempt);
+    bool applies = (when_rank < 0 || when_rank == rank) &&
+                   (when_attempt < 0 || when_attempt == attempt) &&
+                   (when_world < 0 || when_world == env_int("WORLD_SIZE", 0));
     bool action = exit_code >= 0 || sig != 0 || errfile_msg != NULL;
     if (!applies || !action) {
         sleep_ms(sleep_ms_v);

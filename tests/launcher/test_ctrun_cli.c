@@ -82,6 +82,9 @@ static void test_defaults(void)
     CT_ASSERT_CLOSE(c.rdzv_conf.heartbeat_timeout_s, 5, 0, 0);
     CT_ASSERT_CLOSE(c.rdzv_conf.keep_alive_interval_s, 5, 0, 0);
     CT_ASSERT_EQ(c.rdzv_conf.keep_alive_max_attempt, 3);
+    /* ctrun's node heartbeats: every second, lost after 4 s of silence. */
+    CT_ASSERT_CLOSE(c.rdzv_conf.node_hb_interval_s, 1, 0, 0);
+    CT_ASSERT_CLOSE(c.rdzv_conf.node_hb_timeout_s, 4, 0, 0);
     CT_ASSERT_EQ(c.rdzv_conf.is_host, -1);
     CT_ASSERT(c.rdzv_conf.store_token == NULL);
     ctrun_config_free(&c);
@@ -484,6 +487,9 @@ static void test_standalone(void)
                   CT_EPARSE);
     CT_ASSERT_STR_EQ(eb.msg, "--standalone runs a single-node job, but --nnodes asks for at "
                              "least 2 nodes");
+    /* A rendezvous plan lists every node: there is a ceiling. */
+    CT_ASSERT_ERR(ct__parse(&a, ct__noenv, &eb, "--nnodes=1:5000", "w.py", NULL), CT_ERANGE_VALUE);
+    CT_ASSERT_STR_EQ(eb.msg, "--nnodes: \"1:5000\": at most 4096 nodes");
 }
 
 static void test_store_address(void)
@@ -545,14 +551,30 @@ static void test_rdzv_conf(void)
     CT_ASSERT_STR_EQ(c.rdzv_conf.store_token, "s=cret");
     CT_ASSERT_EQ(c.rdzv_conf.keep_alive_max_attempt, 4);
     CT_ASSERT_EQ(c.rdzv_conf.count, 6);
+    CT_ASSERT_CLOSE(c.rdzv_conf.node_hb_interval_s, 1, 0, 0);
+    CT_ASSERT_CLOSE(c.rdzv_conf.node_hb_timeout_s, 4, 0, 0);
     CT_ASSERT_STR_EQ(ctrun_rdzv_conf_get(&c.rdzv_conf, "foo"), "bar");
     CT_ASSERT(ctrun_rdzv_conf_get(&c.rdzv_conf, "missing") == NULL);
     CT_ASSERT_EQ(c.nwarnings, 1);
     CT_ASSERT_STR_EQ(c.warnings[0], "--rdzv_conf: unknown key \"foo\" is ignored");
     ctrun_config_free(&c);
 
+    /* torchrun's keep-alive keys give the heartbeat interval and, times the attempts, the
+     * timeout; heartbeat_timeout sets the timeout directly. */
+    ctrun_rdzv_conf_t hc;
+    CT_ASSERT_OK(ctrun_rdzv_conf_parse("keep_alive_interval=2,keep_alive_max_attempt=3", &hc, &eb));
+    CT_ASSERT_CLOSE(hc.node_hb_interval_s, 2, 0, 0);
+    CT_ASSERT_CLOSE(hc.node_hb_timeout_s, 6, 0, 0);
+    ctrun_rdzv_conf_free(&hc);
+    CT_ASSERT_OK(ctrun_rdzv_conf_parse("heartbeat_timeout=1.5,keep_alive_interval=0.5", &hc, &eb));
+    CT_ASSERT_CLOSE(hc.node_hb_interval_s, 0.5, 0, 0);
+    CT_ASSERT_CLOSE(hc.node_hb_timeout_s, 1.5, 0, 0);
+    ctrun_rdzv_conf_free(&hc);
+
     static const char *const bad[][2] = {
         {"timeout=0", "timeout: 0 is out of range (expected 0.001..1e+09)"},
+        {"heartbeat_timeout=0.5", "heartbeat_timeout: 0.5 s is not longer than the heartbeat "
+                                  "interval (keep_alive_interval) 1 s"},
         {"keep_alive_max_attempt=0", "keep_alive_max_attempt: 0 is out of range (expected "
                                      "1..2147483647)"},
         {"is_host=maybe", "is_host: \"maybe\" is not a boolean (expected 1/0, true/false, yes/no, "
