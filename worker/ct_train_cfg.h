@@ -62,7 +62,7 @@ typedef struct ct_train_cfg {
     double lr;
     int maxlen, hidden_units, num_blocks, num_epochs, num_heads;
     double dropout_rate, l2_emb;
-    char device[16]; /* cpu, auto (= cpu in this build), cuda (refused: no CUDA path yet) */
+    char device[16]; /* cpu, auto (cuda when a GPU is visible), cuda (CUDA builds only) */
     bool inference_only;
     char state_dict_path[CT_TRAIN_PATH_MAX]; /* "" when not given */
     bool norm_first;

@@ -44,6 +44,7 @@ typedef struct ct_trainer {
 
     ct_dataset_t ds;
     ct_ops_t ops;
+    float *grad_host; /* host staging of the gradients (device backend, host communicator) */
     ct_model_cfg_t mcfg;
     ct_model_t *model;
     ct_evaluator_t ev;
@@ -116,8 +117,11 @@ json_t *ct_out_summary(ct_trainer_t *t);
 /* ---- ct_train.c, shared with ct_infer.c ---- */
 /* Loads --dataset (file or synthetic) into ds. */
 int ct_train_load_data(const ct_train_cfg_t *cfg, ct_dataset_t *ds, ct_errbuf_t *eb);
-/* The --device backend. */
-void ct_train_backend(const ct_train_cfg_t *cfg, ct_ops_t *ops);
+/* The --device backend: cpu; cuda (device LOCAL_RANK mod the visible devices; CT_ENOGPU with
+ * one line when there is none, or when this build has no CUDA); auto = cuda when a device is
+ * visible, else cpu. Release with ct_ops_close. */
+int ct_train_backend(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_ops_t *ops,
+                     ct_errbuf_t *eb);
 /* TiSASRec needs the dataset's times: CT_EFORMAT with one line when they are missing. */
 int ct_train_check_data(const ct_model_cfg_t *mc, const ct_dataset_t *ds, ct_errbuf_t *eb);
 /* The evaluation chunk: rows one evaluation forward pass takes. */
