@@ -64,6 +64,7 @@ typedef struct ct_cuda_ctx {
     void *workspace;            /* cuBLAS workspace, workspace_nbytes (device) */
     size_t workspace_nbytes;
     float *scratch; /* CT_CUDA_CTX_SCRATCH floats (device): partial sums of bias gradients */
+    unsigned flags; /* the CT_CUDA_CTX_* flags it was made with */
 } ct_cuda_ctx_t;
 
 /* cuBLAS's workspace: 32 MiB, what NVIDIA recommends for Hopper GPUs. */
@@ -74,6 +75,13 @@ typedef struct ct_cuda_ctx {
  * float precision (the CPU twins' tolerances hold); with it, the tensor cores may round the
  * factors to TF32 (10-bit mantissa), which is faster and about 1e-3 relative off. */
 #define CT_CUDA_CTX_TF32 1u
+/* With CT_CUDA_CTX_BF16 every matrix product of the launchers that take a context (linear, QKV,
+ * the mHC projections, the CE logits, all-item scores) runs as cublasGemmEx with
+ * CUBLAS_COMPUTE_32F_FAST_16BF: cuBLAS rounds the float factors to bfloat16 and the tensor
+ * cores accumulate the products in float; inputs, outputs and everything else stay float (the
+ * autocast of --use_amp: bf16 products, fp32 master weights, fp32 accumulation and reductions;
+ * bf16's exponent range is float's, so no loss scaling is needed). */
+#define CT_CUDA_CTX_BF16 2u
 
 /* Creates the cuBLAS handle on the current device, binds it to stream (NULL = the default
  * stream; the stream stays the caller's) and allocates workspace and scratch. Returns 0,

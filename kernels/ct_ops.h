@@ -192,10 +192,12 @@ struct ct_ops {
 void ct_ops_cpu_init(ct_ops_t *o);
 
 /* Fills o with the CUDA backend on device `device` (kernels/cuda/ops.cu; builds with CUDA only):
- * makes it current, creates a stream and a cuBLAS context (full float precision, no TF32).
- * Returns 0, CT_ENOGPU (no such device), CT_ECUDA or CT_ECUBLAS; on failure nothing is left
- * allocated. Release with o->close. */
-int ct_ops_cuda_init(ct_ops_t *o, int device);
+ * makes it current, creates a stream and a cuBLAS context. amp false: full float precision
+ * everywhere (no TF32); amp true: bf16 autocast of the matrix products (CT_CUDA_CTX_BF16 of
+ * ct_kernels_cuda.h: bf16 factors, float accumulation; parameters, optimizer state and every
+ * other op stay float). Returns 0, CT_ENOGPU (no such device), CT_ECUDA or CT_ECUBLAS; on
+ * failure nothing is left allocated. Release with o->close. */
+int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp);
 
 /* o->close when there is one. */
 static inline void ct_ops_close(ct_ops_t *o)

@@ -63,18 +63,23 @@ int ct_train_backend(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_o
     if (n > 0) {
         /* one device per local rank, as torchrun's jobs pick cuda:LOCAL_RANK */
         const int dev = env->local_rank % n;
-        int rc = ct_ops_cuda_init(ops, dev);
+        int rc = ct_ops_cuda_init(ops, dev, cfg->use_amp);
         if (rc != 0)
             return ct_errbuf_set(eb, rc, "--device %s: setting up CUDA device %d failed (%s)",
                                  cfg->device, dev, ct_strerror(rc));
         return 0;
     }
+    if (cfg->use_amp)
+        return ct_errbuf_set(eb, CT_ENOGPU,
+                             "--use_amp: no CUDA device is visible, and the CPU computes in "
+                             "float32 (drop --use_amp or run on a GPU)");
 #else
     (void)env;
-    if (cuda)
+    if (cuda || cfg->use_amp)
         return ct_errbuf_set(eb, CT_ENOGPU,
-                             "--device cuda: this build of ctrain has no CUDA (configure with "
-                             "-Dcuda=enabled)");
+                             "--%s: this build of ctrain has no CUDA (configure with "
+                             "-Dcuda=enabled)",
+                             cuda ? "device cuda" : "use_amp");
 #endif
     ct_ops_cpu_init(ops);
     return 0;

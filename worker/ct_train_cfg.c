@@ -190,6 +190,8 @@ static const ct__flag_t ct__flags[] = {
     {"skip_invalid_loss", CT__BOOL, CT__OFF(skip_invalid_loss), 0, 0,
      "[true|false]  skip a step whose loss or gradient is NaN/inf instead of failing"},
     {"threads", CT__INT, CT__OFF(threads), 1, 1024, "N  BLAS threads per rank (default 1)"},
+    {"use_amp", CT__BOOL, CT__OFF(use_amp), 0, 0,
+     "[true|false]  bf16 matrix products with float accumulation and float weights (CUDA)"},
 };
 #define CT__NFLAGS (sizeof ct__flags / sizeof ct__flags[0])
 
@@ -419,6 +421,10 @@ static int ct__check(ct_train_cfg_t *c, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, CT_EPARSE, "--state_dict_path: cannot read \"%.200s\": %s",
                              c->state_dict_path, strerror(e));
     }
+    if (c->use_amp && strcmp(c->device, "cpu") == 0)
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--use_amp: bf16 autocast runs on a GPU; --device cpu computes in "
+                             "float32 (use --device cuda or auto)");
 #if CT_HAVE_CUDA
     /* checked here, so that a job asking for a GPU it does not have fails as a usage error */
     if ((strcmp(c->device, "cuda") == 0 || strcmp(c->backend, "nccl") == 0) &&
@@ -550,6 +556,7 @@ json_t *ct_train_cfg_to_json(const ct_train_cfg_t *c)
     json_object_set_new(o, "base_batch_size", json_integer(c->base_batch_size));
     json_object_set_new(o, "skip_invalid_loss", json_boolean(c->skip_invalid_loss));
     json_object_set_new(o, "threads", json_integer(c->threads));
+    json_object_set_new(o, "use_amp", json_boolean(c->use_amp));
     return o;
 }
 

@@ -16,8 +16,10 @@
  * stream, so the host value is valid when copy returns (the model reads losses and the trainer
  * reads the loss slot right after).
  *
+ * Mixed precision (amp) is the context's: bf16 factors in the matrix products only.
+ *
  * Not here: which device a process uses (the trainer's --device and LOCAL_RANK), multi-GPU
- * communication (libctworker's NCCL communicator), mixed precision.
+ * communication (libctworker's NCCL communicator).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -475,7 +477,7 @@ static void ct__sampled_ce_loss(ct_ops_t *o, float *loss, float *dfeats, float *
 #undef CT__S
 #undef CT__C
 
-extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device)
+extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp)
 {
     memset(o, 0, sizeof *o);
     int count = ct_cuda_device_count();
@@ -492,11 +494,12 @@ extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device)
     int rc = 0;
     CT_CUDA_CHECK_GOTO(cudaSetDevice(device), rc, fail);
     CT_CUDA_CHECK_GOTO(cudaStreamCreate(&st->stream), rc, fail);
-    if ((rc = ct_cuda_ctx_init(&st->ctx, (ct_stream_t)st->stream, 0)) != 0)
+    if ((rc = ct_cuda_ctx_init(&st->ctx, (ct_stream_t)st->stream, amp ? CT_CUDA_CTX_BF16 : 0)) !=
+        0)
         goto fail;
     CT_CUDA_CHECK_GOTO(cudaMalloc((void **)&st->partials, CT_REDUCE_CUDA_PARTS * sizeof(double)),
                        rc, fail);
-    o->name = "cuda";
+    o->name = amp ? "cuda (bf16 matmuls)" : "cuda";
     o->host_memory = false;
     o->stream = st->stream;
     o->alloc = ct__alloc;

@@ -164,6 +164,7 @@ static void test_flags(void)
     expect_usage_error("--device", "--device", "cuda", NULL, NULL);
     expect_usage_error("--device", "--device", "tpu", NULL, NULL);
     expect_usage_error("--backend", "--backend", "nccl", NULL, NULL);
+    expect_usage_error("--use_amp", "--use_amp", "--device", "cpu", NULL);
     expect_usage_error("--norm_first", "--norm_first", "--layout", "original", NULL);
     expect_usage_error("--num_heads", "--num_heads", "3", NULL, NULL);
     expect_usage_error("unknown flag --frobnicate", "--frobnicate", "1", NULL, NULL);
@@ -235,7 +236,8 @@ static void test_flags(void)
                            "no_time",
                            "time_span",
                            "loss",
-                           "num_negatives"};
+                           "num_negatives",
+                           "use_amp"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         char f[64];
         snprintf(f, sizeof f, "--%s ", flags[i]);

@@ -14,7 +14,9 @@
  *   - a 20-step training trajectory (zero_grad, forward_backward, l2_emb, the gradient norm,
  *     clipping, Adam - what ct_train.c's step does on one rank): every step's loss, the squared
  *     gradient norm, and the parameters after the last step;
- *   - the evaluation features (dropout-free forward of column L-1) after training.
+ *   - the evaluation features (dropout-free forward of column L-1) after training;
+ *   - --use_amp (bf16 matrix products): the loss deviation from float32 over 20 steps, measured
+ *     and bounded (measure_amp).
  * Built twice: against the real CUDA library (suite gpu, exit 77 without a GPU) and against the
  * CPU emulator of tests/kernels/emu (suite kernels), where the model sources are compiled again
  * against the emulated kernels.
@@ -116,7 +118,7 @@ static void run_variant(const char *title, ct_model_cfg_t cfg, float l2)
     ct_errbuf_t eb;
     ct_ops_t cpu, gpu;
     ct_ops_cpu_init(&cpu);
-    CT_ASSERT_OK(ct_ops_cuda_init(&gpu, 0));
+    CT_ASSERT_OK(ct_ops_cuda_init(&gpu, 0, false));
     ct_model_t *mc = NULL, *mg = NULL;
     CT_ASSERT_MSG(ct_model_create(&mc, &cfg, &cpu, B, &eb) == 0, "%s", eb.msg);
     CT_ASSERT_MSG(ct_model_create(&mg, &cfg, &gpu, B, &eb) == 0, "%s", eb.msg);
@@ -195,6 +197,62 @@ static void run_variant(const char *title, ct_model_cfg_t cfg, float l2)
     free(got);
 }
 
+/* --use_amp: the same model with bf16 matrix products (ct_ops_cuda_init's amp) against the CPU
+ * in float32 over STEPS training steps. The loss deviation is measured and printed: each product
+ * of C = 16 bf16 factors carries a relative error of about 2^-9 / sqrt(...) ~ 1e-3, which moves
+ * the loss by ~1e-3 relative and the trajectory a little further; it must stay under 2e-2
+ * relative at every step (a bf16 mistake - factors truncated wrongly, a product in the wrong
+ * precision kept in bf16 - shows as 1e-1 or a diverging loss), and must not be float32's 1e-6
+ * (which would mean the products did not run in bf16 at all). */
+static void measure_amp(const char *title, ct_model_cfg_t cfg)
+{
+    printf("%s, --use_amp\n", title);
+    ct_errbuf_t eb;
+    ct_ops_t cpu, gpu;
+    ct_ops_cpu_init(&cpu);
+    CT_ASSERT_OK(ct_ops_cuda_init(&gpu, 0, true));
+    ct_model_t *mc = NULL, *mg = NULL;
+    CT_ASSERT_MSG(ct_model_create(&mc, &cfg, &cpu, B, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_MSG(ct_model_create(&mg, &cfg, &gpu, B, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_OK(ct_model_init_params(mc, 7));
+    CT_ASSERT_OK(ct_model_init_params(mg, 7));
+    batch_t bt;
+    double worst = 0.0, first = 0.0;
+    for (int step = 1; step <= STEPS; step++) {
+        make_batch(&bt, step);
+        ct_model_batch_t mb = {.B = B,
+                               .seq = bt.seq,
+                               .pos = bt.pos,
+                               .neg = bt.neg,
+                               .tseq = cfg.kind == CT_MODEL_TISASREC ? bt.tseq : NULL,
+                               .row_neg = bt.row_neg,
+                               .row0 = 0};
+        float lc = 0, lg = 0, sc = 0, sg = 0;
+        ct_model_zero_grad(mc);
+        ct_model_zero_grad(mg);
+        CT_ASSERT_OK(ct_model_forward_backward(mc, &mb, bt.count, 11, step, &lc));
+        CT_ASSERT_OK(ct_model_forward_backward(mg, &mb, bt.count, 11, step, &lg));
+        CT_ASSERT_OK(ct_model_grad_sumsq(mc, &sc));
+        CT_ASSERT_OK(ct_model_grad_sumsq(mg, &sg));
+        CT_ASSERT(isfinite(lg) && isfinite(sg));
+        const double d = fabs((double)lg - lc) / fabs((double)lc);
+        if (step == 1)
+            first = d;
+        worst = d > worst ? d : worst;
+        CT_ASSERT_MSG(d < 2e-2, "step %d: bf16 loss %.7f, float32 %.7f", step, (double)lg,
+                      (double)lc);
+        CT_ASSERT_OK(ct_model_adam(mc, 1e-3, ct_clip_coef(sc, 1.0f), step));
+        CT_ASSERT_OK(ct_model_adam(mg, 1e-3, ct_clip_coef(sg, 1.0f), step));
+    }
+    printf("  bf16 against float32 over %d steps: loss deviation %.2e at step 1, worst %.2e\n",
+           STEPS, first, worst);
+    CT_ASSERT_MSG(worst > 1e-6, "the bf16 run equals float32 (%.2e): no bf16 products ran", worst);
+    ct_model_destroy(mc);
+    ct_model_destroy(mg);
+    ct_ops_close(&gpu);
+    ct_ops_close(&cpu);
+}
+
 static ct_model_cfg_t base_cfg(ct_model_kind_t kind, ct_layout_t layout, ct_loss_t loss, int mhc,
                                float dropout)
 {
@@ -238,11 +296,20 @@ static void test_mhc(void)
                 base_cfg(CT_MODEL_SASREC, CT_LAYOUT_PRE_LN, CT_LOSS_BCE, 2, 0.0f), 0.0f);
 }
 
+static void test_amp(void)
+{
+    measure_amp("SASRec post_ln, BCE, dropout 0.2",
+                base_cfg(CT_MODEL_SASREC, CT_LAYOUT_POST_LN, CT_LOSS_BCE, 0, 0.2f));
+    measure_amp("TiSASRec + mHC (4 streams), full CE, dropout 0.1",
+                base_cfg(CT_MODEL_TISASREC, CT_LAYOUT_PRE_LN, CT_LOSS_CE, 4, 0.1f));
+}
+
 int main(void)
 {
     gk_require_gpu();
     CT_RUN(test_sasrec);
     CT_RUN(test_tisasrec);
     CT_RUN(test_mhc);
+    CT_RUN(test_amp);
     return 0;
 }
