@@ -359,6 +359,16 @@ static int ct__setup(ct_trainer_t *t, ct_errbuf_t *eb)
     if (!t->views)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     t->n_views = ct_model_views(t->model, CT_MODEL_VIEW_PARAMS | CT_MODEL_VIEW_ADAM, t->views);
+#if CT_HAVE_NCCL
+    /* device gradients over NCCL: the bucketed, stream-ordered reduction with its watchdog
+     * (world 1 only when --backend nccl asked for it: otherwise one rank reduces nothing) */
+    if (!t->ops.host_memory && t->red->comm &&
+        ct_comm_backend(t->red->comm) == CT_COMM_NCCL &&
+        (t->red->world_size > 1 || strcmp(c->backend, "nccl") == 0) &&
+        (rc = ct_reducer_nccl_attach(t->red, t->ops.stream, CT_TRAIN_BUCKET_BYTES,
+                                     (int64_t)(c->collective_timeout * 1000.0 + 0.5), eb)) != 0)
+        return rc;
+#endif
     if (!t->ops.host_memory && t->red->world_size > 1 && strcmp(t->red->name, "nccl") != 0) {
         t->grad_host = malloc((t->model->num_params + CT_MODEL_GRAD_EXTRA) * sizeof(float));
         if (!t->grad_host)

@@ -192,6 +192,9 @@ static const ct__flag_t ct__flags[] = {
     {"threads", CT__INT, CT__OFF(threads), 1, 1024, "N  BLAS threads per rank (default 1)"},
     {"use_amp", CT__BOOL, CT__OFF(use_amp), 0, 0,
      "[true|false]  bf16 matrix products with float accumulation and float weights (CUDA)"},
+    {"collective_timeout", CT__DOUBLE, CT__OFF(collective_timeout), 0, 1e7,
+     "SECONDS  fail the job when a collective takes longer (default: CTRUN_COMM_TIMEOUT or "
+     "1800)"},
 };
 #define CT__NFLAGS (sizeof ct__flags / sizeof ct__flags[0])
 
@@ -557,6 +560,7 @@ json_t *ct_train_cfg_to_json(const ct_train_cfg_t *c)
     json_object_set_new(o, "skip_invalid_loss", json_boolean(c->skip_invalid_loss));
     json_object_set_new(o, "threads", json_integer(c->threads));
     json_object_set_new(o, "use_amp", json_boolean(c->use_amp));
+    json_object_set_new(o, "collective_timeout", json_real(c->collective_timeout));
     return o;
 }
 

@@ -86,6 +86,7 @@ typedef struct ct_train_cfg {
     bool skip_invalid_loss;
     int threads;
     bool use_amp; /* bf16 autocast of the matrix products (CUDA backend only) */
+    double collective_timeout; /* seconds; 0: the worker's default */
     ct_model_kind_t model; /* --model sasrec|tisasrec, --no_time = sasrec */
     bool mhc;              /* --mhc / --no_mhc */
     bool no_mhc, no_time;  /* as given (resolved into mhc and model) */

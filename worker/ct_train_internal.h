@@ -114,6 +114,9 @@ int ct_out_write_file(const char *dir, const char *name, const char *text, ct_er
 /* The summary object, printed as "# summary: <json>" and written to summary.json. */
 json_t *ct_out_summary(ct_trainer_t *t);
 
+/* Bucket size of the NCCL gradient reduction (ct_reduce_nccl.c). */
+#define CT_TRAIN_BUCKET_BYTES ((size_t)8 << 20)
+
 /* ---- ct_train.c, shared with ct_infer.c ---- */
 /* Loads --dataset (file or synthetic) into ds. */
 int ct_train_load_data(const ct_train_cfg_t *cfg, ct_dataset_t *ds, ct_errbuf_t *eb);

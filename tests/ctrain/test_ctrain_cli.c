@@ -237,7 +237,8 @@ static void test_flags(void)
                            "time_span",
                            "loss",
                            "num_negatives",
-                           "use_amp"};
+                           "use_amp",
+                           "collective_timeout"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         char f[64];
         snprintf(f, sizeof f, "--%s ", flags[i]);
