@@ -265,7 +265,6 @@ int ct_rank_all_cuda(int32_t *ranks, const float *scores, const int32_t *targets
                      const int32_t *excl_off, const int32_t *excl, int U, int V,
                      ct_stream_t stream);
 
-
 /* ---- TiSASRec (kernels/cuda/tisas.cu) -----------------------------------------------------------
  * The absolute-position row broadcast (backward: one thread per table element, sequences in
  * order: the CPU's bits), the interval masks (the CPU's bits), and the time-aware attention:
@@ -276,16 +275,17 @@ int ct_rank_all_cuda(int32_t *ranks, const float *scores, const int32_t *targets
  *   forward scratch: unused (may be NULL)
  *   backward scratch: CT_TISAS_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) floats (dS and the dropped
  *   probabilities, the size of att each) */
-#define CT_TISAS_CUDA_MAX_L                          1024
-#define CT_TISAS_CUDA_MAX_HS                         256
-#define CT_TISAS_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) (2 * (size_t)(B) * (size_t)(NH) * (size_t)(L) * (size_t)(L))
+#define CT_TISAS_CUDA_MAX_L  1024
+#define CT_TISAS_CUDA_MAX_HS 256
+#define CT_TISAS_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) \
+    (2 * (size_t)(B) * (size_t)(NH) * (size_t)(L) * (size_t)(L))
 
 int ct_rows_broadcast_forward_cuda(float *out, const float *table, int B, int L, int C,
                                    ct_stream_t stream);
 int ct_rows_broadcast_backward_cuda(float *dtable, const float *dout, int B, int L, int C,
                                     ct_stream_t stream);
-int ct_tisas_mask_cuda(uint32_t *bits, const int32_t *qmask, int B, int L, int C,
-                       ct_dropout_t drop, ct_stream_t stream);
+int ct_tisas_mask_cuda(uint32_t *bits, const int32_t *qmask, int B, int L, int C, ct_dropout_t drop,
+                       ct_stream_t stream);
 int ct_tisas_attention_forward_cuda(float *out, float *att, float *scratch, const float *q,
                                     const float *k, const float *v, const float *rk,
                                     const float *rv, const int64_t *tseq, const int32_t *qmask,
@@ -309,7 +309,7 @@ int ct_tisas_attention_backward_cuda(float *dq, float *dk, float *dv, float *drk
  * The stream-mixing ops give one thread per output element, sums in the CPU's order.
  *   sinkhorn backward scratch: CT_SINKHORN_BWD_CUDA_SCRATCH(M, n, iters) floats
  *   mappings backward scratch: CT_MHC_COEFFS_BWD_CUDA_SCRATCH(N, n, iters) floats */
-#define CT_SINKHORN_BWD_CUDA_SCRATCH(M, n, iters) ((size_t)(M) * CT_SINKHORN_BWD_SCRATCH(n, iters))
+#define CT_SINKHORN_BWD_CUDA_SCRATCH(M, n, iters) ((size_t)(M)*CT_SINKHORN_BWD_SCRATCH(n, iters))
 #define CT_MHC_COEFFS_BWD_CUDA_SCRATCH(N, n, iters) \
     ((size_t)(N) * (2 * (size_t)CT_MHC_COEFFS(n) + CT_SINKHORN_BWD_SCRATCH(n, iters)))
 
@@ -333,13 +333,12 @@ int ct_mhc_pre_backward_cuda(float *dX, float *dhpre, const float *du, const flo
 int ct_mhc_post_forward_cuda(float *Y, const float *X, const float *f, const float *hres,
                              const float *hpost, int N, int n, int C, ct_stream_t stream);
 int ct_mhc_post_backward_cuda(float *dX, float *df, float *dhres, float *dhpost, const float *dY,
-                              const float *X, const float *f, const float *hres,
-                              const float *hpost, int N, int n, int C, ct_stream_t stream);
+                              const float *X, const float *f, const float *hres, const float *hpost,
+                              int N, int n, int C, ct_stream_t stream);
 int ct_mhc_expand_forward_cuda(float *X, const float *x, int N, int n, int C, ct_stream_t stream);
 int ct_mhc_expand_backward_cuda(float *dx, const float *dX, int N, int n, int C,
                                 ct_stream_t stream);
-int ct_mhc_collapse_forward_cuda(float *x, const float *X, int N, int n, int C,
-                                 ct_stream_t stream);
+int ct_mhc_collapse_forward_cuda(float *x, const float *X, int N, int n, int C, ct_stream_t stream);
 int ct_mhc_collapse_backward_cuda(float *dX, const float *dx, int N, int n, int C,
                                   ct_stream_t stream);
 
@@ -354,9 +353,9 @@ int ct_mhc_collapse_backward_cuda(float *dX, const float *dx, int N, int n, int 
  * summed in a fixed order, times 1 / count.
  *   CE scratch: CT_CE_CUDA_SCRATCH(N, V) floats   sampled-CE scratch:
  *   CT_SAMPLED_CE_CUDA_SCRATCH(N, M) floats */
-#define CT_CE_CUDA_ROWS(V)                                                             \
-    ((size_t)(16u << 20) / (size_t)(V) < 32 ? (size_t)32                              \
-     : (size_t)(16u << 20) / (size_t)(V) > 4096 ? (size_t)4096                         \
+#define CT_CE_CUDA_ROWS(V)                                     \
+    ((size_t)(16u << 20) / (size_t)(V) < 32     ? (size_t)32   \
+     : (size_t)(16u << 20) / (size_t)(V) > 4096 ? (size_t)4096 \
                                                 : (size_t)(16u << 20) / (size_t)(V))
 #define CT_CE_CUDA_SCRATCH(N, V) \
     (CT_CE_CUDA_ROWS(V) * (size_t)(V) + 2 * (size_t)(N) + 2 * (size_t)CT_REDUCE_CUDA_PARTS)

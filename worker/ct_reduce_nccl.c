@@ -147,7 +147,8 @@ static int ct__nred_f32(ct_reducer_t *r, float *buf, int64_t n, ct_errbuf_t *eb)
         (e = cudaStreamWaitEvent(g->cstream, g->ready, 0)) != cudaSuccess)
         return ct_errbuf_set(eb, CT_ECUDA, "gradient reduction: %s", cudaGetErrorString(e));
     for (int64_t off = 0; off < n; off += (int64_t)g->bucket_floats) {
-        const int64_t len = n - off < (int64_t)g->bucket_floats ? n - off : (int64_t)g->bucket_floats;
+        const int64_t len =
+            n - off < (int64_t)g->bucket_floats ? n - off : (int64_t)g->bucket_floats;
         nr = ncclAllReduce(buf + off, buf + off, (size_t)len, ncclFloat32, ncclSum, g->nc,
                            g->cstream);
         if (nr != ncclSuccess && nr != ncclInProgress)

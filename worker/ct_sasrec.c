@@ -856,8 +856,8 @@ static void ct__carve_arena(ct__sasrec_t *s, const ct_model_t *m, ct__carve_t *c
                          : NULL;
     s->loss_scratch = NULL;
     if (cfg->loss == CT_LOSS_CE)
-        s->loss_scratch = CT__CARVE_F32(
-            c, o->scratch(o, CT_SCRATCH_CE, (int64_t)V, (int64_t)C, 0, (int64_t)N));
+        s->loss_scratch =
+            CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_CE, (int64_t)V, (int64_t)C, 0, (int64_t)N));
     else if (cfg->loss == CT_LOSS_SAMPLED_CE)
         s->loss_scratch = CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_SAMPLED_CE, (int64_t)L,
                                                       cfg->num_negatives, (int64_t)C, (int64_t)N));

@@ -362,8 +362,7 @@ static int ct__setup(ct_trainer_t *t, ct_errbuf_t *eb)
 #if CT_HAVE_NCCL
     /* device gradients over NCCL: the bucketed, stream-ordered reduction with its watchdog
      * (world 1 only when --backend nccl asked for it: otherwise one rank reduces nothing) */
-    if (!t->ops.host_memory && t->red->comm &&
-        ct_comm_backend(t->red->comm) == CT_COMM_NCCL &&
+    if (!t->ops.host_memory && t->red->comm && ct_comm_backend(t->red->comm) == CT_COMM_NCCL &&
         (t->red->world_size > 1 || strcmp(c->backend, "nccl") == 0) &&
         (rc = ct_reducer_nccl_attach(t->red, t->ops.stream, CT_TRAIN_BUCKET_BYTES,
                                      (int64_t)(c->collective_timeout * 1000.0 + 0.5), eb)) != 0)
@@ -440,7 +439,8 @@ static int ct__step(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
     if (t->grad_host) {
         /* device gradients over a host communicator (the CPU ring): through host memory */
         o->copy(o, t->grad_host, m->grads_mem, (size_t)ng * sizeof(float), CT_COPY_D2H);
-        if ((rc = o->sync(o)) == 0 && (rc = t->red->allreduce_f32(t->red, t->grad_host, ng, eb)) == 0)
+        if ((rc = o->sync(o)) == 0 &&
+            (rc = t->red->allreduce_f32(t->red, t->grad_host, ng, eb)) == 0)
             o->copy(o, m->grads_mem, t->grad_host, (size_t)ng * sizeof(float), CT_COPY_H2D);
     } else {
         rc = t->red->allreduce_f32(t->red, m->grads_mem, ng, eb);

@@ -150,7 +150,8 @@ static const ct__flag_t ct__flags[] = {
     {"l2_emb", CT__DOUBLE, CT__OFF(l2_emb), 0, 1e6,
      "X  SASRec: loss += X * sum(item_emb^2) (default 0); TiSASRec: X * ||T|| for its five "
      "tables (default 5e-5)"},
-    {"device", CT__ENUM, CT__OFF(device), 0, 0, "cpu|auto|cuda  (default cpu; auto = cuda when a GPU is visible)"},
+    {"device", CT__ENUM, CT__OFF(device), 0, 0,
+     "cpu|auto|cuda  (default cpu; auto = cuda when a GPU is visible)"},
     {"inference_only", CT__BOOL, CT__OFF(inference_only), 0, 0,
      "[true|false]  evaluate --state_dict_path and exit"},
     {"state_dict_path", CT__PATH, CT__OFF(state_dict_path), 0, 0,
@@ -433,7 +434,8 @@ static int ct__check(ct_train_cfg_t *c, ct_errbuf_t *eb)
     if ((strcmp(c->device, "cuda") == 0 || strcmp(c->backend, "nccl") == 0) &&
         ct_cuda_device_count() < 1) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-        return ct_errbuf_set(eb, CT_EPARSE, "--%s: %s needs a GPU and none is visible "
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--%s: %s needs a GPU and none is visible "
                              "(CUDA_VISIBLE_DEVICES=%s)",
                              strcmp(c->device, "cuda") == 0 ? "device" : "backend",
                              strcmp(c->device, "cuda") == 0 ? "cuda" : "nccl",

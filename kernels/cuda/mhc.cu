@@ -209,9 +209,8 @@ static int ct__sgemm_rm(const ct_cuda_ctx_t *ctx, bool ta, bool tb, int m, int n
 {
     if (m == 0 || nc == 0)
         return 0;
-    CT_CUBLAS_CHECK(ct__gemm(ctx, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                ta ? CUBLAS_OP_T : CUBLAS_OP_N, nc, m, k, &alpha, B, ldb, A, lda,
-                                &beta, C, ldc));
+    CT_CUBLAS_CHECK(ct__gemm(ctx, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                             nc, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc));
     return 0;
 }
 
@@ -329,7 +328,12 @@ __global__ void ct__mhc_coeffs_sums_kernel(float *dbias, float *dalpha, const fl
             s += (double)gpre[r * K + c];
     } else {
         const int grp = c - K;
-        const int c0 = grp == 0 ? 0 : grp == 1 ? n : 2 * n, c1 = grp == 0 ? n : grp == 1 ? 2 * n : K;
+        const int c0 = grp == 0   ? 0
+                       : grp == 1 ? n
+                                  : 2 * n,
+                  c1 = grp == 0   ? n
+                       : grp == 1 ? 2 * n
+                                  : K;
         for (int64_t r = threadIdx.x; r < N; r += blockDim.x)
             for (int cc = c0; cc < c1; cc++)
                 s += (double)gpre[r * K + cc] * proj[r * K + cc];
@@ -346,9 +350,9 @@ __global__ void ct__mhc_coeffs_sums_kernel(float *dbias, float *dalpha, const fl
 extern "C" int ct_mhc_coeffs_backward_cuda(float *dX, float *dphi, float *dalpha, float *dbias,
                                            float *scratch, const float *dhpre, const float *dhpost,
                                            const float *dhres, const float *X, const float *phi,
-                                           const float *alpha, const float *bias,
-                                           const float *proj, const float *rstd, int N, int n,
-                                           int C, int iters, const ct_cuda_ctx_t *ctx)
+                                           const float *alpha, const float *bias, const float *proj,
+                                           const float *rstd, int N, int n, int C, int iters,
+                                           const ct_cuda_ctx_t *ctx)
 {
     int rc = ct__mhc_shape(N, n, C);
     if (rc != 0)
@@ -370,7 +374,8 @@ extern "C" int ct_mhc_coeffs_backward_cuda(float *dX, float *dphi, float *dalpha
     return ct__sgemm_rm(ctx, true, false, D, K, N, 1.0f, X, D, dp, K, 1.0f, dphi, K);
 }
 
-/* ---- stream mixing ---------------------------------------------------------------------------- */
+/* ---- stream mixing ----------------------------------------------------------------------------
+ */
 
 /* u[r,c] = sum_s hpre[r,s] X[r,s,c], streams in order. */
 __global__ void ct__mhc_pre_fwd_kernel(float *u, const float *X, const float *hpre, int N, int n,
@@ -414,8 +419,8 @@ __global__ void ct__mhc_pre_bwd_h_kernel(float *dhpre, const float *du, const fl
 }
 
 /* Y[r,s,c] = hpost[r,s] f[r,c] + sum_t hres[r,s,t] X[r,t,c] */
-__global__ void ct__mhc_post_fwd_kernel(float *Y, const float *X, const float *f,
-                                        const float *hres, const float *hpost, int N, int n, int C)
+__global__ void ct__mhc_post_fwd_kernel(float *Y, const float *X, const float *f, const float *hres,
+                                        const float *hpost, int N, int n, int C)
 {
     CT__FOR_EACH(e, (int64_t)N * n * C)
     {
@@ -431,9 +436,8 @@ __global__ void ct__mhc_post_fwd_kernel(float *Y, const float *X, const float *f
 
 /* Per (r, c): df[r,c] += sum_s hpost[r,s] dY[r,s,c]; dX[r,t,c] += sum_s hres[r,s,t] dY[r,s,c]
  * (s in order, as the CPU's loop nest adds them). */
-__global__ void ct__mhc_post_bwd_xf_kernel(float *dX, float *df, const float *dY,
-                                           const float *hres, const float *hpost, int N, int n,
-                                           int C)
+__global__ void ct__mhc_post_bwd_xf_kernel(float *dX, float *df, const float *dY, const float *hres,
+                                           const float *hpost, int N, int n, int C)
 {
     CT__FOR_EACH(e, (int64_t)N * C)
     {
@@ -518,17 +522,16 @@ __global__ void ct__mhc_collapse_bwd_kernel(float *dX, const float *dx, int N, i
     }
 }
 
-#define CT__MHC_LAUNCH(kernel, count, stream, ...)                                      \
-    do {                                                                                \
-        int ct__rc = ct__mhc_shape(N, n, C);                                            \
-        if (ct__rc != 0)                                                                \
-            return ct__rc;                                                              \
-        const int64_t ct__n = (count);                                                  \
-        if (ct__n == 0)                                                                 \
-            return 0;                                                                   \
-        CT_LAUNCH(kernel, ct__grid_1d(ct__n, CT__THREADS), CT__THREADS, 0, stream,      \
-                  __VA_ARGS__);                                                         \
-        CT_CUDA_CHECK_LAUNCH();                                                         \
+#define CT__MHC_LAUNCH(kernel, count, stream, ...)                                               \
+    do {                                                                                         \
+        int ct__rc = ct__mhc_shape(N, n, C);                                                     \
+        if (ct__rc != 0)                                                                         \
+            return ct__rc;                                                                       \
+        const int64_t ct__n = (count);                                                           \
+        if (ct__n == 0)                                                                          \
+            return 0;                                                                            \
+        CT_LAUNCH(kernel, ct__grid_1d(ct__n, CT__THREADS), CT__THREADS, 0, stream, __VA_ARGS__); \
+        CT_CUDA_CHECK_LAUNCH();                                                                  \
     } while (0)
 
 extern "C" int ct_mhc_pre_forward_cuda(float *u, const float *X, const float *hpre, int N, int n,

@@ -256,8 +256,8 @@ static void ct__attention_backward(ct_ops_t *o, float *dqkv, float *scratch, con
                                    const float *att, const float *qkv, const int32_t *qmask, int B,
                                    int L, int C, int NH, ct_dropout_t d)
 {
-    ct__latch(o, ct_attention_backward_cuda(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, d,
-                                            CT__S));
+    ct__latch(
+        o, ct_attention_backward_cuda(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, d, CT__S));
 }
 
 static void ct__relu_forward(ct_ops_t *o, float *out, const float *inp, int64_t n)
@@ -302,8 +302,8 @@ static void ct__score_backward(ct_ops_t *o, float *dfeats, float *dwte, const fl
 static void ct__bce_loss(ct_ops_t *o, float *loss, float *dpos, float *dneg, const float *pl,
                          const float *nl, const int32_t *pos, int N, float count)
 {
-    ct__latch(o, ct_bce_loss_cuda(loss, dpos, dneg, ct__st(o)->partials, pl, nl, pos, N, count,
-                                  CT__S));
+    ct__latch(
+        o, ct_bce_loss_cuda(loss, dpos, dneg, ct__st(o)->partials, pl, nl, pos, N, count, CT__S));
 }
 
 static void ct__l2_penalty(ct_ops_t *o, float *penalty, float *dw, const float *w, int64_t n,
@@ -406,9 +406,9 @@ static void ct__mhc_coeffs_backward(ct_ops_t *o, float *dX, float *dphi, float *
                                     const float *proj, const float *rstd, int N, int n, int C,
                                     int iters)
 {
-    ct__latch(o, ct_mhc_coeffs_backward_cuda(dX, dphi, dalpha, dbias, scratch, dhpre, dhpost, dhres,
-                                             X, phi, alpha, bias, proj, rstd, N, n, C, iters,
-                                             CT__C));
+    ct__latch(o,
+              ct_mhc_coeffs_backward_cuda(dX, dphi, dalpha, dbias, scratch, dhpre, dhpost, dhres, X,
+                                          phi, alpha, bias, proj, rstd, N, n, C, iters, CT__C));
 }
 
 static void ct__mhc_pre_forward(ct_ops_t *o, float *u, const float *X, const float *hpre, int N,
@@ -433,8 +433,8 @@ static void ct__mhc_post_backward(ct_ops_t *o, float *dX, float *df, float *dhre
                                   const float *dY, const float *X, const float *f,
                                   const float *hres, const float *hpost, int N, int n, int C)
 {
-    ct__latch(o, ct_mhc_post_backward_cuda(dX, df, dhres, dhpost, dY, X, f, hres, hpost, N, n, C,
-                                           CT__S));
+    ct__latch(
+        o, ct_mhc_post_backward_cuda(dX, df, dhres, dhpost, dY, X, f, hres, hpost, N, n, C, CT__S));
 }
 
 static void ct__mhc_expand_forward(ct_ops_t *o, float *X, const float *x, int N, int n, int C)
@@ -461,8 +461,8 @@ static void ct__ce_loss(ct_ops_t *o, float *loss, float *dfeats, float *dwte, fl
                         const float *feats, const float *wte, const int32_t *pos, int N, int C,
                         int V, float count)
 {
-    ct__latch(o, ct_ce_loss_cuda(loss, dfeats, dwte, scratch, feats, wte, pos, N, C, V, count,
-                                 CT__C));
+    ct__latch(o,
+              ct_ce_loss_cuda(loss, dfeats, dwte, scratch, feats, wte, pos, N, C, V, count, CT__C));
 }
 
 static void ct__sampled_ce_loss(ct_ops_t *o, float *loss, float *dfeats, float *dwte,
@@ -494,8 +494,7 @@ extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp)
     int rc = 0;
     CT_CUDA_CHECK_GOTO(cudaSetDevice(device), rc, fail);
     CT_CUDA_CHECK_GOTO(cudaStreamCreate(&st->stream), rc, fail);
-    if ((rc = ct_cuda_ctx_init(&st->ctx, (ct_stream_t)st->stream, amp ? CT_CUDA_CTX_BF16 : 0)) !=
-        0)
+    if ((rc = ct_cuda_ctx_init(&st->ctx, (ct_stream_t)st->stream, amp ? CT_CUDA_CTX_BF16 : 0)) != 0)
         goto fail;
     CT_CUDA_CHECK_GOTO(cudaMalloc((void **)&st->partials, CT_REDUCE_CUDA_PARTS * sizeof(double)),
                        rc, fail);

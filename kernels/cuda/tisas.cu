@@ -171,10 +171,9 @@ __device__ __forceinline__ void ct__tis_taus(int *tau, const int64_t *ts, int i,
 
 __global__ void ct__tisas_fwd_kernel(float *out, float *att, const float *q, const float *k,
                                      const float *v, const float *rk, const float *rv,
-                                     const int64_t *tseq, const int32_t *qmask, int B, int L,
-                                     int C, int NH, int T, ct__tis_drop_t da,
-                                     const uint32_t *mask_rk, const uint32_t *mask_rv,
-                                     float keep_rkv, float scale)
+                                     const int64_t *tseq, const int32_t *qmask, int B, int L, int C,
+                                     int NH, int T, ct__tis_drop_t da, const uint32_t *mask_rk,
+                                     const uint32_t *mask_rv, float keep_rkv, float scale)
 {
     CT_DYNAMIC_SMEM(float, sm);
     const int HS = C / NH, lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
@@ -253,10 +252,10 @@ __global__ void ct__tisas_fwd_kernel(float *out, float *att, const float *q, con
 __global__ void ct__tisas_bwd_q_kernel(float *dq, float *drk, float *drv, float *dS, float *pd,
                                        const float *dout, const float *att, const float *q,
                                        const float *k, const float *v, const float *rk,
-                                       const float *rv, const int64_t *tseq,
-                                       const int32_t *qmask, int B, int L, int C, int NH, int T,
-                                       ct__tis_drop_t da, const uint32_t *mask_rk,
-                                       const uint32_t *mask_rv, float keep_rkv, float scale)
+                                       const float *rv, const int64_t *tseq, const int32_t *qmask,
+                                       int B, int L, int C, int NH, int T, ct__tis_drop_t da,
+                                       const uint32_t *mask_rk, const uint32_t *mask_rv,
+                                       float keep_rkv, float scale)
 {
     CT_DYNAMIC_SMEM(float, sm);
     const int HS = C / NH, lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
@@ -404,18 +403,20 @@ extern "C" int ct_tisas_attention_forward_cuda(float *out, float *att, float *sc
     const float keep_rkv = p_rkv > 0.0f ? 1.0f / (1.0f - p_rkv) : 1.0f;
     const float scale = 1.0f / sqrtf((float)(C / NH));
     CT_LAUNCH(ct__tisas_fwd_kernel, (unsigned)CT_CEIL_DIV(rows, (int64_t)CT__TIS_WARPS),
-              32 * CT__TIS_WARPS, smem, stream, out, att, q, k, v, rk, rv, tseq, qmask, B, L, C,
-              NH, T, ct__tis_drop_of(drop_att), mask_rk, mask_rv, keep_rkv, scale);
+              32 * CT__TIS_WARPS, smem, stream, out, att, q, k, v, rk, rv, tseq, qmask, B, L, C, NH,
+              T, ct__tis_drop_of(drop_att), mask_rk, mask_rv, keep_rkv, scale);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
 
-extern "C" int ct_tisas_attention_backward_cuda(
-    float *dq, float *dk, float *dv, float *drk, float *drv, float *scratch, const float *dout,
-    const float *att, const float *q, const float *k, const float *v, const float *rk,
-    const float *rv, const int64_t *tseq, const int32_t *qmask, int B, int L, int C, int NH, int T,
-    ct_dropout_t drop_att, const uint32_t *mask_rk, const uint32_t *mask_rv, float p_rkv,
-    ct_stream_t stream)
+extern "C" int ct_tisas_attention_backward_cuda(float *dq, float *dk, float *dv, float *drk,
+                                                float *drv, float *scratch, const float *dout,
+                                                const float *att, const float *q, const float *k,
+                                                const float *v, const float *rk, const float *rv,
+                                                const int64_t *tseq, const int32_t *qmask, int B,
+                                                int L, int C, int NH, int T, ct_dropout_t drop_att,
+                                                const uint32_t *mask_rk, const uint32_t *mask_rv,
+                                                float p_rkv, ct_stream_t stream)
 {
     int rc = ct__tis_check(B, L, C, NH, T, drop_att.p, p_rkv);
     if (rc != 0)
@@ -434,8 +435,8 @@ extern "C" int ct_tisas_attention_backward_cuda(
               dout, att, q, k, v, rk, rv, tseq, qmask, B, L, C, NH, T, ct__tis_drop_of(drop_att),
               mask_rk, mask_rv, keep_rkv, scale);
     CT_CUDA_CHECK_LAUNCH();
-    CT_LAUNCH(ct__tisas_bwd_kv_kernel, grid, 32 * CT__TIS_WARPS, 0, stream, dk, dv, dS, pd, dout,
-              q, qmask, B, L, C, NH, scale);
+    CT_LAUNCH(ct__tisas_bwd_kv_kernel, grid, 32 * CT__TIS_WARPS, 0, stream, dk, dv, dS, pd, dout, q,
+              qmask, B, L, C, NH, scale);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }

@@ -29,9 +29,8 @@ static int ct__xent_sgemm(const ct_cuda_ctx_t *ctx, bool ta, bool tb, int m, int
 {
     if (m == 0 || nc == 0)
         return 0;
-    CT_CUBLAS_CHECK(ct__gemm(ctx, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                ta ? CUBLAS_OP_T : CUBLAS_OP_N, nc, m, k, &alpha, B, ldb, A, lda,
-                                &beta, C, ldc));
+    CT_CUBLAS_CHECK(ct__gemm(ctx, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                             nc, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc));
     return 0;
 }
 

@@ -61,9 +61,10 @@ static int train(int w, const char *dir, const char *const *env, const char **ex
     argv[n] = NULL;
     ct_ranks_t g;
     if (w == 0) {
-        const char *clear[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",
-                               "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                               "CTRUN_HEARTBEAT_FD", "TORCHELASTIC_ERROR_FILE", NULL};
+        const char *clear[] = {
+            "RANK",        "WORLD_SIZE",  "LOCAL_RANK",         "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR", "MASTER_PORT", "CTRUN_HEARTBEAT_FD", "TORCHELASTIC_ERROR_FILE",
+            NULL};
         ct_child_opts_t o = {.env = clear};
         memset(&g, 0, sizeof g);
         CT_ASSERT_OK(ct_child_start(&g.child[0], argv, &o));
@@ -71,8 +72,8 @@ static int train(int w, const char *dir, const char *const *env, const char **ex
     } else {
         char id[32];
         snprintf(id, sizeof id, "ctrain-cuda-%d", ++run_counter);
-        ct_ranks_opts_t o = {.world = w, .port = store.port, .run_id = id, .timeout_s = 120,
-                             .env = env};
+        ct_ranks_opts_t o = {
+            .world = w, .port = store.port, .run_id = id, .timeout_s = 120, .env = env};
         CT_ASSERT_OK(ct_ranks_start(&g, &o, argv));
     }
     int rc = ct_ranks_wait(&g, 120000);
@@ -91,8 +92,8 @@ static void test_cuda_matches_cpu(void)
     dir_path(da, sizeof da, "amp");
     const char *cpu[] = {"--device", "cpu", NULL};
     const char *cuda[] = {"--device", "cuda", NULL};
-    const char *nccl[] = {"--device", "cuda", "--backend", "nccl", "--collective_timeout", "60",
-                          NULL};
+    const char *nccl[] = {"--device", "cuda", "--backend", "nccl", "--collective_timeout",
+                          "60",       NULL};
     const char *amp[] = {"--device", "cuda", "--use_amp", NULL};
     CT_ASSERT_EQ(train(0, dc, NULL, cpu), 0);
     CT_ASSERT_EQ(train(0, dg, NULL, cuda), 0);
@@ -125,11 +126,12 @@ static void test_hang_detected(void)
     char d[300];
     dir_path(d, sizeof d, "hang");
     const char *env[] = {"CT_TEST_NCCL_EXIT_AT_REDUCE=1:2", NULL};
-    char *argv[] = {(char *)ctrain, "--train_dir", d, CFG, "--device", "cuda", "--backend",
-                    "nccl", "--collective_timeout", "5", NULL};
+    char *argv[] = {
+        (char *)ctrain, "--train_dir",          d,   CFG, "--device", "cuda", "--backend",
+        "nccl",         "--collective_timeout", "5", NULL};
     ct_ranks_t g;
-    ct_ranks_opts_t o = {.world = 2, .port = store.port, .run_id = "ctrain-cuda-hang",
-                         .timeout_s = 120, .env = env};
+    ct_ranks_opts_t o = {
+        .world = 2, .port = store.port, .run_id = "ctrain-cuda-hang", .timeout_s = 120, .env = env};
     int64_t t0 = ct_time_ms();
     CT_ASSERT_OK(ct_ranks_start(&g, &o, argv));
     int rc = ct_ranks_wait(&g, 120000);

@@ -50,24 +50,25 @@ static void check_coeffs(int N, int n, int C)
 {
     printf("coeffs N=%d n=%d C=%d\n", N, n, C);
     const int D = n * C, K = CT_MHC_COEFFS(n), nn = n * n;
-    float *X = gk_host_rand((int64_t)N * D, -1, 1, 10), *phi = gk_host_rand((int64_t)D * K, -0.3f, 0.3f, 11);
+    float *X = gk_host_rand((int64_t)N * D, -1, 1, 10),
+          *phi = gk_host_rand((int64_t)D * K, -0.3f, 0.3f, 11);
     float alpha[3] = {0.7f, 1.3f, 0.9f};
     float *bias = gk_host_rand(K, -1, 1, 12);
-    float *hpre = KC_ALLOC(float, (int64_t)N * n), *hpost = KC_ALLOC(float, (int64_t)N * n);
-    float *hres = KC_ALLOC(float, (int64_t)N * nn), *proj = KC_ALLOC(float, (int64_t)N * K);
+    float *hpre = KC_ALLOC(float, (int64_t)N *n), *hpost = KC_ALLOC(float, (int64_t)N *n);
+    float *hres = KC_ALLOC(float, (int64_t)N *nn), *proj = KC_ALLOC(float, (int64_t)N *K);
     float *rstd = KC_ALLOC(float, N);
     ct_mhc_coeffs_forward_cpu(hpre, hpost, hres, proj, rstd, X, phi, alpha, bias, N, n, C, ITERS,
                               1e-6f);
-    float *dX = gk_dup(float, X, (int64_t)N * D), *dphi = gk_dup(float, phi, (int64_t)D * K);
+    float *dX = gk_dup(float, X, (int64_t)N *D), *dphi = gk_dup(float, phi, (int64_t)D *K);
     float *dal = gk_dup(float, alpha, 3), *dbias = gk_dup(float, bias, K);
-    float *ghpre = gk_alloc(float, (int64_t)N * n), *ghpost = gk_alloc(float, (int64_t)N * n);
-    float *ghres = gk_alloc(float, (int64_t)N * nn), *gproj = gk_alloc(float, (int64_t)N * K);
+    float *ghpre = gk_alloc(float, (int64_t)N *n), *ghpost = gk_alloc(float, (int64_t)N *n);
+    float *ghres = gk_alloc(float, (int64_t)N *nn), *gproj = gk_alloc(float, (int64_t)N *K);
     float *grstd = gk_alloc(float, N);
     ct_cuda_ctx_t ctx;
     CT_ASSERT_OK(ct_cuda_ctx_init(&ctx, NULL, 0));
-    CT_ASSERT_OK(ct_mhc_coeffs_forward_cuda(ghpre, ghpost, ghres, gproj, grstd, dX, dphi, dal, dbias,
-                                            N, n, C, ITERS, 1e-6f, &ctx));
-    float *got = KC_ALLOC(float, (int64_t)N * D > (int64_t)D * K ? (int64_t)N * D : (int64_t)D * K);
+    CT_ASSERT_OK(ct_mhc_coeffs_forward_cuda(ghpre, ghpost, ghres, gproj, grstd, dX, dphi, dal,
+                                            dbias, N, n, C, ITERS, 1e-6f, &ctx));
+    float *got = KC_ALLOC(float, (int64_t)N *D > (int64_t)D * K ? (int64_t)N * D : (int64_t)D * K);
     gk_download(got, ghpre, (size_t)N * n * 4);
     gk_check("coeffs hpre", got, hpre, (int64_t)N * n, 2e-5, 1e-4);
     gk_download(got, ghpost, (size_t)N * n * 4);
@@ -80,20 +81,23 @@ static void check_coeffs(int N, int n, int C)
     gk_check("coeffs rstd", got, rstd, N, 1e-6, 1e-6);
 
     /* backward twice onto random gradients */
-    float *dhpre = gk_host_rand((int64_t)N * n, -1, 1, 20), *dhpost = gk_host_rand((int64_t)N * n, -1, 1, 21);
+    float *dhpre = gk_host_rand((int64_t)N * n, -1, 1, 20),
+          *dhpost = gk_host_rand((int64_t)N * n, -1, 1, 21);
     float *dhres = gk_host_rand((int64_t)N * nn, -1, 1, 22);
-    float *rX = gk_host_rand((int64_t)N * D, -1, 1, 23), *rphi = gk_host_rand((int64_t)D * K, -1, 1, 24);
+    float *rX = gk_host_rand((int64_t)N * D, -1, 1, 23),
+          *rphi = gk_host_rand((int64_t)D * K, -1, 1, 24);
     float ral[3] = {0.1f, -0.2f, 0.3f};
     float *rb = gk_host_rand(K, -1, 1, 25);
-    float *gX = gk_dup(float, rX, (int64_t)N * D), *gphi = gk_dup(float, rphi, (int64_t)D * K);
+    float *gX = gk_dup(float, rX, (int64_t)N *D), *gphi = gk_dup(float, rphi, (int64_t)D *K);
     float *gal = gk_dup(float, ral, 3), *gb = gk_dup(float, rb, K);
     float *sc = KC_ALLOC(float, CT_MHC_COEFFS_BWD_SCRATCH(N, n, ITERS));
     for (int rep = 0; rep < 2; rep++)
         ct_mhc_coeffs_backward_cpu(rX, rphi, ral, rb, sc, dhpre, dhpost, dhres, X, phi, alpha, bias,
                                    proj, rstd, N, n, C, ITERS);
     float *gsc = gk_alloc(float, CT_MHC_COEFFS_BWD_CUDA_SCRATCH(N, n, ITERS));
-    float *ddpre = gk_dup(float, dhpre, (int64_t)N * n), *ddpost = gk_dup(float, dhpost, (int64_t)N * n);
-    float *ddres = gk_dup(float, dhres, (int64_t)N * nn);
+    float *ddpre = gk_dup(float, dhpre, (int64_t)N *n),
+          *ddpost = gk_dup(float, dhpost, (int64_t)N *n);
+    float *ddres = gk_dup(float, dhres, (int64_t)N *nn);
     for (int rep = 0; rep < 2; rep++)
         CT_ASSERT_OK(ct_mhc_coeffs_backward_cuda(gX, gphi, gal, gb, gsc, ddpre, ddpost, ddres, dX,
                                                  dphi, dal, dbias, gproj, grstd, N, n, C, ITERS,
@@ -171,8 +175,8 @@ static void check_mixing(int N, int n, int C)
     float *g1 = gk_dup(float, a1, NC), *g2 = gk_dup(float, a2, Nnn);
     for (int rep = 0; rep < 2; rep++) {
         ct_mhc_post_backward_cpu(r0, r1, r2, r3, dY, X, f, hres, hpost, N, n, C);
-        CT_ASSERT_OK(ct_mhc_post_backward_cuda(g0, g1, g2, g3, ddY, dX, df, dhres, dhpost, N, n, C,
-                                               NULL));
+        CT_ASSERT_OK(
+            ct_mhc_post_backward_cuda(g0, g1, g2, g3, ddY, dX, df, dhres, dhpost, N, n, C, NULL));
     }
     gk_download(got, g0, (size_t)NS * 4);
     GK_ASSERT_BITEQ("post backward dX", got, r0, NS);

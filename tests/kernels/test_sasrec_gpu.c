@@ -76,7 +76,8 @@ static void make_batch(batch_t *b, int step)
         }
         for (int i = 0; i < L; i++) {
             int x = r * L + i;
-            b->pos[x] = b->seq[x] == 0 ? 0 : (i + 1 < L ? b->seq[x + 1] : 1 + (int32_t)(rnd() % ITEMS));
+            b->pos[x] =
+                b->seq[x] == 0 ? 0 : (i + 1 < L ? b->seq[x + 1] : 1 + (int32_t)(rnd() % ITEMS));
             targets += b->pos[x] != 0;
         }
         for (int k = 0; k < M; k++)
@@ -104,11 +105,11 @@ static void check_params(const float *got, const float *ref, size_t P)
         double d = fabs((double)got[i] - ref[i]);
         worst = d > worst ? d : worst;
         off += d > 5e-5;
-        CT_ASSERT_MSG(d <= 2 * 1e-3 * STEPS, "parameter %zu: cuda %.9g cpu %.9g", i,
-                      (double)got[i], (double)ref[i]);
+        CT_ASSERT_MSG(d <= 2 * 1e-3 * STEPS, "parameter %zu: cuda %.9g cpu %.9g", i, (double)got[i],
+                      (double)ref[i]);
     }
-    printf("  parameters after %d steps: %zu of %zu differ by more than 5e-5, worst %.2e\n",
-           STEPS, off, P, worst);
+    printf("  parameters after %d steps: %zu of %zu differ by more than 5e-5, worst %.2e\n", STEPS,
+           off, P, worst);
     CT_ASSERT_MSG(off * 100 <= P, "%zu of %zu parameters differ by more than 5e-5", off, P);
 }
 

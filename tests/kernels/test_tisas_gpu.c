@@ -61,8 +61,10 @@ static void check_case(int B, int L, int C, int NH, int T, float p, int skip, ui
         dmk = gk_alloc(uint32_t, N * W), dmv = gk_alloc(uint32_t, N * W);
         GK_CUDA_OK(cudaMemset(dmk, 0, N * W * 4));
         GK_CUDA_OK(cudaMemset(dmv, 0, N * W * 4));
-        CT_ASSERT_OK(ct_tisas_mask_cuda(dmk, qm ? gk_dup(int32_t, seq, N) : NULL, B, L, C, dk, NULL));
-        CT_ASSERT_OK(ct_tisas_mask_cuda(dmv, qm ? gk_dup(int32_t, seq, N) : NULL, B, L, C, dv, NULL));
+        CT_ASSERT_OK(
+            ct_tisas_mask_cuda(dmk, qm ? gk_dup(int32_t, seq, N) : NULL, B, L, C, dk, NULL));
+        CT_ASSERT_OK(
+            ct_tisas_mask_cuda(dmv, qm ? gk_dup(int32_t, seq, N) : NULL, B, L, C, dv, NULL));
         gk_download(gmk, dmk, N * W * 4);
         gk_download(gmv, dmv, N * W * 4);
         CT_ASSERT(memcmp(gmk, mk, N * W * 4) == 0);
@@ -75,8 +77,8 @@ static void check_case(int B, int L, int C, int NH, int T, float p, int skip, ui
     float *out = KC_ALLOC(float, nx), *att = KC_ALLOC(float, natt);
     float *sf = KC_ALLOC(float, CT_TISAS_ATTENTION_FWD_SCRATCH(L, C));
     float *sb = KC_ALLOC(float, CT_TISAS_ATTENTION_BWD_SCRATCH(L, C));
-    ct_tisas_attention_forward_cpu(out, att, sf, q, k, v, rk, rv, ts, qm, B, L, C, NH, T, da, mk, mv,
-                                   prkv);
+    ct_tisas_attention_forward_cpu(out, att, sf, q, k, v, rk, rv, ts, qm, B, L, C, NH, T, da, mk,
+                                   mv, prkv);
     float *g0[5], *ref[5];
     const int64_t gn[5] = {nx, nx, nx, nr, nr};
     for (int x = 0; x < 5; x++) {
