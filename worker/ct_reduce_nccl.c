@@ -90,6 +90,13 @@ static void *ct__watchdog(void *arg)
         ncclResult_t async = ncclSuccess;
         ncclResult_t qr = ncclCommGetAsyncError(g->nc, &async);
         const int64_t waited = ct_time_ms() - since;
+        pthread_mutex_lock(&g->mu);
+        const bool moved = g->launched != n; /* the event now belongs to a newer reduction */
+        pthread_mutex_unlock(&g->mu);
+        if (moved) {
+            pthread_mutex_lock(&g->mu);
+            continue;
+        }
         const char *why = NULL;
         char detail[160] = "";
         if (q == cudaSuccess) {

@@ -39,7 +39,7 @@ __device__ __forceinline__ float ct__exp_nonpos_dev(float x)
         int32_t i;
         float f;
     } two;
-    two.i = ((int32_t)n + 127) << 23;
+    two.i = (int32_t)((uint32_t)((int32_t)n + 127) << 23);
     return x < -87.3f ? 0.0f : __fmul_rn(e, two.f);
 }
 
