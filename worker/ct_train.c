@@ -85,6 +85,29 @@ int ct_train_backend(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_o
     return 0;
 }
 
+int ct_train_check_device(const ct_model_cfg_t *mc, const ct_ops_t *ops, ct_errbuf_t *eb)
+{
+#if CT_HAVE_CUDA
+    if (ops->host_memory)
+        return 0;
+    /* the ranges of the CUDA kernels (ct_kernels_cuda.h), told before the first step fails */
+    const int hs = mc->hidden / mc->num_heads;
+    const bool ti = mc->kind == CT_MODEL_TISASREC;
+    const int max_l = ti ? CT_TISAS_CUDA_MAX_L : CT_ATTENTION_CUDA_MAX_L;
+    const int max_hs = ti ? CT_TISAS_CUDA_MAX_HS : CT_ATTENTION_CUDA_MAX_HS;
+    if (mc->maxlen > max_l || hs > max_hs || mc->hidden > CT_LAYERNORM_CUDA_MAX_C)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "--device cuda: %s's GPU kernels take --maxlen <= %d, "
+                             "hidden_units / num_heads <= %d and hidden_units <= %d (got %d, %d, "
+                             "%d); use --device cpu",
+                             ti ? "TiSASRec" : "SASRec", max_l, max_hs, CT_LAYERNORM_CUDA_MAX_C,
+                             mc->maxlen, hs, mc->hidden);
+#else
+    (void)mc, (void)ops, (void)eb;
+#endif
+    return 0;
+}
+
 int ct_train_check_data(const ct_model_cfg_t *mc, const ct_dataset_t *ds, ct_errbuf_t *eb)
 {
     if (mc->kind == CT_MODEL_TISASREC && ds->time_scaled == NULL)
@@ -317,7 +340,8 @@ static int ct__setup(ct_trainer_t *t, ct_errbuf_t *eb)
     if ((rc = ct_train_backend(c, t->env, &t->ops, eb)) != 0)
         return rc;
     t->mcfg = ct_train_model_cfg(c, t->ds.num_items);
-    if ((rc = ct_train_check_data(&t->mcfg, &t->ds, eb)) != 0)
+    if ((rc = ct_train_check_data(&t->mcfg, &t->ds, eb)) != 0 ||
+        (rc = ct_train_check_device(&t->mcfg, &t->ops, eb)) != 0)
         return rc;
 
     /* Samples: users that yield at least one training target. */

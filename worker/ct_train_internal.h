@@ -125,6 +125,9 @@ int ct_train_load_data(const ct_train_cfg_t *cfg, ct_dataset_t *ds, ct_errbuf_t 
  * visible, else cpu. Release with ct_ops_close. */
 int ct_train_backend(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_ops_t *ops,
                      ct_errbuf_t *eb);
+/* The model's shapes against the backend's kernels (CUDA: the fused attention's L and head
+ * width, layernorm's width): CT_ERANGE_VALUE with one line, before any step runs. */
+int ct_train_check_device(const ct_model_cfg_t *mc, const ct_ops_t *ops, ct_errbuf_t *eb);
 /* TiSASRec needs the dataset's times: CT_EFORMAT with one line when they are missing. */
 int ct_train_check_data(const ct_model_cfg_t *mc, const ct_dataset_t *ds, ct_errbuf_t *eb);
 /* The evaluation chunk: rows one evaluation forward pass takes. */

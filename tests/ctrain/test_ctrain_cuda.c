@@ -9,7 +9,9 @@
  *     - a 1-rank NCCL job (--backend nccl, the bucketed stream-ordered reduction with its
  *       watchdog) trains what the plain CUDA process trains;
  *     - --use_amp trains to a finite loss close to float32's (the bf16 deviation is measured by
- *       test_sasrec_gpu; here the flag's plumbing end to end).
+ *       test_sasrec_gpu; here the flag's plumbing end to end);
+ *     - a model the GPU kernels cannot take (SASRec at --maxlen 300) fails before its first
+ *       step with one line naming the limit.
  *   multi-gpu:
  *     - 2 ranks on NCCL (the unique-ID exchange through the store, the gradient buckets, the
  *       evaluation sums) train what 1 process trains with the same global batch;
@@ -107,6 +109,34 @@ static void test_cuda_matches_cpu(void)
     CT_ASSERT_EQ(train(0, da, NULL, amp), 0);
 }
 
+static void test_shape_refused(void)
+{
+    char d[300];
+    dir_path(d, sizeof d, "too-long");
+    char *argv[] = {(char *)ctrain,
+                    "--train_dir",
+                    d,
+                    "--dataset",
+                    "synthetic:users=50,items=40,len=24,seed=5",
+                    "--no_time",
+                    "--no_mhc",
+                    "--maxlen",
+                    "300",
+                    "--device",
+                    "cuda",
+                    NULL};
+    const char *clear[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",
+                           "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_ERROR_FILE",
+                           NULL};
+    ct_child_opts_t o = {.env = clear};
+    ct_child_t c;
+    CT_ASSERT_OK(ct_child_start(&c, argv, &o));
+    CT_ASSERT_OK(ct_child_wait(&c, 60000));
+    CT_ASSERT_NE(c.exit_code, 0);
+    CT_ASSERT_STR_CONTAINS(c.err, "GPU kernels take --maxlen <= 256");
+    ct_child_close(&c);
+}
+
 static void test_two_ranks(void)
 {
     char d1[300], d2[300];
@@ -165,6 +195,7 @@ int main(int argc, char **argv)
         CT_RUN(test_hang_detected);
     } else {
         CT_RUN(test_cuda_matches_cpu);
+        CT_RUN(test_shape_refused);
     }
     ct_store_proc_stop(&store);
     char cmd[300];
