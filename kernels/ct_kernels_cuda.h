@@ -64,6 +64,7 @@ typedef struct ct_cuda_ctx {
     void *workspace;            /* cuBLAS workspace, workspace_nbytes (device) */
     size_t workspace_nbytes;
     float *scratch; /* CT_CUDA_CTX_SCRATCH floats (device): partial sums of bias gradients */
+    unsigned flags; /* the CT_CUDA_CTX_* flags it was made with */
 } ct_cuda_ctx_t;
 
 /* cuBLAS's workspace: 32 MiB, what NVIDIA recommends for Hopper GPUs. */
@@ -74,6 +75,13 @@ typedef struct ct_cuda_ctx {
  * float precision (the CPU twins' tolerances hold); with it, the tensor cores may round the
  * factors to TF32 (10-bit mantissa), which is faster and about 1e-3 relative off. */
 #define CT_CUDA_CTX_TF32 1u
+/* With CT_CUDA_CTX_BF16 every matrix product of the launchers that take a context (linear, QKV,
+ * the mHC projections, the CE logits, all-item scores) runs as cublasGemmEx with
+ * CUBLAS_COMPUTE_32F_FAST_16BF: cuBLAS rounds the float factors to bfloat16 and the tensor
+ * cores accumulate the products in float; inputs, outputs and everything else stay float (the
+ * autocast of --use_amp: bf16 products, fp32 master weights, fp32 accumulation and reductions;
+ * bf16's exponent range is float's, so no loss scaling is needed). */
+#define CT_CUDA_CTX_BF16 2u
 
 /* Creates the cuBLAS handle on the current device, binds it to stream (NULL = the default
  * stream; the stream stays the caller's) and allocates workspace and scratch. Returns 0,
@@ -256,6 +264,111 @@ int ct_score_all_cuda(float *scores, const float *feats, const float *wte, int U
 int ct_rank_all_cuda(int32_t *ranks, const float *scores, const int32_t *targets,
                      const int32_t *excl_off, const int32_t *excl, int U, int V,
                      ct_stream_t stream);
+
+/* ---- TiSASRec (kernels/cuda/tisas.cu) -----------------------------------------------------------
+ * The absolute-position row broadcast (backward: one thread per table element, sequences in
+ * order: the CPU's bits), the interval masks (the CPU's bits), and the time-aware attention:
+ * one warp per query row in the forward and in the dQ half of the backward, one warp per key
+ * row for dK and dV. The interval-table gradients d R^K, d R^V are added with float atomics
+ * (their order varies between runs); everything else is deterministic. Range: L <=
+ * CT_TISAS_CUDA_MAX_L, head width <= CT_TISAS_CUDA_MAX_HS.
+ *   forward scratch: unused (may be NULL)
+ *   backward scratch: CT_TISAS_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) floats (dS and the dropped
+ *   probabilities, the size of att each) */
+#define CT_TISAS_CUDA_MAX_L  1024
+#define CT_TISAS_CUDA_MAX_HS 256
+#define CT_TISAS_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) \
+    (2 * (size_t)(B) * (size_t)(NH) * (size_t)(L) * (size_t)(L))
+
+int ct_rows_broadcast_forward_cuda(float *out, const float *table, int B, int L, int C,
+                                   ct_stream_t stream);
+int ct_rows_broadcast_backward_cuda(float *dtable, const float *dout, int B, int L, int C,
+                                    ct_stream_t stream);
+int ct_tisas_mask_cuda(uint32_t *bits, const int32_t *qmask, int B, int L, int C, ct_dropout_t drop,
+                       ct_stream_t stream);
+int ct_tisas_attention_forward_cuda(float *out, float *att, float *scratch, const float *q,
+                                    const float *k, const float *v, const float *rk,
+                                    const float *rv, const int64_t *tseq, const int32_t *qmask,
+                                    int B, int L, int C, int NH, int T, ct_dropout_t drop_att,
+                                    const uint32_t *mask_rk, const uint32_t *mask_rv, float p_rkv,
+                                    ct_stream_t stream);
+int ct_tisas_attention_backward_cuda(float *dq, float *dk, float *dv, float *drk, float *drv,
+                                     float *scratch, const float *dout, const float *att,
+                                     const float *q, const float *k, const float *v,
+                                     const float *rk, const float *rv, const int64_t *tseq,
+                                     const int32_t *qmask, int B, int L, int C, int NH, int T,
+                                     ct_dropout_t drop_att, const uint32_t *mask_rk,
+                                     const uint32_t *mask_rv, float p_rkv, ct_stream_t stream);
+
+/* ---- mHC residual streams (kernels/cuda/mhc.cu) ---------------------------------------------
+ * Sinkhorn, one thread per matrix, the CPU's loops (exp by the CPU's polynomial); its backward
+ * recomputes the iterates per matrix into scratch. The mappings: proj = X phi by cuBLAS, then
+ * one thread per token for the RMS factor (a double sum in the CPU's order), the gates and
+ * Sinkhorn; the backward keeps d(pre-activation) per token in scratch, sums the bias and gate
+ * gradients over tokens in a fixed order (double), and adds the (X phi) path with two sgemms.
+ * The stream-mixing ops give one thread per output element, sums in the CPU's order.
+ *   sinkhorn backward scratch: CT_SINKHORN_BWD_CUDA_SCRATCH(M, n, iters) floats
+ *   mappings backward scratch: CT_MHC_COEFFS_BWD_CUDA_SCRATCH(N, n, iters) floats */
+#define CT_SINKHORN_BWD_CUDA_SCRATCH(M, n, iters) ((size_t)(M)*CT_SINKHORN_BWD_SCRATCH(n, iters))
+#define CT_MHC_COEFFS_BWD_CUDA_SCRATCH(N, n, iters) \
+    ((size_t)(N) * (2 * (size_t)CT_MHC_COEFFS(n) + CT_SINKHORN_BWD_SCRATCH(n, iters)))
+
+int ct_sinkhorn_forward_cuda(float *out, const float *logits, int M, int n, int iters,
+                             ct_stream_t stream);
+int ct_sinkhorn_backward_cuda(float *dlogits, float *scratch, const float *dout,
+                              const float *logits, int M, int n, int iters, ct_stream_t stream);
+int ct_mhc_coeffs_forward_cuda(float *hpre, float *hpost, float *hres, float *proj, float *rstd,
+                               const float *X, const float *phi, const float *alpha,
+                               const float *bias, int N, int n, int C, int iters, float eps,
+                               const ct_cuda_ctx_t *ctx);
+int ct_mhc_coeffs_backward_cuda(float *dX, float *dphi, float *dalpha, float *dbias, float *scratch,
+                                const float *dhpre, const float *dhpost, const float *dhres,
+                                const float *X, const float *phi, const float *alpha,
+                                const float *bias, const float *proj, const float *rstd, int N,
+                                int n, int C, int iters, const ct_cuda_ctx_t *ctx);
+int ct_mhc_pre_forward_cuda(float *u, const float *X, const float *hpre, int N, int n, int C,
+                            ct_stream_t stream);
+int ct_mhc_pre_backward_cuda(float *dX, float *dhpre, const float *du, const float *X,
+                             const float *hpre, int N, int n, int C, ct_stream_t stream);
+int ct_mhc_post_forward_cuda(float *Y, const float *X, const float *f, const float *hres,
+                             const float *hpost, int N, int n, int C, ct_stream_t stream);
+int ct_mhc_post_backward_cuda(float *dX, float *df, float *dhres, float *dhpost, const float *dY,
+                              const float *X, const float *f, const float *hres, const float *hpost,
+                              int N, int n, int C, ct_stream_t stream);
+int ct_mhc_expand_forward_cuda(float *X, const float *x, int N, int n, int C, ct_stream_t stream);
+int ct_mhc_expand_backward_cuda(float *dx, const float *dX, int N, int n, int C,
+                                ct_stream_t stream);
+int ct_mhc_collapse_forward_cuda(float *x, const float *X, int N, int n, int C, ct_stream_t stream);
+int ct_mhc_collapse_backward_cuda(float *dX, const float *dx, int N, int n, int C,
+                                  ct_stream_t stream);
+
+/* ---- softmax cross-entropy losses (kernels/cuda/xent.cu) ------------------------------------
+ * Full CE: rows in chunks of CT_CE_CUDA_ROWS(V): the chunk's logits against items 1..V-1 by one
+ * sgemm, one block per row for the softmax and its gradient (rows without a target get a zero
+ * gradient row), then d feats += d logits E and d E += d logits^T feats by two sgemms. Unlike
+ * the CPU, rows without a target are not compacted out (they cost their share of the sgemms).
+ * Sampled CE: one warp per position for the M + 1 logits, the softmax and d feats; one block
+ * per sequence for the negatives' table gradients, which (like the positives') are added to
+ * dwte with float atomics, since sequences share items. The loss is the rows' double terms
+ * summed in a fixed order, times 1 / count.
+ *   CE scratch: CT_CE_CUDA_SCRATCH(N, V) floats   sampled-CE scratch:
+ *   CT_SAMPLED_CE_CUDA_SCRATCH(N, M) floats */
+#define CT_CE_CUDA_ROWS(V)                                     \
+    ((size_t)(16u << 20) / (size_t)(V) < 32     ? (size_t)32   \
+     : (size_t)(16u << 20) / (size_t)(V) > 4096 ? (size_t)4096 \
+                                                : (size_t)(16u << 20) / (size_t)(V))
+#define CT_CE_CUDA_SCRATCH(N, V) \
+    (CT_CE_CUDA_ROWS(V) * (size_t)(V) + 2 * (size_t)(N) + 2 * (size_t)CT_REDUCE_CUDA_PARTS)
+#define CT_SAMPLED_CE_CUDA_SCRATCH(N, M) \
+    ((size_t)(N) * ((size_t)(M) + 1) + 2 * (size_t)(N) + 2 * (size_t)CT_REDUCE_CUDA_PARTS)
+
+int ct_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
+                    const float *wte, const int32_t *pos, int N, int C, int V, float count,
+                    const ct_cuda_ctx_t *ctx);
+int ct_sampled_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *scratch,
+                            const float *feats, const float *wte, const int32_t *pos,
+                            const int32_t *neg, int B, int L, int C, int M, float count,
+                            ct_stream_t stream);
 
 #ifdef __cplusplus
 }

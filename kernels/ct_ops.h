@@ -6,11 +6,13 @@
  * this table; a backend fills it in:
  *   - CPU (kernels/cpu/ops.c, ct_ops_cpu_init): each entry calls the ct_*_cpu function; memory
  *     is host memory (host_memory = true), copies are memcpy, nothing can fail.
- *   - CUDA (the GPU issue): each entry calls the ct_*_cuda twin of ct_kernels_cuda.h with
- *     o->stream as the trailing stream argument; memory is device memory. A launch error is
- *     latched into o->status (the first one wins) instead of being returned by every call, so
- *     model code stays as readable as the CPU reference: it checks ct_ops_status (or the sync
- *     entry) once per step and fails the step with that code.
+ *   - CUDA (kernels/cuda/ops.cu, ct_ops_cuda_init): each entry calls the ct_*_cuda twin of
+ *     ct_kernels_cuda.h on the table's own stream and cuBLAS context; memory is device memory.
+ *     A launch error is latched into o->status (the first one wins) instead of being returned
+ *     by every call, so model code stays as readable as the CPU reference: it checks
+ *     ct_ops_status (or the sync entry) once per step and fails the step with that code. The
+ *     scratch the CUDA twins need beyond the caller's (layernorm's partial sums, the sorted
+ *     item scatter, the reductions' partials) is the table's, grown on first use.
  *
  * Pointers passed to op entries are backend memory (from o->alloc); only copy() moves data
  * between host and backend memory. Scalars an op produces (loss, penalty, sum of squares) are
@@ -46,10 +48,12 @@ typedef enum ct_att_scratch {
     CT_ATT_SCRATCH_BWD = 1,
 } ct_att_scratch_t;
 
-/* The other ops that take scratch, and what the three size arguments of scratch() mean. */
+/* The other ops that take scratch, and what the three size arguments of scratch() mean. The
+ * fourth, rows, is the most rows one call will take (B*L, or M matrices for Sinkhorn): the CPU
+ * sizes its scratch per row or per sequence and ignores it, the GPU works on all rows at once. */
 typedef enum ct_scratch_op {
-    CT_SCRATCH_TISAS_FWD = 0,  /* (L, C, -) */
-    CT_SCRATCH_TISAS_BWD = 1,  /* (L, C, -) */
+    CT_SCRATCH_TISAS_FWD = 0,  /* (L, C, NH) */
+    CT_SCRATCH_TISAS_BWD = 1,  /* (L, C, NH) */
     CT_SCRATCH_SINKHORN_BWD,   /* (n, iters, -) */
     CT_SCRATCH_MHC_COEFFS_BWD, /* (N, n, iters) */
     CT_SCRATCH_CE,             /* (V, C, -) */
@@ -61,6 +65,7 @@ struct ct_ops {
     bool host_memory; /* alloc() returns host memory: callers may read and write it directly */
     int status;       /* first failure latched since the last ct_ops_status (0: none) */
     void *stream;     /* the backend's queue (cudaStream_t); NULL on the CPU */
+    void *impl;       /* the backend's state (CUDA: context and scratch); NULL on the CPU */
 
     /* ---- memory ---- */
     /* *p <- nbytes of backend memory (64-byte aligned). 0 or -ENOMEM / CT_ECUDA. */
@@ -72,8 +77,12 @@ struct ct_ops {
     int (*sync)(ct_ops_t *o);
     /* Scratch floats the attention op needs for sequences of length L (B rows, NH heads). */
     size_t (*attention_scratch)(ct_ops_t *o, int B, int L, int NH, ct_att_scratch_t which);
-    /* Scratch floats of the other ops (see ct_scratch_op_t for a, b, c). */
-    size_t (*scratch)(ct_ops_t *o, ct_scratch_op_t op, int64_t a, int64_t b, int64_t c);
+    /* Scratch floats of the other ops (see ct_scratch_op_t for a, b, c and rows). */
+    size_t (*scratch)(ct_ops_t *o, ct_scratch_op_t op, int64_t a, int64_t b, int64_t c,
+                      int64_t rows);
+    /* Frees what the backend holds (waiting for its queue first); the table is unusable after.
+     * Safe to call twice. */
+    void (*close)(ct_ops_t *o);
 
     /* ---- the ops of ct_kernels.h, same arguments after o ---- */
     void (*dropout)(ct_ops_t *o, float *out, const float *inp, int64_t n, ct_dropout_t drop);
@@ -181,6 +190,21 @@ struct ct_ops {
 
 /* Fills o with the CPU backend (kernels/cpu/ops.c). Never fails. */
 void ct_ops_cpu_init(ct_ops_t *o);
+
+/* Fills o with the CUDA backend on device `device` (kernels/cuda/ops.cu; builds with CUDA only):
+ * makes it current, creates a stream and a cuBLAS context. amp false: full float precision
+ * everywhere (no TF32); amp true: bf16 autocast of the matrix products (CT_CUDA_CTX_BF16 of
+ * ct_kernels_cuda.h: bf16 factors, float accumulation; parameters, optimizer state and every
+ * other op stay float). Returns 0, CT_ENOGPU (no such device), CT_ECUDA or CT_ECUBLAS; on
+ * failure nothing is left allocated. Release with o->close. */
+int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp);
+
+/* o->close when there is one. */
+static inline void ct_ops_close(ct_ops_t *o)
+{
+    if (o->close)
+        o->close(o);
+}
 
 /* Returns the latched status and clears it (0 when every op since the last call succeeded). */
 static inline int ct_ops_status(ct_ops_t *o)

@@ -209,3 +209,13 @@ int ct_comm_backend_parse(const char *text, ct_comm_backend_t *out, ct_errbuf_t 
             eb, CT_EPARSE, "\"%s\" is not a communicator backend (auto, cpu, ring or nccl)", text);
     return 0;
 }
+
+void *ct_comm_nccl_handle(ct_comm_t *c, int *device)
+{
+#if CT_HAVE_NCCL
+    if (c != NULL && c->backend == CT_COMM_NCCL && c->failed == 0)
+        return ct__comm_nccl_handle(c, device);
+#endif
+    (void)c, (void)device;
+    return NULL;
+}

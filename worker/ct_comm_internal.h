@@ -69,6 +69,8 @@ int ct__comm_ring_create(ct_comm_t **out, const ct__comm_cfg_t *cfg, ct_errbuf_t
 int ct__comm_nccl_create(ct_comm_t **out, const ct__comm_cfg_t *cfg, ct_errbuf_t *eb);
 /* Visible GPUs (0 when there is no driver or no device). */
 int ct__comm_gpu_count(void);
+/* The ncclComm_t of an NCCL communicator and its device (ct_comm_nccl_handle). */
+void *ct__comm_nccl_handle(ct_comm_t *c, int *device);
 #endif
 
 /* Allocates a communicator with the shared fields set (ct_comm.c). */

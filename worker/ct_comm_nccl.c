@@ -266,6 +266,15 @@ out:
     return rc;
 }
 
+void *ct__comm_nccl_handle(ct_comm_t *c, int *device)
+{
+    ct__nccl_t *g = c->impl;
+    if (g == NULL || g->comm == NULL || g->aborted)
+        return NULL;
+    *device = g->device;
+    return g->comm;
+}
+
 static void ct__nccl_abort(ct_comm_t *c)
 {
     ct__nccl_t *g = c->impl;

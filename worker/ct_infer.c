@@ -126,10 +126,15 @@ int ct_infer_run(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_reduc
     int rc = ct_train_load_data(cfg, &ds, eb);
     if (rc != 0)
         return rc;
-    ct_train_backend(cfg, &ops);
+    memset(&ops, 0, sizeof ops);
+    if ((rc = ct_train_backend(cfg, env, &ops, eb)) != 0) {
+        ct_data_free(&ds);
+        return rc;
+    }
     int chunk = ct_train_eval_chunk(cfg, env->world_size);
     if ((rc = ct__resolve_cfg(cfg, ds.num_items, &mc, eb)) != 0 ||
         (rc = ct_train_check_data(&mc, &ds, eb)) != 0 ||
+        (rc = ct_train_check_device(&mc, &ops, eb)) != 0 ||
         (rc = ct_model_create(&model, &mc, &ops, chunk, eb)) != 0)
         goto out;
     if ((rc = ct_model_load_params(model, cfg->state_dict_path, eb)) != 0)
@@ -164,6 +169,7 @@ int ct_infer_run(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_reduc
 out:
     ct_evaluator_close(&ev);
     ct_model_destroy(model);
+    ct_ops_close(&ops);
     ct_data_free(&ds);
     return rc;
 }

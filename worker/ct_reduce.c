@@ -64,12 +64,14 @@ int ct_reducer_open(ct_reducer_t *r, ct_comm_t *comm, ct_errbuf_t *eb)
     memset(r, 0, sizeof *r);
     if (comm == NULL || ct_comm_size(comm) == 1) {
         ct_reducer_local_init(r);
+        r->comm = comm;
         return 0;
     }
     *r = (ct_reducer_t){.rank = ct_comm_rank(comm),
                         .world_size = ct_comm_size(comm),
                         .name = ct_comm_backend(comm) == CT_COMM_NCCL ? "nccl" : "ring",
                         .impl = comm,
+                        .comm = comm,
                         .allreduce_f32 = ct__comm_f32,
                         .allreduce_f64 = ct__comm_f64,
                         .broadcast = ct__comm_broadcast,

@@ -22,9 +22,11 @@
 #ifndef CT_REDUCE_H
 #define CT_REDUCE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ct_config.h"
 #include "ct_error.h"
 #include "ctworker.h"
 
@@ -38,6 +40,8 @@ struct ct_reducer {
     int rank, world_size;
     const char *name; /* "local", "ring", "nccl" */
     void *impl;
+    ct_comm_t *comm;   /* the communicator given to ct_reducer_open (also for world 1), or NULL */
+    bool device_async; /* allreduce_f32 returns before the sum is done (ordered on the device) */
     /* buf[i] <- sum over ranks of buf[i], i < n. */
     int (*allreduce_f32)(ct_reducer_t *r, float *buf, int64_t n, ct_errbuf_t *eb);
     int (*allreduce_f64)(ct_reducer_t *r, double *buf, int64_t n, ct_errbuf_t *eb);
@@ -55,6 +59,18 @@ int ct_reducer_open(ct_reducer_t *r, ct_comm_t *comm, ct_errbuf_t *eb);
 
 /* Closes the reducer; safe on a closed one. */
 void ct_reducer_close(ct_reducer_t *r);
+
+#if CT_HAVE_NCCL
+/* Makes r's float all-reduce the bucketed, stream-ordered NCCL reduction of device buffers
+ * (ct_reduce_nccl.c): buckets of bucket_bytes on a communication stream that waits for the work
+ * queued on compute_stream (a cudaStream_t) and that compute_stream then waits for; no host
+ * synchronisation; a watchdog thread ends the process through ct_worker_fail (error file,
+ * non-zero exit) when a reduction has not completed within timeout_ms (<= 0: the
+ * communicator's timeout) or NCCL reports an asynchronous error. r must have been opened over
+ * an NCCL communicator (any world size, 1 included). Returns 0, -EINVAL, -ENOMEM, CT_ECUDA. */
+int ct_reducer_nccl_attach(ct_reducer_t *r, void *compute_stream, size_t bucket_bytes,
+                           int64_t timeout_ms, ct_errbuf_t *eb);
+#endif
 
 #ifdef __cplusplus
 }

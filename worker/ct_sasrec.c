@@ -842,9 +842,9 @@ static void ct__carve_arena(ct__sasrec_t *s, const ct_model_t *m, ct__carve_t *c
     int Bi = m->max_batch, Li = cfg->maxlen, NH = cfg->num_heads;
     if (ti) {
         s->att_fwd_scratch =
-            CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_TISAS_FWD, Li, cfg->hidden, 0));
+            CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_TISAS_FWD, Li, cfg->hidden, NH, (int64_t)N));
         s->att_bwd_scratch =
-            CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_TISAS_BWD, Li, cfg->hidden, 0));
+            CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_TISAS_BWD, Li, cfg->hidden, NH, (int64_t)N));
     } else {
         s->att_fwd_scratch =
             CT__CARVE_F32(c, o->attention_scratch(o, Bi, Li, NH, CT_ATT_SCRATCH_FWD));
@@ -852,14 +852,15 @@ static void ct__carve_arena(ct__sasrec_t *s, const ct_model_t *m, ct__carve_t *c
             CT__CARVE_F32(c, o->attention_scratch(o, Bi, Li, NH, CT_ATT_SCRATCH_BWD));
     }
     s->mhc_scratch = mhc ? CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_MHC_COEFFS_BWD, (int64_t)N,
-                                                       (int64_t)n, CT_MHC_ITERS))
+                                                       (int64_t)n, CT_MHC_ITERS, (int64_t)N))
                          : NULL;
     s->loss_scratch = NULL;
     if (cfg->loss == CT_LOSS_CE)
-        s->loss_scratch = CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_CE, (int64_t)V, (int64_t)C, 0));
+        s->loss_scratch =
+            CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_CE, (int64_t)V, (int64_t)C, 0, (int64_t)N));
     else if (cfg->loss == CT_LOSS_SAMPLED_CE)
-        s->loss_scratch = CT__CARVE_F32(
-            c, o->scratch(o, CT_SCRATCH_SAMPLED_CE, (int64_t)L, cfg->num_negatives, (int64_t)C));
+        s->loss_scratch = CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_SAMPLED_CE, (int64_t)L,
+                                                      cfg->num_negatives, (int64_t)C, (int64_t)N));
 }
 
 #define CT__ADD(nm, nd, init, ...)                               \

@@ -13,6 +13,9 @@
 #include <unistd.h>
 
 #include "ct_config.h"
+#if CT_HAVE_CUDA
+#include "ct_kernels_cuda.h"
+#endif
 #include "ct_log.h"
 #include "ct_time.h"
 #include "ct_train_internal.h"
@@ -45,11 +48,64 @@ int ct_train_load_data(const ct_train_cfg_t *cfg, ct_dataset_t *ds, ct_errbuf_t 
     return rc;
 }
 
-void ct_train_backend(const ct_train_cfg_t *cfg, ct_ops_t *ops)
+int ct_train_backend(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_ops_t *ops,
+                     ct_errbuf_t *eb)
 {
-    /* --device cuda is refused while parsing; cpu and auto run on the CPU. */
-    (void)cfg;
+    const bool cuda = strcmp(cfg->device, "cuda") == 0;
+#if CT_HAVE_CUDA
+    const int n = cuda || strcmp(cfg->device, "auto") == 0 ? ct_cuda_device_count() : 0;
+    if (cuda && n < 1) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        return ct_errbuf_set(eb, CT_ENOGPU,
+                             "--device cuda: no CUDA device is visible (CUDA_VISIBLE_DEVICES=%s)",
+                             vis ? vis : "(unset)");
+    }
+    if (n > 0) {
+        /* one device per local rank, as torchrun's jobs pick cuda:LOCAL_RANK */
+        const int dev = env->local_rank % n;
+        int rc = ct_ops_cuda_init(ops, dev, cfg->use_amp);
+        if (rc != 0)
+            return ct_errbuf_set(eb, rc, "--device %s: setting up CUDA device %d failed (%s)",
+                                 cfg->device, dev, ct_strerror(rc));
+        return 0;
+    }
+    if (cfg->use_amp)
+        return ct_errbuf_set(eb, CT_ENOGPU,
+                             "--use_amp: no CUDA device is visible, and the CPU computes in "
+                             "float32 (drop --use_amp or run on a GPU)");
+#else
+    (void)env;
+    if (cuda || cfg->use_amp)
+        return ct_errbuf_set(eb, CT_ENOGPU,
+                             "--%s: this build of ctrain has no CUDA (configure with "
+                             "-Dcuda=enabled)",
+                             cuda ? "device cuda" : "use_amp");
+#endif
     ct_ops_cpu_init(ops);
+    return 0;
+}
+
+int ct_train_check_device(const ct_model_cfg_t *mc, const ct_ops_t *ops, ct_errbuf_t *eb)
+{
+#if CT_HAVE_CUDA
+    if (ops->host_memory)
+        return 0;
+    /* the ranges of the CUDA kernels (ct_kernels_cuda.h), told before the first step fails */
+    const int hs = mc->hidden / mc->num_heads;
+    const bool ti = mc->kind == CT_MODEL_TISASREC;
+    const int max_l = ti ? CT_TISAS_CUDA_MAX_L : CT_ATTENTION_CUDA_MAX_L;
+    const int max_hs = ti ? CT_TISAS_CUDA_MAX_HS : CT_ATTENTION_CUDA_MAX_HS;
+    if (mc->maxlen > max_l || hs > max_hs || mc->hidden > CT_LAYERNORM_CUDA_MAX_C)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "--device cuda: %s's GPU kernels take --maxlen <= %d, "
+                             "hidden_units / num_heads <= %d and hidden_units <= %d (got %d, %d, "
+                             "%d); use --device cpu",
+                             ti ? "TiSASRec" : "SASRec", max_l, max_hs, CT_LAYERNORM_CUDA_MAX_C,
+                             mc->maxlen, hs, mc->hidden);
+#else
+    (void)mc, (void)ops, (void)eb;
+#endif
+    return 0;
 }
 
 int ct_train_check_data(const ct_model_cfg_t *mc, const ct_dataset_t *ds, ct_errbuf_t *eb)
@@ -281,9 +337,11 @@ static int ct__setup(ct_trainer_t *t, ct_errbuf_t *eb)
     int rc = ct_train_load_data(c, &t->ds, eb);
     if (rc != 0)
         return rc;
-    ct_train_backend(c, &t->ops);
+    if ((rc = ct_train_backend(c, t->env, &t->ops, eb)) != 0)
+        return rc;
     t->mcfg = ct_train_model_cfg(c, t->ds.num_items);
-    if ((rc = ct_train_check_data(&t->mcfg, &t->ds, eb)) != 0)
+    if ((rc = ct_train_check_data(&t->mcfg, &t->ds, eb)) != 0 ||
+        (rc = ct_train_check_device(&t->mcfg, &t->ops, eb)) != 0)
         return rc;
 
     /* Samples: users that yield at least one training target. */
@@ -325,6 +383,20 @@ static int ct__setup(ct_trainer_t *t, ct_errbuf_t *eb)
     if (!t->views)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     t->n_views = ct_model_views(t->model, CT_MODEL_VIEW_PARAMS | CT_MODEL_VIEW_ADAM, t->views);
+#if CT_HAVE_NCCL
+    /* device gradients over NCCL: the bucketed, stream-ordered reduction with its watchdog
+     * (world 1 only when --backend nccl asked for it: otherwise one rank reduces nothing) */
+    if (!t->ops.host_memory && t->red->comm && ct_comm_backend(t->red->comm) == CT_COMM_NCCL &&
+        (t->red->world_size > 1 || strcmp(c->backend, "nccl") == 0) &&
+        (rc = ct_reducer_nccl_attach(t->red, t->ops.stream, CT_TRAIN_BUCKET_BYTES,
+                                     (int64_t)(c->collective_timeout * 1000.0 + 0.5), eb)) != 0)
+        return rc;
+#endif
+    if (!t->ops.host_memory && t->red->world_size > 1 && strcmp(t->red->name, "nccl") != 0) {
+        t->grad_host = malloc((t->model->num_params + CT_MODEL_GRAD_EXTRA) * sizeof(float));
+        if (!t->grad_host)
+            return ct_errbuf_set(eb, -ENOMEM, "out of memory");
+    }
 
     if ((rc = ct_evaluator_init(&t->ev, &t->ds, &t->ops, t->micro, c->maxlen, c->eval,
                                 t->mcfg.kind == CT_MODEL_TISASREC, R, W, eb)) != 0)
@@ -341,6 +413,8 @@ static void ct__teardown(ct_trainer_t *t)
     ct_evaluator_close(&t->ev);
     ct_batcher_close(&t->batcher);
     ct_model_destroy(t->model);
+    ct_ops_close(&t->ops);
+    free(t->grad_host);
     free(t->views);
     free(t->samples);
     free(t->targets);
@@ -384,8 +458,17 @@ static int ct__step(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
     /* The one reduction of the step: gradients, with the loss in the slot after them. */
     float *tail = m->grads_mem + m->num_params;
     o->copy(o, tail, &local_loss, sizeof local_loss, CT_COPY_H2D);
-    int rc = t->red->allreduce_f32(t->red, m->grads_mem,
-                                   (int64_t)m->num_params + CT_MODEL_GRAD_EXTRA, eb);
+    const int64_t ng = (int64_t)m->num_params + CT_MODEL_GRAD_EXTRA;
+    int rc;
+    if (t->grad_host) {
+        /* device gradients over a host communicator (the CPU ring): through host memory */
+        o->copy(o, t->grad_host, m->grads_mem, (size_t)ng * sizeof(float), CT_COPY_D2H);
+        if ((rc = o->sync(o)) == 0 &&
+            (rc = t->red->allreduce_f32(t->red, t->grad_host, ng, eb)) == 0)
+            o->copy(o, m->grads_mem, t->grad_host, (size_t)ng * sizeof(float), CT_COPY_H2D);
+    } else {
+        rc = t->red->allreduce_f32(t->red, m->grads_mem, ng, eb);
+    }
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "step %lld: gradient reduction", (long long)t->step);
     float loss = 0.0f, penalty = 0.0f, sumsq = 0.0f;

@@ -8,10 +8,15 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
 
+#include "ct_config.h"
+#if CT_HAVE_CUDA
+#include "ct_kernels_cuda.h"
+#endif
 #include "ct_parse.h"
 
 void ct_train_cfg_default(ct_train_cfg_t *c)
@@ -145,7 +150,8 @@ static const ct__flag_t ct__flags[] = {
     {"l2_emb", CT__DOUBLE, CT__OFF(l2_emb), 0, 1e6,
      "X  SASRec: loss += X * sum(item_emb^2) (default 0); TiSASRec: X * ||T|| for its five "
      "tables (default 5e-5)"},
-    {"device", CT__ENUM, CT__OFF(device), 0, 0, "cpu|auto|cuda  (default cpu; auto = cpu)"},
+    {"device", CT__ENUM, CT__OFF(device), 0, 0,
+     "cpu|auto|cuda  (default cpu; auto = cuda when a GPU is visible)"},
     {"inference_only", CT__BOOL, CT__OFF(inference_only), 0, 0,
      "[true|false]  evaluate --state_dict_path and exit"},
     {"state_dict_path", CT__PATH, CT__OFF(state_dict_path), 0, 0,
@@ -185,6 +191,11 @@ static const ct__flag_t ct__flags[] = {
     {"skip_invalid_loss", CT__BOOL, CT__OFF(skip_invalid_loss), 0, 0,
      "[true|false]  skip a step whose loss or gradient is NaN/inf instead of failing"},
     {"threads", CT__INT, CT__OFF(threads), 1, 1024, "N  BLAS threads per rank (default 1)"},
+    {"use_amp", CT__BOOL, CT__OFF(use_amp), 0, 0,
+     "[true|false]  bf16 matrix products with float accumulation and float weights (CUDA)"},
+    {"collective_timeout", CT__DOUBLE, CT__OFF(collective_timeout), 0, 1e7,
+     "SECONDS  fail the job when a collective takes longer (default: CTRUN_COMM_TIMEOUT or "
+     "1800)"},
 };
 #define CT__NFLAGS (sizeof ct__flags / sizeof ct__flags[0])
 
@@ -414,14 +425,34 @@ static int ct__check(ct_train_cfg_t *c, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, CT_EPARSE, "--state_dict_path: cannot read \"%.200s\": %s",
                              c->state_dict_path, strerror(e));
     }
+    if (c->use_amp && strcmp(c->device, "cpu") == 0)
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--use_amp: bf16 autocast runs on a GPU; --device cpu computes in "
+                             "float32 (use --device cuda or auto)");
+#if CT_HAVE_CUDA
+    /* checked here, so that a job asking for a GPU it does not have fails as a usage error */
+    if ((strcmp(c->device, "cuda") == 0 || strcmp(c->backend, "nccl") == 0) &&
+        ct_cuda_device_count() < 1) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--%s: %s needs a GPU and none is visible "
+                             "(CUDA_VISIBLE_DEVICES=%s)",
+                             strcmp(c->device, "cuda") == 0 ? "device" : "backend",
+                             strcmp(c->device, "cuda") == 0 ? "cuda" : "nccl",
+                             vis ? vis : "(unset)");
+    }
+#else
     if (strcmp(c->device, "cuda") == 0)
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--device: cuda is not available: this build of ctrain has no CUDA "
-                             "training path yet (use --device cpu)");
+                             "(configure with -Dcuda=enabled, or use --device cpu)");
+#endif
+#if !(CT_HAVE_CUDA && CT_HAVE_NCCL)
     if (strcmp(c->backend, "nccl") == 0)
         return ct_errbuf_set(eb, CT_EPARSE,
-                             "--backend: nccl needs the CUDA training path, which this build "
-                             "does not have yet (use --backend ring or auto)");
+                             "--backend: nccl needs a build with CUDA and NCCL, which this "
+                             "build is not (use --backend ring or auto)");
+#endif
     if ((int64_t)c->batch_size * c->grad_accum > (1 << 24))
         return ct_errbuf_set(eb, CT_ERANGE_VALUE,
                              "--grad_accum: %d x --batch_size %d is over 16777216 users per "
@@ -530,6 +561,8 @@ json_t *ct_train_cfg_to_json(const ct_train_cfg_t *c)
     json_object_set_new(o, "base_batch_size", json_integer(c->base_batch_size));
     json_object_set_new(o, "skip_invalid_loss", json_boolean(c->skip_invalid_loss));
     json_object_set_new(o, "threads", json_integer(c->threads));
+    json_object_set_new(o, "use_amp", json_boolean(c->use_amp));
+    json_object_set_new(o, "collective_timeout", json_real(c->collective_timeout));
     return o;
 }
 

@@ -62,7 +62,7 @@ typedef struct ct_train_cfg {
     double lr;
     int maxlen, hidden_units, num_blocks, num_epochs, num_heads;
     double dropout_rate, l2_emb;
-    char device[16]; /* cpu, auto (= cpu in this build), cuda (refused: no CUDA path yet) */
+    char device[16]; /* cpu, auto (cuda when a GPU is visible), cuda (CUDA builds only) */
     bool inference_only;
     char state_dict_path[CT_TRAIN_PATH_MAX]; /* "" when not given */
     bool norm_first;
@@ -85,6 +85,8 @@ typedef struct ct_train_cfg {
     int base_batch_size;
     bool skip_invalid_loss;
     int threads;
+    bool use_amp; /* bf16 autocast of the matrix products (CUDA backend only) */
+    double collective_timeout; /* seconds; 0: the worker's default */
     ct_model_kind_t model; /* --model sasrec|tisasrec, --no_time = sasrec */
     bool mhc;              /* --mhc / --no_mhc */
     bool no_mhc, no_time;  /* as given (resolved into mhc and model) */

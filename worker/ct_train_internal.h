@@ -44,6 +44,7 @@ typedef struct ct_trainer {
 
     ct_dataset_t ds;
     ct_ops_t ops;
+    float *grad_host; /* host staging of the gradients (device backend, host communicator) */
     ct_model_cfg_t mcfg;
     ct_model_t *model;
     ct_evaluator_t ev;
@@ -113,11 +114,20 @@ int ct_out_write_file(const char *dir, const char *name, const char *text, ct_er
 /* The summary object, printed as "# summary: <json>" and written to summary.json. */
 json_t *ct_out_summary(ct_trainer_t *t);
 
+/* Bucket size of the NCCL gradient reduction (ct_reduce_nccl.c). */
+#define CT_TRAIN_BUCKET_BYTES ((size_t)8 << 20)
+
 /* ---- ct_train.c, shared with ct_infer.c ---- */
 /* Loads --dataset (file or synthetic) into ds. */
 int ct_train_load_data(const ct_train_cfg_t *cfg, ct_dataset_t *ds, ct_errbuf_t *eb);
-/* The --device backend. */
-void ct_train_backend(const ct_train_cfg_t *cfg, ct_ops_t *ops);
+/* The --device backend: cpu; cuda (device LOCAL_RANK mod the visible devices; CT_ENOGPU with
+ * one line when there is none, or when this build has no CUDA); auto = cuda when a device is
+ * visible, else cpu. Release with ct_ops_close. */
+int ct_train_backend(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_ops_t *ops,
+                     ct_errbuf_t *eb);
+/* The model's shapes against the backend's kernels (CUDA: the fused attention's L and head
+ * width, layernorm's width): CT_ERANGE_VALUE with one line, before any step runs. */
+int ct_train_check_device(const ct_model_cfg_t *mc, const ct_ops_t *ops, ct_errbuf_t *eb);
 /* TiSASRec needs the dataset's times: CT_EFORMAT with one line when they are missing. */
 int ct_train_check_data(const ct_model_cfg_t *mc, const ct_dataset_t *ds, ct_errbuf_t *eb);
 /* The evaluation chunk: rows one evaluation forward pass takes. */

@@ -7,11 +7,14 @@
  * through ct_worker_fail (the same, plus a backtrace). Both exit 1. The work itself is in
  * ct_train.c, ct_infer.c and what they call.
  *
- * The communicator is always the CPU ring: the trainer's buffers are host memory (--backend
- * nccl is refused while parsing until the CUDA training path exists; auto means ring).
+ * The communicator: the CPU ring for --device cpu (host buffers); NCCL for --backend nccl, and
+ * with --backend auto on a GPU (CT_COMM_AUTO: NCCL when every local rank has a GPU), where the
+ * trainer reduces its device gradients with ct_reduce_nccl.c. --collective_timeout bounds
+ * every collective (the communicator's timeout, and the NCCL reduction's watchdog).
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "ct_config.h"
@@ -67,7 +70,16 @@ int main(int argc, char **argv)
         ctrain_fail(eb.msg);
     }
     static ct_worker_t w;
-    ct_worker_opts_t wo = {.backend = CT_COMM_CPU, .flags = CT_WORKER_CATCH_SIGNALS};
+    ct_worker_opts_t wo = {.backend = CT_COMM_CPU,
+                           .timeout_ms = (int64_t)(cfg.collective_timeout * 1000.0 + 0.5),
+                           .flags = CT_WORKER_CATCH_SIGNALS};
+#if CT_HAVE_NCCL
+    /* NCCL when asked for, or by default when training on a GPU (the CPU path keeps the ring) */
+    if (strcmp(cfg.backend, "nccl") == 0)
+        wo.backend = CT_COMM_NCCL;
+    else if (strcmp(cfg.backend, "auto") == 0 && strcmp(cfg.device, "cpu") != 0)
+        wo.backend = CT_COMM_AUTO;
+#endif
     if (ct_worker_init(&w, &wo, &eb) != 0)
         ctrain_fail(eb.msg);
     ct_reducer_t red;

@@ -576,6 +576,12 @@ uint64_t ct_comm_count(const ct_comm_t *c);
 void ct_comm_set_timeout(ct_comm_t *c, int64_t timeout_ms);
 int64_t ct_comm_timeout(const ct_comm_t *c);
 
+/* The NCCL communicator under c (an ncclComm_t) and, in *device, the CUDA device it lives on,
+ * for a caller that issues NCCL collectives on its own streams (ctrain's bucketed gradient
+ * reduction); NULL for other backends, in builds without NCCL and once c has failed. The
+ * communicator stays c's: the caller never destroys it. */
+void *ct_comm_nccl_handle(ct_comm_t *c, int *device);
+
 /* "auto", "cpu", "nccl" ("?" for an invalid value). */
 const char *ct_comm_backend_name(ct_comm_backend_t backend);
 /* Parses "auto", "cpu", "ring" (the same as cpu) or "nccl"; CT_EPARSE otherwise. */

@@ -22,8 +22,11 @@
  * then replays the same step captured as a CUDA graph, which removes the launch gaps, and
  * compares it with sasrec-spec.md 6.4's estimate of 0.2-0.3 ms per step.
  *
+ * The variants section also times the ops of the other models at the same sizes: TiSASRec's
+ * attention (with its interval masks), one mHC layer (n = 4) and the softmax losses.
+ *
  * Deliberately not here: PyTorch (bench/gpu/torch_ops.py times the same ops; bench/gpu/run.sh
- * prints the ratios) and ctrain's own step.
+ * prints the ratios) and ctrain's own step (bench/gpu/step_bench.py).
  */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -427,6 +430,104 @@ int main(int argc, char **argv)
         CK(cudaFree(scores));
         CK(cudaFree(targets));
         CK(cudaFree(ranks));
+    }
+    {
+        /* TiSASRec's attention at these sizes (q, k, v: the packed qkv's thirds; times from the
+         * positions, so intervals grow with distance, clipped at T = 256), the interval masks
+         * it reads, and the interval tables' gradients. */
+        const int T = 256;
+        const size_t W = CT_TISAS_MASK_WORDS(L, C);
+        int64_t *hts = malloc((size_t)N * sizeof *hts);
+        if (!hts)
+            die("malloc", "out of memory");
+        for (int r = 0; r < N; r++)
+            hts[r] = hseq[r] ? 1 + (r % L) * 3 : 0;
+        int64_t *ts = dev_bytes((size_t)N * sizeof *ts);
+        CK(cudaMemcpy(ts, hts, (size_t)N * sizeof *ts, cudaMemcpyHostToDevice));
+        free(hts);
+        uint32_t *mk = dev_bytes((size_t)N * W * 4), *mv = dev_bytes((size_t)N * W * 4);
+        float *rk = dev_fill((size_t)(T + 1) * C, -0.1f, 0.1f, 70);
+        float *rv = dev_fill((size_t)(T + 1) * C, -0.1f, 0.1f, 71);
+        float *drk = dev_fill((size_t)(T + 1) * C, 0, 0, 72),
+              *drv = dev_fill((size_t)(T + 1) * C, 0, 0, 73);
+        float *tscr = dev_bytes(CT_TISAS_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) * sizeof(float));
+        const float *q = qkv, *k = qkv + NC, *v = qkv + 2 * NC;
+        float *dq = gqkv, *dk = gqkv + NC, *dv = gqkv + 2 * NC;
+        const double mb = (double)N * W * 4 / 1e9;
+        ct_dropout_t d_tk = {PDROP, 7, 254, 0}, d_tv = {PDROP, 7, 255, 0};
+        TIME("tisas masks (2)", "fwd", 0, 2 * mb, OK(ct_tisas_mask_cuda(mk, seq, B, L, C, d_tk, s));
+             OK(ct_tisas_mask_cuda(mv, seq, B, L, C, d_tv, s)));
+        TIME("tisas attention", "fwd", 3 * attn, 4 * nb + ab + 2 * mb,
+             OK(ct_tisas_attention_forward_cuda(ao, att, NULL, q, k, v, rk, rv, ts, seq, B, L, C,
+                                                NH, T, d_attn, mk, mv, PDROP, s)));
+        TIME("tisas attention", "bwd", 6 * attn, 8 * nb + 3 * ab + 2 * mb,
+             CK(cudaMemsetAsync(gqkv, 0, 3 * nbytes, s));
+             OK(ct_tisas_attention_backward_cuda(dq, dk, dv, drk, drv, tscr, gao, att, q, k, v, rk,
+                                                 rv, ts, seq, B, L, C, NH, T, d_attn, mk, mv, PDROP,
+                                                 s)));
+        CK(cudaFree(ts));
+        CK(cudaFree(mk));
+        CK(cudaFree(mv));
+        CK(cudaFree(rk));
+        CK(cudaFree(rv));
+        CK(cudaFree(drk));
+        CK(cudaFree(drv));
+        CK(cudaFree(tscr));
+    }
+    {
+        /* mHC with 4 streams: one layer's mappings and its stream mixing after the sub-layer. */
+        const int n = 4, K = CT_MHC_COEFFS(4), D = n * C;
+        const size_t NS = NC * n;
+        float *X = dev_fill(NS, -1, 1, 80), *Y = dev_fill(NS, 0, 0, 81),
+              *dX = dev_fill(NS, 0, 0, 82);
+        float *dY = dev_fill(NS, -1, 1, 83), *phi = dev_fill((size_t)D * K, -0.01f, 0.01f, 84);
+        float *dphi = dev_fill((size_t)D * K, 0, 0, 85), *alpha = dev_fill(3, 0.01f, 0.01f, 86);
+        float *dalpha = dev_fill(3, 0, 0, 87), *bias = dev_fill(K, -1, 1, 88);
+        float *dbias = dev_fill(K, 0, 0, 89), *hpre = dev_fill((size_t)N * n, 0, 1, 90);
+        float *hpost = dev_fill((size_t)N * n, 0, 2, 91),
+              *hres = dev_fill((size_t)N * n * n, 0, 1, 92);
+        float *proj = dev_fill((size_t)N * K, 0, 0, 93), *hrstd = dev_fill((size_t)N, 1, 1, 94);
+        float *gpre = dev_fill((size_t)N * n, -1, 1, 95),
+              *gpost = dev_fill((size_t)N * n, -1, 1, 96);
+        float *gres = dev_fill((size_t)N * n * n, -1, 1, 97);
+        float *mscr = dev_bytes(CT_MHC_COEFFS_BWD_CUDA_SCRATCH(N, n, 20) * sizeof(float));
+        const double sb = (double)NS * 4 / 1e9, fl = 2.0 * N * D * K / 1e9;
+        TIME("mhc mappings n=4", "fwd", fl, sb,
+             OK(ct_mhc_coeffs_forward_cuda(hpre, hpost, hres, proj, hrstd, X, phi, alpha, bias, N,
+                                           n, C, 20, 1e-6f, &ctx)));
+        TIME("mhc mappings n=4", "bwd", 2 * fl, 3 * sb,
+             OK(ct_mhc_coeffs_backward_cuda(dX, dphi, dalpha, dbias, mscr, gpre, gpost, gres, X,
+                                            phi, alpha, bias, proj, hrstd, N, n, C, 20, &ctx)));
+        TIME("mhc post mixing n=4", "fwd", 2.0 * NS * (n + 1) / 1e9, 2 * sb + nb,
+             OK(ct_mhc_post_forward_cuda(Y, X, f, hres, hpost, N, n, C, s)));
+        TIME("mhc post mixing n=4", "bwd", 4.0 * NS * (n + 1) / 1e9, 4 * sb + 2 * nb,
+             OK(ct_mhc_post_backward_cuda(dX, g[1], gres, gpost, dY, X, f, hres, hpost, N, n, C,
+                                          s)));
+        float *bufs[] = {X,    Y,     dX,   dY,   phi,   dphi, alpha, dalpha, bias, dbias,
+                         hpre, hpost, hres, proj, hrstd, gpre, gpost, gres,   mscr};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            CK(cudaFree(bufs[i]));
+    }
+    {
+        /* The softmax losses: full CE over the V - 1 items, sampled CE with 128 negatives. */
+        const int M = 128;
+        float *cscr = dev_bytes(CT_CE_CUDA_SCRATCH(N, V) * sizeof(float));
+        float *sscr = dev_bytes(CT_SAMPLED_CE_CUDA_SCRATCH(N, M) * sizeof(float));
+        int32_t *rneg = dev_bytes((size_t)B * M * 4), *hr = malloc((size_t)B * M * 4);
+        if (!hr)
+            die("malloc", "out of memory");
+        for (int x2 = 0; x2 < B * M; x2++)
+            hr[x2] = 1 + (x2 * 97) % (V - 1);
+        CK(cudaMemcpy(rneg, hr, (size_t)B * M * 4, cudaMemcpyHostToDevice));
+        free(hr);
+        TIME("full CE loss", "f+b", 6.0 * N * V * C / 1e9, (2.0 * N * C + 2.0 * V * C) * 4 / 1e9,
+             OK(ct_ce_loss_cuda(loss, gy, gwte, cscr, y, wte, pos, N, C, V, (float)real, &ctx)));
+        TIME("sampled CE M=128", "f+b", 6.0 * N * (M + 1) * C / 1e9, 4 * nb,
+             OK(ct_sampled_ce_loss_cuda(loss, gy, gwte, sscr, y, wte, pos, rneg, B, L, C, M,
+                                        (float)real, s)));
+        CK(cudaFree(cscr));
+        CK(cudaFree(sscr));
+        CK(cudaFree(rneg));
     }
     int var_end = nrows;
 

@@ -2,13 +2,16 @@
 # bench/gpu/run.sh - the one command of a GPU session (issue 10). In a copy of the work tree on a
 # GPU machine with nvcc, meson, ninja and PyTorch and no network, it:
 #   1. configures a CUDA build in build-gpu/ (release, sm_90 + PTX) and builds it;
-#   2. runs the gpu test suite (every CUDA op against its CPU twin, the whole tiny model) and
-#      the launchers' argument checks;
+#   2. runs the gpu test suite (every CUDA op against its CPU twin, ctrain's model on the CUDA
+#      op table against the CPU table, ctrain --device cuda / NCCL end to end), the multi-gpu
+#      suite (skips with fewer than 2 GPUs) and the launchers' argument checks;
 #   3. runs the kernel benchmark (bench/gpu/kernels_bench_gpu.c) at ml-1m sizes and the PyTorch
 #      reference of the same ops and of one SASRec training step (bench/gpu/torch_ops.py), and
 #      prints them side by side with ratios (bench/gpu/compare.py);
-#   4. says what it cannot time yet instead of inventing it: ctrain's own step on the GPU needs
-#      ctrain --device cuda (the trainer half of issue 10), and TiSASRec has no CUDA kernels yet.
+#   4. times ctrain's own training step (--device cuda, fp32 and --use_amp) against the PyTorch
+#      reference (tests/ctrain/torch_ref.py --device cuda) on the same GPU for SASRec ml-1m-r
+#      (L=200, B=128) and TiSASRec ml-100k, with the roofline column (bench/gpu/step_bench.py;
+#      data from ../shared/data, else synthetic files of the same sizes).
 #
 #   bench/gpu/run.sh [--reps N] [--skip-tests] [--sanitize]
 #
@@ -17,7 +20,8 @@
 #               barrier misuse), which sees what the CPU emulator cannot; slow, minutes
 #
 # Results go to $OUT when it is set (the device tool's output folder), else build-gpu/results/:
-#   summary.txt  gpu-tests.log  cuda-args.log  kernels_bench_gpu.txt  torch_ops.txt  (+ logs)
+#   summary.txt  gpu-tests.log  cuda-args.log  kernels_bench_gpu.txt  torch_ops.txt
+#   step_bench.txt  step_bench.json  (+ logs)
 # Missing Debian development packages (libuv, jansson, zlib, OpenBLAS) can travel with the tree
 # as .deb files in .debs/ (apt-get download ... on a Debian/Ubuntu machine with a network); they
 # are unpacked under /tmp/ct-debs and found through pkg-config there.
@@ -35,7 +39,7 @@ while [ $# -gt 0 ]; do
         --reps) reps=${2:-}; shift 2 ;;
         --skip-tests) run_tests=0; shift ;;
         --sanitize) sanitize=1; shift ;;
-        -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument '$1' (expected --reps N, --skip-tests or --sanitize)" >&2
            exit 2 ;;
     esac
@@ -101,8 +105,11 @@ if [ "$run_tests" = 1 ]; then
     # One at a time: the tests share the GPU and some time themselves against the CPU.
     if "${meson[@]}" test -C build-gpu --suite gpu --print-errorlogs --num-processes 1 \
             >"$out/gpu-tests.log" 2>&1 \
+        && "${meson[@]}" test -C build-gpu --suite multi-gpu --print-errorlogs --num-processes 1 \
+            >"$out/multi-gpu-tests.log" 2>&1 \
         && "${meson[@]}" test -C build-gpu cuda_args >"$out/cuda-args.log" 2>&1; then
         say "# gpu tests: $(grep -E '^(Ok|Fail|Skipped):' "$out/gpu-tests.log" | tr -s ' ' | tr '\n' ' ')"
+        say "# multi-gpu tests: $(grep -E '^(Ok|Fail|Skipped):' "$out/multi-gpu-tests.log" | tr -s ' ' | tr '\n' ' ')"
         say "# launcher argument checks (cuda_args): ok"
     else
         status=1
@@ -153,14 +160,16 @@ fi
 cat "$out/kernels_bench_gpu.txt" >>"$summary" 2>/dev/null
 python3 bench/gpu/compare.py "$out/kernels_bench_gpu.txt" "$out/torch_ops.txt" | tee -a "$summary"
 
-# ---- what cannot be timed yet -------------------------------------------------------------------
-if [ -x build-gpu/worker/ctrain ] && build-gpu/worker/ctrain --help 2>&1 | grep -q -- '--device'; then
-    say "# ctrain step on the GPU: ctrain has --device, but this script does not drive it yet;"
-    say "#   time 'ctrain --device cuda' on ml-1m-r (L=200, B=128) here against 'step (model)' above"
+# ---- ctrain's step against the PyTorch reference -----------------------------------------------
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    if python3 bench/gpu/step_bench.py --ctrain build-gpu/worker/ctrain --reps 3 --out "$out" \
+            >"$out/step_bench.txt" 2>"$out/step_bench.err"; then
+        say "# ctrain step against PyTorch on this GPU (ms/step, median of 3):"
+        tee -a "$summary" <"$out/step_bench.txt"
+    else
+        say "# step benchmark: failed: $(tail -n 1 "$out/step_bench.err")"
+    fi
 else
-    say "# ctrain step on the GPU: not available yet (ctrain has no --device cuda; the trainer's"
-    say "#   CUDA dispatch is the other half of issue 10). The 'ctrun kernels, one CUDA graph' line"
-    say "#   above is the same step through the CUDA ops, captured by the benchmark, not by ctrain."
+    say "# step benchmark: not run (python3 has no PyTorch with a visible GPU)"
 fi
-say "# TiSASRec on the GPU: not available yet (no CUDA kernels for its interval terms)"
 exit $status

@@ -46,15 +46,21 @@ static int ct__cpu_sync(ct_ops_t *o)
     return ct_ops_status(o);
 }
 
+static void ct__cpu_close(ct_ops_t *o)
+{
+    (void)o; /* host memory belongs to its users; the table holds nothing */
+}
+
 static size_t ct__cpu_attention_scratch(ct_ops_t *o, int B, int L, int NH, ct_att_scratch_t which)
 {
     (void)o, (void)B, (void)NH;
     return which == CT_ATT_SCRATCH_FWD ? CT_ATTENTION_FWD_SCRATCH(L) : CT_ATTENTION_BWD_SCRATCH(L);
 }
 
-static size_t ct__cpu_scratch(ct_ops_t *o, ct_scratch_op_t op, int64_t a, int64_t b, int64_t c)
+static size_t ct__cpu_scratch(ct_ops_t *o, ct_scratch_op_t op, int64_t a, int64_t b, int64_t c,
+                              int64_t rows)
 {
-    (void)o;
+    (void)o, (void)rows;
     switch (op) {
     case CT_SCRATCH_TISAS_FWD:
         return CT_TISAS_ATTENTION_FWD_SCRATCH(a, b);
@@ -410,6 +416,7 @@ void ct_ops_cpu_init(ct_ops_t *o)
         .sync = ct__cpu_sync,
         .attention_scratch = ct__cpu_attention_scratch,
         .scratch = ct__cpu_scratch,
+        .close = ct__cpu_close,
         .dropout = ct__dropout,
         .timeline_mask = ct__timeline_mask,
         .embed_forward = ct__embed_forward,

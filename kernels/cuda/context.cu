@@ -17,6 +17,7 @@ extern "C" int ct_cuda_ctx_init(ct_cuda_ctx_t *ctx, ct_stream_t stream, unsigned
         return CT_ENOGPU;
     }
     ctx->stream = stream;
+    ctx->flags = flags;
     CT_CUBLAS_CHECK_GOTO(cublasCreate(&h), rc, fail);
     ctx->blas = h;
     CT_CUDA_CHECK_GOTO(cudaMalloc(&ctx->workspace, CT_CUDA_CTX_WORKSPACE_NBYTES), rc, fail);

@@ -33,6 +33,21 @@
 
 #define CT__FULL_MASK 0xffffffffu
 
+/* cublasSgemm, or with CT_CUDA_CTX_BF16 the same product with bfloat16 factors and float
+ * accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F_FAST_16BF). Every matrix product of
+ * kernels/cuda goes through here. */
+static inline cublasStatus_t ct__gemm(const ct_cuda_ctx_t *ctx, cublasOperation_t ta,
+                                      cublasOperation_t tb, int m, int n, int k, const float *alpha,
+                                      const float *A, int lda, const float *B, int ldb,
+                                      const float *beta, float *C, int ldc)
+{
+    if (ctx->flags & CT_CUDA_CTX_BF16)
+        return cublasGemmEx(ctx->blas, ta, tb, m, n, k, alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F,
+                            ldb, beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_16BF,
+                            CUBLAS_GEMM_DEFAULT);
+    return cublasSgemm(ctx->blas, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 /* Threads per block of the element-wise and reduction kernels. */
 #define CT__THREADS 256
 

@@ -111,8 +111,8 @@ static int ct__linear_fwd(float *out, int ldo, const float *inp, int ldi, const 
         CT_CUDA_CHECK_LAUNCH();
         beta = 1.0f;
     }
-    CT_CUBLAS_CHECK(cublasSgemm(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &alpha, weight, IC,
-                                inp, ldi, &beta, out, ldo));
+    CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &alpha, weight, IC, inp, ldi,
+                             &beta, out, ldo));
     return 0;
 }
 
@@ -125,10 +125,10 @@ static int ct__linear_bwd(float *dinp, int ldi, float *dweight, float *dbias, co
         return 0;
     float one = 1.0f;
     if (dinp)
-        CT_CUBLAS_CHECK(cublasSgemm(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, &one, weight,
-                                    IC, dout, lds, &one, dinp, ldi));
-    CT_CUBLAS_CHECK(cublasSgemm(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one, inp, ldi,
-                                dout, lds, &one, dweight, IC));
+        CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, &one, weight, IC, dout,
+                                 lds, &one, dinp, ldi));
+    CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one, inp, ldi, dout, lds,
+                             &one, dweight, IC));
     if (dbias)
         return ct__colsum(dbias, dout, lds, N, OC, ctx);
     return 0;

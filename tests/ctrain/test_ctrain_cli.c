@@ -164,6 +164,7 @@ static void test_flags(void)
     expect_usage_error("--device", "--device", "cuda", NULL, NULL);
     expect_usage_error("--device", "--device", "tpu", NULL, NULL);
     expect_usage_error("--backend", "--backend", "nccl", NULL, NULL);
+    expect_usage_error("--use_amp", "--use_amp", "--device", "cpu", NULL);
     expect_usage_error("--norm_first", "--norm_first", "--layout", "original", NULL);
     expect_usage_error("--num_heads", "--num_heads", "3", NULL, NULL);
     expect_usage_error("unknown flag --frobnicate", "--frobnicate", "1", NULL, NULL);
@@ -235,7 +236,9 @@ static void test_flags(void)
                            "no_time",
                            "time_span",
                            "loss",
-                           "num_negatives"};
+                           "num_negatives",
+                           "use_amp",
+                           "collective_timeout"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         char f[64];
         snprintf(f, sizeof f, "--%s ", flags[i]);
@@ -890,6 +893,9 @@ int main(int argc, char **argv)
 {
     CT_ASSERT(argc == 2);
     ctrain = argv[1];
+    /* ctrain here runs on the CPU: no GPU is visible to it (an invalid first index hides every
+     * device), so "--device cuda" and "--backend nccl" must be refused on any machine. */
+    setenv("CUDA_VISIBLE_DEVICES", "-1", 1);
     snprintf(root, sizeof root, "/tmp/ct_ctrain_cli.XXXXXX");
     CT_ASSERT(mkdtemp(root) != NULL);
     CT_RUN(test_flags);

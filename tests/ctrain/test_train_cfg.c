@@ -184,7 +184,9 @@ static void test_spellings(void)
                           "mhc_streams",
                           "time_span",
                           "loss",
-                          "num_negatives"};
+                          "num_negatives",
+                          "use_amp",
+                          "collective_timeout"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         CT_ASSERT_MSG(json_object_get(j, keys[i]) != NULL, "args.json lacks %s", keys[i]);
     CT_ASSERT_EQ(json_object_size(j), sizeof keys / sizeof keys[0]);

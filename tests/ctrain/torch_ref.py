@@ -10,7 +10,7 @@ batch construction, training step and sampled evaluation. It is the PyTorch side
     torch_ref.py train --model sasrec|tisasrec --dataset FILE [--maxlen L] [--batch_size B]
                        [--epochs N] [--max_steps S] [--warmup W] [--threads T]
                        [--eval_every E] [--dropout P] [--seed N] [--lr X] [--l2_emb X]
-                       [--time_span K]
+                       [--time_span K] [--device cpu|cuda]
 
 prints one JSON object per line: {"event": "epoch", "epoch", "steps", "positions",
 "train_seconds", "sample_seconds", "loss"} after every epoch, {"event": "eval", "epoch",
@@ -103,14 +103,15 @@ class SASRec(torch.nn.Module):
         seqs = self.item_emb(log_seqs) * self.item_emb.embedding_dim ** 0.5
         nb, nl = log_seqs.shape
         if self.layout == "original2020":
-            poss = torch.arange(nl).unsqueeze(0).expand(nb, -1)
+            poss = torch.arange(nl, device=log_seqs.device).unsqueeze(0).expand(nb, -1)
         else:
-            poss = torch.arange(1, nl + 1).unsqueeze(0).expand(nb, -1) * (log_seqs != 0)
+            poss = (torch.arange(1, nl + 1, device=log_seqs.device).unsqueeze(0).expand(nb, -1) *
+                    (log_seqs != 0))
         seqs = self.emb_dropout(seqs + self.pos_emb(poss))
         keep = (log_seqs != 0).unsqueeze(-1)
         if self.layout == "original2020":
             seqs = seqs * keep
-        mask = ~torch.tril(torch.ones((nl, nl), dtype=torch.bool))
+        mask = ~torch.tril(torch.ones((nl, nl), dtype=torch.bool, device=log_seqs.device))
         for i in range(len(self.attention_layers)):
             seqs = torch.transpose(seqs, 0, 1)
             if self.layout == "pre_ln":
@@ -172,7 +173,7 @@ class TimeAwareMultiHeadAttention(torch.nn.Module):
         w = w / (k_.shape[-1] ** 0.5)
         tm = time_mask.unsqueeze(-1).repeat(self.heads, 1, 1).expand(-1, -1, w.shape[-1])
         am = attn_mask.unsqueeze(0).expand(w.shape[0], -1, -1)
-        pad = torch.full(w.shape, NEG_BIG)
+        pad = torch.full(w.shape, NEG_BIG, device=w.device)
         w = torch.where(tm, pad, w)
         w = torch.where(am, pad, w)
         w = self.dropout(torch.softmax(w, dim=-1))
@@ -219,14 +220,15 @@ class TiSASRec(torch.nn.Module):
         seqs = self.item_emb(log_seqs) * self.item_emb.embedding_dim ** 0.5
         seqs = self.item_emb_dropout(seqs)
         nb, nl = log_seqs.shape
-        positions = torch.arange(nl).unsqueeze(0).expand(nb, -1)
+        positions = torch.arange(nl, device=log_seqs.device).unsqueeze(0).expand(nb, -1)
         pk = self.abs_pos_K_emb_dropout(self.abs_pos_K_emb(positions))
         pv = self.abs_pos_V_emb_dropout(self.abs_pos_V_emb(positions))
         tk = self.time_matrix_K_dropout(self.time_matrix_K_emb(time_matrices))
         tv = self.time_matrix_V_dropout(self.time_matrix_V_emb(time_matrices))
         timeline_mask = log_seqs == 0
         seqs = seqs * ~timeline_mask.unsqueeze(-1)
-        attention_mask = ~torch.tril(torch.ones((nl, nl), dtype=torch.bool))
+        attention_mask = ~torch.tril(torch.ones((nl, nl), dtype=torch.bool,
+                                                device=log_seqs.device))
         for i in range(len(self.attention_layers)):
             q = self.attention_layernorms[i](seqs)
             out = self.attention_layers[i](q, seqs, timeline_mask, attention_mask, tk, tv, pk, pv)
@@ -508,11 +510,13 @@ def build(kind, data, a):
     return m
 
 
-def train_step(model, opt, batch, l2):
-    """One optimizer step of the references: forward, BCE + l2_emb, backward, Adam."""
+def train_step(model, opt, batch, l2, device="cpu"):
+    """One optimizer step of the references: forward, BCE + l2_emb, backward, Adam. The batch is
+    copied to device per step, as the references do (float(loss) waits for the step)."""
     seq, pos, neg, tm = batch
-    seq_t, pos_t, neg_t = (torch.as_tensor(x, dtype=torch.long) for x in (seq, pos, neg))
-    tm_t = torch.as_tensor(tm, dtype=torch.long) if tm is not None else None
+    seq_t, pos_t, neg_t = (torch.as_tensor(x, dtype=torch.long, device=device)
+                           for x in (seq, pos, neg))
+    tm_t = torch.as_tensor(tm, dtype=torch.long, device=device) if tm is not None else None
     pl, nl = model(seq_t, pos_t, neg_t, tm_t)
     opt.zero_grad()
     loss = bce_loss(pl, nl, pos_t)
@@ -534,7 +538,7 @@ def cmd_train(a):
     data = load_tisasrec(a.dataset) if kind == "tisasrec" else load_sasrec(a.dataset)
     if a.l2_emb is None:
         a.l2_emb = 5e-5 if kind == "tisasrec" else 0.0
-    model = build(kind, data, a)
+    model = build(kind, data, a).to(a.device)
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, 0.98))
     nu = data["users"]
@@ -547,7 +551,7 @@ def cmd_train(a):
           "torch": torch.__version__})
     # warm-up steps (first-call allocations, the sampler's first batches) are not timed
     for _ in range(a.warmup):
-        train_step(model, opt, sampler.next_batch(), a.l2_emb)
+        train_step(model, opt, sampler.next_batch(), a.l2_emb, a.device)
     steps = 0
     t_all = time.time()
     for epoch in range(1, a.epochs + 1):
@@ -562,7 +566,7 @@ def cmd_train(a):
             tw = time.time()
             batch = sampler.next_batch()
             t_wait += time.time() - tw
-            loss, npos = train_step(model, opt, batch, a.l2_emb)
+            loss, npos = train_step(model, opt, batch, a.l2_emb, a.device)
             positions += npos
             loss_sum += loss
             n += 1
@@ -576,8 +580,10 @@ def cmd_train(a):
         if a.eval_every and epoch % a.eval_every == 0:
             model.eval()
             te = time.time()
+            model.cpu()  # evaluate() builds CPU tensors; parameters move in place and back
             v = evaluate(model, data, a.maxlen, "valid", kind, a.time_span, eval_rng)
             t = evaluate(model, data, a.maxlen, "test", kind, a.time_span, eval_rng)
+            model.to(a.device)
             emit({"event": "eval", "epoch": epoch, "valid": list(v), "test": list(t),
                   "seconds": time.time() - te})
             model.train()
@@ -607,6 +613,8 @@ def main(argv):
     t.add_argument("--eval_every", type=int, default=0)
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--seed", type=int, default=42)
+    t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (training only; the "
+                   "evaluation runs on the CPU copy of the model)")
     a = ap.parse_args(argv)
     if a.cmd == "train":
         cmd_train(a)

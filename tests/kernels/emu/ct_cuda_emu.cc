@@ -772,4 +772,53 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* x rounded to the nearest bfloat16 (ties to even), as a float; NaN stays NaN. */
+static float ct_emu__bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
+        return x;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* A copy of the (rows x cols, ld) column-major matrix with every element rounded to bf16. */
+static std::vector<float> ct_emu__bf16_copy(const float *a, int rows, int cols, int ld)
+{
+    std::vector<float> r((size_t)ld * (size_t)(cols > 0 ? cols : 1), 0.0f);
+    for (int j = 0; j < cols; j++)
+        for (int i = 0; i < rows; i++)
+            r[(size_t)j * ld + i] = ct_emu__bf16(a[(size_t)j * ld + i]);
+    return r;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k, const void *alpha,
+                            const void *A, cudaDataType_t Atype, int lda, const void *B,
+                            cudaDataType_t Btype, int ldb, const void *beta, void *C,
+                            cudaDataType_t Ctype, int ldc, cublasComputeType_t computeType,
+                            cublasGemmAlgo_t algo)
+{
+    if (Atype != CUDA_R_32F || Btype != CUDA_R_32F || Ctype != CUDA_R_32F ||
+        algo != CUBLAS_GEMM_DEFAULT ||
+        (computeType != CUBLAS_COMPUTE_32F && computeType != CUBLAS_COMPUTE_32F_FAST_16BF))
+        return CUBLAS_STATUS_INVALID_VALUE; /* not what kernels/cuda calls */
+    const float *a = (const float *)A, *b = (const float *)B;
+    std::vector<float> ar, br;
+    if (computeType == CUBLAS_COMPUTE_32F_FAST_16BF && m > 0 && n > 0 && k > 0) {
+        const int arows = transa == CUBLAS_OP_N ? m : k, acols = transa == CUBLAS_OP_N ? k : m;
+        const int brows = transb == CUBLAS_OP_N ? k : n, bcols = transb == CUBLAS_OP_N ? n : k;
+        if (lda >= arows && ldb >= brows) {
+            ar = ct_emu__bf16_copy(a, arows, acols, lda);
+            br = ct_emu__bf16_copy(b, brows, bcols, ldb);
+            a = ar.data(), b = br.data();
+        }
+    }
+    return cublasSgemm(handle, transa, transb, m, n, k, (const float *)alpha, a, lda, b, ldb,
+                       (const float *)beta, (float *)C, ldc);
+}
+
 } /* extern "C" */

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""step_bench.py - ctrain's training step on a GPU against the PyTorch reference
+(tests/ctrain/torch_ref.py) on the same GPU, same data and hyper-parameters, with the roofline
+estimate of sasrec-spec.md 6. Run by bench/gpu/run.sh; works without a network.
+
+    step_bench.py --ctrain build-gpu/worker/ctrain [--device cuda] [--steps N] [--reps R]
+                  [--workload sasrec-ml1m|tisasrec-ml100k|all] [--out DIR]
+
+Workloads (the references' defaults, as bench/train_bench):
+  sasrec-ml1m      SASRec (post_ln) on ml-1m-r, L = 200, B = 128, d = 50, 2 blocks, 1 head,
+                   dropout 0.2, BCE; ctrain --no_time --no_mhc
+  tisasrec-ml100k  TiSASRec on ml-100k, L = 50, B = 128, d = 50, 2 blocks, 1 head, dropout 0.2,
+                   time_span 256, l2_emb 5e-5; ctrain --no_mhc
+Data: $CT_DATA_DIR, else ../shared/data or ../../shared/data from the repository root; when
+the file is not there, a synthetic file of the same size (users, items, interactions; random
+sequences, increasing times) is written under --out and both programs read it, so the
+comparison stays like for like.
+
+ms/step: ctrain's summary (train_seconds / steps of one epoch, evaluation excluded; the first
+step's set-up included), fp32 and with --use_amp; PyTorch's epoch event (train_seconds / steps,
+after 3 untimed warm-up steps). Each is run --reps times and the median taken. The roofline
+column: SASRec 11.2 GFLOP per step (8.0 with causal skipping) and ~0.3-0.6 GB moved, so
+0.2-0.3 ms on an H100 (spec 6.4); TiSASRec at L = 50, 2.1 GFLOP (spec 6.3): ~0.03 ms of fp32
+compute, memory-bound in practice.
+"""
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(os.path.dirname(HERE))
+TORCH_REF = os.path.join(TOP, "tests", "ctrain", "torch_ref.py")
+
+
+def data_dir():
+    if os.environ.get("CT_DATA_DIR"):
+        return os.environ["CT_DATA_DIR"]
+    for up in (1, 2):
+        d = TOP
+        for _ in range(up):
+            d = os.path.dirname(d)
+        if os.path.isdir(os.path.join(d, "shared", "data")):
+            return os.path.join(d, "shared", "data")
+    return os.path.join(os.path.dirname(TOP), "shared", "data")
+
+
+WORKLOADS = {
+    "sasrec-ml1m": {
+        "file": ("ml-1m-r", "ml-1m-r.txt"),
+        "size": (6040, 3416, 999611),
+        "timed": False,
+        "ctrain": ["--no_time", "--no_mhc", "--maxlen", "200", "--batch_size", "128",
+                   "--hidden_units", "50", "--num_blocks", "2", "--num_heads", "1",
+                   "--dropout_rate", "0.2", "--layout", "post_ln", "--l2_emb", "0"],
+        "torch": ["--model", "sasrec", "--maxlen", "200", "--batch_size", "128", "--l2_emb", "0"],
+        "roofline": "0.2-0.3 (11.2 GFLOP, ~0.4 GB)",
+    },
+    "tisasrec-ml100k": {
+        "file": ("ml-100k", "u.data"),
+        "size": (943, 1682, 100000),
+        "timed": True,
+        "ctrain": ["--no_mhc", "--maxlen", "50", "--batch_size", "128", "--hidden_units", "50",
+                   "--num_blocks", "2", "--num_heads", "1", "--dropout_rate", "0.2",
+                   "--time_span", "256", "--l2_emb", "5e-5"],
+        "torch": ["--model", "tisasrec", "--maxlen", "50", "--batch_size", "128",
+                  "--time_span", "256", "--l2_emb", "5e-5"],
+        "roofline": ">= 0.03 (2.1 GFLOP; memory-bound)",
+    },
+}
+
+
+def synthetic(path, users, items, interactions, timed, seed=7):
+    """A file of the dataset's size: 'user item' lines in order (SASRec), or tab-separated
+    'user item rating time' (TiSASRec's u.data layout), every user at least 5 interactions."""
+    rng = random.Random(seed)
+    per = max(interactions // users, 5)
+    with open(path, "w") as f:
+        for u in range(1, users + 1):
+            n = max(5, int(rng.expovariate(1.0 / per)) + 5)
+            t = 880000000 + rng.randrange(10 ** 6)
+            for _ in range(n):
+                i = 1 + min(int(rng.paretovariate(1.1)) - 1, items - 1) if rng.random() < 0.5 \
+                    else rng.randrange(1, items + 1)
+                t += rng.randrange(1, 86400 * 3)
+                if timed:
+                    f.write(f"{u}\t{i}\t5\t{t}\n")
+                else:
+                    f.write(f"{u} {i}\n")
+    return path
+
+
+def dataset(name, w, out):
+    p = os.path.join(data_dir(), *w["file"])
+    if os.path.isfile(p):
+        return p, "file"
+    users, items, inter = w["size"]
+    s = os.path.join(out, f"synthetic-{name}.txt")
+    if not os.path.isfile(s):
+        synthetic(s, users, items, inter, w["timed"])
+    return s, "synthetic (same size)"
+
+
+def ctrain_ms(ctrain, data, w, device, amp, out, tag):
+    d = tempfile.mkdtemp(prefix=f"ctrain-{tag}-", dir=out)
+    cmd = [ctrain, "--dataset", data, "--train_dir", d, "--num_epochs", "1", "--eval", "sampled",
+           "--eval_every", "0", "--resume", "never", "--device", device] + w["ctrain"] + \
+        (["--use_amp"] if amp else [])
+    env = dict(os.environ)
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    with open(os.path.join(out, f"ctrain-{tag}.log"), "w") as f:
+        f.write(" ".join(cmd) + "\n" + r.stdout + r.stderr)
+    if r.returncode != 0:
+        raise RuntimeError(f"ctrain exited {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+    for line in r.stdout.splitlines():
+        if line.startswith("# summary: "):
+            s = json.loads(line[len("# summary: "):])
+            return 1000.0 * s["train_seconds"] / max(s["steps"], 1)
+    raise RuntimeError("ctrain printed no summary")
+
+
+def torch_ms(python, data, w, device, steps, out, tag):
+    cmd = [python, TORCH_REF, "train", "--dataset", data, "--device", device, "--warmup", "3",
+           "--epochs", "1", "--max_steps", str(steps)] + w["torch"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    with open(os.path.join(out, f"torch-{tag}.log"), "w") as f:
+        f.write(" ".join(cmd) + "\n" + r.stdout + r.stderr)
+    if r.returncode != 0:
+        raise RuntimeError(f"torch_ref exited {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+    for line in r.stdout.splitlines():
+        e = json.loads(line)
+        if e.get("event") == "epoch":
+            return 1000.0 * e["train_seconds"] / max(e["steps"], 1)
+    raise RuntimeError("torch_ref printed no epoch")
+
+
+def median(f, reps):
+    xs = []
+    for k in range(reps):
+        xs.append(f(k))
+    return statistics.median(xs), xs
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="step_bench.py")
+    ap.add_argument("--ctrain", default=os.path.join(TOP, "build-gpu", "worker", "ctrain"))
+    ap.add_argument("--python", default=sys.executable, help="the Python with PyTorch")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--steps", type=int, default=40, help="PyTorch steps timed")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--workload", default="all", choices=["all"] + list(WORKLOADS))
+    ap.add_argument("--out", default=tempfile.gettempdir())
+    a = ap.parse_args(argv)
+    os.makedirs(a.out, exist_ok=True)
+    names = list(WORKLOADS) if a.workload == "all" else [a.workload]
+    rows = []
+    for name in names:
+        w = WORKLOADS[name]
+        data, kind = dataset(name, w, a.out)
+        row = {"workload": name, "data": kind}
+        for key, f in (
+                ("ctrain", lambda k: ctrain_ms(a.ctrain, data, w, a.device, False, a.out,
+                                               f"{name}-fp32-{k}")),
+                ("ctrain_amp", lambda k: ctrain_ms(a.ctrain, data, w, a.device, True, a.out,
+                                                   f"{name}-amp-{k}")),
+                ("torch", lambda k: torch_ms(a.python, data, w, a.device, a.steps, a.out,
+                                             f"{name}-{k}"))):
+            if key == "ctrain_amp" and a.device == "cpu":
+                continue
+            try:
+                row[key], row[key + "_all"] = median(f, a.reps)
+            except (RuntimeError, OSError) as e:
+                row[key + "_error"] = str(e)
+        rows.append(row)
+    fmt = "{:<17} {:>12} {:>12} {:>12} {:>9} {:>9}  {}"
+    print(fmt.format("workload", "ctrain ms", "ctrain amp", "torch ms", "speedup", "amp x",
+                     "roofline ms (H100)"))
+    for r in rows:
+        c, ca, t = r.get("ctrain"), r.get("ctrain_amp"), r.get("torch")
+        cell = lambda v: f"{v:.3f}" if v is not None else "-"  # noqa: E731
+        ratio = lambda x, y: f"{x / y:.1f}x" if x and y else "-"  # noqa: E731
+        print(fmt.format(r["workload"], cell(c), cell(ca), cell(t), ratio(t, c), ratio(t, ca),
+                         WORKLOADS[r["workload"]]["roofline"]))
+        print(f"  data: {r['data']}" + "".join(
+            f"; {k}: {v}" for k, v in r.items() if k.endswith("_error")))
+    with open(os.path.join(a.out, "step_bench.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
