@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -67,6 +68,9 @@ typedef enum ctrun__event_kind {
     CTRUN__EV_GRACE,        /* the grace period after SIGTERM is over */
     CTRUN__EV_LEFT,         /* host: value = agents that left, -1 = coordinator error */
     CTRUN__EV_BARRIER_TIMEOUT,
+    CTRUN__EV_INJECT,       /* a time-triggered --inject spec is due */
+    CTRUN__EV_RESTART,      /* --restart_backoff is over */
+    CTRUN__EV_EVIDENCE,     /* the watchdog's stack dumps had their time */
 } ctrun__event_kind_t;
 
 typedef struct ctrun__event {
@@ -77,6 +81,7 @@ typedef struct ctrun__event {
 } ctrun__event_t;
 
 static void ctrun__step(ctrun_agent_t *a, const ctrun__event_t *ev);
+static void ctrun__inject_schedule(ctrun_agent_t *a);
 
 static const char *const ctrun__state_names[] = {
     [CTRUN_AGENT_INIT] = "INIT",         [CTRUN_AGENT_RENDEZVOUS] = "RENDEZVOUS",
@@ -174,6 +179,9 @@ static void ctrun__signal_all(ctrun_agent_t *a, int sig)
         ctrun_worker_t *w = &a->workers[i];
         if (w->state == CTRUN_WORKER_RUNNING || w->state == CTRUN_WORKER_STOPPING) {
             ctrun_group_signal(a, i, sig);
+            /* A stopped worker (a hang, SIGSTOP) only acts on the signal once continued. */
+            if (sig != SIGKILL)
+                ctrun_proc_signal(&w->proc, SIGCONT);
             w->state = CTRUN_WORKER_STOPPING;
         }
     }
@@ -185,6 +193,8 @@ static void ctrun__stop_workers(ctrun_agent_t *a, int sig)
 {
     ctrun__signal_all(a, sig);
     uv_timer_stop(&a->watchdog_timer);
+    uv_timer_stop(&a->inject_timer);
+    uv_timer_stop(&a->evidence_timer);
     /* One deadline per attempt: a later signal does not extend it. */
     if (!uv_is_active((uv_handle_t *)&a->grace_timer) && ctrun__live_workers(a) > 0) {
         uint64_t ms = (uint64_t)(a->cfg->grace_period_s * 1000.0 + 0.5);
@@ -192,11 +202,16 @@ static void ctrun__stop_workers(ctrun_agent_t *a, int sig)
     }
 }
 
-/* Records worker i's failure, logs torchrun's line, and publishes the record. */
-static void ctrun__record_failure(ctrun_agent_t *a, int i, int exitcode, const char *message)
+/* Records worker i's failure, logs torchrun's line, and publishes the record; cause and
+ * detect_ns (-1: unknown) go into the recovery table. */
+static void ctrun__record_failure(ctrun_agent_t *a, int i, int exitcode, const char *message,
+                                 const char *cause, int64_t detect_ns)
 {
     ctrun_worker_t *w = &a->workers[i];
     w->failed = true;
+    if (ctrun_recovery_add(&a->recovery, a->attempt, w->rank, i, cause, uv_hrtime(),
+                           detect_ns) != 0)
+        ct_log_warn("out of memory: the recovery table misses a failure of rank %d", w->rank);
     ctrun_failure_t *grown = realloc(a->failures, (a->nfailures + 1) * sizeof *grown);
     if (grown == NULL) {
         ct_log_error("out of memory recording the failure of local rank %d", i);
@@ -244,8 +259,8 @@ static void ctrun__record_failure(ctrun_agent_t *a, int i, int exitcode, const c
     }
 }
 
-/* This node's attempt failed first-hand (once per attempt): tell the others, stop the rest. */
-static void ctrun__fail_attempt(ctrun_agent_t *a)
+/* This node's attempt failed first-hand: tell the others (once per attempt). */
+static void ctrun__post_failed(ctrun_agent_t *a)
 {
     if (!a->failure_posted) {
         a->failure_posted = true;
@@ -253,6 +268,12 @@ static void ctrun__fail_attempt(ctrun_agent_t *a)
         snprintf(text, sizeof text, "failed %d", a->plan.group_rank);
         ctrun__post_outcome(a, text);
     }
+}
+
+/* This node's attempt failed first-hand: tell the others, stop the rest. */
+static void ctrun__fail_attempt(ctrun_agent_t *a)
+{
+    ctrun__post_failed(a);
     ctrun__stop_workers(a, SIGTERM);
 }
 
@@ -278,6 +299,10 @@ static void ctrun__done(ctrun_agent_t *a, int exit_code)
     uv_timer_stop(&a->rdzv_timer);
     uv_timer_stop(&a->watchdog_timer);
     uv_timer_stop(&a->barrier_timer);
+    uv_timer_stop(&a->inject_timer);
+    uv_timer_stop(&a->restart_timer);
+    uv_timer_stop(&a->evidence_timer);
+    a->restart_pending = false;
     /* Whatever is still alive (a signal during a rendezvous never started workers; a lost
      * store leaves none running) must not outlive the agent. */
     for (int i = 0; i < a->nworkers; i++) {
@@ -304,6 +329,9 @@ static void ctrun__done(ctrun_agent_t *a, int exit_code)
     uv_close((uv_handle_t *)&a->rdzv_timer, ctrun__close_cb);
     uv_close((uv_handle_t *)&a->watchdog_timer, ctrun__close_cb);
     uv_close((uv_handle_t *)&a->barrier_timer, ctrun__close_cb);
+    uv_close((uv_handle_t *)&a->inject_timer, ctrun__close_cb);
+    uv_close((uv_handle_t *)&a->restart_timer, ctrun__close_cb);
+    uv_close((uv_handle_t *)&a->evidence_timer, ctrun__close_cb);
 }
 
 /* The job is over for this node: the exit barrier, then DONE. */
@@ -314,6 +342,10 @@ static void ctrun__finish(ctrun_agent_t *a, int exit_code)
     uv_timer_stop(&a->grace_timer);
     uv_timer_stop(&a->rdzv_timer);
     uv_timer_stop(&a->watchdog_timer);
+    uv_timer_stop(&a->inject_timer);
+    uv_timer_stop(&a->restart_timer);
+    uv_timer_stop(&a->evidence_timer);
+    a->restart_pending = false;
     if (a->store_lost || a->plan.nnodes <= 1) {
         ctrun__done(a, exit_code);
         return;
@@ -388,7 +420,7 @@ static void ctrun__report(ctrun_agent_t *a, const char *lines)
     for (size_t i = 0; i < n; i++)
         ctrun_failure_free(&list[i]);
     free(list);
-    ctrun__finish(a, CTRUN_EXIT_FAILED);
+    ctrun__finish(a, a->fail_exit);
 }
 
 /* ---- attempts ------------------------------------------------------------------------------- */
@@ -432,6 +464,9 @@ static void ctrun__start_workers(ctrun_agent_t *a)
     ctrun_rdzv_key(key, "a/%d/outcome", a->attempt);
     ctrun__kv(a, ctrun_kv_get(a->kv, key, ctrun__tag(a, CTRUN__KV_OUTCOME)));
     ctrun__set_state(a, CTRUN_AGENT_RUNNING);
+    a->attempt_start_ms = uv_now(&a->loop);
+    for (size_t k = 0; k < a->inject.n; k++)
+        a->inject_in_attempt[k] = 0;
     for (int i = 0; i < a->nworkers; i++) {
         ctrun_worker_t *w = &a->workers[i];
         ct_errbuf_clear(&eb);
@@ -446,7 +481,7 @@ static void ctrun__start_workers(ctrun_agent_t *a)
         w->exitcode = 127;
         char msg[CT_ERRBUF_SIZE + 32];
         snprintf(msg, sizeof msg, "could not start: %s", eb.msg);
-        ctrun__record_failure(a, i, 127, msg);
+        ctrun__record_failure(a, i, 127, msg, "could not start (exit 127)", -1);
         for (int j = i; j < a->nworkers; j++) {
             ctrun_worker_t *wj = &a->workers[j];
             if (j == i && !wj->proc.done) {
@@ -460,11 +495,127 @@ static void ctrun__start_workers(ctrun_agent_t *a)
         ctrun__set_state(a, CTRUN_AGENT_STOPPING);
         return;
     }
+    ctrun__inject_schedule(a);
+}
+
+/* --restart_backoff: base * 2^(k-1) before restart k, at most max(60 s, base). */
+static double ctrun__backoff_s(double base, int k)
+{
+    if (base <= 0)
+        return 0;
+    double cap = base > 60.0 ? base : 60.0, w = base;
+    for (int i = 1; i < k && w < cap; i++)
+        w *= 2;
+    return w < cap ? w : cap;
+}
+
+/* The no-progress guard: true (and logged, and the exit status set) when the last
+ * --progress_guard attempts made no step progress. Only for jobs whose workers report steps:
+ * without heartbeats nothing can be said. */
+static bool ctrun__no_progress(ctrun_agent_t *a)
+{
+    int k = a->cfg->progress_guard;
+    if (k <= 0 || !a->recovery.any_heartbeat)
+        return false;
+    if (ctrun_recovery_progressed(&a->recovery, a->attempt)) {
+        a->no_progress_run = 0;
+        return false;
+    }
+    if (++a->no_progress_run < k)
+        return false;
+    ct_log_error("the last %d attempt%s made no step progress; not restarting again (exit "
+                 "status %d; see --progress_guard)",
+                 k, k == 1 ? "" : "s", CTRUN_EXIT_NO_PROGRESS);
+    a->fail_exit = CTRUN_EXIT_NO_PROGRESS;
+    return true;
+}
+
+/* ---- fault injection (time triggers; step triggers are armed in ctrun_group_prepare) ---- */
+
+static bool ctrun__inject_timed(const ctrun_inject_spec_t *s)
+{
+    return s->trigger == CTRUN_INJECT_AT_TIME || s->trigger == CTRUN_INJECT_EVERY;
+}
+
+static uint64_t ctrun__inject_due(const ctrun_agent_t *a, size_t i)
+{
+    const ctrun_inject_spec_t *s = &a->inject.specs[i];
+    if (s->trigger == CTRUN_INJECT_AT_TIME)
+        return a->start_ms + (uint64_t)(s->seconds * 1000.0 + 0.5);
+    return a->attempt_start_ms +
+           (uint64_t)(s->seconds * 1000.0 * (double)(a->inject_in_attempt[i] + 1) + 0.5);
+}
+
+/* Starts the injection timer for the next due time-triggered spec (RUNNING only). */
+static void ctrun__inject_schedule(ctrun_agent_t *a)
+{
+    uv_timer_stop(&a->inject_timer);
+    if (a->state != CTRUN_AGENT_RUNNING)
+        return;
+    uint64_t now = uv_now(&a->loop), next = UINT64_MAX;
+    for (size_t i = 0; i < a->inject.n; i++) {
+        if (!ctrun__inject_timed(&a->inject.specs[i]) || !ctrun_inject_pending(&a->inject, i))
+            continue;
+        uint64_t due = ctrun__inject_due(a, i);
+        uint64_t in = due > now ? due - now : 0;
+        if (in < next)
+            next = in;
+    }
+    if (next != UINT64_MAX)
+        uv_timer_start(&a->inject_timer, a->inject_timer.timer_cb, next, 0);
+}
+
+/* Fires every due time-triggered spec. Every agent of the job counts every firing (so their
+ * seeded draws agree); the one that owns the target acts. */
+static void ctrun__on_inject(ctrun_agent_t *a)
+{
+    if (a->state != CTRUN_AGENT_RUNNING)
+        return;
+    uint64_t now = uv_now(&a->loop);
+    for (size_t i = 0; i < a->inject.n; i++) {
+        ctrun_inject_spec_t *s = &a->inject.specs[i];
+        if (!ctrun__inject_timed(s) || !ctrun_inject_pending(&a->inject, i) ||
+            ctrun__inject_due(a, i) > now)
+            continue;
+        if (s->kind == CTRUN_INJECT_KILL_AGENT) {
+            s->fired++;
+            if (s->node == a->plan.group_rank) {
+                ct_log_warn("fault injection: spec %zu (%s): killing this agent (node %d, pid "
+                            "%d) with SIGKILL",
+                            i + 1, s->text, s->node, (int)getpid());
+                fflush(stderr);
+                raise(SIGKILL);
+            }
+            continue;
+        }
+        int rank = ctrun_inject_rank(&a->inject, i, a->plan.world_size);
+        s->fired++;
+        a->inject_in_attempt[i]++;
+        int local = rank - a->plan.rank_base;
+        if (local < 0 || local >= a->nworkers)
+            continue;
+        ctrun_worker_t *w = &a->workers[local];
+        if (w->state != CTRUN_WORKER_RUNNING)
+            continue;
+        int sig = s->kind == CTRUN_INJECT_HANG ? SIGSTOP : SIGKILL;
+        ct_log_warn("fault injection: spec %zu (%s): %s to rank %d (pid %d)", i + 1, s->text,
+                    sig == SIGKILL ? "SIGKILL" : "SIGSTOP", rank, (int)w->proc.pid);
+        w->fault_spec = (int)i;
+        w->fault_ns = uv_hrtime();
+        kill(w->proc.pid, sig);
+    }
+    ctrun__inject_schedule(a);
 }
 
 /* STOPPING or SUCCEEDED: move on once every worker is gone and the outcome is known. */
 static void ctrun__progress(ctrun_agent_t *a)
 {
+    if (a->restart_pending) {
+        if (a->stop_signal == 0)
+            return; /* waiting out --restart_backoff */
+        uv_timer_stop(&a->restart_timer); /* a signal ends the job instead */
+        a->restart_pending = false;
+    }
     if (a->ngone < a->nworkers)
         return;
     if (a->state == CTRUN_AGENT_SUCCEEDED) {
@@ -505,10 +656,21 @@ static void ctrun__progress(ctrun_agent_t *a)
         return;
     }
     int left = a->plan.max_restarts - a->attempt;
+    ctrun_recovery_end_attempt(&a->recovery, a->attempt);
+    if (left > 0 && ctrun__no_progress(a))
+        left = 0;
     if (left > 0) {
         ct_log_info("[%s] Worker group FAILED. %d/%d attempts left; will restart worker group",
                     a->cfg->role, left, a->plan.max_restarts);
         ctrun_group_free(a);
+        double wait = ctrun__backoff_s(a->cfg->restart_backoff_s, a->attempt + 1);
+        if (wait > 0) {
+            ct_log_warn("restart %d in %.3g s (--restart_backoff)", a->attempt + 1, wait);
+            a->restart_pending = true;
+            uv_timer_start(&a->restart_timer, a->restart_timer.timer_cb,
+                           (uint64_t)(wait * 1000.0 + 0.5), 0);
+            return;
+        }
         ctrun__start_rendezvous(a, a->attempt + 1);
         return;
     }
@@ -598,6 +760,40 @@ static void ctrun__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
     }
 }
 
+/* Why worker i ended with exitcode, for the recovery table, and whether an injected fault
+ * did it (then that spec counts as fired). *detect_ns: the detection latency, -1 unknown. */
+static void ctrun__exit_cause(ctrun_agent_t *a, int i, int exitcode, char *cause, size_t size,
+                              int64_t *detect_ns)
+{
+    ctrun_worker_t *w = &a->workers[i];
+    uint64_t now = uv_hrtime();
+    *detect_ns = -1;
+    if (w->fault_spec >= 0) { /* the agent itself sent the signal */
+        const ctrun_inject_spec_t *s = &a->inject.specs[w->fault_spec];
+        snprintf(cause, size, "injected %s (spec %d)", ctrun_inject_kind_name(s->kind),
+                 w->fault_spec + 1);
+        *detect_ns = now > w->fault_ns ? (int64_t)(now - w->fault_ns) : 0;
+        return;
+    }
+    /* An armed worker raises SIGKILL on itself right after a heartbeat at the fault's step;
+     * a SIGKILL from the agent (a->killed) is not the fault. */
+    if (w->armed >= 0 && exitcode == -SIGKILL && !a->killed && w->hb_count > 0 &&
+        (int64_t)w->hb_step >= a->inject.specs[w->armed].step) {
+        ctrun_inject_spec_t *s = &a->inject.specs[w->armed];
+        s->fired++;
+        snprintf(cause, size, "injected %s at step %llu (spec %d)",
+                 ctrun_inject_kind_name(s->kind), (unsigned long long)w->hb_step, w->armed + 1);
+        *detect_ns = now > w->hb_time_ns ? (int64_t)(now - w->hb_time_ns) : 0;
+        w->armed = -1;
+        return;
+    }
+    char sn[32];
+    if (exitcode < 0)
+        snprintf(cause, size, "signal %s", ctrun_signal_name(-exitcode, sn, sizeof sn));
+    else
+        snprintf(cause, size, "exit %d", exitcode);
+}
+
 static void ctrun__on_worker_exit(ctrun_agent_t *a, int i, int exitcode)
 {
     ctrun_worker_t *w = &a->workers[i];
@@ -605,8 +801,12 @@ static void ctrun__on_worker_exit(ctrun_agent_t *a, int i, int exitcode)
     w->exitcode = exitcode;
     w->state = CTRUN_WORKER_EXITED;
     a->nrunning--;
+    char cause[CTRUN_RECOVERY_CAUSE_MAX];
+    int64_t detect_ns = -1;
+    if (exitcode != 0)
+        ctrun__exit_cause(a, i, exitcode, cause, sizeof cause, &detect_ns);
     if (prev == CTRUN_WORKER_RUNNING && exitcode != 0) {
-        ctrun__record_failure(a, i, exitcode, NULL);
+        ctrun__record_failure(a, i, exitcode, NULL, cause, detect_ns);
         if (a->state == CTRUN_AGENT_RUNNING || a->state == CTRUN_AGENT_STOPPING) {
             ctrun__fail_attempt(a);
             ctrun__set_state(a, CTRUN_AGENT_STOPPING);
@@ -687,19 +887,85 @@ static void ctrun__on_grace(ctrun_agent_t *a)
     }
 }
 
+/* True when pid is stopped (state T or t in /proc/<pid>/stat): a SIGSTOP, a debugger. */
+static bool ctrun__pid_stopped(int pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return rp != NULL && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't');
+}
+
+/* Worker i was silent for --watchdog_timeout. Every silent worker is asked for a stack dump
+ * (CT_WORKER_DUMP_SIGNAL, then SIGCONT so a stopped one can answer); the stuck rank - a
+ * stopped one if any, else i, the first overdue - is recorded with its last step; the other
+ * nodes learn at once, and this node's workers are stopped after CTRUN__EVIDENCE_MS, the
+ * time the dumps get to reach the logs. */
+#define CTRUN__EVIDENCE_MS 500
 static void ctrun__on_watchdog(ctrun_agent_t *a, int i)
 {
-    ctrun_worker_t *w = &a->workers[i];
-    if (a->state != CTRUN_AGENT_RUNNING || w->state != CTRUN_WORKER_RUNNING)
+    if (a->state != CTRUN_AGENT_RUNNING || a->workers[i].state != CTRUN_WORKER_RUNNING)
         return;
-    char msg[256];
+    uint64_t now = uv_now(&a->loop);
+    uint64_t timeout = (uint64_t)(a->cfg->watchdog_timeout_s * 1000.0);
+    int victim = i;
+    for (int j = 0; j < a->nworkers; j++) {
+        ctrun_worker_t *w = &a->workers[j];
+        if (w->state != CTRUN_WORKER_RUNNING || w->hb_count == 0 ||
+            w->hb_last_ms + timeout > now)
+            continue;
+        if (ctrun__pid_stopped((int)w->proc.pid) && !ctrun__pid_stopped((int)a->workers[victim].proc.pid))
+            victim = j;
+        ct_log_warn("watchdog: local rank %d (rank %d, pid %d) silent for %.1f s after step "
+                    "%llu; asking it for a stack dump (signal %d) in its stderr log",
+                    j, w->rank, (int)w->proc.pid, (double)(now - w->hb_last_ms) / 1000.0,
+                    (unsigned long long)w->hb_step, CT_WORKER_DUMP_SIGNAL);
+        kill(w->proc.pid, CT_WORKER_DUMP_SIGNAL);
+        kill(w->proc.pid, SIGCONT);
+    }
+    ctrun_worker_t *w = &a->workers[victim];
+    char msg[256], cause[CTRUN_RECOVERY_CAUSE_MAX] = "";
     snprintf(msg, sizeof msg,
              "watchdog: no progress for %g s (last heartbeat at step %llu); see --watchdog_timeout",
              a->cfg->watchdog_timeout_s, (unsigned long long)w->hb_step);
-    ct_log_error("local rank %d (pid %d): %s", i, (int)w->proc.pid, msg);
-    ctrun__record_failure(a, i, -SIGTERM, msg);
-    ctrun__fail_attempt(a);
+    ct_log_error("local rank %d (rank %d, pid %d): %s", victim, w->rank, (int)w->proc.pid, msg);
+    /* An injected hang that fired: the worker stopped itself right after a heartbeat at its
+     * step, or the agent stopped it. */
+    for (int j = 0; j < a->nworkers; j++) {
+        ctrun_worker_t *x = &a->workers[j];
+        if (x->armed >= 0 && a->inject.specs[x->armed].kind == CTRUN_INJECT_HANG &&
+            x->hb_count > 0 && (int64_t)x->hb_step >= a->inject.specs[x->armed].step) {
+            a->inject.specs[x->armed].fired++;
+            if (j == victim)
+                snprintf(cause, sizeof cause, "watchdog: injected hang at step %llu (spec %d)",
+                         (unsigned long long)x->hb_step, x->armed + 1);
+            x->armed = -1;
+        } else if (j == victim && x->fault_spec >= 0) {
+            snprintf(cause, sizeof cause, "watchdog: injected %s (spec %d)",
+                     ctrun_inject_kind_name(a->inject.specs[x->fault_spec].kind),
+                     x->fault_spec + 1);
+        }
+    }
+    if (cause[0] == '\0')
+        snprintf(cause, sizeof cause, "watchdog: silent after step %llu",
+                 (unsigned long long)w->hb_step);
+    uint64_t hr = uv_hrtime();
+    int64_t detect = w->fault_spec >= 0 && hr > w->fault_ns ? (int64_t)(hr - w->fault_ns)
+                     : hr > w->hb_time_ns                  ? (int64_t)(hr - w->hb_time_ns)
+                                                           : -1;
+    ctrun__record_failure(a, victim, -SIGTERM, msg, cause, detect);
+    w->state = CTRUN_WORKER_STOPPING; /* its exit is this failure, not another */
+    ctrun__post_failed(a);
     ctrun__set_state(a, CTRUN_AGENT_STOPPING);
+    uv_timer_stop(&a->watchdog_timer);
+    uv_timer_stop(&a->inject_timer);
+    uv_timer_start(&a->evidence_timer, a->evidence_timer.timer_cb, CTRUN__EVIDENCE_MS, 0);
 }
 
 static void ctrun__step(ctrun_agent_t *a, const ctrun__event_t *ev)
@@ -738,6 +1004,20 @@ static void ctrun__step(ctrun_agent_t *a, const ctrun__event_t *ev)
     }
     case CTRUN__EV_WATCHDOG:
         ctrun__on_watchdog(a, ev->worker);
+        return;
+    case CTRUN__EV_INJECT:
+        ctrun__on_inject(a);
+        return;
+    case CTRUN__EV_RESTART:
+        if (!a->restart_pending)
+            return;
+        a->restart_pending = false;
+        if (a->state == CTRUN_AGENT_STOPPING)
+            ctrun__start_rendezvous(a, a->attempt + 1);
+        return;
+    case CTRUN__EV_EVIDENCE:
+        if (a->state == CTRUN_AGENT_STOPPING)
+            ctrun__stop_workers(a, SIGTERM);
         return;
     case CTRUN__EV_SIGNAL:
         ctrun__on_signal(a, ev->value);
@@ -815,10 +1095,31 @@ void ctrun__agent_worker_heartbeat(ctrun_agent_t *a, int i, const ct_heartbeat_r
     w->hb_count++;
     w->hb_step = rec->step;
     w->hb_last_ms = uv_now(&a->loop);
+    w->hb_time_ns = rec->time_ns;
+    if (a->state == CTRUN_AGENT_RUNNING || a->state == CTRUN_AGENT_SUCCEEDED)
+        ctrun_recovery_heartbeat(&a->recovery, a->attempt, (int64_t)rec->step, uv_hrtime());
     if (a->cfg->watchdog_timeout_s > 0 && a->state == CTRUN_AGENT_RUNNING &&
         !uv_is_active((uv_handle_t *)&a->watchdog_timer))
         uv_timer_start(&a->watchdog_timer, ctrun__watchdog_cb,
                        (uint64_t)(a->cfg->watchdog_timeout_s * 1000.0), 0);
+}
+
+static void ctrun__inject_cb(uv_timer_t *t)
+{
+    ctrun__event_t ev = {.kind = CTRUN__EV_INJECT};
+    ctrun__step(t->data, &ev);
+}
+
+static void ctrun__restart_cb(uv_timer_t *t)
+{
+    ctrun__event_t ev = {.kind = CTRUN__EV_RESTART};
+    ctrun__step(t->data, &ev);
+}
+
+static void ctrun__evidence_cb(uv_timer_t *t)
+{
+    ctrun__event_t ev = {.kind = CTRUN__EV_EVIDENCE};
+    ctrun__step(t->data, &ev);
 }
 
 static void ctrun__signal_cb(uv_signal_t *h, int sig)
@@ -935,6 +1236,26 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
     a->grace_timer.timer_cb = ctrun__grace_cb;
     a->rdzv_timer.timer_cb = ctrun__rdzv_timer_cb;
     a->barrier_timer.timer_cb = ctrun__barrier_cb;
+    uv_timer_t *more[] = {&a->inject_timer, &a->restart_timer, &a->evidence_timer};
+    uv_timer_cb more_cb[] = {ctrun__inject_cb, ctrun__restart_cb, ctrun__evidence_cb};
+    for (int i = 0; i < 3; i++) {
+        uv_timer_init(&a->loop, more[i]);
+        more[i]->data = a;
+        more[i]->timer_cb = more_cb[i];
+    }
+    a->start_ms = uv_now(&a->loop);
+    a->fail_exit = CTRUN_EXIT_FAILED;
+    if (cfg->inject != NULL) {
+        int rc = ctrun_inject_parse(cfg->inject, cfg->inject_seed, &a->inject, eb);
+        if (rc != 0)
+            return rc;
+        a->inject_in_attempt = calloc(a->inject.n + 1, sizeof *a->inject_in_attempt);
+        if (a->inject_in_attempt == NULL)
+            return ct_errbuf_set(eb, -ENOMEM, "out of memory");
+        ct_log_warn("fault injection: %zu spec%s, seed %llu: %s", a->inject.n,
+                    a->inject.n == 1 ? "" : "s", (unsigned long long)cfg->inject_seed,
+                    cfg->inject);
+    }
 
     /* Signals are handled from the start: one during the rendezvous ends the agent at once
      * with 128+signal (no worker exists yet). */
@@ -998,6 +1319,38 @@ static void ctrun__tidy_logs(const ctrun_logs_t *logs)
         ctrun_logs_remove_empty(logs);
 }
 
+/* The end-of-job recovery table on stderr (when there were failures) and report.json in the
+ * run's log folder (when there were failures, or --log_dir was given). */
+static void ctrun__recovery_report(ctrun_agent_t *a)
+{
+    int attempts = a->attempt + 1;
+    if (a->recovery.n > 0) {
+        char *text = NULL;
+        if (ctrun_recovery_format(&a->recovery, attempts, &text) == 0) {
+            fputs(text, stderr);
+            fflush(stderr);
+        }
+        free(text);
+    }
+    if (a->logs.disabled || a->logs.run_dir == NULL ||
+        (a->recovery.n == 0 && a->cfg->log_dir == NULL))
+        return;
+    char *json = NULL;
+    if (ctrun_recovery_json(&a->recovery, attempts, a->exit_code, &json) != 0)
+        return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/report.json", a->logs.run_dir);
+    FILE *f = fopen(path, "w");
+    if (f == NULL || fputs(json, f) < 0 || fputc('\n', f) < 0) {
+        ct_log_warn("cannot write %s: %s", path, strerror(errno));
+    } else if (a->recovery.n > 0) {
+        ct_log_info("recovery report written to %s", path);
+    }
+    if (f != NULL)
+        fclose(f);
+    free(json);
+}
+
 static void ctrun__walk_close(uv_handle_t *h, void *arg)
 {
     (void)arg;
@@ -1044,6 +1397,10 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     uv_run(&a->loop, UV_RUN_DEFAULT);
     uv_loop_close(&a->loop);
     ctrun_group_free(a);
+    ctrun__recovery_report(a);
+    ctrun_recovery_free(&a->recovery);
+    ctrun_inject_free(&a->inject);
+    free(a->inject_in_attempt);
     ctrun__tidy_logs(&a->logs);
     ctrun_logs_close(&a->logs);
     *exit_code = a->exit_code;
