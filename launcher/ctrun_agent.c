@@ -805,6 +805,11 @@ static void ctrun__on_worker_exit(ctrun_agent_t *a, int i, int exitcode)
     int64_t detect_ns = -1;
     if (exitcode != 0)
         ctrun__exit_cause(a, i, exitcode, cause, sizeof cause, &detect_ns);
+    if (prev != CTRUN_WORKER_RUNNING && exitcode != 0 && strncmp(cause, "injected", 8) == 0) {
+        /* The fault hit while the attempt was already stopping for a consequence of it seen
+         * first (a peer's broken connection): not a failure to report, but the fault's row. */
+        ctrun_recovery_add(&a->recovery, a->attempt, w->rank, i, cause, uv_hrtime(), detect_ns);
+    }
     if (prev == CTRUN_WORKER_RUNNING && exitcode != 0) {
         ctrun__record_failure(a, i, exitcode, NULL, cause, detect_ns);
         if (a->state == CTRUN_AGENT_RUNNING || a->state == CTRUN_AGENT_STOPPING) {
