@@ -70,7 +70,6 @@ typedef enum ctrun__event_kind {
     CTRUN__EV_BARRIER_TIMEOUT,
     CTRUN__EV_INJECT,       /* a time-triggered --inject spec is due */
     CTRUN__EV_RESTART,      /* --restart_backoff is over */
-    CTRUN__EV_EVIDENCE,     /* the watchdog's stack dumps had their time */
 } ctrun__event_kind_t;
 
 typedef struct ctrun__event {
@@ -194,7 +193,6 @@ static void ctrun__stop_workers(ctrun_agent_t *a, int sig)
     ctrun__signal_all(a, sig);
     uv_timer_stop(&a->watchdog_timer);
     uv_timer_stop(&a->inject_timer);
-    uv_timer_stop(&a->evidence_timer);
     /* One deadline per attempt: a later signal does not extend it. */
     if (!uv_is_active((uv_handle_t *)&a->grace_timer) && ctrun__live_workers(a) > 0) {
         uint64_t ms = (uint64_t)(a->cfg->grace_period_s * 1000.0 + 0.5);
@@ -301,7 +299,6 @@ static void ctrun__done(ctrun_agent_t *a, int exit_code)
     uv_timer_stop(&a->barrier_timer);
     uv_timer_stop(&a->inject_timer);
     uv_timer_stop(&a->restart_timer);
-    uv_timer_stop(&a->evidence_timer);
     a->restart_pending = false;
     /* Whatever is still alive (a signal during a rendezvous never started workers; a lost
      * store leaves none running) must not outlive the agent. */
@@ -331,7 +328,6 @@ static void ctrun__done(ctrun_agent_t *a, int exit_code)
     uv_close((uv_handle_t *)&a->barrier_timer, ctrun__close_cb);
     uv_close((uv_handle_t *)&a->inject_timer, ctrun__close_cb);
     uv_close((uv_handle_t *)&a->restart_timer, ctrun__close_cb);
-    uv_close((uv_handle_t *)&a->evidence_timer, ctrun__close_cb);
 }
 
 /* The job is over for this node: the exit barrier, then DONE. */
@@ -344,7 +340,6 @@ static void ctrun__finish(ctrun_agent_t *a, int exit_code)
     uv_timer_stop(&a->watchdog_timer);
     uv_timer_stop(&a->inject_timer);
     uv_timer_stop(&a->restart_timer);
-    uv_timer_stop(&a->evidence_timer);
     a->restart_pending = false;
     if (a->store_lost || a->plan.nnodes <= 1) {
         ctrun__done(a, exit_code);
@@ -787,6 +782,13 @@ static void ctrun__exit_cause(ctrun_agent_t *a, int i, int exitcode, char *cause
         w->armed = -1;
         return;
     }
+    /* A hang that fired but was ended by something else than the watchdog (a peer's
+     * collective timeout, say): it happened, so it does not fire again. */
+    if (w->armed >= 0 && a->inject.specs[w->armed].kind == CTRUN_INJECT_HANG &&
+        w->hb_count > 0 && (int64_t)w->hb_step >= a->inject.specs[w->armed].step) {
+        a->inject.specs[w->armed].fired++;
+        w->armed = -1;
+    }
     char sn[32];
     if (exitcode < 0)
         snprintf(cause, size, "signal %s", ctrun_signal_name(-exitcode, sn, sizeof sn));
@@ -907,12 +909,12 @@ static bool ctrun__pid_stopped(int pid)
     return rp != NULL && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't');
 }
 
-/* Worker i was silent for --watchdog_timeout. Every silent worker is asked for a stack dump
- * (CT_WORKER_DUMP_SIGNAL, then SIGCONT so a stopped one can answer); the stuck rank - a
- * stopped one if any, else i, the first overdue - is recorded with its last step; the other
- * nodes learn at once, and this node's workers are stopped after CTRUN__EVIDENCE_MS, the
- * time the dumps get to reach the logs. */
-#define CTRUN__EVIDENCE_MS 500
+/* Worker i was silent for --watchdog_timeout. Every silent or stopped worker is asked for a
+ * stack dump (CT_WORKER_DUMP_SIGNAL); the stuck rank - a stopped one if any, else i, the first
+ * overdue - is recorded with its last step; then the attempt fails as for a crash. The stop's
+ * SIGTERM comes after the dump signal, and a pending SIGUSR1 (10) is delivered before a
+ * pending SIGTERM (15), so a stopped worker, once continued by the stop, prints its stack and
+ * only then ends (libctworker's handler defers SIGTERM until it has printed). */
 static void ctrun__on_watchdog(ctrun_agent_t *a, int i)
 {
     if (a->state != CTRUN_AGENT_RUNNING || a->workers[i].state != CTRUN_WORKER_RUNNING)
@@ -920,19 +922,25 @@ static void ctrun__on_watchdog(ctrun_agent_t *a, int i)
     uint64_t now = uv_now(&a->loop);
     uint64_t timeout = (uint64_t)(a->cfg->watchdog_timeout_s * 1000.0);
     int victim = i;
+    bool victim_stopped = false;
     for (int j = 0; j < a->nworkers; j++) {
         ctrun_worker_t *w = &a->workers[j];
-        if (w->state != CTRUN_WORKER_RUNNING || w->hb_count == 0 ||
-            w->hb_last_ms + timeout > now)
+        if (w->state != CTRUN_WORKER_RUNNING || w->hb_count == 0)
             continue;
-        if (ctrun__pid_stopped((int)w->proc.pid) && !ctrun__pid_stopped((int)a->workers[victim].proc.pid))
+        /* A stopped worker is stuck whatever its last heartbeat says (its peers, waiting for
+         * it in a collective, may well have gone silent first). */
+        bool stopped = ctrun__pid_stopped((int)w->proc.pid);
+        if (!stopped && w->hb_last_ms + timeout > now)
+            continue;
+        if (stopped && !victim_stopped) {
             victim = j;
+            victim_stopped = true;
+        }
         ct_log_warn("watchdog: local rank %d (rank %d, pid %d) silent for %.1f s after step "
                     "%llu; asking it for a stack dump (signal %d) in its stderr log",
                     j, w->rank, (int)w->proc.pid, (double)(now - w->hb_last_ms) / 1000.0,
                     (unsigned long long)w->hb_step, CT_WORKER_DUMP_SIGNAL);
         kill(w->proc.pid, CT_WORKER_DUMP_SIGNAL);
-        kill(w->proc.pid, SIGCONT);
     }
     ctrun_worker_t *w = &a->workers[victim];
     char msg[256], cause[CTRUN_RECOVERY_CAUSE_MAX] = "";
@@ -965,12 +973,8 @@ static void ctrun__on_watchdog(ctrun_agent_t *a, int i)
                      : hr > w->hb_time_ns                  ? (int64_t)(hr - w->hb_time_ns)
                                                            : -1;
     ctrun__record_failure(a, victim, -SIGTERM, msg, cause, detect);
-    w->state = CTRUN_WORKER_STOPPING; /* its exit is this failure, not another */
-    ctrun__post_failed(a);
+    ctrun__fail_attempt(a);
     ctrun__set_state(a, CTRUN_AGENT_STOPPING);
-    uv_timer_stop(&a->watchdog_timer);
-    uv_timer_stop(&a->inject_timer);
-    uv_timer_start(&a->evidence_timer, a->evidence_timer.timer_cb, CTRUN__EVIDENCE_MS, 0);
 }
 
 static void ctrun__step(ctrun_agent_t *a, const ctrun__event_t *ev)
@@ -1020,10 +1024,7 @@ static void ctrun__step(ctrun_agent_t *a, const ctrun__event_t *ev)
         if (a->state == CTRUN_AGENT_STOPPING)
             ctrun__start_rendezvous(a, a->attempt + 1);
         return;
-    case CTRUN__EV_EVIDENCE:
-        if (a->state == CTRUN_AGENT_STOPPING)
-            ctrun__stop_workers(a, SIGTERM);
-        return;
+
     case CTRUN__EV_SIGNAL:
         ctrun__on_signal(a, ev->value);
         return;
@@ -1118,12 +1119,6 @@ static void ctrun__inject_cb(uv_timer_t *t)
 static void ctrun__restart_cb(uv_timer_t *t)
 {
     ctrun__event_t ev = {.kind = CTRUN__EV_RESTART};
-    ctrun__step(t->data, &ev);
-}
-
-static void ctrun__evidence_cb(uv_timer_t *t)
-{
-    ctrun__event_t ev = {.kind = CTRUN__EV_EVIDENCE};
     ctrun__step(t->data, &ev);
 }
 
@@ -1241,9 +1236,9 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
     a->grace_timer.timer_cb = ctrun__grace_cb;
     a->rdzv_timer.timer_cb = ctrun__rdzv_timer_cb;
     a->barrier_timer.timer_cb = ctrun__barrier_cb;
-    uv_timer_t *more[] = {&a->inject_timer, &a->restart_timer, &a->evidence_timer};
-    uv_timer_cb more_cb[] = {ctrun__inject_cb, ctrun__restart_cb, ctrun__evidence_cb};
-    for (int i = 0; i < 3; i++) {
+    uv_timer_t *more[] = {&a->inject_timer, &a->restart_timer};
+    uv_timer_cb more_cb[] = {ctrun__inject_cb, ctrun__restart_cb};
+    for (int i = 0; i < 2; i++) {
         uv_timer_init(&a->loop, more[i]);
         more[i]->data = a;
         more[i]->timer_cb = more_cb[i];

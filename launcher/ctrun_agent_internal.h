@@ -120,7 +120,7 @@ struct ctrun_agent {
     /* fault tolerance: injection, restart policy, the recovery table */
     ctrun_inject_t inject;
     int *inject_in_attempt;    /* per spec: firings in the current attempt (every=) */
-    uv_timer_t inject_timer, restart_timer, evidence_timer;
+    uv_timer_t inject_timer, restart_timer;
     uint64_t start_ms, attempt_start_ms; /* uv_now at ctrun's start, at the attempt's start */
     bool restart_pending;      /* waiting out --restart_backoff */
     int no_progress_run;       /* consecutive attempts without step progress */

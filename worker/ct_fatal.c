@@ -11,7 +11,8 @@
  * system allows).
  *
  * Also here: the stack dump on CT_WORKER_DUMP_SIGNAL (SIGUSR1), which ctrun's watchdog sends
- * to a silent worker before stopping it. That handler prints and returns (the worker goes on);
+ * to a silent worker before stopping it. That handler prints and returns (the worker goes on;
+ * a SIGTERM arriving meanwhile waits until it has printed);
  * when the signal lands on another thread it prints that thread's stack and passes the signal
  * on to the main thread, whose stack is the one that shows where training is stuck.
  */
@@ -260,6 +261,9 @@ static void ct__dump_install(void)
     sa.sa_sigaction = ct__dump_handler;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
     sigemptyset(&sa.sa_mask);
+    /* The launcher stops the worker right after asking for the dump: the stop waits until
+     * the stack is printed. */
+    sigaddset(&sa.sa_mask, SIGTERM);
     if (sigaction(CT_WORKER_DUMP_SIGNAL, &sa, &ct__fatal.old_dump) == 0) {
         ct__fatal.dump_installed = true;
     } else if (ct__fatal.dump_memfd >= 0) {
