@@ -652,6 +652,9 @@ static void ctrun__progress(ctrun_agent_t *a)
     }
     int left = a->plan.max_restarts - a->attempt;
     ctrun_recovery_end_attempt(&a->recovery, a->attempt);
+    /* Every worker is gone; whatever they started and that left their process groups goes
+     * now, before the next attempt. */
+    ctrun_cgroup_kill(&a->cgroup);
     if (left > 0 && ctrun__no_progress(a))
         left = 0;
     if (left > 0) {
@@ -892,6 +895,7 @@ static void ctrun__on_grace(ctrun_agent_t *a)
         if (w->state != CTRUN_WORKER_IDLE && w->state != CTRUN_WORKER_GONE)
             ctrun_proc_signal(&w->proc, SIGKILL);
     }
+    ctrun_cgroup_kill(&a->cgroup); /* and those that left their group */
 }
 
 /* True when pid is stopped (state T or t in /proc/<pid>/stat): a SIGSTOP, a debugger. */
@@ -1245,6 +1249,15 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
     }
     a->start_ms = uv_now(&a->loop);
     a->fail_exit = CTRUN_EXIT_FAILED;
+    a->cgroup.procs_fd = -1;
+    const char *cgmode = getenv("CTRUN_CGROUP");
+    if (cgmode == NULL || strcmp(cgmode, "off") != 0) {
+        ct_errbuf_t ceb = {{0}};
+        if (ctrun_cgroup_create(&a->cgroup, NULL, NULL, &ceb) == 0)
+            ct_log_debug("workers run in the cgroup %s", a->cgroup.path);
+        else
+            ct_log_debug("no job cgroup (%s); process groups only", ceb.msg);
+    }
     if (cfg->inject != NULL) {
         int rc = ctrun_inject_parse(cfg->inject, cfg->inject_seed, &a->inject, eb);
         if (rc != 0)
@@ -1397,6 +1410,7 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     uv_run(&a->loop, UV_RUN_DEFAULT);
     uv_loop_close(&a->loop);
     ctrun_group_free(a);
+    ctrun_cgroup_destroy(&a->cgroup, 2000);
     ctrun__recovery_report(a);
     ctrun_recovery_free(&a->recovery);
     ctrun_inject_free(&a->inject);

@@ -19,6 +19,7 @@
 #include <uv.h>
 
 #include "ctrun_agent.h"
+#include "ctrun_cgroup.h"
 #include "ctrun_inject.h"
 #include "ctrun_kv.h"
 #include "ctrun_logs.h"
@@ -126,6 +127,7 @@ struct ctrun_agent {
     int no_progress_run;       /* consecutive attempts without step progress */
     int fail_exit;             /* exit status of a failed job (CTRUN_EXIT_FAILED or ..._NO_PROGRESS) */
     ctrun_recovery_t recovery;
+    ctrun_cgroup_t cgroup; /* the job's cgroup v2, empty when unavailable */
 
     /* output */
     ctrun_logs_t logs;

@@ -167,6 +167,7 @@ int ctrun_group_spawn(ctrun_agent_t *a, int i, ct_errbuf_t *eb)
         .out = out,
         .err = err,
         .heartbeat = true,
+        .cgroup_fd = a->cgroup.procs_fd,
     };
     rc = ctrun_proc_spawn(&w->proc, &a->loop, &po, &ctrun__proc_cb, w, eb);
 out:
@@ -192,8 +193,14 @@ void ctrun_group_signal(ctrun_agent_t *a, int i, int sig)
 
 void ctrun_group_free(ctrun_agent_t *a)
 {
-    for (int i = 0; i < a->nworkers; i++)
-        ctrun__release_outputs(&a->workers[i]);
+    for (int i = 0; i < a->nworkers; i++) {
+        ctrun_worker_t *w = &a->workers[i];
+        /* The worker is gone; what it started and left in its process group (a dataloader, a
+         * shell's children) goes with it, also when it exited 0. */
+        if (w->proc.pid > 0)
+            killpg(w->proc.pid, SIGKILL);
+        ctrun__release_outputs(w);
+    }
     free(a->workers);
     a->workers = NULL;
     a->nworkers = 0;

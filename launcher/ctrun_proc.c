@@ -84,6 +84,7 @@ typedef struct ctrun__child_args {
     const char *path;
     char *const *argv, *const *envp;
     int out_fd, err_fd, hb_fd;
+    int cgroup_fd; /* cgroup.procs to join, -1 none */
     pid_t parent;
     int err; /* written by the child when a step before or at execve fails */
 } ctrun__child_args_t;
@@ -112,6 +113,10 @@ static int ctrun__child(void *arg)
     sigprocmask(SIG_SETMASK, &none, NULL);
 
     int err = 0;
+    /* Into the job's cgroup first, so that whatever it starts is there too. A failure leaves
+     * the worker to its process group, as without cgroups. */
+    if (a->cgroup_fd >= 0 && write(a->cgroup_fd, "0", 1) != 1)
+        errno = 0;
     if (setsid() < 0)
         err = errno;
     if (err == 0 && prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
@@ -358,6 +363,7 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         .out_fd = opts->out ? outp[1] : devnull,
         .err_fd = opts->err ? errp[1] : devnull,
         .hb_fd = hbp[1],
+        .cgroup_fd = opts->cgroup_fd > 0 ? opts->cgroup_fd : -1,
         .parent = getpid(),
     };
     void *stack = mmap(NULL, CTRUN__CHILD_STACK, PROT_READ | PROT_WRITE,
