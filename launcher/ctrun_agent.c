@@ -1106,7 +1106,8 @@ void ctrun__agent_worker_heartbeat(ctrun_agent_t *a, int i, const ct_heartbeat_r
     w->hb_step = rec->step;
     w->hb_last_ms = uv_now(&a->loop);
     w->hb_time_ns = rec->time_ns;
-    if (a->state == CTRUN_AGENT_RUNNING || a->state == CTRUN_AGENT_SUCCEEDED)
+    if (a->state == CTRUN_AGENT_RUNNING || a->state == CTRUN_AGENT_SUCCEEDED ||
+        a->state == CTRUN_AGENT_STOPPING) /* records read after a failure still count */
         ctrun_recovery_heartbeat(&a->recovery, a->attempt, (int64_t)rec->step, uv_hrtime());
     if (a->cfg->watchdog_timeout_s > 0 && a->state == CTRUN_AGENT_RUNNING &&
         !uv_is_active((uv_handle_t *)&a->watchdog_timer))
