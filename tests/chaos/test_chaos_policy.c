@@ -3,7 +3,8 @@
  * budget (--max_restarts), exponential --restart_backoff (the waits are logged and the job takes
  * at least their sum), and the no-progress guard (--progress_guard K: workers that report the
  * same step and fail, attempt after attempt, stop the restarts after K attempts with exit status
- * 3, while workers that progress use the whole budget); report.json counts the attempts.
+ * 3, while workers that progress use the whole budget); report.json counts the attempts. Also
+ * the periodic fault (kill:rank=any:every=T:count=K).
  *
  * argv: CTRUN TEST_WORKER.
  */
@@ -99,11 +100,33 @@ static void test_no_progress_guard(void)
     ct_child_close(&c);
 }
 
+/* kill:rank=any:every=T:count=2 kills a seeded rank T after each attempt's start, twice. */
+static void test_every(void)
+{
+    char logs[600];
+    chaos_dir(logs, sizeof logs, "every");
+    const char *args[] = {"--standalone", "--nproc_per_node=2", "--max_restarts=3", "--inject",
+                          "kill:rank=any:every=700ms:count=2", "--inject_seed", "5",
+                          "--log_dir", logs, "WORKER", "--sleep-ms", "2500", NULL};
+    ct_child_t c;
+    run(&c, "policy-every", args);
+    CT_ASSERT_MSG(c.exit_code == 0, "exit %d:\n%.1500s", c.exit_code, chaos_tail(&c));
+    json_t *r = chaos_report(logs);
+    CT_ASSERT_EQ(json_integer_value(json_object_get(r, "attempts")), 3);
+    CT_ASSERT_EQ(chaos_count_causes(r, "injected kill (spec 1)"), 2);
+    json_t *row = json_array_get(json_object_get(r, "failures"), 0);
+    CT_ASSERT(json_is_number(json_object_get(row, "detection_latency_ms")));
+    json_decref(r);
+    ct_child_close(&c);
+    chaos_assert_no_survivors("policy-every", 5000);
+}
+
 int main(int argc, char **argv)
 {
     chaos_init(argc, argv, "chaos_policy");
     worker = chaos_ctrain; /* argv[2] is the test worker here */
     CT_RUN(test_backoff);
     CT_RUN(test_no_progress_guard);
+    CT_RUN(test_every);
     return 0;
 }
