@@ -810,9 +810,13 @@ static void ctrun__on_worker_exit(ctrun_agent_t *a, int i, int exitcode)
     int64_t detect_ns = -1;
     if (exitcode != 0)
         ctrun__exit_cause(a, i, exitcode, cause, sizeof cause, &detect_ns);
-    if (prev != CTRUN_WORKER_RUNNING && exitcode != 0 && strncmp(cause, "injected", 8) == 0) {
+    bool stopped_hang = w->fault_spec >= 0 &&
+                        a->inject.specs[w->fault_spec].kind == CTRUN_INJECT_HANG;
+    if (prev != CTRUN_WORKER_RUNNING && exitcode != 0 && !stopped_hang &&
+        strncmp(cause, "injected", 8) == 0) {
         /* The fault hit while the attempt was already stopping for a consequence of it seen
-         * first (a peer's broken connection): not a failure to report, but the fault's row. */
+         * first (a peer's broken connection): not a failure to report, but the fault's row. (A
+         * hang has its row from the watchdog.) */
         ctrun_recovery_add(&a->recovery, a->attempt, w->rank, i, cause, uv_hrtime(), detect_ns);
     }
     if (prev == CTRUN_WORKER_RUNNING && exitcode != 0) {

@@ -102,7 +102,7 @@ static inline float ct__exp_nonpos(float x)
     union {
         int32_t i;
         float f;
-    } two = {.i = ((int32_t)n + 127) << 23};
+    } two = {.i = (int32_t)((uint32_t)((int32_t)n + 127) << 23)}; /* a NaN x: no signed shift */
     return x < -87.3f ? 0.0f : e * two.f;
 }
 
