@@ -4,7 +4,9 @@
  */
 #include "ctrun_cgroup.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +64,31 @@ static int ctrun__cg_self(const char *self_cgroup, char *out, size_t size)
     return rc;
 }
 
+/* Folders ctrun-<pid> beside ours whose agent is dead (it was SIGKILLed and could not remove
+ * its cgroup): what is left in them is an orphan of that job, so it is killed, and the folder
+ * removed. A live agent's folder is never touched. */
+static void ctrun__cg_reap_stale(const char *parent)
+{
+    DIR *d = opendir(parent);
+    if (d == NULL)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *name = de->d_name;
+        if (strncmp(name, "ctrun-", 6) != 0 || name[6] == '\0' ||
+            strspn(name + 6, "0123456789") != strlen(name + 6) || strlen(name + 6) > 9)
+            continue;
+        pid_t pid = (pid_t)atol(name + 6);
+        if (pid <= 0 || pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH)
+            continue;
+        ctrun_cgroup_t stale = {.procs_fd = -1};
+        int n = snprintf(stale.path, sizeof stale.path, "%s/%s", parent, name);
+        if (n > 0 && (size_t)n < sizeof stale.path)
+            ctrun_cgroup_destroy(&stale, 200);
+    }
+    closedir(d);
+}
+
 int ctrun_cgroup_create(ctrun_cgroup_t *cg, const char *mountinfo, const char *self_cgroup,
                         ct_errbuf_t *eb)
 {
@@ -74,11 +101,13 @@ int ctrun_cgroup_create(ctrun_cgroup_t *cg, const char *mountinfo, const char *s
     rc = ctrun__cg_self(self_cgroup ? self_cgroup : "/proc/self/cgroup", self, sizeof self);
     if (rc != 0)
         return ct_errbuf_set(eb, rc, "this process has no cgroup v2 path");
-    char path[PATH_MAX];
-    int n = snprintf(path, sizeof path, "%s%s%sctrun-%d", mnt, self,
-                     self[strlen(self) - 1] == '/' ? "" : "/", (int)getpid());
-    if (n < 0 || (size_t)n >= sizeof path)
+    char parent[PATH_MAX], path[PATH_MAX];
+    int n = snprintf(parent, sizeof parent, "%s%s", mnt, strcmp(self, "/") == 0 ? "" : self);
+    if (n < 0 || (size_t)n >= sizeof parent ||
+        (n = snprintf(path, sizeof path, "%s/ctrun-%d", parent, (int)getpid())) < 0 ||
+        (size_t)n >= sizeof path)
         return ct_errbuf_set(eb, -ENAMETOOLONG, "cgroup path too long");
+    ctrun__cg_reap_stale(parent);
     if (mkdir(path, 0755) != 0 && errno != EEXIST) {
         rc = -errno;
         return ct_errbuf_set(eb, rc, "cannot create %s: %s", path, strerror(errno));
