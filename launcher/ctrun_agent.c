@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -72,6 +73,8 @@ typedef enum ctrun__event_kind {
     CTRUN__EV_LEFT,         /* host: value = agents that left, -1 = coordinator error */
     CTRUN__EV_BARRIER_TIMEOUT,
     CTRUN__EV_STORE_GONE, /* a heartbeat failed or got no reply in time (client agents) */
+    CTRUN__EV_INJECT,       /* a time-triggered --inject spec is due */
+    CTRUN__EV_RESTART,      /* --restart_backoff is over */
 } ctrun__event_kind_t;
 
 typedef struct ctrun__event {
@@ -82,6 +85,7 @@ typedef struct ctrun__event {
 } ctrun__event_t;
 
 static void ctrun__step(ctrun_agent_t *a, const ctrun__event_t *ev);
+static void ctrun__inject_schedule(ctrun_agent_t *a);
 
 static const char *const ctrun__state_names[] = {
     [CTRUN_AGENT_INIT] = "INIT",         [CTRUN_AGENT_RENDEZVOUS] = "RENDEZVOUS",
@@ -186,6 +190,9 @@ static void ctrun__signal_all(ctrun_agent_t *a, int sig)
         ctrun_worker_t *w = &a->workers[i];
         if (w->state == CTRUN_WORKER_RUNNING || w->state == CTRUN_WORKER_STOPPING) {
             ctrun_group_signal(a, i, sig);
+            /* A stopped worker (a hang, SIGSTOP) only acts on the signal once continued. */
+            if (sig != SIGKILL)
+                ctrun_proc_signal(&w->proc, SIGCONT);
             w->state = CTRUN_WORKER_STOPPING;
         }
     }
@@ -197,6 +204,7 @@ static void ctrun__stop_workers(ctrun_agent_t *a, int sig)
 {
     ctrun__signal_all(a, sig);
     uv_timer_stop(&a->watchdog_timer);
+    uv_timer_stop(&a->inject_timer);
     /* One deadline per attempt: a later signal does not extend it. */
     if (!uv_is_active((uv_handle_t *)&a->grace_timer) && ctrun__live_workers(a) > 0) {
         uint64_t ms = (uint64_t)(a->cfg->grace_period_s * 1000.0 + 0.5);
@@ -204,11 +212,16 @@ static void ctrun__stop_workers(ctrun_agent_t *a, int sig)
     }
 }
 
-/* Records worker i's failure, logs torchrun's line, and publishes the record. */
-static void ctrun__record_failure(ctrun_agent_t *a, int i, int exitcode, const char *message)
+/* Records worker i's failure, logs torchrun's line, and publishes the record; cause and
+ * detect_ns (-1: unknown) go into the recovery table. */
+static void ctrun__record_failure(ctrun_agent_t *a, int i, int exitcode, const char *message,
+                                 const char *cause, int64_t detect_ns)
 {
     ctrun_worker_t *w = &a->workers[i];
     w->failed = true;
+    if (ctrun_recovery_add(&a->recovery, a->attempt, w->rank, i, cause, uv_hrtime(),
+                           detect_ns) != 0)
+        ct_log_warn("out of memory: the recovery table misses a failure of rank %d", w->rank);
     ctrun_failure_t *grown = realloc(a->failures, (a->nfailures + 1) * sizeof *grown);
     if (grown == NULL) {
         ct_log_error("out of memory recording the failure of local rank %d", i);
@@ -256,8 +269,8 @@ static void ctrun__record_failure(ctrun_agent_t *a, int i, int exitcode, const c
     }
 }
 
-/* This node's attempt failed first-hand (once per attempt): tell the others, stop the rest. */
-static void ctrun__fail_attempt(ctrun_agent_t *a)
+/* This node's attempt failed first-hand: tell the others (once per attempt). */
+static void ctrun__post_failed(ctrun_agent_t *a)
 {
     if (!a->failure_posted) {
         a->failure_posted = true;
@@ -265,6 +278,12 @@ static void ctrun__fail_attempt(ctrun_agent_t *a)
         snprintf(text, sizeof text, "failed %d", a->plan.group_rank);
         ctrun__post_outcome(a, text);
     }
+}
+
+/* This node's attempt failed first-hand: tell the others, stop the rest. */
+static void ctrun__fail_attempt(ctrun_agent_t *a)
+{
+    ctrun__post_failed(a);
     ctrun__stop_workers(a, SIGTERM);
 }
 
@@ -291,6 +310,9 @@ static void ctrun__done(ctrun_agent_t *a, int exit_code)
     uv_timer_stop(&a->watchdog_timer);
     uv_timer_stop(&a->barrier_timer);
     uv_timer_stop(&a->hb_timer);
+    uv_timer_stop(&a->inject_timer);
+    uv_timer_stop(&a->restart_timer);
+    a->restart_pending = false;
     /* Whatever is still alive (a signal during a rendezvous never started workers; a lost
      * store leaves none running) must not outlive the agent. */
     for (int i = 0; i < a->nworkers; i++) {
@@ -321,6 +343,8 @@ static void ctrun__done(ctrun_agent_t *a, int exit_code)
     uv_close((uv_handle_t *)&a->watchdog_timer, ctrun__close_cb);
     uv_close((uv_handle_t *)&a->barrier_timer, ctrun__close_cb);
     uv_close((uv_handle_t *)&a->hb_timer, ctrun__close_cb);
+    uv_close((uv_handle_t *)&a->inject_timer, ctrun__close_cb);
+    uv_close((uv_handle_t *)&a->restart_timer, ctrun__close_cb);
 }
 
 /* How many other nodes the host waits for at the exit barrier: a lost node never comes. */
@@ -337,6 +361,9 @@ static void ctrun__finish(ctrun_agent_t *a, int exit_code)
     uv_timer_stop(&a->grace_timer);
     uv_timer_stop(&a->rdzv_timer);
     uv_timer_stop(&a->watchdog_timer);
+    uv_timer_stop(&a->inject_timer);
+    uv_timer_stop(&a->restart_timer);
+    a->restart_pending = false;
     if (a->store_lost || a->plan.nnodes <= 1) {
         ctrun__done(a, exit_code);
         return;
@@ -411,7 +438,7 @@ static void ctrun__report(ctrun_agent_t *a, const char *lines)
     for (size_t i = 0; i < n; i++)
         ctrun_failure_free(&list[i]);
     free(list);
-    ctrun__finish(a, CTRUN_EXIT_FAILED);
+    ctrun__finish(a, a->fail_exit);
 }
 
 /* ---- attempts ------------------------------------------------------------------------------- */
@@ -456,6 +483,9 @@ static void ctrun__start_workers(ctrun_agent_t *a)
     ctrun_rdzv_key(key, "a/%d/outcome", a->attempt);
     ctrun__kv(a, ctrun_kv_get(a->kv, key, ctrun__tag(a, CTRUN__KV_OUTCOME)));
     ctrun__set_state(a, CTRUN_AGENT_RUNNING);
+    a->attempt_start_ms = uv_now(&a->loop);
+    for (size_t k = 0; k < a->inject.n; k++)
+        a->inject_in_attempt[k] = 0;
     for (int i = 0; i < a->nworkers; i++) {
         ctrun_worker_t *w = &a->workers[i];
         ct_errbuf_clear(&eb);
@@ -470,7 +500,7 @@ static void ctrun__start_workers(ctrun_agent_t *a)
         w->exitcode = 127;
         char msg[CT_ERRBUF_SIZE + 32];
         snprintf(msg, sizeof msg, "could not start: %s", eb.msg);
-        ctrun__record_failure(a, i, 127, msg);
+        ctrun__record_failure(a, i, 127, msg, "could not start (exit 127)", -1);
         for (int j = i; j < a->nworkers; j++) {
             ctrun_worker_t *wj = &a->workers[j];
             if (j == i && !wj->proc.done) {
@@ -484,11 +514,127 @@ static void ctrun__start_workers(ctrun_agent_t *a)
         ctrun__set_state(a, CTRUN_AGENT_STOPPING);
         return;
     }
+    ctrun__inject_schedule(a);
+}
+
+/* --restart_backoff: base * 2^(k-1) before restart k, at most max(60 s, base). */
+static double ctrun__backoff_s(double base, int k)
+{
+    if (base <= 0)
+        return 0;
+    double cap = base > 60.0 ? base : 60.0, w = base;
+    for (int i = 1; i < k && w < cap; i++)
+        w *= 2;
+    return w < cap ? w : cap;
+}
+
+/* The no-progress guard: true (and logged, and the exit status set) when the last
+ * --progress_guard attempts made no step progress. Only for jobs whose workers report steps:
+ * without heartbeats nothing can be said. */
+static bool ctrun__no_progress(ctrun_agent_t *a)
+{
+    int k = a->cfg->progress_guard;
+    if (k <= 0 || !a->recovery.any_heartbeat)
+        return false;
+    if (ctrun_recovery_progressed(&a->recovery, a->attempt)) {
+        a->no_progress_run = 0;
+        return false;
+    }
+    if (++a->no_progress_run < k)
+        return false;
+    ct_log_error("the last %d attempt%s made no step progress; not restarting again (exit "
+                 "status %d; see --progress_guard)",
+                 k, k == 1 ? "" : "s", CTRUN_EXIT_NO_PROGRESS);
+    a->fail_exit = CTRUN_EXIT_NO_PROGRESS;
+    return true;
+}
+
+/* ---- fault injection (time triggers; step triggers are armed in ctrun_group_prepare) ---- */
+
+static bool ctrun__inject_timed(const ctrun_inject_spec_t *s)
+{
+    return s->trigger == CTRUN_INJECT_AT_TIME || s->trigger == CTRUN_INJECT_EVERY;
+}
+
+static uint64_t ctrun__inject_due(const ctrun_agent_t *a, size_t i)
+{
+    const ctrun_inject_spec_t *s = &a->inject.specs[i];
+    if (s->trigger == CTRUN_INJECT_AT_TIME)
+        return a->start_ms + (uint64_t)(s->seconds * 1000.0 + 0.5);
+    return a->attempt_start_ms +
+           (uint64_t)(s->seconds * 1000.0 * (double)(a->inject_in_attempt[i] + 1) + 0.5);
+}
+
+/* Starts the injection timer for the next due time-triggered spec (RUNNING only). */
+static void ctrun__inject_schedule(ctrun_agent_t *a)
+{
+    uv_timer_stop(&a->inject_timer);
+    if (a->state != CTRUN_AGENT_RUNNING)
+        return;
+    uint64_t now = uv_now(&a->loop), next = UINT64_MAX;
+    for (size_t i = 0; i < a->inject.n; i++) {
+        if (!ctrun__inject_timed(&a->inject.specs[i]) || !ctrun_inject_pending(&a->inject, i))
+            continue;
+        uint64_t due = ctrun__inject_due(a, i);
+        uint64_t in = due > now ? due - now : 0;
+        if (in < next)
+            next = in;
+    }
+    if (next != UINT64_MAX)
+        uv_timer_start(&a->inject_timer, a->inject_timer.timer_cb, next, 0);
+}
+
+/* Fires every due time-triggered spec. Every agent of the job counts every firing (so their
+ * seeded draws agree); the one that owns the target acts. */
+static void ctrun__on_inject(ctrun_agent_t *a)
+{
+    if (a->state != CTRUN_AGENT_RUNNING)
+        return;
+    uint64_t now = uv_now(&a->loop);
+    for (size_t i = 0; i < a->inject.n; i++) {
+        ctrun_inject_spec_t *s = &a->inject.specs[i];
+        if (!ctrun__inject_timed(s) || !ctrun_inject_pending(&a->inject, i) ||
+            ctrun__inject_due(a, i) > now)
+            continue;
+        if (s->kind == CTRUN_INJECT_KILL_AGENT) {
+            s->fired++;
+            if (s->node == a->plan.group_rank) {
+                ct_log_warn("fault injection: spec %zu (%s): killing this agent (node %d, pid "
+                            "%d) with SIGKILL",
+                            i + 1, s->text, s->node, (int)getpid());
+                fflush(stderr);
+                raise(SIGKILL);
+            }
+            continue;
+        }
+        int rank = ctrun_inject_rank(&a->inject, i, a->plan.world_size);
+        s->fired++;
+        a->inject_in_attempt[i]++;
+        int local = rank - a->plan.rank_base;
+        if (local < 0 || local >= a->nworkers)
+            continue;
+        ctrun_worker_t *w = &a->workers[local];
+        if (w->state != CTRUN_WORKER_RUNNING)
+            continue;
+        int sig = s->kind == CTRUN_INJECT_HANG ? SIGSTOP : SIGKILL;
+        ct_log_warn("fault injection: spec %zu (%s): %s to rank %d (pid %d)", i + 1, s->text,
+                    sig == SIGKILL ? "SIGKILL" : "SIGSTOP", rank, (int)w->proc.pid);
+        w->fault_spec = (int)i;
+        w->fault_ns = uv_hrtime();
+        kill(w->proc.pid, sig);
+    }
+    ctrun__inject_schedule(a);
 }
 
 /* STOPPING or SUCCEEDED: move on once every worker is gone and the outcome is known. */
 static void ctrun__progress(ctrun_agent_t *a)
 {
+    if (a->restart_pending) {
+        if (a->stop_signal == 0)
+            return; /* waiting out --restart_backoff */
+        uv_timer_stop(&a->restart_timer); /* a signal ends the job instead */
+        a->restart_pending = false;
+    }
     if (a->ngone < a->nworkers)
         return;
     if (a->state == CTRUN_AGENT_SUCCEEDED) {
@@ -528,6 +674,10 @@ static void ctrun__progress(ctrun_agent_t *a)
         ctrun__finish(a, 0);
         return;
     }
+    ctrun_recovery_end_attempt(&a->recovery, a->attempt);
+    /* Every worker is gone; whatever they started and that left their process groups goes
+     * now, before the next attempt. */
+    ctrun_cgroup_kill(&a->cgroup);
     if (a->outcome == CTRUN_OUTCOME_REJOIN) {
         /* torchrun's membership change: a restart that uses up nothing. */
         ct_log_info("[%s] Detected new nodes (node %d waits to join); will restart worker group",
@@ -562,10 +712,20 @@ static void ctrun__progress(ctrun_agent_t *a)
         ctrun__finish(a, CTRUN_EXIT_FAILED);
         return;
     }
+    if (left > 0 && ctrun__no_progress(a))
+        left = 0;
     if (left > 0) {
         ct_log_info("[%s] Worker group FAILED. %d/%d attempts left; will restart worker group",
                     a->cfg->role, left, a->plan.max_restarts);
         ctrun_group_free(a);
+        double wait = ctrun__backoff_s(a->cfg->restart_backoff_s, a->attempt + 1);
+        if (wait > 0) {
+            ct_log_warn("restart %d in %.3g s (--restart_backoff)", a->attempt + 1, wait);
+            a->restart_pending = true;
+            uv_timer_start(&a->restart_timer, a->restart_timer.timer_cb,
+                           (uint64_t)(wait * 1000.0 + 0.5), 0);
+            return;
+        }
         ctrun__start_rendezvous(a, a->attempt + 1);
         return;
     }
@@ -672,6 +832,47 @@ static void ctrun__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
     }
 }
 
+/* Why worker i ended with exitcode, for the recovery table, and whether an injected fault
+ * did it (then that spec counts as fired). *detect_ns: the detection latency, -1 unknown. */
+static void ctrun__exit_cause(ctrun_agent_t *a, int i, int exitcode, char *cause, size_t size,
+                              int64_t *detect_ns)
+{
+    ctrun_worker_t *w = &a->workers[i];
+    uint64_t now = uv_hrtime();
+    *detect_ns = -1;
+    if (w->fault_spec >= 0) { /* the agent itself sent the signal */
+        const ctrun_inject_spec_t *s = &a->inject.specs[w->fault_spec];
+        snprintf(cause, size, "injected %s (spec %d)", ctrun_inject_kind_name(s->kind),
+                 w->fault_spec + 1);
+        *detect_ns = now > w->fault_ns ? (int64_t)(now - w->fault_ns) : 0;
+        return;
+    }
+    /* An armed worker raises SIGKILL on itself right after a heartbeat at the fault's step;
+     * a SIGKILL from the agent (a->killed) is not the fault. */
+    if (w->armed >= 0 && exitcode == -SIGKILL && !a->killed && w->hb_count > 0 &&
+        (int64_t)w->hb_step >= a->inject.specs[w->armed].step) {
+        ctrun_inject_spec_t *s = &a->inject.specs[w->armed];
+        s->fired++;
+        snprintf(cause, size, "injected %s at step %llu (spec %d)",
+                 ctrun_inject_kind_name(s->kind), (unsigned long long)w->hb_step, w->armed + 1);
+        *detect_ns = now > w->hb_time_ns ? (int64_t)(now - w->hb_time_ns) : 0;
+        w->armed = -1;
+        return;
+    }
+    /* A hang that fired but was ended by something else than the watchdog (a peer's
+     * collective timeout, say): it happened, so it does not fire again. */
+    if (w->armed >= 0 && a->inject.specs[w->armed].kind == CTRUN_INJECT_HANG &&
+        w->hb_count > 0 && (int64_t)w->hb_step >= a->inject.specs[w->armed].step) {
+        a->inject.specs[w->armed].fired++;
+        w->armed = -1;
+    }
+    char sn[32];
+    if (exitcode < 0)
+        snprintf(cause, size, "signal %s", ctrun_signal_name(-exitcode, sn, sizeof sn));
+    else
+        snprintf(cause, size, "exit %d", exitcode);
+}
+
 static void ctrun__on_worker_exit(ctrun_agent_t *a, int i, int exitcode)
 {
     ctrun_worker_t *w = &a->workers[i];
@@ -679,8 +880,21 @@ static void ctrun__on_worker_exit(ctrun_agent_t *a, int i, int exitcode)
     w->exitcode = exitcode;
     w->state = CTRUN_WORKER_EXITED;
     a->nrunning--;
+    char cause[CTRUN_RECOVERY_CAUSE_MAX];
+    int64_t detect_ns = -1;
+    if (exitcode != 0)
+        ctrun__exit_cause(a, i, exitcode, cause, sizeof cause, &detect_ns);
+    bool stopped_hang = w->fault_spec >= 0 &&
+                        a->inject.specs[w->fault_spec].kind == CTRUN_INJECT_HANG;
+    if (prev != CTRUN_WORKER_RUNNING && exitcode != 0 && !stopped_hang &&
+        strncmp(cause, "injected", 8) == 0) {
+        /* The fault hit while the attempt was already stopping for a consequence of it seen
+         * first (a peer's broken connection): not a failure to report, but the fault's row. (A
+         * hang has its row from the watchdog.) */
+        ctrun_recovery_add(&a->recovery, a->attempt, w->rank, i, cause, uv_hrtime(), detect_ns);
+    }
     if (prev == CTRUN_WORKER_RUNNING && exitcode != 0) {
-        ctrun__record_failure(a, i, exitcode, NULL);
+        ctrun__record_failure(a, i, exitcode, NULL, cause, detect_ns);
         if (a->state == CTRUN_AGENT_RUNNING || a->state == CTRUN_AGENT_STOPPING) {
             ctrun__fail_attempt(a);
             ctrun__set_state(a, CTRUN_AGENT_STOPPING);
@@ -759,19 +973,88 @@ static void ctrun__on_grace(ctrun_agent_t *a)
         if (w->state != CTRUN_WORKER_IDLE && w->state != CTRUN_WORKER_GONE)
             ctrun_proc_signal(&w->proc, SIGKILL);
     }
+    ctrun_cgroup_kill(&a->cgroup); /* and those that left their group */
 }
 
+/* True when pid is stopped (state T or t in /proc/<pid>/stat): a SIGSTOP, a debugger. */
+static bool ctrun__pid_stopped(int pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return rp != NULL && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't');
+}
+
+/* Worker i was silent for --watchdog_timeout. Every silent or stopped worker is asked for a
+ * stack dump (CT_WORKER_DUMP_SIGNAL); the stuck rank - a stopped one if any, else i, the first
+ * overdue - is recorded with its last step; then the attempt fails as for a crash. The stop's
+ * SIGTERM comes after the dump signal, and a pending SIGUSR1 (10) is delivered before a
+ * pending SIGTERM (15), so a stopped worker, once continued by the stop, prints its stack and
+ * only then ends (libctworker's handler defers SIGTERM until it has printed). */
 static void ctrun__on_watchdog(ctrun_agent_t *a, int i)
 {
-    ctrun_worker_t *w = &a->workers[i];
-    if (a->state != CTRUN_AGENT_RUNNING || w->state != CTRUN_WORKER_RUNNING)
+    if (a->state != CTRUN_AGENT_RUNNING || a->workers[i].state != CTRUN_WORKER_RUNNING)
         return;
-    char msg[256];
+    uint64_t now = uv_now(&a->loop);
+    uint64_t timeout = (uint64_t)(a->cfg->watchdog_timeout_s * 1000.0);
+    int victim = i;
+    bool victim_stopped = false;
+    for (int j = 0; j < a->nworkers; j++) {
+        ctrun_worker_t *w = &a->workers[j];
+        if (w->state != CTRUN_WORKER_RUNNING || w->hb_count == 0)
+            continue;
+        /* A stopped worker is stuck whatever its last heartbeat says (its peers, waiting for
+         * it in a collective, may well have gone silent first). */
+        bool stopped = ctrun__pid_stopped((int)w->proc.pid);
+        if (!stopped && w->hb_last_ms + timeout > now)
+            continue;
+        if (stopped && !victim_stopped) {
+            victim = j;
+            victim_stopped = true;
+        }
+        ct_log_warn("watchdog: local rank %d (rank %d, pid %d) silent for %.1f s after step "
+                    "%llu; asking it for a stack dump (signal %d) in its stderr log",
+                    j, w->rank, (int)w->proc.pid, (double)(now - w->hb_last_ms) / 1000.0,
+                    (unsigned long long)w->hb_step, CT_WORKER_DUMP_SIGNAL);
+        kill(w->proc.pid, CT_WORKER_DUMP_SIGNAL);
+    }
+    ctrun_worker_t *w = &a->workers[victim];
+    char msg[256], cause[CTRUN_RECOVERY_CAUSE_MAX] = "";
     snprintf(msg, sizeof msg,
              "watchdog: no progress for %g s (last heartbeat at step %llu); see --watchdog_timeout",
              a->cfg->watchdog_timeout_s, (unsigned long long)w->hb_step);
-    ct_log_error("local rank %d (pid %d): %s", i, (int)w->proc.pid, msg);
-    ctrun__record_failure(a, i, -SIGTERM, msg);
+    ct_log_error("local rank %d (rank %d, pid %d): %s", victim, w->rank, (int)w->proc.pid, msg);
+    /* An injected hang that fired: the worker stopped itself right after a heartbeat at its
+     * step, or the agent stopped it. */
+    for (int j = 0; j < a->nworkers; j++) {
+        ctrun_worker_t *x = &a->workers[j];
+        if (x->armed >= 0 && a->inject.specs[x->armed].kind == CTRUN_INJECT_HANG &&
+            x->hb_count > 0 && (int64_t)x->hb_step >= a->inject.specs[x->armed].step) {
+            a->inject.specs[x->armed].fired++;
+            if (j == victim)
+                snprintf(cause, sizeof cause, "watchdog: injected hang at step %llu (spec %d)",
+                         (unsigned long long)x->hb_step, x->armed + 1);
+            x->armed = -1;
+        } else if (j == victim && x->fault_spec >= 0) {
+            snprintf(cause, sizeof cause, "watchdog: injected %s (spec %d)",
+                     ctrun_inject_kind_name(a->inject.specs[x->fault_spec].kind),
+                     x->fault_spec + 1);
+        }
+    }
+    if (cause[0] == '\0')
+        snprintf(cause, sizeof cause, "watchdog: silent after step %llu",
+                 (unsigned long long)w->hb_step);
+    uint64_t hr = uv_hrtime();
+    int64_t detect = w->fault_spec >= 0 && hr > w->fault_ns ? (int64_t)(hr - w->fault_ns)
+                     : hr > w->hb_time_ns                  ? (int64_t)(hr - w->hb_time_ns)
+                                                           : -1;
+    ctrun__record_failure(a, victim, -SIGTERM, msg, cause, detect);
     ctrun__fail_attempt(a);
     ctrun__set_state(a, CTRUN_AGENT_STOPPING);
 }
@@ -850,6 +1133,17 @@ static void ctrun__step(ctrun_agent_t *a, const ctrun__event_t *ev)
     case CTRUN__EV_WATCHDOG:
         ctrun__on_watchdog(a, ev->worker);
         return;
+    case CTRUN__EV_INJECT:
+        ctrun__on_inject(a);
+        return;
+    case CTRUN__EV_RESTART:
+        if (!a->restart_pending)
+            return;
+        a->restart_pending = false;
+        if (a->state == CTRUN_AGENT_STOPPING)
+            ctrun__start_rendezvous(a, a->attempt + 1);
+        return;
+
     case CTRUN__EV_SIGNAL:
         ctrun__on_signal(a, ev->value);
         return;
@@ -929,10 +1223,26 @@ void ctrun__agent_worker_heartbeat(ctrun_agent_t *a, int i, const ct_heartbeat_r
     w->hb_count++;
     w->hb_step = rec->step;
     w->hb_last_ms = uv_now(&a->loop);
+    w->hb_time_ns = rec->time_ns;
+    if (a->state == CTRUN_AGENT_RUNNING || a->state == CTRUN_AGENT_SUCCEEDED ||
+        a->state == CTRUN_AGENT_STOPPING) /* records read after a failure still count */
+        ctrun_recovery_heartbeat(&a->recovery, a->attempt, (int64_t)rec->step, uv_hrtime());
     if (a->cfg->watchdog_timeout_s > 0 && a->state == CTRUN_AGENT_RUNNING &&
         !uv_is_active((uv_handle_t *)&a->watchdog_timer))
         uv_timer_start(&a->watchdog_timer, ctrun__watchdog_cb,
                        (uint64_t)(a->cfg->watchdog_timeout_s * 1000.0), 0);
+}
+
+static void ctrun__inject_cb(uv_timer_t *t)
+{
+    ctrun__event_t ev = {.kind = CTRUN__EV_INJECT};
+    ctrun__step(t->data, &ev);
+}
+
+static void ctrun__restart_cb(uv_timer_t *t)
+{
+    ctrun__event_t ev = {.kind = CTRUN__EV_RESTART};
+    ctrun__step(t->data, &ev);
 }
 
 static void ctrun__signal_cb(uv_signal_t *h, int sig)
@@ -1103,6 +1413,35 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
     a->grace_timer.timer_cb = ctrun__grace_cb;
     a->rdzv_timer.timer_cb = ctrun__rdzv_timer_cb;
     a->barrier_timer.timer_cb = ctrun__barrier_cb;
+    uv_timer_t *more[] = {&a->inject_timer, &a->restart_timer};
+    uv_timer_cb more_cb[] = {ctrun__inject_cb, ctrun__restart_cb};
+    for (int i = 0; i < 2; i++) {
+        uv_timer_init(&a->loop, more[i]);
+        more[i]->data = a;
+        more[i]->timer_cb = more_cb[i];
+    }
+    a->start_ms = uv_now(&a->loop);
+    a->fail_exit = CTRUN_EXIT_FAILED;
+    a->cgroup.procs_fd = -1;
+    const char *cgmode = getenv("CTRUN_CGROUP");
+    if (cgmode == NULL || strcmp(cgmode, "off") != 0) {
+        ct_errbuf_t ceb = {{0}};
+        if (ctrun_cgroup_create(&a->cgroup, NULL, NULL, &ceb) == 0)
+            ct_log_debug("workers run in the cgroup %s", a->cgroup.path);
+        else
+            ct_log_debug("no job cgroup (%s); process groups only", ceb.msg);
+    }
+    if (cfg->inject != NULL) {
+        int rc = ctrun_inject_parse(cfg->inject, cfg->inject_seed, &a->inject, eb);
+        if (rc != 0)
+            return rc;
+        a->inject_in_attempt = calloc(a->inject.n + 1, sizeof *a->inject_in_attempt);
+        if (a->inject_in_attempt == NULL)
+            return ct_errbuf_set(eb, -ENOMEM, "out of memory");
+        ct_log_warn("fault injection: %zu spec%s, seed %llu: %s", a->inject.n,
+                    a->inject.n == 1 ? "" : "s", (unsigned long long)cfg->inject_seed,
+                    cfg->inject);
+    }
 
     /* Signals are handled from the start: one during the rendezvous ends the agent at once
      * with 128+signal (no worker exists yet). */
@@ -1178,6 +1517,38 @@ static void ctrun__tidy_logs(const ctrun_logs_t *logs)
         ctrun_logs_remove_empty(logs);
 }
 
+/* The end-of-job recovery table on stderr (when there were failures) and report.json in the
+ * run's log folder (when there were failures, or --log_dir was given). */
+static void ctrun__recovery_report(ctrun_agent_t *a)
+{
+    int attempts = a->attempt + 1;
+    if (a->recovery.n > 0) {
+        char *text = NULL;
+        if (ctrun_recovery_format(&a->recovery, attempts, &text) == 0) {
+            fputs(text, stderr);
+            fflush(stderr);
+        }
+        free(text);
+    }
+    if (a->logs.disabled || a->logs.run_dir == NULL ||
+        (a->recovery.n == 0 && a->cfg->log_dir == NULL))
+        return;
+    char *json = NULL;
+    if (ctrun_recovery_json(&a->recovery, attempts, a->exit_code, &json) != 0)
+        return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/report.json", a->logs.run_dir);
+    FILE *f = fopen(path, "w");
+    if (f == NULL || fputs(json, f) < 0 || fputc('\n', f) < 0) {
+        ct_log_warn("cannot write %s: %s", path, strerror(errno));
+    } else if (a->recovery.n > 0) {
+        ct_log_info("recovery report written to %s", path);
+    }
+    if (f != NULL)
+        fclose(f);
+    free(json);
+}
+
 static void ctrun__walk_close(uv_handle_t *h, void *arg)
 {
     (void)arg;
@@ -1224,6 +1595,11 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     uv_run(&a->loop, UV_RUN_DEFAULT);
     uv_loop_close(&a->loop);
     ctrun_group_free(a);
+    ctrun_cgroup_destroy(&a->cgroup, 2000);
+    ctrun__recovery_report(a);
+    ctrun_recovery_free(&a->recovery);
+    ctrun_inject_free(&a->inject);
+    free(a->inject_in_attempt);
     ctrun__tidy_logs(&a->logs);
     ctrun_logs_close(&a->logs);
     *exit_code = a->exit_code;

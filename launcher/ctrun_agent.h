@@ -23,6 +23,9 @@ extern "C" {
 /* Exit statuses besides 0, 1 (job failed) and CTRUN_EXIT_USAGE (2): 128 + signal when a
  * handled signal stopped the job. */
 #define CTRUN_EXIT_FAILED 1
+/* The no-progress guard stopped the restarts (--progress_guard): the last K attempts of
+ * heartbeating workers made no step progress, so restarting again would not help. */
+#define CTRUN_EXIT_NO_PROGRESS 3
 
 /* Runs the job of cfg until it ends and sets *exit_code to what ctrun exits with: 0 when every
  * worker of every node exited 0, 1 when the job failed (a worker with no restart left, a

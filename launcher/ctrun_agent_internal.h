@@ -19,10 +19,13 @@
 #include <uv.h>
 
 #include "ctrun_agent.h"
+#include "ctrun_cgroup.h"
+#include "ctrun_inject.h"
 #include "ctrun_kv.h"
 #include "ctrun_logs.h"
 #include "ctrun_proc.h"
 #include "ctrun_rdzv.h"
+#include "ctrun_recovery.h"
 #include "ctrun_report.h"
 #include "ctrun_sink.h"
 #include "ctrun_store.h"
@@ -70,7 +73,13 @@ typedef struct ctrun_worker {
     bool failed; /* ended on its own with a non-zero status (or was the watchdog's victim) */
     /* heartbeat */
     uint64_t hb_count, hb_step;
-    uint64_t hb_last_ms; /* uv_now of the last record */
+    uint64_t hb_last_ms;  /* uv_now of the last record */
+    uint64_t hb_time_ns;  /* the worker's CLOCK_MONOTONIC in the last record */
+    /* fault injection (ctrun_inject.h) */
+    int armed;                 /* spec armed in CTRUN_FAULT, -1 none */
+    char fault_text[48];       /* its CTRUN_FAULT value */
+    int fault_spec;            /* spec the agent itself fired at this worker, -1 none */
+    uint64_t fault_ns;         /* when (uv_hrtime) */
 } ctrun_worker_t;
 
 struct ctrun_agent {
@@ -117,6 +126,17 @@ struct ctrun_agent {
     bool hb_on;
     uint64_t hb_interval_ms, hb_timeout_ms;
     bool killed; /* SIGKILL already sent to this attempt's workers */
+
+    /* fault tolerance: injection, restart policy, the recovery table */
+    ctrun_inject_t inject;
+    int *inject_in_attempt;    /* per spec: firings in the current attempt (every=) */
+    uv_timer_t inject_timer, restart_timer;
+    uint64_t start_ms, attempt_start_ms; /* uv_now at ctrun's start, at the attempt's start */
+    bool restart_pending;      /* waiting out --restart_backoff */
+    int no_progress_run;       /* consecutive attempts without step progress */
+    int fail_exit;             /* exit status of a failed job (CTRUN_EXIT_FAILED or ..._NO_PROGRESS) */
+    ctrun_recovery_t recovery;
+    ctrun_cgroup_t cgroup; /* the job's cgroup v2, empty when unavailable */
 
     /* output */
     ctrun_logs_t logs;

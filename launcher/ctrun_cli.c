@@ -17,6 +17,7 @@
 
 #include "ct_config.h"
 #include "ct_parse.h"
+#include "ctrun_inject.h"
 
 enum {
     CTRUN__O_NNODES,
@@ -36,6 +37,10 @@ enum {
     CTRUN__O_SIGNALS_TO_HANDLE,
     CTRUN__O_GRACE_PERIOD,
     CTRUN__O_WATCHDOG_TIMEOUT,
+    CTRUN__O_RESTART_BACKOFF,
+    CTRUN__O_PROGRESS_GUARD,
+    CTRUN__O_INJECT,
+    CTRUN__O_INJECT_SEED,
     CTRUN__O_EVENT_LOG_HANDLER,
     CTRUN__O_ROLE,
     CTRUN__O_MODULE,
@@ -131,8 +136,25 @@ static const ctrun__opt_t ctrun__opts[CTRUN__O_COUNT] = {
     [CTRUN__O_WATCHDOG_TIMEOUT] = {NULL, "watchdog_timeout", 0, false,
                                    {"CTRUN_WATCHDOG_TIMEOUT"}, "SECONDS",
                                    "Heartbeat watchdog for libctworker workers: a worker "
-                                   "silent this long fails the attempt; 0 turns it off "
-                                   "(default 0)."},
+                                   "silent this long fails the attempt, after asking it "
+                                   "for a stack dump; 0 turns it off (default 120; workers "
+                                   "without heartbeats are never watched)."},
+    [CTRUN__O_RESTART_BACKOFF] = {NULL, "restart_backoff", 0, false,
+                                  {"CTRUN_RESTART_BACKOFF"}, "SECONDS",
+                                  "Wait before restart k: SECONDS * 2^(k-1), at most "
+                                  "max(60, SECONDS) (default 0: restart at once)."},
+    [CTRUN__O_PROGRESS_GUARD] = {NULL, "progress_guard", 0, false,
+                                  {"CTRUN_PROGRESS_GUARD"}, "K",
+                                  "Stop restarting (exit 3) when the last K attempts of "
+                                  "heartbeating workers made no step progress; 0 turns the "
+                                  "guard off (default 3)."},
+    [CTRUN__O_INJECT] = {NULL, "inject", 0, false, {"CTRUN_INJECT"}, "SPEC[;SPEC...]",
+                         "Fault injection, e.g. kill:rank=1:at=step=50, "
+                         "kill:rank=any:every=30s, hang:rank=0:at=step=80, "
+                         "torn_ckpt:at=step=100, kill_agent:node=1:at=time=5s (see ctrun(1))."},
+    [CTRUN__O_INJECT_SEED] = {NULL, "inject_seed", 0, false, {"CTRUN_INJECT_SEED"}, "N",
+                              "Seed of the injection's random choices (rank=any, phase=any; "
+                              "default 0)."},
     [CTRUN__O_EVENT_LOG_HANDLER] = {NULL, "event_log_handler", 0, false,
                                     {"PET_EVENT_LOG_HANDLER"}, "null",
                                     "Accepted for compatibility; only null (default null)."},
@@ -660,6 +682,26 @@ static int ctrun__workers(const ctrun__raw_t *raw, ctrun_config_t *cfg, const ch
     return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN__O_NPROC_PER_NODE]);
 }
 
+/* --inject is checked here (a bad spec is a usage error); the agent parses it again. */
+static int ctrun__inject(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
+{
+    int rc;
+    if (raw->given[CTRUN__O_INJECT_SEED]) {
+        int64_t seed;
+        if ((rc = ct_parse_int64(raw->value[CTRUN__O_INJECT_SEED], 0, INT64_MAX, &seed, eb)) != 0)
+            return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN__O_INJECT_SEED]);
+        cfg->inject_seed = (uint64_t)seed;
+    }
+    if (!raw->given[CTRUN__O_INJECT] || raw->value[CTRUN__O_INJECT][0] == '\0')
+        return 0;
+    ctrun_inject_t inj;
+    if ((rc = ctrun_inject_parse(raw->value[CTRUN__O_INJECT], cfg->inject_seed, &inj, eb)) != 0)
+        return rc;
+    ctrun_inject_free(&inj);
+    cfg->inject = strdup(raw->value[CTRUN__O_INJECT]);
+    return cfg->inject == NULL ? -ENOMEM : 0;
+}
+
 static int ctrun__convert(const ctrun__raw_t *raw, ctrun_config_t *cfg, const char *const *env,
                           ct_errbuf_t *eb)
 {
@@ -692,14 +734,22 @@ static int ctrun__convert(const ctrun__raw_t *raw, ctrun_config_t *cfg, const ch
         (rc = ctrun__choice(raw, CTRUN__O_START_METHOD, "spawn", start_methods, &cfg->start_method,
                             eb)) != 0 ||
         (rc = ctrun__seconds(raw, CTRUN__O_GRACE_PERIOD, 30, &cfg->grace_period_s, eb)) != 0 ||
-        (rc = ctrun__seconds(raw, CTRUN__O_WATCHDOG_TIMEOUT, 0, &cfg->watchdog_timeout_s, eb)) !=
+        (rc = ctrun__seconds(raw, CTRUN__O_WATCHDOG_TIMEOUT, CTRUN_DEFAULT_WATCHDOG_S,
+                             &cfg->watchdog_timeout_s, eb)) != 0 ||
+        (rc = ctrun__seconds(raw, CTRUN__O_RESTART_BACKOFF, 0, &cfg->restart_backoff_s, eb)) !=
             0 ||
+        (rc = ctrun__int(raw, CTRUN__O_PROGRESS_GUARD, 3, 0, INT_MAX, &cfg->progress_guard,
+                         eb)) != 0 ||
         (rc = ctrun__str(raw, CTRUN__O_SIGNALS_TO_HANDLE, CTRUN__SIGNALS_DEFAULT,
                          &cfg->signals_to_handle)) != 0)
         return rc;
     if ((rc = ctrun__choice(raw, CTRUN__O_EVENT_LOG_HANDLER, "null", log_handlers, &handler, eb)) !=
         0)
         return rc;
+    if ((rc = ctrun__inject(raw, cfg, eb)) != 0) {
+        free(handler);
+        return rc;
+    }
     free(handler);
     rc = ctrun_signal_list_parse(cfg->signals_to_handle, cfg->signals, CTRUN_SIGNALS_MAX,
                                  &cfg->nsignals, eb);
@@ -755,7 +805,7 @@ void ctrun_config_free(ctrun_config_t *cfg)
     char **strings[] = {&cfg->rdzv_endpoint, &cfg->run_id,       &cfg->master_addr,
                         &cfg->local_addr,    &cfg->start_method, &cfg->signals_to_handle,
                         &cfg->role,          &cfg->log_dir,      &cfg->python,
-                        &cfg->script};
+                        &cfg->script,        &cfg->inject};
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
         free(*strings[i]);
         *strings[i] = NULL;

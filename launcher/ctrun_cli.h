@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "ct_addr.h"
@@ -39,6 +40,10 @@ extern "C" {
 
 /* The most nodes a job may have (a rendezvous plan lists them all: CTRUN_RDZV_MAX_NODES). */
 #define CTRUN_MAX_NODES 4096
+
+/* Default --watchdog_timeout: long enough for a checkpoint or an evaluation between two
+ * heartbeats (libctworker's trainers report progress during evaluation too). */
+#define CTRUN_DEFAULT_WATCHDOG_S 120.0
 
 typedef enum ctrun_rdzv_backend {
     CTRUN_RDZV_STATIC = 0, /* fixed --nnodes, group rank = --node_rank (torchrun's default) */
@@ -72,6 +77,10 @@ typedef struct ctrun_config {
     char *start_method;             /* accepted and stored: spawn, fork or forkserver */
     double grace_period_s;          /* SIGTERM -> SIGKILL grace (--grace_period) */
     double watchdog_timeout_s;      /* heartbeat watchdog for libctworker workers; 0 = off */
+    double restart_backoff_s;       /* --restart_backoff: first wait, doubling; 0 = none */
+    int progress_guard;            /* --progress_guard K; 0 = guard off */
+    char *inject;                   /* --inject specs (checked), or NULL */
+    uint64_t inject_seed;           /* --inject_seed */
     int signals[CTRUN_SIGNALS_MAX]; /* --signals_to_handle, forwarded to workers */
     size_t nsignals;
     char *signals_to_handle; /* the same list as given (TORCHELASTIC_SIGNALS_TO_HANDLE) */

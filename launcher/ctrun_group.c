@@ -60,6 +60,12 @@ int ctrun_group_prepare(ctrun_agent_t *a, ct_errbuf_t *eb)
         w->agent = a;
         w->local_rank = i;
         w->rank = a->plan.rank_base + i;
+        w->fault_spec = -1;
+        w->armed = ctrun_inject_arm(&a->inject, w->rank, a->plan.world_size, w->fault_text,
+                                    sizeof w->fault_text);
+        if (w->armed >= 0)
+            ct_log_warn("fault injection: spec %d (%s) armed for rank %d as CTRUN_FAULT=%s",
+                        w->armed + 1, a->inject.specs[w->armed].text, w->rank, w->fault_text);
         w->state = CTRUN_WORKER_IDLE;
         w->out_file = w->err_file = -1;
         ctrun_logs_path(&a->logs, a->plan.restarts, i, CTRUN_LOG_ERROR, w->error_file,
@@ -86,6 +92,7 @@ static void ctrun__worker_info(const ctrun_agent_t *a, const ctrun_worker_t *w,
     wi->max_restarts = a->plan.max_restarts;
     wi->error_file = w->error_file;
     wi->heartbeat_fd = CTRUN_PROC_HEARTBEAT_FD;
+    wi->fault = w->armed >= 0 ? w->fault_text : NULL;
 }
 
 /* The sink of one stream, or NULL when the stream is discarded. */
@@ -160,6 +167,7 @@ int ctrun_group_spawn(ctrun_agent_t *a, int i, ct_errbuf_t *eb)
         .out = out,
         .err = err,
         .heartbeat = true,
+        .cgroup_fd = a->cgroup.procs_fd,
     };
     rc = ctrun_proc_spawn(&w->proc, &a->loop, &po, &ctrun__proc_cb, w, eb);
 out:
@@ -185,8 +193,14 @@ void ctrun_group_signal(ctrun_agent_t *a, int i, int sig)
 
 void ctrun_group_free(ctrun_agent_t *a)
 {
-    for (int i = 0; i < a->nworkers; i++)
-        ctrun__release_outputs(&a->workers[i]);
+    for (int i = 0; i < a->nworkers; i++) {
+        ctrun_worker_t *w = &a->workers[i];
+        /* The worker is gone; what it started and left in its process group (a dataloader, a
+         * shell's children) goes with it, also when it exited 0. */
+        if (w->proc.pid > 0)
+            killpg(w->proc.pid, SIGKILL);
+        ctrun__release_outputs(w);
+    }
     free(a->workers);
     a->workers = NULL;
     a->nworkers = 0;

@@ -84,6 +84,7 @@ typedef struct ctrun__child_args {
     const char *path;
     char *const *argv, *const *envp;
     int out_fd, err_fd, hb_fd;
+    int cgroup_fd; /* cgroup.procs to join, -1 none */
     pid_t parent;
     int err; /* written by the child when a step before or at execve fails */
 } ctrun__child_args_t;
@@ -112,6 +113,10 @@ static int ctrun__child(void *arg)
     sigprocmask(SIG_SETMASK, &none, NULL);
 
     int err = 0;
+    /* Into the job's cgroup first, so that whatever it starts is there too. A failure leaves
+     * the worker to its process group, as without cgroups. */
+    if (a->cgroup_fd >= 0 && write(a->cgroup_fd, "0", 1) != 1)
+        errno = 0;
     if (setsid() < 0)
         err = errno;
     if (err == 0 && prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
@@ -182,8 +187,11 @@ static void ctrun__close_stream(ctrun_proc_t *p, uv_pipe_t *pipe, bool *open, ct
     ctrun__close_handle(p, (uv_handle_t *)pipe, open);
 }
 
+static void ctrun__drain_hb(ctrun_proc_t *p);
+
 static void ctrun__close_all(ctrun_proc_t *p)
 {
+    ctrun__drain_hb(p);
     ctrun__close_stream(p, &p->out_pipe, &p->out_open, p->out_sink);
     ctrun__close_stream(p, &p->err_pipe, &p->err_open, p->err_sink);
     ctrun__close_handle(p, (uv_handle_t *)&p->hb_pipe, &p->hb_open);
@@ -252,6 +260,25 @@ static void ctrun__read_hb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         p->cb->on_heartbeat(p, &rec, p->data);
 }
 
+/* Reads, now, the heartbeat records already in the pipe. A worker's exit and its last records
+ * become readable together and the loop may take either first; the exit callback must see the
+ * last one (libctworker writes one right before an injected fault), and closing the pipe must
+ * not drop them. The pipe is non-blocking (libuv made it so): this stops at EAGAIN; libuv's
+ * own reader finds end-of-file later. */
+static void ctrun__drain_hb(ctrun_proc_t *p)
+{
+    uv_os_fd_t fd;
+    while (p->hb_open && uv_fileno((uv_handle_t *)&p->hb_pipe, &fd) == 0) {
+        ssize_t n = read(fd, p->hb_buf + p->hb_len, sizeof p->hb_buf - p->hb_len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return;
+        uv_buf_t none = uv_buf_init(NULL, 0);
+        ctrun__read_hb((uv_stream_t *)&p->hb_pipe, n, &none);
+    }
+}
+
 static void ctrun__drain_expired(uv_timer_t *t)
 {
     ctrun_proc_t *p = t->data;
@@ -272,6 +299,7 @@ static void ctrun__exit_ready(uv_poll_t *h, int status, int events)
     if (r == 0)
         return; /* not yet (a spurious wake-up) */
     ctrun__close_handle(p, (uv_handle_t *)&p->exit_poll, &p->poll_open);
+    ctrun__drain_hb(p);
     p->exited = true;
     if (r < 0)
         p->exitcode = -SIGKILL; /* ECHILD: only if someone else reaped it; report it as killed */
@@ -358,6 +386,7 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         .out_fd = opts->out ? outp[1] : devnull,
         .err_fd = opts->err ? errp[1] : devnull,
         .hb_fd = hbp[1],
+        .cgroup_fd = opts->cgroup_fd > 0 ? opts->cgroup_fd : -1,
         .parent = getpid(),
     };
     void *stack = mmap(NULL, CTRUN__CHILD_STACK, PROT_READ | PROT_WRITE,

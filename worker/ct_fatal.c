@@ -9,6 +9,12 @@
  * first use) is done at install time. Not done: symbolising static functions (addresses
  * only), other threads' stacks, core dumps (the default action still produces one when the
  * system allows).
+ *
+ * Also here: the stack dump on CT_WORKER_DUMP_SIGNAL (SIGUSR1), which ctrun's watchdog sends
+ * to a silent worker before stopping it. That handler prints and returns (the worker goes on;
+ * a SIGTERM arriving meanwhile waits until it has printed);
+ * when the signal lands on another thread it prints that thread's stack and passes the signal
+ * on to the main thread, whose stack is the one that shows where training is stuck.
  */
 #include <errno.h>
 #include <execinfo.h>
@@ -18,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,7 +48,15 @@ static struct {
     int memfd;
     ct_errfile_target_t target;
     struct sigaction old[CT__NSIGS];
-} ct__fatal = {.memfd = -1, .target = {.dirfd = -1}};
+    bool dump_installed;
+    int dump_memfd;
+    pid_t main_tid;
+    struct sigaction old_dump;
+} ct__fatal = {.memfd = -1, .dump_memfd = -1, .target = {.dirfd = -1}};
+
+static volatile sig_atomic_t ct__in_dump;
+static char ct__dump_raw[CT__RAW_MAX];
+static char ct__dump_text[CT__TEXT_MAX];
 
 static volatile sig_atomic_t ct__in_handler;
 static char ct__altstack[64 * 1024];
@@ -192,6 +207,71 @@ static void ct__fatal_handler(int sig, siginfo_t *info, void *uctx)
     ct__fatal_reraise(sig, idx);
 }
 
+/* CT_WORKER_DUMP_SIGNAL: this thread's stack to stderr, then on to the main thread. */
+static void ct__dump_handler(int sig, siginfo_t *info, void *uctx)
+{
+    (void)info;
+    (void)uctx;
+    if (ct__in_dump) /* another thread is printing; one stack at a time */
+        return;
+    ct__in_dump = 1;
+    int saved_errno = errno;
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    bool main_thread = tid == ct__fatal.main_tid;
+    char line[256];
+    size_t llen = 0;
+    line[0] = '\0';
+    const char *prefix = ct__runtime_prefix();
+    if (prefix[0] != '\0') {
+        ct__append(line, sizeof line, &llen, prefix);
+        ct__append(line, sizeof line, &llen, " ");
+    }
+    ct__append(line, sizeof line, &llen, "stack dump on signal ");
+    ct__append_u64(line, sizeof line, &llen, (uint64_t)sig);
+    ct__append(line, sizeof line, &llen, " (requested by the launcher's watchdog?) in ");
+    ct__append(line, sizeof line, &llen, main_thread ? "the main thread" : "thread ");
+    if (!main_thread)
+        ct__append_u64(line, sizeof line, &llen, (uint64_t)tid);
+    ct__append(line, sizeof line, &llen, ", PID ");
+    ct__append_u64(line, sizeof line, &llen, (uint64_t)getpid());
+    ct__append(line, sizeof line, &llen, "\n");
+    void *frames[CT__MAX_FRAMES];
+    int n = backtrace(frames, CT__MAX_FRAMES);
+    size_t tlen = ct__format_backtrace(ct__fatal.dump_memfd, frames, n, ct__dump_raw,
+                                       sizeof ct__dump_raw, ct__dump_text, sizeof ct__dump_text);
+    ct__write_stderr(line, llen);
+    ct__write_stderr(ct__dump_text, tlen);
+    ct__in_dump = 0;
+    if (!main_thread && ct__fatal.main_tid > 0)
+        syscall(SYS_tgkill, getpid(), ct__fatal.main_tid, sig);
+    errno = saved_errno;
+}
+
+/* Installs the stack-dump handler unless the program handles or ignores the signal itself. */
+static void ct__dump_install(void)
+{
+    struct sigaction cur;
+    if (sigaction(CT_WORKER_DUMP_SIGNAL, NULL, &cur) != 0 || (cur.sa_flags & SA_SIGINFO) ||
+        cur.sa_handler != SIG_DFL)
+        return;
+    ct__fatal.dump_memfd = memfd_create("ct-stackdump", MFD_CLOEXEC);
+    ct__fatal.main_tid = (pid_t)syscall(SYS_gettid);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = ct__dump_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    /* The launcher stops the worker right after asking for the dump: the stop waits until
+     * the stack is printed. */
+    sigaddset(&sa.sa_mask, SIGTERM);
+    if (sigaction(CT_WORKER_DUMP_SIGNAL, &sa, &ct__fatal.old_dump) == 0) {
+        ct__fatal.dump_installed = true;
+    } else if (ct__fatal.dump_memfd >= 0) {
+        close(ct__fatal.dump_memfd);
+        ct__fatal.dump_memfd = -1;
+    }
+}
+
 int ct_worker_catch_fatal_signals(ct_errbuf_t *eb)
 {
     if (ct__fatal.installed)
@@ -234,6 +314,7 @@ int ct_worker_catch_fatal_signals(ct_errbuf_t *eb)
     }
     ct__in_handler = 0;
     ct__fatal.installed = true;
+    ct__dump_install();
     return 0;
 }
 
@@ -241,6 +322,12 @@ void ct__fatal_signals_restore(void)
 {
     if (!ct__fatal.installed)
         return;
+    if (ct__fatal.dump_installed)
+        sigaction(CT_WORKER_DUMP_SIGNAL, &ct__fatal.old_dump, NULL);
+    ct__fatal.dump_installed = false;
+    if (ct__fatal.dump_memfd >= 0)
+        close(ct__fatal.dump_memfd);
+    ct__fatal.dump_memfd = -1;
     for (int i = 0; i < CT__NSIGS; i++)
         sigaction(ct__fatal_sigs[i], &ct__fatal.old[i], NULL);
     if (ct__fatal.own_stack) {

@@ -37,7 +37,10 @@ void ct_train_cfg_default(ct_train_cfg_t *c)
     c->eval = CT_EVAL_MODE_BOTH;
     snprintf(c->backend, sizeof c->backend, "auto");
     c->num_workers = 1;
-    c->ckpt_every_steps = 0;
+    /* Measured (bench/chaos, ct_ckpt_save of the default model's 1.2 MB: 6-20 ms with its
+     * three fsyncs on a loaded 2-core machine) against 125-250 ms per default step: every 20
+     * steps costs under 1 % and replays at most 19 steps after a crash. */
+    c->ckpt_every_steps = 20;
     c->keep_checkpoints = 3;
     c->grad_clip = 0.0;
     c->warmup_steps = 0;
@@ -171,7 +174,7 @@ static const ct__flag_t ct__flags[] = {
      "N  0: build batches on the training thread; >= 1: one thread prefetches the next "
      "(default 1)"},
     {"ckpt_every_steps", CT__INT64, CT__OFF(ckpt_every_steps), 0, 1e15,
-     "N  also checkpoint every N optimizer steps; 0 = epoch ends only (default 0)"},
+     "N  also checkpoint every N optimizer steps; 0 = epoch ends only (default 20)"},
     {"keep_checkpoints", CT__INT, CT__OFF(keep_checkpoints), 1, 1000000,
      "N  step checkpoints kept (default 3)"},
     {"resume", CT__ENUM, CT__OFF(resume_never), 0, 0,

@@ -26,6 +26,7 @@
 #ifndef CTWORKER_H
 #define CTWORKER_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -118,8 +119,17 @@ void ct_worker_fail(const char *fmt, ...) __attribute__((noreturn, format(printf
  * alternate signal stack (for stack overflows) is set up for the calling thread only; a crash
  * inside malloc or with a corrupt stack may still lose the backtrace. A second fatal signal
  * while the handler runs goes straight to the next handler or the default action. Uses the
- * error file given to ct_worker_setup, else TORCHELASTIC_ERROR_FILE. */
+ * error file given to ct_worker_setup, else TORCHELASTIC_ERROR_FILE.
+ *
+ * It also installs, when the program left CT_WORKER_DUMP_SIGNAL at its default action, a
+ * handler that prints the stack of the main thread (and of the thread the signal landed on,
+ * if another) to stderr and returns: ctrun's watchdog sends it to a silent worker before
+ * stopping it, so the worker's log shows where it was stuck. */
 int ct_worker_catch_fatal_signals(ct_errbuf_t *eb);
+
+/* The stack-dump signal (SIGUSR1, the signal Python's faulthandler.register is usually given,
+ * so a Python worker can answer it too). */
+#define CT_WORKER_DUMP_SIGNAL SIGUSR1
 
 /* ---- 2a. Heartbeat ----------------------------------------------------------------------
  *
@@ -163,6 +173,44 @@ int ct_heartbeat_beat(ct_heartbeat_t *hb, uint64_t step);
 
 /* Closes the fd; safe to call twice. */
 void ct_heartbeat_close(ct_heartbeat_t *hb);
+
+/* ---- 2b. Injected faults ----------------------------------------------------------------
+ *
+ * `ctrun --inject` arms at most one fault per worker and attempt, in the variable
+ * CTRUN_FAULT, for the faults only the worker can time exactly:
+ *
+ *   kill@N          SIGKILL at the first ct_worker_progress(step) with step >= N
+ *   stop@N          SIGSTOP there instead (a hang, for the watchdog); fires once
+ *   torn@N:PHASE    SIGKILL inside the first checkpoint write of a step >= N, at PHASE:
+ *                   data   - the temporary file holds the tensors but no header yet
+ *                   file   - the new file is complete and renamed, `latest` not yet moved
+ *                   latest - `latest` names the new file, older files not yet pruned
+ *
+ * ct_worker_setup reads it (a malformed value is an error naming CTRUN_FAULT); before the
+ * signal the worker writes one heartbeat record past the rate limit and a warning line to
+ * stderr. Unset or empty: nothing happens. */
+typedef enum ct_fault_kind {
+    CT_FAULT_NONE = 0,
+    CT_FAULT_KILL,
+    CT_FAULT_STOP,
+    CT_FAULT_TORN,
+} ct_fault_kind_t;
+
+typedef enum ct_fault_ckpt_phase {
+    CT_FAULT_PHASE_DATA = 0,
+    CT_FAULT_PHASE_FILE,
+    CT_FAULT_PHASE_LATEST,
+} ct_fault_ckpt_phase_t;
+
+typedef struct ct_fault {
+    ct_fault_kind_t kind;
+    int64_t step;
+    ct_fault_ckpt_phase_t phase; /* torn only */
+} ct_fault_t;
+
+/* Parses a CTRUN_FAULT value (NULL or "" gives CT_FAULT_NONE). CT_EPARSE / CT_ERANGE_VALUE
+ * with one line naming CTRUN_FAULT. */
+int ct_fault_parse(const char *text, ct_fault_t *f, ct_errbuf_t *eb);
 
 /* ==== 3. Counter-based random numbers =========================================================
  *

@@ -23,6 +23,8 @@
  *     --ignore SIG       ignore SIG (repeatable)
  *     --child            start a grandchild that sleeps until killed; its pid goes to
  *                        D/children
+ *     --daemon           the same, but the grandchild leaves the worker's session and process
+ *                        group (setsid) and its output (/dev/null), as a daemon does
  *     --heartbeat N      send N heartbeat records (steps 1..N) through CTRUN_HEARTBEAT_FD
  *     --out TEXT         print TEXT and a newline to stdout (repeatable)
  *     --err TEXT         print TEXT and a newline to stderr (repeatable)
@@ -154,7 +156,7 @@ int main(int argc, char **argv)
     const char *dir = NULL, *errfile_msg = NULL;
     int when_rank = -1, when_attempt = -1, when_world = -1, exit_code = -1, sig = 0, heartbeat = 0;
     long delay_ms = 0, sleep_ms_v = 0, long_n = 0;
-    bool child = false;
+    bool child = false, daemon_child = false;
     int rank = env_int("RANK", 0), local_rank = env_int("LOCAL_RANK", 0);
     int attempt = env_int("TORCHELASTIC_RESTART_COUNT", 0);
 
@@ -189,8 +191,9 @@ int main(int argc, char **argv)
             heartbeat = atoi(v);
         else if (strcmp(a, "--long") == 0 && takes)
             long_n = atol(v);
-        else if (strcmp(a, "--child") == 0) {
+        else if (strcmp(a, "--child") == 0 || strcmp(a, "--daemon") == 0) {
             child = true;
+            daemon_child = daemon_child || strcmp(a, "--daemon") == 0;
             continue;
         } else if ((strcmp(a, "--out") == 0 || strcmp(a, "--err") == 0 ||
                     strcmp(a, "--ignore") == 0) &&
@@ -213,6 +216,14 @@ int main(int argc, char **argv)
     if (child) {
         pid_t c = fork();
         if (c == 0) {
+            if (daemon_child) {
+                setsid();
+                int fd = open("/dev/null", O_RDWR);
+                for (int k = 0; fd >= 0 && k < 3; k++)
+                    dup2(fd, k);
+                if (env_int("CTRUN_HEARTBEAT_FD", -1) > 2)
+                    close(env_int("CTRUN_HEARTBEAT_FD", -1));
+            }
             for (;;)
                 pause();
         }

@@ -58,7 +58,11 @@ static void test_defaults(void)
     CT_ASSERT_CLOSE(c.monitor_interval_s, 0.1, 1e-12, 0);
     CT_ASSERT_STR_EQ(c.start_method, "spawn");
     CT_ASSERT_CLOSE(c.grace_period_s, 30, 0, 0);
-    CT_ASSERT_CLOSE(c.watchdog_timeout_s, 0, 0, 0);
+    CT_ASSERT_CLOSE(c.watchdog_timeout_s, 120, 0, 0);
+    CT_ASSERT_CLOSE(c.restart_backoff_s, 0, 0, 0);
+    CT_ASSERT_EQ(c.progress_guard, 3);
+    CT_ASSERT(c.inject == NULL);
+    CT_ASSERT_EQ(c.inject_seed, 0);
     CT_ASSERT_STR_EQ(c.signals_to_handle, "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
     CT_ASSERT_EQ(c.nsignals, 4);
     CT_ASSERT_STR_EQ(c.role, "default");
@@ -165,6 +169,22 @@ static void ck_watchdog(const ctrun_config_t *c)
 {
     CT_ASSERT_CLOSE(c->watchdog_timeout_s, 60, 0, 0);
 }
+static void ck_backoff(const ctrun_config_t *c)
+{
+    CT_ASSERT_CLOSE(c->restart_backoff_s, 0.25, 0, 0);
+}
+static void ck_guard(const ctrun_config_t *c)
+{
+    CT_ASSERT_EQ(c->progress_guard, 0);
+}
+static void ck_inject(const ctrun_config_t *c)
+{
+    CT_ASSERT_STR_EQ(c->inject, "kill:rank=1:at=step=5;hang:rank=any:every=2s");
+}
+static void ck_inject_seed(const ctrun_config_t *c)
+{
+    CT_ASSERT_EQ(c->inject_seed, 77);
+}
 static void ck_handler(const ctrun_config_t *c)
 {
     CT_ASSERT_EQ(c->nwarnings, 0);
@@ -220,6 +240,10 @@ static const struct {
     {"signals_to_handle", "SIGUSR1,SIGTERM", NULL, ck_signals},
     {"grace_period", "2.5", NULL, ck_grace},
     {"watchdog_timeout", "60", NULL, ck_watchdog},
+    {"restart_backoff", "0.25", NULL, ck_backoff},
+    {"progress_guard", "0", NULL, ck_guard},
+    {"inject", "kill:rank=1:at=step=5;hang:rank=any:every=2s", NULL, ck_inject},
+    {"inject_seed", "77", NULL, ck_inject_seed},
     {"event_log_handler", "null", NULL, ck_handler},
     {"role", "trainer", NULL, ck_role},
     {"python", "/usr/bin/python3", NULL, ck_python},
@@ -376,6 +400,10 @@ static void test_pet_fallbacks(void)
         {"PYTHON_EXEC", "/usr/bin/python3", ck_python},
         {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "2.5", ck_grace},
         {"CTRUN_WATCHDOG_TIMEOUT", "60", ck_watchdog},
+        {"CTRUN_RESTART_BACKOFF", "0.25", ck_backoff},
+        {"CTRUN_PROGRESS_GUARD", "0", ck_guard},
+        {"CTRUN_INJECT", "kill:rank=1:at=step=5;hang:rank=any:every=2s", ck_inject},
+        {"CTRUN_INJECT_SEED", "77", ck_inject_seed},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char entry[128];
