@@ -73,8 +73,8 @@ typedef enum ctrun__event_kind {
     CTRUN__EV_LEFT,         /* host: value = agents that left, -1 = coordinator error */
     CTRUN__EV_BARRIER_TIMEOUT,
     CTRUN__EV_STORE_GONE, /* a heartbeat failed or got no reply in time (client agents) */
-    CTRUN__EV_INJECT,       /* a time-triggered --inject spec is due */
-    CTRUN__EV_RESTART,      /* --restart_backoff is over */
+    CTRUN__EV_INJECT,     /* a time-triggered --inject spec is due */
+    CTRUN__EV_RESTART,    /* --restart_backoff is over */
 } ctrun__event_kind_t;
 
 typedef struct ctrun__event {
@@ -215,12 +215,12 @@ static void ctrun__stop_workers(ctrun_agent_t *a, int sig)
 /* Records worker i's failure, logs torchrun's line, and publishes the record; cause and
  * detect_ns (-1: unknown) go into the recovery table. */
 static void ctrun__record_failure(ctrun_agent_t *a, int i, int exitcode, const char *message,
-                                 const char *cause, int64_t detect_ns)
+                                  const char *cause, int64_t detect_ns)
 {
     ctrun_worker_t *w = &a->workers[i];
     w->failed = true;
-    if (ctrun_recovery_add(&a->recovery, a->attempt, w->rank, i, cause, uv_hrtime(),
-                           detect_ns) != 0)
+    if (ctrun_recovery_add(&a->recovery, a->attempt, w->rank, i, cause, uv_hrtime(), detect_ns) !=
+        0)
         ct_log_warn("out of memory: the recovery table misses a failure of rank %d", w->rank);
     ctrun_failure_t *grown = realloc(a->failures, (a->nfailures + 1) * sizeof *grown);
     if (grown == NULL) {
@@ -631,7 +631,7 @@ static void ctrun__progress(ctrun_agent_t *a)
 {
     if (a->restart_pending) {
         if (a->stop_signal == 0)
-            return; /* waiting out --restart_backoff */
+            return;                       /* waiting out --restart_backoff */
         uv_timer_stop(&a->restart_timer); /* a signal ends the job instead */
         a->restart_pending = false;
     }
@@ -853,16 +853,16 @@ static void ctrun__exit_cause(ctrun_agent_t *a, int i, int exitcode, char *cause
         (int64_t)w->hb_step >= a->inject.specs[w->armed].step) {
         ctrun_inject_spec_t *s = &a->inject.specs[w->armed];
         s->fired++;
-        snprintf(cause, size, "injected %s at step %llu (spec %d)",
-                 ctrun_inject_kind_name(s->kind), (unsigned long long)w->hb_step, w->armed + 1);
+        snprintf(cause, size, "injected %s at step %llu (spec %d)", ctrun_inject_kind_name(s->kind),
+                 (unsigned long long)w->hb_step, w->armed + 1);
         *detect_ns = now > w->hb_time_ns ? (int64_t)(now - w->hb_time_ns) : 0;
         w->armed = -1;
         return;
     }
     /* A hang that fired but was ended by something else than the watchdog (a peer's
      * collective timeout, say): it happened, so it does not fire again. */
-    if (w->armed >= 0 && a->inject.specs[w->armed].kind == CTRUN_INJECT_HANG &&
-        w->hb_count > 0 && (int64_t)w->hb_step >= a->inject.specs[w->armed].step) {
+    if (w->armed >= 0 && a->inject.specs[w->armed].kind == CTRUN_INJECT_HANG && w->hb_count > 0 &&
+        (int64_t)w->hb_step >= a->inject.specs[w->armed].step) {
         a->inject.specs[w->armed].fired++;
         w->armed = -1;
     }
@@ -884,8 +884,8 @@ static void ctrun__on_worker_exit(ctrun_agent_t *a, int i, int exitcode)
     int64_t detect_ns = -1;
     if (exitcode != 0)
         ctrun__exit_cause(a, i, exitcode, cause, sizeof cause, &detect_ns);
-    bool stopped_hang = w->fault_spec >= 0 &&
-                        a->inject.specs[w->fault_spec].kind == CTRUN_INJECT_HANG;
+    bool stopped_hang =
+        w->fault_spec >= 0 && a->inject.specs[w->fault_spec].kind == CTRUN_INJECT_HANG;
     if (prev != CTRUN_WORKER_RUNNING && exitcode != 0 && !stopped_hang &&
         strncmp(cause, "injected", 8) == 0) {
         /* The fault hit while the attempt was already stopping for a consequence of it seen
@@ -1052,8 +1052,8 @@ static void ctrun__on_watchdog(ctrun_agent_t *a, int i)
                  (unsigned long long)w->hb_step);
     uint64_t hr = uv_hrtime();
     int64_t detect = w->fault_spec >= 0 && hr > w->fault_ns ? (int64_t)(hr - w->fault_ns)
-                     : hr > w->hb_time_ns                  ? (int64_t)(hr - w->hb_time_ns)
-                                                           : -1;
+                     : hr > w->hb_time_ns                   ? (int64_t)(hr - w->hb_time_ns)
+                                                            : -1;
     ctrun__record_failure(a, victim, -SIGTERM, msg, cause, detect);
     ctrun__fail_attempt(a);
     ctrun__set_state(a, CTRUN_AGENT_STOPPING);
@@ -1439,8 +1439,7 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
         if (a->inject_in_attempt == NULL)
             return ct_errbuf_set(eb, -ENOMEM, "out of memory");
         ct_log_warn("fault injection: %zu spec%s, seed %llu: %s", a->inject.n,
-                    a->inject.n == 1 ? "" : "s", (unsigned long long)cfg->inject_seed,
-                    cfg->inject);
+                    a->inject.n == 1 ? "" : "s", (unsigned long long)cfg->inject_seed, cfg->inject);
     }
 
     /* Signals are handled from the start: one during the rendezvous ends the agent at once
