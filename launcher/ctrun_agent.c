@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "ct_log.h"
+#include "ct_proc.h"
 #include "ct_time.h"
 #include "ctrun_agent_internal.h"
 #include "ctrun_cmd.h"
@@ -976,21 +977,6 @@ static void ctrun__on_grace(ctrun_agent_t *a)
     ctrun_cgroup_kill(&a->cgroup); /* and those that left their group */
 }
 
-/* True when pid is stopped (state T or t in /proc/<pid>/stat): a SIGSTOP, a debugger. */
-static bool ctrun__pid_stopped(int pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return false;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *rp = strrchr(buf, ')');
-    return rp != NULL && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't');
-}
-
 /* Worker i was silent for --watchdog_timeout. Every silent or stopped worker is asked for a
  * stack dump (CT_WORKER_DUMP_SIGNAL); the stuck rank - a stopped one if any, else i, the first
  * overdue - is recorded with its last step; then the attempt fails as for a crash. The stop's
@@ -1011,7 +997,8 @@ static void ctrun__on_watchdog(ctrun_agent_t *a, int i)
             continue;
         /* A stopped worker is stuck whatever its last heartbeat says (its peers, waiting for
          * it in a collective, may well have gone silent first). */
-        bool stopped = ctrun__pid_stopped((int)w->proc.pid);
+        char st = ct_proc_state(w->proc.pid);
+        bool stopped = st == 'T' || st == 't'; /* a SIGSTOP, a debugger */
         if (!stopped && w->hb_last_ms + timeout > now)
             continue;
         if (stopped && !victim_stopped) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "chaos.h"
+#include "ct_proc.h"
 
 static const char *worker;
 
@@ -31,20 +32,6 @@ static int read_children(const char *dir, int *pids, int max)
     return n;
 }
 
-static bool pid_alive(int pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return false;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *rp = strrchr(buf, ')');
-    return rp != NULL && rp[2] != 'Z' && rp[2] != 'X';
-}
-
 static void assert_children_gone(const char *dir, int want, int64_t ms)
 {
     int pids[64];
@@ -52,7 +39,7 @@ static void assert_children_gone(const char *dir, int want, int64_t ms)
     CT_ASSERT_EQ(n, want);
     int64_t deadline = ct_time_ms() + ms;
     for (int i = 0; i < n; i++)
-        while (pid_alive(pids[i])) {
+        while (ct_proc_alive(pids[i])) {
             CT_ASSERT_MSG(ct_time_ms() < deadline, "child %d (%d of %d) survived", pids[i], i + 1,
                           n);
             ct_sleep_ms(20);
@@ -63,9 +50,18 @@ static void test_children_after_kill_restart_and_success(void)
 {
     char dir[600];
     chaos_dir(dir, sizeof dir, "children");
-    const char *args[] = {"--standalone", "--nproc_per_node=2", "--max_restarts=1",
-                          "--inject", "kill:rank=0:at=time=1500ms", "CTRAIN", "--dir", dir,
-                          "--child", "--sleep-ms", "4000", NULL};
+    const char *args[] = {"--standalone",
+                          "--nproc_per_node=2",
+                          "--max_restarts=1",
+                          "--inject",
+                          "kill:rank=0:at=time=1500ms",
+                          "CTRAIN",
+                          "--dir",
+                          dir,
+                          "--child",
+                          "--sleep-ms",
+                          "4000",
+                          NULL};
     ct_child_t c;
     chaos_run(&c, "orphans-children", NULL, 120000, args);
     CT_ASSERT_MSG(c.exit_code == 0, "exit %d:\n%.1500s", c.exit_code, chaos_tail(&c));
@@ -80,9 +76,18 @@ static void test_daemons_need_the_cgroup(void)
     char dir[600];
     chaos_dir(dir, sizeof dir, "daemons");
     const char *env[] = {"CT_LOG_LEVEL=debug", NULL};
-    const char *args[] = {"--standalone", "--nproc_per_node=1", "--max_restarts=1",
-                          "--inject", "kill:rank=0:at=time=1500ms", "CTRAIN", "--dir", dir,
-                          "--daemon", "--sleep-ms", "4000", NULL};
+    const char *args[] = {"--standalone",
+                          "--nproc_per_node=1",
+                          "--max_restarts=1",
+                          "--inject",
+                          "kill:rank=0:at=time=1500ms",
+                          "CTRAIN",
+                          "--dir",
+                          dir,
+                          "--daemon",
+                          "--sleep-ms",
+                          "4000",
+                          NULL};
     char *argv[32];
     size_t n = 0;
     argv[n++] = (char *)chaos_ctrun;
@@ -103,9 +108,10 @@ static void test_daemons_need_the_cgroup(void)
     if (cgroup) {
         CT_ASSERT_EQ(read_children(dir, pids, 8), 2);
         int64_t d2 = ct_time_ms() + 5000;
-        while (pid_alive(pids[0]) && ct_time_ms() < d2)
+        while (ct_proc_alive(pids[0]) && ct_time_ms() < d2)
             ct_sleep_ms(20);
-        CT_ASSERT_MSG(!pid_alive(pids[0]), "attempt 0's daemon %d outlived its attempt", pids[0]);
+        CT_ASSERT_MSG(!ct_proc_alive(pids[0]), "attempt 0's daemon %d outlived its attempt",
+                      pids[0]);
     }
     CT_ASSERT_OK(ct_child_wait(&c, 60000));
     CT_ASSERT_MSG(c.exit_code == 0, "exit %d:\n%.1500s", c.exit_code, chaos_tail(&c));

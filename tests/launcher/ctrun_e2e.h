@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "ct_child.h"
+#include "ct_proc.h"
 #include "ct_test.h"
 #include "ct_time.h"
 
@@ -227,21 +228,6 @@ __attribute__((unused)) static int e2e_count_starts(const char *dir, int attempt
     return n;
 }
 
-/* True when pid is a live process (not a zombie). */
-__attribute__((unused)) static bool e2e_pid_alive(int pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return false;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *rp = strrchr(buf, ')');
-    return rp != NULL && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
-}
-
 /* Waits up to ms until no pid and no process group of the worker records in dir/starts (and no
  * pid in dir/children) is alive; returns whether that happened. */
 __attribute__((unused)) static bool e2e_all_gone(const char *dir, int64_t ms)
@@ -253,14 +239,14 @@ __attribute__((unused)) static bool e2e_all_gone(const char *dir, int64_t ms)
         for (char *p = s; p != NULL && *p != '\0';) {
             int r, lr, k, pid, pgid;
             if (sscanf(p, "%d %d %d %d %d", &r, &lr, &k, &pid, &pgid) == 5)
-                alive = alive || e2e_pid_alive(pid) || ct_pgid_alive(pgid);
+                alive = alive || ct_proc_alive(pid) || ct_pgid_alive(pgid);
             char *nl = strchr(p, '\n');
             p = nl ? nl + 1 : NULL;
         }
         free(s);
         char *c = e2e_read("%s/children", dir);
         for (char *p = c; p != NULL && *p != '\0';) {
-            alive = alive || e2e_pid_alive(atoi(p));
+            alive = alive || ct_proc_alive(atoi(p));
             char *nl = strchr(p, '\n');
             p = nl ? nl + 1 : NULL;
         }

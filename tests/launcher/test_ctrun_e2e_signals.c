@@ -101,7 +101,7 @@ static void test_second_sigint_kills(void)
     CT_ASSERT(e2e_wait_starts(dir, 2, 30000));
     kill(c.pid, SIGINT);
     ct_child_poll_output(&c, 500);
-    CT_ASSERT(e2e_pid_alive(c.pid)); /* still waiting for its workers */
+    CT_ASSERT(ct_proc_alive(c.pid)); /* still waiting for its workers */
     kill(c.pid, SIGINT);
     CT_ASSERT_OK(ct_child_wait(&c, 30000));
     CT_ASSERT_EQ(c.exit_code, 130);
@@ -156,9 +156,9 @@ static void test_sigkill_takes_workers_along(void)
     for (char *p = s; *p != '\0';) {
         int r, lr, k, pid, pgid;
         CT_ASSERT(sscanf(p, "%d %d %d %d %d", &r, &lr, &k, &pid, &pgid) == 5);
-        while (e2e_pid_alive(pid) && ct_time_ms() < deadline)
+        while (ct_proc_alive(pid) && ct_time_ms() < deadline)
             ct_sleep_ms(10);
-        CT_ASSERT_MSG(!e2e_pid_alive(pid), "worker %d outlived its agent", pid);
+        CT_ASSERT_MSG(!ct_proc_alive(pid), "worker %d outlived its agent", pid);
         /* Its own session: pgid = pid. */
         CT_ASSERT_EQ(pgid, pid);
         p = strchr(p, '\n') + 1;
