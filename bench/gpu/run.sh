@@ -56,32 +56,8 @@ say() { echo "$*" | tee -a "$summary"; }
 fail() { say "run.sh: FAILED: $*"; exit 1; }
 
 # ---- tools ---------------------------------------------------------------------------------
-if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
-    export PATH="$PATH:/usr/local/cuda/bin"
-fi
-command -v nvcc >/dev/null || fail "nvcc not found (PATH, /usr/local/cuda/bin)"
-meson=(meson)
-if ! command -v meson >/dev/null; then
-    python3 -c 'import mesonbuild' 2>/dev/null || fail "meson not found (neither on PATH nor as python3's mesonbuild)"
-    meson=(python3 -m mesonbuild.mesonmain)
-fi
-command -v ninja >/dev/null || python3 -c 'import ninja' 2>/dev/null || fail "ninja not found"
-if ! command -v ninja >/dev/null; then
-    PATH="$PATH:$(python3 -c 'import ninja, os; print(os.path.join(os.path.dirname(ninja.__file__), "data", "bin"))')"
-    export PATH
-fi
-if [ -d .debs ] && ls .debs/*.deb >/dev/null 2>&1; then
-    prefix=/tmp/ct-debs
-    mkdir -p "$prefix"
-    for d in .debs/*.deb; do dpkg -x "$d" "$prefix" || fail "unpacking $d"; done
-    pc=$(find "$prefix" -type d -name pkgconfig | tr '\n' ':')
-    libs=$(find "$prefix" -name 'lib*.so*' -printf '%h\n' | sort -u | tr '\n' ':')
-    incs=$(find "$prefix" -type d -name include | tr '\n' ':')
-    export PKG_CONFIG_PATH="${pc}${PKG_CONFIG_PATH:-}" LIBRARY_PATH="${libs}${LIBRARY_PATH:-}"
-    export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:-}" CPATH="${incs}${CPATH:-}"
-    export PKG_CONFIG_SYSROOT_DIR=
-    say "# unpacked $(find .debs -maxdepth 1 -name '*.deb' | wc -l) .deb files from .debs/ under $prefix"
-fi
+# shellcheck source=bench/gpu/env.sh
+. bench/gpu/env.sh || fail "setting up the build environment (bench/gpu/env.sh)"
 
 say "# bench/gpu/run.sh at $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 say "# nvcc: $(nvcc --version | tail -n 1)"

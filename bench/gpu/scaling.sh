@@ -8,7 +8,8 @@
 #     speedup = throughput / throughput at 1;
 #   - on every machine, the cost of the reduction that is not hidden: one process without a
 #     reduction (world 1, local) against a world of 1 through NCCL (--backend nccl: the buckets,
-#     the events, the watchdog), same steps;
+#     the events, the watchdog), same steps, with the buckets started during the backward pass
+#     (the default) and after it (--overlap_reduction false);
 #   - the bus bandwidth of NCCL's all-reduce at the gradient's size and around it
 #     (build-gpu/bench/allreduce_bench, nccl-tests' busbw) on all visible GPUs.
 #
@@ -37,12 +38,11 @@ rep=$out/scaling.txt
 say() { echo "$*" | tee -a "$rep"; }
 fail() { say "scaling.sh: FAILED: $*"; exit 1; }
 
-if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
-    export PATH="$PATH:/usr/local/cuda/bin"
-fi
+# shellcheck source=bench/gpu/env.sh
+. bench/gpu/env.sh || fail "setting up the build environment (bench/gpu/env.sh)"
 if [ ! -x build-gpu/worker/ctrain ]; then
     if [ ! -f build-gpu/build.ninja ]; then
-        meson setup build-gpu -Dcuda=enabled -Dbuildtype=release >"$out/scaling-setup.log" 2>&1 \
+        "${meson[@]}" setup build-gpu -Dcuda=enabled -Dbuildtype=release >"$out/scaling-setup.log" 2>&1 \
             || fail "meson setup (log: $out/scaling-setup.log)"
     fi
     ninja -C build-gpu >"$out/scaling-build.log" 2>&1 || fail "build (log: $out/scaling-build.log)"
@@ -89,14 +89,17 @@ EOF
 }
 
 status=0
-run_one() { # run_one NAME NPROC BACKEND
+run_one() { # run_one NAME NPROC BACKEND [CTRAIN FLAGS...]
     local name=$1 n=$2 be=$3 dir=$out/scaling-$1
+    shift 3
+    local extra=("$@")
     rm -rf "$dir"
     if [ "$n" = 0 ]; then
         env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u MASTER_ADDR -u MASTER_PORT \
             "$ctrain" --train_dir "$dir" "${args[@]}" >"$out/scaling-$name.log" 2>&1
     else
         "$ctrun" --nproc_per_node "$n" "$ctrain" --train_dir "$dir" "${args[@]}" --backend "$be" \
+            "${extra[@]}" \
             >"$out/scaling-$name.log" 2>&1
     fi
     local rc=$?
@@ -115,6 +118,9 @@ say "$(printf '%-26s %10s %14s %8s' "1 GPU, no reduction" "$ms1" "$pps1" 1.00)"
 read -r msn pps < <(run_one "1 GPU, NCCL world of 1" 1 nccl | tail -n 1)
 [ "$msn" = - ] && status=1
 say "$(printf '%-26s %10s %14s %8s' "1 GPU, NCCL world of 1" "$msn" "$pps" -)"
+read -r msq ppsq < <(run_one "1 GPU, NCCL, no overlap" 1 nccl --overlap_reduction false | tail -n 1)
+[ "$msq" = - ] && status=1
+say "$(printf '%-26s %10s %14s %8s' "1 GPU, NCCL, no overlap" "$msq" "$ppsq" -)"
 if [ "$ms1" != - ] && [ "$msn" != - ]; then
     say "# reduction not hidden (world of 1): $(python3 -c "print('%.3f ms per step (%.1f%%)' % ($msn - $ms1, 100 * ($msn - $ms1) / $ms1))")"
 fi
