@@ -280,6 +280,7 @@ ct_param_t *ct__param_add(ct_model_t *m, const char *name, int ndim, const int64
     }
     p->offset = m->num_params;
     p->init = init;
+    p->block = -1;
     m->num_params += p->numel;
     return p;
 }
@@ -333,7 +334,8 @@ int ct_model_create(ct_model_t **out, const ct_model_cfg_t *cfg, ct_ops_t *ops, 
         }
     }
     m->view_names = calloc((size_t)m->n_params * 3, CT_PARAM_NAME_MAX + 32);
-    if (!m->view_names) {
+    m->ready_ranges = calloc((size_t)m->n_params, sizeof *m->ready_ranges);
+    if (!m->view_names || !m->ready_ranges) {
         ct_errbuf_set(eb, rc, "out of memory");
         goto fail;
     }
@@ -363,8 +365,28 @@ void ct_model_destroy(ct_model_t *m)
     o->release(o, m->scalars);
     free(m->host_mirror);
     free(m->view_names);
+    free(m->ready_ranges);
     free(m->params);
     free(m);
+}
+
+void ct_model_grads_ready(ct_model_t *m, int block)
+{
+    if (!m->grads_ready || block >= m->ready_upto)
+        return;
+    int n = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const ct_param_t *p = &m->params[i];
+        if (p->block < block || p->block >= m->ready_upto)
+            continue;
+        if (n > 0 && m->ready_ranges[n - 1][0] + m->ready_ranges[n - 1][1] == (int64_t)p->offset)
+            m->ready_ranges[n - 1][1] += (int64_t)p->numel;
+        else
+            m->ready_ranges[n][0] = (int64_t)p->offset, m->ready_ranges[n++][1] = (int64_t)p->numel;
+    }
+    m->ready_upto = block;
+    if (n > 0 && m->ready_rc == 0)
+        m->ready_rc = m->grads_ready(m->grads_ready_ctx, m->grads_mem, m->ready_ranges, n);
 }
 
 void ct_model_zero_grad(ct_model_t *m)

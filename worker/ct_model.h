@@ -168,6 +168,9 @@ typedef struct ct_param {
     int init_index;   /* for CT_INIT_MHC_BIAS: the mHC layer (0, 1, ... in network order) */
     bool zero_row0;   /* a padding row re-zeroed after initialisation (padding_idx = 0) */
     bool l2;          /* part of the l2_emb regulariser */
+    int block;        /* the gradient is final once block `block`'s backward is done (the final
+                         LayerNorm: num_blocks); -1: only at the end of the backward pass (the
+                         embedding tables, and tables every block writes) */
 } ct_param_t;
 
 /* ---- the model -------------------------------------------------------------------------- */
@@ -223,6 +226,18 @@ struct ct_model {
 
     char *view_names; /* storage for the checkpoint view names */
     void *impl;       /* the kind's state: activation arena and offsets */
+
+    /* Early gradient readiness (the data-parallel reduction overlapped with backward): when
+     * set, forward_backward calls grads_ready on the host, in backward order, each time the
+     * gradients of more tensors are final in stream order (ct_model_grads_ready), with their
+     * flat ranges {offset, length} merged where adjacent. A non-zero return is kept in
+     * ready_rc and reported by forward_backward. Set by the training loop for the last
+     * micro-batch of an optimizer step only (earlier ones leave gradients to accumulate). */
+    int (*grads_ready)(void *ctx, float *grads, const int64_t (*ranges)[2], int n);
+    void *grads_ready_ctx;
+    int ready_upto;             /* blocks >= this one were reported in this pass */
+    int ready_rc;               /* the first non-zero grads_ready result of the pass */
+    int64_t (*ready_ranges)[2]; /* scratch, n_params entries */
 };
 
 /* Creates a model of cfg on ops for micro-batches of up to max_batch rows: the table, the
@@ -253,8 +268,16 @@ void ct_model_zero_grad(ct_model_t *m);
 static inline int ct_model_forward_backward(ct_model_t *m, const ct_model_batch_t *b, float count,
                                             uint64_t seed, int64_t step, float *loss)
 {
-    return m->vt->forward_backward(m, b, count, seed, step, loss);
+    m->ready_upto = m->cfg.num_blocks + 1;
+    m->ready_rc = 0;
+    int rc = m->vt->forward_backward(m, b, count, seed, step, loss);
+    return rc != 0 ? rc : m->ready_rc;
 }
+
+/* For the kinds' backward passes: every tensor whose block is >= block (and not reported yet in
+ * this pass) now has its final gradient queued on the backend's stream; tells grads_ready, if
+ * set. */
+void ct_model_grads_ready(ct_model_t *m, int block);
 
 static inline int ct_model_forward_features(ct_model_t *m, const int32_t *seq, const int64_t *tseq,
                                             int B, const float **feats, int *ldf)

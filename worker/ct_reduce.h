@@ -44,6 +44,13 @@ struct ct_reducer {
     bool device_async; /* allreduce_f32 returns before the sum is done (ordered on the device) */
     /* buf[i] <- sum over ranks of buf[i], i < n. */
     int (*allreduce_f32)(ct_reducer_t *r, float *buf, int64_t n, ct_errbuf_t *eb);
+    /* Optional (NULL: not offered): the ranges {offset, length} of buf are final for this
+     * reduction (in the order of the device's work) and may be reduced now, while the caller
+     * still computes the rest; the next allreduce_f32 over buf then reduces only what was not
+     * given here. For the backward pass to overlap the gradient reduction (ct_model.h's
+     * grads_ready). Every rank gives the same ranges in the same order. */
+    int (*allreduce_f32_early)(ct_reducer_t *r, float *buf, const int64_t (*ranges)[2], int n,
+                               ct_errbuf_t *eb);
     int (*allreduce_f64)(ct_reducer_t *r, double *buf, int64_t n, ct_errbuf_t *eb);
     /* buf (nbytes) <- root's buf. */
     int (*broadcast)(ct_reducer_t *r, void *buf, size_t nbytes, int root, ct_errbuf_t *eb);
@@ -64,10 +71,11 @@ void ct_reducer_close(ct_reducer_t *r);
 /* Makes r's float all-reduce the bucketed, stream-ordered NCCL reduction of device buffers
  * (ct_reduce_nccl.c): buckets of bucket_bytes on a communication stream that waits for the work
  * queued on compute_stream (a cudaStream_t) and that compute_stream then waits for; no host
- * synchronisation; a watchdog thread ends the process through ct_worker_fail (error file,
- * non-zero exit) when a reduction has not completed within timeout_ms (<= 0: the
- * communicator's timeout) or NCCL reports an asynchronous error. r must have been opened over
- * an NCCL communicator (any world size, 1 included). Returns 0, -EINVAL, -ENOMEM, CT_ECUDA. */
+ * synchronisation; allreduce_f32_early starts buckets while the backward pass still runs; a
+ * watchdog thread ends the process through ct_worker_fail (error file, non-zero exit) when a
+ * reduction has not completed within timeout_ms (<= 0: the communicator's timeout) or NCCL reports
+ * an asynchronous error. r must have been opened over an NCCL communicator (any world size, 1
+ * included). Returns 0, -EINVAL, -ENOMEM, CT_ECUDA. */
 int ct_reducer_nccl_attach(ct_reducer_t *r, void *compute_stream, size_t bucket_bytes,
                            int64_t timeout_ms, ct_errbuf_t *eb);
 #endif

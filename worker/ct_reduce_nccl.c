@@ -25,14 +25,22 @@
  * the host has read the step's loss, which waited for the reduction, so collectives reach NCCL
  * in the same order on every rank.
  *
- * What it does not do: start buckets while the backward pass is still running (the model gives
- * no per-bucket readiness yet; at SASRec's sizes the whole gradient is ~1-2 MB, one or two
- * buckets), bf16 reduction.
+ * Overlap with the backward pass: the model reports, block by block as its backward pass
+ * queues them, the gradient ranges that are final (ct_model.h's grads_ready; the training loop
+ * forwards them to allreduce_f32_early). Each report records an event on the compute stream,
+ * makes the communication stream wait for it and all-reduces those ranges there, in one NCCL
+ * group (one launch), while the compute stream goes on with the earlier blocks. The step's
+ * allreduce_f32 then reduces what was not reported - the embedding tables, which the first
+ * op of the forward pass and the last of the backward both write, and the loss slot - so the
+ * reduction left on the critical path is that tail.
+ *
+ * What it does not do: bf16 reduction (the gradients stay float32 on the wire).
  */
 #include "ct_reduce.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,15 +69,53 @@ typedef struct ct__nred {
     size_t bucket_floats;
     int64_t timeout_ms;
     int64_t leave_at; /* test hook (CT_TEST_NCCL_EXIT_AT_REDUCE): this rank dies there */
+    int64_t stall_at; /* test hook (CT_TEST_NCCL_STALL_AT_REDUCE): the stream stalls there */
+    /* the ranges given early in the reduction being assembled, sorted as given */
+    int64_t (*early)[2];
+    int n_early, cap_early;
+    bool begun; /* the reduction being assembled has launched something */
     /* the watchdog */
     pthread_t watchdog;
     bool watching;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stop;
-    int64_t inflight_since; /* monotonic ms of the launch in flight; 0: none */
-    uint64_t launched;      /* reductions launched */
+    int64_t inflight_since; /* monotonic ms of the oldest launch not known complete; 0: none */
+    uint64_t launches;      /* bucket groups launched (early and final); `done` follows the last */
+    uint64_t launched;      /* reductions launched completely (allreduce_f32 calls) */
 } ct__nred_t;
+
+/* ncclCommAbort ends this rank's stuck kernels and lets the peers see the failure, but it can
+ * itself wait on a stream that never drains (a stalled stream, a wedged kernel), so it runs on a
+ * thread of its own and the watchdog waits at most wait_ms for it before exiting anyway. */
+#define CT__ABORT_WAIT_MS 5000
+
+typedef struct ct__abort {
+    ncclComm_t nc;
+    atomic_bool done;
+} ct__abort_t;
+
+static void *ct__abort_main(void *arg)
+{
+    ct__abort_t *a = arg;
+    ncclCommAbort(a->nc);
+    atomic_store(&a->done, true);
+    return NULL;
+}
+
+static bool ct__abort_bounded(ncclComm_t nc, int64_t wait_ms)
+{
+    static ct__abort_t a; /* outlives this call: the thread may still run when we exit */
+    a.nc = nc;
+    atomic_store(&a.done, false);
+    pthread_t th;
+    if (pthread_create(&th, NULL, ct__abort_main, &a) != 0)
+        return false;
+    pthread_detach(th);
+    for (int64_t t0 = ct_time_ms(); !atomic_load(&a.done) && ct_time_ms() - t0 < wait_ms;)
+        ct_sleep_ms(5);
+    return atomic_load(&a.done);
+}
 
 static void *ct__watchdog(void *arg)
 {
@@ -83,7 +129,7 @@ static void *ct__watchdog(void *arg)
             continue;
         }
         const int64_t since = g->inflight_since;
-        const uint64_t n = g->launched;
+        const uint64_t n = g->launches, red = g->launched;
         pthread_mutex_unlock(&g->mu);
 
         cudaError_t q = cudaEventQuery(g->done);
@@ -91,7 +137,7 @@ static void *ct__watchdog(void *arg)
         ncclResult_t qr = ncclCommGetAsyncError(g->nc, &async);
         const int64_t waited = ct_time_ms() - since;
         pthread_mutex_lock(&g->mu);
-        const bool moved = g->launched != n; /* the event now belongs to a newer reduction */
+        const bool moved = g->launches != n; /* the event now follows a newer launch */
         pthread_mutex_unlock(&g->mu);
         if (moved) {
             pthread_mutex_lock(&g->mu);
@@ -115,13 +161,16 @@ static void *ct__watchdog(void *arg)
                      (long long)waited, (long long)g->timeout_ms);
         }
         if (why) {
-            ncclCommAbort(g->nc); /* ends this rank's stuck kernels; peers see the failure */
-            ct_worker_fail("NCCL watchdog: %s%s at reduction %llu; communicator aborted", why,
-                           detail, (unsigned long long)n);
+            ct_log_error("NCCL watchdog: %s%s at reduction %llu; aborting the communicator", why,
+                         detail, (unsigned long long)red);
+            const bool aborted = ct__abort_bounded(g->nc, CT__ABORT_WAIT_MS);
+            ct_worker_fail("NCCL watchdog: %s%s at reduction %llu; communicator %s", why, detail,
+                           (unsigned long long)red,
+                           aborted ? "aborted" : "abort did not return in time, exiting anyway");
         }
 
         pthread_mutex_lock(&g->mu);
-        if (q == cudaSuccess && g->launched == n)
+        if (q == cudaSuccess && g->launches == n)
             g->inflight_since = 0;
         else if (!g->stop) {
             struct timespec ts;
@@ -136,40 +185,147 @@ static void *ct__watchdog(void *arg)
     return NULL;
 }
 
-static int ct__nred_f32(ct_reducer_t *r, float *buf, int64_t n, ct_errbuf_t *eb)
+/* The communication stream's stall for the watchdog test on one GPU: a host function queued on
+ * the stream that holds it (bounded, so a broken watchdog cannot keep the test forever). */
+static void CUDART_CB ct__stall_host_fn(void *arg)
 {
-    ct__nred_t *g = r->impl;
+    (void)arg;
+    for (int i = 0; i < 600; i++)
+        ct_sleep_ms(100);
+}
+
+/* The first launch of a reduction: the test hooks, then the communication stream waits for the
+ * compute stream's work so far. */
+static int ct__nred_begin(ct__nred_t *g, int rank, ct_errbuf_t *eb)
+{
     cudaError_t e;
-    ncclResult_t nr;
-    uint64_t idx;
     pthread_mutex_lock(&g->mu);
-    idx = g->launched;
+    const uint64_t idx = g->launched;
     pthread_mutex_unlock(&g->mu);
     if ((int64_t)idx == g->leave_at)
         ct_worker_fail("CT_TEST_NCCL_EXIT_AT_REDUCE: this rank leaves instead of joining "
                        "gradient reduction %llu (test hook)",
                        (unsigned long long)idx);
-    /* the buckets start after everything queued on the compute stream so far */
+    if ((int64_t)idx == g->stall_at) {
+        ct_log_warn("CT_TEST_NCCL_STALL_AT_REDUCE: rank %d stalls the communication stream at "
+                    "gradient reduction %llu (test hook)",
+                    rank, (unsigned long long)idx);
+        if ((e = cudaLaunchHostFunc(g->cstream, ct__stall_host_fn, NULL)) != cudaSuccess)
+            return ct_errbuf_set(eb, CT_ECUDA, "gradient reduction: %s", cudaGetErrorString(e));
+    }
+    g->begun = true;
+    return 0;
+}
+
+/* All-reduces the ranges of buf on the communication stream after the compute stream's work so
+ * far, in buckets of at most bucket_floats, as one NCCL group. */
+static int ct__nred_launch(ct__nred_t *g, float *buf, const int64_t (*ranges)[2], int n,
+                           ct_errbuf_t *eb)
+{
+    cudaError_t e;
+    ncclResult_t nr;
     if ((e = cudaEventRecord(g->ready, g->compute)) != cudaSuccess ||
         (e = cudaStreamWaitEvent(g->cstream, g->ready, 0)) != cudaSuccess)
         return ct_errbuf_set(eb, CT_ECUDA, "gradient reduction: %s", cudaGetErrorString(e));
-    for (int64_t off = 0; off < n; off += (int64_t)g->bucket_floats) {
-        const int64_t len =
-            n - off < (int64_t)g->bucket_floats ? n - off : (int64_t)g->bucket_floats;
-        nr = ncclAllReduce(buf + off, buf + off, (size_t)len, ncclFloat32, ncclSum, g->nc,
-                           g->cstream);
-        if (nr != ncclSuccess && nr != ncclInProgress)
-            return ct_errbuf_set(eb, nr == ncclRemoteError ? CT_EPEER : CT_ENCCL,
-                                 "gradient reduction: ncclAllReduce: %s", ncclGetErrorString(nr));
+    if ((nr = ncclGroupStart()) != ncclSuccess)
+        return ct_errbuf_set(eb, CT_ENCCL, "gradient reduction: ncclGroupStart: %s",
+                             ncclGetErrorString(nr));
+    ncclResult_t first = ncclSuccess;
+    for (int i = 0; i < n; i++)
+        for (int64_t off = ranges[i][0], end = ranges[i][0] + ranges[i][1]; off < end;
+             off += (int64_t)g->bucket_floats) {
+            const int64_t len =
+                end - off < (int64_t)g->bucket_floats ? end - off : (int64_t)g->bucket_floats;
+            nr = ncclAllReduce(buf + off, buf + off, (size_t)len, ncclFloat32, ncclSum, g->nc,
+                               g->cstream);
+            if (nr != ncclSuccess && nr != ncclInProgress && first == ncclSuccess)
+                first = nr;
+        }
+    nr = ncclGroupEnd();
+    if (first == ncclSuccess && nr != ncclSuccess && nr != ncclInProgress)
+        first = nr;
+    if (first != ncclSuccess)
+        return ct_errbuf_set(eb, first == ncclRemoteError ? CT_EPEER : CT_ENCCL,
+                             "gradient reduction: ncclAllReduce: %s", ncclGetErrorString(first));
+    /* the watchdog follows the newest launch: its clock starts at the oldest one that has not
+     * completed, so a long backward pass after completed early buckets is not counted */
+    if ((e = cudaEventRecord(g->done, g->cstream)) != cudaSuccess)
+        return ct_errbuf_set(eb, CT_ECUDA, "gradient reduction: %s", cudaGetErrorString(e));
+    pthread_mutex_lock(&g->mu);
+    g->launches++;
+    if (g->inflight_since == 0)
+        g->inflight_since = ct_time_ms();
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+}
+
+static int ct__nred_f32_early(ct_reducer_t *r, float *buf, const int64_t (*ranges)[2], int n,
+                              ct_errbuf_t *eb)
+{
+    ct__nred_t *g = r->impl;
+    int rc;
+    if (n <= 0)
+        return 0;
+    if (g->n_early + n > g->cap_early) {
+        int cap = g->cap_early ? g->cap_early : 16;
+        while (cap < g->n_early + n)
+            cap *= 2;
+        int64_t(*e)[2] = realloc(g->early, (size_t)cap * sizeof *e);
+        if (!e)
+            return ct_errbuf_set(eb, -ENOMEM, "gradient reduction: out of memory");
+        g->early = e, g->cap_early = cap;
     }
-    /* the compute stream's next work waits for the last bucket; the host does not */
-    if ((e = cudaEventRecord(g->done, g->cstream)) != cudaSuccess ||
-        (e = cudaStreamWaitEvent(g->compute, g->done, 0)) != cudaSuccess)
+    if (!g->begun && (rc = ct__nred_begin(g, r->rank, eb)) != 0)
+        return rc;
+    if ((rc = ct__nred_launch(g, buf, ranges, n, eb)) != 0)
+        return rc;
+    memcpy(g->early + g->n_early, ranges, (size_t)n * sizeof *ranges);
+    g->n_early += n;
+    return 0;
+}
+
+static int ct__cmp_range(const void *a, const void *b)
+{
+    const int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
+    return (x > y) - (x < y);
+}
+
+static int ct__nred_f32(ct_reducer_t *r, float *buf, int64_t n, ct_errbuf_t *eb)
+{
+    ct__nred_t *g = r->impl;
+    cudaError_t e;
+    int rc;
+    if (!g->begun && (rc = ct__nred_begin(g, r->rank, eb)) != 0)
+        return rc;
+    /* what was not given early: the gaps between the early ranges, in buffer order */
+    qsort(g->early, (size_t)g->n_early, sizeof *g->early, ct__cmp_range);
+    int64_t(*rest)[2] = malloc((size_t)(g->n_early + 1) * sizeof *rest);
+    if (!rest)
+        return ct_errbuf_set(eb, -ENOMEM, "gradient reduction: out of memory");
+    int nrest = 0;
+    int64_t at = 0;
+    for (int i = 0; i < g->n_early && at < n; i++) {
+        if (g->early[i][0] > at)
+            rest[nrest][0] = at, rest[nrest][1] = (g->early[i][0] < n ? g->early[i][0] : n) - at,
+            nrest++;
+        if (g->early[i][0] + g->early[i][1] > at)
+            at = g->early[i][0] + g->early[i][1];
+    }
+    if (at < n)
+        rest[nrest][0] = at, rest[nrest][1] = n - at, nrest++;
+    rc = ct__nred_launch(g, buf, (const int64_t(*)[2])rest, nrest, eb);
+    free(rest);
+    g->n_early = 0;
+    g->begun = false;
+    if (rc != 0)
+        return rc;
+    /* the compute stream's next work waits for the last bucket (done, recorded by the launch);
+     * the host does not */
+    if ((e = cudaStreamWaitEvent(g->compute, g->done, 0)) != cudaSuccess)
         return ct_errbuf_set(eb, CT_ECUDA, "gradient reduction: %s", cudaGetErrorString(e));
     pthread_mutex_lock(&g->mu);
     g->launched++;
-    g->inflight_since = ct_time_ms();
-    pthread_cond_signal(&g->cv);
     pthread_mutex_unlock(&g->mu);
     return 0;
 }
@@ -201,6 +357,7 @@ static void ct__nred_free(ct__nred_t *g)
         (void)cudaEventDestroy(g->ready);
     if (g->done)
         (void)cudaEventDestroy(g->done);
+    free(g->early);
     if (g->cstream)
         (void)cudaStreamDestroy(g->cstream);
     pthread_mutex_destroy(&g->mu);
@@ -243,6 +400,13 @@ int ct_reducer_nccl_attach(ct_reducer_t *r, void *compute_stream, size_t bucket_
     int hr = -1, hi = -1;
     if (hook && sscanf(hook, "%d:%d", &hr, &hi) == 2 && hr == r->rank && hi >= 0)
         g->leave_at = hi;
+    /* "RANK:INDEX": that rank's communication stream stalls at its INDEX-th reduction (a host
+     * function that holds the stream), so on a single GPU the reduction never completes, as
+     * when a peer never joins. */
+    g->stall_at = -1;
+    hook = getenv("CT_TEST_NCCL_STALL_AT_REDUCE");
+    if (hook && sscanf(hook, "%d:%d", &hr, &hi) == 2 && hr == r->rank && hi >= 0)
+        g->stall_at = hi;
     cudaError_t e;
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&g->cstream, cudaStreamNonBlocking)) != cudaSuccess ||
@@ -260,6 +424,7 @@ int ct_reducer_nccl_attach(ct_reducer_t *r, void *compute_stream, size_t bucket_
     r->impl = g;
     r->name = "nccl";
     r->allreduce_f32 = ct__nred_f32;
+    r->allreduce_f32_early = ct__nred_f32_early;
     r->allreduce_f64 = ct__nred_f64;
     r->broadcast = ct__nred_broadcast;
     r->close = ct__nred_close;

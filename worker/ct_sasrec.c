@@ -693,6 +693,7 @@ static int ct__forward_backward(ct_model_t *m, const ct_model_batch_t *b, float 
         const float *xin = l > 0 ? ct__blk_out(&p, l - 1) : (p.mhc ? s->X0 : s->x0);
         o->zero(o, gin, (size_t)p.NS * sizeof(float));
         bwd(&p, l, xin, gcur, gin);
+        ct_model_grads_ready(m, l); /* and the final LayerNorm's, with the last block's */
         float *t = gcur;
         gcur = gin;
         gin = t;
@@ -884,10 +885,10 @@ static int ct__table_blocks(ct_model_t *m, ct__sasrec_t *s,
     for (int l = 0; l < nb; l++) {
         snprintf(name, sizeof name, "attention_layernorms.%d.weight", l);
         CT__ADD(name, 1, CT_INIT_ONES, C);
-        s->blk[l].ln1_w = t->offset;
+        t->block = l, s->blk[l].ln1_w = t->offset;
         snprintf(name, sizeof name, "attention_layernorms.%d.bias", l);
         CT__ADD(name, 1, CT_INIT_ZEROS, C);
-        s->blk[l].ln1_b = t->offset;
+        t->block = l, s->blk[l].ln1_b = t->offset;
     }
     for (int l = 0; l < nb; l++)
         if (attn(m, s, l) != 0)
@@ -895,10 +896,10 @@ static int ct__table_blocks(ct_model_t *m, ct__sasrec_t *s,
     for (int l = 0; l < nb; l++) {
         snprintf(name, sizeof name, "forward_layernorms.%d.weight", l);
         CT__ADD(name, 1, CT_INIT_ONES, C);
-        s->blk[l].ln2_w = t->offset;
+        t->block = l, s->blk[l].ln2_w = t->offset;
         snprintf(name, sizeof name, "forward_layernorms.%d.bias", l);
         CT__ADD(name, 1, CT_INIT_ZEROS, C);
-        s->blk[l].ln2_b = t->offset;
+        t->block = l, s->blk[l].ln2_b = t->offset;
     }
     for (int l = 0; l < nb; l++) {
         /* Conv1d(C, C, kernel_size=1): weight (C, C, 1), bias U(+-1/sqrt(C * 1)). */
@@ -907,17 +908,17 @@ static int ct__table_blocks(ct_model_t *m, ct__sasrec_t *s,
         for (int k = 0; k < 2; k++) {
             snprintf(name, sizeof name, "forward_layers.%d.conv%d.weight", l, k + 1);
             CT__ADD(name, 3, xav, C, C, 1);
-            *w[k] = t->offset;
+            t->block = l, *w[k] = t->offset;
             snprintf(name, sizeof name, "forward_layers.%d.conv%d.bias", l, k + 1);
             CT__ADD(name, 1, CT_INIT_FANIN_UNIFORM, C);
             t->fan_in = (int)C;
-            *b[k] = t->offset;
+            t->block = l, *b[k] = t->offset;
         }
     }
     CT__ADD("last_layernorm.weight", 1, CT_INIT_ONES, C);
-    s->lnf_w = t->offset;
+    t->block = nb, s->lnf_w = t->offset;
     CT__ADD("last_layernorm.bias", 1, CT_INIT_ZEROS, C);
-    s->lnf_b = t->offset;
+    t->block = nb, s->lnf_b = t->offset;
     return 0;
 }
 
@@ -930,16 +931,16 @@ static int ct__table_mha(ct_model_t *m, ct__sasrec_t *s, int l)
     ct_param_t *t;
     snprintf(name, sizeof name, "attention_layers.%d.in_proj_weight", l);
     CT__ADD(name, 2, CT_INIT_XAVIER_NORMAL, 3 * C, C);
-    s->blk[l].in_w = t->offset;
+    t->block = l, s->blk[l].in_w = t->offset;
     snprintf(name, sizeof name, "attention_layers.%d.in_proj_bias", l);
     CT__ADD(name, 1, CT_INIT_ZEROS, 3 * C);
-    s->blk[l].in_b = t->offset;
+    t->block = l, s->blk[l].in_b = t->offset;
     snprintf(name, sizeof name, "attention_layers.%d.out_proj.weight", l);
     CT__ADD(name, 2, CT_INIT_XAVIER_NORMAL, C, C);
-    s->blk[l].out_w = t->offset;
+    t->block = l, s->blk[l].out_w = t->offset;
     snprintf(name, sizeof name, "attention_layers.%d.out_proj.bias", l);
     CT__ADD(name, 1, CT_INIT_ZEROS, C);
-    s->blk[l].out_b = t->offset;
+    t->block = l, s->blk[l].out_b = t->offset;
     return 0;
 }
 
@@ -956,11 +957,11 @@ static int ct__table_tisas(ct_model_t *m, ct__sasrec_t *s, int l)
     for (int k = 0; k < 3; k++) {
         snprintf(name, sizeof name, "attention_layers.%d.%s.weight", l, nm[k]);
         CT__ADD(name, 2, CT_INIT_XAVIER_UNIFORM, C, C);
-        *w[k] = t->offset;
+        t->block = l, *w[k] = t->offset;
         snprintf(name, sizeof name, "attention_layers.%d.%s.bias", l, nm[k]);
         CT__ADD(name, 1, CT_INIT_FANIN_UNIFORM, C);
         t->fan_in = (int)C;
-        *b[k] = t->offset;
+        t->block = l, *b[k] = t->offset;
     }
     return 0;
 }
@@ -977,15 +978,15 @@ static int ct__table_mhc(ct_model_t *m, ct__sasrec_t *s)
         for (int l = 0; l < c->num_blocks; l++) {
             snprintf(name, sizeof name, "%s.%d.phi", which[k], l);
             CT__ADD(name, 2, CT_INIT_ZEROS, D, K);
-            s->blk[l].hc_phi[k] = t->offset;
+            t->block = l, s->blk[l].hc_phi[k] = t->offset;
             snprintf(name, sizeof name, "%s.%d.alpha", which[k], l);
             CT__ADD(name, 1, CT_INIT_CONSTANT, 3);
             t->init_value = CT_MHC_ALPHA_INIT;
-            s->blk[l].hc_alpha[k] = t->offset;
+            t->block = l, s->blk[l].hc_alpha[k] = t->offset;
             snprintf(name, sizeof name, "%s.%d.bias", which[k], l);
             CT__ADD(name, 1, CT_INIT_MHC_BIAS, K);
             t->init_index = 2 * l + k; /* mHC layers in network order */
-            s->blk[l].hc_bias[k] = t->offset;
+            t->block = l, s->blk[l].hc_bias[k] = t->offset;
         }
     return 0;
 }

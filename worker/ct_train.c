@@ -423,6 +423,14 @@ static void ct__teardown(ct_trainer_t *t)
 
 /* ---- one optimizer step ---------------------------------------------------------------------- */
 
+/* The model's grads_ready during the last micro-batch's backward: the reducer starts on the
+ * gradients each block has finished while the earlier blocks are still computed. */
+static int ct__grads_ready(void *ctx, float *grads, const int64_t (*ranges)[2], int n)
+{
+    ct_trainer_t *t = ctx;
+    return t->red->allreduce_f32_early(t->red, grads, ranges, n, &t->ready_eb);
+}
+
 static int ct__step(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
 {
     const ct_train_cfg_t *c = t->cfg;
@@ -448,7 +456,16 @@ static int ct__step(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
                                .row_neg = ch->batch.row_neg,
                                .row0 = ch->row0};
         float l = 0.0f;
+        const bool early =
+            ch->last && c->overlap_reduction && t->red->allreduce_f32_early && !t->grad_host;
+        m->grads_ready = early ? ct__grads_ready : NULL;
+        m->grads_ready_ctx = t;
+        t->ready_eb.msg[0] = '\0';
         int rc = ct_model_forward_backward(m, &mb, (float)targets, c->seed, t->step, &l);
+        m->grads_ready = NULL;
+        if (rc != 0 && t->ready_eb.msg[0])
+            return ct_errbuf_set(eb, rc, "step %lld: gradient reduction: %s", (long long)t->step,
+                                 t->ready_eb.msg);
         if (rc != 0)
             return ct_errbuf_set(eb, rc, "step %lld: the %s backend failed (%s)",
                                  (long long)t->step, o->name, ct_strerror(rc));

@@ -41,6 +41,7 @@ void ct_train_cfg_default(ct_train_cfg_t *c)
      * three fsyncs on a loaded 2-core machine) against 125-250 ms per default step: every 20
      * steps costs under 1 % and replays at most 19 steps after a crash. */
     c->ckpt_every_steps = 20;
+    c->overlap_reduction = true;
     c->keep_checkpoints = 3;
     c->grad_clip = 0.0;
     c->warmup_steps = 0;
@@ -199,6 +200,9 @@ static const ct__flag_t ct__flags[] = {
     {"collective_timeout", CT__DOUBLE, CT__OFF(collective_timeout), 0, 1e7,
      "SECONDS  fail the job when a collective takes longer (default: CTRUN_COMM_TIMEOUT or "
      "1800)"},
+    {"overlap_reduction", CT__BOOL, CT__OFF(overlap_reduction), 0, 0,
+     "[true|false]  NCCL: reduce each block's gradients while the earlier blocks' backward "
+     "runs (default true)"},
 };
 #define CT__NFLAGS (sizeof ct__flags / sizeof ct__flags[0])
 
@@ -566,6 +570,7 @@ json_t *ct_train_cfg_to_json(const ct_train_cfg_t *c)
     json_object_set_new(o, "threads", json_integer(c->threads));
     json_object_set_new(o, "use_amp", json_boolean(c->use_amp));
     json_object_set_new(o, "collective_timeout", json_real(c->collective_timeout));
+    json_object_set_new(o, "overlap_reduction", json_boolean(c->overlap_reduction));
     return o;
 }
 

@@ -85,12 +85,13 @@ typedef struct ct_train_cfg {
     int base_batch_size;
     bool skip_invalid_loss;
     int threads;
-    bool use_amp; /* bf16 autocast of the matrix products (CUDA backend only) */
+    bool use_amp;              /* bf16 autocast of the matrix products (CUDA backend only) */
     double collective_timeout; /* seconds; 0: the worker's default */
-    ct_model_kind_t model; /* --model sasrec|tisasrec, --no_time = sasrec */
-    bool mhc;              /* --mhc / --no_mhc */
-    bool no_mhc, no_time;  /* as given (resolved into mhc and model) */
-    int time_span;         /* TiSASRec's interval clip */
+    bool overlap_reduction;    /* NCCL: start gradient buckets during the backward pass */
+    ct_model_kind_t model;     /* --model sasrec|tisasrec, --no_time = sasrec */
+    bool mhc;                  /* --mhc / --no_mhc */
+    bool no_mhc, no_time;      /* as given (resolved into mhc and model) */
+    int time_span;             /* TiSASRec's interval clip */
     ct_loss_t loss;
     int num_negatives; /* --loss sampled_ce */
     /* which model flags were given (inference adopts a checkpoint's values for the others) */

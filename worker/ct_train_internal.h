@@ -44,7 +44,8 @@ typedef struct ct_trainer {
 
     ct_dataset_t ds;
     ct_ops_t ops;
-    float *grad_host; /* host staging of the gradients (device backend, host communicator) */
+    float *grad_host;     /* host staging of the gradients (device backend, host communicator) */
+    ct_errbuf_t ready_eb; /* why an early gradient reduction (ct__grads_ready) failed */
     ct_model_cfg_t mcfg;
     ct_model_t *model;
     ct_evaluator_t ev;
@@ -76,7 +77,7 @@ typedef struct ct_trainer {
     bool eta_init; /* eta_step0 / eta_s0: where this process's speed is measured from */
     int64_t eta_step0;
     double eta_s0;
-    double train_seconds;       /* training time since the last evaluation (this process) */
+    double train_seconds; /* training time since the last evaluation (this process) */
     /* Targets trained on in those seconds. Unlike st.positions (checkpointed, so a resumed run
      * reports the same train_loss), this restarts at 0 with the process, so positions per
      * second after a resume do not count work done before it. */

@@ -238,7 +238,8 @@ static void test_flags(void)
                            "loss",
                            "num_negatives",
                            "use_amp",
-                           "collective_timeout"};
+                           "collective_timeout",
+                           "overlap_reduction"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         char f[64];
         snprintf(f, sizeof f, "--%s ", flags[i]);

@@ -11,7 +11,11 @@
  *     - --use_amp trains to a finite loss close to float32's (the bf16 deviation is measured by
  *       test_sasrec_gpu; here the flag's plumbing end to end);
  *     - a model the GPU kernels cannot take (SASRec at --maxlen 300) fails before its first
- *       step with one line naming the limit.
+ *       step with one line naming the limit;
+ *     - a collective that never completes, on one GPU: the 1-rank job's communication stream
+ *       stalls at its third gradient reduction (CT_TEST_NCCL_STALL_AT_REDUCE=0:2, as a peer
+ *       that never joins leaves it); with --collective_timeout 3 the watchdog must abort the
+ *       communicator and end the rank non-zero, naming the reduction, within 60 s.
  *   multi-gpu:
  *     - 2 ranks on NCCL (the unique-ID exchange through the store, the gradient buckets, the
  *       evaluation sums) train what 1 process trains with the same global batch;
@@ -137,6 +141,32 @@ static void test_shape_refused(void)
     ct_child_close(&c);
 }
 
+static void test_stall_detected(void)
+{
+    char d[300];
+    dir_path(d, sizeof d, "stall");
+    const char *env[] = {"CT_TEST_NCCL_STALL_AT_REDUCE=0:2", NULL};
+    char *argv[] = {
+        (char *)ctrain, "--train_dir",          d,   CFG, "--device", "cuda", "--backend",
+        "nccl",         "--collective_timeout", "3", NULL};
+    ct_ranks_t g;
+    ct_ranks_opts_t o = {
+        .world = 1, .port = store.port, .run_id = "ctrain-cuda-stall", .timeout_s = 60, .env = env};
+    int64_t t0 = ct_time_ms();
+    CT_ASSERT_OK(ct_ranks_start(&g, &o, argv));
+    int rc = ct_ranks_wait(&g, 60000);
+    int64_t took = ct_time_ms() - t0;
+    printf("stalled reduction: rank done (%d) after %lld ms\n", rc, (long long)took);
+    if (rc == -ETIMEDOUT)
+        ct_ranks_dump(&g);
+    CT_ASSERT_NE(rc, -ETIMEDOUT);
+    CT_ASSERT_NE(g.child[0].exit_code, 0);
+    CT_ASSERT_STR_CONTAINS(g.child[0].err, "CT_TEST_NCCL_STALL_AT_REDUCE");
+    CT_ASSERT_STR_CONTAINS(g.child[0].err, "NCCL watchdog");
+    CT_ASSERT_STR_CONTAINS(g.child[0].err, "did not complete in time");
+    ct_ranks_close(&g);
+}
+
 static void test_two_ranks(void)
 {
     char d1[300], d2[300];
@@ -196,6 +226,7 @@ int main(int argc, char **argv)
     } else {
         CT_RUN(test_cuda_matches_cpu);
         CT_RUN(test_shape_refused);
+        CT_RUN(test_stall_detected);
     }
     ct_store_proc_stop(&store);
     char cmd[300];

@@ -186,7 +186,8 @@ static void test_spellings(void)
                           "loss",
                           "num_negatives",
                           "use_amp",
-                          "collective_timeout"};
+                          "collective_timeout",
+                          "overlap_reduction"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         CT_ASSERT_MSG(json_object_get(j, keys[i]) != NULL, "args.json lacks %s", keys[i]);
     CT_ASSERT_EQ(json_object_size(j), sizeof keys / sizeof keys[0]);
