@@ -6,8 +6,9 @@
  *   gpu:
  *     - --device cuda trains the trajectory of --device cpu (train_compare.h: the losses and
  *       every evaluation metric; the parameters), one process;
- *     - a 1-rank NCCL job (--backend nccl, the bucketed stream-ordered reduction with its
- *       watchdog) trains what the plain CUDA process trains;
+ *     - a 1-rank NCCL job (--backend nccl, the bucketed stream-ordered reduction overlapped
+ *       with the backward pass, with its watchdog) trains what the plain CUDA process trains,
+ *       both with this test's store and under ctrun --standalone (its store, its environment);
  *     - --use_amp trains to a finite loss close to float32's (the bf16 deviation is measured by
  *       test_sasrec_gpu; here the flag's plumbing end to end);
  *     - a model the GPU kernels cannot take (SASRec at --maxlen 300) fails before its first
@@ -23,7 +24,7 @@
  *       reduction (CT_TEST_NCCL_EXIT_AT_REDUCE=1:2), so rank 0's all-reduce never completes;
  *       with --collective_timeout 5 rank 0's watchdog must abort the communicator and exit
  *       non-zero with its message on stderr well within the test's 120 s, instead of hanging.
- * Usage: test_ctrain_cuda gpu|multi-gpu PATH_TO_CTRUN_STORE PATH_TO_CTRAIN
+ * Usage: test_ctrain_cuda gpu|multi-gpu PATH_TO_CTRUN_STORE PATH_TO_CTRAIN PATH_TO_CTRUN
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -40,6 +41,7 @@
 
 static ct_store_proc_t store;
 static const char *ctrain;
+static const char *ctrun;
 static char root[256];
 static int run_counter;
 
@@ -111,6 +113,27 @@ static void test_cuda_matches_cpu(void)
     train_same_metrics(dg, dn);
     train_same_params(dg, dn);
     CT_ASSERT_EQ(train(0, da, NULL, amp), 0);
+
+    /* the same 1-rank NCCL job through the launcher itself: ctrun's store, its worker
+     * environment, the unique ID through that store */
+    char dl[300];
+    dir_path(dl, sizeof dl, "ctrun-nccl1");
+    char *argv[] = {(char *)ctrun, "--standalone", "--nproc_per_node", "1",    "--max_restarts",
+                    "0",           (char *)ctrain, "--train_dir",      dl,     CFG,
+                    "--device",    "cuda",         "--backend",        "nccl", NULL};
+    const char *clear[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",         "LOCAL_WORLD_SIZE",
+                           "MASTER_ADDR", "MASTER_PORT", "CTRUN_HEARTBEAT_FD", NULL};
+    ct_child_opts_t o = {.env = clear};
+    ct_child_t c;
+    CT_ASSERT_OK(ct_child_start(&c, argv, &o));
+    CT_ASSERT_OK(ct_child_wait(&c, 180000));
+    if (c.exit_code != 0)
+        fprintf(stderr, "ctrun: %s\n%s\n", c.out, c.err);
+    CT_ASSERT_EQ(c.exit_code, 0);
+    ct_child_close(&c);
+    printf("1-rank NCCL job under ctrun against the plain CUDA process\n");
+    train_same_metrics(dg, dl);
+    train_same_params(dg, dl);
 }
 
 static void test_shape_refused(void)
@@ -208,8 +231,8 @@ static void test_hang_detected(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: %s gpu|multi-gpu CTRUN_STORE CTRAIN\n", argv[0]);
+    if (argc != 5) {
+        fprintf(stderr, "usage: %s gpu|multi-gpu CTRUN_STORE CTRAIN CTRUN\n", argv[0]);
         return 2;
     }
     const bool multi = strcmp(argv[1], "multi-gpu") == 0;
@@ -217,6 +240,7 @@ int main(int argc, char **argv)
     if (gpus < (multi ? 2 : 1))
         CT_SKIP(multi ? "fewer than 2 CUDA devices visible" : "no CUDA device visible");
     ctrain = argv[3];
+    ctrun = argv[4];
     snprintf(root, sizeof root, "/tmp/ct-ctrain-cuda-%d", (int)getpid());
     CT_ASSERT(mkdir(root, 0700) == 0);
     CT_ASSERT_OK(ct_store_proc_start(&store, argv[2]));
