@@ -299,7 +299,8 @@ static int ct__nred_f32(ct_reducer_t *r, float *buf, int64_t n, ct_errbuf_t *eb)
     if (!g->begun && (rc = ct__nred_begin(g, r->rank, eb)) != 0)
         return rc;
     /* what was not given early: the gaps between the early ranges, in buffer order */
-    qsort(g->early, (size_t)g->n_early, sizeof *g->early, ct__cmp_range);
+    if (g->n_early > 1)
+        qsort(g->early, (size_t)g->n_early, sizeof *g->early, ct__cmp_range);
     int64_t(*rest)[2] = malloc((size_t)(g->n_early + 1) * sizeof *rest);
     if (!rest)
         return ct_errbuf_set(eb, -ENOMEM, "gradient reduction: out of memory");
