@@ -334,7 +334,9 @@ static void ctrun__done(ctrun_agent_t *a, int exit_code)
     a->coord_open = false;
     if (a->store != NULL && !a->store_closing) {
         a->store_closing = true;
-        ctrun_store_close(a->store, ctrun__store_closed, a);
+        /* Clients may be mid-request: a node waiting for room, woken by the "closed" plan
+         * just written, reads it in a second request. Serve them until they hang up. */
+        ctrun_store_close_gently(a->store, CTRUN_STORE_LINGER_MS, ctrun__store_closed, a);
     }
     for (int i = 0; i < a->nsignals; i++)
         uv_close((uv_handle_t *)&a->signals[i], ctrun__close_cb);

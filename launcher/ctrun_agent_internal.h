@@ -32,6 +32,10 @@
 
 typedef struct ctrun_agent ctrun_agent_t;
 
+/* How long the hosting agent keeps serving the store after the job's end while clients are
+ * still connected (a waiting node reading the "closed" plan, another agent's last request). */
+#define CTRUN_STORE_LINGER_MS 2000
+
 typedef enum ctrun_agent_state {
     CTRUN_AGENT_INIT = 0,
     CTRUN_AGENT_RENDEZVOUS, /* joining attempt k; no worker exists */

@@ -119,11 +119,26 @@ __attribute__((format(printf, 2, 3))) static ctrun_rdzv_result_t ctrun__fail(ctr
     return CTRUN_RDZV_ERROR;
 }
 
+/* A request failed because the store's end of the connection went away. */
+static bool ctrun__is_disconnect(int rc)
+{
+    return rc == CT_EPEER || rc == -ECONNRESET || rc == -ECONNREFUSED || rc == -EPIPE;
+}
+
 ctrun_rdzv_result_t ctrun_rdzv_on_reply(ctrun_rdzv_t *r, const ctrun_kv_reply_t *reply)
 {
     if (CTRUN_TAG_ATTEMPT(reply->tag) != r->attempt ||
         CTRUN_TAG_KIND(reply->tag) != (unsigned)r->state)
         return CTRUN_RDZV_PENDING; /* a stale reply */
+    if (reply->rc != 0 && r->waited && ctrun__is_disconnect(reply->rc))
+        /* The store's host ends the job by writing "closed" where a waiting node reads next,
+         * and keeps serving until it is read; a disconnect still means the job is over for
+         * this node, but it cannot tell whether the job finished or its host was lost. */
+        return ctrun__fail(r,
+                           "the rendezvous store went away while this node waited for room in "
+                           "the job (%s): the job has ended (finished, stopped, or lost its "
+                           "store's host) without this node",
+                           reply->error);
     if (reply->rc != 0)
         return ctrun__fail(r, "rendezvous (%s): %s", reply->key, reply->error);
     const char *value = (const char *)reply->data;

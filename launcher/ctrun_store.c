@@ -132,7 +132,8 @@ struct ctrun_store {
     uv_loop_t *loop;
     uv_tcp_t listener;
     uv_timer_t auth_timer;
-    bool has_listener, has_timer, closing;
+    uv_timer_t linger_timer; /* ctrun_store_close_gently's deadline */
+    bool has_listener, has_timer, has_linger, lingering, closing;
     int port;
     char address[96];
     ct_store_limits_t limits;
@@ -154,6 +155,8 @@ struct ctrun_store {
     uint64_t open_handles;
     void (*close_cb)(void *);
     void *close_data;
+    void (*linger_cb)(void *); /* what ctrun_store_close_gently passes on to the close */
+    void *linger_data;
 
     ctrun_store_stats_t st;
     uint64_t memory; /* == st.stored_bytes */
@@ -1615,6 +1618,10 @@ static void ctrun__conn_close(ctrun__conn_t *c)
     s->st.connections--;
     if (!c->is_virtual)
         uv_close((uv_handle_t *)&c->tcp, ctrun__on_conn_closed);
+    /* The last client of a lingering store is gone: close on the next loop turn (not here,
+     * inside a read or write callback of the connection being closed). */
+    if (s->lingering && !s->closing && s->st.connections == 0)
+        uv_timer_start(&s->linger_timer, s->linger_timer.timer_cb, 0, 0);
 }
 
 static ctrun__conn_t *ctrun__conn_new(ctrun_store_t *s)
@@ -1932,9 +1939,40 @@ void ctrun_store_close(ctrun_store_t *s, void (*cb)(void *data), void *data)
     }
     if (s->has_timer)
         uv_close((uv_handle_t *)&s->auth_timer, ctrun__on_handle_closed);
+    if (s->has_linger)
+        uv_close((uv_handle_t *)&s->linger_timer, ctrun__on_handle_closed);
+    s->has_linger = false;
+    s->lingering = false;
     /* With nothing open (not even a listener), the memory can go now; cb still runs later
      * from the loop's point of view only if handles were open, so call it here. */
     ctrun__maybe_finish(s);
+}
+
+static void ctrun__on_linger_timer(uv_timer_t *t)
+{
+    ctrun_store_t *s = t->data;
+    if (s->st.connections > 0)
+        ct_log_debug("store: closing with %llu client connection%s still open",
+                     (unsigned long long)s->st.connections, s->st.connections == 1 ? "" : "s");
+    ctrun_store_close(s, s->linger_cb, s->linger_data);
+}
+
+void ctrun_store_close_gently(ctrun_store_t *s, uint64_t linger_ms, void (*cb)(void *data),
+                              void *data)
+{
+    if (s == NULL || s->closing || s->lingering)
+        return;
+    if (s->st.connections == 0 || linger_ms == 0 || uv_timer_init(s->loop, &s->linger_timer) != 0) {
+        ctrun_store_close(s, cb, data);
+        return;
+    }
+    s->has_linger = true;
+    s->lingering = true;
+    s->open_handles++;
+    s->linger_cb = cb;
+    s->linger_data = data;
+    s->linger_timer.data = s;
+    uv_timer_start(&s->linger_timer, ctrun__on_linger_timer, linger_ms, 0);
 }
 
 int ctrun_store_port(const ctrun_store_t *s)

@@ -89,6 +89,15 @@ int ctrun_store_create(uv_loop_t *loop, const ctrun_store_opts_t *opts, ctrun_st
  * the store must not be used; calling it again before cb has run does nothing. */
 void ctrun_store_close(ctrun_store_t *s, void (*cb)(void *data), void *data);
 
+/* Ends the store without cutting off a client in the middle of a request: it goes on serving
+ * (and accepting) until no client connection is open or linger_ms has passed, whichever comes
+ * first, and then closes as ctrun_store_close. For the end of a job, when the last write (the
+ * "closed" plan) has just woken clients that still have to read it. The store must not be used
+ * after this call either (beyond ctrun_store_close, which ends the lingering at once); a second
+ * call does nothing. */
+void ctrun_store_close_gently(ctrun_store_t *s, uint64_t linger_ms, void (*cb)(void *data),
+                              void *data);
+
 /* The port it listens on (the kernel's choice when created with port 0). */
 int ctrun_store_port(const ctrun_store_t *s);
 

@@ -297,6 +297,69 @@ static void test_c10d_join_order_and_remote(void)
     world_close(&w);
 }
 
+/* The job ends while a third node (over the network) waits for room. The host writes the
+ * "closed" plan and closes its store in the same loop turn, as an agent does at the end of a
+ * job: closed gently, the waiting node reads why (its WAIT is answered, then its GET); closed
+ * at once (a host that dies), it says that the store went away while it waited. */
+static void test_waiting_node_learns_the_end(void)
+{
+    for (int gentle = 1; gentle >= 0; gentle--) {
+        world_t w;
+        ctrun_rdzv_params_t pc = params(CTRUN_RDZV_KIND_C10D, "end", 2, 0, 1);
+        world_init(&w, &pc);
+        party_t a, b, late;
+        party_open(&w, &a, &pc, false);
+        party_open(&w, &b, &pc, false);
+        party_t *pab[] = {&a, &b};
+        run_round(&w, pab, 2, 0);
+        CT_ASSERT_EQ(a.result, CTRUN_RDZV_COMPLETE);
+        CT_ASSERT_EQ(b.result, CTRUN_RDZV_COMPLETE);
+        party_open(&w, &late, &pc, true);
+        late.result = CTRUN_RDZV_PENDING;
+        CT_ASSERT_OK(ctrun_rdzv_start(&late.r, 0));
+        uint64_t deadline = uv_now(&w.loop) + 10000;
+        while (!(late.r.state == CTRUN_RDZV_GO && late.r.attempt == 1)) {
+            CT_ASSERT_MSG(uv_now(&w.loop) < deadline, "the third node did not start waiting");
+            uv_run(&w.loop, UV_RUN_ONCE);
+            uv_update_time(&w.loop);
+        }
+        /* Let its GET of round 1's plan reach the store and wait there. */
+        while (1) {
+            ctrun_store_stats_t st;
+            ctrun_store_stats(w.store, &st);
+            if (st.pending_waits > 0)
+                break;
+            CT_ASSERT_MSG(uv_now(&w.loop) < deadline, "the third node's wait never arrived");
+            uv_run(&w.loop, UV_RUN_NOWAIT);
+            uv_update_time(&w.loop);
+        }
+        ct_errbuf_t eb = {{0}};
+        CT_ASSERT_OK(ctrun_store_set(w.store, "/ctrun/a/0/outcome", "succeeded", 9, &eb));
+        ctrun_kv_close(a.kv);
+        ctrun_kv_close(b.kv);
+        ctrun_rdzv_coord_close(&w.coord);
+        if (gentle)
+            ctrun_store_close_gently(w.store, 10000, NULL, NULL);
+        else
+            ctrun_store_close(w.store, NULL, NULL);
+        while (late.result == CTRUN_RDZV_PENDING) {
+            CT_ASSERT_MSG(uv_now(&w.loop) < deadline + 10000, "the third node never learned");
+            uv_run(&w.loop, UV_RUN_ONCE);
+            uv_update_time(&w.loop);
+        }
+        CT_ASSERT_EQ(late.result, CTRUN_RDZV_ERROR);
+        if (gentle)
+            CT_ASSERT_STR_CONTAINS(late.r.error, "the rendezvous is closed: the job has finished");
+        else
+            CT_ASSERT_STR_CONTAINS(late.r.error, "the rendezvous store went away while this node "
+                                                 "waited for room in the job");
+        /* The lingering store closes as soon as its last client hangs up. */
+        ctrun_kv_close(late.kv);
+        CT_ASSERT_EQ(uv_run(&w.loop, UV_RUN_DEFAULT), 0);
+        CT_ASSERT_OK(uv_loop_close(&w.loop));
+    }
+}
+
 /* Heartbeats for the node ids whose bit is set in beating, every 50 ms. */
 typedef struct beat {
     uv_timer_t t;
@@ -440,6 +503,7 @@ int main(void)
     CT_RUN(test_static_two_nodes_and_wipe);
     CT_RUN(test_refusals);
     CT_RUN(test_c10d_join_order_and_remote);
+    CT_RUN(test_waiting_node_learns_the_end);
     CT_RUN(test_dynamic_last_call_and_scale_up);
     CT_RUN(test_lost_node_reform_then_below_min);
     return 0;
