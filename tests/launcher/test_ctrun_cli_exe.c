@@ -357,6 +357,15 @@ static void test_valid_command_runs(void)
                                   "directory\n");
     CT_ASSERT_STR_CONTAINS(c.err, "./no-such-worker FAILED\n");
     ct_child_close(&c);
+
+    /* A directory given as the script: said so, not "Permission denied". */
+    const char *const args4[] = {"--master_port=0", "--log_dir=/dev/null", "--no_python", "/tmp",
+                                 NULL};
+    ct__run(&c, env, args4);
+    CT_ASSERT_EQ(c.exit_code, 1);
+    CT_ASSERT_STR_CONTAINS(c.err, "cannot start local rank 0: /tmp: Is a directory\n");
+    CT_ASSERT_STR_NOT_CONTAINS(c.err, "Permission denied");
+    ct_child_close(&c);
 }
 
 static void test_gpu_counts_through_the_binary(void)
