@@ -702,6 +702,23 @@ static int ctrun__inject(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf
     return cfg->inject == NULL ? -ENOMEM : 0;
 }
 
+/* Values that must name something that exists in this job, checked once nproc_per_node is
+ * known: --local_ranks_filter ranks (a rank that does not exist would silently hide every
+ * line). */
+static int ctrun__job_fit(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
+{
+    const ctrun_rank_filter_t *f = &cfg->local_ranks_filter;
+    for (size_t i = 0; i < f->count; i++) {
+        if (f->ranks[i] >= cfg->nproc_per_node)
+            return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                                 "%s: local rank %d does not exist on this node (--nproc_per_node "
+                                 "%d: local ranks 0..%d)",
+                                 raw->source[CTRUN__O_LOCAL_RANKS_FILTER], f->ranks[i],
+                                 cfg->nproc_per_node, cfg->nproc_per_node - 1);
+    }
+    return 0;
+}
+
 static int ctrun__convert(const ctrun__raw_t *raw, ctrun_config_t *cfg, const char *const *env,
                           ct_errbuf_t *eb)
 {
@@ -755,7 +772,9 @@ static int ctrun__convert(const ctrun__raw_t *raw, ctrun_config_t *cfg, const ch
                                  &cfg->nsignals, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN__O_SIGNALS_TO_HANDLE]);
-    return ctrun__workers(raw, cfg, env, eb);
+    if ((rc = ctrun__workers(raw, cfg, env, eb)) != 0)
+        return rc;
+    return ctrun__job_fit(raw, cfg, eb);
 }
 
 int ctrun_cli_parse(int argc, char *const argv[], const char *const *env, ctrun_config_t *cfg,

@@ -89,7 +89,7 @@ typedef struct ctrun_config {
     char *role;    /* --role */
     char *log_dir; /* --log_dir, or NULL (a new temp dir) */
     ctrun_std_spec_t redirects, tee;
-    ctrun_rank_filter_t local_ranks_filter;
+    ctrun_rank_filter_t local_ranks_filter; /* local ranks of this node only */
 
     /* what to run */
     bool module, no_python, run_path;

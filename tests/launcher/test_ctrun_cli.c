@@ -250,7 +250,7 @@ static const struct {
     {"log_dir", "/var/log/job", NULL, ck_log_dir},
     {"redirects", "0:1,1:2", NULL, ck_redirects},
     {"tee", "5:3", NULL, ck_tee},
-    {"local_ranks_filter", "2,0", NULL, ck_filter},
+    {"local_ranks_filter", "2,0", "--nproc_per_node=3", ck_filter},
 };
 
 static void test_every_valued_option_both_spellings(void)
@@ -408,7 +408,9 @@ static void test_pet_fallbacks(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char entry[128];
         snprintf(entry, sizeof entry, "%s=%s", cases[i].var, cases[i].value);
-        const char *env[] = {"UNRELATED=1", entry, NULL};
+        /* Three workers, so that the ranks these values name exist. */
+        bool nproc = strcmp(cases[i].var, "PET_NPROC_PER_NODE") == 0;
+        const char *env[] = {"UNRELATED=1", entry, nproc ? NULL : "PET_NPROC_PER_NODE=3", NULL};
         ctrun_config_t c;
         ct_errbuf_t eb = {{0}};
         CT_ASSERT_MSG(ct__parse(&c, env, &eb, "w.py", NULL) == 0, "%s: %s", entry, eb.msg);
@@ -647,6 +649,25 @@ static void test_entry_rule(void)
     }
 }
 
+/* Values that name a local rank are checked against the node's size at parse time. */
+static void test_values_must_exist_in_the_job(void)
+{
+    ctrun_config_t c;
+    ct_errbuf_t eb = {{0}};
+    /* --local_ranks_filter: local ranks of this node only. */
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--local_ranks_filter", "5", "w.py", NULL),
+                  CT_ERANGE_VALUE);
+    CT_ASSERT_STR_EQ(eb.msg, "--local_ranks_filter: local rank 5 does not exist on this node "
+                             "(--nproc_per_node 1: local ranks 0..0)");
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--nproc_per_node=2", "--local-ranks-filter=0,2",
+                            "w.py", NULL),
+                  CT_ERANGE_VALUE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--local-ranks-filter: local rank 2");
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--nproc_per_node=2", "--local_ranks_filter=1,0",
+                           "w.py", NULL));
+    ctrun_config_free(&c);
+}
+
 int main(void)
 {
     CT_RUN(test_defaults);
@@ -659,5 +680,6 @@ int main(void)
     CT_RUN(test_store_address);
     CT_RUN(test_rdzv_conf);
     CT_RUN(test_entry_rule);
+    CT_RUN(test_values_must_exist_in_the_job);
     return 0;
 }

@@ -274,6 +274,14 @@ static const ct__bad_t ct__bad_cases[] = {
     {{"--local_ranks_filter", "0,a", "x", NULL},
      {NULL},
      "--local_ranks_filter: \"0,a\" is not a comma-separated list of local ranks (e.g. 0,1,2)"},
+    {{"--local_ranks_filter", "5", "x", NULL},
+     {NULL},
+     "--local_ranks_filter: local rank 5 does not exist on this node (--nproc_per_node 1: local "
+     "ranks 0..0)"},
+    {{"x", NULL},
+     {"PET_NPROC_PER_NODE=2", "PET_LOCAL_RANKS_FILTER=1,2", NULL},
+     "PET_LOCAL_RANKS_FILTER: local rank 2 does not exist on this node (--nproc_per_node 2: "
+     "local ranks 0..1)"},
     {{"--logs_specs", "mine", "x", NULL},
      {NULL},
      "--logs_specs: not supported by ctrun (log-spec plugins are Python entry points; ctrun "
