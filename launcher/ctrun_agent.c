@@ -487,8 +487,15 @@ static void ctrun__start_workers(ctrun_agent_t *a)
     ctrun__kv(a, ctrun_kv_get(a->kv, key, ctrun__tag(a, CTRUN__KV_OUTCOME)));
     ctrun__set_state(a, CTRUN_AGENT_RUNNING);
     a->attempt_start_ms = uv_now(&a->loop);
-    for (size_t k = 0; k < a->inject.n; k++)
+    for (size_t k = 0; k < a->inject.n; k++) {
         a->inject_in_attempt[k] = 0;
+        int missing = ctrun_inject_missing_rank(&a->inject, k, a->plan.world_size);
+        if (missing >= 0 && a->plan.group_rank == 0)
+            ct_log_warn("fault injection: spec %zu (%s) names rank %d, but attempt %d has %d "
+                        "rank%s: it cannot fire in this attempt",
+                        k + 1, a->inject.specs[k].text, missing, a->attempt, a->plan.world_size,
+                        a->plan.world_size == 1 ? "" : "s");
+    }
     for (int i = 0; i < a->nworkers; i++) {
         ctrun_worker_t *w = &a->workers[i];
         ct_errbuf_clear(&eb);
@@ -1420,10 +1427,9 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
         else
             ct_log_debug("no job cgroup (%s); process groups only", ceb.msg);
     }
-    if (cfg->inject != NULL) {
-        int rc = ctrun_inject_parse(cfg->inject, cfg->inject_seed, &a->inject, eb);
-        if (rc != 0)
-            return rc;
+    if (cfg->inject_specs.n > 0) {
+        if (ctrun_inject_copy(&a->inject, &cfg->inject_specs) != 0)
+            return ct_errbuf_set(eb, -ENOMEM, "out of memory");
         a->inject_in_attempt = calloc(a->inject.n + 1, sizeof *a->inject_in_attempt);
         if (a->inject_in_attempt == NULL)
             return ct_errbuf_set(eb, -ENOMEM, "out of memory");

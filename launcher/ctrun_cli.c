@@ -682,7 +682,8 @@ static int ctrun__workers(const ctrun__raw_t *raw, ctrun_config_t *cfg, const ch
     return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN__O_NPROC_PER_NODE]);
 }
 
-/* --inject is checked here (a bad spec is a usage error); the agent parses it again. */
+/* --inject is parsed here (a bad spec is a usage error); ctrun__job_fit checks that every spec
+ * can fire once the job's size is known. */
 static int ctrun__inject(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
 {
     int rc;
@@ -694,19 +695,25 @@ static int ctrun__inject(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf
     }
     if (!raw->given[CTRUN__O_INJECT] || raw->value[CTRUN__O_INJECT][0] == '\0')
         return 0;
-    ctrun_inject_t inj;
-    if ((rc = ctrun_inject_parse(raw->value[CTRUN__O_INJECT], cfg->inject_seed, &inj, eb)) != 0)
+    if ((rc = ctrun_inject_parse(raw->value[CTRUN__O_INJECT], cfg->inject_seed, &cfg->inject_specs,
+                                 eb)) != 0)
         return rc;
-    ctrun_inject_free(&inj);
     cfg->inject = strdup(raw->value[CTRUN__O_INJECT]);
     return cfg->inject == NULL ? -ENOMEM : 0;
 }
 
 /* Values that must name something that exists in this job, checked once nproc_per_node is
- * known: --local_ranks_filter ranks (a rank that does not exist would silently hide every
- * line). */
+ * known: --inject targets and --local_ranks_filter ranks (a rank that does not exist would
+ * silently never fire, or silently hide every line). */
 static int ctrun__job_fit(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
 {
+    /* One node: its workers are the whole job. Several: another node may run more workers than
+     * this one (ranks add up over the nodes), so ranks wait for the rendezvous (the agent says
+     * when a rank is missing from an attempt). */
+    long long max_world = cfg->max_nodes == 1 ? cfg->nproc_per_node : -1;
+    int rc = ctrun_inject_check(&cfg->inject_specs, cfg->max_nodes, max_world, eb);
+    if (rc != 0)
+        return rc;
     const ctrun_rank_filter_t *f = &cfg->local_ranks_filter;
     for (size_t i = 0; i < f->count; i++) {
         if (f->ranks[i] >= cfg->nproc_per_node)
@@ -841,6 +848,7 @@ void ctrun_config_free(ctrun_config_t *cfg)
     cfg->nwarnings = 0;
     ctrun_rdzv_conf_free(&cfg->rdzv_conf);
     ctrun_rank_filter_free(&cfg->local_ranks_filter);
+    ctrun_inject_free(&cfg->inject_specs);
 }
 
 /* ---- --help / --version ---------------------------------------------------------------------- */

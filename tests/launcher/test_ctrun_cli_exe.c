@@ -121,7 +121,7 @@ static void test_version(void)
 }
 
 typedef struct ct__bad {
-    const char *args[6];
+    const char *args[8];
     const char *env[3];
     const char *message; /* the whole stderr, without "ctrun: error: " and the newline */
 } ct__bad_t;
@@ -254,6 +254,24 @@ static const ct__bad_t ct__bad_cases[] = {
     {{"--inject", "kill_agent:node=1:at=step=3", "x", NULL},
      {NULL},
      "--inject: spec 1 \"kill_agent:node=1:at=step=3\": needs at=time=T"},
+    /* specs that could never fire in this job */
+    {{"--inject", "kill:rank=5:at=time=1s", "x", NULL},
+     {NULL},
+     "--inject: spec 1 \"kill:rank=5:at=time=1s\": rank 5 does not exist: the job has 1 rank "
+     "(--nproc_per_node 1), so it could never fire"},
+    {{"--nproc_per_node=2", "--inject", "hang:rank=any:every=1s;torn_ckpt:at=step=1:rank=2", "x",
+      NULL},
+     {NULL},
+     "--inject: spec 2 \"torn_ckpt:at=step=1:rank=2\": rank 2 does not exist: the job has 2 "
+     "ranks (--nproc_per_node 2), so it could never fire"},
+    {{"--nnodes=1:2", "--inject", "kill_agent:node=2:at=time=1s", "x", NULL},
+     {NULL},
+     "--inject: spec 1 \"kill_agent:node=2:at=time=1s\": node 2 does not exist: the job has at "
+     "most 2 nodes (--nnodes), so it could never fire"},
+    {{"--inject", "kill_agent:node=7:at=time=1s", "x", NULL},
+     {NULL},
+     "--inject: spec 1 \"kill_agent:node=7:at=time=1s\": node 7 does not exist: the job has at "
+     "most 1 node (--nnodes), so it could never fire"},
     {{"--inject_seed", "-1", "x", NULL},
      {NULL},
      "--inject_seed: -1 is out of range (expected 0..9223372036854775807)"},
