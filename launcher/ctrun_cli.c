@@ -17,6 +17,7 @@
 
 #include "ct_config.h"
 #include "ct_parse.h"
+#include "ctrun_console.h"
 #include "ctrun_inject.h"
 
 enum {
@@ -704,8 +705,9 @@ static int ctrun__inject(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf
 
 /* Values that must name something that exists in this job, checked once nproc_per_node is
  * known: --inject targets and --local_ranks_filter ranks (a rank that does not exist would
- * silently never fire, or silently hide every line). */
-static int ctrun__job_fit(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
+ * silently never fire, or silently hide every line). Also CTRUN_CONSOLE_BUFFER. */
+static int ctrun__job_fit(const ctrun__raw_t *raw, ctrun_config_t *cfg, const char *const *env,
+                          ct_errbuf_t *eb)
 {
     /* One node: its workers are the whole job. Several: another node may run more workers than
      * this one (ranks add up over the nodes), so ranks wait for the rendezvous (the agent says
@@ -722,6 +724,17 @@ static int ctrun__job_fit(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbu
                                  "%d: local ranks 0..%d)",
                                  raw->source[CTRUN__O_LOCAL_RANKS_FILTER], f->ranks[i],
                                  cfg->nproc_per_node, cfg->nproc_per_node - 1);
+    }
+    const char *buffer = ctrun__getenv(env, "CTRUN_CONSOLE_BUFFER");
+    if (buffer != NULL) {
+        uint64_t v = 0;
+        if ((rc = ct_parse_size(buffer, (uint64_t)1 << 30, &v, eb)) != 0)
+            return ct_errbuf_wrap(eb, rc, "CTRUN_CONSOLE_BUFFER");
+        if (v < CTRUN_CONSOLE_CAPACITY_MIN)
+            return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                                 "CTRUN_CONSOLE_BUFFER: %llu bytes is below the minimum of 16K",
+                                 (unsigned long long)v);
+        cfg->console_buffer = (size_t)v;
     }
     return 0;
 }
@@ -781,7 +794,7 @@ static int ctrun__convert(const ctrun__raw_t *raw, ctrun_config_t *cfg, const ch
         return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN__O_SIGNALS_TO_HANDLE]);
     if ((rc = ctrun__workers(raw, cfg, env, eb)) != 0)
         return rc;
-    return ctrun__job_fit(raw, cfg, eb);
+    return ctrun__job_fit(raw, cfg, env, eb);
 }
 
 int ctrun_cli_parse(int argc, char *const argv[], const char *const *env, ctrun_config_t *cfg,

@@ -92,6 +92,8 @@ typedef struct ctrun_config {
     char *log_dir; /* --log_dir, or NULL (a new temp dir) */
     ctrun_std_spec_t redirects, tee;
     ctrun_rank_filter_t local_ranks_filter; /* local ranks of this node only */
+    size_t console_buffer; /* CTRUN_CONSOLE_BUFFER: bytes of console output held for a slow
+                            * reader, per destination (ctrun_console.h); 0 = the default */
 
     /* what to run */
     bool module, no_python, run_path;

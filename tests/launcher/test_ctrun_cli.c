@@ -700,6 +700,18 @@ static void test_values_must_exist_in_the_job(void)
     CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--nproc_per_node=2", "--local_ranks_filter=1,0",
                            "w.py", NULL));
     ctrun_config_free(&c);
+    /* CTRUN_CONSOLE_BUFFER. */
+    const char *env[] = {"CTRUN_CONSOLE_BUFFER=64K", NULL};
+    CT_ASSERT_OK(ct__parse(&c, env, &eb, "w.py", NULL));
+    CT_ASSERT_EQ(c.console_buffer, 65536);
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "w.py", NULL));
+    CT_ASSERT_EQ(c.console_buffer, 0);
+    ctrun_config_free(&c);
+    const char *small[] = {"CTRUN_CONSOLE_BUFFER=100", NULL};
+    CT_ASSERT_ERR(ct__parse(&c, small, &eb, "w.py", NULL), CT_ERANGE_VALUE);
+    const char *big[] = {"CTRUN_CONSOLE_BUFFER=2G", NULL};
+    CT_ASSERT_ERR(ct__parse(&c, big, &eb, "w.py", NULL), CT_ERANGE_VALUE);
 }
 
 int main(void)

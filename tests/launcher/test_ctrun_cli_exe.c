@@ -300,6 +300,12 @@ static const ct__bad_t ct__bad_cases[] = {
      {"PET_NPROC_PER_NODE=2", "PET_LOCAL_RANKS_FILTER=1,2", NULL},
      "PET_LOCAL_RANKS_FILTER: local rank 2 does not exist on this node (--nproc_per_node 2: "
      "local ranks 0..1)"},
+    {{"x", NULL},
+     {"CTRUN_CONSOLE_BUFFER=1K", NULL},
+     "CTRUN_CONSOLE_BUFFER: 1024 bytes is below the minimum of 16K"},
+    {{"x", NULL},
+     {"CTRUN_CONSOLE_BUFFER=lots", NULL},
+     "CTRUN_CONSOLE_BUFFER: \"lots\" is not a size (expected e.g. 4096, 8K, 64M)"},
     {{"--logs_specs", "mine", "x", NULL},
      {NULL},
      "--logs_specs: not supported by ctrun (log-spec plugins are Python entry points; ctrun "
@@ -483,6 +489,7 @@ static void test_man_page_documents_everything(void)
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
         "CTRUN_WATCHDOG_TIMEOUT",
         "CTRUN_LIBCUDA",
+        "CTRUN_CONSOLE_BUFFER",
         /* every variable ctrun_env.h sets */
         "LOCAL_RANK",
         "GROUP_RANK",
