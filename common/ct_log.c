@@ -14,12 +14,20 @@
 
 int ct_log__threshold = CT_LOG_INFO;
 static char ct__log_prefix[64] = "";
+static ct_log_output_fn ct__log_output;
+static void *ct__log_output_arg;
 
 static const char *const ct__level_names[] = {"debug", "info", "warn", "error", "off"};
 
 void ct_log_set_prefix(const char *prefix)
 {
     snprintf(ct__log_prefix, sizeof ct__log_prefix, "%s", prefix != NULL ? prefix : "");
+}
+
+void ct_log_set_output(ct_log_output_fn fn, void *arg)
+{
+    ct__log_output = fn;
+    ct__log_output_arg = arg;
 }
 
 int ct_log_parse_level(const char *text, ct_log_level_t *out, ct_errbuf_t *eb)
@@ -99,6 +107,11 @@ void ct_log_write(int level, const char *fmt, ...)
         len--; /* the message's own trailing newline would make an empty line */
     line[len++] = '\n';
 
+    if (ct__log_output != NULL) {
+        ct__log_output(line, len, ct__log_output_arg);
+        errno = saved_errno;
+        return;
+    }
     const char *p = line;
     while (len > 0) {
         ssize_t w = write(STDERR_FILENO, p, len);

@@ -7,10 +7,14 @@
  * error, off; default info) and is tested in the macro, so a disabled debug line costs one
  * comparison and never evaluates its arguments' formatting.
  *
- * stdout is reserved for data and results; nothing here writes to it.
+ * stdout is reserved for data and results; nothing here writes to it. A program whose own output
+ * must never block (ctrun's agent: launcher/ctrun_console.h) sets an output function, and every
+ * line goes there instead of to stderr.
  */
 #ifndef CT_LOG_H
 #define CT_LOG_H
+
+#include <stddef.h>
 
 #include "ct_error.h"
 
@@ -43,6 +47,12 @@ int ct_log_parse_level(const char *text, ct_log_level_t *out, ct_errbuf_t *eb);
 
 void ct_log_set_level(ct_log_level_t level);
 ct_log_level_t ct_log_get_level(void);
+
+/* Where finished lines go instead of write(2) on stderr: fn gets each whole line, newline
+ * included, and must not log. NULL restores the direct write. Set it while no other thread
+ * logs (before a program starts its threads, after it has joined them). */
+typedef void (*ct_log_output_fn)(const char *line, size_t nbytes, void *arg);
+void ct_log_set_output(ct_log_output_fn fn, void *arg);
 
 /* Writes one line: "<prefix> <level>: <message>\n". Lines longer than 4 KiB are cut and end
  * in "...". Use through ct_log(). */

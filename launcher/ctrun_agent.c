@@ -113,6 +113,18 @@ static const char *ctrun__host(ctrun_agent_t *a)
     return a->host;
 }
 
+/* A block of text (a report) for ctrun's stderr, through the console queue. */
+static void ctrun__print(ctrun_agent_t *a, const char *text)
+{
+    if (a->console != NULL) {
+        struct iovec iov = {.iov_base = (void *)text, .iov_len = strlen(text)};
+        ctrun_console_write(a->console, STDERR_FILENO, &iov, 1, CTRUN_CONSOLE_OWN);
+        return;
+    }
+    fputs(text, stderr);
+    fflush(stderr);
+}
+
 static uint64_t ctrun__tag(const ctrun_agent_t *a, unsigned kind)
 {
     return CTRUN_TAG(CTRUN_TAG_AGENT, a->attempt, kind);
@@ -424,10 +436,8 @@ static void ctrun__report(ctrun_agent_t *a, const char *lines)
     size_t nshown = from_store ? n : a->nfailures;
     if (nshown > 0) {
         char *text = NULL;
-        if (ctrun_report_format(a->entrypoint, shown, nshown, &text) == 0) {
-            fputs(text, stderr);
-            fflush(stderr);
-        }
+        if (ctrun_report_format(a->entrypoint, shown, nshown, &text) == 0)
+            ctrun__print(a, text);
         free(text);
         ct_errbuf_t eb = {{0}};
         const ctrun_failure_t *root = &shown[ctrun_report_root(shown, nshown)];
@@ -487,8 +497,15 @@ static void ctrun__start_workers(ctrun_agent_t *a)
     ctrun__kv(a, ctrun_kv_get(a->kv, key, ctrun__tag(a, CTRUN__KV_OUTCOME)));
     ctrun__set_state(a, CTRUN_AGENT_RUNNING);
     a->attempt_start_ms = uv_now(&a->loop);
-    for (size_t k = 0; k < a->inject.n; k++)
+    for (size_t k = 0; k < a->inject.n; k++) {
         a->inject_in_attempt[k] = 0;
+        int missing = ctrun_inject_missing_rank(&a->inject, k, a->plan.world_size);
+        if (missing >= 0 && a->plan.group_rank == 0)
+            ct_log_warn("fault injection: spec %zu (%s) names rank %d, but attempt %d has %d "
+                        "rank%s: it cannot fire in this attempt",
+                        k + 1, a->inject.specs[k].text, missing, a->attempt, a->plan.world_size,
+                        a->plan.world_size == 1 ? "" : "s");
+    }
     for (int i = 0; i < a->nworkers; i++) {
         ctrun_worker_t *w = &a->workers[i];
         ct_errbuf_clear(&eb);
@@ -605,7 +622,8 @@ static void ctrun__on_inject(ctrun_agent_t *a)
                 ct_log_warn("fault injection: spec %zu (%s): killing this agent (node %d, pid "
                             "%d) with SIGKILL",
                             i + 1, s->text, s->node, (int)getpid());
-                fflush(stderr);
+                if (a->console != NULL)
+                    ctrun_console_flush(a->console, 1000); /* the line above, then the kill */
                 raise(SIGKILL);
             }
             continue;
@@ -1420,10 +1438,9 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
         else
             ct_log_debug("no job cgroup (%s); process groups only", ceb.msg);
     }
-    if (cfg->inject != NULL) {
-        int rc = ctrun_inject_parse(cfg->inject, cfg->inject_seed, &a->inject, eb);
-        if (rc != 0)
-            return rc;
+    if (cfg->inject_specs.n > 0) {
+        if (ctrun_inject_copy(&a->inject, &cfg->inject_specs) != 0)
+            return ct_errbuf_set(eb, -ENOMEM, "out of memory");
         a->inject_in_attempt = calloc(a->inject.n + 1, sizeof *a->inject_in_attempt);
         if (a->inject_in_attempt == NULL)
             return ct_errbuf_set(eb, -ENOMEM, "out of memory");
@@ -1483,8 +1500,8 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
 /* Removes the run's empty log folders (all of them when no worker wrote a file). On some
  * filesystems each rmdir costs a journal commit and a discard, milliseconds apiece, so a child
  * does it while ctrun exits: the job's end is not delayed by its own tidying. The child has
- * nothing of the job (every worker is gone, the store and its threads are closed) and exits
- * without running exit handlers. */
+ * nothing of the job (every worker is gone, the store and its threads are closed), never writes
+ * to the console, and exits without running exit handlers. */
 static void ctrun__tidy_logs(const ctrun_logs_t *logs)
 {
     if (logs->run_dir == NULL)
@@ -1512,10 +1529,8 @@ static void ctrun__recovery_report(ctrun_agent_t *a)
     int attempts = a->attempt + 1;
     if (a->recovery.n > 0) {
         char *text = NULL;
-        if (ctrun_recovery_format(&a->recovery, attempts, &text) == 0) {
-            fputs(text, stderr);
-            fflush(stderr);
-        }
+        if (ctrun_recovery_format(&a->recovery, attempts, &text) == 0)
+            ctrun__print(a, text);
         free(text);
     }
     if (a->logs.disabled || a->logs.run_dir == NULL ||
@@ -1537,6 +1552,17 @@ static void ctrun__recovery_report(ctrun_agent_t *a)
     free(json);
 }
 
+/* ct_log lines of every thread of the agent go through the console queue. */
+static void ctrun__log_output(const char *line, size_t nbytes, void *arg)
+{
+    struct iovec iov = {.iov_base = (void *)line, .iov_len = nbytes};
+    ctrun_console_write(arg, STDERR_FILENO, &iov, 1, CTRUN_CONSOLE_OWN);
+}
+
+/* How long the end of the job waits for a console reader that takes nothing: the job is over,
+ * so ctrun waits as long as the reader makes progress, but not for one that never reads. */
+#define CTRUN__CONSOLE_EXIT_STALL_MS 10000
+
 static void ctrun__walk_close(uv_handle_t *h, void *arg)
 {
     (void)arg;
@@ -1557,6 +1583,13 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     }
     /* A vanished console reader must not kill the agent; workers get SIGPIPE back. */
     signal(SIGPIPE, SIG_IGN);
+    /* From here on nothing the agent prints waits for the console's reader. */
+    rc = ctrun_console_create(STDOUT_FILENO, STDERR_FILENO, cfg->console_buffer, "[ctrun]",
+                              ct_log_get_level() <= CT_LOG_WARN, &a->console);
+    if (rc != 0)
+        ct_log_warn("console queue: %s; writing the console directly", strerror(-rc));
+    else
+        ct_log_set_output(ctrun__log_output, a->console);
 
     if (ctrun_env_omp_notice_needed(NULL, cfg->nproc_per_node))
         ct_log_warn("\n%s", ctrun_env_omp_notice());
@@ -1590,6 +1623,9 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     free(a->inject_in_attempt);
     ctrun__tidy_logs(&a->logs);
     ctrun_logs_close(&a->logs);
+    /* Every other thread is gone (the store's and the kv helpers'): logging goes direct again. */
+    ct_log_set_output(NULL, NULL);
+    ctrun_console_destroy(a->console, CTRUN__CONSOLE_EXIT_STALL_MS);
     *exit_code = a->exit_code;
     free(a);
     return 0;

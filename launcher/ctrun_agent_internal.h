@@ -20,6 +20,7 @@
 
 #include "ctrun_agent.h"
 #include "ctrun_cgroup.h"
+#include "ctrun_console.h"
 #include "ctrun_inject.h"
 #include "ctrun_kv.h"
 #include "ctrun_logs.h"
@@ -143,6 +144,7 @@ struct ctrun_agent {
     ctrun_cgroup_t cgroup; /* the job's cgroup v2, empty when unavailable */
 
     /* output */
+    ctrun_console_t *console; /* ctrun's stdout and stderr (ctrun_console.h); NULL: direct */
     ctrun_logs_t logs;
     const char *prefix_template; /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE */
     char host[256];              /* this node's name (FQDN), for reports */

@@ -17,6 +17,7 @@
 
 #include "ct_config.h"
 #include "ct_parse.h"
+#include "ctrun_console.h"
 #include "ctrun_inject.h"
 
 enum {
@@ -682,7 +683,8 @@ static int ctrun__workers(const ctrun__raw_t *raw, ctrun_config_t *cfg, const ch
     return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN__O_NPROC_PER_NODE]);
 }
 
-/* --inject is checked here (a bad spec is a usage error); the agent parses it again. */
+/* --inject is parsed here (a bad spec is a usage error); ctrun__job_fit checks that every spec
+ * can fire once the job's size is known. */
 static int ctrun__inject(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
 {
     int rc;
@@ -694,12 +696,47 @@ static int ctrun__inject(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf
     }
     if (!raw->given[CTRUN__O_INJECT] || raw->value[CTRUN__O_INJECT][0] == '\0')
         return 0;
-    ctrun_inject_t inj;
-    if ((rc = ctrun_inject_parse(raw->value[CTRUN__O_INJECT], cfg->inject_seed, &inj, eb)) != 0)
+    if ((rc = ctrun_inject_parse(raw->value[CTRUN__O_INJECT], cfg->inject_seed, &cfg->inject_specs,
+                                 eb)) != 0)
         return rc;
-    ctrun_inject_free(&inj);
     cfg->inject = strdup(raw->value[CTRUN__O_INJECT]);
     return cfg->inject == NULL ? -ENOMEM : 0;
+}
+
+/* Values that must name something that exists in this job, checked once nproc_per_node is
+ * known: --inject targets and --local_ranks_filter ranks (a rank that does not exist would
+ * silently never fire, or silently hide every line). Also CTRUN_CONSOLE_BUFFER. */
+static int ctrun__job_fit(const ctrun__raw_t *raw, ctrun_config_t *cfg, const char *const *env,
+                          ct_errbuf_t *eb)
+{
+    /* One node: its workers are the whole job. Several: another node may run more workers than
+     * this one (ranks add up over the nodes), so ranks wait for the rendezvous (the agent says
+     * when a rank is missing from an attempt). */
+    long long max_world = cfg->max_nodes == 1 ? cfg->nproc_per_node : -1;
+    int rc = ctrun_inject_check(&cfg->inject_specs, cfg->max_nodes, max_world, eb);
+    if (rc != 0)
+        return rc;
+    const ctrun_rank_filter_t *f = &cfg->local_ranks_filter;
+    for (size_t i = 0; i < f->count; i++) {
+        if (f->ranks[i] >= cfg->nproc_per_node)
+            return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                                 "%s: local rank %d does not exist on this node (--nproc_per_node "
+                                 "%d: local ranks 0..%d)",
+                                 raw->source[CTRUN__O_LOCAL_RANKS_FILTER], f->ranks[i],
+                                 cfg->nproc_per_node, cfg->nproc_per_node - 1);
+    }
+    const char *buffer = ctrun__getenv(env, "CTRUN_CONSOLE_BUFFER");
+    if (buffer != NULL) {
+        uint64_t v = 0;
+        if ((rc = ct_parse_size(buffer, (uint64_t)1 << 30, &v, eb)) != 0)
+            return ct_errbuf_wrap(eb, rc, "CTRUN_CONSOLE_BUFFER");
+        if (v < CTRUN_CONSOLE_CAPACITY_MIN)
+            return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                                 "CTRUN_CONSOLE_BUFFER: %llu bytes is below the minimum of 16K",
+                                 (unsigned long long)v);
+        cfg->console_buffer = (size_t)v;
+    }
+    return 0;
 }
 
 static int ctrun__convert(const ctrun__raw_t *raw, ctrun_config_t *cfg, const char *const *env,
@@ -755,7 +792,9 @@ static int ctrun__convert(const ctrun__raw_t *raw, ctrun_config_t *cfg, const ch
                                  &cfg->nsignals, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN__O_SIGNALS_TO_HANDLE]);
-    return ctrun__workers(raw, cfg, env, eb);
+    if ((rc = ctrun__workers(raw, cfg, env, eb)) != 0)
+        return rc;
+    return ctrun__job_fit(raw, cfg, env, eb);
 }
 
 int ctrun_cli_parse(int argc, char *const argv[], const char *const *env, ctrun_config_t *cfg,
@@ -822,6 +861,7 @@ void ctrun_config_free(ctrun_config_t *cfg)
     cfg->nwarnings = 0;
     ctrun_rdzv_conf_free(&cfg->rdzv_conf);
     ctrun_rank_filter_free(&cfg->local_ranks_filter);
+    ctrun_inject_free(&cfg->inject_specs);
 }
 
 /* ---- --help / --version ---------------------------------------------------------------------- */

@@ -22,6 +22,7 @@
 
 #include "ct_addr.h"
 #include "ct_error.h"
+#include "ctrun_inject.h"
 #include "ctrun_logs.h"
 #include "ctrun_nproc.h"
 #include "ctrun_rdzv_conf.h"
@@ -79,7 +80,8 @@ typedef struct ctrun_config {
     double watchdog_timeout_s;      /* heartbeat watchdog for libctworker workers; 0 = off */
     double restart_backoff_s;       /* --restart_backoff: first wait, doubling; 0 = none */
     int progress_guard;            /* --progress_guard K; 0 = guard off */
-    char *inject;                   /* --inject specs (checked), or NULL */
+    char *inject;                   /* --inject specs as given, or NULL */
+    ctrun_inject_t inject_specs;    /* ... parsed; nodes (and ranks of a one-node job) exist */
     uint64_t inject_seed;           /* --inject_seed */
     int signals[CTRUN_SIGNALS_MAX]; /* --signals_to_handle, forwarded to workers */
     size_t nsignals;
@@ -89,7 +91,9 @@ typedef struct ctrun_config {
     char *role;    /* --role */
     char *log_dir; /* --log_dir, or NULL (a new temp dir) */
     ctrun_std_spec_t redirects, tee;
-    ctrun_rank_filter_t local_ranks_filter;
+    ctrun_rank_filter_t local_ranks_filter; /* local ranks of this node only */
+    size_t console_buffer; /* CTRUN_CONSOLE_BUFFER: bytes of console output held for a slow
+                            * reader, per destination (ctrun_console.h); 0 = the default */
 
     /* what to run */
     bool module, no_python, run_path;

@@ -118,6 +118,8 @@ static int ctrun__sink(ctrun_agent_t *a, ctrun_worker_t *w, ctrun_stream_t strea
     ctrun_sink_t *sink = is_out ? &w->out_sink : &w->err_sink;
     int console = plan.to_console ? (is_out ? STDOUT_FILENO : STDERR_FILENO) : -1;
     rc = ctrun_sink_init(sink, console, *file, prefix, 0);
+    if (rc == 0 && a->console != NULL)
+        ctrun_sink_use_console(sink, a->console);
     free(prefix);
     if (rc != 0)
         return ct_errbuf_set(eb, rc, "out of memory");

@@ -234,6 +234,49 @@ int ctrun_inject_parse(const char *text, uint64_t seed, ctrun_inject_t *inj, ct_
     return rc;
 }
 
+int ctrun_inject_check(const ctrun_inject_t *inj, int max_nodes, long long max_world,
+                       ct_errbuf_t *eb)
+{
+    for (size_t i = 0; i < inj->n; i++) {
+        const ctrun_inject_spec_t *s = &inj->specs[i];
+        if (s->kind == CTRUN_INJECT_KILL_AGENT && s->node >= max_nodes)
+            return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                                 "--inject: spec %zu \"%s\": node %d does not exist: the job has "
+                                 "at most %d node%s (--nnodes), so it could never fire",
+                                 i + 1, s->text, s->node, max_nodes, max_nodes == 1 ? "" : "s");
+        if (max_world >= 0 && s->kind != CTRUN_INJECT_KILL_AGENT && s->rank != CTRUN_INJECT_ANY &&
+            s->rank >= max_world)
+            return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                                 "--inject: spec %zu \"%s\": rank %d does not exist: the job has "
+                                 "%lld rank%s (--nproc_per_node %lld), so it could never fire",
+                                 i + 1, s->text, s->rank, max_world, max_world == 1 ? "" : "s",
+                                 max_world);
+    }
+    return 0;
+}
+
+int ctrun_inject_missing_rank(const ctrun_inject_t *inj, size_t i, int world_size)
+{
+    const ctrun_inject_spec_t *s = &inj->specs[i];
+    if (s->kind == CTRUN_INJECT_KILL_AGENT || s->rank == CTRUN_INJECT_ANY || s->rank < world_size)
+        return -1;
+    return s->rank;
+}
+
+int ctrun_inject_copy(ctrun_inject_t *dst, const ctrun_inject_t *src)
+{
+    memset(dst, 0, sizeof *dst);
+    dst->seed = src->seed;
+    if (src->n == 0)
+        return 0;
+    dst->specs = malloc(src->n * sizeof *dst->specs);
+    if (dst->specs == NULL)
+        return -ENOMEM;
+    memcpy(dst->specs, src->specs, src->n * sizeof *dst->specs);
+    dst->n = src->n;
+    return 0;
+}
+
 void ctrun_inject_free(ctrun_inject_t *inj)
 {
     free(inj->specs);

@@ -73,6 +73,22 @@ typedef struct ctrun_inject {
  * is empty. Free with ctrun_inject_free. */
 int ctrun_inject_parse(const char *text, uint64_t seed, ctrun_inject_t *inj, ct_errbuf_t *eb);
 
+/* Rejects a spec that cannot fire in a job of at most max_nodes nodes and max_world ranks: a
+ * kill_agent node at or above max_nodes, or a rank (rank=, torn_ckpt's rank) at or above
+ * max_world. max_world < 0: not known before the rendezvous (nodes may run different
+ * --nproc_per_node counts), ranks are not checked. Error: CT_ERANGE_VALUE with one line naming
+ * the spec and the job's size. */
+int ctrun_inject_check(const ctrun_inject_t *inj, int max_nodes, long long max_world,
+                       ct_errbuf_t *eb);
+
+/* The rank spec i names when it names one that an attempt of world_size ranks does not have,
+ * else -1 (rank=any, kill_agent, or a rank that exists). */
+int ctrun_inject_missing_rank(const ctrun_inject_t *inj, size_t i, int world_size);
+
+/* A deep copy of src into *dst (the agent counts firings in its own copy). Returns 0 or
+ * -ENOMEM (then *dst is empty). */
+int ctrun_inject_copy(ctrun_inject_t *dst, const ctrun_inject_t *src);
+
 void ctrun_inject_free(ctrun_inject_t *inj);
 
 /* True while spec i may still fire. */

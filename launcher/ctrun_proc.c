@@ -418,7 +418,10 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         int st;
         while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
         }
-        rc = ct_errbuf_set(eb, CT_ESPAWN, "%s: %s", path, strerror(ca.err));
+        /* execve says EACCES for a directory; say what it is instead. */
+        struct stat sb;
+        bool is_dir = ca.err == EACCES && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+        rc = ct_errbuf_set(eb, CT_ESPAWN, "%s: %s", path, strerror(is_dir ? EISDIR : ca.err));
         goto fail_fds;
     }
     p->pid = pid;

@@ -1,10 +1,11 @@
 /*
  * ctrun_sink.c - line framing. Complete lines inside a chunk are gathered into one writev
- * (prefix and line as separate iovecs, nothing copied); only the bytes after a chunk's last
- * '\n' are copied into the pending buffer, which is bounded: when it fills without a newline
- * its content is written as a piece of its own (cut at a UTF-8 character boundary) ending in
- * '\n', and a '\n' that arrives right after such a cut is taken as the end of that piece
- * rather than as an empty line.
+ * (prefix and line as separate iovecs, nothing copied), or into one call of the console queue
+ * (which copies them, each line kept or dropped whole) when the sink has one; only the bytes
+ * after a chunk's last '\n' are copied into the pending buffer, which is bounded: when it
+ * fills without a newline its content is written as a piece of its own (cut at a UTF-8
+ * character boundary) ending in '\n', and a '\n' that arrives right after such a cut is taken
+ * as the end of that piece rather than as an empty line.
  */
 #include "ctrun_sink.h"
 
@@ -21,6 +22,8 @@
 typedef struct ctrun__batch {
     struct iovec iov[CTRUN__IOV_MAX];
     int n;
+    int line_end[CTRUN__IOV_MAX]; /* where each line's iovecs end (for the console queue) */
+    int nlines;
 } ctrun__batch_t;
 
 /* Writes every byte of iov[0..n) to fd; the iovecs are consumed. Returns 0 or -errno. */
@@ -55,12 +58,20 @@ static int ctrun__writev_all(int fd, struct iovec *iov, int n)
 static int ctrun__flush(ctrun_sink_t *s, ctrun__batch_t *b)
 {
     int rc = 0;
-    if (b->n > 0 && s->console_err == 0) {
+    if (b->n > 0 && s->console_err == 0 && s->console != NULL) {
+        rc = ctrun_console_write_lines(s->console, s->console_fd, b->iov, b->line_end, b->nlines,
+                                       CTRUN_CONSOLE_RELAY);
+        if (rc == -EAGAIN)
+            rc = 0; /* lines dropped for lack of room: the console counts them and says so */
+        if (rc != 0)
+            s->console_err = rc;
+    } else if (b->n > 0 && s->console_err == 0) {
         rc = ctrun__writev_all(s->console_fd, b->iov, b->n);
         if (rc != 0)
             s->console_err = rc;
     }
     b->n = 0;
+    b->nlines = 0;
     return rc;
 }
 
@@ -82,6 +93,7 @@ static int ctrun__line(ctrun_sink_t *s, ctrun__batch_t *b, const char *a, size_t
     ctrun__add(b, c, cn);
     if (add_nl)
         ctrun__add(b, "\n", 1);
+    b->line_end[b->nlines++] = b->n;
     return rc;
 }
 
@@ -116,6 +128,11 @@ int ctrun_sink_init(ctrun_sink_t *sink, int console_fd, int file_fd, const char 
     return 0;
 }
 
+void ctrun_sink_use_console(ctrun_sink_t *sink, ctrun_console_t *console)
+{
+    sink->console = console;
+}
+
 int ctrun_sink_write(ctrun_sink_t *sink, const void *data, size_t nbytes)
 {
     if (sink->file_fd >= 0 && sink->file_err == 0 && nbytes > 0) {
@@ -125,7 +142,7 @@ int ctrun_sink_write(ctrun_sink_t *sink, const void *data, size_t nbytes)
     if (sink->console_fd < 0 || sink->console_err != 0)
         return sink->file_err ? sink->file_err : sink->console_err;
 
-    ctrun__batch_t b = {.n = 0};
+    ctrun__batch_t b = {.n = 0, .nlines = 0};
     const char *p = data, *end = p + nbytes;
     if (sink->cut_pending && p < end) {
         if (*p == '\n' && sink->pending_len == 0)
@@ -175,7 +192,7 @@ int ctrun_sink_finish(ctrun_sink_t *sink)
 {
     if (sink->console_fd < 0 || sink->console_err != 0 || sink->pending_len == 0)
         return sink->file_err ? sink->file_err : sink->console_err;
-    ctrun__batch_t b = {.n = 0};
+    ctrun__batch_t b = {.n = 0, .nlines = 0};
     ctrun__line(sink, &b, sink->pending, sink->pending_len, NULL, 0, true);
     sink->pending_len = 0;
     sink->cut_pending = false;

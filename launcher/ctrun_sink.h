@@ -4,15 +4,23 @@
  * each with the console prefix, to the console. Lines of different workers therefore never
  * share a console line, whatever the chunk boundaries were.
  *
+ * The log file gets blocking write(2) calls (a disk keeps up; the file must be complete). Console
+ * lines go, one whole line at a time, to the agent's console queue when the sink has one
+ * (ctrun_sink_use_console: the agent's loop never waits for a console reader, and a line the
+ * queue has no room for is dropped whole); without one, to console_fd with blocking writev
+ * calls, one per batch of lines (tools and tests).
+ *
  * Deliberately not here: pipes and libuv (the agent calls ctrun_sink_write from its uv_read
- * callback) and deciding where a stream goes (ctrun_logs.h). Writes are blocking write(2)
- * calls, retried on EINTR/EAGAIN, one writev per batch of lines.
+ * callback), deciding where a stream goes (ctrun_logs.h), and the console queue itself
+ * (ctrun_console.h).
  */
 #ifndef CTRUN_SINK_H
 #define CTRUN_SINK_H
 
 #include <stdbool.h>
 #include <stddef.h>
+
+#include "ctrun_console.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,12 +43,17 @@ typedef struct ctrun_sink {
     size_t pending_len, line_max;
     bool cut_pending; /* the last piece was cut at line_max; a '\n' right after it ends it */
     int console_err, file_err; /* first write error (negative errno), 0 while healthy */
+    ctrun_console_t *console;  /* not owned; NULL: blocking writes to console_fd */
 } ctrun_sink_t;
 
 /* prefix may be NULL or "" (no prefix); line_max 0 means CTRUN_SINK_LINE_MAX. Returns 0 or
  * -ENOMEM. */
 int ctrun_sink_init(ctrun_sink_t *sink, int console_fd, int file_fd, const char *prefix,
                     size_t line_max);
+
+/* Console lines go through console (for its fd console_fd) instead of blocking writes. The
+ * console must outlive the sink's last write. */
+void ctrun_sink_use_console(ctrun_sink_t *sink, ctrun_console_t *console);
 
 /* Takes the next chunk of the stream. Returns 0 while every destination in use is healthy,
  * else the error that switched one off (the file's first); the other keeps working. */

@@ -1,7 +1,7 @@
 /*
  * test_ct_log.c - log lines: prefix and level format, threshold from CT_LOG_LEVEL, bad level
  * values reported, one write per line with long messages cut, arguments of disabled lines not
- * evaluated.
+ * evaluated, an output function taking every line instead of stderr.
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -117,11 +117,40 @@ static void test_level_from_environment(void)
     CT_ASSERT_OK(ct_log_init("[t]", &eb));
 }
 
+static char hooked[256];
+static size_t hooked_len;
+static void hook(const char *line, size_t nbytes, void *arg)
+{
+    CT_ASSERT_STR_EQ((const char *)arg, "arg");
+    CT_ASSERT_LT(hooked_len + nbytes, sizeof hooked);
+    memcpy(hooked + hooked_len, line, nbytes);
+    hooked_len += nbytes;
+    hooked[hooked_len] = '\0';
+}
+static void emit_two(void)
+{
+    ct_log_warn("first");
+    ct_log_error("second %d", 2);
+}
+
+static void test_output_function(void)
+{
+    /* With an output function every line goes there, whole, and nothing to stderr. */
+    ct_log_set_prefix("[ctrun]");
+    ct_log_set_level(CT_LOG_WARN);
+    ct_log_set_output(hook, "arg");
+    CT_ASSERT_STR_EQ(capture(emit_two), "");
+    CT_ASSERT_STR_EQ(hooked, "[ctrun] warn: first\n[ctrun] error: second 2\n");
+    ct_log_set_output(NULL, NULL);
+    CT_ASSERT_STR_EQ(capture(emit_two), "[ctrun] warn: first\n[ctrun] error: second 2\n");
+}
+
 int main(void)
 {
     CT_RUN(test_format_and_threshold);
     CT_RUN(test_disabled_lines_do_not_evaluate);
     CT_RUN(test_long_line_is_cut);
     CT_RUN(test_level_from_environment);
+    CT_RUN(test_output_function);
     return 0;
 }

@@ -29,6 +29,8 @@
  *     --out TEXT         print TEXT and a newline to stdout (repeatable)
  *     --err TEXT         print TEXT and a newline to stderr (repeatable)
  *     --long N           print N bytes of 'x' to stdout with no newline at the end
+ *     --flood            while sleeping (--sleep-ms), print numbered lines "flood <i>" (i from 0)
+ *                        to stdout, 64 at a time with a 1 ms pause between batches
  *   Other arguments are ignored (they still show in the env dump), so the worker can stand in
  *   for a Python interpreter.
  */
@@ -151,12 +153,26 @@ static void sleep_ms(long ms)
     }
 }
 
+/* Numbered lines on stdout for ms milliseconds (-1: until killed), each written whole. */
+static void flood_ms(long ms)
+{
+    int64_t end = ms < 0 ? INT64_MAX : ct_time_ms() + ms;
+    char buf[64 * 24];
+    for (long i = 0; ct_time_ms() < end;) {
+        size_t n = 0;
+        for (int k = 0; k < 64; k++)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "flood %ld\n", i++);
+        write_all(1, buf, n);
+        sleep_ms(1);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *errfile_msg = NULL;
     int when_rank = -1, when_attempt = -1, when_world = -1, exit_code = -1, sig = 0, heartbeat = 0;
     long delay_ms = 0, sleep_ms_v = 0, long_n = 0;
-    bool child = false, daemon_child = false;
+    bool child = false, daemon_child = false, flood = false;
     int rank = env_int("RANK", 0), local_rank = env_int("LOCAL_RANK", 0);
     int attempt = env_int("TORCHELASTIC_RESTART_COUNT", 0);
 
@@ -191,7 +207,10 @@ int main(int argc, char **argv)
             heartbeat = atoi(v);
         else if (strcmp(a, "--long") == 0 && takes)
             long_n = atol(v);
-        else if (strcmp(a, "--child") == 0 || strcmp(a, "--daemon") == 0) {
+        else if (strcmp(a, "--flood") == 0) {
+            flood = true;
+            continue;
+        } else if (strcmp(a, "--child") == 0 || strcmp(a, "--daemon") == 0) {
             child = true;
             daemon_child = daemon_child || strcmp(a, "--daemon") == 0;
             continue;
@@ -264,7 +283,10 @@ int main(int argc, char **argv)
                    (when_world < 0 || when_world == env_int("WORLD_SIZE", 0));
     bool action = exit_code >= 0 || sig != 0 || errfile_msg != NULL;
     if (!applies || !action) {
-        sleep_ms(sleep_ms_v);
+        if (flood)
+            flood_ms(sleep_ms_v);
+        else
+            sleep_ms(sleep_ms_v);
         return 0;
     }
     sleep_ms(delay_ms);

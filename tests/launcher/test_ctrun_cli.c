@@ -180,6 +180,10 @@ static void ck_guard(const ctrun_config_t *c)
 static void ck_inject(const ctrun_config_t *c)
 {
     CT_ASSERT_STR_EQ(c->inject, "kill:rank=1:at=step=5;hang:rank=any:every=2s");
+    /* Parsed once, here: the agent takes these. */
+    CT_ASSERT_EQ(c->inject_specs.n, 2);
+    CT_ASSERT_EQ(c->inject_specs.specs[0].rank, 1);
+    CT_ASSERT_EQ(c->inject_specs.specs[1].rank, CTRUN_INJECT_ANY);
 }
 static void ck_inject_seed(const ctrun_config_t *c)
 {
@@ -242,7 +246,7 @@ static const struct {
     {"watchdog_timeout", "60", NULL, ck_watchdog},
     {"restart_backoff", "0.25", NULL, ck_backoff},
     {"progress_guard", "0", NULL, ck_guard},
-    {"inject", "kill:rank=1:at=step=5;hang:rank=any:every=2s", NULL, ck_inject},
+    {"inject", "kill:rank=1:at=step=5;hang:rank=any:every=2s", "--nproc_per_node=2", ck_inject},
     {"inject_seed", "77", NULL, ck_inject_seed},
     {"event_log_handler", "null", NULL, ck_handler},
     {"role", "trainer", NULL, ck_role},
@@ -250,7 +254,7 @@ static const struct {
     {"log_dir", "/var/log/job", NULL, ck_log_dir},
     {"redirects", "0:1,1:2", NULL, ck_redirects},
     {"tee", "5:3", NULL, ck_tee},
-    {"local_ranks_filter", "2,0", NULL, ck_filter},
+    {"local_ranks_filter", "2,0", "--nproc_per_node=3", ck_filter},
 };
 
 static void test_every_valued_option_both_spellings(void)
@@ -408,7 +412,9 @@ static void test_pet_fallbacks(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char entry[128];
         snprintf(entry, sizeof entry, "%s=%s", cases[i].var, cases[i].value);
-        const char *env[] = {"UNRELATED=1", entry, NULL};
+        /* Three workers, so that the ranks these values name exist. */
+        bool nproc = strcmp(cases[i].var, "PET_NPROC_PER_NODE") == 0;
+        const char *env[] = {"UNRELATED=1", entry, nproc ? NULL : "PET_NPROC_PER_NODE=3", NULL};
         ctrun_config_t c;
         ct_errbuf_t eb = {{0}};
         CT_ASSERT_MSG(ct__parse(&c, env, &eb, "w.py", NULL) == 0, "%s: %s", entry, eb.msg);
@@ -647,6 +653,67 @@ static void test_entry_rule(void)
     }
 }
 
+/* Values that name a rank or node are checked against the job's size at parse time. */
+static void test_values_must_exist_in_the_job(void)
+{
+    ctrun_config_t c;
+    ct_errbuf_t eb = {{0}};
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--inject", "kill:rank=5:at=time=1s", "w.py", NULL),
+                  CT_ERANGE_VALUE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "rank 5 does not exist");
+    CT_ASSERT_ERR(
+        ct__parse(&c, ct__noenv, &eb, "--inject", "kill_agent:node=7:at=time=1s", "w.py", NULL),
+        CT_ERANGE_VALUE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "node 7 does not exist");
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--nnodes=2", "--inject",
+                            "kill_agent:node=2:at=time=1s", "w.py", NULL),
+                  CT_ERANGE_VALUE);
+    /* Several nodes: ranks add up over nodes that may run different --nproc_per_node counts,
+     * so only the node is known before the rendezvous. */
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--nnodes=1:3", "--nproc_per_node=2", "--inject",
+                           "kill:rank=9:at=step=1;kill_agent:node=2:at=time=1s;"
+                           "torn_ckpt:at=step=3:rank=4;hang:rank=any:every=1s",
+                           "w.py", NULL));
+    CT_ASSERT_EQ(c.inject_specs.n, 4);
+    CT_ASSERT_EQ(ctrun_inject_missing_rank(&c.inject_specs, 0, 6), 9);
+    CT_ASSERT_EQ(ctrun_inject_missing_rank(&c.inject_specs, 0, 10), -1);
+    CT_ASSERT_EQ(ctrun_inject_missing_rank(&c.inject_specs, 1, 1), -1); /* a node, not a rank */
+    CT_ASSERT_EQ(ctrun_inject_missing_rank(&c.inject_specs, 2, 4), 4);
+    CT_ASSERT_EQ(ctrun_inject_missing_rank(&c.inject_specs, 3, 1), -1); /* any */
+    ctrun_config_free(&c);
+    /* One node: its --nproc_per_node is the whole job. */
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--nproc_per_node=2", "--inject",
+                           "kill:rank=1:at=step=1", "w.py", NULL));
+    ctrun_config_free(&c);
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--nproc_per_node=2", "--inject",
+                            "hang:rank=2:at=step=1", "w.py", NULL),
+                  CT_ERANGE_VALUE);
+    /* --local_ranks_filter: local ranks of this node only. */
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--local_ranks_filter", "5", "w.py", NULL),
+                  CT_ERANGE_VALUE);
+    CT_ASSERT_STR_EQ(eb.msg, "--local_ranks_filter: local rank 5 does not exist on this node "
+                             "(--nproc_per_node 1: local ranks 0..0)");
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--nproc_per_node=2", "--local-ranks-filter=0,2",
+                            "w.py", NULL),
+                  CT_ERANGE_VALUE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--local-ranks-filter: local rank 2");
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--nproc_per_node=2", "--local_ranks_filter=1,0",
+                           "w.py", NULL));
+    ctrun_config_free(&c);
+    /* CTRUN_CONSOLE_BUFFER. */
+    const char *env[] = {"CTRUN_CONSOLE_BUFFER=64K", NULL};
+    CT_ASSERT_OK(ct__parse(&c, env, &eb, "w.py", NULL));
+    CT_ASSERT_EQ(c.console_buffer, 65536);
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "w.py", NULL));
+    CT_ASSERT_EQ(c.console_buffer, 0);
+    ctrun_config_free(&c);
+    const char *small[] = {"CTRUN_CONSOLE_BUFFER=100", NULL};
+    CT_ASSERT_ERR(ct__parse(&c, small, &eb, "w.py", NULL), CT_ERANGE_VALUE);
+    const char *big[] = {"CTRUN_CONSOLE_BUFFER=2G", NULL};
+    CT_ASSERT_ERR(ct__parse(&c, big, &eb, "w.py", NULL), CT_ERANGE_VALUE);
+}
+
 int main(void)
 {
     CT_RUN(test_defaults);
@@ -659,5 +726,6 @@ int main(void)
     CT_RUN(test_store_address);
     CT_RUN(test_rdzv_conf);
     CT_RUN(test_entry_rule);
+    CT_RUN(test_values_must_exist_in_the_job);
     return 0;
 }

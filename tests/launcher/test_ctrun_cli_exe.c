@@ -121,7 +121,7 @@ static void test_version(void)
 }
 
 typedef struct ct__bad {
-    const char *args[6];
+    const char *args[8];
     const char *env[3];
     const char *message; /* the whole stderr, without "ctrun: error: " and the newline */
 } ct__bad_t;
@@ -254,6 +254,24 @@ static const ct__bad_t ct__bad_cases[] = {
     {{"--inject", "kill_agent:node=1:at=step=3", "x", NULL},
      {NULL},
      "--inject: spec 1 \"kill_agent:node=1:at=step=3\": needs at=time=T"},
+    /* specs that could never fire in this job */
+    {{"--inject", "kill:rank=5:at=time=1s", "x", NULL},
+     {NULL},
+     "--inject: spec 1 \"kill:rank=5:at=time=1s\": rank 5 does not exist: the job has 1 rank "
+     "(--nproc_per_node 1), so it could never fire"},
+    {{"--nproc_per_node=2", "--inject", "hang:rank=any:every=1s;torn_ckpt:at=step=1:rank=2", "x",
+      NULL},
+     {NULL},
+     "--inject: spec 2 \"torn_ckpt:at=step=1:rank=2\": rank 2 does not exist: the job has 2 "
+     "ranks (--nproc_per_node 2), so it could never fire"},
+    {{"--nnodes=1:2", "--inject", "kill_agent:node=2:at=time=1s", "x", NULL},
+     {NULL},
+     "--inject: spec 1 \"kill_agent:node=2:at=time=1s\": node 2 does not exist: the job has at "
+     "most 2 nodes (--nnodes), so it could never fire"},
+    {{"--inject", "kill_agent:node=7:at=time=1s", "x", NULL},
+     {NULL},
+     "--inject: spec 1 \"kill_agent:node=7:at=time=1s\": node 7 does not exist: the job has at "
+     "most 1 node (--nnodes), so it could never fire"},
     {{"--inject_seed", "-1", "x", NULL},
      {NULL},
      "--inject_seed: -1 is out of range (expected 0..9223372036854775807)"},
@@ -274,6 +292,20 @@ static const ct__bad_t ct__bad_cases[] = {
     {{"--local_ranks_filter", "0,a", "x", NULL},
      {NULL},
      "--local_ranks_filter: \"0,a\" is not a comma-separated list of local ranks (e.g. 0,1,2)"},
+    {{"--local_ranks_filter", "5", "x", NULL},
+     {NULL},
+     "--local_ranks_filter: local rank 5 does not exist on this node (--nproc_per_node 1: local "
+     "ranks 0..0)"},
+    {{"x", NULL},
+     {"PET_NPROC_PER_NODE=2", "PET_LOCAL_RANKS_FILTER=1,2", NULL},
+     "PET_LOCAL_RANKS_FILTER: local rank 2 does not exist on this node (--nproc_per_node 2: "
+     "local ranks 0..1)"},
+    {{"x", NULL},
+     {"CTRUN_CONSOLE_BUFFER=1K", NULL},
+     "CTRUN_CONSOLE_BUFFER: 1024 bytes is below the minimum of 16K"},
+    {{"x", NULL},
+     {"CTRUN_CONSOLE_BUFFER=lots", NULL},
+     "CTRUN_CONSOLE_BUFFER: \"lots\" is not a size (expected e.g. 4096, 8K, 64M)"},
     {{"--logs_specs", "mine", "x", NULL},
      {NULL},
      "--logs_specs: not supported by ctrun (log-spec plugins are Python entry points; ctrun "
@@ -356,6 +388,15 @@ static void test_valid_command_runs(void)
     CT_ASSERT_STR_CONTAINS(c.err, "cannot start local rank 0: ./no-such-worker: No such file or "
                                   "directory\n");
     CT_ASSERT_STR_CONTAINS(c.err, "./no-such-worker FAILED\n");
+    ct_child_close(&c);
+
+    /* A directory given as the script: said so, not "Permission denied". */
+    const char *const args4[] = {"--master_port=0", "--log_dir=/dev/null", "--no_python", "/tmp",
+                                 NULL};
+    ct__run(&c, env, args4);
+    CT_ASSERT_EQ(c.exit_code, 1);
+    CT_ASSERT_STR_CONTAINS(c.err, "cannot start local rank 0: /tmp: Is a directory\n");
+    CT_ASSERT_STR_NOT_CONTAINS(c.err, "Permission denied");
     ct_child_close(&c);
 }
 
@@ -448,6 +489,7 @@ static void test_man_page_documents_everything(void)
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
         "CTRUN_WATCHDOG_TIMEOUT",
         "CTRUN_LIBCUDA",
+        "CTRUN_CONSOLE_BUFFER",
         /* every variable ctrun_env.h sets */
         "LOCAL_RANK",
         "GROUP_RANK",

@@ -214,6 +214,10 @@ static void test_exec_failures_at_spawn(void)
     fclose(f);
     chmod(path, 0755);
     spawn_error(path, CT_ESPAWN, "Exec format error");
+    /* A directory: execve says EACCES; the message says what it is. */
+    char want[600];
+    snprintf(want, sizeof want, "%s: Is a directory", scratch);
+    spawn_error(scratch, CT_ESPAWN, want);
 }
 
 static void test_resolve(void)

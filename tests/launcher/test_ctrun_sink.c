@@ -2,7 +2,8 @@
  * test_ctrun_sink.c - line framing of worker output: raw bytes to the file, whole prefixed
  * lines to the console whatever the chunk boundaries, a trailing partial line flushed at the
  * end, over-long lines cut into bounded pieces (never inside a UTF-8 character), two workers'
- * output never sharing a console line, and a vanished console not stopping the file.
+ * output never sharing a console line, a vanished console not stopping the file, and through
+ * a console queue whose reader stalls: whole lines dropped, the file complete.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -242,6 +243,76 @@ static void test_large_output_through_a_pipe(void)
     CT_ASSERT_EQ(WEXITSTATUS(status), 0);
 }
 
+/* Through a console queue whose reader has stopped: the file gets every byte, the console
+ * whole prefixed lines (some dropped, none cut, long pieces included), and no call waits. */
+static void test_console_queue_drops_whole_lines(void)
+{
+    int p[2];
+    CT_ASSERT_EQ(pipe(p), 0);
+    fcntl(p[1], F_SETPIPE_SZ, 4096);
+    ctrun_console_t *con;
+    CT_ASSERT_OK(ctrun_console_create(p[1], -1, CTRUN_CONSOLE_CAPACITY_MIN, NULL, false, &con));
+    int file = ct__tmpfd();
+    ctrun_sink_t s;
+    CT_ASSERT_OK(ctrun_sink_init(&s, p[1], file, "[p]:", 64));
+    ctrun_sink_use_console(&s, con);
+    static char text[3000 * 16];
+    size_t len = 0;
+    for (int i = 0; i < 3000; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "line %d\n", i);
+    for (size_t off = 0; off < len; off += 7)
+        CT_ASSERT_OK(ctrun_sink_write(&s, text + off, len - off < 7 ? len - off : 7));
+    CT_ASSERT_OK(ctrun_sink_write(&s, text, 0));
+    static char longline[200];
+    memset(longline, 'y', sizeof longline);
+    CT_ASSERT_OK(ctrun_sink_write(&s, longline, sizeof longline)); /* pieces of 64, no '\n' */
+    CT_ASSERT_OK(ctrun_sink_finish(&s));
+    ctrun_console_stats_t st;
+    ctrun_console_get_stats(con, &st);
+    CT_ASSERT(st.lines_dropped > 0);
+    /* The file has everything. */
+    char *f = ct__contents(file);
+    CT_ASSERT_EQ(strncmp(f, text, len), 0);
+    CT_ASSERT_EQ(strlen(f), len + sizeof longline);
+    /* Now read the console: whole lines only. */
+    pid_t pid = fork();
+    CT_ASSERT(pid >= 0);
+    if (pid == 0) {
+        close(p[1]);
+        static char got[1 << 20];
+        size_t n = 0;
+        ssize_t r;
+        while ((r = read(p[0], got + n, sizeof got - 1 - n)) > 0)
+            n += (size_t)r;
+        got[n] = '\0';
+        int last = -1;
+        for (char *q = got; *q != '\0';) {
+            char *nl = strchr(q, '\n');
+            if (nl == NULL || strncmp(q, "[p]:", 4) != 0)
+                _exit(1);
+            int v = -1, used = 0;
+            if (sscanf(q + 4, "line %d%n", &v, &used) == 1) {
+                if (q + 4 + used != nl || v <= last)
+                    _exit(2);
+                last = v;
+            } else if (nl - q - 4 != 64 && nl - q - 4 != 200 - 3 * 64) {
+                _exit(3); /* a piece of the long line, whole */
+            }
+            q = nl + 1;
+        }
+        _exit(last >= 0 ? 0 : 4);
+    }
+    close(p[0]);
+    CT_ASSERT_OK(ctrun_console_destroy(con, 5000));
+    ctrun_sink_close(&s);
+    close(p[1]);
+    close(file);
+    int status;
+    CT_ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    CT_ASSERT(WIFEXITED(status));
+    CT_ASSERT_EQ(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
     CT_RUN(test_whole_lines_any_chunking);
@@ -251,5 +322,6 @@ int main(void)
     CT_RUN(test_two_workers_never_share_a_line);
     CT_RUN(test_console_gone_file_continues);
     CT_RUN(test_large_output_through_a_pipe);
+    CT_RUN(test_console_queue_drops_whole_lines);
     return 0;
 }
