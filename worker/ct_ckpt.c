@@ -1,7 +1,8 @@
 /*
  * ct_ckpt.c - a checkpoint directory: naming, the `latest` pointer, retention of the last K
  * step checkpoints (plus best and final), the training metadata in __metadata__, and loading
- * with fallback to the previous checkpoint when the newest is damaged.
+ * with fallback to the previous checkpoint when the newest is damaged, or to the newest intact
+ * step or final checkpoint when `latest` is unusable or missing.
  *
  * Crash safety rests on ordering: a checkpoint file is durable (fsync, rename, directory
  * fsync; see ct_st_save_at) before `latest` names it, `latest` is replaced the same way, and
@@ -135,7 +136,7 @@ static int ct__list_steps(ct_ckpt_dir_t *d, int64_t **out, size_t *count, ct_err
     return 0;
 }
 
-static int ct__read_latest(ct_ckpt_dir_t *d, char *name, size_t size);
+static int ct__read_latest(ct_ckpt_dir_t *d, char *name, size_t size, char *why, size_t wsize);
 static void ct__prune(ct_ckpt_dir_t *d, int64_t step);
 
 static void ct__remove_stale_tmp(ct_ckpt_dir_t *d)
@@ -178,8 +179,9 @@ int ct_ckpt_dir_init(ct_ckpt_dir_t *d, const char *path, int keep_last, bool wri
          * several such kills in a row would pile up; retention relative to what `latest`
          * names (as if that save had just finished) restores the bound of keep_last. */
         ct__remove_stale_tmp(d);
-        char latest[CT_CKPT_NAME_MAX];
-        if (ct__read_latest(d, latest, sizeof latest) == 1 && ct__step_of(latest) >= 0)
+        char latest[CT_CKPT_NAME_MAX], why[160];
+        if (ct__read_latest(d, latest, sizeof latest, why, sizeof why) == 1 &&
+            ct__step_of(latest) >= 0)
             ct__prune(d, ct__step_of(latest));
     }
     return 0;
@@ -393,8 +395,19 @@ int ct_ckpt_load(ct_ckpt_dir_t *d, const char *name, const ct_tensor_view_t *vie
     if (rc != 0)
         return rc;
     rc = ct__read_meta(f, name, meta, eb);
+    /* A step file's name says its step too: the two must agree (a check that also covers the
+     * files written before header checksums). */
+    int64_t named = ct__step_of(name);
+    if (rc == 0 && named >= 0 && named != meta->step)
+        rc = ct_errbuf_set(eb, CT_EFORMAT,
+                           "%s: __metadata__ \"step\" is %lld, the file name says %lld", name,
+                           (long long)meta->step, (long long)named);
     if (rc == 0)
         rc = ct_st_read(f, views, n, 0, eb);
+    if (rc == 0 && !ct_st_header_checked(f) && d->writer)
+        ct_log_info("checkpoint %s/%s was written before header checksums (no %s): loaded, "
+                    "its metadata unverified",
+                    d->path, name, CT__ST_HEADER_CRC_KEY);
     ct_st_close(f);
     return rc;
 }
@@ -407,46 +420,107 @@ static bool ct__is_damage(int rc)
            rc == -EISDIR;
 }
 
-/* The name `latest` holds: 1 found, 0 absent, or -1 unusable (warned). */
-static int ct__read_latest(ct_ckpt_dir_t *d, char *name, size_t size)
+/* The name `latest` holds: 1 found, 0 absent, or -1 unusable, with the reason in why (said
+ * by the caller: the writer's set-up reads it too, and the reason is told once). Only a step
+ * or final checkpoint of this directory is a valid target. */
+static int ct__read_latest(ct_ckpt_dir_t *d, char *name, size_t size, char *why, size_t wsize)
 {
     int fd = openat(d->dirfd, CT__LATEST, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT)
             return 0;
-        ct_log_warn("checkpoint pointer %s/%s cannot be opened (%s); looking for step "
-                    "checkpoints",
-                    d->path, CT__LATEST, ct_strerror(-errno));
+        snprintf(why, wsize, "cannot be opened (%s)", ct_strerror(-errno));
         return -1;
     }
     char buf[CT_CKPT_NAME_MAX + 2];
     ssize_t got = read(fd, buf, sizeof buf - 1);
+    int err = got < 0 ? errno : 0;
+    struct stat st;
+    bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
     close(fd);
-    size_t len = got > 0 ? (size_t)got : 0;
+    if (!regular) {
+        snprintf(why, wsize, "is not a regular file%s", err == EISDIR ? " (a directory)" : "");
+        return -1;
+    }
+    if (got < 0) {
+        snprintf(why, wsize, "cannot be read (%s)", ct_strerror(-err));
+        return -1;
+    }
+    size_t len = (size_t)got;
     buf[len] = '\0';
     if (len > 0 && buf[len - 1] == '\n')
         buf[--len] = '\0';
-    size_t slen = strlen(CT__SUFFIX);
-    if (len == 0 || len >= size || strlen(buf) != len || strchr(buf, '/') != NULL ||
-        buf[0] == '.' || len <= slen || strcmp(buf + len - slen, CT__SUFFIX) != 0) {
-        ct_log_warn("checkpoint pointer %s/%s is damaged (it does not name a checkpoint file); "
-                    "looking for step checkpoints",
-                    d->path, CT__LATEST);
+    if (len == 0) {
+        snprintf(why, wsize, "is empty");
+        return -1;
+    }
+    if (len >= size || strlen(buf) != len) {
+        snprintf(why, wsize, "is damaged (it does not hold a file name)");
+        return -1;
+    }
+    if (strchr(buf, '/') != NULL) {
+        snprintf(why, wsize, "names a path outside the directory");
+        return -1;
+    }
+    if (ct__step_of(buf) < 0 && strcmp(buf, "final" CT__SUFFIX) != 0) {
+        for (char *p = buf; *p != '\0'; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7F)
+                *p = '?';
+        snprintf(why, wsize, "is damaged (\"%.40s\" is not a step or final checkpoint)", buf);
         return -1;
     }
     memcpy(name, buf, len + 1);
     return 1;
 }
 
+/* The step final.safetensors records: 1 (step set), 0 when there is no such file, or the
+ * error of reading its header (a damaged one included). */
+static int ct__final_step(ct_ckpt_dir_t *d, int64_t *step, ct_errbuf_t *eb)
+{
+    const char *name = "final" CT__SUFFIX;
+    ct_st_file_t *f;
+    int rc = ct_st_open_at(&f, d->dirfd, name, eb);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc != 0)
+        return rc;
+    if (ct_st_meta(f, "ctrun_format") == NULL)
+        rc = ct_errbuf_set(eb, CT_EFORMAT,
+                           "%s: not a ctrun checkpoint (no ctrun_format in __metadata__)", name);
+    else
+        rc = ct__meta_int(f, name, "step", 0, INT64_MAX, step, eb);
+    ct_st_close(f);
+    return rc == 0 ? 1 : rc;
+}
+
+/* Fallback bookkeeping: one warning line per damaged file, and the newest damage kept for the
+ * error when nothing loads. */
+typedef struct ct__fallback {
+    int damaged;
+    int last_rc;
+    char newest[CT_ERRBUF_SIZE];
+} ct__fallback_t;
+
+static void ct__damaged(ct_ckpt_dir_t *d, const char *name, int rc, const ct_errbuf_t *eb,
+                        ct__fallback_t *fb)
+{
+    const char *msg = eb != NULL ? eb->msg : ct_strerror(rc);
+    ct_log_warn("checkpoint %s/%s is damaged (%s); trying the previous one", d->path, name, msg);
+    if (fb->damaged++ == 0)
+        snprintf(fb->newest, sizeof fb->newest, "%s", msg);
+    fb->last_rc = rc;
+}
+
 int ct_ckpt_load_latest(ct_ckpt_dir_t *d, const ct_tensor_view_t *views, size_t n,
                         ct_ckpt_meta_t *meta, char *name, ct_errbuf_t *eb)
 {
-    char first[CT_CKPT_NAME_MAX];
-    int64_t bound = INT64_MAX; /* only step checkpoints below this are candidates */
-    int damaged = 0, last_rc = 0;
-    char newest[CT_ERRBUF_SIZE] = "";
+    char first[CT_CKPT_NAME_MAX], why[160] = "";
+    int64_t bound = INT64_MAX; /* only checkpoints of a smaller step are candidates */
+    bool final_tried = false;
+    ct__fallback_t fb = {0};
 
-    if (ct__read_latest(d, first, sizeof first) == 1) {
+    const int latest = ct__read_latest(d, first, sizeof first, why, sizeof why);
+    if (latest == 1) {
         int rc = ct_ckpt_load(d, first, views, n, meta, eb);
         if (rc == 0) {
             if (name != NULL)
@@ -455,48 +529,77 @@ int ct_ckpt_load_latest(ct_ckpt_dir_t *d, const ct_tensor_view_t *views, size_t 
         }
         if (!ct__is_damage(rc))
             return ct_errbuf_wrap(eb, rc, "checkpoint %s", d->path);
-        ct_log_warn("checkpoint %s/%s is damaged (%s); trying the previous one", d->path, first,
-                    eb != NULL ? eb->msg : ct_strerror(rc));
-        snprintf(newest, sizeof newest, "%s", eb != NULL ? eb->msg : ct_strerror(rc));
-        damaged++;
-        last_rc = rc;
+        ct__damaged(d, first, rc, eb, &fb);
         int64_t s = ct__step_of(first);
         if (s >= 0)
             bound = s;
+        else
+            final_tried = true;
     }
 
+    /* The candidates, newest first: the step files and final.safetensors, ordered by the step
+     * each holds (final first on a tie: it is written after a step file of the same step). */
     int64_t *steps;
     size_t count;
     int rc = ct__list_steps(d, &steps, &count, eb);
     if (rc != 0)
         return rc;
-    for (size_t i = 0; i < count; i++) {
-        if (steps[i] >= bound)
-            continue;
+    int64_t final_step = -1;
+    if (!final_tried) {
+        rc = ct__final_step(d, &final_step, eb);
+        if (rc < 0 && !ct__is_damage(rc)) {
+            free(steps);
+            return ct_errbuf_wrap(eb, rc, "checkpoint %s", d->path);
+        }
+        if (rc < 0)
+            ct__damaged(d, "final" CT__SUFFIX, rc, eb, &fb);
+        if (rc != 1 || final_step >= bound)
+            final_step = -1;
+    }
+    size_t usable = final_step >= 0;
+    for (size_t i = 0; i < count; i++)
+        usable += steps[i] < bound;
+    if (latest == 0 && usable > 0)
+        ct_log_warn("checkpoint pointer %s/%s is missing, but the directory holds checkpoints; "
+                    "resuming from the newest intact one",
+                    d->path, CT__LATEST);
+    else if (latest < 0)
+        ct_log_warn("checkpoint pointer %s/%s %s; %s", d->path, CT__LATEST, why,
+                    usable > 0 ? "resuming from the newest intact checkpoint"
+                               : "the directory holds no checkpoint to resume from");
+
+    size_t i = 0;
+    while (i < count || final_step >= 0) {
         char cand[CT_CKPT_NAME_MAX];
-        ct_ckpt_file_name(CT_CKPT_STEP, steps[i], cand, sizeof cand);
+        if (i < count && steps[i] >= bound) {
+            i++;
+            continue;
+        }
+        if (final_step >= 0 && (i == count || final_step >= steps[i])) {
+            snprintf(cand, sizeof cand, "final" CT__SUFFIX);
+            final_step = -1;
+        } else {
+            ct_ckpt_file_name(CT_CKPT_STEP, steps[i++], cand, sizeof cand);
+        }
         rc = ct_ckpt_load(d, cand, views, n, meta, eb);
         if (rc == 0) {
             free(steps);
             if (name != NULL)
                 snprintf(name, CT_CKPT_NAME_MAX, "%s", cand);
-            if (damaged > 0)
-                ct_log_warn("resuming from %s/%s instead", d->path, cand);
+            if (fb.damaged > 0 || latest != 1)
+                ct_log_info("resuming from %s/%s (step %lld)", d->path, cand,
+                            (long long)meta->step);
             return 0;
         }
         if (!ct__is_damage(rc)) {
             free(steps);
             return ct_errbuf_wrap(eb, rc, "checkpoint %s", d->path);
         }
-        ct_log_warn("checkpoint %s/%s is damaged (%s); trying the previous one", d->path, cand,
-                    eb != NULL ? eb->msg : ct_strerror(rc));
-        if (damaged++ == 0)
-            snprintf(newest, sizeof newest, "%s", eb != NULL ? eb->msg : ct_strerror(rc));
-        last_rc = rc;
+        ct__damaged(d, cand, rc, eb, &fb);
     }
     free(steps);
-    if (damaged == 0)
+    if (fb.damaged == 0)
         return ct_errbuf_set(eb, -ENOENT, "no checkpoint in %s", d->path);
-    return ct_errbuf_set(eb, last_rc, "no usable checkpoint in %s: %d damaged, the newest: %s",
-                         d->path, damaged, newest);
+    return ct_errbuf_set(eb, fb.last_rc, "no usable checkpoint in %s: %d damaged, the newest: %s",
+                         d->path, fb.damaged, fb.newest);
 }

@@ -1,17 +1,25 @@
 /*
  * ct_data.c - loading interaction files into the CSR dataset of ct_data.h, with the
  * filtering, re-indexing, chronological sort, leave-one-out split and TiSASRec time scaling
- * of sasrec-spec.md §1 and §3.1. The whole file is read into memory and parsed line by line
- * with a strict hand-written field parser (a million lines must load in well under a second;
- * sscanf/strtol would accept junk such as "12abc").
+ * of sasrec-spec.md §1 and §3.1. The file is streamed through a fixed buffer and parsed line
+ * by line as it arrives, with a strict hand-written field parser (a million lines must load in
+ * well under a second; sscanf/strtol would accept junk such as "12abc"): the first bad line
+ * stops the load before the rest of the file is read, and the raw text is never held whole -
+ * only the parsed rows are.
  */
 #include "ct_data.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CT__DATA_CHUNK    ((size_t)1 << 20) /* bytes read at a time */
+#define CT__DATA_LINE_MAX ((size_t)65536)   /* a longer line is an error, not a reason to grow */
 
 /* One parsed line: ids in the source's numbering, the timestamp (0 without time), and the
  * line number for messages. */
@@ -54,46 +62,6 @@ int ct_data_parse_format(const char *text, ct_data_format_t *out, ct_errbuf_t *e
     }
     return ct_errbuf_set(eb, CT_EPARSE,
                          "unknown data format \"%.40s\" (expected auto, sasrec, tsv or ml1m)", text);
-}
-
-/* Reads the whole file, NUL-terminated. */
-static int ct__read_file(const char *path, char **out, size_t *len, ct_errbuf_t *eb)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return ct_errbuf_set(eb, -errno, "%s: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (cap - n < 65536) {
-            cap = cap ? cap * 2 : 1 << 20;
-            char *nb = realloc(buf, cap + 1);
-            if (nb == NULL) {
-                free(buf);
-                fclose(f);
-                return ct_errbuf_set(eb, -ENOMEM, "%s: out of memory reading the file", path);
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        return ct_errbuf_set(eb, -EIO, "%s: read error", path);
-    }
-    buf[n] = '\0';
-    if (memchr(buf, '\0', n) != NULL) {
-        free(buf);
-        return ct_errbuf_set(eb, CT_EFORMAT, "%s: contains NUL bytes (not a text file)", path);
-    }
-    *out = buf;
-    *len = n;
-    return 0;
 }
 
 /* A decimal integer spanning exactly [s, s+len): optional '-', digits, within int64. */
@@ -178,85 +146,142 @@ static int ct__split_fields(const char *s, const char *e, const char *sep, ct__f
     return n;
 }
 
-static ct_data_format_t ct__detect(const char *buf)
+/* The format of a file whose first line is [s, e): "::" -> ML1M, a tab -> TSV, else SASREC. */
+static ct_data_format_t ct__detect(const char *s, const char *e)
 {
-    const char *e = strchr(buf, '\n');
-    size_t n = e ? (size_t)(e - buf) : strlen(buf);
+    size_t n = (size_t)(e - s);
     for (size_t i = 0; i + 1 < n; i++) {
-        if (buf[i] == ':' && buf[i + 1] == ':')
+        if (s[i] == ':' && s[i + 1] == ':')
             return CT_DATA_ML1M;
     }
-    if (memchr(buf, '\t', n) != NULL)
+    if (memchr(s, '\t', n) != NULL)
         return CT_DATA_TSV;
     return CT_DATA_SASREC;
 }
 
-static int ct__parse_rows(const char *path, const char *buf, size_t len, ct_data_format_t fmt,
-                          ct__rows_t *rows, ct_errbuf_t *eb)
+/* One line [p, e) (no newline) of the file, number `line`, into rows. */
+static int ct__parse_line(const char *path, int64_t line, const char *p, const char *e,
+                          ct_data_format_t fmt, ct__rows_t *rows, ct_errbuf_t *eb)
 {
     const char *sep = fmt == CT_DATA_TSV ? "\t" : fmt == CT_DATA_ML1M ? "::" : NULL;
-    const char *p = buf, *end = buf + len;
-    int64_t line = 0;
-    while (p < end) {
-        line++;
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        const char *e = nl ? nl : end;
-        const char *next = nl ? nl + 1 : end;
-        if (e > p && e[-1] == '\r')
-            e--; /* CRLF files */
-        if (e == p)
-            return ct_errbuf_set(eb, CT_EPARSE, "%s:%lld: empty line", path, (long long)line);
+    if (e > p && e[-1] == '\r')
+        e--; /* CRLF files */
+    if (e == p)
+        return ct_errbuf_set(eb, CT_EPARSE, "%s:%lld: empty line", path, (long long)line);
+    if (memchr(p, '\0', (size_t)(e - p)) != NULL)
+        return ct_errbuf_set(eb, CT_EFORMAT, "%s:%lld: contains a NUL byte (not a text file)", path,
+                             (long long)line);
 
-        ct__field_t f[5];
-        int nf = ct__split_fields(p, e, sep, f, 4);
-        ct__row_t row = {.line = line};
-        if (fmt == CT_DATA_SASREC) {
-            if (nf != 2)
-                return ct_errbuf_set(eb, CT_EPARSE,
-                                     "%s:%lld: expected 2 fields \"user item\", got %d", path,
-                                     (long long)line, nf);
-        } else if (fmt == CT_DATA_TSV) {
-            if (nf != 3 && nf != 4)
-                return ct_errbuf_set(eb, CT_EPARSE,
-                                     "%s:%lld: expected 3 or 4 tab-separated fields "
-                                     "(user, item, [rating,] timestamp), got %d",
-                                     path, (long long)line, nf);
-        } else if (nf != 4) {
-            return ct_errbuf_set(eb, CT_EPARSE,
-                                 "%s:%lld: expected 4 fields \"user::item::rating::timestamp\", "
-                                 "got %d",
+    ct__field_t f[5];
+    int nf = ct__split_fields(p, e, sep, f, 4);
+    ct__row_t row = {.line = line};
+    if (fmt == CT_DATA_SASREC) {
+        if (nf != 2)
+            return ct_errbuf_set(eb, CT_EPARSE, "%s:%lld: expected 2 fields \"user item\", got %d",
                                  path, (long long)line, nf);
-        }
-        static const char *const what[] = {"user", "item"};
-        int64_t ids[2];
-        for (int k = 0; k < 2; k++) {
-            int64_t lo = fmt == CT_DATA_SASREC ? 1 : 0;
-            if (!ct__int_field(f[k].p, f[k].len, &ids[k]) || ids[k] < lo || ids[k] > INT32_MAX)
-                return ct_errbuf_set(eb, CT_EPARSE,
-                                     "%s:%lld: %s id \"%.*s\" is not an integer in %lld..%d", path,
-                                     (long long)line, what[k], (int)(f[k].len > 40 ? 40 : f[k].len),
-                                     f[k].p, (long long)lo, INT32_MAX);
-        }
-        row.user = ids[0];
-        row.item = ids[1];
-        if (fmt != CT_DATA_SASREC) {
-            ct__field_t ts = f[nf - 1];
-            if (nf == 4 && !ct__num_field(f[2].p, f[2].len))
-                return ct_errbuf_set(eb, CT_EPARSE, "%s:%lld: rating \"%.*s\" is not a number",
-                                     path, (long long)line, (int)(f[2].len > 40 ? 40 : f[2].len),
-                                     f[2].p);
-            if (!ct__int_field(ts.p, ts.len, &row.time))
-                return ct_errbuf_set(eb, CT_EPARSE,
-                                     "%s:%lld: timestamp \"%.*s\" is not an integer (Unix seconds)",
-                                     path, (long long)line, (int)(ts.len > 40 ? 40 : ts.len), ts.p);
-        }
-        if (ct__rows_push(rows, row) != 0)
-            return ct_errbuf_set(eb, -ENOMEM, "%s: out of memory", path);
-        p = next;
+    } else if (fmt == CT_DATA_TSV) {
+        if (nf != 3 && nf != 4)
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "%s:%lld: expected 3 or 4 tab-separated fields "
+                                 "(user, item, [rating,] timestamp), got %d",
+                                 path, (long long)line, nf);
+    } else if (nf != 4) {
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "%s:%lld: expected 4 fields \"user::item::rating::timestamp\", "
+                             "got %d",
+                             path, (long long)line, nf);
     }
-    if (rows->n == 0)
-        return ct_errbuf_set(eb, CT_EFORMAT, "%s: no interactions", path);
+    static const char *const what[] = {"user", "item"};
+    int64_t ids[2];
+    for (int k = 0; k < 2; k++) {
+        int64_t lo = fmt == CT_DATA_SASREC ? 1 : 0;
+        if (!ct__int_field(f[k].p, f[k].len, &ids[k]) || ids[k] < lo || ids[k] > INT32_MAX)
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "%s:%lld: %s id \"%.*s\" is not an integer in %lld..%d", path,
+                                 (long long)line, what[k], (int)(f[k].len > 40 ? 40 : f[k].len),
+                                 f[k].p, (long long)lo, INT32_MAX);
+    }
+    row.user = ids[0];
+    row.item = ids[1];
+    if (fmt != CT_DATA_SASREC) {
+        ct__field_t ts = f[nf - 1];
+        if (nf == 4 && !ct__num_field(f[2].p, f[2].len))
+            return ct_errbuf_set(eb, CT_EPARSE, "%s:%lld: rating \"%.*s\" is not a number", path,
+                                 (long long)line, (int)(f[2].len > 40 ? 40 : f[2].len), f[2].p);
+        if (!ct__int_field(ts.p, ts.len, &row.time))
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "%s:%lld: timestamp \"%.*s\" is not an integer (Unix seconds)",
+                                 path, (long long)line, (int)(ts.len > 40 ? 40 : ts.len), ts.p);
+    }
+    if (ct__rows_push(rows, row) != 0)
+        return ct_errbuf_set(eb, -ENOMEM, "%s: out of memory", path);
     return 0;
+}
+
+/* Streams path through a buffer of CT__DATA_CHUNK + CT__DATA_LINE_MAX bytes, parsing each line
+ * as soon as it is complete; *fmt (CT_DATA_AUTO: decided from the first line) is the format
+ * used. Stops at the first bad line, having read only the chunks up to it. */
+static int ct__read_rows(const char *path, ct_data_format_t *fmt, ct__rows_t *rows, ct_errbuf_t *eb)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ct_errbuf_set(eb, -errno, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        close(fd);
+        return ct_errbuf_set(eb, -EISDIR, "%s: is a directory, not a data file", path);
+    }
+    const size_t cap = CT__DATA_CHUNK + CT__DATA_LINE_MAX;
+    char *buf = malloc(cap);
+    if (buf == NULL) {
+        close(fd);
+        return ct_errbuf_set(eb, -ENOMEM, "%s: out of memory", path);
+    }
+    size_t start = 0, end = 0; /* unparsed bytes: buf[start, end) */
+    bool eof = false;
+    int64_t line = 0;
+    int rc = 0;
+    for (;;) {
+        char *nl = memchr(buf + start, '\n', end - start);
+        if (nl == NULL && !eof) {
+            /* An incomplete line: it must fit in the buffer; then read more behind it. */
+            if (end - start > CT__DATA_LINE_MAX) {
+                rc = ct_errbuf_set(eb, CT_EPARSE,
+                                   "%s:%lld: line longer than %zu bytes (not an interaction "
+                                   "file?)",
+                                   path, (long long)line + 1, CT__DATA_LINE_MAX);
+                break;
+            }
+            memmove(buf, buf + start, end - start);
+            end -= start;
+            start = 0;
+            ssize_t got = read(fd, buf + end, cap - end);
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got < 0) {
+                rc = ct_errbuf_set(eb, -errno, "%s: read error: %s", path, strerror(errno));
+                break;
+            }
+            if (got == 0)
+                eof = true;
+            end += (size_t)got;
+            continue;
+        }
+        if (nl == NULL && start == end)
+            break; /* the end of the file, after a final newline or no line at all */
+        const char *e = nl != NULL ? nl : buf + end;
+        line++;
+        if (*fmt == CT_DATA_AUTO)
+            *fmt = ct__detect(buf + start, e);
+        if ((rc = ct__parse_line(path, line, buf + start, e, *fmt, rows, eb)) != 0)
+            break;
+        start = (size_t)(e - buf) + (nl != NULL);
+    }
+    free(buf);
+    close(fd);
+    if (rc == 0 && rows->n == 0)
+        rc = ct_errbuf_set(eb, CT_EFORMAT, "%s: no interactions", path);
+    return rc;
 }
 
 static int ct__cmp_i64(const void *a, const void *b)
@@ -498,17 +523,8 @@ int ct_data_load(ct_dataset_t *ds, const char *path, ct_data_format_t format,
     memset(ds, 0, sizeof *ds);
     snprintf(ds->source, sizeof ds->source, "%s", path);
 
-    char *buf = NULL;
-    size_t len = 0;
-    int rc = ct__read_file(path, &buf, &len, eb);
-    if (rc != 0)
-        return rc;
-    if (format == CT_DATA_AUTO)
-        format = ct__detect(buf);
-
     ct__rows_t rows = {0};
-    rc = ct__parse_rows(path, buf, len, format, &rows, eb);
-    free(buf);
+    int rc = ct__read_rows(path, &format, &rows, eb);
     if (rc != 0)
         goto out;
 

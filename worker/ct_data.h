@@ -17,7 +17,9 @@
  *                   has fewer than min_count rows; ids re-indexed in ascending original order;
  *                   each user's rows stably sorted by timestamp.
  *   CT_DATA_ML1M    MovieLens-1M ratings.dat, "user::item::rating::timestamp"; same rules.
- * A malformed line is an error naming file:line; nothing is skipped silently.
+ * A malformed line is an error naming file:line; nothing is skipped silently. Files are
+ * streamed: the first bad line ends the load before the rest is read, and only the parsed
+ * interactions are kept, never the file's text.
  *
  * Not here: batching and negative sampling (ct_batch.h), models, evaluation.
  */

@@ -59,10 +59,11 @@ int ct_evaluator_init(ct_evaluator_t *ev, const ct_dataset_t *ds, ct_ops_t *ops,
     ev->users = malloc((size_t)(end - begin > 0 ? end - begin : 1) * sizeof *ev->users);
     ev->cand = malloc((size_t)chunk * K * sizeof *ev->cand);
     ev->scores = malloc((size_t)chunk * width * sizeof *ev->scores);
+    ev->nonfinite = calloc((size_t)chunk, sizeof *ev->nonfinite);
     ev->pop = calloc(V, sizeof *ev->pop);
     /* TiSASRec needs the input window's times; they are there whenever the data has them */
     int rc = ct_batch_init(&ev->batch, chunk, L, 1, ds->time_scaled != NULL);
-    if (!ev->users || !ev->cand || !ev->scores || !ev->pop || rc != 0) {
+    if (!ev->users || !ev->cand || !ev->scores || !ev->nonfinite || !ev->pop || rc != 0) {
         ct_evaluator_close(ev);
         return ct_errbuf_set(eb, -ENOMEM, "out of memory for evaluation");
     }
@@ -101,15 +102,26 @@ void ct_evaluator_close(ct_evaluator_t *ev)
     free(ev->users);
     free(ev->cand);
     free(ev->scores);
+    free(ev->nonfinite);
     free(ev->pop);
     ct_batch_close(&ev->batch);
     memset(ev, 0, sizeof *ev);
 }
 
-/* Sums over users: [hr, ndcg, full_hr, full_ndcg, users] per split. */
+/* Sums over users: [hr, ndcg, full_hr, full_ndcg, users, users with a non-finite score] per
+ * split. */
 typedef struct ct__sums {
-    double v[2][5];
+    double v[2][6];
 } ct__sums_t;
+
+/* True when all n scores are finite. */
+static bool ct__all_finite(const float *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(s[i]))
+            return false;
+    return true;
+}
 
 /* The items the full ranking leaves out for user u: the training items (sorted) and, for the
  * test split, the validation item. */
@@ -137,6 +149,7 @@ static int ct__chunk(ct_evaluator_t *ev, ct_model_t *m, const int32_t *users, in
     const int32_t V = ds->num_items + 1;
     const float *feats = NULL;
     int ldf = 0, rc = 0;
+    memset(ev->nonfinite, 0, (size_t)n * sizeof *ev->nonfinite);
     if (m) {
         for (int r = 0; r < n; r++)
             ct_batch_fill_eval(&ev->batch, r, ds, users[r], which);
@@ -159,8 +172,11 @@ static int ct__chunk(ct_evaluator_t *ev, ct_model_t *m, const int32_t *users, in
             for (size_t i = 0; i < (size_t)n * CT__K; i++)
                 ev->scores[i] = ev->pop[ev->cand[i]];
         }
-        for (int r = 0; r < n; r++)
-            ct__add(s, which, 0, ct_eval_rank(ev->scores + (size_t)r * CT__K, CT__K));
+        for (int r = 0; r < n; r++) {
+            const float *row = ev->scores + (size_t)r * CT__K;
+            ev->nonfinite[r] |= !ct__all_finite(row, CT__K);
+            ct__add(s, which, 0, ct_eval_rank(row, CT__K));
+        }
     }
     if (ev->mode & CT_EVAL_MODE_FULL) {
         if (m) {
@@ -177,12 +193,15 @@ static int ct__chunk(ct_evaluator_t *ev, ct_model_t *m, const int32_t *users, in
             int32_t extra;
             ct__history(ds, users[r], which, &excl, &nx, &extra);
             const float *row = m ? ev->scores + (size_t)r * (size_t)V : ev->pop;
+            ev->nonfinite[r] |= !ct__all_finite(row + 1, (size_t)V - 1); /* item 0 is padding */
             ct__add(
                 s, which, 2,
                 ct_eval_rank_full(row, V, ct_eval_target(ds, users[r], which), excl, nx, extra));
         }
     }
     s->v[which][4] += n;
+    for (int r = 0; r < n; r++)
+        s->v[which][5] += ev->nonfinite[r];
     return 0;
 }
 
@@ -203,7 +222,7 @@ static int ct__run(ct_evaluator_t *ev, ct_model_t *m, ct_reducer_t *red, ct_eval
                 ev->progress(ev->progress_ctx);
         }
     }
-    int rc = red->allreduce_f64(red, &s.v[0][0], 10, eb);
+    int rc = red->allreduce_f64(red, &s.v[0][0], 12, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "evaluation: reducing the metrics");
     ct_eval_split_result_t *r[2] = {&out->valid, &out->test};
@@ -211,7 +230,10 @@ static int ct__run(ct_evaluator_t *ev, ct_model_t *m, ct_reducer_t *red, ct_eval
         double users = s.v[w][4];
         double d = users > 0 ? users : 1.0;
         r[w]->users = (int64_t)users;
-        bool sampled = ev->mode & CT_EVAL_MODE_SAMPLED, full = ev->mode & CT_EVAL_MODE_FULL;
+        r[w]->nonfinite = (int64_t)s.v[w][5];
+        bool ok = r[w]->nonfinite == 0;
+        bool sampled = ok && (ev->mode & CT_EVAL_MODE_SAMPLED);
+        bool full = ok && (ev->mode & CT_EVAL_MODE_FULL);
         r[w]->hr = sampled ? s.v[w][0] / d : NAN;
         r[w]->ndcg = sampled ? s.v[w][1] / d : NAN;
         r[w]->full_hr = full ? s.v[w][2] / d : NAN;

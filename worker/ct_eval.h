@@ -10,7 +10,10 @@
  *            split also the validation item (the model saw it as input); the target itself is
  *            never excluded.
  * Rank = the number of candidates scoring at least as high as the target (ties and NaN count
- * against it), HR@10 = [rank < 10], NDCG@10 = 1/log2(rank + 2) when rank < 10. Users: every
+ * against it), HR@10 = [rank < 10], NDCG@10 = 1/log2(rank + 2) when rank < 10. A user whose
+ * scores (of the candidates, or of the whole catalogue) include a NaN or an infinity is counted
+ * in `nonfinite`, and a split with any such user has no metrics (NAN): ranks among NaNs would
+ * only measure the tie rule, and read as a model that learnt nothing. Users: every
  * user with a held-out pair (all of them; SASRec.pytorch's 10,000-user sampling for large
  * datasets is not reproduced), split over ranks in contiguous blocks, then the per-rank sums
  * are reduced with the trainer's reducer, so the result does not depend on the world size.
@@ -41,8 +44,9 @@ extern "C" {
 
 typedef struct ct_eval_split_result {
     int64_t users;             /* users evaluated (all ranks) */
-    double hr, ndcg;           /* sampled protocol; NAN when not computed */
-    double full_hr, full_ndcg; /* full ranking; NAN when not computed */
+    int64_t nonfinite;         /* of them, users with a NaN or infinite score (all ranks) */
+    double hr, ndcg;           /* sampled protocol; NAN when not computed or nonfinite > 0 */
+    double full_hr, full_ndcg; /* full ranking; NAN when not computed or nonfinite > 0 */
 } ct_eval_split_result_t;
 
 typedef struct ct_eval_result {
@@ -61,6 +65,7 @@ typedef struct ct_evaluator {
     ct_batch_t batch;  /* chunk rows */
     int32_t *cand;     /* host (chunk, 1 + CT_EVAL_NEGATIVES) */
     float *scores;     /* host (chunk, max(1 + CT_EVAL_NEGATIVES, I + 1)) */
+    bool *nonfinite;   /* (chunk) rows of the current chunk with a NaN or infinite score */
     int32_t *cand_dev; /* backend copies (the host buffers on a host-memory backend) */
     float *scores_dev;
     float *pop; /* (I + 1) training-set frequency of each item (the baseline's scores) */

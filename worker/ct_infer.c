@@ -146,6 +146,10 @@ int ct_infer_run(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_reduc
     if ((rc = ct_eval_model(&ev, model, red, &r, eb)) != 0 ||
         (rc = ct_eval_popularity(&ev, red, &pop, eb)) != 0)
         goto out;
+    char when[CT_TRAIN_PATH_MAX + 32];
+    snprintf(when, sizeof when, "--inference_only %s", cfg->state_dict_path);
+    if ((rc = ct_train_check_scores(cfg, &r, env->rank == 0, when, eb)) != 0)
+        goto out;
     if (env->rank == 0) {
         printf("# ctrain --inference_only %s: %s layout %s, hidden_units %d, %d blocks, %d "
                "heads, maxlen %d; %s: %d users evaluated\n",

@@ -1,9 +1,11 @@
 /*
  * ct_st_read.c - the safetensors reader, which treats every file as hostile: each number is
  * checked before it is used, a byte range is trusted only after the ranges are known to tile
- * the data region, and messages quoting the file are kept to one printable line. Tensors are
- * copied into the caller's buffers (never used in place, so alignment in the file does not
- * matter), their CRCs checked on the way. JSON through jansson, CRC-32 through zlib.
+ * the data region, and messages quoting the file are kept to one printable line. A header
+ * that carries a checksum (ctrun_header_crc32) is checked against it before anything in it is
+ * believed. Tensors are copied into the caller's buffers (never used in place, so alignment in
+ * the file does not matter), their CRCs checked on the way. JSON through jansson, CRC-32
+ * through zlib.
  *
  * Not here: writing (ct_st_write.c), checkpoint directories (ct_ckpt.c).
  */
@@ -33,6 +35,7 @@ struct ct_st_file {
     json_t *root; /* owns the names and metadata strings */
     json_t *meta; /* __metadata__, or NULL */
     bool ours;    /* written by ctrun: CRCs are mandatory */
+    bool header_crc; /* it carried a header checksum, which matched */
     size_t n;
     ct_st_tensor_t *t;                /* (n) by offset */
     const ct_st_tensor_t **by_name;   /* (n) sorted by name */
@@ -94,6 +97,35 @@ static int ct__parse_hex32(const char *s, uint32_t *out)
     if (s[8] != '\0')
         return -1;
     *out = v;
+    return 0;
+}
+
+/* The header checksum, when __metadata__ has one: checked first, so that a damaged header is
+ * reported as such (CT_ECRC) rather than by whatever its damage breaks further on. */
+static int ct__check_header_crc(ct_st_file_t *f, const char *hdr, size_t hlen, ct_errbuf_t *eb)
+{
+    json_t *v = json_is_object(f->meta) ? json_object_get(f->meta, CT__ST_HEADER_CRC_KEY) : NULL;
+    if (v == NULL)
+        return 0;
+    uint32_t want, got;
+    size_t at;
+    /* Lowercase only, as written: the value is outside what it covers, so it has one
+     * spelling, and a changed letter case is damage too. */
+    const char *hex = json_is_string(v) ? json_string_value(v) : "";
+    if (strspn(hex, "0123456789abcdef") != 8 || ct__parse_hex32(hex, &want) != 0)
+        return ct__st_err(f, eb, CT_EFORMAT, "__metadata__ %s is not 8 lowercase hex digits",
+                          CT__ST_HEADER_CRC_KEY);
+    if (ct__st_header_crc(hdr, hlen, &at, &got) != 0 || memcmp(hdr + at, hex, 8) != 0)
+        return ct__st_err(f, eb, CT_ECRC,
+                          "header checksum: %s is not found exactly once as a key with an "
+                          "8-character string value (damaged header)",
+                          CT__ST_HEADER_CRC_KEY);
+    if (got != want)
+        return ct__st_err(f, eb, CT_ECRC,
+                          "header CRC32 mismatch (__metadata__ says %08x, the header gives %08x): "
+                          "the metadata or the tensor table is damaged",
+                          want, got);
+    f->header_crc = true;
     return 0;
 }
 
@@ -184,9 +216,15 @@ static int ct__parse_meta(ct_st_file_t *f, ct_errbuf_t *eb)
     const char *format = ct_st_meta(f, CT__ST_FORMAT_KEY);
     if (format == NULL)
         return 0;
-    if (strcmp(format, "1") != 0)
-        return ct__st_err(f, eb, CT_EFORMAT, "unsupported %s \"%.16s\" (this build reads 1)",
+    /* 1: written before header checksums; 2: the header checksum is part of the format, so a
+     * damaged key cannot pass the file off as an older one. */
+    if (strcmp(format, "1") != 0 && strcmp(format, "2") != 0)
+        return ct__st_err(f, eb, CT_EFORMAT,
+                          "unsupported %s \"%.16s\" (this build reads 1 and 2)",
                           CT__ST_FORMAT_KEY, format);
+    if (format[0] == '2' && !f->header_crc)
+        return ct__st_err(f, eb, CT_EFORMAT, "%s 2 without a %s entry (damaged header)",
+                          CT__ST_FORMAT_KEY, CT__ST_HEADER_CRC_KEY);
     f->ours = true;
     return 0;
 }
@@ -297,14 +335,20 @@ static int ct__st_parse(ct_st_file_t *f, ct_errbuf_t *eb)
     }
     json_error_t jerr;
     f->root = json_loadb(hdr, hlen, JSON_REJECT_DUPLICATES, &jerr);
-    free(hdr);
-    if (f->root == NULL)
+    if (f->root == NULL) {
+        free(hdr);
         return ct__st_err(f, eb, CT_EFORMAT, "header is not valid JSON: %s (byte %d)", jerr.text,
                           jerr.position);
-    if (!json_is_object(f->root))
+    }
+    if (!json_is_object(f->root)) {
+        free(hdr);
         return ct__st_err(f, eb, CT_EFORMAT, "header is not a JSON object");
-
+    }
     f->meta = json_object_get(f->root, "__metadata__");
+    rc = ct__check_header_crc(f, hdr, hlen, eb);
+    free(hdr);
+    if (rc != 0)
+        return rc;
     size_t total = json_object_size(f->root);
     f->n = total - (f->meta != NULL ? 1 : 0);
     f->t = calloc(f->n + 1, sizeof *f->t);
@@ -401,6 +445,11 @@ const char *ct_st_meta(const ct_st_file_t *f, const char *key)
         if (strcmp(f->meta_kv[2 * i], key) == 0)
             return f->meta_kv[2 * i + 1];
     return NULL;
+}
+
+bool ct_st_header_checked(const ct_st_file_t *f)
+{
+    return f->header_crc;
 }
 
 size_t ct_st_meta_count(const ct_st_file_t *f)

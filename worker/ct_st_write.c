@@ -1,8 +1,8 @@
 /*
  * ct_st_write.c - the safetensors writer: tensors streamed straight from the caller's memory
  * into a temporary file, CRCs computed on the way and filled into a header whose length was
- * fixed in advance, then fsync, rename and a directory fsync, so the file appears whole or not
- * at all.
+ * fixed in advance, the header's own checksum filled in last, then fsync, rename and a
+ * directory fsync, so the file appears whole or not at all.
  *
  * Not here: reading (ct_st_read.c), `latest` and retention (ct_ckpt.c).
  */
@@ -43,7 +43,8 @@ static int ct__check_meta(const ct_st_kv_t *meta, size_t n_meta, ct_errbuf_t *eb
         const char *k = meta[i].key;
         if (k == NULL || meta[i].value == NULL)
             return ct_errbuf_set(eb, -EINVAL, "metadata entry %zu has no key or value", i);
-        if (strcmp(k, CT__ST_FORMAT_KEY) == 0 || strncmp(k, CT__ST_CRC_PREFIX, strlen(CT__ST_CRC_PREFIX)) == 0)
+        if (strcmp(k, CT__ST_FORMAT_KEY) == 0 || strcmp(k, CT__ST_HEADER_CRC_KEY) == 0 ||
+            strncmp(k, CT__ST_CRC_PREFIX, strlen(CT__ST_CRC_PREFIX)) == 0)
             return ct_errbuf_set(eb, -EINVAL, "metadata key \"%.64s\" is reserved", k);
         for (size_t j = 0; j < i; j++)
             if (strcmp(meta[j].key, k) == 0)
@@ -52,8 +53,9 @@ static int ct__check_meta(const ct_st_kv_t *meta, size_t n_meta, ct_errbuf_t *eb
     return 0;
 }
 
-/* The header JSON: __metadata__ (caller's entries, format marker, a CRC placeholder per tensor,
- * returned in crcs[view index]) and the tensors in file order. */
+/* The header JSON: __metadata__ (caller's entries, format marker, the header checksum's
+ * placeholder, a CRC placeholder per tensor, returned in crcs[view index]) and the tensors in
+ * file order. */
 static int ct__build_header(const ct_tensor_view_t *views, size_t n, const ct_st_kv_t *meta,
                             size_t n_meta, const ct__order_t *order, json_t **out_root,
                             json_t **crcs, ct_errbuf_t *eb)
@@ -71,7 +73,8 @@ static int ct__build_header(const ct_tensor_view_t *views, size_t n, const ct_st
                                  meta[i].key);
         }
     }
-    json_object_set_new(m, CT__ST_FORMAT_KEY, json_string("1"));
+    json_object_set_new(m, CT__ST_FORMAT_KEY, json_string("2"));
+    json_object_set_new(m, CT__ST_HEADER_CRC_KEY, json_string("00000000"));
     uint64_t offset = 0;
     for (size_t k = 0; k < n; k++) {
         const ct_tensor_view_t *v = &views[order[k].idx];
@@ -210,6 +213,18 @@ int ct_st_save_at(int dirfd, const char *name, const ct_tensor_view_t *views, si
         hdr[i] = (char)((uint64_t)hlen >> (8 * i));
     memcpy(hdr + 8, dump, jlen);
     memset(hdr + 8 + jlen, ' ', hlen - jlen);
+    /* The header checksum covers the final header, tensor CRCs and padding included, with its
+     * own value counted as "00000000" (the placeholder written there now). */
+    size_t crc_at;
+    uint32_t hcrc;
+    if (ct__st_header_crc(hdr + 8, hlen, &crc_at, &hcrc) != 0) {
+        rc = ct_errbuf_set(eb, CT_ESTATE, "%s: the header checksum's field is not where expected",
+                           name);
+        goto out;
+    }
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", hcrc);
+    memcpy(hdr + 8 + crc_at, hex, 8);
     const char *what = "write";
     rc = ct__write_full(fd, hdr, 8 + hlen, 0);
     if (rc == 0 && fsync(fd) != 0) {

@@ -1,11 +1,12 @@
 /*
  * ct_tensor.c - dtypes (safetensors' names and element sizes) and tensor views: element and
- * byte counts with overflow checks, and the validation both the safetensors reader and writer
- * apply to a caller's view. No I/O here.
+ * byte counts with overflow checks, the validation both the safetensors reader and writer
+ * apply to a caller's view, and the header checksum rule both of them compute. No I/O here.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "ct_worker_internal.h"
 #include "ctworker.h"
@@ -104,5 +105,26 @@ int ct__check_view(const ct_tensor_view_t *v, size_t i, ct_errbuf_t *eb)
     if (nbytes > 0 && v->data == NULL)
         return ct_errbuf_set(eb, -EINVAL, "tensor \"%s\": %lld bytes but no data pointer",
                              v->name, (long long)nbytes);
+    return 0;
+}
+
+int ct__st_header_crc(const char *hdr, size_t len, size_t *at, uint32_t *crc)
+{
+    static const char needle[] = "\"" CT__ST_HEADER_CRC_KEY "\":\"";
+    const size_t nlen = sizeof needle - 1;
+    const char *hit = memmem(hdr, len, needle, nlen);
+    if (hit == NULL)
+        return -1;
+    size_t pos = (size_t)(hit - hdr) + nlen;
+    /* A second key of that name (possible only in a hand-made header: the reader rejects
+     * duplicates within one object, but not across objects) makes the value ambiguous. */
+    if (len - pos < 9 || hdr[pos + 8] != '"' || memmem(hdr + pos, len - pos, needle, nlen) != NULL)
+        return -1;
+    uLong c = crc32_z(0L, Z_NULL, 0);
+    c = crc32_z(c, (const unsigned char *)hdr, pos);
+    c = crc32_z(c, (const unsigned char *)"00000000", 8);
+    c = crc32_z(c, (const unsigned char *)hdr + pos + 8, len - pos - 8);
+    *at = pos;
+    *crc = (uint32_t)c;
     return 0;
 }

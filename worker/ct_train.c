@@ -535,12 +535,43 @@ static double ct__select_metric(const ct_train_cfg_t *c, const ct_eval_result_t 
     return (c->eval & CT_EVAL_MODE_FULL) ? r->valid.full_ndcg : r->valid.ndcg;
 }
 
+int ct_train_check_scores(const ct_train_cfg_t *cfg, const ct_eval_result_t *r, bool speak,
+                          const char *when, ct_errbuf_t *eb)
+{
+    const ct_eval_split_result_t *v = &r->valid, *te = &r->test;
+    if (v->nonfinite == 0 && te->nonfinite == 0)
+        return 0;
+    char what[200];
+    snprintf(what, sizeof what,
+             "the model's scores are NaN or infinite for %lld of %lld validation and %lld of %lld "
+             "test users: its weights are not finite",
+             (long long)v->nonfinite, (long long)v->users, (long long)te->nonfinite,
+             (long long)te->users);
+    if (!cfg->skip_invalid_loss)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "%s: %s (lower --lr, set --grad_clip, or pass --skip_invalid_loss to "
+                             "go on without metrics)",
+                             when, what);
+    if (speak)
+        ct_log_warn("%s: %s; no metrics for %s (null in the outputs)", when, what,
+                    v->nonfinite > 0 && te->nonfinite > 0 ? "either split"
+                    : v->nonfinite > 0                    ? "the validation split"
+                                                          : "the test split");
+    return 0;
+}
+
 static int ct__evaluate(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
 {
     ct_eval_result_t r;
     double train_s = t->train_seconds;
     int rc = ct_eval_model(&t->ev, t->model, t->red, &r, eb);
     if (rc != 0)
+        return rc;
+    char when[96];
+    snprintf(when, sizeof when, "evaluation after epoch %lld (step %lld)", (long long)epoch,
+             (long long)t->step);
+    /* every rank holds the same reduced counts, so all of them fail (or go on) together */
+    if ((rc = ct_train_check_scores(t->cfg, &r, t->rank0, when, eb)) != 0)
         return rc;
     double loss = t->st.loss_steps > 0 ? t->st.loss_sum / (double)t->st.loss_steps : NAN;
     double pps = train_s > 0 ? t->rate_positions / train_s : 0.0;
@@ -549,7 +580,8 @@ static int ct__evaluate(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
     t->last_step = t->step;
     t->has_last = true;
     double metric = ct__select_metric(t->cfg, &r);
-    bool better = !t->st.has_best || metric > t->st.best_metric;
+    /* an evaluation without metrics (non-finite scores) is never the best one */
+    bool better = isfinite(metric) && (!t->st.has_best || metric > t->st.best_metric);
     if (better) {
         t->st.has_best = true;
         t->st.best_metric = metric;

@@ -17,8 +17,8 @@
  * Everything is a function of (seed, data, flags): a resumed run replays the interrupted one
  * bit for bit (same world size), and a different world size differs only by summation order.
  *
- * Errors come back as a code with one line in eb; main() reports them through
- * ct_worker_fail (error file, exit 1).
+ * Errors come back as a code with one line in eb; main() reports that line (stderr and the
+ * error file, no backtrace) and exits 1.
  */
 #ifndef CT_TRAIN_H
 #define CT_TRAIN_H

@@ -133,5 +133,10 @@ int ct_train_check_device(const ct_model_cfg_t *mc, const ct_ops_t *ops, ct_errb
 int ct_train_check_data(const ct_model_cfg_t *mc, const ct_dataset_t *ds, ct_errbuf_t *eb);
 /* The evaluation chunk: rows one evaluation forward pass takes. */
 int ct_train_eval_chunk(const ct_train_cfg_t *cfg, int world);
+/* An evaluation with NaN or infinite scores (non-finite weights): without
+ * --skip_invalid_loss, CT_ERANGE_VALUE with one line beginning with `when`; with it, 0 and (when
+ * speak) one warning line, the result's metrics being NAN already. 0 for finite scores. */
+int ct_train_check_scores(const ct_train_cfg_t *cfg, const ct_eval_result_t *r, bool speak,
+                          const char *when, ct_errbuf_t *eb);
 
 #endif /* CT_TRAIN_INTERNAL_H */

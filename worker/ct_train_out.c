@@ -35,6 +35,8 @@ json_t *ct_out_split_json(const ct_eval_split_result_t *r)
     json_object_set_new(o, "full_hr@10", ct__num(r->full_hr));
     json_object_set_new(o, "full_ndcg@10", ct__num(r->full_ndcg));
     json_object_set_new(o, "users", json_integer((json_int_t)r->users));
+    if (r->nonfinite > 0) /* the reason the metrics above are null */
+        json_object_set_new(o, "nonfinite_users", json_integer((json_int_t)r->nonfinite));
     return o;
 }
 
@@ -59,10 +61,11 @@ static int ct__split_from_json(const json_t *o, ct_eval_split_result_t *r)
         else
             return -1;
     }
-    json_t *u = json_object_get(o, "users");
-    if (!json_is_integer(u))
+    json_t *u = json_object_get(o, "users"), *nf = json_object_get(o, "nonfinite_users");
+    if (!json_is_integer(u) || (nf != NULL && !json_is_integer(nf)))
         return -1;
     r->users = json_integer_value(u);
+    r->nonfinite = nf != NULL ? json_integer_value(nf) : 0;
     return 0;
 }
 
@@ -176,8 +179,10 @@ void ct_out_progress(ct_trainer_t *t, double loss, bool force)
     if (!force && now - t->t_progress_ns < every)
         return;
     t->t_progress_ns = now;
+    /* The epoch of the last step done (t->step steps are done): after the last step of an
+     * epoch, that epoch - not the next one, which after the last epoch does not exist. */
     int64_t epoch, pos;
-    ct_shard_locate(&t->shard, t->step, &epoch, &pos);
+    ct_shard_locate(&t->shard, t->step > 0 ? t->step - 1 : 0, &epoch, &pos);
     /* The ETA extrapolates this process's speed (a resumed run starts counting afresh). */
     char eta[32] = "?";
     if (!t->eta_init) {

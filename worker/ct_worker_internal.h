@@ -39,8 +39,16 @@ int ct__is_tmp_name(const char *name);
 
 /* ---- safetensors (ct_tensor.c, ct_st_read.c, ct_st_write.c) ---- */
 #define CT__ST_CRC_PREFIX "crc32."       /* __metadata__ key of a tensor's CRC: crc32.<name> */
-#define CT__ST_FORMAT_KEY "ctrun_format" /* present (value "1") in files we write */
+#define CT__ST_FORMAT_KEY "ctrun_format" /* "2" in files we write ("1" before header CRCs) */
 #define CT__ST_CHUNK      ((size_t)16 << 20) /* I/O and CRC granularity for large tensors */
+#define CT__ST_HEADER_CRC_KEY "ctrun_header_crc32" /* __metadata__ key of the header's CRC */
+
+/* The header checksum of a safetensors header (hdr: the len bytes after the 8-byte length,
+ * padding included): zlib's CRC-32 of those bytes with the 8 characters of the
+ * "ctrun_header_crc32" value counted as "00000000". *at receives the offset of those 8
+ * characters. -1 when hdr does not hold exactly one `"ctrun_header_crc32":"` followed by 8
+ * characters and a '"' (see ctworker.h, section 5). */
+int ct__st_header_crc(const char *hdr, size_t len, size_t *at, uint32_t *crc);
 
 /* numel of a shape; -1 on a negative dimension or overflow. */
 int64_t ct__numel(int ndim, const int64_t *shape);

@@ -1,11 +1,13 @@
 /*
  * ctrain.c - main() of ctrain, the native SASRec trainer: flags (exit 2 on a bad one), the
  * worker (ct_worker_init: torchrun environment, runtime - heartbeat, error file, fatal signals -
- * store and communicator), the reducer over it, then training or --inference_only. A problem
- * with how ctrain was started (a bad variable, a store that cannot be reached, peers that do
- * not show up) is one line on stderr and in TORCHELASTIC_ERROR_FILE; a failure of the run goes
- * through ct_worker_fail (the same, plus a backtrace). Both exit 1. The work itself is in
- * ct_train.c, ct_infer.c and what they call.
+ * store and communicator), the reducer over it, then training or --inference_only. An error
+ * ctrain detects - in how it was started (a bad variable, a store that cannot be reached, peers
+ * that do not show up) or in the run (bad data, a checkpoint that does not fit, a non-finite
+ * loss) - is one line on stderr and in TORCHELASTIC_ERROR_FILE, and exit 1: the line says what
+ * and where, and a backtrace would only show main(). Backtraces are for crashes (the fatal
+ * signal handler of ct_fatal.c) and for the NCCL watchdog. The work itself is in ct_train.c,
+ * ct_infer.c and what they call.
  *
  * The communicator: the CPU ring for --device cpu (host buffers); NCCL for --backend nccl, and
  * with --backend auto on a GPU (CT_COMM_AUTO: NCCL when every local rank has a GPU), where the
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ct_config.h"
 #include "ct_errfile.h"
@@ -26,8 +29,10 @@
 #include "ct_train_cfg.h"
 #include "ctworker.h"
 
-/* A problem with how ctrain was started: one line (the message says what and where), the
- * error file for the launcher's report, exit 1. No backtrace: it would only show main(). */
+/* An error ctrain detected: one line (the message says what and where), the error file for
+ * the launcher's report, exit 1. No backtrace: it would only show main(). _exit, as
+ * ct_worker_fail does: a communicator's threads (NCCL) may still run, and atexit handlers or
+ * library destructors could then hang. */
 static void __attribute__((noreturn)) ctrain_fail(const char *msg)
 {
     ct_log_error("%s", msg);
@@ -38,8 +43,9 @@ static void __attribute__((noreturn)) ctrain_fail(const char *msg)
             ct_log_warn("could not write the error file: %s", eb.msg);
     }
     fflush(stdout);
+    fflush(stderr);
     ct_worker_cleanup();
-    exit(CT_WORKER_FAIL_EXIT);
+    _exit(CT_WORKER_FAIL_EXIT);
 }
 
 int main(int argc, char **argv)
@@ -90,7 +96,7 @@ int main(int argc, char **argv)
                             : ct_train_run(&cfg, &w.env, &red, &eb);
     ct_reducer_close(&red);
     if (rc != 0)
-        ct_worker_fail("%s", eb.msg); /* the runtime's fatal path: error file with backtrace */
+        ctrain_fail(eb.msg);
     ct_worker_close(&w);
     return 0;
 }

@@ -299,15 +299,25 @@ int64_t ct_shard_indices(const ct_shard_t *s, const int64_t *perm, int64_t step,
  *
  * Our writer pads the header with spaces to a multiple of 8 and orders tensors by decreasing
  * element size, so every tensor starts at a multiple of its element size in the file (as the
- * reference writer does), and adds to __metadata__ "ctrun_format": "1" and, for every tensor,
- * "crc32.<name>": 8 lowercase hex digits (zlib's CRC-32 of its bytes). The reader checks: the
+ * reference writer does), and adds to __metadata__ "ctrun_format": "2", for every tensor
+ * "crc32.<name>": 8 lowercase hex digits (zlib's CRC-32 of its bytes), and
+ * "ctrun_header_crc32": the header's own checksum, 8 lowercase hex digits. That checksum is
+ * zlib's CRC-32 (the one of Python's zlib.crc32) of the N header bytes exactly as stored -
+ * compact JSON and the padding spaces, the 8-byte length not included - with the 8 characters
+ * of its own value replaced by "00000000"; the value is found as the one occurrence of the
+ * bytes "ctrun_header_crc32":" (quotes included) in the header. It covers every metadata entry
+ * (step, epoch, data position, configuration, the tensor CRCs) and the tensor table (names,
+ * dtypes, shapes, offsets), none of which the tensor CRCs protect. The reader checks: the
  * header length (>= 2, <= CT_ST_MAX_HEADER, within the file), that the header starts with '{'
- * and is JSON without duplicate keys, the metadata (strings only), dtypes, shapes (<=
- * CT_TENSOR_MAX_DIMS dimensions, no overflow), that each byte range matches shape x dtype
- * size, lies inside the data region and that the ranges tile it; and CRCs when the file
- * carries them (files with "ctrun_format" must carry one per tensor). It does not require
- * alignment: other writers (MLX, old safetensors) do not pad, and data are copied into the
- * caller's buffers, never used in place. */
+ * and is JSON without duplicate keys, the header checksum when __metadata__ has one (a
+ * mismatch is CT_ECRC), the metadata (strings only), dtypes, shapes (<= CT_TENSOR_MAX_DIMS
+ * dimensions, no overflow), that each byte range matches shape x dtype size, lies inside the
+ * data region and that the ranges tile it; and CRCs when the file carries them (files with
+ * "ctrun_format" must carry one per tensor; with "ctrun_format": "2", a header checksum too).
+ * Files written before the header checksum existed ("ctrun_format": "1") are read as before,
+ * their header unverified unless they carry one (ct_st_header_checked tells). It does not
+ * require alignment: other writers (MLX, old safetensors) do not pad, and data are copied into
+ * the caller's buffers, never used in place. */
 typedef enum ct_dtype {
     CT_DTYPE_BOOL = 0,
     CT_DTYPE_U8,
@@ -362,7 +372,7 @@ typedef struct ct_st_kv {
  * the old file or the new one, never a torn file. Data are written straight from the views
  * (no copy). Errors: -EINVAL (and the reason) for a bad view (no name, duplicate or
  * "__metadata__" name, invalid UTF-8, bad dtype/shape, NULL data) or a reserved metadata key
- * ("ctrun_format", "crc32.*"); a negated errno from the file system. */
+ * ("ctrun_format", "ctrun_header_crc32", "crc32.*"); a negated errno from the file system. */
 int ct_st_save(const char *path, const ct_tensor_view_t *views, size_t n,
                const ct_st_kv_t *meta, size_t n_meta, ct_errbuf_t *eb);
 /* The same, into the directory open at dirfd. */
@@ -384,8 +394,9 @@ typedef struct ct_st_tensor {
     uint32_t crc32;
 } ct_st_tensor_t;
 
-/* Opens and validates the header and layout (everything but the CRCs). Errors: a negated errno
- * (cannot open or read), CT_EFORMAT (damaged or not safetensors), CT_ELIMIT (header over
+/* Opens and validates the header (with its checksum, when it has one) and layout: everything
+ * but the tensor CRCs. Errors: a negated errno (cannot open or read), CT_EFORMAT (damaged or
+ * not safetensors), CT_ECRC (the header checksum does not match), CT_ELIMIT (header over
  * CT_ST_MAX_HEADER), each with one line naming the file and the first problem. */
 int ct_st_open(ct_st_file_t **out, const char *path, ct_errbuf_t *eb);
 int ct_st_open_at(ct_st_file_t **out, int dirfd, const char *name, ct_errbuf_t *eb);
@@ -395,6 +406,10 @@ void ct_st_close(ct_st_file_t *f); /* NULL is fine */
 size_t ct_st_count(const ct_st_file_t *f);
 const ct_st_tensor_t *ct_st_tensor_at(const ct_st_file_t *f, size_t i);
 const ct_st_tensor_t *ct_st_find(const ct_st_file_t *f, const char *name);
+
+/* True when the header carried "ctrun_header_crc32" (and, the file being open, it matched);
+ * false for files of other writers and for ctrun files written before header checksums. */
+bool ct_st_header_checked(const ct_st_file_t *f);
 
 /* __metadata__: the value of key, or NULL; and the entries by index (0..count-1). */
 const char *ct_st_meta(const ct_st_file_t *f, const char *key);
@@ -425,7 +440,8 @@ int ct_st_verify(ct_st_file_t *f, ct_errbuf_t *eb);
  *
  * Metadata (all strings in __metadata__): "format": "pt", "ctrun_kind" (step/best/final),
  * "step", "epoch", "data_position", "world_size", "config" (JSON text, when given), "metric"
- * (when given), plus the CRCs of section 5. */
+ * (when given), plus the tensor CRCs and the header checksum of section 5, which covers all of
+ * these: a checkpoint whose metadata was changed after it was written is damaged. */
 #define CT_CKPT_CONFIG_MAX 16384
 #define CT_CKPT_NAME_MAX   64
 
@@ -469,8 +485,16 @@ int ct_ckpt_save(ct_ckpt_dir_t *d, ct_ckpt_kind_t kind, const ct_tensor_view_t *
                  const ct_ckpt_meta_t *meta, ct_errbuf_t *eb);
 
 /* Loads the checkpoint `latest` names into the views (an exact match of names, dtypes and
- * shapes) and its metadata into meta; when it is damaged (unreadable, bad format, CRC), says
- * so in one warning line and tries the next older step checkpoint, and so on. name (at least
+ * shapes) and its metadata into meta. When that file is damaged (unreadable, bad format, a
+ * header or tensor CRC that does not match, a step file whose metadata names another step),
+ * says so in one warning line naming the file and tries the newest older checkpoint, and so
+ * on. When `latest` itself is unusable (empty, not a regular file, naming a path outside the
+ * directory or a file that is not a step or final checkpoint) or missing while checkpoints
+ * exist, says so in one warning line with the reason and takes the newest intact checkpoint
+ * among the step files and final.safetensors, ordered by the step their metadata records
+ * (best.safetensors is never resumed from). Whenever it did not take `latest`'s file, one info
+ * line names the file it used. The writer (rank 0) also notes, in one info line, a checkpoint
+ * written before header checksums: it loads, its metadata unverified. name (at least
  * CT_CKPT_NAME_MAX bytes, may be NULL) receives the file used. Returns 0; -ENOENT when the
  * directory has no checkpoint (a fresh start); CT_EMISMATCH when a checkpoint does not fit the
  * views (no fallback: an older one would not fit either); the last damage code when every
@@ -479,7 +503,8 @@ int ct_ckpt_save(ct_ckpt_dir_t *d, ct_ckpt_kind_t kind, const ct_tensor_view_t *
 int ct_ckpt_load_latest(ct_ckpt_dir_t *d, const ct_tensor_view_t *views, size_t n,
                         ct_ckpt_meta_t *meta, char *name, ct_errbuf_t *eb);
 
-/* Loads the checkpoint file `name` of the directory (e.g. "best.safetensors"), no fallback. */
+/* Loads the checkpoint file `name` of the directory (e.g. "best.safetensors"), no fallback.
+ * Damage is CT_EFORMAT, CT_ECRC, CT_ELIMIT or a negated errno (-ENOENT, -EIO, -EISDIR). */
 int ct_ckpt_load(ct_ckpt_dir_t *d, const char *name, const ct_tensor_view_t *views, size_t n,
                  ct_ckpt_meta_t *meta, ct_errbuf_t *eb);
 

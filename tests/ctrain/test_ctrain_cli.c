@@ -16,7 +16,14 @@
  *   - --inference_only on the best checkpoint reproduces that evaluation exactly, adopts the
  *     checkpoint's model flags, rejects conflicting ones, and also loads a plain state dict;
  *   - a non-finite loss fails the run with a clear line, or is skipped with
- *     --skip_invalid_loss;
+ *     --skip_invalid_loss; so do non-finite evaluation scores (weights turned NaN/inf by a
+ *     step whose loss was still finite), whose metrics are then null, never 0.0;
+ *   - an error in the run (bad data line, non-finite loss, unfit checkpoint) is one line, in
+ *     stderr and the error file, without a C backtrace; the progress line's epoch is that of
+ *     the last step done;
+ *   - a finished run whose final checkpoint's metadata was changed resumes from the previous
+ *     checkpoint with a warning naming the file; with `latest` removed, from the intact final
+ *     checkpoint with one warning;
  *   - the model flags: the four variants (TiSASRec + mHC by default, --no_mhc, --no_time and
  *     both) train and say what they are, the softmax losses learn, TiSASRec refuses data
  *     without times, and TiSASRec beats SASRec by a wide margin on data whose next item
@@ -777,6 +784,165 @@ static void test_resume_refused_and_never(void)
     ct_child_close(&c);
 }
 
+/* ---- errors in the run: one line ------------------------------------------------------------- */
+
+/* An error ctrain detects after start-up (bad data, a non-finite loss) is one line naming what
+ * and where, in stderr and in the error file, exit 1 - no C backtrace, which is for crashes. */
+static void test_run_errors_one_line(void)
+{
+    char data[300], errfile[300], env_errfile[340], dir[300];
+    dir_path(data, sizeof data, "bad_line3.txt");
+    dir_path(errfile, sizeof errfile, "error.json");
+    dir_path(dir, sizeof dir, "errors");
+    FILE *f = fopen(data, "w");
+    CT_ASSERT(f != NULL);
+    fputs("1 2\n1 3\n1 x\n2 4\n", f);
+    fclose(f);
+    snprintf(env_errfile, sizeof env_errfile, "TORCHELASTIC_ERROR_FILE=%s", errfile);
+    const char *env[] = {env_errfile,          "RANK",
+                         "WORLD_SIZE",         "LOCAL_RANK",
+                         "LOCAL_WORLD_SIZE",   "TORCHELASTIC_RESTART_COUNT",
+                         "CTRUN_HEARTBEAT_FD", "MASTER_ADDR",
+                         "MASTER_PORT",        NULL};
+    ct_child_t c;
+    run(&c, env, "--train_dir", dir, "--dataset", data, NULL);
+    CT_ASSERT_EQ(c.exit_code, 1);
+    CT_ASSERT_MSG(count_lines(c.err) == 1, "want one line, got: %s", c.err);
+    char want[400];
+    snprintf(want, sizeof want, "%s:3: item id \"x\" is not an integer", data);
+    CT_ASSERT_STR_CONTAINS(c.err, want);
+    ct_child_close(&c);
+    json_error_t je;
+    json_t *e = json_load_file(errfile, 0, &je);
+    CT_ASSERT_MSG(e != NULL, "%s: %s", errfile, je.text);
+    json_t *msg = json_object_get(e, "message");
+    CT_ASSERT_STR_CONTAINS(json_string_value(json_object_get(msg, "message")), want);
+    CT_ASSERT_STR_EQ(
+        json_string_value(json_object_get(json_object_get(msg, "extraInfo"), "py_callstack")), "");
+    json_decref(e);
+
+    /* A failure inside training: the error line and the progress lines before it, no more. */
+    run(&c, NULL, "--train_dir", dir, TINY, "--num_epochs", "2", "--lr", "1e30", NULL);
+    CT_ASSERT_EQ(c.exit_code, 1);
+    CT_ASSERT_STR_CONTAINS(c.err, "error: non-finite training loss at step 1");
+    CT_ASSERT_STR_NOT_CONTAINS(c.err, "backtrace");
+    CT_ASSERT_STR_NOT_CONTAINS(c.err, "#0 ");
+    ct_child_close(&c);
+
+    /* A checkpoint that does not fit. */
+    char learn[300];
+    dir_path(learn, sizeof learn, "learn"); /* finished by test_learns */
+    run(&c, NULL, "--train_dir", learn, "--dataset", DATA, "--maxlen", "20", "--hidden_units", "24",
+        "--num_heads", "2", "--batch_size", "32", "--seed", "7", NULL);
+    CT_ASSERT_EQ(c.exit_code, 1);
+    CT_ASSERT_MSG(count_lines(c.err) == 1, "want one line, got: %s", c.err);
+    CT_ASSERT_STR_CONTAINS(c.err, "refusing to resume");
+    ct_child_close(&c);
+}
+
+/* The progress line names the epoch of the last step done: after the only step of a
+ * one-epoch run, "epoch 1/1", not the epoch after it. */
+static void test_progress_epoch(void)
+{
+    char dir[300];
+    dir_path(dir, sizeof dir, "progress");
+    ct_child_t c;
+    run(&c, NULL, "--train_dir", dir, TINY, "--num_epochs", "1", "--batch_size", "240", NULL);
+    CT_ASSERT_MSG(c.exit_code == 0, "exit %d: %s", c.exit_code, c.err);
+    CT_ASSERT_STR_CONTAINS(c.err, "epoch 1/1 step 1/1 ");
+    CT_ASSERT_STR_NOT_CONTAINS(c.err, "epoch 2/1");
+    ct_child_close(&c);
+}
+
+/* ---- damaged checkpoints and pointers, end to end ------------------------------------------ */
+
+static size_t slurp(const char *path, unsigned char **out)
+{
+    FILE *f = fopen(path, "rb");
+    CT_ASSERT_MSG(f != NULL, "%s: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *out = malloc((size_t)n);
+    CT_ASSERT_EQ(fread(*out, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    return (size_t)n;
+}
+
+static void spit(const char *path, const unsigned char *buf, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CT_ASSERT(f != NULL);
+    CT_ASSERT_EQ(fwrite(buf, 1, n, f), n);
+    CT_ASSERT_EQ(fclose(f), 0);
+}
+
+static int count_lines_with(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *l = text; *l;) {
+        const char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l) : strlen(l);
+        char line[2048];
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), l);
+        n += strstr(line, needle) != NULL;
+        l += len + (e != NULL);
+    }
+    return n;
+}
+
+/* A finished 2-epoch run (step_8, final at step 16) extended to 3 epochs after its final
+ * checkpoint's metadata was changed - the step, or adam_steps in the training state - resumes
+ * from step 8 with a warning naming final.safetensors; with `latest` removed instead, it
+ * resumes from the newer, intact final checkpoint, with one warning saying `latest` is
+ * missing. */
+static void test_damaged_final(void)
+{
+    static const char *const swaps[][2] = {{"\"step\":\"16\"", "\"step\":\"14\""},
+                                           {"\"step\":\"16\"", "\"step\":\"36\""},
+                                           {"adam_steps\\\":16", "adam_steps\\\":17"}};
+    for (int k = 0; k <= 3; k++) {
+        char dir[300], final[400], latest[400];
+        dir_path(dir, sizeof dir, "damaged_final");
+        snprintf(final, sizeof final, "%s/final.safetensors", dir);
+        snprintf(latest, sizeof latest, "%s/latest", dir);
+        ct_child_t c;
+        run(&c, NULL, "--train_dir", dir, TINY, "--no_time", "--no_mhc", "--num_epochs", "2",
+            "--resume", "never", NULL);
+        CT_ASSERT_MSG(c.exit_code == 0, "exit %d: %s", c.exit_code, c.err);
+        ct_child_close(&c);
+        if (k < 3) {
+            unsigned char *buf;
+            size_t n = slurp(final, &buf);
+            unsigned char *p = memmem(buf, n, swaps[k][0], strlen(swaps[k][0]));
+            CT_ASSERT_MSG(p != NULL, "no %s in %s", swaps[k][0], final);
+            memcpy(p, swaps[k][1], strlen(swaps[k][1]));
+            spit(final, buf, n);
+            free(buf);
+        } else {
+            CT_ASSERT_EQ(unlink(latest), 0);
+        }
+        run(&c, NULL, "--train_dir", dir, TINY, "--no_time", "--no_mhc", "--num_epochs", "3", NULL);
+        CT_ASSERT_MSG(c.exit_code == 0, "exit %d: %s", c.exit_code, c.err);
+        CT_ASSERT_EQ(count_lines_with(c.err, "warn:"), 1);
+        if (k < 3) {
+            CT_ASSERT_STR_CONTAINS(c.out, "step_000000000008.safetensors: step 8 ");
+            CT_ASSERT_STR_CONTAINS(c.err, "final.safetensors is damaged");
+            CT_ASSERT_STR_CONTAINS(c.err, "header CRC32 mismatch");
+            printf("  final.safetensors with %s: resumed from step 8, with a warning\n",
+                   swaps[k][1]);
+        } else {
+            CT_ASSERT_STR_CONTAINS(c.out, "final.safetensors: step 16 ");
+            CT_ASSERT_STR_CONTAINS(c.err, "latest is missing");
+            printf("  latest missing: resumed from final.safetensors (step 16), one warning\n");
+        }
+        ct_child_close(&c);
+        json_t *s = load_json(dir, "summary.json");
+        CT_ASSERT_EQ((int64_t)jnum(s, "steps"), 24);
+        json_decref(s);
+    }
+}
+
 /* ---- inference ------------------------------------------------------------------------------ */
 
 static json_t *summary_line(const char *out)
@@ -871,6 +1037,48 @@ static void test_inference(void)
 
 /* ---- non-finite loss ------------------------------------------------------------------------ */
 
+/* A run whose only step makes the weights non-finite while its loss is still finite (one step
+ * per epoch, lr 1e30): evaluation sees NaN/inf scores. Without --skip_invalid_loss that is one
+ * error line and exit 1; with it, a warning and metrics left empty (null), never 0.0 numbers
+ * that read like a model that learnt nothing. */
+static void test_nonfinite_scores(void)
+{
+    char dir[300];
+    dir_path(dir, sizeof dir, "nonfinite");
+    ct_child_t c;
+    run(&c, NULL, "--train_dir", dir, TINY, "--no_time", "--no_mhc", "--num_epochs", "1",
+        "--batch_size", "240", "--lr", "1e30", NULL);
+    CT_ASSERT_MSG(c.exit_code == 1, "exit %d: %s", c.exit_code, c.err);
+    CT_ASSERT_STR_CONTAINS(c.err, "error: evaluation after epoch 1 (step 1): the model's scores "
+                                  "are NaN or infinite for 240 of 240 validation and 240 of 240 "
+                                  "test users: its weights are not finite");
+    CT_ASSERT_STR_NOT_CONTAINS(c.err, "backtrace");
+    CT_ASSERT_STR_NOT_CONTAINS(c.out, "0.0000");
+    ct_child_close(&c);
+
+    run(&c, NULL, "--train_dir", dir, TINY, "--no_time", "--no_mhc", "--num_epochs", "1",
+        "--batch_size", "240", "--lr", "1e30", "--skip_invalid_loss", "--resume", "never", NULL);
+    CT_ASSERT_MSG(c.exit_code == 0, "exit %d: %s", c.exit_code, c.err);
+    CT_ASSERT_STR_CONTAINS(c.err, "warn: evaluation after epoch 1 (step 1): the model's scores "
+                                  "are NaN or infinite");
+    CT_ASSERT_STR_NOT_CONTAINS(c.out, "0.0000");
+    ct_child_close(&c);
+    json_t *m[2];
+    CT_ASSERT_EQ(read_metrics(dir, m, 2), 1);
+    for (int w = 0; w < 2; w++) {
+        json_t *split = json_object_get(m[0], w ? "test" : "valid");
+        CT_ASSERT(json_is_null(json_object_get(split, "ndcg@10")));
+        CT_ASSERT(json_is_null(json_object_get(split, "full_ndcg@10")));
+        CT_ASSERT_EQ(json_integer_value(json_object_get(split, "nonfinite_users")), 240);
+    }
+    json_decref(m[0]);
+    json_t *s = load_json(dir, "summary.json");
+    CT_ASSERT(json_object_get(s, "best") == NULL); /* no evaluation had metrics */
+    CT_ASSERT(json_is_null(
+        json_object_get(json_object_get(json_object_get(s, "final"), "valid"), "full_ndcg@10")));
+    json_decref(s);
+}
+
 static void test_invalid_loss(void)
 {
     char dir[300];
@@ -910,6 +1118,10 @@ int main(int argc, char **argv)
     CT_RUN(test_resume_refused_and_never);
     CT_RUN(test_inference);
     CT_RUN(test_invalid_loss);
+    CT_RUN(test_nonfinite_scores);
+    CT_RUN(test_run_errors_one_line);
+    CT_RUN(test_progress_epoch);
+    CT_RUN(test_damaged_final);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0)

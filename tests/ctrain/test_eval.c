@@ -1,8 +1,8 @@
 /*
  * test_eval.c - worker/ct_eval.c: the full-ranking rank (exclusions, duplicates, ties, NaN),
  * the popularity baseline on a hand-made dataset whose HR/NDCG are worked out below, that a
- * model-free evaluation split over W ranks and reduced equals W = 1, and the evaluator's user
- * sharding.
+ * model-free evaluation split over W ranks and reduced equals W = 1, the evaluator's user
+ * sharding, and users with NaN or infinite scores counted (their split left without metrics).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -126,9 +126,50 @@ static void test_popularity(void)
     ct_data_free(&ds);
 }
 
+/* Non-finite scores: a user whose scores include a NaN or an infinity is counted once per
+ * split (whichever protocol saw it), and a split with any such user has no metrics (NAN) - not
+ * ranks decided by the tie rule, which read as 0.0. Popularity scores stand in for a model's
+ * here: item 4 is in no evaluated user's training history, so every user scores it. */
+static void test_nonfinite_scores(void)
+{
+    ct_dataset_t ds;
+    make_ds(&ds);
+    ct_ops_t ops;
+    ct_ops_cpu_init(&ops);
+    ct_reducer_t red;
+    ct_reducer_local_init(&red);
+    ct_evaluator_t ev;
+    ct_errbuf_t eb;
+    ct_eval_result_t r;
+    const ct_eval_mode_t modes[3] = {CT_EVAL_MODE_SAMPLED, CT_EVAL_MODE_FULL, CT_EVAL_MODE_BOTH};
+    const float bad[2] = {NAN, INFINITY};
+    for (int k = 0; k < 3; k++) {
+        for (int b = 0; b < 2; b++) {
+            CT_ASSERT_OK(ct_evaluator_init(&ev, &ds, &ops, 2, 4, modes[k], false, 0, 1, &eb));
+            ct_eval_result_t clean;
+            CT_ASSERT_OK(ct_eval_popularity(&ev, &red, &clean, &eb));
+            CT_ASSERT_EQ(clean.valid.nonfinite, 0);
+            CT_ASSERT_EQ(clean.test.nonfinite, 0);
+            ev.pop[4] = bad[b];
+            CT_ASSERT_OK(ct_eval_popularity(&ev, &red, &r, &eb));
+            /* the full ranking scores every item; the sampled candidates (100 draws from 5
+             * items) include item 4 for every user too */
+            CT_ASSERT_EQ(r.valid.users, 5);
+            CT_ASSERT_EQ(r.valid.nonfinite, 5);
+            CT_ASSERT_EQ(r.test.nonfinite, 5);
+            CT_ASSERT(isnan(r.valid.hr) && isnan(r.valid.ndcg) && isnan(r.valid.full_hr) &&
+                      isnan(r.valid.full_ndcg));
+            CT_ASSERT(isnan(r.test.hr) && isnan(r.test.full_ndcg));
+            ct_evaluator_close(&ev);
+        }
+    }
+    ct_data_free(&ds);
+}
+
 int main(void)
 {
     CT_RUN(test_rank_full);
     CT_RUN(test_popularity);
+    CT_RUN(test_nonfinite_scores);
     return 0;
 }

@@ -7,8 +7,9 @@ Both sides generate the same contents: tensor "t_<DTYPE>" of shape (3, 5) whose 
 are left out (and the C side accepts that).
 
 read:  loads FILE (written by libctworker) with safetensors.numpy (and safetensors.torch for
-       BF16/F8), checks every value, the metadata, and that each "crc32.<name>" entry equals
-       zlib.crc32 of the tensor's bytes.
+       BF16/F8), checks every value, the metadata, that each "crc32.<name>" entry equals
+       zlib.crc32 of the tensor's bytes, and that "ctrun_header_crc32" equals the header
+       checksum computed by the rule of ctworker.h (header_crc below).
 write: writes FILE with safetensors (torch.save_file when PyTorch is present, else numpy) and
        metadata {"format": "pt", "who": "python"}.
 Prints one line per checked or written tensor set; exits non-zero on any mismatch.
@@ -80,12 +81,29 @@ def expected_torch(dtype, shape):
     return raw.view(torch_dtype(dtype)).reshape(shape)
 
 
+def header_crc(path):
+    """The header checksum by its documented rule: zlib.crc32 of the header bytes (after the
+    8-byte length, padding included) with the 8 characters of its own value read as zeros.
+    Returns (stored value, computed value)."""
+    import struct
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = f.read(n)
+    key = b'"ctrun_header_crc32":"'
+    at = header.index(key) + len(key)
+    assert header.count(key) == 1, "the checksum's key appears more than once"
+    blanked = header[:at] + b"00000000" + header[at + 8:]
+    return header[at:at + 8].decode(), "%08x" % zlib.crc32(blanked)
+
+
 def read(path):
     from safetensors import safe_open
     with safe_open(path, framework="numpy") as f:
         meta = f.metadata()
         names = list(f.keys())
-    assert meta.get("ctrun_format") == "1", meta
+    assert meta.get("ctrun_format") == "2", meta
+    stored, computed = header_crc(path)
+    assert meta.get("ctrun_header_crc32") == stored == computed, (stored, computed)
     assert meta.get("step") == "12" and meta.get("format") == "pt", meta
     arrays = {}
     numpy_names = [n for n in names if not any(n == "t_" + d for d in TORCH_ONLY)]

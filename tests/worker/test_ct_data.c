@@ -1,11 +1,16 @@
 /*
  * test_ct_data.c - dataset loading: the three file formats, filtering and re-indexing, the
  * stable chronological sort, TiSASRec time scaling, the leave-one-out split, and a file:line
- * error for every kind of malformed line. Real datasets from ../shared/data are checked when
+ * error for every kind of malformed line; a large file with a bad third line is rejected
+ * without being read whole (the peak memory of a child process that loads it is measured), as
+ * is a file with no line break at all. Real datasets from ../shared/data are checked when
  * present (skipped cases say so), against statistics computed independently with Python.
  */
 #include <stdio.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include "ct_time.h"
 
 #include "ct_data.h"
 #include "ct_test.h"
@@ -192,13 +197,114 @@ static void test_malformed_lines(void)
     ct_dataset_t ds;
     ct_errbuf_t eb;
     CT_ASSERT_ERR(ct_data_load(&ds, p, CT_DATA_AUTO, NULL, &eb), CT_EFORMAT);
-    CT_ASSERT_STR_CONTAINS(eb.msg, "NUL bytes");
+    CT_ASSERT_STR_CONTAINS(eb.msg, "l.txt:2: contains a NUL byte");
     CT_ASSERT(ct_data_load(&ds, "/nonexistent/data.txt", CT_DATA_AUTO, NULL, &eb) < 0);
     CT_ASSERT_STR_EQ(eb.msg, "/nonexistent/data.txt: No such file or directory");
     ct_data_format_t fmt;
     CT_ASSERT_ERR(ct_data_parse_format("csv", &fmt, &eb), CT_EPARSE);
     CT_ASSERT_OK(ct_data_parse_format("ml1m", &fmt, &eb));
     CT_ASSERT_EQ(fmt, CT_DATA_ML1M);
+}
+
+/* Peak resident memory of this process (VmHWM of /proc/self/status), in KiB; -1 if unknown. */
+static long peak_rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL)
+        return -1;
+    char line[256];
+    long kib = -1;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
+/* Loads path in a forked child (so the peak is that of the load alone); returns the child's
+ * growth of peak memory in KiB and its error message. */
+static long load_in_child(const char *path, char *msg, size_t size, double *seconds)
+{
+    int fds[2];
+    CT_ASSERT_EQ(pipe(fds), 0);
+    int64_t t0 = ct_time_ns();
+    pid_t pid = fork();
+    CT_ASSERT(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        long before = peak_rss_kib();
+        ct_dataset_t ds;
+        ct_errbuf_t eb = {{0}};
+        int rc = ct_data_load(&ds, path, CT_DATA_AUTO, NULL, &eb);
+        long grown = peak_rss_kib() - before;
+        char out[CT_ERRBUF_SIZE + 64];
+        int n = snprintf(out, sizeof out, "%ld %d %s", grown, rc, eb.msg);
+        ssize_t w = write(fds[1], out, (size_t)n);
+        _exit(w == n ? 0 : 3);
+    }
+    close(fds[1]);
+    char out[CT_ERRBUF_SIZE + 64];
+    size_t got = 0;
+    ssize_t r;
+    while ((r = read(fds[0], out + got, sizeof out - 1 - got)) > 0)
+        got += (size_t)r;
+    out[got] = '\0';
+    close(fds[0]);
+    int status;
+    CT_ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    *seconds = (double)(ct_time_ns() - t0) / 1e9;
+    CT_ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    long grown;
+    int rc, used = 0;
+    CT_ASSERT(sscanf(out, "%ld %d %n", &grown, &rc, &used) == 2);
+    CT_ASSERT_MSG(rc != 0, "the load succeeded");
+    snprintf(msg, size, "%s", out + used);
+    return grown;
+}
+
+/* A 128 MiB file whose third line is bad: the error names line 3 and the load stops there,
+ * its peak memory a small fraction of the file (before streaming, the whole file was read
+ * into memory first: 128 MiB and more). A file without any newline stops at the line limit. */
+static void test_large_file_bad_early(void)
+{
+    enum { BLOCK = 1 << 20, BLOCKS = 128 };
+    char path[300];
+    snprintf(path, sizeof path, "%s/large.txt", tmpdir);
+    FILE *f = fopen(path, "wb");
+    CT_ASSERT(f != NULL);
+    fputs("1 2\n1 3\n1 x\n", f);
+    char *block = malloc(BLOCK);
+    size_t len = 0;
+    for (int u = 1; len + 32 < BLOCK; u++)
+        len += (size_t)snprintf(block + len, BLOCK - len, "%d %d\n", u, u % 977 + 1);
+    for (int b = 0; b < BLOCKS; b++)
+        CT_ASSERT_EQ(fwrite(block, 1, len, f), len);
+    CT_ASSERT_EQ(fclose(f), 0);
+    char msg[CT_ERRBUF_SIZE];
+    double s;
+    long grown = load_in_child(path, msg, sizeof msg, &s);
+    printf("  bad line 3 of a %d MiB file: %.3f s, peak memory +%ld KiB: %s\n", BLOCKS, s, grown,
+           msg);
+    char want[400];
+    snprintf(want, sizeof want, "%s:3: item id \"x\" is not an integer", path);
+    CT_ASSERT_STR_CONTAINS(msg, want);
+    CT_ASSERT_LT(grown, 16 * 1024);
+    CT_ASSERT(s < 10.0); /* generous: it reads one 1 MiB chunk */
+
+    /* No line break at all: an error at the line limit, not the whole file in one line. */
+    f = fopen(path, "wb");
+    CT_ASSERT(f != NULL);
+    memset(block, '7', BLOCK);
+    for (int b = 0; b < 32; b++)
+        CT_ASSERT_EQ(fwrite(block, 1, BLOCK, f), (size_t)BLOCK);
+    CT_ASSERT_EQ(fclose(f), 0);
+    grown = load_in_child(path, msg, sizeof msg, &s);
+    printf("  a 32 MiB line: %.3f s, peak memory +%ld KiB: %s\n", s, grown, msg);
+    snprintf(want, sizeof want, "%s:1: line longer than 65536 bytes", path);
+    CT_ASSERT_STR_CONTAINS(msg, want);
+    CT_ASSERT_LT(grown, 16 * 1024);
+    free(block);
+    unlink(path);
 }
 
 static void test_real_datasets(void)
@@ -252,6 +358,7 @@ int main(void)
     CT_RUN(test_tsv_filter_reindex_sort);
     CT_RUN(test_ml1m_format);
     CT_RUN(test_malformed_lines);
+    CT_RUN(test_large_file_bad_early);
     CT_RUN(test_real_datasets);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

@@ -3,8 +3,9 @@
  * scalars and empty tensors) with the writer's alignment, then one hand-made file per defect
  * the reader must reject with a clear message (truncation, bit flips caught by the CRC,
  * oversized or short headers, bad JSON, bad dtypes, shapes that disagree with byte ranges,
- * overlapping, out-of-bounds and gapped ranges, bad metadata and CRC entries), and the checks
- * of views against the file.
+ * overlapping, out-of-bounds and gapped ranges, bad metadata and CRC entries), the header
+ * checksum (its documented rule recomputed here; every header byte changed in turn is caught),
+ * and the checks of views against the file.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "ct_test.h"
 #include "ctworker.h"
@@ -148,9 +150,10 @@ static void test_round_trip_every_dtype(void)
     CT_ASSERT(ct_st_find(f, "nope") == NULL);
     CT_ASSERT_STR_EQ(ct_st_meta(f, "step"), "12");
     CT_ASSERT_STR_EQ(ct_st_meta(f, "note"), "caf\xc3\xa9 \"quoted\"");
-    CT_ASSERT_STR_EQ(ct_st_meta(f, "ctrun_format"), "1");
+    CT_ASSERT_STR_EQ(ct_st_meta(f, "ctrun_format"), "2");
     CT_ASSERT(ct_st_meta(f, "crc32.scalar") != NULL);
-    CT_ASSERT_EQ(ct_st_meta_count(f), 2 + 1 + NT);
+    CT_ASSERT(ct_st_header_checked(f));
+    CT_ASSERT_EQ(ct_st_meta_count(f), 2 + 2 + NT);
     const char *k, *v;
     ct_st_meta_at(f, 0, &k, &v);
     CT_ASSERT_STR_EQ(k, "step");
@@ -236,6 +239,9 @@ static void test_writer_rejects_bad_views(void)
     CT_ASSERT_STR_CONTAINS(eb.msg, "reserved");
     meta[0].key = "ctrun_format";
     CT_ASSERT_ERR(ct_st_save(path, v, 2, meta, 1, &eb), -EINVAL);
+    meta[0].key = "ctrun_header_crc32";
+    CT_ASSERT_ERR(ct_st_save(path, v, 2, meta, 1, &eb), -EINVAL);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "reserved");
     ct_st_kv_t twice[] = {{"k", "1"}, {"k", "2"}};
     CT_ASSERT_ERR(ct_st_save(path, v, 2, twice, 2, &eb), -EINVAL);
     CT_ASSERT_STR_CONTAINS(eb.msg, "twice");
@@ -318,6 +324,84 @@ static void test_bit_flips_caught_by_crc(void)
             ct_st_close(f);
         }
     }
+}
+
+/* The header checksum. Its rule (ctworker.h, section 5) recomputed here with zlib alone, as
+ * another program would; then every byte of the header changed in turn - the metadata values
+ * a resume trusts (step, the configuration), dtypes and shapes that keep the byte counts, the
+ * CRC entries, the padding - must make the file fail to open, never open with other values. */
+static void test_header_checksum(void)
+{
+    float a[4] = {1, 2, 3, 4};
+    int32_t b[4] = {5, 6, 7, 8};
+    ct_tensor_view_t v[2] = {
+        {.name = "a", .dtype = CT_DTYPE_F32, .ndim = 2, .shape = {2, 2}, .data = a},
+        {.name = "b", .dtype = CT_DTYPE_I32, .ndim = 1, .shape = {4}, .data = b},
+    };
+    ct_st_kv_t meta[] = {{"step", "16"}, {"config", "{\"state\":{\"adam_steps\":16}}"}};
+    ct_errbuf_t eb;
+    CT_ASSERT_OK(ct_st_save(path, v, 2, meta, 2, &eb));
+    unsigned char buf[4096];
+    size_t n = read_bytes(path, buf, sizeof buf);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | buf[i];
+    CT_ASSERT(8 + hlen <= n);
+
+    static const char key[] = "\"ctrun_header_crc32\":\"";
+    unsigned char *hit = memmem(buf + 8, hlen, key, strlen(key));
+    CT_ASSERT(hit != NULL);
+    size_t at = (size_t)(hit - buf) + strlen(key);
+    CT_ASSERT(memmem(buf + at, 8 + hlen - at, key, strlen(key)) == NULL); /* exactly once */
+    char stored[9], want[9];
+    memcpy(stored, buf + at, 8);
+    stored[8] = '\0';
+    unsigned char copy[4096];
+    memcpy(copy, buf, n);
+    memset(copy + at, '0', 8);
+    snprintf(want, sizeof want, "%08lx", crc32(0L, copy + 8, (uInt)hlen));
+    CT_ASSERT_STR_EQ(stored, want);
+    ct_st_file_t *f;
+    CT_ASSERT_OK(ct_st_open(&f, path, &eb));
+    CT_ASSERT(ct_st_header_checked(f));
+    ct_st_close(f);
+
+    /* The changes a hostile probe makes: one value for another of the same length. */
+    static const char *const swaps[][2] = {{"\"step\":\"16\"", "\"step\":\"14\""},
+                                           {"\"step\":\"16\"", "\"step\":\"36\""},
+                                           {"adam_steps\\\":16", "adam_steps\\\":17"},
+                                           {"\"dtype\":\"I32\"", "\"dtype\":\"F32\""},
+                                           {"\"shape\":[2,2]", "\"shape\":[4,1]"}};
+    for (size_t k = 0; k < sizeof swaps / sizeof swaps[0]; k++) {
+        memcpy(copy, buf, n);
+        unsigned char *p = memmem(copy + 8, hlen, swaps[k][0], strlen(swaps[k][0]));
+        CT_ASSERT_MSG(p != NULL, "no %s in the header", swaps[k][0]);
+        memcpy(p, swaps[k][1], strlen(swaps[k][1]));
+        write_bytes(path, copy, n);
+        expect_open_error(path, CT_ECRC, "header CRC32 mismatch");
+    }
+
+    /* Every byte, one at a time (two different changes each). */
+    int crc_caught = 0;
+    for (size_t i = 8; i < 8 + hlen; i++) {
+        for (int x = 0; x < 2; x++) {
+            memcpy(copy, buf, n);
+            copy[i] ^= x ? 0x01 : 0x20;
+            write_bytes(path, copy, n);
+            f = NULL;
+            eb.msg[0] = '\0';
+            int rc = ct_st_open(&f, path, &eb);
+            CT_ASSERT_MSG(rc != 0, "header byte %zu ('%c' -> '%c') changed, yet the file opened",
+                          i - 8, buf[i], copy[i]);
+            CT_ASSERT(f == NULL);
+            CT_ASSERT_STR_CONTAINS(eb.msg, path);
+            crc_caught += rc == CT_ECRC;
+        }
+    }
+    /* Most changes leave valid JSON, and only the checksum tells them. */
+    printf("  %d of %d header changes caught by the header checksum, the rest by the parser\n",
+           crc_caught, (int)(2 * hlen));
+    CT_ASSERT_GT(crc_caught, (int)hlen / 2);
 }
 
 static void test_header_length_limits(void)
@@ -426,8 +510,13 @@ static void test_bad_metadata(void)
     expect_raw_error(h, 1, CT_EFORMAT, "__metadata__ is not a JSON object");
     snprintf(h, sizeof h, "{\"__metadata__\": {\"step\": 3}, %s}", tensor);
     expect_raw_error(h, 1, CT_EFORMAT, "value of \"step\" is not a string");
-    snprintf(h, sizeof h, "{\"__metadata__\": {\"ctrun_format\": \"2\"}, %s}", tensor);
+    snprintf(h, sizeof h, "{\"__metadata__\": {\"ctrun_format\": \"3\"}, %s}", tensor);
     expect_raw_error(h, 1, CT_EFORMAT, "unsupported ctrun_format");
+    /* Format 2 makes the header checksum mandatory: without it, the header is damaged. */
+    snprintf(h, sizeof h,
+             "{\"__metadata__\": {\"ctrun_format\": \"2\", \"crc32.a\": \"d202ef8d\"}, %s}",
+             tensor);
+    expect_raw_error(h, 1, CT_EFORMAT, "ctrun_format 2 without a ctrun_header_crc32 entry");
     snprintf(h, sizeof h, "{\"__metadata__\": {\"ctrun_format\": \"1\"}, %s}", tensor);
     expect_raw_error(h, 1, CT_EFORMAT, "tensor \"a\" has no crc32. entry");
     snprintf(h, sizeof h,
@@ -448,6 +537,7 @@ static void test_bad_metadata(void)
     CT_ASSERT_OK(ct_st_open(&f, path, &eb));
     CT_ASSERT_OK(ct_st_verify(f, &eb));
     CT_ASSERT_EQ_U64(ct_st_find(f, "a")->crc32, 0xd202ef8dULL);
+    CT_ASSERT(!ct_st_header_checked(f)); /* format 1: written before header checksums */
     ct_st_close(f);
     /* Not a file at all. */
     expect_open_error(dir, CT_EFORMAT, "not a regular file");
@@ -528,6 +618,7 @@ int main(void)
     CT_RUN(test_writer_rejects_bad_views);
     CT_RUN(test_truncated);
     CT_RUN(test_bit_flips_caught_by_crc);
+    CT_RUN(test_header_checksum);
     CT_RUN(test_header_length_limits);
     CT_RUN(test_bad_headers);
     CT_RUN(test_bad_layouts);
