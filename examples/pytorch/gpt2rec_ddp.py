@@ -509,6 +509,7 @@ def main():
         groups.append({"params": list(gpt2.parameters()), "lr": a.text_lr})
     opt = torch.optim.Adam(groups)
     start_epoch, step, best = 1, 0, -1.0
+    last_line = None
     path = dc.choose_resume(c, a.resume, a.save_dir, log)
     if a.init_from and not path:
         ck = dc.load_checkpoint(c, a.init_from, "--init_from")
@@ -525,6 +526,7 @@ def main():
         model.load_state_dict(dc.strip_module(ck["model"]))
         opt.load_state_dict(ck["optimizer"])
         start_epoch, step, best = ck["epoch"] + 1, ck["step"], ck["best"]
+        last_line = ck.get("last_line")
         log("resumed from %s at epoch %d step %d" % (path, ck["epoch"], step))
     ddp = DDP(model, device_ids=[c.device.index] if c.device.type == "cuda" else None) \
         if c.distributed else model
@@ -540,7 +542,9 @@ def main():
             per_rank * c.world, len(loader)))
     tb = dc.tensorboard(c, a.save_dir, log)
 
-    last_line = "step=%d (nothing left to train)" % step
+    # The metrics of the last finished epoch (kept in the checkpoints, so a job resumed after
+    # its last epoch still ends with them).
+    last_line = last_line or "step=%d (nothing trained)" % step
     t_run = time.time()
     for epoch in range(start_epoch, a.epochs + 1):
         model.train()
@@ -589,7 +593,7 @@ def main():
             pth = os.path.join(a.save_dir, dc.ckpt_name(epoch, step))
             dc.save_atomic({"model": model.state_dict(), "optimizer": opt.state_dict(),
                             "epoch": epoch, "step": step, "best": best, "world": c.world,
-                            "args": vars(a)}, pth)
+                            "args": vars(a), "last_line": last_line}, pth)
             log("saved %s%s" % (pth, " (best so far: best_model.pt)" if is_best else ""))
         best = dc.broadcast_obj(c, best)
 

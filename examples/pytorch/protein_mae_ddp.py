@@ -433,6 +433,7 @@ def main():
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
 
     start_epoch, step, best = 1, 0, float("inf")
+    last_line = None
     path = dc.choose_resume(c, a.resume, a.save_dir, log)
     if path:
         ck = dc.load_checkpoint(c, path)
@@ -441,6 +442,7 @@ def main():
         sched.load_state_dict(ck["scheduler"])
         scaler.load_state_dict(ck["scaler"])
         start_epoch, step, best = ck["epoch"] + 1, ck["step"], ck["best"]
+        last_line = ck.get("last_line")
         log("resumed from %s at epoch %d step %d" % (path, ck["epoch"], step))
     ddp = DDP(model, device_ids=[c.device.index] if c.device.type == "cuda" else None) \
         if c.distributed else model
@@ -453,7 +455,9 @@ def main():
         100.0 * float(counts[common]) / float(counts.sum())))
     tb = dc.tensorboard(c, a.save_dir, log)
 
-    last_line = "step=%d (nothing left to train)" % step
+    # The metrics of the last finished epoch (kept in the checkpoints, so a job resumed after
+    # its last epoch still ends with them).
+    last_line = last_line or "step=%d (nothing trained)" % step
     t_run = time.time()
     for epoch in range(start_epoch, a.epochs + 1):
         model.train()
@@ -531,7 +535,7 @@ def main():
             dc.save_atomic({"model": model.state_dict(), "optimizer": opt.state_dict(),
                             "scheduler": sched.state_dict(), "scaler": scaler.state_dict(),
                             "epoch": epoch, "step": step, "best": best, "world": c.world,
-                            "args": vars(a)}, p)
+                            "args": vars(a), "last_line": last_line}, p)
             log("saved %s%s" % (p, " (best so far: best_model.pt)" if is_best else ""))
         best = dc.broadcast_obj(c, best)
     if tb:

@@ -504,6 +504,7 @@ def main():
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
 
     start_epoch, step, best = 1, 0, {}
+    last_line = None
     if path:
         ck = dc.load_checkpoint(c, path)
         model.load_state_dict(dc.strip_module(ck["model"]))
@@ -513,6 +514,7 @@ def main():
         if "lm" in ck and not cfg["lm"]["path"]:
             lm.load_state_dict(ck["lm"])
         start_epoch, step, best = ck["epoch"] + 1, ck["step"], dict(ck["best"])
+        last_line = ck.get("last_line")
         if ck.get("world") != c.world:
             log.warn("checkpoint was written by %s processes, now %d: the data order differs"
                      % (ck.get("world"), c.world))
@@ -529,7 +531,9 @@ def main():
     n_patches = D["seq_len"] // M["patch_len"]
 
     ddp, ddp_stage = None, None
-    last_line = "step=%d (nothing left to train)" % step
+    # The metrics of the last finished epoch (kept in the checkpoints, so a job resumed after
+    # its last epoch still ends with them).
+    last_line = last_line or "step=%d (nothing trained)" % step
     t_run = time.time()
     for epoch in range(start_epoch, T["num_epochs"] + 1):
         stage = stage_of(cfg, epoch)
@@ -642,7 +646,8 @@ def main():
             ck = {"model": model.state_dict(), "optimizer": opt.state_dict(),
                   "scheduler": sched.state_dict(), "scaler": scaler.state_dict(),
                   "epoch": epoch, "step": step, "stage": stage, "best": best,
-                  "world": c.world, "config": cfg}
+                  "world": c.world, "config": cfg,
+                  "last_line": last_line}
             if not cfg["lm"]["path"]:
                 ck["lm"] = lm.state_dict()
             p = os.path.join(O["checkpoint_dir"], dc.ckpt_name(epoch, step))
