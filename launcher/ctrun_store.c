@@ -10,7 +10,8 @@
  *   connection's registrations. Nothing is ever O(all waiters).
  * - connections: an input buffer that holds only a partial request (complete requests are
  *   parsed straight out of one shared read buffer), an output buffer being filled and one being
- *   written; a connection whose output backs up is not read from until it drains.
+ *   written; a connection whose output backs up is not read from until it drains, which it
+ *   may do at once (a flush the socket takes whole) or in a write's completion: both resume it.
  *
  * Every entry point from the loop (read, write completion, accept, timer) and every in-process
  * API call ends by flushing the connections that received output, so pipelined replies and
@@ -112,7 +113,12 @@ struct ctrun__conn {
     size_t out_len, out_cap;
     uint8_t *wbuf; /* output being written */
     size_t wbuf_cap, inflight;
+    size_t woff; /* where the unwritten rest of wbuf starts */
     uv_write_t wreq;
+    /* Test connections only: a pretend socket that takes up to vroom unread bytes at once (as
+     * uv_try_write does); more waits as an in-flight write until the peer reads. */
+    uint8_t *vsock;
+    size_t vsock_len, vsock_cap, vroom;
     ctrun__wait_t *waits;
     ctrun__kwatch_t *kwatches;
     uint64_t opened_ms;
@@ -457,13 +463,41 @@ static void ctrun__reply_bytes(ctrun__conn_t *c, const void *data, size_t len)
 
 static void ctrun__on_write(uv_write_t *req, int status);
 
+/* What the socket takes at once of n bytes: uv_try_write for a network connection, the room
+ * left in the pretend socket for a test connection. 0 when it takes nothing now; negative on
+ * an error that ends the connection. */
+static ssize_t ctrun__try_write(ctrun__conn_t *c, const uint8_t *p, size_t n)
+{
+    if (c->is_virtual) {
+        size_t room = c->vroom > c->vsock_len ? c->vroom - c->vsock_len : 0;
+        size_t k = n < room ? n : room;
+        if (k == 0)
+            return 0;
+        if (c->vsock_len + k > c->vsock_cap) {
+            size_t ncap = c->vsock_cap ? c->vsock_cap : 4096;
+            while (ncap < c->vsock_len + k)
+                ncap *= 2;
+            uint8_t *nb = realloc(c->vsock, ncap);
+            if (nb == NULL)
+                return -ENOMEM;
+            c->vsock = nb;
+            c->vsock_cap = ncap;
+        }
+        memcpy(c->vsock + c->vsock_len, p, k);
+        c->vsock_len += k;
+        return (ssize_t)k;
+    }
+    uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
+    int w = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    return w == UV_EAGAIN ? 0 : w;
+}
+
 static void ctrun__flush(ctrun__conn_t *c)
 {
-    if (c->closing || c->writing || c->out_len == 0 || c->is_virtual)
+    if (c->closing || c->writing || c->out_len == 0)
         return;
-    uv_buf_t b = uv_buf_init((char *)c->out, (unsigned)c->out_len);
-    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-    if (n == (int)c->out_len) {
+    ssize_t n = ctrun__try_write(c, c->out, c->out_len);
+    if (n == (ssize_t)c->out_len) {
         c->out_len = 0;
         if (c->out_cap > 256 * 1024) { /* do not keep a big reply's buffer for an idle peer */
             free(c->out);
@@ -472,41 +506,57 @@ static void ctrun__flush(ctrun__conn_t *c)
         }
         return;
     }
-    if (n < 0 && n != UV_EAGAIN) {
+    if (n < 0) {
         ctrun__conn_close(c);
         return;
     }
-    if (n < 0)
-        n = 0;
     /* The rest goes out asynchronously from wbuf while new output gathers in out. */
     uint8_t *tb = c->wbuf;
     size_t tcap = c->wbuf_cap;
     c->wbuf = c->out;
     c->wbuf_cap = c->out_cap;
+    c->woff = (size_t)n;
     c->inflight = c->out_len - (size_t)n;
     c->out = tb;
     c->out_cap = tcap;
     c->out_len = 0;
+    c->writing = true;
+    if (c->is_virtual)
+        return; /* completed by ctrun__test_conn_output as the peer reads */
     uv_buf_t wb = uv_buf_init((char *)c->wbuf + n, (unsigned)c->inflight);
     c->wreq.data = c;
     if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &wb, 1, ctrun__on_write) != 0) {
+        c->writing = false;
         ctrun__conn_close(c);
-        return;
     }
-    c->writing = true;
+}
+
+static void ctrun__resume(ctrun__conn_t *c);
+
+/* A connection paused for its pending output is read from again once that output has drained
+ * below the low water mark: after a write completes, and equally after a flush that the socket
+ * took whole at once (no write callback follows that one). */
+static void ctrun__maybe_resume(ctrun__conn_t *c)
+{
+    if (c->paused && !c->closing && !c->doomed && ctrun__pending(c) < CTRUN__LOW_WATER)
+        ctrun__resume(c);
 }
 
 static void ctrun__flush_dirty(ctrun_store_t *s)
 {
+    /* A resumed connection parses its buffered input and may come back onto the list with
+     * new output; the loop runs until no connection has anything left to send. */
     while (s->dirty != NULL) {
         ctrun__conn_t *c = s->dirty;
         s->dirty = c->dnext;
         c->dirty = false;
         c->dnext = NULL;
-        if (c->doomed)
+        if (c->doomed) {
             ctrun__conn_close(c);
-        else
+        } else {
             ctrun__flush(c);
+            ctrun__maybe_resume(c);
+        }
     }
 }
 
@@ -1502,12 +1552,14 @@ static void ctrun__resume(ctrun__conn_t *c)
         uv_read_start((uv_stream_t *)&c->tcp, ctrun__on_alloc, ctrun__on_read);
 }
 
-static void ctrun__on_write(uv_write_t *req, int status)
+/* The in-flight write has completed (status 0) or failed: the one place where a write ends,
+ * for network connections (ctrun__on_write) and test connections alike. */
+static void ctrun__write_done(ctrun__conn_t *c, int status)
 {
-    ctrun__conn_t *c = req->data;
     ctrun_store_t *s = c->s;
     c->writing = false;
     c->inflight = 0;
+    c->woff = 0;
     if (c->closing)
         return;
     if (status < 0) {
@@ -1521,9 +1573,13 @@ static void ctrun__on_write(uv_write_t *req, int status)
         c->wbuf_cap = 0;
     }
     ctrun__flush(c);
-    if (c->paused && ctrun__pending(c) < CTRUN__LOW_WATER)
-        ctrun__resume(c);
+    ctrun__maybe_resume(c);
     ctrun__flush_dirty(s);
+}
+
+static void ctrun__on_write(uv_write_t *req, int status)
+{
+    ctrun__write_done(req->data, status);
 }
 
 static void ctrun__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -1585,6 +1641,7 @@ static void ctrun__conn_free(ctrun__conn_t *c)
     free(c->in);
     free(c->out);
     free(c->wbuf);
+    free(c->vsock);
     free(c);
 }
 
@@ -2223,20 +2280,40 @@ int ctrun__test_conn_feed(ctrun__conn_t *c, const void *data, size_t len)
     return c->closing ? CT_EPEER : 0;
 }
 
+void ctrun__test_conn_set_room(ctrun__conn_t *c, size_t nbytes)
+{
+    c->vroom = nbytes;
+}
+
+/* The peer reads: first what the pretend socket holds, then the in-flight write, whose end
+ * completes it exactly as a network write completes (ctrun__write_done: the next flush, and
+ * resuming a paused connection). Nothing here resumes a connection by itself. */
 size_t ctrun__test_conn_output(ctrun__conn_t *c, uint8_t *buf, size_t cap)
 {
-    size_t n = c->out_len < cap ? c->out_len : cap;
-    if (buf != NULL && n > 0)
-        memcpy(buf, c->out, n);
-    if (n > 0) {
-        memmove(c->out, c->out + n, c->out_len - n);
-        c->out_len -= n;
+    size_t got = 0;
+    while (got < cap) {
+        size_t k = c->vsock_len < cap - got ? c->vsock_len : cap - got;
+        if (k > 0) {
+            if (buf != NULL)
+                memcpy(buf + got, c->vsock, k);
+            memmove(c->vsock, c->vsock + k, c->vsock_len - k);
+            c->vsock_len -= k;
+            got += k;
+            continue;
+        }
+        if (!c->writing)
+            break;
+        k = c->inflight < cap - got ? c->inflight : cap - got;
+        if (buf != NULL && k > 0)
+            memcpy(buf + got, c->wbuf + c->woff, k);
+        c->woff += k;
+        c->inflight -= k;
+        got += k;
+        if (c->inflight > 0)
+            break;
+        ctrun__write_done(c, 0);
     }
-    if (c->paused && ctrun__pending(c) < CTRUN__LOW_WATER) {
-        ctrun__resume(c);
-        ctrun__flush_dirty(c->s);
-    }
-    return n;
+    return got;
 }
 
 bool ctrun__test_conn_closed(const ctrun__conn_t *c)
