@@ -101,7 +101,9 @@ struct ctrun__conn {
     ctrun__conn_t *prev, *next; /* all open connections */
     ctrun__conn_t *dnext;       /* connections with output to flush */
     bool dirty, closing, is_virtual, paused, writing, oom;
-    bool doomed; /* to be closed at the next flush: see ctrun__doom */
+    bool doomed;       /* to be closed at the next flush: see ctrun__doom */
+    bool parsing;      /* inside ctrun__process: its input buffer holds the request being handled */
+    size_t shed_bytes; /* doomed for its input buffer (ctrun__shed_input): how much it held */
     uint8_t state;
     bool validated;
     ct_store_dialect_t dialect;
@@ -165,7 +167,8 @@ struct ctrun_store {
     void *linger_data;
 
     ctrun_store_stats_t st;
-    uint64_t memory; /* == st.stored_bytes */
+    uint64_t memory;     /* == st.stored_bytes */
+    uint64_t shed_bytes; /* input buffers of connections doomed by ctrun__shed_input */
 
     uint64_t log_window_ms, log_in_window, log_suppressed;
 };
@@ -224,9 +227,27 @@ static uint64_t ctrun__hash(const ctrun_store_t *s, const uint8_t *p, size_t n)
 
 /* ---- memory accounting ------------------------------------------------------------------ */
 
+/*
+ * The cap holds stored data (keys, values, queued items, waiter bookkeeping) and connections'
+ * buffered partial requests together, and charges the connection that holds the memory:
+ * - stored data is refused only when it alone would exceed the cap (ctrun__charge);
+ * - a connection that wants more input buffer than stored data and the other buffers leave
+ *   room for is refused and closed (ctrun__in_reserve);
+ * - when stored data grows into room that buffered input holds, the connections holding the
+ *   most buffered input are closed until everything fits again (ctrun__shed_input, from the
+ *   next flush, once the request being handled has released its own input).
+ * So one client's half-sent large requests never get another client's small write refused.
+ */
+
+/* Buffered input that still counts: not that of connections already doomed for it. */
+static uint64_t ctrun__buffered(const ctrun_store_t *s)
+{
+    return s->st.buffered_bytes - s->shed_bytes;
+}
+
 static bool ctrun__charge(ctrun_store_t *s, uint64_t n)
 {
-    if (s->memory + s->st.buffered_bytes + n > s->max_bytes)
+    if (s->memory + n > s->max_bytes)
         return false;
     s->memory += n;
     return true;
@@ -542,22 +563,58 @@ static void ctrun__maybe_resume(ctrun__conn_t *c)
         ctrun__resume(c);
 }
 
+/*
+ * Stored data has grown into room that buffered input holds (see "memory accounting"): dooms
+ * the connections holding the most buffered input until everything fits under the cap again.
+ * Connections inside ctrun__process are spared (their buffer holds the request being handled,
+ * and is released when it ends). Returns how many were doomed.
+ */
+static int ctrun__shed_input(ctrun_store_t *s)
+{
+    int n = 0;
+    while (s->memory + ctrun__buffered(s) > s->max_bytes) {
+        ctrun__conn_t *victim = NULL;
+        for (ctrun__conn_t *c = s->conns; c != NULL; c = c->next)
+            if (!c->doomed && !c->closing && !c->parsing && c->in_cap > 0 &&
+                (victim == NULL || c->in_cap > victim->in_cap))
+                victim = c;
+        if (victim == NULL)
+            break;
+        char peer[96];
+        ctrun__peer(victim, peer, sizeof peer);
+        ctrun__log_conn(s,
+                        "closed connection from %s: its partial request holds %zu bytes of "
+                        "input, more than the memory cap of %llu bytes leaves beside %llu bytes "
+                        "of stored data",
+                        peer, victim->in_cap, (unsigned long long)s->max_bytes,
+                        (unsigned long long)s->memory);
+        victim->shed_bytes = victim->in_cap;
+        s->shed_bytes += victim->in_cap;
+        ctrun__doom(victim);
+        n++;
+    }
+    return n;
+}
+
 static void ctrun__flush_dirty(ctrun_store_t *s)
 {
     /* A resumed connection parses its buffered input and may come back onto the list with
-     * new output; the loop runs until no connection has anything left to send. */
-    while (s->dirty != NULL) {
-        ctrun__conn_t *c = s->dirty;
-        s->dirty = c->dnext;
-        c->dirty = false;
-        c->dnext = NULL;
-        if (c->doomed) {
-            ctrun__conn_close(c);
-        } else {
-            ctrun__flush(c);
-            ctrun__maybe_resume(c);
+     * new output; the loop runs until no connection has anything left to send, and no input
+     * buffer is left over the memory cap. */
+    do {
+        while (s->dirty != NULL) {
+            ctrun__conn_t *c = s->dirty;
+            s->dirty = c->dnext;
+            c->dirty = false;
+            c->dnext = NULL;
+            if (c->doomed) {
+                ctrun__conn_close(c);
+            } else {
+                ctrun__flush(c);
+                ctrun__maybe_resume(c);
+            }
         }
-    }
+    } while (ctrun__shed_input(s) > 0);
 }
 
 /* ---- waiters ---------------------------------------------------------------------------- */
@@ -1473,8 +1530,12 @@ static int ctrun__in_reserve(ctrun__conn_t *c, size_t want)
     size_t ncap = c->in_cap ? c->in_cap : 4096;
     while (ncap < want)
         ncap *= 2;
+    /* The last step to the size the parser needs for the whole message takes just that: a
+     * half-sent 8 MiB value holds (and is charged) 8 MiB, not 16. */
+    if (want == c->need)
+        ncap = want;
     size_t extra = ncap - c->in_cap;
-    if (s->memory + s->st.buffered_bytes + extra > s->max_bytes)
+    if (s->memory + ctrun__buffered(s) + extra > s->max_bytes)
         return CT_ELIMIT;
     uint8_t *nb = realloc(c->in, ncap);
     if (nb == NULL)
@@ -1506,7 +1567,7 @@ static void ctrun__pause(ctrun__conn_t *c)
 }
 
 /* Parses and handles every complete message in data; keeps the rest in c->in. */
-static void ctrun__process(ctrun__conn_t *c, const uint8_t *data, size_t len, bool shared)
+static void ctrun__process_input(ctrun__conn_t *c, const uint8_t *data, size_t len, bool shared)
 {
     size_t off = 0;
     while (!c->closing && !c->doomed && !c->paused && off < len && len - off >= c->need) {
@@ -1541,6 +1602,14 @@ static void ctrun__process(ctrun__conn_t *c, const uint8_t *data, size_t len, bo
         c->in_len = rest;
         ctrun__in_shrink(c);
     }
+}
+
+static void ctrun__process(ctrun__conn_t *c, const uint8_t *data, size_t len, bool shared)
+{
+    bool was = c->parsing;
+    c->parsing = true;
+    ctrun__process_input(c, data, len, shared);
+    c->parsing = was;
 }
 
 static void ctrun__resume(ctrun__conn_t *c)
@@ -1663,6 +1732,8 @@ static void ctrun__conn_close(ctrun__conn_t *c)
     /* Its input buffer stops counting against the cap now; the memory goes with the handle
      * (the request being handled may still point into it). */
     s->st.buffered_bytes -= c->in_cap;
+    s->shed_bytes -= c->shed_bytes;
+    c->shed_bytes = 0;
     ctrun__drop_waits(c);
     while (c->kwatches != NULL)
         ctrun__kwatch_free(s, c->kwatches);
@@ -2377,7 +2448,12 @@ int ctrun__test_check(const ctrun_store_t *s, ct_errbuf_t *eb)
                 mem += sizeof *k + CTRUN__ENTRY_OVERHEAD;
         }
     }
+    uint64_t buffered = 0, shed = 0;
     for (const ctrun__conn_t *c = s->conns; c != NULL; c = c->next) {
+        buffered += c->in_cap;
+        shed += c->shed_bytes;
+        if (c->in_len > c->in_cap || (c->shed_bytes > 0 && !c->doomed))
+            return ct_errbuf_set(eb, CT_ESTATE, "input buffer of a connection is inconsistent");
         for (const ctrun__wait_t *w = c->waits; w != NULL; w = w->next) {
             waits++;
             mem += sizeof *w + CTRUN__ENTRY_OVERHEAD;
@@ -2394,6 +2470,10 @@ int ctrun__test_check(const ctrun_store_t *s, ct_errbuf_t *eb)
             mem += n * (sizeof(ctrun__reg_t) + CTRUN__ENTRY_OVERHEAD);
         }
     }
+    if (buffered != s->st.buffered_bytes || shed != s->shed_bytes)
+        return ct_errbuf_set(eb, CT_ESTATE, "buffered input %llu/%llu, of it shed %llu/%llu",
+                             (unsigned long long)buffered, (unsigned long long)s->st.buffered_bytes,
+                             (unsigned long long)shed, (unsigned long long)s->shed_bytes);
     if (entries != s->nentries || keys != s->st.keys || queues != s->st.queues ||
         regs != s->st.wait_registrations || waits != s->st.pending_waits || mem != s->memory)
         return ct_errbuf_set(eb, CT_ESTATE,

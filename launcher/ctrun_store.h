@@ -29,9 +29,13 @@
  *   count over the limits, a write over the memory cap, an ADD as above) is closed with one log
  *   line; nothing is ever sent back to explain, as in PyTorch.
  * Memory: the cap `max_bytes` bounds stored keys, values and queued items plus buffered
- * unparsed input. A connection that stops reading its replies is not read from until they
- * drain (4 MiB high water), and one that lets more than max_message_len + 4 MiB of pushed
- * bytes (wake-ups, v1 watch events) pile up is closed.
+ * unparsed input, and is charged to the connection that holds the memory: a write is refused
+ * only when stored data alone would exceed the cap; a connection whose partial request needs
+ * more input buffer than the cap leaves is closed; and when stored data grows into room that
+ * partial requests hold, the connections holding the most are closed (one log line each) until
+ * it fits. A connection that stops reading its replies is not read from until they drain
+ * (4 MiB high water), and one that lets more than max_message_len + 4 MiB of pushed bytes
+ * (wake-ups, v1 watch events) pile up is closed.
  *
  * Lifecycle (libuv style): ctrun_store_create() starts listening at once; ctrun_store_close()
  * closes every handle and frees the store, then calls its callback from the loop. The process

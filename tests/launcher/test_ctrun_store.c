@@ -692,6 +692,95 @@ static void test_memory_cap(void)
     store_free(s);
 }
 
+/* Feeds the first `sent` bytes of a v2 SET of an 8 MiB value of 'h' bytes. */
+static void feed_half_set(tc_t *t, const char *key, size_t sent)
+{
+    size_t vlen = 8u << 20;
+    ct_store_req_t r = {.op = CT_STORE_OP_SET, .key = B(key)};
+    r.value.len = vlen;
+    uint8_t *v = malloc(vlen);
+    memset(v, 'h', vlen);
+    r.value.data = v;
+    ssize_t n = ct_store_encode_request(t->d, &r, NULL, 0, NULL);
+    uint8_t *buf = malloc((size_t)n);
+    CT_ASSERT_EQ(ct_store_encode_request(t->d, &r, buf, (size_t)n, NULL), n);
+    CT_ASSERT((ssize_t)sent < n);
+    CT_ASSERT_OK(ctrun__test_conn_feed(t->c, buf, sent));
+    free(buf);
+    free(v);
+}
+
+/*
+ * The memory cap charges the connection that holds the memory. Four connections each send
+ * half of an 8 MiB SET and stop: their input buffers fill the cap. A well-behaved client's
+ * 1-byte SET is still accepted; one of the half-sent connections (the one holding the most
+ * input) is closed instead, with one log line, and the others keep going: one finishes its
+ * SET. A fifth half-sent SET that would take the store over the cap is refused itself.
+ */
+static void test_memory_cap_charges_the_holder(void)
+{
+    ctrun_store_opts_t o = {.max_bytes = 32u << 20};
+    ctrun_store_t *s = store_new(&o);
+    tc_t half[4], good = tc_open(s, CT_STORE_V2);
+    for (int i = 0; i < 4; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "/h%d", i);
+        half[i] = tc_open(s, CT_STORE_V2);
+        feed_half_set(&half[i], k, (5u << 20) + 100u * (unsigned)i);
+    }
+    ctrun_store_stats_t st;
+    ctrun_store_stats(s, &st);
+    CT_ASSERT_EQ(st.buffered_bytes, 32u << 20); /* 4 x 8 MiB of input buffer: the whole cap */
+    tc_set(&good, "/one", "1");
+    tc_simple(&good, CT_STORE_OP_GET, "/one");
+    expect_bytes(&good, "1");
+    CT_ASSERT(!ctrun__test_conn_closed(good.c));
+    int closed = 0;
+    for (int i = 0; i < 4; i++)
+        closed += ctrun__test_conn_closed(half[i].c);
+    CT_ASSERT_EQ(closed, 1);
+    ctrun_store_stats(s, &st);
+    CT_ASSERT_EQ(st.dropped, 1);
+    CT_ASSERT_EQ(st.buffered_bytes, 24u << 20);
+    check(s);
+    /* A fifth half-sent SET does not fit: it is the one refused. */
+    tc_t fifth = tc_open(s, CT_STORE_V2);
+    size_t vlen = 8u << 20;
+    ct_store_req_t r = {.op = CT_STORE_OP_SET, .key = B("/h5")};
+    uint8_t *v = malloc(vlen);
+    memset(v, 'h', vlen);
+    r.value = (ct_store_bytes_t){v, vlen};
+    ssize_t n = ct_store_encode_request(CT_STORE_V2, &r, NULL, 0, NULL);
+    uint8_t *buf = malloc((size_t)n);
+    CT_ASSERT_EQ(ct_store_encode_request(CT_STORE_V2, &r, buf, (size_t)n, NULL), n);
+    CT_ASSERT_ERR(ctrun__test_conn_feed(fifth.c, buf, 6u << 20), CT_EPEER);
+    tc_set(&good, "/two", "2");
+    tc_simple(&good, CT_STORE_OP_GET, "/two");
+    expect_bytes(&good, "2");
+    /* A survivor sends the rest of its SET, which is stored. */
+    int survivor = -1;
+    for (int i = 0; i < 4 && survivor < 0; i++)
+        if (!ctrun__test_conn_closed(half[i].c))
+            survivor = i;
+    char k[16];
+    snprintf(k, sizeof k, "/h%d", survivor);
+    ct_store_req_t full = {.op = CT_STORE_OP_SET, .key = B(k), .value = {v, vlen}};
+    n = ct_store_encode_request(CT_STORE_V2, &full, buf, (size_t)n, NULL);
+    size_t sent = (5u << 20) + 100u * (unsigned)survivor;
+    CT_ASSERT_OK(ctrun__test_conn_feed(half[survivor].c, buf + sent, (size_t)n - sent));
+    ct_store_bytes_t got;
+    CT_ASSERT_OK(ctrun_store_get(s, k, &got));
+    CT_ASSERT_EQ(got.len, vlen);
+    check(s);
+    free(buf);
+    free(v);
+    tc_free(&fifth);
+    for (int i = 0; i < 4; i++)
+        tc_free(&half[i]);
+    tc_free(&good);
+    store_free(s);
+}
+
 /* Feeds n pipelined GETs of key at once. */
 static void feed_gets(tc_t *t, const char *key, int n)
 {
@@ -1384,6 +1473,7 @@ int main(void)
     CT_RUN(test_disconnect_mid_wait);
     CT_RUN(test_hostile_input);
     CT_RUN(test_memory_cap);
+    CT_RUN(test_memory_cap_charges_the_holder);
     CT_RUN(test_backpressure);
     CT_RUN(test_large_replies_any_socket);
     CT_RUN(test_pause_resume_fuzz);

@@ -342,6 +342,129 @@ static void test_large_values_pipelined(void)
     ct_child_close(&srv);
 }
 
+/* Waits until the store has read everything sent to it: no socket to `port` has bytes left to
+ * send, and every socket of `port` has an empty receive queue. */
+static void wait_store_read_all(int port)
+{
+    int64_t deadline = ct_deadline_after_ms(15000);
+    while (!ct_deadline_passed(deadline)) {
+        bool queued = false;
+        FILE *f = fopen("/proc/net/tcp", "r");
+        CT_ASSERT(f != NULL);
+        char line[512];
+        while (fgets(line, sizeof line, f) != NULL) {
+            char local[80], remote[80];
+            unsigned txq = 0, rxq = 0;
+            if (sscanf(line, " %*s %79s %79s %*x %x:%x", local, remote, &txq, &rxq) != 4)
+                continue;
+            const char *lc = strrchr(local, ':'), *rc = strrchr(remote, ':');
+            if (lc == NULL || rc == NULL)
+                continue;
+            if ((int)strtol(lc + 1, NULL, 16) == port && rxq > 0)
+                queued = true;
+            if ((int)strtol(rc + 1, NULL, 16) == port && txq > 0)
+                queued = true;
+        }
+        fclose(f);
+        if (!queued)
+            return;
+        usleep(20000);
+    }
+    CT_ASSERT_MSG(0, "the store did not read what was sent to it within 15 s");
+}
+
+static int count_substr(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; p != NULL && (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    return n;
+}
+
+/*
+ * --max-bytes charges the client that holds the memory: four connections each send half of an
+ * 8 MiB SET and stop, their input buffers taking much of the cap (each holds 8 MiB, or the
+ * 8 MiB + 20 bytes its request needs, depending on how the reads fall). A well-behaved client's
+ * 1-byte SET always succeeds. With a 64 MiB cap the buffers leave room for it; with a cap they
+ * fill but for 48 to 128 bytes (a new key costs 173), one of the four is closed instead, with
+ * one log line.
+ */
+static void memory_cap_case(const char *cap, int expect_closed)
+{
+    ct_child_t srv;
+    char *argv[] = {(char *)exe, "--port",      "0",         "--host",
+                    "127.0.0.1", "--max-bytes", (char *)cap, NULL};
+    int port = start_server(&srv, argv, NULL);
+    size_t vlen = 8u << 20;
+    uint8_t *v = malloc(vlen);
+    memset(v, 'h', vlen);
+    int half[4];
+    for (int i = 0; i < 4; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "/h%d", i);
+        ct_store_req_t r = {
+            .op = CT_STORE_OP_SET, .key = {(const uint8_t *)key, strlen(key)}, .value = {v, vlen}};
+        ssize_t n = ct_store_encode_request(CT_STORE_V1, &r, NULL, 0, NULL);
+        uint8_t *buf = malloc((size_t)n);
+        CT_ASSERT_EQ(ct_store_encode_request(CT_STORE_V1, &r, buf, (size_t)n, NULL), n);
+        half[i] = raw_connect(port);
+        size_t sent = (size_t)n / 2 + 1000u * (size_t)i;
+        CT_ASSERT_EQ(send(half[i], buf, sent, MSG_NOSIGNAL), (ssize_t)sent);
+        free(buf);
+    }
+    wait_store_read_all(port);
+    ct_store_client_t c;
+    ct_errbuf_t eb = {{0}};
+    ct_store_client_opts_t o = {.timeout_ms = 10000, .no_env_token = true};
+    CT_ASSERT_OK(ct_store_client_connect(&c, "127.0.0.1", port, &o, &eb));
+    int rc = ct_store_set(&c, "/one", "1", 1, &eb);
+    CT_ASSERT_MSG(rc == 0, "%s", eb.msg);
+    ct_store_bytes_t got;
+    rc = ct_store_get(&c, "/one", &got, &eb);
+    CT_ASSERT_MSG(rc == 0, "--max-bytes %s: the well-behaved client: %s", cap, eb.msg);
+    CT_ASSERT(got.len == 1 && got.data[0] == '1');
+    /* Exactly one of the half-sent connections is closed. */
+    int closed = 0;
+    int64_t deadline = ct_deadline_after_ms(3000);
+    bool done[4] = {0};
+    while (!ct_deadline_passed(deadline)) {
+        struct pollfd pf[4];
+        for (int i = 0; i < 4; i++)
+            pf[i] = (struct pollfd){.fd = done[i] ? -1 : half[i], .events = POLLIN};
+        if (poll(pf, 4, ct_deadline_poll_ms(deadline)) <= 0)
+            break;
+        for (int i = 0; i < 4; i++) {
+            char b[64];
+            if (pf[i].revents != 0 && recv(half[i], b, sizeof b, 0) <= 0) {
+                done[i] = true;
+                closed++;
+            }
+        }
+    }
+    CT_ASSERT_MSG(closed == expect_closed, "--max-bytes %s: %d half-sent connections closed", cap,
+                  closed);
+    for (int i = 0; i < 4; i++)
+        close(half[i]);
+    free(v);
+    ct_store_client_close(&c);
+    ct_child_signal(&srv, SIGTERM);
+    CT_ASSERT_OK(ct_child_wait(&srv, 10000));
+    CT_ASSERT_EQ(srv.exit_code, 0);
+    CT_ASSERT_EQ(count_substr(srv.err, "its partial request holds"), expect_closed);
+    if (expect_closed > 0)
+        CT_ASSERT_STR_CONTAINS(srv.err, "bytes of input, more than the memory cap of 33554560 "
+                                        "bytes leaves beside 173 bytes of stored data");
+    ct_child_close(&srv);
+}
+
+static void test_memory_cap_charges_the_holder(void)
+{
+    memory_cap_case("64M", 0);
+    char cap[32];
+    snprintf(cap, sizeof cap, "%u", 4 * (8u << 20) + 128);
+    memory_cap_case(cap, 1);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -351,5 +474,6 @@ int main(int argc, char **argv)
     CT_RUN(test_serve_and_signals);
     CT_RUN(test_token_file);
     CT_RUN(test_large_values_pipelined);
+    CT_RUN(test_memory_cap_charges_the_holder);
     return 0;
 }
