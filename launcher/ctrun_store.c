@@ -21,6 +21,7 @@
 #include "ctrun_store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -29,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -138,7 +140,17 @@ struct ctrun_store_watch {
 
 struct ctrun_store {
     uv_loop_t *loop;
-    uv_tcp_t listener;
+    /* Connections are accepted here rather than by uv_listen, whose answer to running out of
+     * file descriptors is to accept and close pending connections without a word. */
+    uv_poll_t listener;
+    int listen_fd;
+    int spare_fd;            /* /dev/null, given up for a moment to refuse connections */
+    uv_timer_t accept_timer; /* restarts accepting after it had to stop (ctrun__accept_pause) */
+    bool has_accept_timer;
+    bool fd_starved;        /* out of file descriptors since the last accepted connection */
+    bool fd_starved_logged; /* and said so */
+    uint64_t fd_refused;    /* connections refused for want of a descriptor, in all */
+    uint64_t fd_log_ms;     /* when the last "cannot accept" line was logged */
     uv_timer_t auth_timer;
     uv_timer_t linger_timer; /* ctrun_store_close_gently's deadline */
     bool has_listener, has_timer, has_linger, lingering, closing;
@@ -1774,22 +1786,20 @@ static void ctrun__conn_link(ctrun_store_t *s, ctrun__conn_t *c)
     s->st.accepted++;
 }
 
-static void ctrun__on_connection(uv_stream_t *server, int status)
+/* Takes an accepted socket on as a connection. */
+static void ctrun__accepted(ctrun_store_t *s, int fd)
 {
-    ctrun_store_t *s = server->data;
-    if (status < 0) {
-        ctrun__log_conn(s, "accept failed: %s", uv_strerror(status));
-        return;
-    }
     ctrun__conn_t *c = ctrun__conn_new(s);
     if (c == NULL || uv_tcp_init(s->loop, &c->tcp) != 0) {
         ctrun__log_conn(s, "out of memory accepting a connection");
         free(c);
+        close(fd);
         return;
     }
     s->open_handles++;
     c->tcp.data = c;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+    if (uv_tcp_open(&c->tcp, fd) != 0) {
+        close(fd);
         uv_close((uv_handle_t *)&c->tcp, ctrun__on_conn_closed);
         return;
     }
@@ -1807,6 +1817,123 @@ static void ctrun__on_connection(uv_stream_t *server, int status)
     uv_tcp_nodelay(&c->tcp, 1);
     if (uv_read_start((uv_stream_t *)&c->tcp, ctrun__on_alloc, ctrun__on_read) != 0)
         ctrun__conn_close(c);
+}
+
+static void ctrun__on_listen_ready(uv_poll_t *h, int status, int events);
+
+static void ctrun__on_accept_timer(uv_timer_t *t)
+{
+    ctrun_store_t *s = t->data;
+    if (s->closing || !s->has_listener)
+        return;
+    if (s->spare_fd < 0)
+        s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    uv_poll_start(&s->listener, UV_READABLE, ctrun__on_listen_ready);
+}
+
+/* Stops accepting for 100 ms: when pending connections can be neither accepted nor refused,
+ * the listening socket stays readable and would otherwise spin the loop. */
+static void ctrun__accept_pause(ctrun_store_t *s)
+{
+    if (!s->has_accept_timer)
+        return;
+    uv_poll_stop(&s->listener);
+    uv_timer_start(&s->accept_timer, ctrun__on_accept_timer, 100, 0);
+}
+
+/*
+ * accept() failed with EMFILE or ENFILE: refuses every pending connection (the spare
+ * descriptor is given up for a moment so that each can be accepted and closed at once, which
+ * the client sees as its connection closing rather than as silence), and says so once for the
+ * whole shortage (at most once a minute), with the limit. Accepting resumes by itself: the
+ * next accept() that succeeds ends the shortage.
+ */
+static void ctrun__refuse_for_fds(ctrun_store_t *s, int err)
+{
+    uint64_t n = 0;
+    if (s->spare_fd >= 0) {
+        close(s->spare_fd);
+        s->spare_fd = -1;
+        for (;;) {
+            int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+            if (fd >= 0) {
+                close(fd);
+                n++;
+            } else if (errno != EINTR && errno != ECONNABORTED) {
+                break;
+            }
+        }
+        s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    s->st.refused += n;
+    s->fd_refused += n;
+    uint64_t now = uv_now(s->loop);
+    if (!s->fd_starved) {
+        s->fd_starved = true;
+        s->fd_starved_logged = false;
+        if (s->fd_log_ms == 0 || now - s->fd_log_ms >= 60000) {
+            s->fd_starved_logged = true;
+            s->fd_log_ms = now == 0 ? 1 : now;
+            char limit[32] = "unknown";
+            struct rlimit rl;
+            if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+                snprintf(limit, sizeof limit, "%llu", (unsigned long long)rl.rlim_cur);
+            if (err == EMFILE)
+                ct_log_error("store: cannot accept connections: out of file descriptors (limit "
+                             "%s, RLIMIT_NOFILE); %llu refused so far",
+                             limit, (unsigned long long)s->fd_refused);
+            else
+                ct_log_error("store: cannot accept connections: the system is out of file "
+                             "descriptors (ENFILE, see fs.file-max); %llu refused so far",
+                             (unsigned long long)s->fd_refused);
+        }
+    }
+    if (s->spare_fd < 0) /* nothing to refuse them with: leave them waiting a moment */
+        ctrun__accept_pause(s);
+}
+
+#define CTRUN__ACCEPT_BATCH 128 /* per readiness event, so that clients get served meanwhile */
+
+static void ctrun__on_listen_ready(uv_poll_t *h, int status, int events)
+{
+    ctrun_store_t *s = h->data;
+    (void)events;
+    if (status < 0) {
+        ctrun__log_conn(s, "listening socket: %s", uv_strerror(status));
+        ctrun__accept_pause(s);
+        return;
+    }
+    for (int i = 0; i < CTRUN__ACCEPT_BATCH && !s->closing; i++) {
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            if (s->fd_starved) {
+                s->fd_starved = false;
+                if (s->fd_starved_logged)
+                    ct_log_info("store: accepting connections again (%llu refused so far for "
+                                "want of file descriptors)",
+                                (unsigned long long)s->fd_refused);
+            }
+            ctrun__accepted(s, fd);
+            continue;
+        }
+        int err = errno;
+        if (err == EAGAIN || err == EWOULDBLOCK)
+            break;
+        /* A connection that failed before it was accepted (ECONNABORTED, and on Linux the
+         * pending network errors accept() passes on) says nothing about the next one. */
+        if (err == EINTR || err == ECONNABORTED || err == EPROTO || err == ENETDOWN ||
+            err == ENOPROTOOPT || err == EHOSTDOWN || err == ENONET || err == EHOSTUNREACH ||
+            err == EOPNOTSUPP || err == ENETUNREACH)
+            continue;
+        if (err == EMFILE || err == ENFILE) {
+            ctrun__refuse_for_fds(s, err);
+            break;
+        }
+        ctrun__log_conn(s, "accept failed: %s", strerror(err));
+        ctrun__accept_pause(s);
+        break;
+    }
+    ctrun__flush_dirty(s);
 }
 
 /* Closes connections that have not authenticated in time (only when a token is set). */
@@ -1894,26 +2021,31 @@ static int ctrun__listen(ctrun_store_t *s, const char *host, int port, ct_errbuf
             return ct_errbuf_set(eb, rc, "store: cannot listen on %s:%d: %s", host, port,
                                  ct_strerror(rc));
     }
-    rc = uv_tcp_init(s->loop, &s->listener);
-    if (rc != 0) {
-        close(fd);
-        return ct_errbuf_set(eb, rc, "store: uv_tcp_init: %s", uv_strerror(rc));
+    s->listen_fd = fd; /* closed with the store's state, after the poll handle */
+    int backlog = ctrun__somaxconn();
+    if (listen(fd, backlog) != 0) {
+        rc = -errno;
+        return ct_errbuf_set(eb, rc, "store: listen on port %d: %s", port, ct_strerror(rc));
     }
+    rc = uv_poll_init(s->loop, &s->listener, fd);
+    if (rc != 0)
+        return ct_errbuf_set(eb, rc, "store: uv_poll_init: %s", uv_strerror(rc));
     s->listener.data = s;
     s->has_listener = true;
     s->open_handles++;
-    rc = uv_tcp_open(&s->listener, fd);
-    if (rc != 0) {
-        close(fd);
-        return ct_errbuf_set(eb, rc, "store: uv_tcp_open: %s", uv_strerror(rc));
-    }
-    int backlog = ctrun__somaxconn();
-    rc = uv_listen((uv_stream_t *)&s->listener, backlog, ctrun__on_connection);
+    rc = uv_timer_init(s->loop, &s->accept_timer);
+    if (rc != 0)
+        return ct_errbuf_set(eb, rc, "store: timer: %s", uv_strerror(rc));
+    s->accept_timer.data = s;
+    s->has_accept_timer = true;
+    s->open_handles++;
+    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    rc = uv_poll_start(&s->listener, UV_READABLE, ctrun__on_listen_ready);
     if (rc != 0)
         return ct_errbuf_set(eb, rc, "store: listen on port %d: %s", port, uv_strerror(rc));
     struct sockaddr_storage ss;
-    int len = sizeof ss;
-    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len);
+    socklen_t len = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &len);
     char ip[64] = "?";
     if (ss.ss_family == AF_INET6) {
         s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
@@ -1957,6 +2089,10 @@ static void ctrun__free_state(ctrun_store_t *s)
         free(s->token);
     }
     free(s->rbuf);
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    if (s->spare_fd >= 0)
+        close(s->spare_fd);
 }
 
 static void ctrun__maybe_finish(ctrun_store_t *s)
@@ -1997,6 +2133,8 @@ int ctrun_store_create(uv_loop_t *loop, const ctrun_store_opts_t *opts, ctrun_st
     if (s == NULL)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     s->loop = loop;
+    s->listen_fd = -1;
+    s->spare_fd = -1;
     s->limits = opts->limits ? *opts->limits : ct_store_default_limits;
     s->max_connections =
         opts->max_connections ? opts->max_connections : CTRUN_STORE_DEFAULT_MAX_CONNECTIONS;
@@ -2065,6 +2203,9 @@ void ctrun_store_close(ctrun_store_t *s, void (*cb)(void *data), void *data)
         s->listener.data = s;
         uv_close((uv_handle_t *)&s->listener, ctrun__on_handle_closed);
     }
+    if (s->has_accept_timer)
+        uv_close((uv_handle_t *)&s->accept_timer, ctrun__on_handle_closed);
+    s->has_accept_timer = false;
     if (s->has_timer)
         uv_close((uv_handle_t *)&s->auth_timer, ctrun__on_handle_closed);
     if (s->has_linger)

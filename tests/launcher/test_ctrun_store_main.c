@@ -465,6 +465,70 @@ static void test_memory_cap_charges_the_holder(void)
     memory_cap_case(cap, 1);
 }
 
+/*
+ * Out of file descriptors: the store runs with RLIMIT_NOFILE lowered to 64 (soft and hard, by
+ * the shell that starts it) and 150 clients connect, each asking for a PING. Those it can hold
+ * are answered; the others are closed at once (none is left waiting), the store says so in one
+ * line naming the limit, however many it refuses, and once the clients go it serves new ones
+ * again and says that too.
+ */
+static void test_out_of_file_descriptors(void)
+{
+    enum { N = 150 };
+    ct_child_t srv;
+    char *argv[] = {"/bin/sh", "-c", "ulimit -n 64 && exec \"$0\" --port 0 --host 127.0.0.1",
+                    (char *)exe, NULL};
+    int port = start_server(&srv, argv, NULL);
+    int fds[N];
+    uint8_t ping[5 + 5];
+    ct_store_req_t v = {.op = CT_STORE_OP_VALIDATE, .num32 = CT_STORE_VALIDATE_MAGIC};
+    ct_store_req_t p = {.op = CT_STORE_OP_PING, .num32 = 0x5eed};
+    size_t n = (size_t)ct_store_encode_request(CT_STORE_V2, &v, ping, sizeof ping, NULL);
+    n += (size_t)ct_store_encode_request(CT_STORE_V2, &p, ping + n, sizeof ping - n, NULL);
+    for (int i = 0; i < N; i++) {
+        fds[i] = raw_connect(port);
+        /* A refused connection may already be closed: its send may fail, its read tells. */
+        (void)send(fds[i], ping, n, MSG_NOSIGNAL);
+    }
+    int answered = 0, closed = 0;
+    for (int i = 0; i < N; i++) {
+        struct pollfd pf = {.fd = fds[i], .events = POLLIN};
+        CT_ASSERT_MSG(poll(&pf, 1, 10000) > 0, "client %d: neither answered nor closed", i);
+        uint8_t b[8];
+        ssize_t r = recv(fds[i], b, sizeof b, 0);
+        if (r == 4 && ct_store_get_u32(b) == 0x5eed)
+            answered++;
+        else if (r == 0 || (r < 0 && errno == ECONNRESET))
+            closed++;
+        else
+            CT_ASSERT_MSG(0, "client %d: recv returned %zd", i, r);
+    }
+    CT_ASSERT_EQ(answered + closed, N);
+    CT_ASSERT_MSG(answered >= 30 && closed >= 50, "%d answered, %d closed", answered, closed);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    /* New clients are served again once descriptors are free. */
+    ct_store_client_t c;
+    ct_errbuf_t eb = {{0}};
+    ct_store_client_opts_t o = {.timeout_ms = 10000, .no_env_token = true};
+    int rc = ct_store_client_connect(&c, "127.0.0.1", port, &o, &eb);
+    CT_ASSERT_MSG(rc == 0, "%s", eb.msg);
+    int64_t sum = 0;
+    rc = ct_store_add(&c, "/after", 5, &sum, &eb);
+    CT_ASSERT_MSG(rc == 0, "%s", eb.msg);
+    CT_ASSERT_EQ(sum, 5);
+    ct_store_client_close(&c);
+    ct_child_signal(&srv, SIGTERM);
+    CT_ASSERT_OK(ct_child_wait(&srv, 10000));
+    CT_ASSERT_EQ(srv.exit_code, 0);
+    CT_ASSERT_EQ(count_substr(srv.err, "cannot accept connections"), 1);
+    CT_ASSERT_STR_CONTAINS(srv.err, "store: cannot accept connections: out of file descriptors "
+                                    "(limit 64, RLIMIT_NOFILE); ");
+    CT_ASSERT_STR_CONTAINS(srv.err, "refused so far");
+    CT_ASSERT_STR_CONTAINS(srv.err, "store: accepting connections again (");
+    ct_child_close(&srv);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -475,5 +539,6 @@ int main(int argc, char **argv)
     CT_RUN(test_token_file);
     CT_RUN(test_large_values_pipelined);
     CT_RUN(test_memory_cap_charges_the_holder);
+    CT_RUN(test_out_of_file_descriptors);
     return 0;
 }
