@@ -332,7 +332,70 @@ static int ct__authenticate(ct_store_client_t *c, int64_t deadline, ct_errbuf_t 
     return 0;
 }
 
-static int ct__handshake(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *eb)
+/* ---- what is at the other end ------------------------------------------------------- */
+
+static void ct__progress(ct_store_client_t *c, ct_store_client_phase_t phase)
+{
+    if (c->progress == NULL)
+        return;
+    __atomic_store_n(&c->progress->since_ms, ct_time_ms(), __ATOMIC_RELAXED);
+    __atomic_store_n(&c->progress->phase, (int)phase, __ATOMIC_RELEASE);
+}
+
+/* Up to max bytes of p as a quoted one-line excerpt: printable ASCII kept, the rest escaped,
+ * cut at the first line break. */
+static void ct__excerpt(const uint8_t *p, size_t n, size_t max, char *out, size_t cap)
+{
+    size_t o = 0;
+    out[o++] = '"';
+    for (size_t i = 0; i < n && i < max && o + 6 < cap; i++) {
+        if (p[i] == '\r' || p[i] == '\n')
+            break;
+        if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '"' && p[i] != '\\')
+            out[o++] = (char)p[i];
+        else
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", p[i]);
+    }
+    if (o + 2 <= cap)
+        out[o++] = '"';
+    out[o < cap ? o : cap - 1] = '\0';
+}
+
+/* What the first bytes a peer sent in answer to the store handshake say about it: "it
+ * answered like an HTTP server: ..." and so on. True when they are recognisably not a store's
+ * (text, or a known protocol); false for unrecognised binary, still described in out. */
+static bool ct__describe_answer(const uint8_t *p, size_t n, char *out, size_t cap)
+{
+    char ex[96];
+    ct__excerpt(p, n, 60, ex, sizeof ex);
+    if (n >= 5 && memcmp(p, "HTTP/", 5) == 0) {
+        snprintf(out, cap, "it answered like an HTTP server: %s", ex);
+        return true;
+    }
+    if (n >= 4 && memcmp(p, "SSH-", 4) == 0) {
+        snprintf(out, cap, "it answered like an SSH server: %s", ex);
+        return true;
+    }
+    if (n >= 3 && (p[0] == 0x15 || p[0] == 0x16) && p[1] == 0x03 && p[2] <= 0x04) {
+        snprintf(out, cap, "it answered like a TLS server");
+        return true;
+    }
+    size_t text = 0, look = n < 16 ? n : 16;
+    for (size_t i = 0; i < look; i++)
+        text += (p[i] >= 0x20 && p[i] < 0x7f) || p[i] == '\r' || p[i] == '\n' || p[i] == '\t';
+    if (look >= 4 && text == look) {
+        snprintf(out, cap, "it answered with text: %s", ex);
+        return true;
+    }
+    int o = snprintf(out, cap, "it answered with the bytes");
+    for (size_t i = 0; i < n && i < 8 && o > 0 && (size_t)o < cap; i++)
+        o += snprintf(out + o, cap - (size_t)o, " %02x", p[i]);
+    return false;
+}
+
+/* ---- connecting (continued) ---------------------------------------------------------- */
+
+static int ct__handshake_steps(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *eb)
 {
     int rc;
     if (c->token != NULL && (rc = ct__authenticate(c, deadline, eb)) != 0)
@@ -363,6 +426,55 @@ static int ct__handshake(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *eb
     return 0;
 }
 
+/*
+ * Authentication (with a token) and the v2 handshake, on a fresh connection, within
+ * handshake_timeout_ms. Sets *final when the failure says what the peer is rather than that it
+ * is not there yet: retrying would only repeat it. Silence counts as an answer when the
+ * handshake had its full time: its own deadline, or the whole connect deadline on the first
+ * attempt (a later attempt cut short by the connect deadline proves nothing).
+ */
+static int ct__handshake(ct_store_client_t *c, int64_t deadline, bool first, bool *final,
+                         ct_errbuf_t *eb)
+{
+    *final = false;
+    int64_t start = ct_time_ms();
+    int64_t hs_deadline = deadline;
+    if (c->handshake_timeout_ms > 0) {
+        int64_t d = ct_deadline_after_ms(c->handshake_timeout_ms);
+        if (d < deadline)
+            hs_deadline = d;
+    }
+    ct__progress(c, CT_STORE_PHASE_HANDSHAKE);
+    int rc = ct__handshake_steps(c, hs_deadline, eb);
+    if (rc == 0)
+        return 0;
+    /* The bytes received so far on this connection are all at the start of rbuf. */
+    const uint8_t *got = c->rbuf;
+    size_t ngot = c->rlen;
+    char what[160];
+    bool full_wait = ct_deadline_passed(hs_deadline) && (hs_deadline < deadline || first);
+    if (rc == -ETIMEDOUT && ngot == 0 && full_wait) {
+        *final = true;
+        return ct_errbuf_set(eb, -ETIMEDOUT,
+                             "no answer from %s:%d in %.1f s: it accepted the connection but "
+                             "never answered the store handshake",
+                             c->host, c->port, (double)(ct_time_ms() - start) / 1000.0);
+    }
+    if (ngot > 0 && (rc == CT_EPROTOCOL || rc == CT_EAUTH || rc == -ETIMEDOUT || rc == CT_EPEER)) {
+        /* A ping answered with the wrong nonce is never a store's, nor is a short answer and
+         * then silence; other failures are when the bytes are recognisably something else. */
+        bool foreign = ct__describe_answer(got, ngot, what, sizeof what);
+        bool bad_ping = rc == CT_EPROTOCOL && c->token == NULL && c->dialect == CT_STORE_V2;
+        bool stalled = rc == -ETIMEDOUT && full_wait;
+        if (foreign || bad_ping || stalled) {
+            *final = true;
+            return ct_errbuf_set(eb, CT_EPROTOCOL, "%s:%d is not a ctrun/PyTorch store (%s)",
+                                 c->host, c->port, what);
+        }
+    }
+    return rc;
+}
+
 /* Connects with backoff until deadline; the error of the last attempt explains a timeout. */
 static int ct__connect_loop(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *eb)
 {
@@ -372,15 +484,24 @@ static int ct__connect_loop(ct_store_client_t *c, int64_t deadline, ct_errbuf_t 
     snprintf(last.msg, sizeof last.msg, "no attempt was made");
     for (int attempt = 1;; attempt++) {
         ct_errbuf_clear(&last);
+        ct__progress(c, CT_STORE_PHASE_CONNECTING);
+        bool final = false;
         int rc = ct__connect_tcp(c, deadline, &last);
         if (rc == 0) {
-            rc = ct__handshake(c, deadline, &last);
+            rc = ct__handshake(c, deadline, attempt == 1, &final, &last);
             if (rc != 0)
                 ct__drop(c);
         }
-        if (rc == 0)
+        if (rc == 0) {
+            ct__progress(c, CT_STORE_PHASE_READY);
             return 0;
+        }
+        if (final) {
+            ct__progress(c, CT_STORE_PHASE_IDLE);
+            return ct_errbuf_set(eb, rc, "%s", last.msg);
+        }
         if (!ct__retryable(rc) || ct_deadline_passed(deadline)) {
+            ct__progress(c, CT_STORE_PHASE_IDLE);
             if (rc == -ETIMEDOUT || ct_deadline_passed(deadline))
                 return ct_errbuf_set(eb, -ETIMEDOUT,
                                      "store %s:%d not reachable after %lld ms and %d attempts; "
@@ -389,6 +510,7 @@ static int ct__connect_loop(ct_store_client_t *c, int64_t deadline, ct_errbuf_t 
                                      last.msg);
             return ct_errbuf_set(eb, rc, "%s", last.msg);
         }
+        ct__progress(c, CT_STORE_PHASE_CONNECTING);
         /* ExponentialBackoffWithJitter: the interval +-50 %, then x1.5 up to 60 s. */
         double jitter = 0.5 + (double)(ct__rand(c) >> 11) / (double)(1ULL << 53);
         int64_t sleep_ms = (int64_t)(interval * jitter);
@@ -397,9 +519,11 @@ static int ct__connect_loop(ct_store_client_t *c, int64_t deadline, ct_errbuf_t 
             sleep_ms = left;
         ct_log_debug("store %s:%d: attempt %d failed (%s); retrying in %lld ms", c->host, c->port,
                      attempt, last.msg, (long long)sleep_ms);
-        if (ct__poll(c, -1, 0, ct_deadline_after_ms(sleep_ms)) == -ECANCELED)
+        if (ct__poll(c, -1, 0, ct_deadline_after_ms(sleep_ms)) == -ECANCELED) {
+            ct__progress(c, CT_STORE_PHASE_IDLE);
             return ct_errbuf_set(eb, -ECANCELED, "connecting to store %s:%d: canceled", c->host,
                                  c->port);
+        }
         interval *= 1.5;
         if (interval > (double)c->backoff_max_ms)
             interval = (double)c->backoff_max_ms;
@@ -431,6 +555,8 @@ int ct_store_client_connect(ct_store_client_t *c, const char *host, int port,
     c->no_ping = opts->no_ping;
     c->cancel_fd = opts->cancel_fd > 0 ? opts->cancel_fd : -1;
     c->backoff_max_ms = opts->backoff_max_ms > 0 ? opts->backoff_max_ms : CT__BACKOFF_MAX_MS;
+    c->handshake_timeout_ms = opts->handshake_timeout_ms > 0 ? opts->handshake_timeout_ms : 0;
+    c->progress = opts->progress;
     c->limits = opts->limits ? *opts->limits : ct_store_default_limits;
     c->rng = (uint64_t)ct_time_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c;
     if (c->rng == 0)

@@ -25,6 +25,12 @@
  * - Replies that carry bytes (get, compare_set, multi_get, queue_pop, list_keys) are returned
  *   as views into the client's receive buffer, valid until the next call on the same client.
  *
+ * - Connecting says what is at the other end when it is not a store: a peer that answers the
+ *   handshake with bytes no store sends is "HOST:PORT is not a ctrun/PyTorch store (it
+ *   answered like an HTTP server: ...)" (CT_EPROTOCOL), and one that accepts the connection
+ *   but never answers the handshake is "no answer from HOST:PORT in N s" (-ETIMEDOUT) once the
+ *   handshake deadline passes. Neither is retried.
+ *
  * Errors: -ETIMEDOUT (deadline), -ECANCELED (the cancel fd became readable), -ECONNREFUSED &
  * co. (connect), CT_EPEER (the server closed the connection), CT_EPROTOCOL (a reply that does
  * not parse, or a ping mismatch), CT_EAUTH (authentication), -ENOTSUP (a v2-only request on a
@@ -48,6 +54,21 @@ extern "C" {
 
 #define CT_STORE_DEFAULT_TIMEOUT_MS 300000 /* PyTorch's Store::kDefaultTimeout */
 
+/* How far a client's connecting has got (ct_store_client_progress_t.phase). */
+typedef enum ct_store_client_phase {
+    CT_STORE_PHASE_IDLE = 0,   /* not connecting */
+    CT_STORE_PHASE_CONNECTING, /* resolving, connecting, or pausing between attempts */
+    CT_STORE_PHASE_HANDSHAKE,  /* connected; waiting for the server to answer the handshake */
+    CT_STORE_PHASE_READY,      /* connected and answered */
+} ct_store_client_phase_t;
+
+/* Written by the connecting thread with __atomic_store_n, for another thread to read with
+ * __atomic_load_n: what a connect that takes long is waiting for. */
+typedef struct ct_store_client_progress {
+    int phase;        /* ct_store_client_phase_t */
+    int64_t since_ms; /* ct_time_ms() when the phase began */
+} ct_store_client_progress_t;
+
 typedef struct ct_store_client_opts {
     ct_store_dialect_t dialect; /* 0: CT_STORE_V2 */
     /* Default deadline of every request, and of connecting: 0 = CT_STORE_DEFAULT_TIMEOUT_MS,
@@ -55,6 +76,9 @@ typedef struct ct_store_client_opts {
     int64_t timeout_ms;
     /* Deadline of the first connection (0 = timeout_ms). */
     int64_t connect_timeout_ms;
+    /* How long a server that accepted the connection may take to answer the handshake before
+     * the connect fails with "no answer" (0 = until the connect deadline). */
+    int64_t handshake_timeout_ms;
     /* After a v2 WAIT timed out and CANCEL_WAIT was sent, how long to wait for its reply
      * (PyTorch waits forever; 0 = 30 s). */
     int64_t cancel_grace_ms;
@@ -73,6 +97,9 @@ typedef struct ct_store_client_opts {
      * -ECANCELED and drops the connection. It lets another thread stop a client blocked in a
      * WAIT (e.g. an eventfd written once at shutdown). 0 = none (fd 0 is never one). */
     int cancel_fd;
+    /* When not NULL: where the client records its connecting progress (it must outlive the
+     * client). */
+    ct_store_client_progress_t *progress;
 } ct_store_client_opts_t;
 
 typedef struct ct_store_client {
@@ -84,7 +111,8 @@ typedef struct ct_store_client {
     int64_t timeout_ms, cancel_grace_ms;
     bool no_ping;
     int cancel_fd; /* -1: none */
-    int64_t backoff_max_ms;
+    int64_t backoff_max_ms, handshake_timeout_ms;
+    ct_store_client_progress_t *progress;
     char *token; /* owned copy, or NULL */
     size_t token_len;
     ct_store_limits_t limits;

@@ -1100,10 +1100,19 @@ static void ctrun__step(ctrun_agent_t *a, const ctrun__event_t *ev)
     case CTRUN__EV_KV:
         ctrun__on_kv(a, ev->reply);
         return;
-    case CTRUN__EV_RDZV_TIMEOUT:
+    case CTRUN__EV_RDZV_TIMEOUT: {
         if (a->state != CTRUN_AGENT_RENDEZVOUS)
             return;
-        if (a->rdzv.waited)
+        int64_t since = 0;
+        /* Not a slow job when a connection has waited a while for the endpoint to answer the
+         * store handshake: whatever listens there is not answering as a store. */
+        if (ctrun_kv_unanswered(a->kv, &since) && ct_time_ms() - since >= 1000)
+            ct_log_error("rendezvous of attempt %d timed out after %g s: no answer from %s:%d "
+                         "in %.1f s: it accepted the connection but never answered the store "
+                         "handshake (is --rdzv_endpoint / --master_addr a ctrun store?)",
+                         a->attempt, ctrun__rdzv_timeout_s(a), a->master_addr, a->master_port,
+                         (double)(ct_time_ms() - since) / 1000.0);
+        else if (a->rdzv.waited)
             ct_log_error("rendezvous timed out after %g s: this node waited for a round with "
                          "room for it (the job runs with --nnodes maximum %d; store %s:%d; see "
                          "--rdzv_conf join_timeout=SECONDS)",
@@ -1122,6 +1131,7 @@ static void ctrun__step(ctrun_agent_t *a, const ctrun__event_t *ev)
                 a->rdzv_kind == CTRUN_RDZV_KIND_STATIC ? "timeout" : "join_timeout");
         ctrun__done(a, CTRUN_EXIT_FAILED);
         return;
+    }
     case CTRUN__EV_WORKER_EXIT:
         ctrun__on_worker_exit(a, ev->worker, ev->value);
         ctrun__progress(a);

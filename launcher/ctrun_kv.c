@@ -81,6 +81,7 @@ typedef struct ctrun__lane {
     ctrun__fifo_t queue; /* guarded by kv->mutex */
     pthread_cond_t cond;
     ct_store_client_t client;
+    ct_store_client_progress_t progress; /* its client's connecting, read from the loop */
     bool connected;
     bool waits; /* this lane runs GETs */
 } ctrun__lane_t;
@@ -251,9 +252,13 @@ static void ctrun__remote_run(ctrun__lane_t *lane, ctrun__req_t *r)
         ct_store_client_opts_t o = {
             .timeout_ms = lane->waits ? -1 : kv->opts.op_timeout_ms,
             .connect_timeout_ms = kv->opts.connect_timeout_ms,
+            /* A store that accepted the connection answers the handshake at once; one that
+             * does not within an operation's deadline is not going to. */
+            .handshake_timeout_ms = kv->opts.op_timeout_ms,
             .backoff_max_ms = kv->opts.backoff_max_ms,
             .token = kv->token,
             .cancel_fd = kv->cancel_fd,
+            .progress = &lane->progress,
         };
         r->rc = ct_store_client_connect(&lane->client, kv->host, kv->opts.port, &o, &eb);
         if (r->rc != 0) {
@@ -491,6 +496,26 @@ int ctrun_kv_get(ctrun_kv_t *kv, const char *key, uint64_t tag)
 int ctrun_kv_append(ctrun_kv_t *kv, const char *key, const char *value, uint64_t tag)
 {
     return ctrun_kv_submit(kv, CTRUN_KV_APPEND, key, value, strlen(value), NULL, 0, 0, tag);
+}
+
+bool ctrun_kv_unanswered(const ctrun_kv_t *kv, int64_t *since_ms)
+{
+    if (kv == NULL || !kv->remote)
+        return false;
+    int64_t earliest = INT64_MAX;
+    for (int i = 0; i < 2; i++) {
+        const ct_store_client_progress_t *p = &kv->lanes[i].progress;
+        if (__atomic_load_n(&p->phase, __ATOMIC_ACQUIRE) != CT_STORE_PHASE_HANDSHAKE)
+            continue;
+        int64_t t = __atomic_load_n(&p->since_ms, __ATOMIC_RELAXED);
+        if (t < earliest)
+            earliest = t;
+    }
+    if (earliest == INT64_MAX)
+        return false;
+    if (since_ms != NULL)
+        *since_ms = earliest;
+    return true;
 }
 
 void ctrun_kv_close(ctrun_kv_t *kv)

@@ -24,6 +24,7 @@
 #ifndef CTRUN_KV_H
 #define CTRUN_KV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,7 +68,8 @@ typedef struct ctrun_kv_remote_opts {
     const char *host; /* without IPv6 brackets */
     int port;
     int64_t connect_timeout_ms; /* each lane's first connection (retried with backoff) */
-    int64_t op_timeout_ms;      /* deadline of SET/ADD/CAS/APPEND; GETs wait without one */
+    int64_t op_timeout_ms;      /* deadline of SET/ADD/CAS/APPEND, and of the store handshake
+                                 * of each connection; GETs wait without one */
     int64_t backoff_max_ms;     /* longest pause between connection attempts */
     const char *token;          /* store authentication token, or NULL */
 } ctrun_kv_remote_opts_t;
@@ -91,6 +93,12 @@ int ctrun_kv_cas(ctrun_kv_t *kv, const char *key, const char *expected, const ch
                  uint64_t tag);
 int ctrun_kv_get(ctrun_kv_t *kv, const char *key, uint64_t tag);
 int ctrun_kv_append(ctrun_kv_t *kv, const char *key, const char *value, uint64_t tag);
+
+/* Remote kv only: true while one of its connections has reached the store's address, which
+ * accepted it, and is still waiting for the store handshake to be answered; *since_ms (may be
+ * NULL) is when that wait began (ct_time_ms()). For saying what a rendezvous that times out
+ * was waiting for: an endpoint that accepts connections but never answers is not a store. */
+bool ctrun_kv_unanswered(const ctrun_kv_t *kv, int64_t *since_ms);
 
 /* Drops every pending request without calling back, stops and joins the helper threads,
  * closes the handles and frees the kv once they are closed (from the loop). NULL is fine. */

@@ -10,7 +10,8 @@
  *   connection's registrations. Nothing is ever O(all waiters).
  * - connections: an input buffer that holds only a partial request (complete requests are
  *   parsed straight out of one shared read buffer), an output buffer being filled and one being
- *   written; a connection whose output backs up is not read from until it drains.
+ *   written; a connection whose output backs up is not read from until it drains, which it
+ *   may do at once (a flush the socket takes whole) or in a write's completion: both resume it.
  *
  * Every entry point from the loop (read, write completion, accept, timer) and every in-process
  * API call ends by flushing the connections that received output, so pipelined replies and
@@ -20,6 +21,7 @@
 #include "ctrun_store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -28,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -100,7 +103,9 @@ struct ctrun__conn {
     ctrun__conn_t *prev, *next; /* all open connections */
     ctrun__conn_t *dnext;       /* connections with output to flush */
     bool dirty, closing, is_virtual, paused, writing, oom;
-    bool doomed; /* to be closed at the next flush: see ctrun__doom */
+    bool doomed;       /* to be closed at the next flush: see ctrun__doom */
+    bool parsing;      /* inside ctrun__process: its input buffer holds the request being handled */
+    size_t shed_bytes; /* doomed for its input buffer (ctrun__shed_input): how much it held */
     uint8_t state;
     bool validated;
     ct_store_dialect_t dialect;
@@ -112,7 +117,12 @@ struct ctrun__conn {
     size_t out_len, out_cap;
     uint8_t *wbuf; /* output being written */
     size_t wbuf_cap, inflight;
+    size_t woff; /* where the unwritten rest of wbuf starts */
     uv_write_t wreq;
+    /* Test connections only: a pretend socket that takes up to vroom unread bytes at once (as
+     * uv_try_write does); more waits as an in-flight write until the peer reads. */
+    uint8_t *vsock;
+    size_t vsock_len, vsock_cap, vroom;
     ctrun__wait_t *waits;
     ctrun__kwatch_t *kwatches;
     uint64_t opened_ms;
@@ -130,7 +140,17 @@ struct ctrun_store_watch {
 
 struct ctrun_store {
     uv_loop_t *loop;
-    uv_tcp_t listener;
+    /* Connections are accepted here rather than by uv_listen, whose answer to running out of
+     * file descriptors is to accept and close pending connections without a word. */
+    uv_poll_t listener;
+    int listen_fd;
+    int spare_fd;            /* /dev/null, given up for a moment to refuse connections */
+    uv_timer_t accept_timer; /* restarts accepting after it had to stop (ctrun__accept_pause) */
+    bool has_accept_timer;
+    bool fd_starved;        /* out of file descriptors since the last accepted connection */
+    bool fd_starved_logged; /* and said so */
+    uint64_t fd_refused;    /* connections refused for want of a descriptor, in all */
+    uint64_t fd_log_ms;     /* when the last "cannot accept" line was logged */
     uv_timer_t auth_timer;
     uv_timer_t linger_timer; /* ctrun_store_close_gently's deadline */
     bool has_listener, has_timer, has_linger, lingering, closing;
@@ -159,7 +179,8 @@ struct ctrun_store {
     void *linger_data;
 
     ctrun_store_stats_t st;
-    uint64_t memory; /* == st.stored_bytes */
+    uint64_t memory;     /* == st.stored_bytes */
+    uint64_t shed_bytes; /* input buffers of connections doomed by ctrun__shed_input */
 
     uint64_t log_window_ms, log_in_window, log_suppressed;
 };
@@ -218,9 +239,27 @@ static uint64_t ctrun__hash(const ctrun_store_t *s, const uint8_t *p, size_t n)
 
 /* ---- memory accounting ------------------------------------------------------------------ */
 
+/*
+ * The cap holds stored data (keys, values, queued items, waiter bookkeeping) and connections'
+ * buffered partial requests together, and charges the connection that holds the memory:
+ * - stored data is refused only when it alone would exceed the cap (ctrun__charge);
+ * - a connection that wants more input buffer than stored data and the other buffers leave
+ *   room for is refused and closed (ctrun__in_reserve);
+ * - when stored data grows into room that buffered input holds, the connections holding the
+ *   most buffered input are closed until everything fits again (ctrun__shed_input, from the
+ *   next flush, once the request being handled has released its own input).
+ * So one client's half-sent large requests never get another client's small write refused.
+ */
+
+/* Buffered input that still counts: not that of connections already doomed for it. */
+static uint64_t ctrun__buffered(const ctrun_store_t *s)
+{
+    return s->st.buffered_bytes - s->shed_bytes;
+}
+
 static bool ctrun__charge(ctrun_store_t *s, uint64_t n)
 {
-    if (s->memory + s->st.buffered_bytes + n > s->max_bytes)
+    if (s->memory + n > s->max_bytes)
         return false;
     s->memory += n;
     return true;
@@ -457,13 +496,41 @@ static void ctrun__reply_bytes(ctrun__conn_t *c, const void *data, size_t len)
 
 static void ctrun__on_write(uv_write_t *req, int status);
 
+/* What the socket takes at once of n bytes: uv_try_write for a network connection, the room
+ * left in the pretend socket for a test connection. 0 when it takes nothing now; negative on
+ * an error that ends the connection. */
+static ssize_t ctrun__try_write(ctrun__conn_t *c, const uint8_t *p, size_t n)
+{
+    if (c->is_virtual) {
+        size_t room = c->vroom > c->vsock_len ? c->vroom - c->vsock_len : 0;
+        size_t k = n < room ? n : room;
+        if (k == 0)
+            return 0;
+        if (c->vsock_len + k > c->vsock_cap) {
+            size_t ncap = c->vsock_cap ? c->vsock_cap : 4096;
+            while (ncap < c->vsock_len + k)
+                ncap *= 2;
+            uint8_t *nb = realloc(c->vsock, ncap);
+            if (nb == NULL)
+                return -ENOMEM;
+            c->vsock = nb;
+            c->vsock_cap = ncap;
+        }
+        memcpy(c->vsock + c->vsock_len, p, k);
+        c->vsock_len += k;
+        return (ssize_t)k;
+    }
+    uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
+    int w = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    return w == UV_EAGAIN ? 0 : w;
+}
+
 static void ctrun__flush(ctrun__conn_t *c)
 {
-    if (c->closing || c->writing || c->out_len == 0 || c->is_virtual)
+    if (c->closing || c->writing || c->out_len == 0)
         return;
-    uv_buf_t b = uv_buf_init((char *)c->out, (unsigned)c->out_len);
-    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-    if (n == (int)c->out_len) {
+    ssize_t n = ctrun__try_write(c, c->out, c->out_len);
+    if (n == (ssize_t)c->out_len) {
         c->out_len = 0;
         if (c->out_cap > 256 * 1024) { /* do not keep a big reply's buffer for an idle peer */
             free(c->out);
@@ -472,42 +539,94 @@ static void ctrun__flush(ctrun__conn_t *c)
         }
         return;
     }
-    if (n < 0 && n != UV_EAGAIN) {
+    if (n < 0) {
         ctrun__conn_close(c);
         return;
     }
-    if (n < 0)
-        n = 0;
     /* The rest goes out asynchronously from wbuf while new output gathers in out. */
     uint8_t *tb = c->wbuf;
     size_t tcap = c->wbuf_cap;
     c->wbuf = c->out;
     c->wbuf_cap = c->out_cap;
+    c->woff = (size_t)n;
     c->inflight = c->out_len - (size_t)n;
     c->out = tb;
     c->out_cap = tcap;
     c->out_len = 0;
+    c->writing = true;
+    if (c->is_virtual)
+        return; /* completed by ctrun__test_conn_output as the peer reads */
     uv_buf_t wb = uv_buf_init((char *)c->wbuf + n, (unsigned)c->inflight);
     c->wreq.data = c;
     if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &wb, 1, ctrun__on_write) != 0) {
+        c->writing = false;
         ctrun__conn_close(c);
-        return;
     }
-    c->writing = true;
+}
+
+static void ctrun__resume(ctrun__conn_t *c);
+
+/* A connection paused for its pending output is read from again once that output has drained
+ * below the low water mark: after a write completes, and equally after a flush that the socket
+ * took whole at once (no write callback follows that one). */
+static void ctrun__maybe_resume(ctrun__conn_t *c)
+{
+    if (c->paused && !c->closing && !c->doomed && ctrun__pending(c) < CTRUN__LOW_WATER)
+        ctrun__resume(c);
+}
+
+/*
+ * Stored data has grown into room that buffered input holds (see "memory accounting"): dooms
+ * the connections holding the most buffered input until everything fits under the cap again.
+ * Connections inside ctrun__process are spared (their buffer holds the request being handled,
+ * and is released when it ends). Returns how many were doomed.
+ */
+static int ctrun__shed_input(ctrun_store_t *s)
+{
+    int n = 0;
+    while (s->memory + ctrun__buffered(s) > s->max_bytes) {
+        ctrun__conn_t *victim = NULL;
+        for (ctrun__conn_t *c = s->conns; c != NULL; c = c->next)
+            if (!c->doomed && !c->closing && !c->parsing && c->in_cap > 0 &&
+                (victim == NULL || c->in_cap > victim->in_cap))
+                victim = c;
+        if (victim == NULL)
+            break;
+        char peer[96];
+        ctrun__peer(victim, peer, sizeof peer);
+        ctrun__log_conn(s,
+                        "closed connection from %s: its partial request holds %zu bytes of "
+                        "input, more than the memory cap of %llu bytes leaves beside %llu bytes "
+                        "of stored data",
+                        peer, victim->in_cap, (unsigned long long)s->max_bytes,
+                        (unsigned long long)s->memory);
+        victim->shed_bytes = victim->in_cap;
+        s->shed_bytes += victim->in_cap;
+        ctrun__doom(victim);
+        n++;
+    }
+    return n;
 }
 
 static void ctrun__flush_dirty(ctrun_store_t *s)
 {
-    while (s->dirty != NULL) {
-        ctrun__conn_t *c = s->dirty;
-        s->dirty = c->dnext;
-        c->dirty = false;
-        c->dnext = NULL;
-        if (c->doomed)
-            ctrun__conn_close(c);
-        else
-            ctrun__flush(c);
-    }
+    /* A resumed connection parses its buffered input and may come back onto the list with
+     * new output; the loop runs until no connection has anything left to send, and no input
+     * buffer is left over the memory cap. */
+    do {
+        while (s->dirty != NULL) {
+            ctrun__conn_t *c = s->dirty;
+            s->dirty = c->dnext;
+            c->dirty = false;
+            c->dnext = NULL;
+            if (c->doomed) {
+                ctrun__conn_close(c);
+            } else {
+                ctrun__flush(c);
+                ctrun__maybe_resume(c);
+            }
+        }
+    } while (ctrun__shed_input(s) > 0);
 }
 
 /* ---- waiters ---------------------------------------------------------------------------- */
@@ -1423,8 +1542,12 @@ static int ctrun__in_reserve(ctrun__conn_t *c, size_t want)
     size_t ncap = c->in_cap ? c->in_cap : 4096;
     while (ncap < want)
         ncap *= 2;
+    /* The last step to the size the parser needs for the whole message takes just that: a
+     * half-sent 8 MiB value holds (and is charged) 8 MiB, not 16. */
+    if (want == c->need)
+        ncap = want;
     size_t extra = ncap - c->in_cap;
-    if (s->memory + s->st.buffered_bytes + extra > s->max_bytes)
+    if (s->memory + ctrun__buffered(s) + extra > s->max_bytes)
         return CT_ELIMIT;
     uint8_t *nb = realloc(c->in, ncap);
     if (nb == NULL)
@@ -1456,7 +1579,7 @@ static void ctrun__pause(ctrun__conn_t *c)
 }
 
 /* Parses and handles every complete message in data; keeps the rest in c->in. */
-static void ctrun__process(ctrun__conn_t *c, const uint8_t *data, size_t len, bool shared)
+static void ctrun__process_input(ctrun__conn_t *c, const uint8_t *data, size_t len, bool shared)
 {
     size_t off = 0;
     while (!c->closing && !c->doomed && !c->paused && off < len && len - off >= c->need) {
@@ -1493,6 +1616,14 @@ static void ctrun__process(ctrun__conn_t *c, const uint8_t *data, size_t len, bo
     }
 }
 
+static void ctrun__process(ctrun__conn_t *c, const uint8_t *data, size_t len, bool shared)
+{
+    bool was = c->parsing;
+    c->parsing = true;
+    ctrun__process_input(c, data, len, shared);
+    c->parsing = was;
+}
+
 static void ctrun__resume(ctrun__conn_t *c)
 {
     c->paused = false;
@@ -1502,12 +1633,14 @@ static void ctrun__resume(ctrun__conn_t *c)
         uv_read_start((uv_stream_t *)&c->tcp, ctrun__on_alloc, ctrun__on_read);
 }
 
-static void ctrun__on_write(uv_write_t *req, int status)
+/* The in-flight write has completed (status 0) or failed: the one place where a write ends,
+ * for network connections (ctrun__on_write) and test connections alike. */
+static void ctrun__write_done(ctrun__conn_t *c, int status)
 {
-    ctrun__conn_t *c = req->data;
     ctrun_store_t *s = c->s;
     c->writing = false;
     c->inflight = 0;
+    c->woff = 0;
     if (c->closing)
         return;
     if (status < 0) {
@@ -1521,9 +1654,13 @@ static void ctrun__on_write(uv_write_t *req, int status)
         c->wbuf_cap = 0;
     }
     ctrun__flush(c);
-    if (c->paused && ctrun__pending(c) < CTRUN__LOW_WATER)
-        ctrun__resume(c);
+    ctrun__maybe_resume(c);
     ctrun__flush_dirty(s);
+}
+
+static void ctrun__on_write(uv_write_t *req, int status)
+{
+    ctrun__write_done(req->data, status);
 }
 
 static void ctrun__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -1585,6 +1722,7 @@ static void ctrun__conn_free(ctrun__conn_t *c)
     free(c->in);
     free(c->out);
     free(c->wbuf);
+    free(c->vsock);
     free(c);
 }
 
@@ -1606,6 +1744,8 @@ static void ctrun__conn_close(ctrun__conn_t *c)
     /* Its input buffer stops counting against the cap now; the memory goes with the handle
      * (the request being handled may still point into it). */
     s->st.buffered_bytes -= c->in_cap;
+    s->shed_bytes -= c->shed_bytes;
+    c->shed_bytes = 0;
     ctrun__drop_waits(c);
     while (c->kwatches != NULL)
         ctrun__kwatch_free(s, c->kwatches);
@@ -1646,22 +1786,20 @@ static void ctrun__conn_link(ctrun_store_t *s, ctrun__conn_t *c)
     s->st.accepted++;
 }
 
-static void ctrun__on_connection(uv_stream_t *server, int status)
+/* Takes an accepted socket on as a connection. */
+static void ctrun__accepted(ctrun_store_t *s, int fd)
 {
-    ctrun_store_t *s = server->data;
-    if (status < 0) {
-        ctrun__log_conn(s, "accept failed: %s", uv_strerror(status));
-        return;
-    }
     ctrun__conn_t *c = ctrun__conn_new(s);
     if (c == NULL || uv_tcp_init(s->loop, &c->tcp) != 0) {
         ctrun__log_conn(s, "out of memory accepting a connection");
         free(c);
+        close(fd);
         return;
     }
     s->open_handles++;
     c->tcp.data = c;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+    if (uv_tcp_open(&c->tcp, fd) != 0) {
+        close(fd);
         uv_close((uv_handle_t *)&c->tcp, ctrun__on_conn_closed);
         return;
     }
@@ -1679,6 +1817,123 @@ static void ctrun__on_connection(uv_stream_t *server, int status)
     uv_tcp_nodelay(&c->tcp, 1);
     if (uv_read_start((uv_stream_t *)&c->tcp, ctrun__on_alloc, ctrun__on_read) != 0)
         ctrun__conn_close(c);
+}
+
+static void ctrun__on_listen_ready(uv_poll_t *h, int status, int events);
+
+static void ctrun__on_accept_timer(uv_timer_t *t)
+{
+    ctrun_store_t *s = t->data;
+    if (s->closing || !s->has_listener)
+        return;
+    if (s->spare_fd < 0)
+        s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    uv_poll_start(&s->listener, UV_READABLE, ctrun__on_listen_ready);
+}
+
+/* Stops accepting for 100 ms: when pending connections can be neither accepted nor refused,
+ * the listening socket stays readable and would otherwise spin the loop. */
+static void ctrun__accept_pause(ctrun_store_t *s)
+{
+    if (!s->has_accept_timer)
+        return;
+    uv_poll_stop(&s->listener);
+    uv_timer_start(&s->accept_timer, ctrun__on_accept_timer, 100, 0);
+}
+
+/*
+ * accept() failed with EMFILE or ENFILE: refuses every pending connection (the spare
+ * descriptor is given up for a moment so that each can be accepted and closed at once, which
+ * the client sees as its connection closing rather than as silence), and says so once for the
+ * whole shortage (at most once a minute), with the limit. Accepting resumes by itself: the
+ * next accept() that succeeds ends the shortage.
+ */
+static void ctrun__refuse_for_fds(ctrun_store_t *s, int err)
+{
+    uint64_t n = 0;
+    if (s->spare_fd >= 0) {
+        close(s->spare_fd);
+        s->spare_fd = -1;
+        for (;;) {
+            int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+            if (fd >= 0) {
+                close(fd);
+                n++;
+            } else if (errno != EINTR && errno != ECONNABORTED) {
+                break;
+            }
+        }
+        s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    s->st.refused += n;
+    s->fd_refused += n;
+    uint64_t now = uv_now(s->loop);
+    if (!s->fd_starved) {
+        s->fd_starved = true;
+        s->fd_starved_logged = false;
+        if (s->fd_log_ms == 0 || now - s->fd_log_ms >= 60000) {
+            s->fd_starved_logged = true;
+            s->fd_log_ms = now == 0 ? 1 : now;
+            char limit[32] = "unknown";
+            struct rlimit rl;
+            if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+                snprintf(limit, sizeof limit, "%llu", (unsigned long long)rl.rlim_cur);
+            if (err == EMFILE)
+                ct_log_error("store: cannot accept connections: out of file descriptors (limit "
+                             "%s, RLIMIT_NOFILE); %llu refused so far",
+                             limit, (unsigned long long)s->fd_refused);
+            else
+                ct_log_error("store: cannot accept connections: the system is out of file "
+                             "descriptors (ENFILE, see fs.file-max); %llu refused so far",
+                             (unsigned long long)s->fd_refused);
+        }
+    }
+    if (s->spare_fd < 0) /* nothing to refuse them with: leave them waiting a moment */
+        ctrun__accept_pause(s);
+}
+
+#define CTRUN__ACCEPT_BATCH 128 /* per readiness event, so that clients get served meanwhile */
+
+static void ctrun__on_listen_ready(uv_poll_t *h, int status, int events)
+{
+    ctrun_store_t *s = h->data;
+    (void)events;
+    if (status < 0) {
+        ctrun__log_conn(s, "listening socket: %s", uv_strerror(status));
+        ctrun__accept_pause(s);
+        return;
+    }
+    for (int i = 0; i < CTRUN__ACCEPT_BATCH && !s->closing; i++) {
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            if (s->fd_starved) {
+                s->fd_starved = false;
+                if (s->fd_starved_logged)
+                    ct_log_info("store: accepting connections again (%llu refused so far for "
+                                "want of file descriptors)",
+                                (unsigned long long)s->fd_refused);
+            }
+            ctrun__accepted(s, fd);
+            continue;
+        }
+        int err = errno;
+        if (err == EAGAIN || err == EWOULDBLOCK)
+            break;
+        /* A connection that failed before it was accepted (ECONNABORTED, and on Linux the
+         * pending network errors accept() passes on) says nothing about the next one. */
+        if (err == EINTR || err == ECONNABORTED || err == EPROTO || err == ENETDOWN ||
+            err == ENOPROTOOPT || err == EHOSTDOWN || err == ENONET || err == EHOSTUNREACH ||
+            err == EOPNOTSUPP || err == ENETUNREACH)
+            continue;
+        if (err == EMFILE || err == ENFILE) {
+            ctrun__refuse_for_fds(s, err);
+            break;
+        }
+        ctrun__log_conn(s, "accept failed: %s", strerror(err));
+        ctrun__accept_pause(s);
+        break;
+    }
+    ctrun__flush_dirty(s);
 }
 
 /* Closes connections that have not authenticated in time (only when a token is set). */
@@ -1766,26 +2021,31 @@ static int ctrun__listen(ctrun_store_t *s, const char *host, int port, ct_errbuf
             return ct_errbuf_set(eb, rc, "store: cannot listen on %s:%d: %s", host, port,
                                  ct_strerror(rc));
     }
-    rc = uv_tcp_init(s->loop, &s->listener);
-    if (rc != 0) {
-        close(fd);
-        return ct_errbuf_set(eb, rc, "store: uv_tcp_init: %s", uv_strerror(rc));
+    s->listen_fd = fd; /* closed with the store's state, after the poll handle */
+    int backlog = ctrun__somaxconn();
+    if (listen(fd, backlog) != 0) {
+        rc = -errno;
+        return ct_errbuf_set(eb, rc, "store: listen on port %d: %s", port, ct_strerror(rc));
     }
+    rc = uv_poll_init(s->loop, &s->listener, fd);
+    if (rc != 0)
+        return ct_errbuf_set(eb, rc, "store: uv_poll_init: %s", uv_strerror(rc));
     s->listener.data = s;
     s->has_listener = true;
     s->open_handles++;
-    rc = uv_tcp_open(&s->listener, fd);
-    if (rc != 0) {
-        close(fd);
-        return ct_errbuf_set(eb, rc, "store: uv_tcp_open: %s", uv_strerror(rc));
-    }
-    int backlog = ctrun__somaxconn();
-    rc = uv_listen((uv_stream_t *)&s->listener, backlog, ctrun__on_connection);
+    rc = uv_timer_init(s->loop, &s->accept_timer);
+    if (rc != 0)
+        return ct_errbuf_set(eb, rc, "store: timer: %s", uv_strerror(rc));
+    s->accept_timer.data = s;
+    s->has_accept_timer = true;
+    s->open_handles++;
+    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    rc = uv_poll_start(&s->listener, UV_READABLE, ctrun__on_listen_ready);
     if (rc != 0)
         return ct_errbuf_set(eb, rc, "store: listen on port %d: %s", port, uv_strerror(rc));
     struct sockaddr_storage ss;
-    int len = sizeof ss;
-    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len);
+    socklen_t len = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &len);
     char ip[64] = "?";
     if (ss.ss_family == AF_INET6) {
         s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
@@ -1829,6 +2089,10 @@ static void ctrun__free_state(ctrun_store_t *s)
         free(s->token);
     }
     free(s->rbuf);
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    if (s->spare_fd >= 0)
+        close(s->spare_fd);
 }
 
 static void ctrun__maybe_finish(ctrun_store_t *s)
@@ -1869,6 +2133,8 @@ int ctrun_store_create(uv_loop_t *loop, const ctrun_store_opts_t *opts, ctrun_st
     if (s == NULL)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     s->loop = loop;
+    s->listen_fd = -1;
+    s->spare_fd = -1;
     s->limits = opts->limits ? *opts->limits : ct_store_default_limits;
     s->max_connections =
         opts->max_connections ? opts->max_connections : CTRUN_STORE_DEFAULT_MAX_CONNECTIONS;
@@ -1937,6 +2203,9 @@ void ctrun_store_close(ctrun_store_t *s, void (*cb)(void *data), void *data)
         s->listener.data = s;
         uv_close((uv_handle_t *)&s->listener, ctrun__on_handle_closed);
     }
+    if (s->has_accept_timer)
+        uv_close((uv_handle_t *)&s->accept_timer, ctrun__on_handle_closed);
+    s->has_accept_timer = false;
     if (s->has_timer)
         uv_close((uv_handle_t *)&s->auth_timer, ctrun__on_handle_closed);
     if (s->has_linger)
@@ -2223,20 +2492,40 @@ int ctrun__test_conn_feed(ctrun__conn_t *c, const void *data, size_t len)
     return c->closing ? CT_EPEER : 0;
 }
 
+void ctrun__test_conn_set_room(ctrun__conn_t *c, size_t nbytes)
+{
+    c->vroom = nbytes;
+}
+
+/* The peer reads: first what the pretend socket holds, then the in-flight write, whose end
+ * completes it exactly as a network write completes (ctrun__write_done: the next flush, and
+ * resuming a paused connection). Nothing here resumes a connection by itself. */
 size_t ctrun__test_conn_output(ctrun__conn_t *c, uint8_t *buf, size_t cap)
 {
-    size_t n = c->out_len < cap ? c->out_len : cap;
-    if (buf != NULL && n > 0)
-        memcpy(buf, c->out, n);
-    if (n > 0) {
-        memmove(c->out, c->out + n, c->out_len - n);
-        c->out_len -= n;
+    size_t got = 0;
+    while (got < cap) {
+        size_t k = c->vsock_len < cap - got ? c->vsock_len : cap - got;
+        if (k > 0) {
+            if (buf != NULL)
+                memcpy(buf + got, c->vsock, k);
+            memmove(c->vsock, c->vsock + k, c->vsock_len - k);
+            c->vsock_len -= k;
+            got += k;
+            continue;
+        }
+        if (!c->writing)
+            break;
+        k = c->inflight < cap - got ? c->inflight : cap - got;
+        if (buf != NULL && k > 0)
+            memcpy(buf + got, c->wbuf + c->woff, k);
+        c->woff += k;
+        c->inflight -= k;
+        got += k;
+        if (c->inflight > 0)
+            break;
+        ctrun__write_done(c, 0);
     }
-    if (c->paused && ctrun__pending(c) < CTRUN__LOW_WATER) {
-        ctrun__resume(c);
-        ctrun__flush_dirty(c->s);
-    }
-    return n;
+    return got;
 }
 
 bool ctrun__test_conn_closed(const ctrun__conn_t *c)
@@ -2300,7 +2589,12 @@ int ctrun__test_check(const ctrun_store_t *s, ct_errbuf_t *eb)
                 mem += sizeof *k + CTRUN__ENTRY_OVERHEAD;
         }
     }
+    uint64_t buffered = 0, shed = 0;
     for (const ctrun__conn_t *c = s->conns; c != NULL; c = c->next) {
+        buffered += c->in_cap;
+        shed += c->shed_bytes;
+        if (c->in_len > c->in_cap || (c->shed_bytes > 0 && !c->doomed))
+            return ct_errbuf_set(eb, CT_ESTATE, "input buffer of a connection is inconsistent");
         for (const ctrun__wait_t *w = c->waits; w != NULL; w = w->next) {
             waits++;
             mem += sizeof *w + CTRUN__ENTRY_OVERHEAD;
@@ -2317,6 +2611,10 @@ int ctrun__test_check(const ctrun_store_t *s, ct_errbuf_t *eb)
             mem += n * (sizeof(ctrun__reg_t) + CTRUN__ENTRY_OVERHEAD);
         }
     }
+    if (buffered != s->st.buffered_bytes || shed != s->shed_bytes)
+        return ct_errbuf_set(eb, CT_ESTATE, "buffered input %llu/%llu, of it shed %llu/%llu",
+                             (unsigned long long)buffered, (unsigned long long)s->st.buffered_bytes,
+                             (unsigned long long)shed, (unsigned long long)s->shed_bytes);
     if (entries != s->nentries || keys != s->st.keys || queues != s->st.queues ||
         regs != s->st.wait_registrations || waits != s->st.pending_waits || mem != s->memory)
         return ct_errbuf_set(eb, CT_ESTATE,

@@ -2,10 +2,11 @@
  * ctrun_store.h - the TCPStore-compatible rendezvous store server, on a caller's libuv loop.
  *
  * Owns: listening (dual-stack [::] with a fallback to 0.0.0.0, or a given host; backlog =
- * somaxconn; TCP_NODELAY), the connections (per-connection dialect detection, incremental
- * parsing, optional authentication, limits, backpressure), the key/value map, queues, waiters,
- * and the in-process API the launcher's agent uses: read and write keys, wipe keyspaces between
- * restart attempts, and watch keys.
+ * somaxconn; TCP_NODELAY; out of file descriptors, it closes new connections at once and logs
+ * one line for the whole shortage, then serves again as descriptors free up), the connections
+ * (per-connection dialect detection, incremental parsing, optional authentication, limits,
+ * backpressure), the key/value map, queues, waiters, and the in-process API the launcher's agent
+ * uses: read and write keys, wipe keyspaces between restart attempts, and watch keys.
  *
  * Not here: the wire format (ct_store_codec.h), the client (ct_store_client.h), command-line
  * handling (ctrun_store_main.c), rendezvous logic (the agent's, built on this API).
@@ -29,9 +30,13 @@
  *   count over the limits, a write over the memory cap, an ADD as above) is closed with one log
  *   line; nothing is ever sent back to explain, as in PyTorch.
  * Memory: the cap `max_bytes` bounds stored keys, values and queued items plus buffered
- * unparsed input. A connection that stops reading its replies is not read from until they
- * drain (4 MiB high water), and one that lets more than max_message_len + 4 MiB of pushed
- * bytes (wake-ups, v1 watch events) pile up is closed.
+ * unparsed input, and is charged to the connection that holds the memory: a write is refused
+ * only when stored data alone would exceed the cap; a connection whose partial request needs
+ * more input buffer than the cap leaves is closed; and when stored data grows into room that
+ * partial requests hold, the connections holding the most are closed (one log line each) until
+ * it fits. A connection that stops reading its replies is not read from until they drain
+ * (4 MiB high water), and one that lets more than max_message_len + 4 MiB of pushed bytes
+ * (wake-ups, v1 watch events) pile up is closed.
  *
  * Lifecycle (libuv style): ctrun_store_create() starts listening at once; ctrun_store_close()
  * closes every handle and frees the store, then calls its callback from the loop. The process
@@ -173,7 +178,7 @@ typedef struct ctrun_store_stats {
     uint64_t pending_waits;      /* WAIT/BARRIER requests not yet answered */
     uint64_t wait_registrations; /* (wait, key) pairs in the waiter index */
     uint64_t accepted;           /* connections accepted since creation */
-    uint64_t refused;            /* closed at accept: over max_connections */
+    uint64_t refused;            /* closed at accept: over max_connections, or no descriptor */
     uint64_t dropped;            /* closed for a protocol, limit or authentication violation */
     uint64_t requests;           /* requests handled */
 } ctrun_store_stats_t;

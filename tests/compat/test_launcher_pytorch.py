@@ -27,6 +27,8 @@ Cases:
      then ctrun alone with the dynamic c10d rendezvous (--nnodes=1:2, both agents on
      127.0.0.1): the round closes at the maximum, ranks follow join order and the results equal
      the static run's.
+  5. ctrun only: two workers get 1, 4, 5 and 8 MiB values five times each from the agent's
+     store with PyTorch's own TCPStore client (5 s timeout); the job ends with exit 0.
 Variables that differ by design (the run's port and paths are compared by shape, not value):
 ctrun also sets CTRUN_HEARTBEAT_FD, both NCCL async-error variables, and
 TORCHELASTIC_SIGNALS_TO_HANDLE (as torchrun >= 2.6 does).
@@ -238,6 +240,37 @@ def compare(ref, ref_port, got, got_port, what):
         check(not extra, "%s rank %d: ctrun sets %s, torchrun does not" % (what, rank, sorted(extra)))
 
 
+BIG_VALUES = r"""
+import datetime, os, sys, torch, torch.distributed as d
+kw = {"wait_for_workers": False} if int(torch.__version__.split(".")[0]) >= 2 else {}
+st = d.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                timeout=datetime.timedelta(seconds=5), **kw)
+rank = int(os.environ["RANK"])
+for mib in (1, 4, 5, 8):
+    v = bytes([65 + mib]) * (mib << 20)
+    if rank == 0:
+        st.set("big%d" % mib, v)
+    for i in range(5):
+        assert st.get("big%d" % mib) == v, (mib, i)
+print("rank %d got every value" % rank, flush=True)
+"""
+
+
+def run_big_values(flavour, interp, ctrun, root):
+    """A ctrun job whose two workers get 1, 4, 5 and 8 MiB values five times each from the
+    agent's store, with PyTorch's own client (5 s timeout)."""
+    script = os.path.join(root, "big_values.py")
+    with open(script, "w") as f:
+        f.write(BIG_VALUES)
+    cmd = [ctrun, "--python", interp, "--log_dir", os.path.join(root, "big_logs"),
+           "--nnodes=1", "--nproc_per_node=2", "--master_port=%d" % free_port(), script]
+    [(status, text)] = run_nodes([cmd], timeout=120)
+    check(status == 0, "big values: ctrun exited %d:\n%s" % (status, text[-6000:]))
+    for rank in (0, 1):
+        check("rank %d got every value" % rank in text, "big values, rank %d:\n%s"
+              % (rank, text[-6000:]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--torch", choices=["pt13", "pt2"], required=True)
@@ -292,6 +325,11 @@ def main():
                   and e["TORCHELASTIC_RUN_ID"] == "compat" and e["MASTER_ADDR"] == "127.0.0.1",
                   "c10d, rank %d: variables %r" % (rank, {k: e.get(k) for k in TORCHRUN_VARS}))
         print("ok - two nodes of two workers: static against torchrun, dynamic c10d (%.0f s)"
+              % (time.time() - t0))
+
+        t0 = time.time()
+        run_big_values(args.torch, interp, args.ctrun, root)
+        print("ok - ctrun: workers get 1-8 MiB values from the agent's store (%.0f s)"
               % (time.time() - t0))
         ok = True
     except Fail as e:

@@ -547,6 +547,90 @@ def case_30_waiter_killed(env):
     env.stop()
 
 
+LARGE_CLIENT = r"""
+import sys, time, datetime, torch.distributed as d
+port, v2, mib = int(sys.argv[1]), sys.argv[2] == "1", [int(x) for x in sys.argv[3].split(",")]
+kw = {"wait_for_workers": False} if v2 else {}
+st = d.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=5), **kw)
+for m in mib:
+    v = bytes([97 + m]) * (m << 20)
+    st.set("big%d" % m, v)
+    for i in range(5):
+        t0 = time.time()
+        got = st.get("big%d" % m)
+        assert got == v, "%d MiB get %d: %d bytes back" % (m, i, len(got))
+        print("%d MiB get %d %.3f s" % (m, i, time.time() - t0), flush=True)
+print("done", flush=True)
+"""
+
+
+def store_fds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def close_wait_sockets(port):
+    n = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    if int(parts[1].rsplit(":", 1)[1], 16) == port and parts[3] == "08":
+                        n += 1
+        except OSError:
+            pass
+    return n
+
+
+def case_31_large_values(env):
+    """set() then get() x5 of 1, 4, 5 and 8 MiB values (5 s client timeout) against the
+    ctrun-store program: every get returns, and after the client goes the store holds no
+    socket in CLOSE_WAIT and as many descriptors as before."""
+    p = subprocess.Popen([env.args.ctrun_store, "--port", "0", "--host", "127.0.0.1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                         start_new_session=True)
+    try:
+        port = int(p.stdout.readline())
+        # The baseline once a first connection has come and gone (libuv opens a reserve
+        # descriptor of its own with the first connection a loop sees).
+        first = raw_connect(port)
+        first.sendall(b"\x00\xce\xf7\x85\x3c" + b"\x0d" + struct.pack("<I", 7))
+        first.settimeout(10)
+        check(first.recv(4) == struct.pack("<I", 7), "ping answered")
+        first.close()
+        fds0, deadline = -1, time.time() + 10
+        while time.time() < deadline:  # until the store has closed its end
+            n = store_fds(p.pid)
+            if n == fds0 and close_wait_sockets(port) == 0:
+                break
+            fds0 = n
+            time.sleep(0.1)
+        c = subprocess.Popen([sys.executable, "-c", LARGE_CLIENT, str(port),
+                              "1" if env.v2 else "0", "1,4,5,8"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        try:
+            out, err = c.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(c.pid, signal.SIGKILL)
+            out, err = c.communicate()
+            raise Fail("the client hung; it got through:\n%s" % out)
+        check(c.returncode == 0 and "done" in out,
+              "client exited %d after:\n%s%s" % (c.returncode, out, err[-2000:]))
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if store_fds(p.pid) == fds0 and close_wait_sockets(port) == 0:
+                break
+            time.sleep(0.05)
+        check(store_fds(p.pid) == fds0 and close_wait_sockets(port) == 0,
+              "store holds %d descriptors (%d before), %d sockets in CLOSE_WAIT"
+              % (store_fds(p.pid), fds0, close_wait_sockets(port)))
+    finally:
+        p.send_signal(signal.SIGTERM)
+        check(p.wait(timeout=10) == 0, "ctrun-store exit code")
+
+
 WORKER = r"""
 import os, sys, datetime, torch, torch.distributed as dist
 dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=60))
@@ -634,7 +718,8 @@ CASES = [case_01_connect, case_02_set_get_both_ways, case_03_04_add, case_05_add
          case_06_07_compare_set, case_08_delete, case_09_num_keys_init, case_10_11_wait_timeout,
          case_12_wait_two_keys, case_13_wait_empty, case_14_get_blocks, case_15_cas_wakes,
          case_16_19_v2_only, case_20_22_hostile, case_23_byte_replay, case_26_nccl_id,
-         case_28_addresses, case_30_waiter_killed, case_24_25_init_process_group,
+         case_28_addresses, case_30_waiter_killed, case_31_large_values,
+         case_24_25_init_process_group,
          case_24_eight_ranks]
 
 

@@ -5,10 +5,11 @@
  *
  * An input is a script. Byte 0: bits 0-1 = connections - 1, bits 2-5 = which of them start
  * with a v2 VALIDATE. Then records [ctl][len][len bytes]: ctl bits 0-1 pick the connection,
- * bits 2-4 the action: feed the bytes, reconnect, stop or resume reading replies, or an
- * in-process set / add / delete / wipe with the bytes as key. After every record the server's
- * indexes and counters are recounted (ctrun__test_check); after every input all connections
- * go, the store is wiped, and it must hold no memory at all.
+ * bits 2-4 the action: feed the bytes, reconnect, stop or resume reading replies, an
+ * in-process set / add / delete / wipe with the bytes as key, or resize the connection's
+ * pretend socket (room for 2^(first byte % 24) unread bytes, none without bytes). After every
+ * record the server's indexes and counters are recounted (ctrun__test_check); after every input all
+ * connections go, the store is wiped, and it must hold no memory at all.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             ctrun_store_wipe_except(store, keep, 1, NULL);
             break;
         }
+        case 7:
+            ctrun__test_conn_set_room(conns[ci], take == 0 ? 0 : (size_t)1 << (p[0] % 24));
+            break;
         default:
             ctrun__test_conn_feed(conns[ci], p, take);
             break;

@@ -2,15 +2,20 @@
  * test_ctrun_cli_exe.c - the ctrun binary (argv[1]) from the outside: --help lists every
  * option in both spellings, --version, every kind of bad flag or value (command line and
  * environment) ends with exactly one line on stderr naming it and exit status 2, a valid
- * command line runs its job (and an unstartable script is reported at spawn time), and the
- * manual page (argv[3]) documents every option in both spellings and every worker variable.
+ * command line runs its job (and an unstartable script is reported at spawn time), the
+ * manual page (argv[3]) documents every option in both spellings and every worker variable,
+ * and a rendezvous endpoint that is not a store (an HTTP server, a silent peer) is named for
+ * what it is in one line.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ct_child.h"
 #include "ct_config.h"
 #include "ct_test.h"
+#include "foreign_peer.h"
 
 static char *ct__ctrun;
 static char *ct__fake_cuda;
@@ -520,6 +525,86 @@ static void test_man_page_documents_everything(void)
         CT_ASSERT_MSG(strstr(text, words[i]) != NULL, "%s missing from ctrun.1", words[i]);
 }
 
+/* Counts the lines of text that contain needle. */
+static int ct__lines_with(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; p != NULL && *p != '\0';) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
+        const char *hit = strstr(p, needle);
+        if (hit != NULL && hit < p + len)
+            n++;
+        p = nl != NULL ? nl + 1 : NULL;
+    }
+    return n;
+}
+
+/*
+ * A non-hosting agent pointed at something that is not a store says what is there, in one
+ * line, and exits 1 at once or at the handshake deadline (read_timeout), not after the
+ * rendezvous timeout: an HTTP server (through --master_addr, and through --rdzv_endpoint), a
+ * peer that accepts and never answers; and when the rendezvous times out first (read_timeout
+ * longer than timeout), the timeout says it was waiting for an answer.
+ */
+static void test_endpoint_not_a_store(void)
+{
+    static const char hs[] = ": it accepted the connection but never answered the store handshake";
+    static const struct {
+        foreign_kind_t kind;
+        bool endpoint; /* --rdzv_endpoint rather than --master_addr/--master_port */
+        const char *conf;
+        const char *says, *also;
+    } cases[] = {
+        {FOREIGN_HTTP, false, "timeout=30,read_timeout=2",
+         "is not a ctrun/PyTorch store (it answered like an HTTP server: \"HTTP/1.1 400 Bad "
+         "Request\")",
+         NULL},
+        {FOREIGN_HTTP, true, "join_timeout=30,read_timeout=2,is_host=false",
+         "is not a ctrun/PyTorch store (it answered like an HTTP server", NULL},
+        {FOREIGN_SILENT, false, "timeout=30,read_timeout=2", " in 2.0 s", hs},
+        {FOREIGN_SILENT, false, "timeout=2,read_timeout=60", " in ",
+         "rendezvous of attempt 0 timed out after 2 s: no answer from"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        foreign_peer_t fp;
+        CT_ASSERT_OK(foreign_peer_start(&fp, cases[i].kind));
+        char port[32], endpoint[64], conf[96], where[64], want[320];
+        snprintf(port, sizeof port, "--master_port=%d", fp.port);
+        snprintf(endpoint, sizeof endpoint, "--rdzv_endpoint=127.0.0.1:%d", fp.port);
+        snprintf(conf, sizeof conf, "--rdzv_conf=%s", cases[i].conf);
+        snprintf(where, sizeof where, "127.0.0.1:%d", fp.port);
+        if (cases[i].kind == FOREIGN_SILENT)
+            snprintf(want, sizeof want, "no answer from %s%s", where, cases[i].says);
+        else
+            snprintf(want, sizeof want, "%s %s", where, cases[i].says);
+        const char *const with_addr[] = {"--nnodes=2",
+                                         "--node_rank=1",
+                                         "--master_addr=127.0.0.1",
+                                         port,
+                                         conf,
+                                         "--log_dir=/dev/null",
+                                         "--no_python",
+                                         "true",
+                                         NULL};
+        const char *const with_endpoint[] = {
+            "--nnodes=2",          "--rdzv_backend=c10d", endpoint, conf,
+            "--log_dir=/dev/null", "--no_python",         "true",   NULL};
+        const char *const env[] = {NULL};
+        ct_child_t c;
+        ct__run(&c, env, cases[i].endpoint ? with_endpoint : with_addr);
+        CT_ASSERT_MSG(c.exit_code == 1, "case %zu: exit %d, stderr: %s", i, c.exit_code, c.err);
+        CT_ASSERT_MSG(strstr(c.err, want) != NULL, "case %zu: stderr: %s\nwant: %s", i, c.err,
+                      want);
+        if (cases[i].also != NULL)
+            CT_ASSERT_STR_CONTAINS(c.err, cases[i].also);
+        CT_ASSERT_MSG(ct__lines_with(c.err, "error") == 1, "case %zu: stderr: %s", i, c.err);
+        CT_ASSERT_MSG(c.elapsed_ms < 10000, "case %zu took %lld ms", i, (long long)c.elapsed_ms);
+        ct_child_close(&c);
+        foreign_peer_stop(&fp);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4)
@@ -533,5 +618,6 @@ int main(int argc, char **argv)
     CT_RUN(test_valid_command_runs);
     CT_RUN(test_gpu_counts_through_the_binary);
     CT_RUN(test_man_page_documents_everything);
+    CT_RUN(test_endpoint_not_a_store);
     return 0;
 }

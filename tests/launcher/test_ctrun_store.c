@@ -7,7 +7,10 @@
  * of tcpstore-protocol.md §2 including the chosen quirks (WAIT counting, delete vs. waiters,
  * COMPARE_SET creating wakes, ADD parsing and wrap-around, queues, BARRIER, pipelined WAITs,
  * CANCEL_WAIT and its race with a wake-up); v1 WATCH_KEY events; hostile input closes only
- * the offender; the memory cap, backpressure and the pushed-bytes cap; a disconnect mid-wait
+ * the offender; the memory cap, backpressure and the pushed-bytes cap; pipelined replies of 1 to
+ * 8 MiB through sockets that take nothing, part, or everything at once (a paused connection
+ * resumes however its output drained), also as a randomized run checked byte for byte; a
+ * disconnect mid-wait
  * frees the waiter; the in-process API, watch callbacks and wipes; authentication. After each
  * case the server's indexes and counters are recounted from scratch.
  */
@@ -689,37 +692,458 @@ static void test_memory_cap(void)
     store_free(s);
 }
 
-/* A connection that does not read its replies stops being read; it resumes once drained. */
+/* Feeds the first `sent` bytes of a v2 SET of an 8 MiB value of 'h' bytes. */
+static void feed_half_set(tc_t *t, const char *key, size_t sent)
+{
+    size_t vlen = 8u << 20;
+    ct_store_req_t r = {.op = CT_STORE_OP_SET, .key = B(key)};
+    r.value.len = vlen;
+    uint8_t *v = malloc(vlen);
+    memset(v, 'h', vlen);
+    r.value.data = v;
+    ssize_t n = ct_store_encode_request(t->d, &r, NULL, 0, NULL);
+    uint8_t *buf = malloc((size_t)n);
+    CT_ASSERT_EQ(ct_store_encode_request(t->d, &r, buf, (size_t)n, NULL), n);
+    CT_ASSERT((ssize_t)sent < n);
+    CT_ASSERT_OK(ctrun__test_conn_feed(t->c, buf, sent));
+    free(buf);
+    free(v);
+}
+
+/*
+ * The memory cap charges the connection that holds the memory. Four connections each send
+ * half of an 8 MiB SET and stop: their input buffers fill the cap. A well-behaved client's
+ * 1-byte SET is still accepted; one of the half-sent connections (the one holding the most
+ * input) is closed instead, with one log line, and the others keep going: one finishes its
+ * SET. A fifth half-sent SET that would take the store over the cap is refused itself.
+ */
+static void test_memory_cap_charges_the_holder(void)
+{
+    ctrun_store_opts_t o = {.max_bytes = 32u << 20};
+    ctrun_store_t *s = store_new(&o);
+    tc_t half[4], good = tc_open(s, CT_STORE_V2);
+    for (int i = 0; i < 4; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "/h%d", i);
+        half[i] = tc_open(s, CT_STORE_V2);
+        feed_half_set(&half[i], k, (5u << 20) + 100u * (unsigned)i);
+    }
+    ctrun_store_stats_t st;
+    ctrun_store_stats(s, &st);
+    CT_ASSERT_EQ(st.buffered_bytes, 32u << 20); /* 4 x 8 MiB of input buffer: the whole cap */
+    tc_set(&good, "/one", "1");
+    tc_simple(&good, CT_STORE_OP_GET, "/one");
+    expect_bytes(&good, "1");
+    CT_ASSERT(!ctrun__test_conn_closed(good.c));
+    int closed = 0;
+    for (int i = 0; i < 4; i++)
+        closed += ctrun__test_conn_closed(half[i].c);
+    CT_ASSERT_EQ(closed, 1);
+    ctrun_store_stats(s, &st);
+    CT_ASSERT_EQ(st.dropped, 1);
+    CT_ASSERT_EQ(st.buffered_bytes, 24u << 20);
+    check(s);
+    /* A fifth half-sent SET does not fit: it is the one refused. */
+    tc_t fifth = tc_open(s, CT_STORE_V2);
+    size_t vlen = 8u << 20;
+    ct_store_req_t r = {.op = CT_STORE_OP_SET, .key = B("/h5")};
+    uint8_t *v = malloc(vlen);
+    memset(v, 'h', vlen);
+    r.value = (ct_store_bytes_t){v, vlen};
+    ssize_t n = ct_store_encode_request(CT_STORE_V2, &r, NULL, 0, NULL);
+    uint8_t *buf = malloc((size_t)n);
+    CT_ASSERT_EQ(ct_store_encode_request(CT_STORE_V2, &r, buf, (size_t)n, NULL), n);
+    CT_ASSERT_ERR(ctrun__test_conn_feed(fifth.c, buf, 6u << 20), CT_EPEER);
+    tc_set(&good, "/two", "2");
+    tc_simple(&good, CT_STORE_OP_GET, "/two");
+    expect_bytes(&good, "2");
+    /* A survivor sends the rest of its SET, which is stored. */
+    int survivor = -1;
+    for (int i = 0; i < 4 && survivor < 0; i++)
+        if (!ctrun__test_conn_closed(half[i].c))
+            survivor = i;
+    char k[16];
+    snprintf(k, sizeof k, "/h%d", survivor);
+    ct_store_req_t full = {.op = CT_STORE_OP_SET, .key = B(k), .value = {v, vlen}};
+    n = ct_store_encode_request(CT_STORE_V2, &full, buf, (size_t)n, NULL);
+    size_t sent = (5u << 20) + 100u * (unsigned)survivor;
+    CT_ASSERT_OK(ctrun__test_conn_feed(half[survivor].c, buf + sent, (size_t)n - sent));
+    ct_store_bytes_t got;
+    CT_ASSERT_OK(ctrun_store_get(s, k, &got));
+    CT_ASSERT_EQ(got.len, vlen);
+    check(s);
+    free(buf);
+    free(v);
+    tc_free(&fifth);
+    for (int i = 0; i < 4; i++)
+        tc_free(&half[i]);
+    tc_free(&good);
+    store_free(s);
+}
+
+/* Feeds n pipelined GETs of key at once. */
+static void feed_gets(tc_t *t, const char *key, int n)
+{
+    uint8_t req[64];
+    ct_store_req_t g = {.op = CT_STORE_OP_GET, .key = B(key)};
+    size_t one = (size_t)ct_store_encode_request(t->d, &g, req, sizeof req, NULL);
+    uint8_t *many = malloc(one * (size_t)n);
+    for (int i = 0; i < n; i++)
+        memcpy(many + (size_t)i * one, req, one);
+    CT_ASSERT_OK(ctrun__test_conn_feed(t->c, many, one * (size_t)n));
+    free(many);
+}
+
+/* Reads n GET replies of a value of vlen bytes, all of byte fill, `chunk` bytes per read; fails
+ * with how many arrived when the replies stop coming. */
+static void expect_big_replies(tc_t *t, int n, size_t vlen, char fill, size_t chunk)
+{
+    size_t want = 8 + vlen;
+    uint8_t *reply = malloc(want);
+    for (int i = 0; i < n; i++) {
+        size_t got = 0;
+        while (got < want) {
+            size_t k = tc_out(t, reply + got, want - got < chunk ? want - got : chunk);
+            CT_ASSERT_MSG(k > 0, "replies stopped after %d of %d (%zu of %zu bytes of the next)", i,
+                          n, got, want);
+            got += k;
+        }
+        CT_ASSERT_EQ(ct_store_get_u64(reply), vlen);
+        for (size_t j = 0; j < vlen; j += 4093)
+            CT_ASSERT_MSG(reply[8 + j] == (uint8_t)fill, "reply %d byte %zu", i, j);
+        CT_ASSERT(reply[8 + vlen - 1] == (uint8_t)fill);
+    }
+    free(reply);
+    uint8_t extra[16];
+    CT_ASSERT_EQ(tc_out(t, extra, sizeof extra), 0);
+}
+
+/* A connection that does not read its replies stops being read: with nothing taken by its
+ * socket (room 0) its replies pile up to the high water mark (4 MiB) and parsing stops there,
+ * not after 20 MiB; it resumes as the peer reads, and every reply arrives. */
 static void test_backpressure(void)
 {
     ctrun_store_t *s = store_new(NULL);
     tc_t t = tc_open(s, CT_STORE_V1);
     size_t vlen = 1u << 20;
-    char *v = malloc(vlen + 1);
+    char *v = malloc(vlen);
     memset(v, 'v', vlen);
-    v[vlen] = '\0';
     CT_ASSERT_OK(ctrun_store_set(s, "/big", v, vlen, NULL));
-    uint8_t req[32];
-    ct_store_req_t g = {.op = CT_STORE_OP_GET, .key = B("/big")};
-    size_t one = (size_t)ct_store_encode_request(CT_STORE_V1, &g, req, sizeof req, NULL);
-    uint8_t *many = malloc(one * 20);
-    for (int i = 0; i < 20; i++)
-        memcpy(many + i * one, req, one);
-    CT_ASSERT_OK(ctrun__test_conn_feed(t.c, many, one * 20));
-    /* Replies stop after the high water mark (4 MiB), not after 20 MiB. */
-    size_t total = 0, first = 0;
-    uint8_t *sink = malloc(64u << 20);
-    first = tc_out(&t, sink, 64u << 20);
-    CT_ASSERT(first >= 4 * (vlen + 8) && first <= 6 * (vlen + 8));
-    total = first;
-    for (int i = 0; i < 40 && total < 20 * (vlen + 8); i++)
-        total += tc_out(&t, sink + total, (64u << 20) - total);
-    CT_ASSERT_EQ(total, 20 * (vlen + 8));
-    free(sink);
-    free(many);
+    feed_gets(&t, "/big", 20);
+    ctrun_store_stats_t st;
+    ctrun_store_stats(s, &st);
+    CT_ASSERT_MSG(st.requests >= 4 && st.requests <= 6, "%llu GETs handled before pausing",
+                  (unsigned long long)st.requests);
+    CT_ASSERT_GE(st.buffered_bytes, 14 * 15); /* the rest waits, unparsed */
+    expect_big_replies(&t, 20, vlen, 'v', 64u << 20);
+    check(s);
     free(v);
     tc_free(&t);
     store_free(s);
+}
+
+/*
+ * Pipelined GETs of 1, 4, 5 and 8 MiB values through sockets of every size: one that takes
+ * nothing at once (each write completes as the peer reads), a small one (writes partly at once,
+ * then in flight), and ones that take a whole reply or everything at once, which is how a local
+ * TCP connection with grown buffers behaves. A connection paused for its pending output must
+ * resume when a flush drains it at once, with no write completion to come: otherwise it is
+ * never read again (the replies stop, the client times out, and its closing is never seen).
+ */
+static void test_large_replies_any_socket(void)
+{
+    static const size_t mib[] = {1, 4, 5, 8};
+    static const size_t rooms[] = {0, 64u << 10, 6u << 20, 9u << 20, (size_t)1 << 40};
+    ctrun_store_t *s = store_new(NULL);
+    char *v = malloc(8u << 20);
+    for (size_t i = 0; i < sizeof mib / sizeof mib[0]; i++) {
+        size_t vlen = mib[i] << 20;
+        char fill = (char)('a' + i);
+        memset(v, fill, vlen);
+        CT_ASSERT_OK(ctrun_store_set(s, "/big", v, vlen, NULL));
+        for (size_t r = 0; r < sizeof rooms / sizeof rooms[0]; r++) {
+            for (int d = 0; d < 2; d++) {
+                tc_t t = tc_open(s, d == 0 ? CT_STORE_V1 : CT_STORE_V2);
+                ctrun__test_conn_set_room(t.c, rooms[r]);
+                /* PyTorch's get: WAIT then GET, one at a time, three times. */
+                for (int k = 0; k < 3; k++) {
+                    tc_wait1(&t, "/big");
+                    expect_hex(&t, "00");
+                    feed_gets(&t, "/big", 1);
+                    expect_big_replies(&t, 1, vlen, fill, 1u << 20);
+                }
+                /* Then 12 pipelined at once, read in 1 MiB pieces. */
+                feed_gets(&t, "/big", 12);
+                expect_big_replies(&t, 12, vlen, fill, 1u << 20);
+                ctrun_store_stats_t st;
+                ctrun_store_stats(s, &st);
+                CT_ASSERT_EQ(st.buffered_bytes, 0);
+                CT_ASSERT(!ctrun__test_conn_closed(t.c));
+                check(s);
+                tc_free(&t);
+            }
+        }
+    }
+    free(v);
+    store_free(s);
+}
+
+/* ---- a randomized run of the pause/resume path ------------------------------------------ */
+
+typedef struct fz_buf {
+    uint8_t *p;
+    size_t len, cap;
+} fz_buf_t;
+
+static uint8_t *fz_grow(fz_buf_t *b, size_t n)
+{
+    if (b->len + n > b->cap) {
+        size_t ncap = b->cap ? b->cap : 4096;
+        while (ncap < b->len + n)
+            ncap *= 2;
+        b->p = realloc(b->p, ncap);
+        CT_ASSERT(b->p != NULL);
+        b->cap = ncap;
+    }
+    uint8_t *p = b->p + b->len;
+    b->len += n;
+    return p;
+}
+
+static uint64_t fz_next(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+#define FZ_KEYS 4
+
+typedef struct fz_conn {
+    tc_t t;
+    int id;
+    fz_buf_t pending_in; /* encoded requests not yet fed */
+    fz_buf_t expect;     /* replies not yet read, in order */
+    size_t vlen[FZ_KEYS];
+    uint8_t vfill[FZ_KEYS];
+    bool has[FZ_KEYS];
+    int64_t counter;
+    size_t fed, read;
+} fz_conn_t;
+
+/* Appends one random request of this connection's own keys to pending_in and its reply to
+ * expect (keys are private to a connection, so its replies do not depend on the others). */
+static void fz_request(fz_conn_t *fc, uint64_t *rng, const uint8_t *bigbuf)
+{
+    static const size_t sizes[] = {0, 1, 7, 1000, 65536, 1u << 20, (4u << 20) + 3, 5u << 20};
+    char key[32], ckey[32];
+    int k = (int)(fz_next(rng) % FZ_KEYS);
+    snprintf(key, sizeof key, "/c%d/k%d", fc->id, k);
+    snprintf(ckey, sizeof ckey, "/c%d/n", fc->id);
+    bool v2 = fc->t.d == CT_STORE_V2;
+    ct_store_req_t r = {0};
+    ct_store_bytes_t keys[2];
+    uint8_t *o;
+    uint64_t pick = fz_next(rng) % (v2 ? 9 : 6);
+    switch (pick) {
+    case 0: /* SET, or APPEND (v2); no reply */
+    case 6: {
+        /* Mostly small values; a large one now and then. */
+        uint64_t w = fz_next(rng) % 100;
+        size_t sz = sizes[w < 70 ? w % 5 : 5 + w % 3];
+        uint8_t fill = (uint8_t)('A' + fz_next(rng) % 26);
+        bool append = pick == 6 && v2 && fc->has[k];
+        if (append) {
+            fill = fc->vfill[k]; /* a value stays one letter throughout */
+            if (fc->vlen[k] + sz > (8u << 20))
+                sz = 0;
+        }
+        /* bigbuf holds 26 runs of one letter each, 5 MiB apart. */
+        r = (ct_store_req_t){.op = append ? CT_STORE_OP_APPEND : CT_STORE_OP_SET,
+                             .key = B(key),
+                             .value = {bigbuf + (size_t)(fill - 'A') * (5u << 20), sz}};
+        fc->vlen[k] = (append ? fc->vlen[k] : 0) + sz;
+        fc->vfill[k] = fill;
+        fc->has[k] = true;
+        break;
+    }
+    case 1: /* GET */
+        r = (ct_store_req_t){.op = CT_STORE_OP_GET, .key = B(key)};
+        o = fz_grow(&fc->expect, 8 + (fc->has[k] ? fc->vlen[k] : 0));
+        ct_store_put_u64(o, fc->has[k] ? fc->vlen[k] : 0);
+        if (fc->has[k])
+            memset(o + 8, fc->vfill[k], fc->vlen[k]);
+        break;
+    case 2: { /* ADD */
+        int64_t d = (int64_t)(fz_next(rng) % 1000) - 500;
+        r = (ct_store_req_t){.op = CT_STORE_OP_ADD, .key = B(ckey), .num = d};
+        fc->counter += d;
+        ct_store_put_u64(fz_grow(&fc->expect, 8), (uint64_t)fc->counter);
+        break;
+    }
+    case 3: /* CHECK */
+        keys[0] = B(key);
+        r = (ct_store_req_t){.op = CT_STORE_OP_CHECK, .key_array = keys, .nkeys = 1};
+        *fz_grow(&fc->expect, 1) = fc->has[k] ? CT_STORE_CHECK_READY : CT_STORE_CHECK_NOT_READY;
+        break;
+    case 4: /* WAIT of an existing key (answered at once), else DELETE_KEY */
+        if (fc->has[k]) {
+            keys[0] = B(key);
+            r = (ct_store_req_t){.op = CT_STORE_OP_WAIT, .key_array = keys, .nkeys = 1};
+            *fz_grow(&fc->expect, 1) = CT_STORE_WAIT_STOP;
+            break;
+        }
+        /* fall through */
+    case 5:
+        r = (ct_store_req_t){.op = CT_STORE_OP_DELETE_KEY, .key = B(key)};
+        ct_store_put_u64(fz_grow(&fc->expect, 8), fc->has[k] ? 1 : 0);
+        fc->has[k] = false;
+        fc->vlen[k] = 0;
+        break;
+    case 7: { /* PING */
+        uint32_t nonce = (uint32_t)fz_next(rng);
+        r = (ct_store_req_t){.op = CT_STORE_OP_PING, .num32 = nonce};
+        ct_store_put_u32(fz_grow(&fc->expect, 4), nonce);
+        break;
+    }
+    case 8: { /* MULTI_GET of two keys */
+        int k2 = (k + 1) % FZ_KEYS;
+        char key2[32];
+        snprintf(key2, sizeof key2, "/c%d/k%d", fc->id, k2);
+        keys[0] = B(key);
+        keys[1] = B(key2);
+        /* The reply is built before the keys' buffers go out of scope. */
+        r = (ct_store_req_t){.op = CT_STORE_OP_MULTI_GET, .key_array = keys, .nkeys = 2};
+        int ks[2] = {k, k2};
+        for (int i = 0; i < 2; i++) {
+            size_t n = fc->has[ks[i]] ? fc->vlen[ks[i]] : 0;
+            o = fz_grow(&fc->expect, 8 + n);
+            ct_store_put_u64(o, n);
+            if (n > 0)
+                memset(o + 8, fc->vfill[ks[i]], n);
+        }
+        ssize_t n = ct_store_encode_request(fc->t.d, &r, NULL, 0, NULL);
+        CT_ASSERT(n > 0);
+        CT_ASSERT_EQ(ct_store_encode_request(fc->t.d, &r, fz_grow(&fc->pending_in, (size_t)n),
+                                             (size_t)n, NULL),
+                     n);
+        return;
+    }
+    }
+    ssize_t n = ct_store_encode_request(fc->t.d, &r, NULL, 0, NULL);
+    CT_ASSERT(n > 0);
+    CT_ASSERT_EQ(
+        ct_store_encode_request(fc->t.d, &r, fz_grow(&fc->pending_in, (size_t)n), (size_t)n, NULL),
+        n);
+}
+
+/* Reads up to max bytes and compares them with the expected stream. */
+static size_t fz_read(fz_conn_t *fc, size_t max, uint8_t *scratch, uint64_t seed)
+{
+    size_t n = tc_out(&fc->t, scratch, max);
+    CT_ASSERT_MSG(n <= fc->expect.len - fc->read, "seed %llu conn %d: %zu bytes more than expected",
+                  (unsigned long long)seed, fc->id, n - (fc->expect.len - fc->read));
+    if (n > 0 && memcmp(scratch, fc->expect.p + fc->read, n) != 0) {
+        size_t at = 0;
+        while (scratch[at] == fc->expect.p[fc->read + at])
+            at++;
+        CT_ASSERT_MSG(0, "seed %llu conn %d: reply byte %zu differs", (unsigned long long)seed,
+                      fc->id, fc->read + at);
+    }
+    fc->read += n;
+    /* Drop what was compared once it is large, to bound memory. */
+    if (fc->read > (32u << 20)) {
+        memmove(fc->expect.p, fc->expect.p + fc->read, fc->expect.len - fc->read);
+        fc->expect.len -= fc->read;
+        fc->read = 0;
+    }
+    return n;
+}
+
+/*
+ * Randomized: three connections (v1 and v2) pipeline random requests (values from empty to
+ * 5 MiB, so replies cross the 4 MiB high water mark), fed in pieces of random size that split
+ * requests anywhere, while the peers read random amounts at random times through sockets
+ * whose size changes at random (taking nothing, a little, or everything at once). Every reply
+ * must arrive, byte for byte and in order, and the store's indexes and counters must recount
+ * the same after every step. CT_STORE_FUZZ_SEEDS sets the number of seeds (default 24).
+ */
+static void test_pause_resume_fuzz(void)
+{
+    static const size_t rooms[] = {0, 1, 4096, 300u << 10, 6u << 20, (size_t)1 << 40};
+    const char *env = getenv("CT_STORE_FUZZ_SEEDS");
+    int nseeds = env != NULL ? atoi(env) : 24;
+    uint8_t *bigbuf = malloc((size_t)26 * (5u << 20));
+    for (int i = 0; i < 26; i++)
+        memset(bigbuf + (size_t)i * (5u << 20), 'A' + i, 5u << 20);
+    uint8_t *scratch = malloc(16u << 20);
+    for (int seed = 1; seed <= nseeds; seed++) {
+        uint64_t rng = 0x9E3779B97F4A7C15ULL * (uint64_t)seed;
+        ctrun_store_t *s = store_new(NULL);
+        fz_conn_t fc[3];
+        memset(fc, 0, sizeof fc);
+        for (int i = 0; i < 3; i++) {
+            fc[i].id = i;
+            fc[i].t = tc_open(s, (fz_next(&rng) & 1) ? CT_STORE_V2 : CT_STORE_V1);
+            ctrun__test_conn_set_room(fc[i].t.c, rooms[fz_next(&rng) % 6]);
+        }
+        for (int step = 0; step < 400; step++) {
+            fz_conn_t *f = &fc[fz_next(&rng) % 3];
+            uint64_t what = fz_next(&rng) % 100;
+            if (what < 35) {
+                int nreq = 1 + (int)(fz_next(&rng) % 6);
+                for (int i = 0; i < nreq; i++)
+                    fz_request(f, &rng, bigbuf);
+            } else if (what < 60) {
+                size_t left = f->pending_in.len - f->fed;
+                if (left > 0) {
+                    size_t n = fz_next(&rng) & 1 ? left : 1 + fz_next(&rng) % left;
+                    CT_ASSERT_OK(ctrun__test_conn_feed(f->t.c, f->pending_in.p + f->fed, n));
+                    f->fed += n;
+                    if (f->fed == f->pending_in.len)
+                        f->fed = f->pending_in.len = 0;
+                }
+            } else if (what < 92) {
+                /* A slow reader: a few bytes, a piece, or all there is. */
+                uint64_t how = fz_next(&rng) % 3;
+                size_t max = how == 0   ? 1 + fz_next(&rng) % 64
+                             : how == 1 ? 1 + fz_next(&rng) % (2u << 20)
+                                        : 16u << 20;
+                fz_read(f, max, scratch, (uint64_t)seed);
+            } else {
+                ctrun__test_conn_set_room(f->t.c, rooms[fz_next(&rng) % 6]);
+            }
+            CT_ASSERT_MSG(!ctrun__test_conn_closed(f->t.c), "seed %d step %d: closed", seed, step);
+            ct_errbuf_t eb = {{0}};
+            int rc = ctrun__test_check(s, &eb);
+            CT_ASSERT_MSG(rc == 0, "seed %d step %d: %s", seed, step, eb.msg);
+        }
+        /* Everything left is fed, and every reply must come. */
+        for (int i = 0; i < 3; i++)
+            if (fc[i].pending_in.len > fc[i].fed)
+                CT_ASSERT_OK(ctrun__test_conn_feed(fc[i].t.c, fc[i].pending_in.p + fc[i].fed,
+                                                   fc[i].pending_in.len - fc[i].fed));
+        for (int i = 0; i < 3; i++) {
+            fz_conn_t *f = &fc[i];
+            while (fz_read(f, 16u << 20, scratch, (uint64_t)seed) > 0) {
+            }
+            CT_ASSERT_MSG(f->read == f->expect.len,
+                          "seed %d conn %d: replies stopped, %zu bytes missing", seed, i,
+                          f->expect.len - f->read);
+        }
+        ctrun_store_stats_t st;
+        ctrun_store_stats(s, &st);
+        CT_ASSERT_EQ(st.buffered_bytes, 0);
+        for (int i = 0; i < 3; i++) {
+            free(fc[i].pending_in.p);
+            free(fc[i].expect.p);
+            tc_free(&fc[i].t);
+        }
+        store_free(s);
+    }
+    free(scratch);
+    free(bigbuf);
 }
 
 /* v1 WATCH_KEY: UPDATED/CREATED/DELETED events with old and new values; a watcher that never
@@ -1049,7 +1473,10 @@ int main(void)
     CT_RUN(test_disconnect_mid_wait);
     CT_RUN(test_hostile_input);
     CT_RUN(test_memory_cap);
+    CT_RUN(test_memory_cap_charges_the_holder);
     CT_RUN(test_backpressure);
+    CT_RUN(test_large_replies_any_socket);
+    CT_RUN(test_pause_resume_fuzz);
     CT_RUN(test_watch_key_v1);
     CT_RUN(test_doomed_during_wake);
     CT_RUN(test_in_process_api);

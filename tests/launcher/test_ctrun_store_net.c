@@ -9,7 +9,8 @@
  * clients connected at once each ADD init/ 1 and get distinct counts (case 29); large values;
  * authentication accept/reject in every combination; connect retries with backoff and gives up
  * at its deadline; IPv4, IPv6 and name connects (case 28); deadlines hold against a server
- * that never answers.
+ * that never answers; a connect to an HTTP or SSH server, binary junk or a silent peer says
+ * what is there, at once or at the handshake deadline, without retrying.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -26,6 +27,7 @@
 #include "ct_store_codec.h"
 #include "ct_test.h"
 #include "ct_time.h"
+#include "foreign_peer.h"
 #include "store_thread.h"
 
 static store_thread_t st;
@@ -646,6 +648,109 @@ static void test_silent_server(void)
     close(lfd);
 }
 
+/*
+ * Something that is not a store at the address: the connect says what it is, at once, without
+ * retrying until its deadline. An HTTP server, an SSH server and binary junk are "not a
+ * ctrun/PyTorch store (it answered like ...)", in both dialects' handshakes (the v2 PING, and
+ * authentication); a peer that accepts and never answers is "no answer from HOST:PORT in N s"
+ * once the handshake deadline passes, and the client's progress shows it waiting for the
+ * handshake meanwhile.
+ */
+typedef struct connect_job {
+    int port;
+    ct_store_client_opts_t o;
+    int rc;
+    ct_errbuf_t eb;
+    int64_t ms;
+} connect_job_t;
+
+static void *connect_thread(void *arg)
+{
+    connect_job_t *j = arg;
+    ct_store_client_t c;
+    int64_t t0 = ct_time_ms();
+    j->rc = ct_store_client_connect(&c, "127.0.0.1", j->port, &j->o, &j->eb);
+    j->ms = ct_time_ms() - t0;
+    ct_store_client_close(&c);
+    return NULL;
+}
+
+static void test_not_a_store(void)
+{
+    static const struct {
+        foreign_kind_t kind;
+        const char *token;
+        const char *says;
+    } cases[] = {
+        {FOREIGN_HTTP, NULL, "(it answered like an HTTP server: \"HTTP/1.1 400 Bad Request\")"},
+        {FOREIGN_HTTP, "tok", "(it answered like an HTTP server: \"HTTP/1.1 400 Bad Request\")"},
+        {FOREIGN_SSH, NULL, "(it answered like an SSH server: \"SSH-2.0-OpenSSH_9.2p1 Debian-2\")"},
+        {FOREIGN_SSH, "tok", "(it answered like an SSH server: \"SSH-2.0-OpenSSH_9.2p1"},
+        {FOREIGN_BINARY, NULL, "(it answered with the bytes de ad be ef 01 02 03 04)"},
+        {FOREIGN_BINARY, "tok", "(it answered with the bytes de ad be ef 01 02 03 04)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        foreign_peer_t fp;
+        CT_ASSERT_OK(foreign_peer_start(&fp, cases[i].kind));
+        connect_job_t j = {.port = fp.port};
+        j.o = (ct_store_client_opts_t){.timeout_ms = 20000,
+                                       .handshake_timeout_ms = 1000,
+                                       .token = cases[i].token,
+                                       .no_env_token = true};
+        connect_thread(&j);
+        char want[128];
+        snprintf(want, sizeof want, "127.0.0.1:%d is not a ctrun/PyTorch store ", fp.port);
+        CT_ASSERT_MSG(j.rc == CT_EPROTOCOL, "case %zu: %d: %s", i, j.rc, j.eb.msg);
+        CT_ASSERT_STR_CONTAINS(j.eb.msg, want);
+        CT_ASSERT_STR_CONTAINS(j.eb.msg, cases[i].says);
+        CT_ASSERT_MSG(j.ms < 5000, "case %zu took %lld ms", i, (long long)j.ms);
+        foreign_peer_stop(&fp);
+        CT_ASSERT_EQ(fp.accepted, 1); /* not retried */
+    }
+    /* Accepted, never answered. */
+    foreign_peer_t fp;
+    CT_ASSERT_OK(foreign_peer_start(&fp, FOREIGN_SILENT));
+    ct_store_client_progress_t prog = {0};
+    connect_job_t j = {.port = fp.port};
+    j.o = (ct_store_client_opts_t){
+        .timeout_ms = 20000, .handshake_timeout_ms = 1500, .no_env_token = true, .progress = &prog};
+    pthread_t th;
+    CT_ASSERT_OK(pthread_create(&th, NULL, connect_thread, &j));
+    int64_t deadline = ct_deadline_after_ms(1000);
+    while (__atomic_load_n(&prog.phase, __ATOMIC_ACQUIRE) != CT_STORE_PHASE_HANDSHAKE &&
+           !ct_deadline_passed(deadline))
+        usleep(5000);
+    CT_ASSERT_EQ(__atomic_load_n(&prog.phase, __ATOMIC_ACQUIRE), CT_STORE_PHASE_HANDSHAKE);
+    pthread_join(th, NULL);
+    char want[128];
+    snprintf(want, sizeof want, "no answer from 127.0.0.1:%d in 1.5 s", fp.port);
+    CT_ASSERT_MSG(j.rc == -ETIMEDOUT, "%d: %s", j.rc, j.eb.msg);
+    CT_ASSERT_STR_CONTAINS(j.eb.msg, want);
+    CT_ASSERT_MSG(j.ms >= 1400 && j.ms < 5000, "took %lld ms", (long long)j.ms);
+    CT_ASSERT_EQ(__atomic_load_n(&prog.phase, __ATOMIC_ACQUIRE), CT_STORE_PHASE_IDLE);
+    foreign_peer_stop(&fp);
+    CT_ASSERT_EQ(fp.accepted, 1);
+    /* Without a handshake deadline of its own, the connect deadline bounds the wait. */
+    CT_ASSERT_OK(foreign_peer_start(&fp, FOREIGN_SILENT));
+    j = (connect_job_t){.port = fp.port};
+    j.o = (ct_store_client_opts_t){.timeout_ms = 800, .no_env_token = true};
+    connect_thread(&j);
+    snprintf(want, sizeof want, "no answer from 127.0.0.1:%d in 0.", fp.port);
+    CT_ASSERT_MSG(j.rc == -ETIMEDOUT, "%d: %s", j.rc, j.eb.msg);
+    CT_ASSERT_STR_CONTAINS(j.eb.msg, want);
+    foreign_peer_stop(&fp);
+    /* A real store: the progress ends at READY. */
+    start(NULL);
+    prog = (ct_store_client_progress_t){0};
+    ct_store_client_t c;
+    ct_errbuf_t eb = {{0}};
+    ct_store_client_opts_t o = {.timeout_ms = 5000, .no_env_token = true, .progress = &prog};
+    CT_ASSERT_OK(ct_store_client_connect(&c, "127.0.0.1", st.port, &o, &eb));
+    CT_ASSERT_EQ(prog.phase, CT_STORE_PHASE_READY);
+    ct_store_client_close(&c);
+    store_thread_stop(&st);
+}
+
 int main(void)
 {
     CT_RUN(test_client_ops_v2);
@@ -658,6 +763,7 @@ int main(void)
     CT_RUN(test_connect_retry_and_deadline);
     CT_RUN(test_address_families);
     CT_RUN(test_silent_server);
+    CT_RUN(test_not_a_store);
     CT_RUN(test_many_clients); /* last: it may skip the rest */
     return 0;
 }
