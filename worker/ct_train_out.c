@@ -108,9 +108,10 @@ void ct_out_header(ct_trainer_t *t)
            t->ops.name, c->threads, c->threads == 1 ? "" : "s");
     printf("# evaluation every %d epoch%s: ", c->eval_every, c->eval_every == 1 ? "" : "s");
     if (c->eval & CT_EVAL_MODE_SAMPLED)
-        printf("sampled = the target + %d negatives not among the user's training items%s "
-               "(seed %u)%s",
-               CT_EVAL_NEGATIVES, t->ev.exclude_heldout ? " nor its held-out items" : "",
+        printf("sampled = the target + %d negatives not among the user's training items (for "
+               "test nor the validation item%s) (seed %u)%s",
+               CT_EVAL_NEGATIVES,
+               t->ev.exclude_target ? "; nor the target" : "; copies of the target not counted",
                CT_EVAL_SEED, (c->eval & CT_EVAL_MODE_FULL) ? "; " : "");
     if (c->eval & CT_EVAL_MODE_FULL)
         printf("full = every item except item 0 and the user's history (training items; for "
