@@ -93,10 +93,21 @@ void ct_out_header(ct_trainer_t *t)
            CT_VERSION, ct_model_title(m), ct_layout_name(m->layout), m->hidden, m->num_blocks,
            m->num_blocks == 1 ? "" : "s", m->num_heads, m->num_heads == 1 ? "" : "s", m->maxlen,
            extra, (double)m->dropout, ct_loss_name(m->loss), t->model->num_params);
-    printf("# data: %s: %d users, %d items, %lld interactions (mean training length %.2f); "
+    /* a file with timestamps was read as tsv or ml1m, the formats the count filter applies to */
+    char filtered[96] = "";
+    if (t->ds.times != NULL && strncmp(t->ds.source, "synthetic(", 10) != 0) {
+        if (c->min_count > 1)
+            snprintf(filtered, sizeof filtered,
+                     " after dropping users and items with fewer than %d rows (--min_count)",
+                     c->min_count);
+        else
+            snprintf(filtered, sizeof filtered, " (no count filter: --min_count 1)");
+    }
+    printf("# data: %s: %d users, %d items, %lld interactions%s (mean training length %.2f); "
            "%lld training sequences, %d users evaluated\n",
            t->ds.source, t->ds.num_users, t->ds.num_items, (long long)t->ds.num_interactions,
-           ct_data_mean_train_len(&t->ds), (long long)t->n_samples, t->ds.num_eval_users);
+           filtered, ct_data_mean_train_len(&t->ds), (long long)t->n_samples,
+           t->ds.num_eval_users);
     printf("# training: %d users x %d accumulation = %lld per optimizer step over %d rank%s "
            "(%s reduction), %lld steps per epoch, %d epochs, lr %g (%s, warmup %lld, scale %s), "
            "l2_emb %g, grad_clip %g, seed %llu; %s backend, %d BLAS thread%s\n",
