@@ -166,17 +166,20 @@ void ct_batch_fill_eval(ct_batch_t *b, int r, const ct_dataset_t *ds, int32_t u,
     ct__place(b, r, ds, s, s + m, b->seq);
 }
 
+/* Items the evaluation input holds (training items; on the test split also the valid item) are
+ * never negatives; with exclude_target neither is the target. */
 static bool ct__excluded(const ct_dataset_t *ds, int32_t u, int32_t item, ct_eval_split_t which,
-                         bool exclude_heldout)
+                         bool exclude_target)
 {
     if (ct_data_in_train(ds, u, item))
         return true;
-    return exclude_heldout &&
-           (item == ds->valid_item[u] || (which == CT_EVAL_TEST && item == ds->test_item[u]));
+    if (which == CT_EVAL_TEST && item == ds->valid_item[u])
+        return true;
+    return exclude_target && item == ct_eval_target(ds, u, which);
 }
 
 void ct_eval_candidates(int32_t *cand, int num_neg, const ct_dataset_t *ds, int32_t u,
-                        ct_eval_split_t which, bool exclude_heldout, uint64_t seed)
+                        ct_eval_split_t which, bool exclude_target, uint64_t seed)
 {
     int32_t target = ct_eval_target(ds, u, which);
     cand[0] = target;
@@ -187,25 +190,25 @@ void ct_eval_candidates(int32_t *cand, int num_neg, const ct_dataset_t *ds, int3
         bool found = false;
         for (int k = 0; k < 1000 && !found; k++) {
             item = ct__item_of(ct__draw(seed, stream, next++), ds->num_items);
-            found = !ct__excluded(ds, u, item, which, exclude_heldout);
+            found = !ct__excluded(ds, u, item, which, exclude_target);
         }
         /* A user who has seen (nearly) the whole catalogue: walk upward to an unseen item. If
          * there is none at all, the last draw stands, so the list is always filled. */
         for (int32_t tries = 0; !found && tries < ds->num_items; tries++) {
             item = item % ds->num_items + 1;
-            found = !ct__excluded(ds, u, item, which, exclude_heldout);
+            found = !ct__excluded(ds, u, item, which, exclude_target);
         }
         cand[j] = item;
     }
 }
 
-int ct_eval_rank(const float *scores, int n)
+int ct_eval_rank(const float *scores, const int32_t *cand, int n)
 {
     float t = scores[0];
     int rank = 0;
     for (int i = 1; i < n; i++) {
-        if (!(scores[i] < t))
-            rank++; /* higher, equal, or NaN */
+        if (cand[i] != cand[0] && !(scores[i] < t))
+            rank++; /* another item scoring higher, equal, or NaN */
     }
     return rank;
 }

@@ -68,16 +68,20 @@ void ct_batch_fill_eval(ct_batch_t *b, int r, const ct_dataset_t *ds, int32_t u,
 int32_t ct_eval_target(const ct_dataset_t *ds, int32_t u, ct_eval_split_t which);
 
 /* cand[0] = the target, cand[1..num_neg] = negatives drawn uniformly from 1..I with
- * replacement, redrawn while in u's training items (and, with exclude_heldout, while equal to
- * the target or, on the test split, the valid item: TiSASRec.pytorch's rule, whose valid split
- * may still draw the test item; SASRec excludes neither). Deterministic in (seed, u, which). */
+ * replacement, redrawn while among the items of the evaluation input: u's training items and,
+ * on the test split, the valid item (SASRec.pytorch HEAD's and TiSASRec.pytorch's rule). With
+ * exclude_target also while equal to the target (TiSASRec.pytorch, whose valid split may still
+ * draw the test item); without it (SASRec.pytorch) the target itself may be drawn, and
+ * ct_eval_rank does not count those copies. Deterministic in (seed, u, which). */
 void ct_eval_candidates(int32_t *cand, int num_neg, const ct_dataset_t *ds, int32_t u,
-                        ct_eval_split_t which, bool exclude_heldout, uint64_t seed);
+                        ct_eval_split_t which, bool exclude_target, uint64_t seed);
 
-/* The rank of scores[0] among scores[0..n): the number of other candidates scoring strictly
- * higher plus those scoring equal (ties count against the target, so a model that scores
- * everything alike is not rewarded). NaN scores of others count as higher. */
-int ct_eval_rank(const float *scores, int n);
+/* The rank of the target cand[0] (score scores[0]) among the n candidates: the number of other
+ * items among cand[1..n) scoring strictly higher plus those scoring equal (ties count against
+ * the target, so a model that scores everything alike is not rewarded); NaN scores of others
+ * count as higher. A candidate that is the target item itself is not another item and never
+ * counts (SASRec.pytorch draws such copies and leaves them to its sort's tie order). */
+int ct_eval_rank(const float *scores, const int32_t *cand, int n);
 
 /* HR@k and NDCG@k contributions of one rank (NDCG@k = 1/log2(rank + 2) when rank < k). */
 static inline double ct_eval_hr(int rank, int k)

@@ -36,7 +36,7 @@ int64_t ct_eval_rank_full(const float *scores, int32_t V, int32_t target, const 
 }
 
 int ct_evaluator_init(ct_evaluator_t *ev, const ct_dataset_t *ds, ct_ops_t *ops, int chunk, int L,
-                      ct_eval_mode_t mode, bool exclude_heldout, int rank, int world,
+                      ct_eval_mode_t mode, bool exclude_target, int rank, int world,
                       ct_errbuf_t *eb)
 {
     memset(ev, 0, sizeof *ev);
@@ -45,7 +45,7 @@ int ct_evaluator_init(ct_evaluator_t *ev, const ct_dataset_t *ds, ct_ops_t *ops,
     ev->chunk = chunk;
     ev->L = L;
     ev->mode = mode;
-    ev->exclude_heldout = exclude_heldout;
+    ev->exclude_target = exclude_target;
     ev->rank = rank;
     ev->world = world;
 
@@ -160,7 +160,7 @@ static int ct__chunk(ct_evaluator_t *ev, ct_model_t *m, const int32_t *users, in
     if (ev->mode & CT_EVAL_MODE_SAMPLED) {
         for (int r = 0; r < n; r++)
             ct_eval_candidates(ev->cand + (size_t)r * CT__K, CT_EVAL_NEGATIVES, ds, users[r], which,
-                               ev->exclude_heldout, CT_EVAL_SEED);
+                               ev->exclude_target, CT_EVAL_SEED);
         if (m) {
             o->copy(o, ev->cand_dev, ev->cand, (size_t)n * CT__K * sizeof(int32_t), CT_COPY_H2D);
             o->score_candidates(o, ev->scores_dev, feats, ct_model_item_table(m), ev->cand_dev, n,
@@ -175,7 +175,7 @@ static int ct__chunk(ct_evaluator_t *ev, ct_model_t *m, const int32_t *users, in
         for (int r = 0; r < n; r++) {
             const float *row = ev->scores + (size_t)r * CT__K;
             ev->nonfinite[r] |= !ct__all_finite(row, CT__K);
-            ct__add(s, which, 0, ct_eval_rank(row, CT__K));
+            ct__add(s, which, 0, ct_eval_rank(row, ev->cand + (size_t)r * CT__K, CT__K));
         }
     }
     if (ev->mode & CT_EVAL_MODE_FULL) {

@@ -3,22 +3,24 @@
  * validation and test splits under two protocols, and the popularity baseline.
  *
  *   sampled  the target and 100 negatives drawn uniformly from 1..I with replacement, redrawn
- *            while in the user's training items (TiSASRec also excludes the target and, on the
- *            test split, the valid item; SASRec does not) - ct_eval_candidates with a fixed
- *            evaluation seed, so every evaluation of every run uses the same candidates;
+ *            while in the user's training items or, on the test split, equal to the valid
+ *            item (TiSASRec also redraws the target; SASRec may draw it, and its copies do not
+ *            count in the rank) - ct_eval_candidates with a fixed evaluation seed, so every
+ *            evaluation of every run uses the same candidates;
  *   full     every item 1..I except the user's history: the training items, and for the test
  *            split also the validation item (the model saw it as input); the target itself is
  *            never excluded.
- * Rank = the number of candidates scoring at least as high as the target (ties and NaN count
- * against it), HR@10 = [rank < 10], NDCG@10 = 1/log2(rank + 2) when rank < 10. A user whose
- * scores (of the candidates, or of the whole catalogue) include a NaN or an infinity is counted
- * in `nonfinite`, and a split with any such user has no metrics (NAN): ranks among NaNs would
- * only measure the tie rule, and read as a model that learnt nothing. Users: every
- * user with a held-out pair (all of them; SASRec.pytorch's 10,000-user sampling for large
- * datasets is not reproduced), split over ranks in contiguous blocks, then the per-rank sums
- * are reduced with the trainer's reducer, so the result does not depend on the world size.
- * Inputs are batched through the model's forward (only column L-1 is computed in the last
- * block, see ct_sasrec.c), with the window's TiSASRec times whenever the dataset has them.
+ * Rank = the number of other items among the candidates scoring at least as high as the target
+ * (ties and NaN count against it), HR@10 = [rank < 10], NDCG@10 = 1/log2(rank + 2) when
+ * rank < 10. A user whose scores (of the candidates, or of the whole catalogue) include a NaN or
+ * an infinity is counted in `nonfinite`, and a split with any such user has no metrics (NAN):
+ * ranks among NaNs would only measure the tie rule, and read as a model that learnt nothing.
+ * Users: every user with a held-out pair (all of them; SASRec.pytorch's 10,000-user sampling
+ * for large datasets is not reproduced), split over ranks in contiguous blocks, then the
+ * per-rank sums are reduced with the trainer's reducer, so the result does not depend on the
+ * world size. Inputs are batched through the model's forward (only column L-1 is computed in
+ * the last block, see ct_sasrec.c), with the window's TiSASRec times whenever the dataset has
+ * them.
  *
  * Not here: choosing the best checkpoint (the trainer selects on validation, never on test),
  * writing metrics.
@@ -58,7 +60,7 @@ typedef struct ct_evaluator {
     ct_ops_t *ops;
     int chunk, L;
     ct_eval_mode_t mode;
-    bool exclude_heldout;
+    bool exclude_target;
     int rank, world;
     int32_t *users;    /* this rank's evaluated users */
     int64_t n_users;   /* how many */
@@ -74,9 +76,10 @@ typedef struct ct_evaluator {
 } ct_evaluator_t;
 
 /* Sets up evaluation of ds for this rank (chunk rows at a time, windows of L). Allocates
- * everything it will need. exclude_heldout: TiSASRec's candidate rule. */
+ * everything it will need. exclude_target: TiSASRec's candidate rule (the target is never a
+ * negative). */
 int ct_evaluator_init(ct_evaluator_t *ev, const ct_dataset_t *ds, ct_ops_t *ops, int chunk, int L,
-                      ct_eval_mode_t mode, bool exclude_heldout, int rank, int world,
+                      ct_eval_mode_t mode, bool exclude_target, int rank, int world,
                       ct_errbuf_t *eb);
 void ct_evaluator_close(ct_evaluator_t *ev);
 

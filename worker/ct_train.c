@@ -28,6 +28,7 @@ int ct_train_load_data(const ct_train_cfg_t *cfg, ct_dataset_t *ds, ct_errbuf_t 
      * (sasrec-spec.md 1.3). */
     ct_data_opts_t opts = CT_DATA_OPTS_DEFAULT;
     opts.min_eval_len = cfg->model == CT_MODEL_TISASREC ? 3 : 4;
+    opts.min_count = cfg->min_count;
     int rc;
     if (strncmp(cfg->dataset, "synthetic", 9) == 0 &&
         (cfg->dataset[9] == '\0' || cfg->dataset[9] == ':')) {
@@ -37,6 +38,14 @@ int ct_train_load_data(const ct_train_cfg_t *cfg, ct_dataset_t *ds, ct_errbuf_t 
             rc = ct_data_synthetic(ds, &so, eb);
     } else {
         rc = ct_data_load(ds, cfg->dataset, cfg->data_format, &opts, eb);
+        /* only the tsv and ml1m formats have timestamps, and only they are filtered */
+        if (rc == 0 && cfg->set_min_count && ds->times == NULL) {
+            ct_data_free(ds);
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "--min_count: %s is a sasrec file (\"user item\" lines), used "
+                                 "as it is (the count filter applies to tsv and ml1m files)",
+                                 cfg->dataset);
+        }
     }
     if (rc == 0 && ds->num_eval_users == 0) {
         ct_data_free(ds);

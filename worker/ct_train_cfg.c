@@ -32,6 +32,7 @@ void ct_train_cfg_default(ct_train_cfg_t *c)
     c->dropout_rate = 0.2;
     snprintf(c->device, sizeof c->device, "cpu");
     c->data_format = CT_DATA_AUTO;
+    c->min_count = 5; /* TiSASRec's preprocessing (ct_data.h's default) */
     c->seed = 42;
     c->eval_every = 20;
     c->eval = CT_EVAL_MODE_BOTH;
@@ -134,6 +135,9 @@ static const ct__flag_t ct__flags[] = {
      "N  --loss sampled_ce: negatives per sequence, shared by its positions (default 256)"},
     {"data_format", CT__ENUM, CT__OFF(data_format), 0, 0,
      "auto|sasrec|tsv|ml1m  how to read --dataset FILE (default auto)"},
+    {"min_count", CT__INT, CT__OFF(min_count), 1, 1 << 30,
+     "N  tsv/ml1m files: drop rows whose user or item has fewer than N rows, one counting pass "
+     "(default 5, TiSASRec's; 1 keeps every row); sasrec files are never filtered"},
     {"train_dir", CT__PATH, CT__OFF(train_dir), 0, 0,
      "DIR  checkpoints, metrics.jsonl, args.json, event file (default ctrain_run)"},
     {"batch_size", CT__INT, CT__OFF(batch_size), 1, 1 << 20,
@@ -341,6 +345,7 @@ static int ct__set(ct_train_cfg_t *c, const ct__flag_t *f, const char *v, ct_err
         c->set_l2 |= strcmp(f->name, "l2_emb") == 0;
         c->set_epochs |= strcmp(f->name, "num_epochs") == 0;
         c->set_num_negatives |= strcmp(f->name, "num_negatives") == 0;
+        c->set_min_count |= strcmp(f->name, "min_count") == 0;
         if (strcmp(f->name, "mhc") == 0)
             c->set_mhc_flag = true;
         if (strcmp(f->name, "no_mhc") == 0)
@@ -418,6 +423,14 @@ static int ct__check(ct_train_cfg_t *c, ct_errbuf_t *eb)
         int rc = ct_synth_parse(c->dataset, &so, eb);
         if (rc != 0)
             return ct_errbuf_wrap(eb, rc, "--dataset");
+        if (c->set_min_count)
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "--min_count: the synthetic dataset is generated, not filtered "
+                                 "(the count filter applies to tsv and ml1m files)");
+    } else if (c->set_min_count && c->data_format == CT_DATA_SASREC) {
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--min_count: a sasrec file is used as it is (the count filter "
+                             "applies to tsv and ml1m files)");
     } else if (access(c->dataset, R_OK) != 0) {
         int e = errno;
         return ct_errbuf_set(eb, CT_EPARSE, "--dataset: cannot read \"%.200s\": %s", c->dataset,
@@ -536,6 +549,7 @@ json_t *ct_train_cfg_to_json(const ct_train_cfg_t *c)
     json_object_set_new(o, "num_negatives", json_integer(c->num_negatives));
     static const char *const fmt[] = {"auto", "sasrec", "tsv", "ml1m"};
     json_object_set_new(o, "data_format", json_string(fmt[c->data_format]));
+    json_object_set_new(o, "min_count", json_integer(c->min_count));
     json_object_set_new(o, "train_dir", json_string(c->train_dir));
     json_object_set_new(o, "batch_size", json_integer(c->batch_size));
     json_object_set_new(o, "lr", json_real(c->lr));

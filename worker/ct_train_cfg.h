@@ -69,6 +69,7 @@ typedef struct ct_train_cfg {
     /* ctrain's */
     ct_layout_t layout;
     ct_data_format_t data_format;
+    int min_count; /* tsv/ml1m files: rows whose user or item has fewer rows are dropped */
     uint64_t seed;
     int eval_every; /* epochs; 0 = only after the last */
     ct_eval_mode_t eval;
@@ -97,6 +98,7 @@ typedef struct ct_train_cfg {
     /* which model flags were given (inference adopts a checkpoint's values for the others) */
     bool set_maxlen, set_hidden, set_blocks, set_heads, set_layout;
     bool set_model, set_mhc, set_time_span, set_l2, set_epochs, set_num_negatives;
+    bool set_min_count;
     bool set_mhc_flag, set_no_mhc_flag; /* which of --mhc / --no_mhc were given */
 } ct_train_cfg_t;
 

@@ -96,10 +96,21 @@ void ct_out_header(ct_trainer_t *t)
            CT_VERSION, ct_model_title(m), ct_layout_name(m->layout), m->hidden, m->num_blocks,
            m->num_blocks == 1 ? "" : "s", m->num_heads, m->num_heads == 1 ? "" : "s", m->maxlen,
            extra, (double)m->dropout, ct_loss_name(m->loss), t->model->num_params);
-    printf("# data: %s: %d users, %d items, %lld interactions (mean training length %.2f); "
+    /* a file with timestamps was read as tsv or ml1m, the formats the count filter applies to */
+    char filtered[96] = "";
+    if (t->ds.times != NULL && strncmp(t->ds.source, "synthetic(", 10) != 0) {
+        if (c->min_count > 1)
+            snprintf(filtered, sizeof filtered,
+                     " after dropping users and items with fewer than %d rows (--min_count)",
+                     c->min_count);
+        else
+            snprintf(filtered, sizeof filtered, " (no count filter: --min_count 1)");
+    }
+    printf("# data: %s: %d users, %d items, %lld interactions%s (mean training length %.2f); "
            "%lld training sequences, %d users evaluated\n",
            t->ds.source, t->ds.num_users, t->ds.num_items, (long long)t->ds.num_interactions,
-           ct_data_mean_train_len(&t->ds), (long long)t->n_samples, t->ds.num_eval_users);
+           filtered, ct_data_mean_train_len(&t->ds), (long long)t->n_samples,
+           t->ds.num_eval_users);
     printf("# training: %d users x %d accumulation = %lld per optimizer step over %d rank%s "
            "(%s reduction), %lld steps per epoch, %d epochs, lr %g (%s, warmup %lld, scale %s), "
            "l2_emb %g, grad_clip %g, seed %llu; %s backend, %d BLAS thread%s\n",
@@ -111,9 +122,10 @@ void ct_out_header(ct_trainer_t *t)
            t->ops.name, c->threads, c->threads == 1 ? "" : "s");
     printf("# evaluation every %d epoch%s: ", c->eval_every, c->eval_every == 1 ? "" : "s");
     if (c->eval & CT_EVAL_MODE_SAMPLED)
-        printf("sampled = the target + %d negatives not among the user's training items%s "
-               "(seed %u)%s",
-               CT_EVAL_NEGATIVES, t->ev.exclude_heldout ? " nor its held-out items" : "",
+        printf("sampled = the target + %d negatives not among the user's training items (for "
+               "test nor the validation item%s) (seed %u)%s",
+               CT_EVAL_NEGATIVES,
+               t->ev.exclude_target ? "; nor the target" : "; copies of the target not counted",
                CT_EVAL_SEED, (c->eval & CT_EVAL_MODE_FULL) ? "; " : "");
     if (c->eval & CT_EVAL_MODE_FULL)
         printf("full = every item except item 0 and the user's history (training items; for "

@@ -200,6 +200,7 @@ static void test_flags(void)
     expect_usage_error("--loss", "--loss", "bpr", NULL, NULL);
     expect_usage_error("--num_negatives: only --loss sampled_ce", "--num_negatives", "8", NULL,
                        NULL);
+    expect_usage_error("--min_count: the synthetic dataset", "--min_count", "2", NULL, NULL);
 
     ct_child_t c;
     run(&c, NULL, "--help", NULL);
@@ -226,6 +227,7 @@ static void test_flags(void)
                            "num_workers",
                            "layout",
                            "data_format",
+                           "min_count",
                            "ckpt_every_steps",
                            "keep_checkpoints",
                            "resume",

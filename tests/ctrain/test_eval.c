@@ -2,7 +2,9 @@
  * test_eval.c - worker/ct_eval.c: the full-ranking rank (exclusions, duplicates, ties, NaN),
  * the popularity baseline on a hand-made dataset whose HR/NDCG are worked out below, that a
  * model-free evaluation split over W ranks and reduced equals W = 1, the evaluator's user
- * sharding, and users with NaN or infinite scores counted (their split left without metrics).
+ * sharding, users with NaN or infinite scores counted (their split left without metrics), and
+ * the sampled protocol's candidate rule (what is never a negative, and that the target's own
+ * copies do not count).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -166,10 +168,57 @@ static void test_nonfinite_scores(void)
     ct_data_free(&ds);
 }
 
+/* The sampled protocol's candidate rule, end to end through the evaluator: 5 items, one
+ * evaluated user A = 1 2 4 5 (train 1 2, valid 4, test 5); B = 4 4 4 and C = 5 5 are too short
+ * to split and only add training counts, so the popularity scores are item 1: 1, 2: 1, 3: 0,
+ * 4: 3, 5: 2. With 100 draws over so few items every allowed item is drawn, many times.
+ *   valid: target 4; allowed negatives 3, 4, 5 (SASRec.pytorch may draw the target itself):
+ *          its copies tie with it but are the target, so nothing counts -> rank 0;
+ *   test:  target 5; the valid item 4 (score 3) is part of the input and never a negative
+ *          (SASRec.pytorch HEAD), 3 scores lower, copies of 5 do not count -> rank 0.
+ * Counting the copies as ties, or drawing 4 on the test split, would push both ranks past 10. */
+static void test_sampled_candidates(void)
+{
+    static const int32_t items[] = {1, 2, 4, 5, 4, 4, 4, 5, 5};
+    ct_dataset_t ds;
+    memset(&ds, 0, sizeof ds);
+    ds.num_users = 3;
+    ds.num_items = 5;
+    ds.num_interactions = 9;
+    ds.user_start = calloc(5, sizeof *ds.user_start);
+    ds.items = malloc(sizeof items);
+    memcpy(ds.items, items, sizeof items);
+    const int64_t starts[] = {0, 0, 4, 7, 9};
+    memcpy(ds.user_start, starts, sizeof starts);
+    CT_ASSERT_OK(ct_data_finish(&ds, 4));
+    CT_ASSERT_EQ(ds.num_eval_users, 1);
+
+    ct_ops_t ops;
+    ct_ops_cpu_init(&ops);
+    ct_reducer_t red;
+    ct_reducer_local_init(&red);
+    ct_errbuf_t eb;
+    for (int rule = 0; rule < 2; rule++) { /* SASRec's rule, then TiSASRec's */
+        ct_evaluator_t ev;
+        CT_ASSERT_OK(
+            ct_evaluator_init(&ev, &ds, &ops, 1, 4, CT_EVAL_MODE_SAMPLED, rule == 1, 0, 1, &eb));
+        CT_ASSERT(ev.pop[3] == 0 && ev.pop[4] == 3 && ev.pop[5] == 2);
+        ct_eval_result_t r;
+        CT_ASSERT_OK(ct_eval_popularity(&ev, &red, &r, &eb));
+        CT_ASSERT_EQ(r.valid.users, 1);
+        CT_ASSERT_CLOSE(r.valid.ndcg, 1.0, 0, 0);
+        CT_ASSERT_CLOSE(r.test.ndcg, 1.0, 0, 0);
+        CT_ASSERT_CLOSE(r.test.hr, 1.0, 0, 0);
+        ct_evaluator_close(&ev);
+    }
+    ct_data_free(&ds);
+}
+
 int main(void)
 {
     CT_RUN(test_rank_full);
     CT_RUN(test_popularity);
     CT_RUN(test_nonfinite_scores);
+    CT_RUN(test_sampled_candidates);
     return 0;
 }

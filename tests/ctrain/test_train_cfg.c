@@ -3,14 +3,19 @@
  * (TiSASRec.pytorch's for the default TiSASRec + mHC, SASRec.pytorch's for --no_time --no_mhc),
  * the model flags and their conflicts, the flag spellings, standalone booleans, cross-flag
  * checks, args.json, the learning rate schedule (warmup, constant / linear / cosine, lr_scale)
- * at chosen steps, and the model configuration's JSON round trip and difference report.
+ * at chosen steps, the model configuration's JSON round trip and difference report, and
+ * --min_count (the data loader's count filter, through ct_train_load_data).
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ct_test.h"
 #include "ct_train_cfg.h"
+#include "ct_train_internal.h"
 
 static int parse(ct_train_cfg_t *c, ct_errbuf_t *eb, const char *const *args, int n)
 {
@@ -163,6 +168,7 @@ static void test_spellings(void)
                           "norm_first",
                           "layout",
                           "data_format",
+                          "min_count",
                           "seed",
                           "eval_every",
                           "eval",
@@ -315,6 +321,82 @@ static void test_model_cfg(void)
     CT_ASSERT_STR_EQ(ct_model_title(&t), "TiSASRec+mHC");
 }
 
+/* Writes text to a new temporary file; its name goes to path. */
+static void write_temp(char *path, size_t size, const char *text)
+{
+    snprintf(path, size, "/tmp/ct_min_count_XXXXXX");
+    int fd = mkstemp(path);
+    CT_ASSERT_MSG(fd >= 0, "mkstemp: %s", strerror(errno));
+    size_t n = strlen(text);
+    CT_ASSERT_EQ((size_t)write(fd, text, n), n);
+    close(fd);
+}
+
+/* --min_count: the tsv/ml1m count filter made explicit. Five users rate items 10..14 (5 rows
+ * each); user 1 also rates item 99 once. The default (5, TiSASRec's) drops item 99; 1 keeps it;
+ * 6 leaves nothing. A sasrec file is never filtered, so the flag is refused with one (given as
+ * such, or detected at load) and with the synthetic data. */
+static void test_min_count(void)
+{
+    char tsv[64], sas[64], text[1024] = "";
+    for (int u = 1; u <= 5; u++)
+        for (int i = 10; i <= 14; i++)
+            snprintf(text + strlen(text), sizeof text - strlen(text), "%d\t%d\t5\t%d\n", u, i,
+                     100 * u + i);
+    strcat(text, "1\t99\t3\t2000\n");
+    write_temp(tsv, sizeof tsv, text);
+    write_temp(sas, sizeof sas, "1 1\n1 2\n1 3\n1 4\n2 2\n2 1\n2 3\n2 4\n");
+
+    ct_train_cfg_t c;
+    ct_errbuf_t eb;
+    ct_dataset_t ds;
+    const char *dflt[] = {"--dataset", tsv, "--no_time", "--no_mhc"};
+    CT_ASSERT_OK(parse(&c, &eb, dflt, 4));
+    CT_ASSERT(c.min_count == 5 && !c.set_min_count);
+    CT_ASSERT_OK(ct_train_load_data(&c, &ds, &eb));
+    CT_ASSERT_EQ(ds.num_items, 5);
+    CT_ASSERT_EQ(ds.num_interactions, 25);
+    ct_data_free(&ds);
+
+    const char *one[] = {"--dataset", tsv, "--no_time", "--no_mhc", "--min_count", "1"};
+    CT_ASSERT_OK(parse(&c, &eb, one, 6));
+    CT_ASSERT(c.min_count == 1 && c.set_min_count);
+    CT_ASSERT_OK(ct_train_load_data(&c, &ds, &eb));
+    CT_ASSERT_EQ(ds.num_items, 6);
+    CT_ASSERT_EQ(ds.num_interactions, 26);
+    json_t *j = ct_train_cfg_to_json(&c);
+    CT_ASSERT_EQ(json_integer_value(json_object_get(j, "min_count")), 1);
+    json_decref(j);
+    ct_data_free(&ds);
+
+    const char *six[] = {"--dataset", tsv, "--no_time", "--no_mhc", "--min-count=6"};
+    CT_ASSERT_OK(parse(&c, &eb, six, 5));
+    CT_ASSERT(ct_train_load_data(&c, &ds, &eb) != 0);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "fewer than 6 rows");
+
+    /* a sasrec file: refused when detected at load, and at parse time when named */
+    const char *sauto[] = {"--dataset", sas, "--no_time", "--no_mhc", "--min_count", "2"};
+    CT_ASSERT_OK(parse(&c, &eb, sauto, 6));
+    CT_ASSERT_ERR(ct_train_load_data(&c, &ds, &eb), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--min_count: ");
+    CT_ASSERT_STR_CONTAINS(eb.msg, "is a sasrec file");
+    const char *splain[] = {"--dataset", sas, "--no_time", "--no_mhc"};
+    CT_ASSERT_OK(parse(&c, &eb, splain, 4));
+    CT_ASSERT_OK(ct_train_load_data(&c, &ds, &eb));
+    CT_ASSERT_EQ(ds.num_items, 4);
+    ct_data_free(&ds);
+    const char *snamed[] = {"--dataset", sas, "--data_format", "sasrec", "--min_count", "2"};
+    CT_ASSERT_ERR(parse(&c, &eb, snamed, 6), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--min_count: a sasrec file is used as it is");
+    const char *synth[] = {"--min_count", "2"};
+    CT_ASSERT_ERR(parse(&c, &eb, synth, 2), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--min_count: the synthetic dataset");
+    const char *zero[] = {"--dataset", tsv, "--min_count", "0"};
+    CT_ASSERT_ERR(parse(&c, &eb, zero, 4), CT_ERANGE_VALUE);
+    unlink(tsv);
+    unlink(sas);
+}
+
 int main(void)
 {
     CT_RUN(test_defaults);
@@ -322,5 +404,6 @@ int main(void)
     CT_RUN(test_spellings);
     CT_RUN(test_lr_schedule);
     CT_RUN(test_model_cfg);
+    CT_RUN(test_min_count);
     return 0;
 }

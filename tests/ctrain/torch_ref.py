@@ -9,13 +9,14 @@ batch construction, training step and sampled evaluation. It is the PyTorch side
 
     torch_ref.py train --model sasrec|tisasrec --dataset FILE [--maxlen L] [--batch_size B]
                        [--epochs N] [--max_steps S] [--warmup W] [--threads T]
-                       [--eval_every E] [--dropout P] [--seed N] [--lr X] [--l2_emb X]
-                       [--time_span K] [--device cpu|cuda]
+                       [--eval_every E] [--eval sampled|full|both] [--dropout P] [--seed N]
+                       [--lr X] [--l2_emb X] [--time_span K] [--device cpu|cuda]
 
 prints one JSON object per line: {"event": "epoch", "epoch", "steps", "positions",
 "train_seconds", "sample_seconds", "loss"} after every epoch, {"event": "eval", "epoch",
-"valid": [ndcg, hr], "test": [ndcg, hr], "seconds"} after every evaluation, and
-{"event": "done", ...} at the end.
+"valid": [ndcg, hr], "test": [ndcg, hr], "seconds"} after every evaluation (with --eval full or
+both also "valid_full" and "test_full", [ndcg, hr] under full ranking), and {"event": "done", ...}
+at the end.
 
 What follows the references exactly: the models (layouts, masks, dropout sites, no output
 projection in TiSASRec, pmixer's padding-query mask), initialisation (xavier_normal_ +
@@ -29,6 +30,9 @@ What differs, deliberately: batches are built by ONE background process (pmixer 
 which on the 2-core machine this is measured on would only steal the model's cores), the
 evaluation scores users in batches instead of one at a time (same numbers), and TiSASRec's
 time matrices are computed with numpy instead of a Python double loop (same integers).
+What is added: the full-ranking protocol (the references have none), defined as ctrain's
+(ct_eval.h): every item but item 0 and the user's history (training items, and on the test
+split the validation item), the target never excluded, ties counted against the target.
 """
 
 import argparse
@@ -137,9 +141,13 @@ class SASRec(torch.nn.Module):
         return ((feats * self.item_emb(pos_seqs)).sum(-1),
                 (feats * self.item_emb(neg_seqs)).sum(-1))
 
+    def final_features(self, log_seqs, time_matrices=None):
+        """(U, d): the last column's features, what every score is taken against."""
+        return self.log2feats(log_seqs)[:, -1, :]
+
     def predict(self, log_seqs, items, time_matrices=None):
         """Scores (U, K) of candidate items (U, K) from the last column's features."""
-        final = self.log2feats(log_seqs)[:, -1, :]
+        final = self.final_features(log_seqs)
         return (self.item_emb(items) * final.unsqueeze(1)).sum(-1)
 
     def l2_penalty(self, lam):
@@ -242,8 +250,11 @@ class TiSASRec(torch.nn.Module):
         return ((feats * self.item_emb(pos_seqs)).sum(-1),
                 (feats * self.item_emb(neg_seqs)).sum(-1))
 
+    def final_features(self, log_seqs, time_matrices):
+        return self.seq2feats(log_seqs, time_matrices)[:, -1, :]
+
     def predict(self, log_seqs, items, time_matrices):
-        final = self.seq2feats(log_seqs, time_matrices)[:, -1, :]
+        final = self.final_features(log_seqs, time_matrices)
         return (self.item_emb(items) * final.unsqueeze(1)).sum(-1)
 
     def l2_penalty(self, lam):
@@ -440,13 +451,15 @@ class Sampler:
 
 # ---- evaluation ---------------------------------------------------------------------------------
 
-def evaluate(model, data, maxlen, split, kind, span, rng, chunk=256):
+def evaluate(model, data, maxlen, split, kind, span, rng, chunk=256, full=False):
     """The references' sampled protocol, (NDCG@10, HR@10): input = the last maxlen of train
     (valid) or train + valid (test); candidates = target + 100 uniform draws rejected while in
     train (SASRec: and not the valid item on the test split; TiSASRec: and not the target nor,
-    on the test split, the valid item). Users are scored in chunks."""
+    on the test split, the valid item), ranked with the references' double argsort. Users are
+    scored in chunks. full=True returns ((NDCG@10, HR@10) sampled, (NDCG@10, HR@10) under full
+    ranking, see the module comment); the sampled draws are the same either way."""
     ni = data["items"]
-    seqs, times, cands = [], [], []
+    seqs, times, cands, hists = [], [], [], []
     for u in range(1, data["users"] + 1):
         tr = data["train"].get(u, [])
         if len(tr) < 1 or len(data[split].get(u, [])) < 1:
@@ -478,7 +491,12 @@ def evaluate(model, data, maxlen, split, kind, span, rng, chunk=256):
         seqs.append(seq)
         times.append(ts)
         cands.append(cand)
-    ndcg = hr = 0.0
+        if full:
+            seen = [x[0] for x in tr] if kind == "tisasrec" else list(tr)
+            if split == "test":
+                seen.append(data["valid"][u][0][0] if kind == "tisasrec" else data["valid"][u][0])
+            hists.append((target, seen))
+    ndcg = hr = fndcg = fhr = 0.0
     with torch.no_grad():
         for k in range(0, len(seqs), chunk):
             s = torch.tensor(np.array(seqs[k:k + chunk]))
@@ -487,13 +505,28 @@ def evaluate(model, data, maxlen, split, kind, span, rng, chunk=256):
             if kind == "tisasrec":
                 tm = torch.tensor(np.array([time_matrix(t, span) for t in times[k:k + chunk]]),
                                   dtype=torch.long)
-            scores = -model.predict(s, c, tm)
+            final = model.final_features(s, tm)
+            # predict()'s scores (the same op, so exact ties stay exact)
+            scores = -(model.item_emb(c) * final.unsqueeze(1)).sum(-1)
             ranks = scores.argsort(dim=1).argsort(dim=1)[:, 0]
             for r in ranks.tolist():
                 if r < 10:
                     ndcg += 1.0 / math.log2(r + 2)
                     hr += 1.0
+            if not full:
+                continue
+            for row, (target, seen) in zip(final @ model.item_emb.weight.T, hists[k:k + chunk]):
+                keep = torch.ones(ni + 1, dtype=torch.bool)
+                keep[0] = False
+                keep[torch.tensor(seen, dtype=torch.long)] = False
+                keep[target] = False
+                r = int(((row >= row[target]) & keep).sum())
+                if r < 10:
+                    fndcg += 1.0 / math.log2(r + 2)
+                    fhr += 1.0
     n = max(len(seqs), 1)
+    if full:
+        return (ndcg / n, hr / n), (fndcg / n, fhr / n)
     return ndcg / n, hr / n
 
 
@@ -581,11 +614,19 @@ def cmd_train(a):
             model.eval()
             te = time.time()
             model.cpu()  # evaluate() builds CPU tensors; parameters move in place and back
-            v = evaluate(model, data, a.maxlen, "valid", kind, a.time_span, eval_rng)
-            t = evaluate(model, data, a.maxlen, "test", kind, a.time_span, eval_rng)
+            ev = {"event": "eval", "epoch": epoch}
+            for split in ("valid", "test"):
+                r = evaluate(model, data, a.maxlen, split, kind, a.time_span, eval_rng,
+                             full=a.eval != "sampled")
+                if a.eval == "sampled":
+                    ev[split] = list(r)
+                else:
+                    ev[split + "_full"] = list(r[1])
+                    if a.eval == "both":
+                        ev[split] = list(r[0])
             model.to(a.device)
-            emit({"event": "eval", "epoch": epoch, "valid": list(v), "test": list(t),
-                  "seconds": time.time() - te})
+            ev["seconds"] = time.time() - te
+            emit(ev)
             model.train()
     sampler.close()
     emit({"event": "done", "steps": steps, "seconds": time.time() - t_all})
@@ -611,6 +652,8 @@ def main(argv):
     t.add_argument("--max_steps", type=int, default=0)
     t.add_argument("--warmup", type=int, default=0)
     t.add_argument("--eval_every", type=int, default=0)
+    t.add_argument("--eval", choices=["sampled", "full", "both"], default="sampled",
+                   help="protocols (full ranking as ctrain defines it; default sampled)")
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--seed", type=int, default=42)
     t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (training only; the "

@@ -1,7 +1,7 @@
 /*
  * test_ct_batch.c - training rows (layout, right alignment, truncation to L, negatives never
- * among the user's training items, determinism by key), evaluation rows and candidates, and
- * the rank/metric rules.
+ * among the user's training items, determinism by key), evaluation rows and candidates (the
+ * items each rule excludes), and the rank/metric rules (ties, NaN, copies of the target).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -110,13 +110,26 @@ static void test_eval_rows_and_candidates(void)
     int32_t cand[101], again[101];
     ct_eval_candidates(cand, 100, &ds, 1, CT_EVAL_TEST, false, 99);
     CT_ASSERT_EQ(cand[0], 8);
-    bool saw_heldout = false;
+    bool saw_target = false;
     for (int j = 1; j <= 100; j++) {
         CT_ASSERT(cand[j] >= 1 && cand[j] <= 10);
         CT_ASSERT(!ct_data_in_train(&ds, 1, cand[j]));
-        saw_heldout |= cand[j] == 7 || cand[j] == 8;
+        /* SASRec.pytorch HEAD's rule: the valid item (7) is part of the test input, never a
+         * negative; the target (8) may be drawn (3 allowed items: 8, 9, 10) */
+        CT_ASSERT_MSG(cand[j] != 7, "negative %d on the test split is the valid item 7", j);
+        saw_target |= cand[j] == 8;
     }
-    CT_ASSERT(saw_heldout); /* SASRec's rule keeps 7 and 8 possible (4 of 4 allowed items) */
+    CT_ASSERT(saw_target);
+    /* on the valid split nothing but the training items is excluded: 7 (the target) and 8 */
+    ct_eval_candidates(again, 100, &ds, 1, CT_EVAL_VALID, false, 99);
+    CT_ASSERT_EQ(again[0], 7);
+    bool saw_valid = false, saw_test = false;
+    for (int j = 1; j <= 100; j++) {
+        CT_ASSERT(again[j] >= 7 && again[j] <= 10);
+        saw_valid |= again[j] == 7;
+        saw_test |= again[j] == 8;
+    }
+    CT_ASSERT(saw_valid && saw_test);
     ct_eval_candidates(again, 100, &ds, 1, CT_EVAL_TEST, false, 99);
     CT_ASSERT(memcmp(cand, again, sizeof cand) == 0);
     ct_eval_candidates(again, 100, &ds, 1, CT_EVAL_TEST, false, 100);
@@ -126,7 +139,7 @@ static void test_eval_rows_and_candidates(void)
         CT_ASSERT(cand[j] == 9 || cand[j] == 10); /* TiSASRec's rule: not 7 or 8 either */
     /* ... and on the valid split only the target (7) goes: the test item stays possible */
     ct_eval_candidates(cand, 100, &ds, 1, CT_EVAL_VALID, true, 99);
-    bool saw_test = false;
+    saw_test = false;
     for (int j = 1; j <= 100; j++) {
         CT_ASSERT(cand[j] == 8 || cand[j] == 9 || cand[j] == 10);
         saw_test |= cand[j] == 8;
@@ -167,16 +180,24 @@ static void test_row_negatives(void)
 
 static void test_rank_and_metrics(void)
 {
+    const int32_t c[] = {5, 1, 2, 3, 4};
     float s[] = {0.5f, 0.1f, 0.9f, 0.5f, -1.0f};
-    CT_ASSERT_EQ(ct_eval_rank(s, 5), 2); /* 0.9 higher, 0.5 tied: both count against */
+    CT_ASSERT_EQ(ct_eval_rank(s, c, 5), 2); /* 0.9 higher, 0.5 tied: both count against */
     float all_same[] = {1, 1, 1};
-    CT_ASSERT_EQ(ct_eval_rank(all_same, 3), 2);
+    CT_ASSERT_EQ(ct_eval_rank(all_same, c, 3), 2);
     float best[] = {3, 1, 2};
-    CT_ASSERT_EQ(ct_eval_rank(best, 3), 0);
+    CT_ASSERT_EQ(ct_eval_rank(best, c, 3), 0);
     float nan_other[] = {1, NAN};
-    CT_ASSERT_EQ(ct_eval_rank(nan_other, 2), 1);
+    CT_ASSERT_EQ(ct_eval_rank(nan_other, c, 2), 1);
     float nan_target[] = {NAN, 0, 1};
-    CT_ASSERT_EQ(ct_eval_rank(nan_target, 3), 2);
+    CT_ASSERT_EQ(ct_eval_rank(nan_target, c, 3), 2);
+    /* copies of the target item among the negatives score exactly as the target: they are the
+     * target, not other items, and never count; another item's tie still does */
+    const int32_t copies[] = {5, 5, 2, 5, 3};
+    float sc[] = {0.5f, 0.5f, 0.9f, 0.5f, 0.5f};
+    CT_ASSERT_EQ(ct_eval_rank(sc, copies, 5), 2); /* item 2 higher, item 3 tied */
+    const int32_t only_copies[] = {4, 4, 4};
+    CT_ASSERT_EQ(ct_eval_rank(all_same, only_copies, 3), 0);
     CT_ASSERT_CLOSE(ct_eval_ndcg(0, 10), 1.0, 0, 0);
     CT_ASSERT_CLOSE(ct_eval_ndcg(1, 10), 1.0 / log2(3.0), 1e-15, 0);
     CT_ASSERT_CLOSE(ct_eval_ndcg(9, 10), 1.0 / log2(11.0), 1e-15, 0);
