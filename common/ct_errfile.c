@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ct_fs.h"
 #include "ct_parse.h"
 
 static int ct__load(const char *path, json_t **root, ct_errbuf_t *eb)
@@ -96,50 +97,25 @@ void ct_errfile_free(ct_errfile_t *ef)
     ef->traceback = NULL;
 }
 
-/* Writes root to a temp file beside path, then renames it over path. */
+/* Writes root as JSON over path, durably (ct_fs.h: a temporary file beside it, renamed). */
 static int ct__save(const char *path, json_t *root, ct_errbuf_t *eb)
 {
-    char tmp[PATH_MAX];
-    int n = snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
-    if (n < 0 || (size_t)n >= sizeof tmp)
-        return ct_errbuf_set(eb, -ENAMETOOLONG, "error file %.200s: path too long", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        return ct_errbuf_set(eb, -e, "error file %s: cannot create a temp file: %s", path,
-                             strerror(e));
-    }
     char *text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
-    int e = text == NULL ? ENOMEM : 0;
-    if (text != NULL) {
-        /* jansson writes \u00E9, Python \u00e9: lower-case the hex of every \u escape. */
-        for (char *p = text; *p != '\0'; p++) {
-            if (*p != '\\')
-                continue;
-            p++;
-            for (int k = 1; *p == 'u' && k <= 4 && p[k] != '\0'; k++)
-                p[k] = (char)tolower((unsigned char)p[k]);
-        }
-        size_t len = strlen(text), done = 0;
-        while (e == 0 && done < len) {
-            ssize_t w = write(fd, text + done, len - done);
-            if (w < 0 && errno != EINTR)
-                e = errno;
-            else if (w > 0)
-                done += (size_t)w;
-        }
-        free(text);
+    if (text == NULL)
+        return ct_errbuf_set(eb, -ENOMEM, "error file %s: out of memory", path);
+    /* jansson writes \u00E9, Python \u00e9: lower-case the hex of every \u escape. */
+    for (char *p = text; *p != '\0'; p++) {
+        if (*p != '\\')
+            continue;
+        p++;
+        for (int k = 1; *p == 'u' && k <= 4 && p[k] != '\0'; k++)
+            p[k] = (char)tolower((unsigned char)p[k]);
     }
-    if (e == 0 && fsync(fd) != 0)
-        e = errno;
-    if (close(fd) != 0 && e == 0)
-        e = errno;
-    if (e == 0 && rename(tmp, path) != 0)
-        e = errno;
-    if (e != 0) {
-        unlink(tmp);
-        return ct_errbuf_set(eb, -e, "error file %s: cannot write: %s", path, strerror(e));
-    }
+    ct_errbuf_t feb;
+    int rc = ct_fs_replace(path, text, strlen(text), &feb);
+    free(text);
+    if (rc != 0)
+        return ct_errbuf_set(eb, rc, "error file %s: cannot write: %s", path, feb.msg);
     return 0;
 }
 

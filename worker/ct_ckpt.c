@@ -22,6 +22,7 @@
 
 #include "ct_log.h"
 #include "ct_parse.h"
+#include "ct_fs.h"
 #include "ct_worker_internal.h"
 #include "ctworker.h"
 
@@ -150,7 +151,7 @@ static void ct__remove_stale_tmp(ct_ckpt_dir_t *d)
     }
     struct dirent *de;
     while ((de = readdir(dir)) != NULL)
-        if (ct__is_tmp_name(de->d_name) && unlinkat(d->dirfd, de->d_name, 0) == 0)
+        if (ct_fs_is_tmp_name(de->d_name) && unlinkat(d->dirfd, de->d_name, 0) == 0)
             ct_log_info("removed %s/%s, left by an interrupted checkpoint write", d->path,
                         de->d_name);
     closedir(dir);
@@ -320,7 +321,7 @@ int ct_ckpt_save(ct_ckpt_dir_t *d, ct_ckpt_kind_t kind, const ct_tensor_view_t *
     if (kind != CT_CKPT_BEST) {
         char text[CT_CKPT_NAME_MAX + 1];
         int len = snprintf(text, sizeof text, "%s\n", name);
-        rc = ct__replace_file_at(d->dirfd, CT__LATEST, text, (size_t)len, eb);
+        rc = ct_fs_replace_at(d->dirfd, CT__LATEST, text, (size_t)len, eb);
         if (rc != 0) {
             ct__fault_ckpt_end();
             return ct_errbuf_wrap(eb, rc, "checkpoint %s", d->path);

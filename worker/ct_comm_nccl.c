@@ -25,6 +25,7 @@
 #pragma GCC diagnostic pop
 
 #include "ct_comm_internal.h"
+#include "ct_cuda_check.h"
 #include "ct_log.h"
 #include "ct_time.h"
 
@@ -49,14 +50,8 @@ static int ct__nccl_error(ct_errbuf_t *eb, ncclResult_t r, ncclComm_t comm, cons
                          last && last[0] ? " - " : "", last ? last : "");
 }
 
-static int ct__cuda_error(ct_errbuf_t *eb, cudaError_t e, const char *call, const char *file,
-                          int line)
-{
-    return ct_errbuf_set(eb, CT_ECUDA, "CUDA error at %s:%d: %s: %s", file, line, call,
-                         cudaGetErrorString(e));
-}
-
-/* The check macros: on failure, rc gets the code (message in eb) and control goes to label. */
+/* NCCL's check: on failure, rc gets the code (message in eb) and control goes to label. CUDA's
+ * are ct_cuda_check.h's. */
 #define CT_NCCL_CHECK_GOTO(call, comm, rc, eb, label)                              \
     do {                                                                           \
         ncclResult_t ct__r = (call);                                               \
@@ -64,15 +59,6 @@ static int ct__cuda_error(ct_errbuf_t *eb, cudaError_t e, const char *call, cons
             (rc) = ct__nccl_error((eb), ct__r, (comm), #call, __FILE__, __LINE__); \
             goto label;                                                            \
         }                                                                          \
-    } while (0)
-
-#define CT_CUDA_CHECK_GOTO(call, rc, eb, label)                            \
-    do {                                                                   \
-        cudaError_t ct__e = (call);                                        \
-        if (ct__e != cudaSuccess) {                                        \
-            (rc) = ct__cuda_error((eb), ct__e, #call, __FILE__, __LINE__); \
-            goto label;                                                    \
-        }                                                                  \
     } while (0)
 
 int ct__comm_gpu_count(void)
@@ -111,7 +97,7 @@ static int ct__wait_stream(ct__nccl_t *g, int64_t deadline, const char *what, ct
         if (e == cudaSuccess)
             return 0;
         if (e != cudaErrorNotReady)
-            return ct__cuda_error(eb, e, what, __FILE__, __LINE__);
+            return ct_cuda_check_fail(eb, e, what, __FILE__, __LINE__);
         ncclResult_t st = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(g->comm, &st);
         if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress))

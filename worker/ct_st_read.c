@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "ct_fs.h"
 #include "ct_worker_internal.h"
 #include "ctworker.h"
 
@@ -299,7 +300,7 @@ static int ct__st_parse(ct_st_file_t *f, ct_errbuf_t *eb)
                           "truncated: %llu bytes, shorter than the 8-byte header length",
                           (unsigned long long)f->file_size);
     unsigned char lenbuf[8];
-    int rc = ct__read_full(f->fd, lenbuf, 8, 0);
+    int rc = ct_fs_read_full(f->fd, lenbuf, 8, 0);
     if (rc != 0)
         return ct__st_err(f, eb, rc, "reading the header length: %s", ct_strerror(rc));
     uint64_t hlen = 0;
@@ -324,7 +325,7 @@ static int ct__st_parse(ct_st_file_t *f, ct_errbuf_t *eb)
     if (hdr == NULL)
         return ct__st_err(f, eb, -ENOMEM, "out of memory for a %llu-byte header",
                           (unsigned long long)hlen);
-    rc = ct__read_full(f->fd, hdr, hlen, 8);
+    rc = ct_fs_read_full(f->fd, hdr, hlen, 8);
     if (rc != 0) {
         free(hdr);
         return ct__st_err(f, eb, rc, "reading the header: %s", ct_strerror(rc));
@@ -473,7 +474,7 @@ static int ct__st_load_one(ct_st_file_t *f, const ct_st_tensor_t *t, void *dst, 
         size_t cap = dst != NULL ? CT__ST_CHUNK : sizeof bounce;
         size_t n = t->nbytes - done < cap ? (size_t)(t->nbytes - done) : cap;
         unsigned char *p = dst != NULL ? (unsigned char *)dst + done : bounce;
-        int rc = ct__read_full(f->fd, p, n, (off_t)(t->offset + done));
+        int rc = ct_fs_read_full(f->fd, p, n, (off_t)(t->offset + done));
         if (rc == CT_EFORMAT)
             return ct__st_err(f, eb, rc, "tensor \"%.64s\": file ends early (truncated while open?)",
                               t->name);

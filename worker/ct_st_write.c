@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "ct_fs.h"
 #include "ct_worker_internal.h"
 #include "ctworker.h"
 
@@ -128,7 +129,7 @@ static int ct__write_data(int fd, uint64_t start, const ct_tensor_view_t *views,
             size_t len = nbytes - done < CT__ST_CHUNK ? (size_t)(nbytes - done) : CT__ST_CHUNK;
             const unsigned char *p = (const unsigned char *)v->data + done;
             crc = crc32_z(crc, p, len);
-            int rc = ct__write_full(fd, p, len, (off_t)(pos + done));
+            int rc = ct_fs_write_full(fd, p, len, (off_t)(pos + done));
             if (rc != 0)
                 return rc;
             done += len;
@@ -186,7 +187,7 @@ int ct_st_save_at(int dirfd, const char *name, const ct_tensor_view_t *views, si
         goto out;
     }
 
-    if ((rc = ct__tmp_name_for(name, tmp, sizeof tmp)) != 0) {
+    if ((rc = ct_fs_tmp_name(name, tmp, sizeof tmp)) != 0) {
         ct_errbuf_set(eb, rc, "%s: name too long", name);
         goto out;
     }
@@ -225,28 +226,16 @@ int ct_st_save_at(int dirfd, const char *name, const ct_tensor_view_t *views, si
     char hex[9];
     snprintf(hex, sizeof hex, "%08x", hcrc);
     memcpy(hdr + 8 + crc_at, hex, 8);
-    const char *what = "write";
-    rc = ct__write_full(fd, hdr, 8 + hlen, 0);
-    if (rc == 0 && fsync(fd) != 0) {
-        rc = -errno;
-        what = "fsync";
-    }
-    if (close(fd) != 0 && rc == 0 && errno != EINTR) {
-        rc = -errno;
-        what = "close";
-    }
-    fd = -1;
-    if (rc == 0 && renameat(dirfd, tmp, dirfd, name) != 0) {
-        rc = -errno;
-        what = "rename";
-    }
+    rc = ct_fs_write_full(fd, hdr, 8 + hlen, 0);
     if (rc != 0) {
-        ct_errbuf_set(eb, rc, "%s: %s failed: %s", name, what, ct_strerror(rc));
+        ct_errbuf_set(eb, rc, "%s: write failed: %s", name, ct_strerror(rc));
         goto out;
     }
+    /* fsync, close, rename over name, fsync of the directory; it closes fd and removes tmp
+     * on failure itself */
+    rc = ct_fs_commit_at(dirfd, fd, tmp, name, eb);
+    fd = -1;
     tmp_made = false;
-    if ((rc = ct__fsync_dir(dirfd)) != 0)
-        ct_errbuf_set(eb, rc, "%s: fsync of the directory failed: %s", name, ct_strerror(rc));
 out:
     if (fd >= 0)
         close(fd);

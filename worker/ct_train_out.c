@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "ct_config.h"
+#include "ct_fs.h"
 #include "ct_log.h"
 #include "ct_time.h"
 #include "ct_train_internal.h"
@@ -235,38 +236,17 @@ void ct_out_progress_clear(ct_trainer_t *t)
 
 int ct_out_write_file(const char *dir, const char *name, const char *text, ct_errbuf_t *eb)
 {
-    char path[CT_TRAIN_PATH_MAX + 64], tmp[CT_TRAIN_PATH_MAX + 96];
+    char path[CT_TRAIN_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", dir, name, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return ct_errbuf_set(eb, -errno, "%s: %s", tmp, strerror(errno));
-    size_t len = strlen(text), done = 0;
-    while (done < len) {
-        ssize_t w = write(fd, text + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return ct_errbuf_set(eb, -e, "%s: write: %s", tmp, strerror(e));
-        }
-        done += (size_t)w;
-    }
-    if (write(fd, "\n", 1) != 1 || fsync(fd) != 0) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        return ct_errbuf_set(eb, -e, "%s: %s", tmp, strerror(e));
-    }
-    close(fd);
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return ct_errbuf_set(eb, -e, "%s: rename: %s", path, strerror(e));
-    }
-    return 0;
+    size_t len = strlen(text);
+    char *line = malloc(len + 2); /* the text and its final newline, in one write */
+    if (line == NULL)
+        return ct_errbuf_set(eb, -ENOMEM, "%s: out of memory", path);
+    memcpy(line, text, len);
+    line[len] = '\n';
+    int rc = ct_fs_replace(path, line, len + 1, eb);
+    free(line);
+    return rc;
 }
 
 /* metrics.jsonl without the records of steps after keep_step (a resumed run replays them). */

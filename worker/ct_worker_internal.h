@@ -1,8 +1,7 @@
 /*
  * ct_worker_internal.h - helpers shared by libctworker's source files and not part of its
- * public interface: whole-buffer I/O that resumes after EINTR and short transfers, durable
- * small-file replacement, the safetensors pieces shared by the reader and the writer, and the
- * runtime's state the fatal paths read.
+ * public interface: the safetensors pieces shared by the reader and the writer, and the
+ * runtime's state the fatal paths read. (File I/O and durable replacement: ct_fs.h.)
  */
 #ifndef CT_WORKER_INTERNAL_H
 #define CT_WORKER_INTERNAL_H
@@ -16,26 +15,6 @@
 
 /* Internal functions stay out of libctworker.so's dynamic symbol table. */
 #pragma GCC visibility push(hidden)
-
-/* Writes all n bytes at offset (pwrite) or at the file position (off < 0). 0 or -errno. */
-int ct__write_full(int fd, const void *buf, size_t n, off_t off);
-
-/* Reads exactly n bytes at offset. 0, -errno, or CT_EFORMAT when the file ends first. */
-int ct__read_full(int fd, void *buf, size_t n, off_t off);
-
-/* fsync(2) of a directory, so a rename in it survives a power loss. 0 or -errno. */
-int ct__fsync_dir(int dirfd);
-
-/* Replaces dirfd/name with text, durably: temporary file, fsync, rename, directory fsync. */
-int ct__replace_file_at(int dirfd, const char *name, const void *text, size_t n,
-                        ct_errbuf_t *eb);
-
-/* The temporary name used while writing name: ".<name>.tmp.<pid>". Returns -ENAMETOOLONG when
- * it does not fit. */
-int ct__tmp_name_for(const char *name, char *buf, size_t size);
-
-/* True for names made by ct__tmp_name_for (any pid). */
-int ct__is_tmp_name(const char *name);
 
 /* ---- safetensors (ct_tensor.c, ct_st_read.c, ct_st_write.c) ---- */
 #define CT__ST_CRC_PREFIX "crc32."       /* __metadata__ key of a tensor's CRC: crc32.<name> */

@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "ct_error.h"
+#include "ct_heartbeat.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -127,31 +128,14 @@ void ct_worker_fail(const char *fmt, ...) __attribute__((noreturn, format(printf
  * stopping it, so the worker's log shows where it was stuck. */
 int ct_worker_catch_fatal_signals(ct_errbuf_t *eb);
 
-/* The stack-dump signal (SIGUSR1, the signal Python's faulthandler.register is usually given,
- * so a Python worker can answer it too). */
-#define CT_WORKER_DUMP_SIGNAL SIGUSR1
+/* The stack-dump signal the launcher's watchdog sends (ct_heartbeat.h). */
+#define CT_WORKER_DUMP_SIGNAL CT_HEARTBEAT_DUMP_SIGNAL
 
 /* ---- 2a. Heartbeat ----------------------------------------------------------------------
  *
- * Record format, for the launcher's watchdog: fixed 32-byte records in the host's byte order
- * (both ends run on the same machine), written with one write(2) each. Pipe writes of at most
- * PIPE_BUF bytes are atomic, so a reader reading multiples of 32 bytes never sees a torn
- * record. `seq` counts write attempts from 1; a gap in seq means records were dropped because
- * the pipe was full (the reader was slow), and `dropped` is their running total. `time_ns` is
- * the worker's CLOCK_MONOTONIC, comparable with the launcher's on the same host. */
-#define CT_HEARTBEAT_MAGIC   0x42485443u /* the bytes "CTHB" read as a little-endian u32 */
-#define CT_HEARTBEAT_VERSION 1u
-
-typedef struct ct_heartbeat_record {
-    uint32_t magic;   /* CT_HEARTBEAT_MAGIC */
-    uint16_t version; /* CT_HEARTBEAT_VERSION */
-    uint16_t size;    /* sizeof(ct_heartbeat_record_t) = 32 */
-    uint32_t seq;
-    uint32_t dropped;
-    uint64_t step;
-    uint64_t time_ns;
-} ct_heartbeat_record_t;
-
+ * The record format the launcher's watchdog reads is in ct_heartbeat.h (shared with ctrun):
+ * fixed 32-byte records, one write(2) each, `seq` counting attempts and `dropped` the records
+ * lost to a full pipe. */
 /* A heartbeat sender; ct_worker_progress drives one owned by the runtime. */
 typedef struct ct_heartbeat {
     int fd;                  /* -1: disabled (no pipe, closed, or reader gone) */

@@ -463,15 +463,15 @@ template <typename K> static int ct__att_smem(K *kernel, size_t nbytes)
     if (nbytes <= 48 * 1024)
         return 0;
     int dev = 0, optin = 0;
-    CT_CUDA_CHECK(cudaGetDevice(&dev));
-    CT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    CT_CUDA_CHECK(cudaGetDevice(&dev), NULL);
+    CT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), NULL);
     if (nbytes > (size_t)optin) {
         ct_log_error("attention: %zu bytes of shared memory needed, the device allows %d", nbytes,
                      optin);
         return CT_ERANGE_VALUE;
     }
     CT_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)nbytes));
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)nbytes), NULL);
     return 0;
 }
 

@@ -37,7 +37,7 @@ extern "C" int ct_dropout_cuda(float *out, const float *inp, int64_t n, ct_dropo
     if (drop.p <= 0.0f) {
         if (out != inp)
             CT_CUDA_CHECK(cudaMemcpyAsync(out, inp, (size_t)n * sizeof *out,
-                                          cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
+                                          cudaMemcpyDeviceToDevice, (cudaStream_t)stream), NULL);
         return 0;
     }
     /* The CPU's expression, evaluated in float on the host. */

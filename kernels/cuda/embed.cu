@@ -190,7 +190,7 @@ static int ct__sort_temp_bytes(size_t *bytes, int n)
     *bytes = 0;
     CT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, *bytes, (const int32_t *)NULL,
                                                   (int32_t *)NULL, (const int32_t *)NULL,
-                                                  (int32_t *)NULL, n, 0, 32, (cudaStream_t)0));
+                                                  (int32_t *)NULL, n, 0, 32, (cudaStream_t)0), NULL);
     return 0;
 }
 
@@ -235,7 +235,7 @@ int ct__scatter_rows_cuda(float *dst, void *scratch, const float *src, const int
     /* Radix sort is stable: rows sharing an id stay in row order. Ids are non-negative, all
      * 32 bits are sorted (the table size is not an argument of the ops). */
     CT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp, temp, ids, skeys, (const int32_t *)rows,
-                                                  srows, n, 0, 32, stream));
+                                                  srows, n, 0, 32, stream), NULL);
     const int64_t threads = (int64_t)n * 32;
     CT_LAUNCH(ct__scatter_sorted_kernel, (unsigned)CT_CEIL_DIV(threads, (int64_t)CT__THREADS),
               CT__THREADS, 0, stream, dst, skeys, srows, src, rowscale, scale, n, C);

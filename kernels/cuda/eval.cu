@@ -47,7 +47,7 @@ extern "C" int ct_score_all_cuda(float *scores, const float *feats, const float 
     /* scores^T (V,U) = wte (V,C) feats^T (C,U), column-major. */
     const float one = 1.0f, zero = 0.0f;
     CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, V, U, C, &one, wte, C, feats, ldf,
-                             &zero, scores, V));
+                             &zero, scores, V), NULL);
     return 0;
 }
 

@@ -112,7 +112,7 @@ static int ct__linear_fwd(float *out, int ldo, const float *inp, int ldi, const 
         beta = 1.0f;
     }
     CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &alpha, weight, IC, inp, ldi,
-                             &beta, out, ldo));
+                             &beta, out, ldo), NULL);
     return 0;
 }
 
@@ -126,9 +126,9 @@ static int ct__linear_bwd(float *dinp, int ldi, float *dweight, float *dbias, co
     float one = 1.0f;
     if (dinp)
         CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, &one, weight, IC, dout,
-                                 lds, &one, dinp, ldi));
+                                 lds, &one, dinp, ldi), NULL);
     CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one, inp, ldi, dout, lds,
-                             &one, dweight, IC));
+                             &one, dweight, IC), NULL);
     if (dbias)
         return ct__colsum(dbias, dout, lds, N, OC, ctx);
     return 0;

@@ -159,7 +159,7 @@ extern "C" int ct_count_nonzero_cuda(int64_t *count, const int32_t *ids, int64_t
                                      ct_stream_t stream)
 {
     CT_CUDA_REQUIRE(n >= 0);
-    CT_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof *count, (cudaStream_t)stream));
+    CT_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof *count, (cudaStream_t)stream), NULL);
     if (n == 0)
         return 0;
     CT_LAUNCH(ct__count_kernel, ct__reduce_parts(n), CT__THREADS, 0, stream,

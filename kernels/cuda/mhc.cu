@@ -210,7 +210,7 @@ static int ct__sgemm_rm(const ct_cuda_ctx_t *ctx, bool ta, bool tb, int m, int n
     if (m == 0 || nc == 0)
         return 0;
     CT_CUBLAS_CHECK(ct__gemm(ctx, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                             nc, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc));
+                             nc, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc), NULL);
     return 0;
 }
 

@@ -492,12 +492,11 @@ extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp)
     o->impl = st;
     o->close = ct__close;
     int rc = 0;
-    CT_CUDA_CHECK_GOTO(cudaSetDevice(device), rc, fail);
-    CT_CUDA_CHECK_GOTO(cudaStreamCreate(&st->stream), rc, fail);
+    CT_CUDA_CHECK_GOTO(cudaSetDevice(device), rc, NULL, fail);
+    CT_CUDA_CHECK_GOTO(cudaStreamCreate(&st->stream), rc, NULL, fail);
     if ((rc = ct_cuda_ctx_init(&st->ctx, (ct_stream_t)st->stream, amp ? CT_CUDA_CTX_BF16 : 0)) != 0)
         goto fail;
-    CT_CUDA_CHECK_GOTO(cudaMalloc((void **)&st->partials, CT_REDUCE_CUDA_PARTS * sizeof(double)),
-                       rc, fail);
+    CT_CUDA_CHECK_GOTO(cudaMalloc((void **)&st->partials, CT_REDUCE_CUDA_PARTS * sizeof(double)), rc, NULL, fail);
     o->name = amp ? "cuda (bf16 matmuls)" : "cuda";
     o->host_memory = false;
     o->stream = st->stream;

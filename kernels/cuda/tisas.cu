@@ -403,7 +403,7 @@ extern "C" int ct_tisas_attention_forward_cuda(float *out, float *att, float *sc
         return 0;
     const size_t smem = ct__tis_smem(L, C / NH);
     CT_CUDA_CHECK(cudaFuncSetAttribute(ct__tisas_fwd_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), NULL);
     const float keep_rkv = p_rkv > 0.0f ? 1.0f / (1.0f - p_rkv) : 1.0f;
     const float scale = 1.0f / sqrtf((float)(C / NH));
     CT_LAUNCH(ct__tisas_fwd_kernel, (unsigned)CT_CEIL_DIV(rows, (int64_t)CT__TIS_WARPS),
@@ -431,7 +431,7 @@ extern "C" int ct_tisas_attention_backward_cuda(float *dq, float *dk, float *dv,
     float *dS = scratch, *pd = scratch + (size_t)rows * (size_t)L;
     const size_t smem = ct__tis_smem(L, C / NH);
     CT_CUDA_CHECK(cudaFuncSetAttribute(ct__tisas_bwd_q_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), NULL);
     const float keep_rkv = p_rkv > 0.0f ? 1.0f / (1.0f - p_rkv) : 1.0f;
     const float scale = 1.0f / sqrtf((float)(C / NH));
     const unsigned grid = (unsigned)CT_CEIL_DIV(rows, (int64_t)CT__TIS_WARPS);

@@ -30,7 +30,7 @@ static int ct__xent_sgemm(const ct_cuda_ctx_t *ctx, bool ta, bool tb, int m, int
     if (m == 0 || nc == 0)
         return 0;
     CT_CUBLAS_CHECK(ct__gemm(ctx, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                             nc, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc));
+                             nc, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc), NULL);
     return 0;
 }
 
@@ -123,7 +123,7 @@ extern "C" int ct_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *s
     CT_CUDA_REQUIRE(N >= 0 && C >= 1 && V >= 2);
     cudaStream_t st = (cudaStream_t)ctx->stream;
     if (count <= 0.0f || N == 0) {
-        CT_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof *loss, st));
+        CT_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof *loss, st), NULL);
         return 0;
     }
     const double inv = 1.0 / (double)count;
@@ -240,7 +240,7 @@ extern "C" int ct_sampled_ce_loss_cuda(float *loss, float *dfeats, float *dwte, 
     cudaStream_t st = (cudaStream_t)stream;
     const int64_t N = (int64_t)B * L;
     if (count <= 0.0f || N == 0) {
-        CT_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof *loss, st));
+        CT_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof *loss, st), NULL);
         return 0;
     }
     const double inv = 1.0 / (double)count;
