@@ -37,7 +37,7 @@
  */
 #include <math.h>
 
-#include "ct_model.h"
+#include "ctrain_model.h"
 #include "gcheck.h"
 
 enum { B = 4, L = 12, C = 16, NH = 2, ITEMS = 39, NB = 2, M = 5, STEPS = 20 };
