@@ -468,7 +468,7 @@ void ct_score_all_cpu(float *scores, const float *feats, const float *wte, int U
 
 /* Full ranking without sorting: ranks[u] = the number of items i in 1..V-1, other than the
  * target t = targets[u] and not excluded, with !(scores[u,i] < scores[u,t]) - higher, equal or
- * NaN, so ties count against the target (ct_eval_rank's rule in worker/ct_batch.h). Item 0 (the
+ * NaN, so ties count against the target (ctrain_eval_rank's rule in worker/ct_batch.h). Item 0 (the
  * padding row) never counts. The excluded items of user u (usually the items it has seen) are
  * excl[excl_off[u] .. excl_off[u+1]), sorted ascending; an entry equal to the one before it, 0,
  * out of 1..V-1, or the target itself is ignored. excl_off == NULL: nothing excluded. Targets

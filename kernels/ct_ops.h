@@ -2,7 +2,7 @@
  * ct_ops.h - the dispatch table through which model code calls the compute ops: one struct of
  * function pointers whose entries have the signatures of ct_kernels.h with the table itself as
  * the first argument, plus the few memory operations a model needs (allocate, zero, copy,
- * synchronise). The model (worker/ct_sasrec.c: SASRec, TiSASRec, mHC) is written once against
+ * synchronise). The model (worker/ctrain_sasrec.c: SASRec, TiSASRec, mHC) is written once against
  * this table; a backend fills it in:
  *   - CPU (kernels/cpu/ops.c, ct_ops_cpu_init): each entry calls the ct_*_cpu function; memory
  *     is host memory (host_memory = true), copies are memcpy, nothing can fail.

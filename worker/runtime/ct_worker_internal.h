@@ -52,13 +52,13 @@ void ct__fatal_signals_restore(void);
 /* Writes one heartbeat record for step now, past the rate limit (ct_worker_rt.c). */
 void ct__runtime_beat_now(uint64_t step);
 
-/* ---- injected faults (ct_fault.c; see CTRUN_FAULT in ctworker.h) ---- */
-int ct__fault_setup(const char *text, ct_errbuf_t *eb); /* parses and arms CTRUN_FAULT */
-void ct__fault_reset(void);
-void ct__fault_progress(uint64_t step);    /* from ct_worker_progress */
-void ct__fault_ckpt_begin(int64_t step);   /* ct_ckpt_save: a checkpoint of step is written */
-void ct__fault_ckpt_end(void);             /* ... and is done (or failed) */
-void ct__fault_ckpt_point(ct_fault_ckpt_phase_t phase); /* a moment of that write */
+/* ---- injected faults (ct_inject.c; see CTRUN_INJECT in ctworker.h) ---- */
+int ct__inject_setup(const char *text, ct_errbuf_t *eb); /* parses and arms CTRUN_INJECT */
+void ct__inject_reset(void);
+void ct__inject_progress(uint64_t step);    /* from ct_worker_progress */
+void ct__inject_ckpt_begin(int64_t step);   /* ct_ckpt_save: a checkpoint of step is written */
+void ct__inject_ckpt_end(void);             /* ... and is done (or failed) */
+void ct__inject_ckpt_point(ct_inject_ckpt_phase_t phase); /* a moment of that write */
 
 #pragma GCC visibility pop
 

@@ -43,7 +43,7 @@ int ct_worker_setup(const ct_worker_env_t *env, unsigned flags, ct_errbuf_t *eb)
     ct_log_set_prefix(ct__rt.prefix);
     memcpy(ct__rt.error_file, env->error_file, sizeof ct__rt.error_file);
     ct__rt.error_file[sizeof ct__rt.error_file - 1] = '\0';
-    if ((rc = ct__fault_setup(getenv("CTRUN_FAULT"), eb)) != 0) {
+    if ((rc = ct__inject_setup(getenv("CTRUN_INJECT"), eb)) != 0) {
         ct_heartbeat_close(&ct__rt.hb);
         ct_log_set_prefix("");
         return rc;
@@ -62,7 +62,7 @@ int ct_worker_setup(const ct_worker_env_t *env, unsigned flags, ct_errbuf_t *eb)
 void ct_worker_cleanup(void)
 {
     ct__fatal_signals_restore();
-    ct__fault_reset();
+    ct__inject_reset();
     ct_heartbeat_close(&ct__rt.hb);
     ct__rt.ready = false;
     ct__rt.prefix[0] = '\0';
@@ -71,7 +71,7 @@ void ct_worker_cleanup(void)
 
 int ct_worker_progress(uint64_t step)
 {
-    ct__fault_progress(step);
+    ct__inject_progress(step);
     return ct_heartbeat_beat(&ct__rt.hb, step);
 }
 

@@ -161,7 +161,7 @@ void ct_heartbeat_close(ct_heartbeat_t *hb);
 /* ---- 2b. Injected faults ----------------------------------------------------------------
  *
  * `ctrun --inject` arms at most one fault per worker and attempt, in the variable
- * CTRUN_FAULT, for the faults only the worker can time exactly:
+ * CTRUN_INJECT, for the faults only the worker can time exactly:
  *
  *   kill@N          SIGKILL at the first ct_worker_progress(step) with step >= N
  *   stop@N          SIGSTOP there instead (a hang, for the watchdog); fires once
@@ -170,31 +170,31 @@ void ct_heartbeat_close(ct_heartbeat_t *hb);
  *                   file   - the new file is complete and renamed, `latest` not yet moved
  *                   latest - `latest` names the new file, older files not yet pruned
  *
- * ct_worker_setup reads it (a malformed value is an error naming CTRUN_FAULT); before the
+ * ct_worker_setup reads it (a malformed value is an error naming CTRUN_INJECT); before the
  * signal the worker writes one heartbeat record past the rate limit and a warning line to
  * stderr. Unset or empty: nothing happens. */
-typedef enum ct_fault_kind {
-    CT_FAULT_NONE = 0,
-    CT_FAULT_KILL,
-    CT_FAULT_STOP,
-    CT_FAULT_TORN,
-} ct_fault_kind_t;
+typedef enum ct_inject_kind {
+    CT_INJECT_NONE = 0,
+    CT_INJECT_KILL,
+    CT_INJECT_STOP,
+    CT_INJECT_TORN,
+} ct_inject_kind_t;
 
-typedef enum ct_fault_ckpt_phase {
-    CT_FAULT_PHASE_DATA = 0,
-    CT_FAULT_PHASE_FILE,
-    CT_FAULT_PHASE_LATEST,
-} ct_fault_ckpt_phase_t;
+typedef enum ct_inject_ckpt_phase {
+    CT_INJECT_PHASE_DATA = 0,
+    CT_INJECT_PHASE_FILE,
+    CT_INJECT_PHASE_LATEST,
+} ct_inject_ckpt_phase_t;
 
-typedef struct ct_fault {
-    ct_fault_kind_t kind;
+typedef struct ct_inject {
+    ct_inject_kind_t kind;
     int64_t step;
-    ct_fault_ckpt_phase_t phase; /* torn only */
-} ct_fault_t;
+    ct_inject_ckpt_phase_t phase; /* torn only */
+} ct_inject_t;
 
-/* Parses a CTRUN_FAULT value (NULL or "" gives CT_FAULT_NONE). CT_EPARSE / CT_ERANGE_VALUE
- * with one line naming CTRUN_FAULT. */
-int ct_fault_parse(const char *text, ct_fault_t *f, ct_errbuf_t *eb);
+/* Parses a CTRUN_INJECT value (NULL or "" gives CT_INJECT_NONE). CT_EPARSE / CT_ERANGE_VALUE
+ * with one line naming CTRUN_INJECT. */
+int ct_inject_parse(const char *text, ct_inject_t *f, ct_errbuf_t *eb);
 
 /* ==== 3. Counter-based random numbers =========================================================
  *

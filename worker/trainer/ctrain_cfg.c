@@ -1,5 +1,5 @@
 /*
- * ct_train_cfg.c - ctrain's flags: one table (name, kind, range, help) drives parsing,
+ * ctrain_cfg.c - ctrain's flags: one table (name, kind, range, help) drives parsing,
  * --help and the man page's list; values are converted with ct_parse.h, so every bad value is
  * one line that names the flag. Also args.json and the learning-rate schedule.
  */
@@ -19,7 +19,7 @@
 #endif
 #include "ct_parse.h"
 
-void ct_train_cfg_default(ct_train_cfg_t *c)
+void ctrain_cfg_default(ctrain_cfg_t *c)
 {
     memset(c, 0, sizeof *c);
     snprintf(c->dataset, sizeof c->dataset, "synthetic");
@@ -31,11 +31,11 @@ void ct_train_cfg_default(ct_train_cfg_t *c)
     c->num_heads = 1;
     c->dropout_rate = 0.2;
     snprintf(c->device, sizeof c->device, "cpu");
-    c->data_format = CT_DATA_AUTO;
-    c->min_count = 5; /* TiSASRec's preprocessing (ct_data.h's default) */
+    c->data_format = CTRAIN_DATA_AUTO;
+    c->min_count = 5; /* TiSASRec's preprocessing (ctrain_data.h's default) */
     c->seed = 42;
     c->eval_every = 20;
-    c->eval = CT_EVAL_MODE_BOTH;
+    c->eval = CTRAIN_EVAL_MODE_BOTH;
     snprintf(c->backend, sizeof c->backend, "auto");
     c->num_workers = 1;
     /* Measured (bench/chaos, ct_ckpt_save of the default model's 1.2 MB: 6-20 ms with its
@@ -46,24 +46,24 @@ void ct_train_cfg_default(ct_train_cfg_t *c)
     c->keep_checkpoints = 3;
     c->grad_clip = 0.0;
     c->warmup_steps = 0;
-    c->lr_schedule = CT_LR_CONSTANT;
+    c->lr_schedule = CTRAIN_LR_CONSTANT;
     c->grad_accum = 1;
-    c->lr_scale = CT_LR_SCALE_NONE;
+    c->lr_scale = CTRAIN_LR_SCALE_NONE;
     c->base_batch_size = 128;
     c->threads = 1;
-    c->model = CT_MODEL_TISASREC;
+    c->model = CTRAIN_MODEL_TISASREC;
     c->mhc = true;
     c->time_span = 256;
-    c->loss = CT_LOSS_BCE;
+    c->loss = CTRAIN_LOSS_BCE;
     c->num_negatives = 256;
-    ct_train_model_defaults(c);
+    ctrain_train_model_defaults(c);
 }
 
-void ct_train_model_defaults(ct_train_cfg_t *c)
+void ctrain_train_model_defaults(ctrain_cfg_t *c)
 {
-    bool ti = c->model == CT_MODEL_TISASREC;
+    bool ti = c->model == CTRAIN_MODEL_TISASREC;
     if (!c->set_layout)
-        c->layout = ct_train_default_layout(c->model, c->mhc);
+        c->layout = ctrain_train_default_layout(c->model, c->mhc);
     if (!c->set_maxlen)
         c->maxlen = ti ? 50 : 200;
     if (!c->set_l2)
@@ -72,26 +72,26 @@ void ct_train_model_defaults(ct_train_cfg_t *c)
         c->num_epochs = ti ? 201 : 1000;
 }
 
-ct_layout_t ct_train_default_layout(ct_model_kind_t model, bool mhc)
+ctrain_layout_t ctrain_train_default_layout(ctrain_model_kind_t model, bool mhc)
 {
     if (mhc)
-        return CT_LAYOUT_PRE_LN;
-    return model == CT_MODEL_TISASREC ? CT_LAYOUT_ORIGINAL2020 : CT_LAYOUT_POST_LN;
+        return CTRAIN_LAYOUT_PRE_LN;
+    return model == CTRAIN_MODEL_TISASREC ? CTRAIN_LAYOUT_ORIGINAL2020 : CTRAIN_LAYOUT_POST_LN;
 }
 
-const char *ct_eval_mode_name(ct_eval_mode_t m)
+const char *ctrain_eval_mode_name(ctrain_eval_mode_t m)
 {
-    return m == CT_EVAL_MODE_SAMPLED ? "sampled" : m == CT_EVAL_MODE_FULL ? "full" : "both";
+    return m == CTRAIN_EVAL_MODE_SAMPLED ? "sampled" : m == CTRAIN_EVAL_MODE_FULL ? "full" : "both";
 }
 
-const char *ct_lr_schedule_name(ct_lr_schedule_t s)
+const char *ctrain_lr_schedule_name(ctrain_lr_schedule_t s)
 {
-    return s == CT_LR_LINEAR ? "linear" : s == CT_LR_COSINE ? "cosine" : "constant";
+    return s == CTRAIN_LR_LINEAR ? "linear" : s == CTRAIN_LR_COSINE ? "cosine" : "constant";
 }
 
-const char *ct_lr_scale_name(ct_lr_scale_t s)
+const char *ctrain_lr_scale_name(ctrain_lr_scale_t s)
 {
-    return s == CT_LR_SCALE_LINEAR ? "linear" : s == CT_LR_SCALE_SQRT ? "sqrt" : "none";
+    return s == CTRAIN_LR_SCALE_LINEAR ? "linear" : s == CTRAIN_LR_SCALE_SQRT ? "sqrt" : "none";
 }
 
 /* ---- the flag table ----------------------------------------------------------------------- */
@@ -102,7 +102,7 @@ typedef enum ct__kind {
     CT__U64,    /* uint64_t, [0, max] */
     CT__DOUBLE, /* double, [dmin, dmax] */
     CT__BOOL,   /* bool; may stand alone */
-    CT__PATH,   /* char[CT_TRAIN_PATH_MAX] */
+    CT__PATH,   /* char[CTRAIN_TRAIN_PATH_MAX] */
     CT__ENUM,   /* special-cased by name: one of the listed words */
 } ct__kind_t;
 
@@ -114,7 +114,7 @@ typedef struct ct__flag {
     const char *help;
 } ct__flag_t;
 
-#define CT__OFF(f) offsetof(ct_train_cfg_t, f)
+#define CT__OFF(f) offsetof(ctrain_cfg_t, f)
 
 static const ct__flag_t ct__flags[] = {
     {"dataset", CT__PATH, CT__OFF(dataset), 0, 0,
@@ -126,7 +126,7 @@ static const ct__flag_t ct__flags[] = {
     {"no_mhc", CT__BOOL, CT__OFF(no_mhc), 0, 0, "[true|false]  = --mhc false"},
     {"no_time", CT__BOOL, CT__OFF(no_time), 0, 0,
      "[true|false]  no time intervals: = --model sasrec"},
-    {"time_span", CT__INT, CT__OFF(time_span), 1, CT_MODEL_MAX_TIME_SPAN,
+    {"time_span", CT__INT, CT__OFF(time_span), 1, CTRAIN_MODEL_MAX_TIME_SPAN,
      "K  TiSASRec: intervals clipped at K (default 256)"},
     {"loss", CT__ENUM, CT__OFF(loss), 0, 0,
      "bce|ce|sampled_ce  one negative per position; softmax over all items; over "
@@ -143,15 +143,15 @@ static const ct__flag_t ct__flags[] = {
     {"batch_size", CT__INT, CT__OFF(batch_size), 1, 1 << 20,
      "N  global batch of users per micro-step, split over ranks (default 128)"},
     {"lr", CT__DOUBLE, CT__OFF(lr), 0, 1e30, "X  Adam learning rate (default 0.001)"},
-    {"maxlen", CT__INT, CT__OFF(maxlen), 1, CT_MODEL_MAX_LEN,
+    {"maxlen", CT__INT, CT__OFF(maxlen), 1, CTRAIN_MODEL_MAX_LEN,
      "L  sequence window (default 200; TiSASRec 50)"},
-    {"hidden_units", CT__INT, CT__OFF(hidden_units), 1, CT_MODEL_MAX_HIDDEN,
+    {"hidden_units", CT__INT, CT__OFF(hidden_units), 1, CTRAIN_MODEL_MAX_HIDDEN,
      "C  hidden width d (default 50)"},
-    {"num_blocks", CT__INT, CT__OFF(num_blocks), 1, CT_MODEL_MAX_BLOCKS,
+    {"num_blocks", CT__INT, CT__OFF(num_blocks), 1, CTRAIN_MODEL_MAX_BLOCKS,
      "N  transformer blocks (default 2)"},
     {"num_epochs", CT__INT, CT__OFF(num_epochs), 1, 100000000,
      "N  epochs (default 1000; TiSASRec 201)"},
-    {"num_heads", CT__INT, CT__OFF(num_heads), 1, CT_MODEL_MAX_HIDDEN,
+    {"num_heads", CT__INT, CT__OFF(num_heads), 1, CTRAIN_MODEL_MAX_HIDDEN,
      "N  attention heads, must divide hidden_units (default 1)"},
     {"dropout_rate", CT__DOUBLE, CT__OFF(dropout_rate), 0, 0.99,
      "P  every dropout site (default 0.2)"},
@@ -210,7 +210,7 @@ static const ct__flag_t ct__flags[] = {
 };
 #define CT__NFLAGS (sizeof ct__flags / sizeof ct__flags[0])
 
-void ct_train_args_usage(FILE *out)
+void ctrain_args_usage(FILE *out)
 {
     fprintf(out, "usage: ctrain [--flag VALUE | --flag=VALUE]...\n"
                  "Trains (or, with --inference_only, evaluates) TiSASRec or SASRec, with or "
@@ -248,21 +248,21 @@ static int ct__enum(const char *v, const char *const *words, int n, int *out, ct
     return ct_errbuf_set(eb, CT_EPARSE, "\"%.80s\" is not one of %s", v, list);
 }
 
-static int ct__set_enum(ct_train_cfg_t *c, const ct__flag_t *f, const char *v, ct_errbuf_t *eb)
+static int ct__set_enum(ctrain_cfg_t *c, const ct__flag_t *f, const char *v, ct_errbuf_t *eb)
 {
     int k = 0, rc;
     if (strcmp(f->name, "data_format") == 0) {
-        return ct_data_parse_format(v, &c->data_format, eb);
+        return ctrain_data_parse_format(v, &c->data_format, eb);
     } else if (strcmp(f->name, "layout") == 0) {
-        rc = ct_layout_parse(v, &c->layout, eb);
+        rc = ctrain_layout_parse(v, &c->layout, eb);
         c->set_layout = rc == 0;
         return rc;
     } else if (strcmp(f->name, "model") == 0) {
-        rc = ct_model_kind_parse(v, &c->model, eb);
+        rc = ctrain_model_kind_parse(v, &c->model, eb);
         c->set_model = rc == 0;
         return rc;
     } else if (strcmp(f->name, "loss") == 0) {
-        return ct_loss_parse(v, &c->loss, eb);
+        return ctrain_loss_parse(v, &c->loss, eb);
     } else if (strcmp(f->name, "device") == 0) {
         static const char *const w[] = {"cpu", "auto", "cuda"};
         if ((rc = ct__enum(v, w, 3, &k, eb)) == 0)
@@ -275,8 +275,8 @@ static int ct__set_enum(ct_train_cfg_t *c, const ct__flag_t *f, const char *v, c
         return rc;
     } else if (strcmp(f->name, "eval") == 0) {
         static const char *const w[] = {"sampled", "full", "both"};
-        static const ct_eval_mode_t m[] = {CT_EVAL_MODE_SAMPLED, CT_EVAL_MODE_FULL,
-                                           CT_EVAL_MODE_BOTH};
+        static const ctrain_eval_mode_t m[] = {CTRAIN_EVAL_MODE_SAMPLED, CTRAIN_EVAL_MODE_FULL,
+                                               CTRAIN_EVAL_MODE_BOTH};
         if ((rc = ct__enum(v, w, 3, &k, eb)) == 0)
             c->eval = m[k];
         return rc;
@@ -288,17 +288,17 @@ static int ct__set_enum(ct_train_cfg_t *c, const ct__flag_t *f, const char *v, c
     } else if (strcmp(f->name, "lr_schedule") == 0) {
         static const char *const w[] = {"constant", "linear", "cosine"};
         if ((rc = ct__enum(v, w, 3, &k, eb)) == 0)
-            c->lr_schedule = (ct_lr_schedule_t)k;
+            c->lr_schedule = (ctrain_lr_schedule_t)k;
         return rc;
     } else {
         static const char *const w[] = {"none", "linear", "sqrt"};
         if ((rc = ct__enum(v, w, 3, &k, eb)) == 0)
-            c->lr_scale = (ct_lr_scale_t)k;
+            c->lr_scale = (ctrain_lr_scale_t)k;
         return rc;
     }
 }
 
-static int ct__set(ct_train_cfg_t *c, const ct__flag_t *f, const char *v, ct_errbuf_t *eb)
+static int ct__set(ctrain_cfg_t *c, const ct__flag_t *f, const char *v, ct_errbuf_t *eb)
 {
     char *base = (char *)c + f->off;
     int rc = 0;
@@ -325,12 +325,12 @@ static int ct__set(ct_train_cfg_t *c, const ct__flag_t *f, const char *v, ct_err
         rc = ct_parse_bool(v, (bool *)(void *)base, eb);
         break;
     case CT__PATH:
-        if (strlen(v) >= CT_TRAIN_PATH_MAX)
+        if (strlen(v) >= CTRAIN_TRAIN_PATH_MAX)
             return ct_errbuf_set(eb, CT_ERANGE_VALUE, "value longer than %d bytes",
-                                 CT_TRAIN_PATH_MAX - 1);
+                                 CTRAIN_TRAIN_PATH_MAX - 1);
         if (v[0] == '\0')
             return ct_errbuf_set(eb, CT_EPARSE, "empty value");
-        snprintf(base, CT_TRAIN_PATH_MAX, "%s", v);
+        snprintf(base, CTRAIN_TRAIN_PATH_MAX, "%s", v);
         break;
     case CT__ENUM:
         rc = ct__set_enum(c, f, v, eb);
@@ -355,15 +355,15 @@ static int ct__set(ct_train_cfg_t *c, const ct__flag_t *f, const char *v, ct_err
 }
 
 /* The model: --no_time, --mhc / --no_mhc, the layout and the model's default values. */
-static int ct__resolve_model(ct_train_cfg_t *c, ct_errbuf_t *eb)
+static int ct__resolve_model(ctrain_cfg_t *c, ct_errbuf_t *eb)
 {
     if (c->no_time) {
-        if (c->set_model && c->model != CT_MODEL_SASREC)
+        if (c->set_model && c->model != CTRAIN_MODEL_SASREC)
             return ct_errbuf_set(eb, CT_EPARSE,
                                  "--no_time: conflicts with --model %s (--no_time means --model "
                                  "sasrec)",
-                                 ct_model_kind_name(c->model));
-        c->model = CT_MODEL_SASREC;
+                                 ctrain_model_kind_name(c->model));
+        c->model = CTRAIN_MODEL_SASREC;
         c->set_model = true;
     }
     if (c->set_no_mhc_flag) {
@@ -372,42 +372,42 @@ static int ct__resolve_model(ct_train_cfg_t *c, ct_errbuf_t *eb)
         c->mhc = !c->no_mhc;
     }
     c->set_mhc = c->set_mhc_flag || c->set_no_mhc_flag;
-    if (c->mhc && c->set_layout && c->layout != CT_LAYOUT_PRE_LN &&
+    if (c->mhc && c->set_layout && c->layout != CTRAIN_LAYOUT_PRE_LN &&
         (c->set_mhc || !c->inference_only))
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--layout: %s conflicts with mHC (on by default), which wraps the "
                              "pre_ln layout; add --no_mhc to run %s",
-                             ct_layout_name(c->layout), ct_layout_name(c->layout));
-    if (c->set_layout && !c->mhc && c->model == CT_MODEL_TISASREC &&
-        c->layout != CT_LAYOUT_ORIGINAL2020 && c->layout != CT_LAYOUT_PRE_LN &&
+                             ctrain_layout_name(c->layout), ctrain_layout_name(c->layout));
+    if (c->set_layout && !c->mhc && c->model == CTRAIN_MODEL_TISASREC &&
+        c->layout != CTRAIN_LAYOUT_ORIGINAL2020 && c->layout != CTRAIN_LAYOUT_PRE_LN &&
         (c->set_model || !c->inference_only))
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--layout: TiSASRec runs original2020 (its reference's layout) or "
                              "pre_ln, not %s (use --model sasrec for %s)",
-                             ct_layout_name(c->layout), ct_layout_name(c->layout));
-    if (c->set_time_span && c->set_model && c->model != CT_MODEL_TISASREC)
+                             ctrain_layout_name(c->layout), ctrain_layout_name(c->layout));
+    if (c->set_time_span && c->set_model && c->model != CTRAIN_MODEL_TISASREC)
         return ct_errbuf_set(eb, CT_EPARSE, "--time_span: only TiSASRec has time intervals");
-    if (c->set_num_negatives && c->loss != CT_LOSS_SAMPLED_CE)
+    if (c->set_num_negatives && c->loss != CTRAIN_LOSS_SAMPLED_CE)
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--num_negatives: only --loss sampled_ce samples negatives per "
                              "sequence (this run's loss is %s)",
-                             ct_loss_name(c->loss));
-    /* Inference takes what the checkpoint says (ct_infer.c); training the model's defaults. */
+                             ctrain_loss_name(c->loss));
+    /* Inference takes what the checkpoint says (ctrain_infer.c); training the model's defaults. */
     if (!c->inference_only)
-        ct_train_model_defaults(c);
+        ctrain_train_model_defaults(c);
     return 0;
 }
 
 /* Checks across flags, after all are read. */
-static int ct__check(ct_train_cfg_t *c, ct_errbuf_t *eb)
+static int ct__check(ctrain_cfg_t *c, ct_errbuf_t *eb)
 {
     if (c->norm_first) {
-        if (c->set_layout && c->layout != CT_LAYOUT_PRE_LN)
+        if (c->set_layout && c->layout != CTRAIN_LAYOUT_PRE_LN)
             return ct_errbuf_set(eb, CT_EPARSE,
                                  "--norm_first: conflicts with --layout %s (--norm_first means "
                                  "--layout pre_ln)",
-                                 ct_layout_name(c->layout));
-        c->layout = CT_LAYOUT_PRE_LN;
+                                 ctrain_layout_name(c->layout));
+        c->layout = CTRAIN_LAYOUT_PRE_LN;
         c->set_layout = true;
     }
     int rc0 = ct__resolve_model(c, eb);
@@ -419,15 +419,15 @@ static int ct__check(ct_train_cfg_t *c, ct_errbuf_t *eb)
                              c->hidden_units);
     if (strncmp(c->dataset, "synthetic", 9) == 0 &&
         (c->dataset[9] == '\0' || c->dataset[9] == ':')) {
-        ct_synth_opts_t so;
-        int rc = ct_synth_parse(c->dataset, &so, eb);
+        ctrain_synth_opts_t so;
+        int rc = ctrain_synth_parse(c->dataset, &so, eb);
         if (rc != 0)
             return ct_errbuf_wrap(eb, rc, "--dataset");
         if (c->set_min_count)
             return ct_errbuf_set(eb, CT_EPARSE,
                                  "--min_count: the synthetic dataset is generated, not filtered "
                                  "(the count filter applies to tsv and ml1m files)");
-    } else if (c->set_min_count && c->data_format == CT_DATA_SASREC) {
+    } else if (c->set_min_count && c->data_format == CTRAIN_DATA_SASREC) {
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--min_count: a sasrec file is used as it is (the count filter "
                              "applies to tsv and ml1m files)");
@@ -490,10 +490,10 @@ static bool ct__looks_bool(const char *v)
     return false;
 }
 
-int ct_train_args_parse(ct_train_cfg_t *c, int argc, char **argv, ct_args_action_t *action,
-                        ct_errbuf_t *eb)
+int ctrain_args_parse(ctrain_cfg_t *c, int argc, char **argv, ctrain_args_action_t *action,
+                      ct_errbuf_t *eb)
 {
-    *action = CT_ARGS_RUN;
+    *action = CTRAIN_ARGS_RUN;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
@@ -505,11 +505,11 @@ int ct_train_args_parse(ct_train_cfg_t *c, int argc, char **argv, ct_args_action
         const char *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         if (ct__name_eq(name, len, "help") && !eq) {
-            *action = CT_ARGS_HELP;
+            *action = CTRAIN_ARGS_HELP;
             return 0;
         }
         if (ct__name_eq(name, len, "version") && !eq) {
-            *action = CT_ARGS_VERSION;
+            *action = CTRAIN_ARGS_VERSION;
             return 0;
         }
         const ct__flag_t *f = NULL;
@@ -537,15 +537,15 @@ int ct_train_args_parse(ct_train_cfg_t *c, int argc, char **argv, ct_args_action
     return ct__check(c, eb);
 }
 
-json_t *ct_train_cfg_to_json(const ct_train_cfg_t *c)
+json_t *ctrain_cfg_to_json(const ctrain_cfg_t *c)
 {
     json_t *o = json_object();
     json_object_set_new(o, "dataset", json_string(c->dataset));
-    json_object_set_new(o, "model", json_string(ct_model_kind_name(c->model)));
+    json_object_set_new(o, "model", json_string(ctrain_model_kind_name(c->model)));
     json_object_set_new(o, "mhc", json_boolean(c->mhc));
-    json_object_set_new(o, "mhc_streams", json_integer(c->mhc ? CT_TRAIN_MHC_STREAMS : 0));
+    json_object_set_new(o, "mhc_streams", json_integer(c->mhc ? CTRAIN_TRAIN_MHC_STREAMS : 0));
     json_object_set_new(o, "time_span", json_integer(c->time_span));
-    json_object_set_new(o, "loss", json_string(ct_loss_name(c->loss)));
+    json_object_set_new(o, "loss", json_string(ctrain_loss_name(c->loss)));
     json_object_set_new(o, "num_negatives", json_integer(c->num_negatives));
     static const char *const fmt[] = {"auto", "sasrec", "tsv", "ml1m"};
     json_object_set_new(o, "data_format", json_string(fmt[c->data_format]));
@@ -564,11 +564,11 @@ json_t *ct_train_cfg_to_json(const ct_train_cfg_t *c)
     json_object_set_new(o, "inference_only", json_boolean(c->inference_only));
     json_object_set_new(o, "state_dict_path",
                         c->state_dict_path[0] ? json_string(c->state_dict_path) : json_null());
-    json_object_set_new(o, "norm_first", json_boolean(c->layout == CT_LAYOUT_PRE_LN));
-    json_object_set_new(o, "layout", json_string(ct_layout_name(c->layout)));
+    json_object_set_new(o, "norm_first", json_boolean(c->layout == CTRAIN_LAYOUT_PRE_LN));
+    json_object_set_new(o, "layout", json_string(ctrain_layout_name(c->layout)));
     json_object_set_new(o, "seed", json_integer((json_int_t)c->seed));
     json_object_set_new(o, "eval_every", json_integer(c->eval_every));
-    json_object_set_new(o, "eval", json_string(ct_eval_mode_name(c->eval)));
+    json_object_set_new(o, "eval", json_string(ctrain_eval_mode_name(c->eval)));
     json_object_set_new(o, "backend", json_string(c->backend));
     json_object_set_new(o, "num_workers", json_integer(c->num_workers));
     json_object_set_new(o, "ckpt_every_steps", json_integer(c->ckpt_every_steps));
@@ -576,9 +576,9 @@ json_t *ct_train_cfg_to_json(const ct_train_cfg_t *c)
     json_object_set_new(o, "resume", json_string(c->resume_never ? "never" : "auto"));
     json_object_set_new(o, "grad_clip", json_real(c->grad_clip));
     json_object_set_new(o, "warmup_steps", json_integer(c->warmup_steps));
-    json_object_set_new(o, "lr_schedule", json_string(ct_lr_schedule_name(c->lr_schedule)));
+    json_object_set_new(o, "lr_schedule", json_string(ctrain_lr_schedule_name(c->lr_schedule)));
     json_object_set_new(o, "grad_accum", json_integer(c->grad_accum));
-    json_object_set_new(o, "lr_scale", json_string(ct_lr_scale_name(c->lr_scale)));
+    json_object_set_new(o, "lr_scale", json_string(ctrain_lr_scale_name(c->lr_scale)));
     json_object_set_new(o, "base_batch_size", json_integer(c->base_batch_size));
     json_object_set_new(o, "skip_invalid_loss", json_boolean(c->skip_invalid_loss));
     json_object_set_new(o, "threads", json_integer(c->threads));
@@ -588,40 +588,40 @@ json_t *ct_train_cfg_to_json(const ct_train_cfg_t *c)
     return o;
 }
 
-ct_model_cfg_t ct_train_model_cfg(const ct_train_cfg_t *c, int32_t num_items)
+ctrain_model_cfg_t ctrain_train_model_cfg(const ctrain_cfg_t *c, int32_t num_items)
 {
-    ct_model_cfg_t m = {.kind = c->model,
-                        .layout = c->layout,
-                        .num_items = num_items,
-                        .maxlen = c->maxlen,
-                        .hidden = c->hidden_units,
-                        .num_heads = c->num_heads,
-                        .num_blocks = c->num_blocks,
-                        .mhc_streams = c->mhc ? CT_TRAIN_MHC_STREAMS : 0,
-                        .time_span = c->model == CT_MODEL_TISASREC ? c->time_span : 0,
-                        .dropout = (float)c->dropout_rate,
-                        .loss = c->loss,
-                        .num_negatives = c->num_negatives};
+    ctrain_model_cfg_t m = {.kind = c->model,
+                            .layout = c->layout,
+                            .num_items = num_items,
+                            .maxlen = c->maxlen,
+                            .hidden = c->hidden_units,
+                            .num_heads = c->num_heads,
+                            .num_blocks = c->num_blocks,
+                            .mhc_streams = c->mhc ? CTRAIN_TRAIN_MHC_STREAMS : 0,
+                            .time_span = c->model == CTRAIN_MODEL_TISASREC ? c->time_span : 0,
+                            .dropout = (float)c->dropout_rate,
+                            .loss = c->loss,
+                            .num_negatives = c->num_negatives};
     return m;
 }
 
-double ct_train_lr_at(const ct_train_cfg_t *c, int64_t s, int64_t total_steps)
+double ctrain_train_lr_at(const ctrain_cfg_t *c, int64_t s, int64_t total_steps)
 {
     double base = c->lr;
     double ratio = (double)c->batch_size * c->grad_accum / (double)c->base_batch_size;
-    if (c->lr_scale == CT_LR_SCALE_LINEAR)
+    if (c->lr_scale == CTRAIN_LR_SCALE_LINEAR)
         base *= ratio;
-    else if (c->lr_scale == CT_LR_SCALE_SQRT)
+    else if (c->lr_scale == CTRAIN_LR_SCALE_SQRT)
         base *= sqrt(ratio);
     if (s < c->warmup_steps)
         return base * (double)(s + 1) / (double)c->warmup_steps;
-    if (c->lr_schedule == CT_LR_CONSTANT)
+    if (c->lr_schedule == CTRAIN_LR_CONSTANT)
         return base;
     int64_t span = total_steps - c->warmup_steps;
     double t = span > 0 ? (double)(s - c->warmup_steps) / (double)span : 1.0;
     if (t > 1.0)
         t = 1.0;
-    if (c->lr_schedule == CT_LR_LINEAR)
+    if (c->lr_schedule == CTRAIN_LR_LINEAR)
         return base * (1.0 - t);
     return base * 0.5 * (1.0 + cos(3.14159265358979323846 * t));
 }

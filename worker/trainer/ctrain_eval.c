@@ -1,5 +1,5 @@
 /*
- * ct_eval.c - the two evaluation protocols and the popularity baseline of ct_eval.h. The
+ * ctrain_eval.c - the two evaluation protocols and the popularity baseline of ctrain_eval.h. The
  * model is only asked for the final hidden state of column L-1 of each user's input window;
  * scoring goes through the backend's ops (one gather-dot per candidate list, one sgemm for the
  * full catalogue) and ranking is done on the host.
@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CT__K (1 + CT_EVAL_NEGATIVES)
+#define CT__K (1 + CTRAIN_EVAL_NEGATIVES)
 
-int64_t ct_eval_rank_full(const float *scores, int32_t V, int32_t target, const int32_t *excl,
-                          int64_t n, int32_t extra_excl)
+int64_t ctrain_eval_rank_full(const float *scores, int32_t V, int32_t target, const int32_t *excl,
+                              int64_t n, int32_t extra_excl)
 {
     const float t = scores[target];
     int64_t rank = 0;
@@ -35,9 +35,9 @@ int64_t ct_eval_rank_full(const float *scores, int32_t V, int32_t target, const 
     return rank;
 }
 
-int ct_evaluator_init(ct_evaluator_t *ev, const ct_dataset_t *ds, ct_ops_t *ops, int chunk, int L,
-                      ct_eval_mode_t mode, bool exclude_target, int rank, int world,
-                      ct_errbuf_t *eb)
+int ctrain_evaluator_init(ctrain_evaluator_t *ev, const ctrain_dataset_t *ds, ct_ops_t *ops,
+                          int chunk, int L, ctrain_eval_mode_t mode, bool exclude_target, int rank,
+                          int world, ct_errbuf_t *eb)
 {
     memset(ev, 0, sizeof *ev);
     ev->ds = ds;
@@ -62,9 +62,9 @@ int ct_evaluator_init(ct_evaluator_t *ev, const ct_dataset_t *ds, ct_ops_t *ops,
     ev->nonfinite = calloc((size_t)chunk, sizeof *ev->nonfinite);
     ev->pop = calloc(V, sizeof *ev->pop);
     /* TiSASRec needs the input window's times; they are there whenever the data has them */
-    int rc = ct_batch_init(&ev->batch, chunk, L, 1, ds->time_scaled != NULL);
+    int rc = ctrain_batch_init(&ev->batch, chunk, L, 1, ds->time_scaled != NULL);
     if (!ev->users || !ev->cand || !ev->scores || !ev->nonfinite || !ev->pop || rc != 0) {
-        ct_evaluator_close(ev);
+        ctrain_evaluator_close(ev);
         return ct_errbuf_set(eb, -ENOMEM, "out of memory for evaluation");
     }
     int64_t k = 0, n = 0;
@@ -77,7 +77,7 @@ int ct_evaluator_init(ct_evaluator_t *ev, const ct_dataset_t *ds, ct_ops_t *ops,
     }
     ev->n_users = n;
     for (int32_t u = 1; u <= ds->num_users; u++) {
-        const int32_t *it = ct_data_user_items(ds, u);
+        const int32_t *it = ctrain_data_user_items(ds, u);
         for (int32_t j = 0; j < ds->train_len[u]; j++)
             ev->pop[it[j]] += 1.0f;
     }
@@ -87,13 +87,13 @@ int ct_evaluator_init(ct_evaluator_t *ev, const ct_dataset_t *ds, ct_ops_t *ops,
     } else if (ops->alloc(ops, (void **)&ev->cand_dev, (size_t)chunk * K * sizeof(int32_t)) != 0 ||
                ops->alloc(ops, (void **)&ev->scores_dev, (size_t)chunk * width * sizeof(float)) !=
                    0) {
-        ct_evaluator_close(ev);
+        ctrain_evaluator_close(ev);
         return ct_errbuf_set(eb, -ENOMEM, "out of %s memory for evaluation", ops->name);
     }
     return 0;
 }
 
-void ct_evaluator_close(ct_evaluator_t *ev)
+void ctrain_evaluator_close(ctrain_evaluator_t *ev)
 {
     if (ev->ops && !ev->ops->host_memory) {
         ev->ops->release(ev->ops, ev->cand_dev);
@@ -104,7 +104,7 @@ void ct_evaluator_close(ct_evaluator_t *ev)
     free(ev->scores);
     free(ev->nonfinite);
     free(ev->pop);
-    ct_batch_close(&ev->batch);
+    ctrain_batch_close(&ev->batch);
     memset(ev, 0, sizeof *ev);
 }
 
@@ -125,26 +125,27 @@ static bool ct__all_finite(const float *s, size_t n)
 
 /* The items the full ranking leaves out for user u: the training items (sorted) and, for the
  * test split, the validation item. */
-static void ct__history(const ct_dataset_t *ds, int32_t u, ct_eval_split_t which,
+static void ct__history(const ctrain_dataset_t *ds, int32_t u, ctrain_eval_split_t which,
                         const int32_t **excl, int64_t *n, int32_t *extra)
 {
     *excl = ds->train_sorted + ds->user_start[u];
     *n = ds->train_len[u];
-    *extra = which == CT_EVAL_TEST ? ds->valid_item[u] : 0;
+    *extra = which == CTRAIN_EVAL_TEST ? ds->valid_item[u] : 0;
 }
 
-static void ct__add(ct__sums_t *s, ct_eval_split_t which, int metric, int64_t rank)
+static void ct__add(ct__sums_t *s, ctrain_eval_split_t which, int metric, int64_t rank)
 {
-    s->v[which][metric] += ct_eval_hr((int)(rank < INT32_MAX ? rank : INT32_MAX), CT_EVAL_TOPK);
+    s->v[which][metric] +=
+        ctrain_eval_hr((int)(rank < INT32_MAX ? rank : INT32_MAX), CTRAIN_EVAL_TOPK);
     s->v[which][metric + 1] +=
-        ct_eval_ndcg((int)(rank < INT32_MAX ? rank : INT32_MAX), CT_EVAL_TOPK);
+        ctrain_eval_ndcg((int)(rank < INT32_MAX ? rank : INT32_MAX), CTRAIN_EVAL_TOPK);
 }
 
 /* One chunk of users for one split. model NULL: the popularity baseline. */
-static int ct__chunk(ct_evaluator_t *ev, ct_model_t *m, const int32_t *users, int n,
-                     ct_eval_split_t which, ct__sums_t *s)
+static int ct__chunk(ctrain_evaluator_t *ev, ctrain_model_t *m, const int32_t *users, int n,
+                     ctrain_eval_split_t which, ct__sums_t *s)
 {
-    const ct_dataset_t *ds = ev->ds;
+    const ctrain_dataset_t *ds = ev->ds;
     ct_ops_t *o = ev->ops;
     const int32_t V = ds->num_items + 1;
     const float *feats = NULL;
@@ -152,19 +153,19 @@ static int ct__chunk(ct_evaluator_t *ev, ct_model_t *m, const int32_t *users, in
     memset(ev->nonfinite, 0, (size_t)n * sizeof *ev->nonfinite);
     if (m) {
         for (int r = 0; r < n; r++)
-            ct_batch_fill_eval(&ev->batch, r, ds, users[r], which);
-        rc = ct_model_forward_features(m, ev->batch.seq, ev->batch.tseq, n, &feats, &ldf);
+            ctrain_batch_fill_eval(&ev->batch, r, ds, users[r], which);
+        rc = ctrain_model_forward_features(m, ev->batch.seq, ev->batch.tseq, n, &feats, &ldf);
         if (rc != 0)
             return rc;
     }
-    if (ev->mode & CT_EVAL_MODE_SAMPLED) {
+    if (ev->mode & CTRAIN_EVAL_MODE_SAMPLED) {
         for (int r = 0; r < n; r++)
-            ct_eval_candidates(ev->cand + (size_t)r * CT__K, CT_EVAL_NEGATIVES, ds, users[r], which,
-                               ev->exclude_target, CT_EVAL_SEED);
+            ctrain_eval_candidates(ev->cand + (size_t)r * CT__K, CTRAIN_EVAL_NEGATIVES, ds,
+                                   users[r], which, ev->exclude_target, CTRAIN_EVAL_SEED);
         if (m) {
             o->copy(o, ev->cand_dev, ev->cand, (size_t)n * CT__K * sizeof(int32_t), CT_COPY_H2D);
-            o->score_candidates(o, ev->scores_dev, feats, ct_model_item_table(m), ev->cand_dev, n,
-                                CT__K, m->cfg.hidden, ldf);
+            o->score_candidates(o, ev->scores_dev, feats, ctrain_model_item_table(m), ev->cand_dev,
+                                n, CT__K, m->cfg.hidden, ldf);
             o->copy(o, ev->scores, ev->scores_dev, (size_t)n * CT__K * sizeof(float), CT_COPY_D2H);
             if ((rc = o->sync(o)) != 0)
                 return rc;
@@ -175,12 +176,12 @@ static int ct__chunk(ct_evaluator_t *ev, ct_model_t *m, const int32_t *users, in
         for (int r = 0; r < n; r++) {
             const float *row = ev->scores + (size_t)r * CT__K;
             ev->nonfinite[r] |= !ct__all_finite(row, CT__K);
-            ct__add(s, which, 0, ct_eval_rank(row, ev->cand + (size_t)r * CT__K, CT__K));
+            ct__add(s, which, 0, ctrain_eval_rank(row, ev->cand + (size_t)r * CT__K, CT__K));
         }
     }
-    if (ev->mode & CT_EVAL_MODE_FULL) {
+    if (ev->mode & CTRAIN_EVAL_MODE_FULL) {
         if (m) {
-            o->score_all(o, ev->scores_dev, feats, ct_model_item_table(m), n, V, m->cfg.hidden,
+            o->score_all(o, ev->scores_dev, feats, ctrain_model_item_table(m), n, V, m->cfg.hidden,
                          ldf);
             o->copy(o, ev->scores, ev->scores_dev, (size_t)n * (size_t)V * sizeof(float),
                     CT_COPY_D2H);
@@ -194,9 +195,9 @@ static int ct__chunk(ct_evaluator_t *ev, ct_model_t *m, const int32_t *users, in
             ct__history(ds, users[r], which, &excl, &nx, &extra);
             const float *row = m ? ev->scores + (size_t)r * (size_t)V : ev->pop;
             ev->nonfinite[r] |= !ct__all_finite(row + 1, (size_t)V - 1); /* item 0 is padding */
-            ct__add(
-                s, which, 2,
-                ct_eval_rank_full(row, V, ct_eval_target(ds, users[r], which), excl, nx, extra));
+            ct__add(s, which, 2,
+                    ctrain_eval_rank_full(row, V, ctrain_eval_target(ds, users[r], which), excl, nx,
+                                          extra));
         }
     }
     s->v[which][4] += n;
@@ -205,13 +206,13 @@ static int ct__chunk(ct_evaluator_t *ev, ct_model_t *m, const int32_t *users, in
     return 0;
 }
 
-static int ct__run(ct_evaluator_t *ev, ct_model_t *m, ct_reducer_t *red, ct_eval_result_t *out,
-                   ct_errbuf_t *eb)
+static int ct__run(ctrain_evaluator_t *ev, ctrain_model_t *m, ct_reducer_t *red,
+                   ctrain_eval_result_t *out, ct_errbuf_t *eb)
 {
     ct__sums_t s;
     memset(&s, 0, sizeof s);
     for (int w = 0; w < 2; w++) {
-        ct_eval_split_t which = w == 0 ? CT_EVAL_VALID : CT_EVAL_TEST;
+        ctrain_eval_split_t which = w == 0 ? CTRAIN_EVAL_VALID : CTRAIN_EVAL_TEST;
         for (int64_t i = 0; i < ev->n_users; i += ev->chunk) {
             int n = (int)(ev->n_users - i < ev->chunk ? ev->n_users - i : ev->chunk);
             int rc = ct__chunk(ev, m, ev->users + i, n, which, &s);
@@ -225,15 +226,15 @@ static int ct__run(ct_evaluator_t *ev, ct_model_t *m, ct_reducer_t *red, ct_eval
     int rc = red->allreduce_f64(red, &s.v[0][0], 12, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "evaluation: reducing the metrics");
-    ct_eval_split_result_t *r[2] = {&out->valid, &out->test};
+    ctrain_eval_split_result_t *r[2] = {&out->valid, &out->test};
     for (int w = 0; w < 2; w++) {
         double users = s.v[w][4];
         double d = users > 0 ? users : 1.0;
         r[w]->users = (int64_t)users;
         r[w]->nonfinite = (int64_t)s.v[w][5];
         bool ok = r[w]->nonfinite == 0;
-        bool sampled = ok && (ev->mode & CT_EVAL_MODE_SAMPLED);
-        bool full = ok && (ev->mode & CT_EVAL_MODE_FULL);
+        bool sampled = ok && (ev->mode & CTRAIN_EVAL_MODE_SAMPLED);
+        bool full = ok && (ev->mode & CTRAIN_EVAL_MODE_FULL);
         r[w]->hr = sampled ? s.v[w][0] / d : NAN;
         r[w]->ndcg = sampled ? s.v[w][1] / d : NAN;
         r[w]->full_hr = full ? s.v[w][2] / d : NAN;
@@ -242,8 +243,8 @@ static int ct__run(ct_evaluator_t *ev, ct_model_t *m, ct_reducer_t *red, ct_eval
     return 0;
 }
 
-int ct_eval_model(ct_evaluator_t *ev, ct_model_t *m, ct_reducer_t *red, ct_eval_result_t *out,
-                  ct_errbuf_t *eb)
+int ctrain_eval_model(ctrain_evaluator_t *ev, ctrain_model_t *m, ct_reducer_t *red,
+                      ctrain_eval_result_t *out, ct_errbuf_t *eb)
 {
     if (m->max_batch < ev->chunk)
         return ct_errbuf_set(eb, -EINVAL, "evaluation chunk %d over the model's %d rows", ev->chunk,
@@ -251,8 +252,8 @@ int ct_eval_model(ct_evaluator_t *ev, ct_model_t *m, ct_reducer_t *red, ct_eval_
     return ct__run(ev, m, red, out, eb);
 }
 
-int ct_eval_popularity(ct_evaluator_t *ev, ct_reducer_t *red, ct_eval_result_t *out,
-                       ct_errbuf_t *eb)
+int ctrain_eval_popularity(ctrain_evaluator_t *ev, ct_reducer_t *red, ctrain_eval_result_t *out,
+                           ct_errbuf_t *eb)
 {
     return ct__run(ev, NULL, red, out, eb);
 }

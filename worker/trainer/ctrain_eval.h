@@ -1,11 +1,11 @@
 /*
- * ct_eval.h - evaluation of next-item models (sasrec-spec.md 4): HR@10 and NDCG@10 on the
+ * ctrain_eval.h - evaluation of next-item models (sasrec-spec.md 4): HR@10 and NDCG@10 on the
  * validation and test splits under two protocols, and the popularity baseline.
  *
  *   sampled  the target and 100 negatives drawn uniformly from 1..I with replacement, redrawn
  *            while in the user's training items or, on the test split, equal to the valid
  *            item (TiSASRec also redraws the target; SASRec may draw it, and its copies do not
- *            count in the rank) - ct_eval_candidates with a fixed evaluation seed, so every
+ *            count in the rank) - ctrain_eval_candidates with a fixed evaluation seed, so every
  *            evaluation of every run uses the same candidates;
  *   full     every item 1..I except the user's history: the training items, and for the test
  *            split also the validation item (the model saw it as input); the target itself is
@@ -19,14 +19,14 @@
  * for large datasets is not reproduced), split over ranks in contiguous blocks, then the
  * per-rank sums are reduced with the trainer's reducer, so the result does not depend on the
  * world size. Inputs are batched through the model's forward (only column L-1 is computed in
- * the last block, see ct_sasrec.c), with the window's TiSASRec times whenever the dataset has
+ * the last block, see ctrain_sasrec.c), with the window's TiSASRec times whenever the dataset has
  * them.
  *
  * Not here: choosing the best checkpoint (the trainer selects on validation, never on test),
  * writing metrics.
  */
-#ifndef CT_EVAL_H
-#define CT_EVAL_H
+#ifndef CTRAIN_EVAL_H
+#define CTRAIN_EVAL_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -40,65 +40,65 @@
 extern "C" {
 #endif
 
-#define CT_EVAL_NEGATIVES 100
-#define CT_EVAL_TOPK      10
-#define CT_EVAL_SEED      20180601u /* fixed: every evaluation draws the same negatives */
+#define CTRAIN_EVAL_NEGATIVES 100
+#define CTRAIN_EVAL_TOPK      10
+#define CTRAIN_EVAL_SEED      20180601u /* fixed: every evaluation draws the same negatives */
 
-typedef struct ct_eval_split_result {
+typedef struct ctrain_eval_split_result {
     int64_t users;             /* users evaluated (all ranks) */
     int64_t nonfinite;         /* of them, users with a NaN or infinite score (all ranks) */
     double hr, ndcg;           /* sampled protocol; NAN when not computed or nonfinite > 0 */
     double full_hr, full_ndcg; /* full ranking; NAN when not computed or nonfinite > 0 */
-} ct_eval_split_result_t;
+} ctrain_eval_split_result_t;
 
-typedef struct ct_eval_result {
-    ct_eval_split_result_t valid, test;
-} ct_eval_result_t;
+typedef struct ctrain_eval_result {
+    ctrain_eval_split_result_t valid, test;
+} ctrain_eval_result_t;
 
-typedef struct ct_evaluator {
-    const ct_dataset_t *ds;
+typedef struct ctrain_evaluator {
+    const ctrain_dataset_t *ds;
     ct_ops_t *ops;
     int chunk, L;
-    ct_eval_mode_t mode;
+    ctrain_eval_mode_t mode;
     bool exclude_target;
     int rank, world;
-    int32_t *users;    /* this rank's evaluated users */
-    int64_t n_users;   /* how many */
-    ct_batch_t batch;  /* chunk rows */
-    int32_t *cand;     /* host (chunk, 1 + CT_EVAL_NEGATIVES) */
-    float *scores;     /* host (chunk, max(1 + CT_EVAL_NEGATIVES, I + 1)) */
-    bool *nonfinite;   /* (chunk) rows of the current chunk with a NaN or infinite score */
-    int32_t *cand_dev; /* backend copies (the host buffers on a host-memory backend) */
+    int32_t *users;       /* this rank's evaluated users */
+    int64_t n_users;      /* how many */
+    ctrain_batch_t batch; /* chunk rows */
+    int32_t *cand;        /* host (chunk, 1 + CTRAIN_EVAL_NEGATIVES) */
+    float *scores;        /* host (chunk, max(1 + CTRAIN_EVAL_NEGATIVES, I + 1)) */
+    bool *nonfinite;      /* (chunk) rows of the current chunk with a NaN or infinite score */
+    int32_t *cand_dev;    /* backend copies (the host buffers on a host-memory backend) */
     float *scores_dev;
     float *pop; /* (I + 1) training-set frequency of each item (the baseline's scores) */
     void (*progress)(void *ctx); /* called once per chunk (heartbeat), may be NULL */
     void *progress_ctx;
-} ct_evaluator_t;
+} ctrain_evaluator_t;
 
 /* Sets up evaluation of ds for this rank (chunk rows at a time, windows of L). Allocates
  * everything it will need. exclude_target: TiSASRec's candidate rule (the target is never a
  * negative). */
-int ct_evaluator_init(ct_evaluator_t *ev, const ct_dataset_t *ds, ct_ops_t *ops, int chunk, int L,
-                      ct_eval_mode_t mode, bool exclude_target, int rank, int world,
-                      ct_errbuf_t *eb);
-void ct_evaluator_close(ct_evaluator_t *ev);
+int ctrain_evaluator_init(ctrain_evaluator_t *ev, const ctrain_dataset_t *ds, ct_ops_t *ops,
+                          int chunk, int L, ctrain_eval_mode_t mode, bool exclude_target, int rank,
+                          int world, ct_errbuf_t *eb);
+void ctrain_evaluator_close(ctrain_evaluator_t *ev);
 
 /* Evaluates the model (its forward_features) on both splits; every rank calls it. */
-int ct_eval_model(ct_evaluator_t *ev, ct_model_t *m, ct_reducer_t *red, ct_eval_result_t *out,
-                  ct_errbuf_t *eb);
+int ctrain_eval_model(ctrain_evaluator_t *ev, ctrain_model_t *m, ct_reducer_t *red,
+                      ctrain_eval_result_t *out, ct_errbuf_t *eb);
 
 /* The popularity baseline: score = how often the item occurs in the training split. */
-int ct_eval_popularity(ct_evaluator_t *ev, ct_reducer_t *red, ct_eval_result_t *out,
-                       ct_errbuf_t *eb);
+int ctrain_eval_popularity(ctrain_evaluator_t *ev, ct_reducer_t *red, ctrain_eval_result_t *out,
+                           ct_errbuf_t *eb);
 
 /* The full-ranking rank of target among items 1..V-1 of scores (V): the number of other items
  * scoring >= scores[target] (or NaN), not counting item 0, the items of excl (n entries,
  * sorted ascending, duplicates allowed) and extra_excl (0 for none) - except the target. */
-int64_t ct_eval_rank_full(const float *scores, int32_t V, int32_t target, const int32_t *excl,
-                          int64_t n, int32_t extra_excl);
+int64_t ctrain_eval_rank_full(const float *scores, int32_t V, int32_t target, const int32_t *excl,
+                              int64_t n, int32_t extra_excl);
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* CT_EVAL_H */
+#endif /* CTRAIN_EVAL_H */

@@ -1,5 +1,5 @@
 /*
- * ct_infer.c - --inference_only: evaluate the weights of --state_dict_path on the dataset and
+ * ctrain_infer.c - --inference_only: evaluate the weights of --state_dict_path on the dataset and
  * print the metrics (one row and a "# summary:" line, as training does), writing nothing.
  *
  * The model's shape comes from the file where it can: a ctrain checkpoint carries its whole
@@ -8,7 +8,7 @@
  * time_span through its tensors' names and shapes. Flags given explicitly must agree with the
  * file (a clear error otherwise); flags not given take the file's values. The layout and the
  * number of heads of a plain state dict cannot be read from it and come from the flags (the
- * layout's default being the model's: ct_train_default_layout).
+ * layout's default being the model's: ctrain_train_default_layout).
  */
 #include <errno.h>
 #include <math.h>
@@ -23,7 +23,7 @@
 
 /* The model configuration a ctrain checkpoint records, if path is one: 1 found, 0 not a ctrain
  * checkpoint, < 0 error. */
-static int ct__ckpt_model_cfg(const char *path, ct_model_cfg_t *out, ct_errbuf_t *eb)
+static int ct__ckpt_model_cfg(const char *path, ctrain_model_cfg_t *out, ct_errbuf_t *eb)
 {
     ct_st_file_t *f = NULL;
     int rc = ct_st_open(&f, path, eb);
@@ -34,7 +34,7 @@ static int ct__ckpt_model_cfg(const char *path, ct_model_cfg_t *out, ct_errbuf_t
     json_t *model = o ? json_object_get(o, "model") : NULL;
     rc = 0;
     if (model) {
-        rc = ct_model_cfg_from_json(model, out, eb);
+        rc = ctrain_model_cfg_from_json(model, out, eb);
         if (rc == 0)
             rc = 1;
         else
@@ -53,26 +53,26 @@ static int ct__conflict(const char *flag, long long given, long long file, const
 }
 
 /* The model flags given on the command line against the file's model. */
-static int ct__check_model_flags(const ct_train_cfg_t *c, const ct_model_cfg_t *file,
+static int ct__check_model_flags(const ctrain_cfg_t *c, const ctrain_model_cfg_t *file,
                                  const char *path, ct_errbuf_t *eb)
 {
     if (c->set_model && file->kind != c->model)
         return ct_errbuf_set(eb, CT_EMISMATCH, "--model was given as %s but %s holds a %s model",
-                             ct_model_kind_name(c->model), path, ct_model_title(file));
+                             ctrain_model_kind_name(c->model), path, ctrain_model_title(file));
     if (c->set_mhc && (file->mhc_streams > 0) != c->mhc)
         return ct_errbuf_set(eb, CT_EMISMATCH, "--%s was given but %s holds a %s model",
-                             c->mhc ? "mhc" : "no_mhc", path, ct_model_title(file));
-    if (c->set_time_span && file->kind == CT_MODEL_TISASREC && file->time_span != c->time_span)
+                             c->mhc ? "mhc" : "no_mhc", path, ctrain_model_title(file));
+    if (c->set_time_span && file->kind == CTRAIN_MODEL_TISASREC && file->time_span != c->time_span)
         return ct__conflict("--time_span", c->time_span, file->time_span, path, eb);
     return 0;
 }
 
-static int ct__resolve_cfg(const ct_train_cfg_t *c, int32_t num_items, ct_model_cfg_t *mc,
+static int ct__resolve_cfg(const ctrain_cfg_t *c, int32_t num_items, ctrain_model_cfg_t *mc,
                            ct_errbuf_t *eb)
 {
     const char *path = c->state_dict_path;
-    *mc = ct_train_model_cfg(c, num_items);
-    ct_model_cfg_t file = *mc;
+    *mc = ctrain_train_model_cfg(c, num_items);
+    ctrain_model_cfg_t file = *mc;
     int rc = ct__ckpt_model_cfg(path, &file, eb);
     if (rc < 0)
         return rc;
@@ -87,16 +87,17 @@ static int ct__resolve_cfg(const ct_train_cfg_t *c, int32_t num_items, ct_model_
             return ct_errbuf_set(eb, CT_EMISMATCH,
                                  "--layout was given as %s but %s holds a "
                                  "model with layout %s",
-                                 ct_layout_name(mc->layout), path, ct_layout_name(file.layout));
+                                 ctrain_layout_name(mc->layout), path,
+                                 ctrain_layout_name(file.layout));
     } else {
         int pos_rows = 0;
-        if ((rc = ct_model_cfg_from_state_dict(path, &file, &pos_rows, eb)) != 0 ||
+        if ((rc = ctrain_model_cfg_from_state_dict(path, &file, &pos_rows, eb)) != 0 ||
             (rc = ct__check_model_flags(c, &file, path, eb)) != 0)
             return rc;
-        if (file.kind == CT_MODEL_TISASREC && c->set_maxlen && file.maxlen != c->maxlen)
+        if (file.kind == CTRAIN_MODEL_TISASREC && c->set_maxlen && file.maxlen != c->maxlen)
             return ct__conflict("--maxlen", c->maxlen, file.maxlen, path, eb);
         if (!c->set_layout)
-            file.layout = ct_train_default_layout(file.kind, file.mhc_streams > 0);
+            file.layout = ctrain_train_default_layout(file.kind, file.mhc_streams > 0);
     }
     if (c->set_hidden && file.hidden != mc->hidden)
         return ct__conflict("--hidden_units", mc->hidden, file.hidden, path, eb);
@@ -109,60 +110,61 @@ static int ct__resolve_cfg(const ct_train_cfg_t *c, int32_t num_items, ct_model_
                              path, file.num_items, num_items);
     file.dropout = 0.0f;
     *mc = file;
-    return ct_model_cfg_check(mc, eb);
+    return ctrain_model_cfg_check(mc, eb);
 }
 
-int ct_infer_run(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_reducer_t *red,
-                 ct_errbuf_t *eb)
+int ctrain_infer_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_reducer_t *red,
+                     ct_errbuf_t *eb)
 {
-    ct_dataset_t ds;
+    ctrain_dataset_t ds;
     memset(&ds, 0, sizeof ds);
     ct_ops_t ops;
-    ct_model_t *model = NULL;
-    ct_evaluator_t ev;
+    ctrain_model_t *model = NULL;
+    ctrain_evaluator_t ev;
     memset(&ev, 0, sizeof ev);
-    ct_model_cfg_t mc;
+    ctrain_model_cfg_t mc;
     int64_t t0 = ct_time_ns();
-    int rc = ct_train_load_data(cfg, &ds, eb);
+    int rc = ctrain_train_load_data(cfg, &ds, eb);
     if (rc != 0)
         return rc;
     memset(&ops, 0, sizeof ops);
-    if ((rc = ct_train_backend(cfg, env, &ops, eb)) != 0) {
-        ct_data_free(&ds);
+    if ((rc = ctrain_train_backend(cfg, env, &ops, eb)) != 0) {
+        ctrain_data_free(&ds);
         return rc;
     }
-    int chunk = ct_train_eval_chunk(cfg, env->world_size);
+    int chunk = ctrain_train_eval_chunk(cfg, env->world_size);
     if ((rc = ct__resolve_cfg(cfg, ds.num_items, &mc, eb)) != 0 ||
-        (rc = ct_train_check_data(&mc, &ds, eb)) != 0 ||
-        (rc = ct_train_check_device(&mc, &ops, eb)) != 0 ||
-        (rc = ct_model_create(&model, &mc, &ops, chunk, eb)) != 0)
+        (rc = ctrain_train_check_data(&mc, &ds, eb)) != 0 ||
+        (rc = ctrain_train_check_device(&mc, &ops, eb)) != 0 ||
+        (rc = ctrain_model_create(&model, &mc, &ops, chunk, eb)) != 0)
         goto out;
-    if ((rc = ct_model_load_params(model, cfg->state_dict_path, eb)) != 0)
+    if ((rc = ctrain_model_load_params(model, cfg->state_dict_path, eb)) != 0)
         goto out;
-    if ((rc = ct_evaluator_init(&ev, &ds, &ops, chunk, mc.maxlen, cfg->eval,
-                                mc.kind == CT_MODEL_TISASREC, env->rank, env->world_size, eb)) != 0)
+    if ((rc = ctrain_evaluator_init(&ev, &ds, &ops, chunk, mc.maxlen, cfg->eval,
+                                    mc.kind == CTRAIN_MODEL_TISASREC, env->rank, env->world_size,
+                                    eb)) != 0)
         goto out;
-    ct_eval_result_t r, pop;
-    if ((rc = ct_eval_model(&ev, model, red, &r, eb)) != 0 ||
-        (rc = ct_eval_popularity(&ev, red, &pop, eb)) != 0)
+    ctrain_eval_result_t r, pop;
+    if ((rc = ctrain_eval_model(&ev, model, red, &r, eb)) != 0 ||
+        (rc = ctrain_eval_popularity(&ev, red, &pop, eb)) != 0)
         goto out;
-    char when[CT_TRAIN_PATH_MAX + 32];
+    char when[CTRAIN_TRAIN_PATH_MAX + 32];
     snprintf(when, sizeof when, "--inference_only %s", cfg->state_dict_path);
-    if ((rc = ct_train_check_scores(cfg, &r, env->rank == 0, when, eb)) != 0)
+    if ((rc = ctrain_train_check_scores(cfg, &r, env->rank == 0, when, eb)) != 0)
         goto out;
     if (env->rank == 0) {
         printf("# ctrain --inference_only %s: %s layout %s, hidden_units %d, %d blocks, %d "
                "heads, maxlen %d; %s: %d users evaluated\n",
-               cfg->state_dict_path, ct_model_title(&mc), ct_layout_name(mc.layout), mc.hidden,
-               mc.num_blocks, mc.num_heads, mc.maxlen, ds.source, ds.num_eval_users);
-        ct_out_popularity(&pop);
-        ct_out_row_header();
-        ct_out_row(0, 0, NAN, 0.0, &r);
+               cfg->state_dict_path, ctrain_model_title(&mc), ctrain_layout_name(mc.layout),
+               mc.hidden, mc.num_blocks, mc.num_heads, mc.maxlen, ds.source, ds.num_eval_users);
+        ctrain_out_popularity(&pop);
+        ctrain_out_row_header();
+        ctrain_out_row(0, 0, NAN, 0.0, &r);
         json_t *s = json_object();
         json_object_set_new(s, "inference", json_string(cfg->state_dict_path));
-        json_object_set_new(s, "model", ct_model_cfg_to_json(&mc));
-        json_object_set_new(s, "result", ct_out_result_json(&r));
-        json_object_set_new(s, "popularity", ct_out_result_json(&pop));
+        json_object_set_new(s, "model", ctrain_model_cfg_to_json(&mc));
+        json_object_set_new(s, "result", ctrain_out_result_json(&r));
+        json_object_set_new(s, "popularity", ctrain_out_result_json(&pop));
         json_object_set_new(s, "wall_seconds", json_real((double)(ct_time_ns() - t0) / 1e9));
         char *line = json_dumps(s, JSON_COMPACT);
         json_decref(s);
@@ -171,9 +173,9 @@ int ct_infer_run(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_reduc
         free(line);
     }
 out:
-    ct_evaluator_close(&ev);
-    ct_model_destroy(model);
+    ctrain_evaluator_close(&ev);
+    ctrain_model_destroy(model);
     ct_ops_close(&ops);
-    ct_data_free(&ds);
+    ctrain_data_free(&ds);
     return rc;
 }

@@ -1,5 +1,5 @@
 /*
- * ct_batcher.c - the micro-batch stream of ct_batcher.h. The producer's position (step,
+ * ctrain_loader.c - the micro-batch stream of ctrain_loader.h. The producer's position (step,
  * offset, permutation) belongs to whoever fills chunks - the background thread when there is
  * one, the caller otherwise - so only the hand-over of the two buffers needs the lock.
  */
@@ -10,7 +10,7 @@
 #include <string.h>
 
 /* Fills ch with the chunk at the producer's position and advances it. */
-static void ct__fill(ct_batcher_t *b, ct_train_chunk_t *ch)
+static void ct__fill(ctrain_loader_t *b, ctrain_train_chunk_t *ch)
 {
     int64_t epoch, pos, begin, count;
     ct_shard_locate(&b->shard, b->step, &epoch, &pos);
@@ -34,8 +34,8 @@ static void ct__fill(ct_batcher_t *b, ct_train_chunk_t *ch)
         n = 0;
     for (int r = 0; r < n; r++) {
         int64_t j = begin + b->off + r;
-        ct_batch_fill_train(&ch->batch, r, b->ds, b->samples[b->perm[j]], b->seed,
-                            (uint64_t)(epoch * b->shard.n_samples + j));
+        ctrain_batch_fill_train(&ch->batch, r, b->ds, b->samples[b->perm[j]], b->seed,
+                                (uint64_t)(epoch * b->shard.n_samples + j));
     }
     ch->n = n;
     ch->step = b->step;
@@ -52,7 +52,7 @@ static void ct__fill(ct_batcher_t *b, ct_train_chunk_t *ch)
 
 static void *ct__producer(void *arg)
 {
-    ct_batcher_t *b = arg;
+    ctrain_loader_t *b = arg;
     pthread_mutex_lock(&b->mu);
     for (;;) {
         while (!b->stop && (b->filled == 2 || b->step >= b->total_steps))
@@ -70,10 +70,10 @@ static void *ct__producer(void *arg)
     return NULL;
 }
 
-int ct_batcher_init(ct_batcher_t *b, const ct_dataset_t *ds, const int32_t *samples,
-                    const int32_t *targets, const ct_shard_t *shard, int micro, int L,
-                    bool with_time, int row_neg, uint64_t seed, int64_t start_step,
-                    int64_t total_steps, bool threaded, ct_errbuf_t *eb)
+int ctrain_loader_init(ctrain_loader_t *b, const ctrain_dataset_t *ds, const int32_t *samples,
+                       const int32_t *targets, const ct_shard_t *shard, int micro, int L,
+                       bool with_time, int row_neg, uint64_t seed, int64_t start_step,
+                       int64_t total_steps, bool threaded, ct_errbuf_t *eb)
 {
     memset(b, 0, sizeof *b);
     b->ds = ds;
@@ -91,8 +91,8 @@ int ct_batcher_init(ct_batcher_t *b, const ct_dataset_t *ds, const int32_t *samp
     if (!b->perm)
         goto oom;
     for (int i = 0; i < nbuf; i++)
-        if (ct_batch_init(&b->chunk[i].batch, micro, L, 1, with_time) != 0 ||
-            (row_neg > 0 && ct_batch_add_row_neg(&b->chunk[i].batch, row_neg) != 0))
+        if (ctrain_batch_init(&b->chunk[i].batch, micro, L, 1, with_time) != 0 ||
+            (row_neg > 0 && ctrain_batch_add_row_neg(&b->chunk[i].batch, row_neg) != 0))
             goto oom;
     if (threaded) {
         int rc = pthread_mutex_init(&b->mu, NULL);
@@ -104,18 +104,18 @@ int ct_batcher_init(ct_batcher_t *b, const ct_dataset_t *ds, const int32_t *samp
         }
         if (rc != 0) {
             b->threaded = false;
-            ct_batcher_close(b);
+            ctrain_loader_close(b);
             return ct_errbuf_set(eb, -rc, "starting the batch thread: %s", strerror(rc));
         }
         b->started = true;
     }
     return 0;
 oom:
-    ct_batcher_close(b);
+    ctrain_loader_close(b);
     return ct_errbuf_set(eb, -ENOMEM, "out of memory for training batches");
 }
 
-const ct_train_chunk_t *ct_batcher_next(ct_batcher_t *b)
+const ctrain_train_chunk_t *ctrain_loader_next(ctrain_loader_t *b)
 {
     if (!b->threaded) {
         ct__fill(b, &b->chunk[0]);
@@ -132,12 +132,12 @@ const ct_train_chunk_t *ct_batcher_next(ct_batcher_t *b)
     while (b->filled == 0)
         pthread_cond_wait(&b->cv, &b->mu);
     b->held = 1;
-    const ct_train_chunk_t *ch = &b->chunk[b->head];
+    const ctrain_train_chunk_t *ch = &b->chunk[b->head];
     pthread_mutex_unlock(&b->mu);
     return ch;
 }
 
-void ct_batcher_close(ct_batcher_t *b)
+void ctrain_loader_close(ctrain_loader_t *b)
 {
     if (b->started) {
         pthread_mutex_lock(&b->mu);
@@ -150,7 +150,7 @@ void ct_batcher_close(ct_batcher_t *b)
         b->started = false;
     }
     for (int i = 0; i < 2; i++)
-        ct_batch_close(&b->chunk[i].batch);
+        ctrain_batch_close(&b->chunk[i].batch);
     free(b->perm);
     b->perm = NULL;
 }

@@ -1,8 +1,8 @@
 /*
- * ct_batcher.h - the stream of training micro-batches one rank consumes, in order: for every
+ * ctrain_loader.h - the stream of training micro-batches one rank consumes, in order: for every
  * optimizer step from a start step on, this rank's slice of the step's global batch
  * (ct_shard_range over the epoch's permutation) cut into chunks of at most `micro` rows, each
- * filled with ct_batch_fill_train keyed by the example's global index (epoch * samples +
+ * filled with ctrain_batch_fill_train keyed by the example's global index (epoch * samples +
  * permutation position). A step whose slice is empty on this rank (fewer users than ranks in
  * a last partial batch) still yields one empty chunk, so every rank takes part in every step's
  * reduction.
@@ -15,8 +15,8 @@
  * Not here: what a sample is (the trainer passes the sample users and their target counts),
  * the model, the reduction.
  */
-#ifndef CT_BATCHER_H
-#define CT_BATCHER_H
+#ifndef CTRAIN_LOADER_H
+#define CTRAIN_LOADER_H
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -30,19 +30,19 @@
 extern "C" {
 #endif
 
-typedef struct ct_train_chunk {
-    ct_batch_t batch; /* micro rows, the first n filled */
-    int n;            /* rows, 0 for a rank with nothing in this step */
-    int64_t step;     /* the optimizer step (global count from 0) */
+typedef struct ctrain_train_chunk {
+    ctrain_batch_t batch; /* micro rows, the first n filled */
+    int n;                /* rows, 0 for a rank with nothing in this step */
+    int64_t step;         /* the optimizer step (global count from 0) */
     int64_t epoch;
     int64_t row0;   /* index of row 0 in the step's global batch */
     double targets; /* target positions in the whole global batch of the step */
     bool last;      /* the step's last chunk on this rank */
-} ct_train_chunk_t;
+} ctrain_train_chunk_t;
 
-typedef struct ct_batcher {
+typedef struct ctrain_loader {
     /* what to read */
-    const ct_dataset_t *ds;
+    const ctrain_dataset_t *ds;
     const int32_t *samples; /* (n_samples) user of each sample */
     const int32_t *targets; /* (n_samples) targets of each sample */
     ct_shard_t shard;       /* global_batch = the optimizer batch */
@@ -53,7 +53,7 @@ typedef struct ct_batcher {
     int64_t *perm, perm_epoch;
     double step_targets;
     /* two chunk buffers; without a thread only chunk[0] is used */
-    ct_train_chunk_t chunk[2];
+    ctrain_train_chunk_t chunk[2];
     bool threaded;
     pthread_t thread;
     pthread_mutex_t mu;
@@ -63,25 +63,25 @@ typedef struct ct_batcher {
     int held;   /* 1 while the consumer holds the chunk it was given */
     bool stop;
     bool started;
-} ct_batcher_t;
+} ctrain_loader_t;
 
 /* Sets up the stream from start_step to total_steps. Chunks carry TiSASRec's times when
  * with_time, and row_neg negatives per row when row_neg > 0 (the sampled softmax). Returns 0
  * or -ENOMEM / a pthread error (eb says which). */
-int ct_batcher_init(ct_batcher_t *b, const ct_dataset_t *ds, const int32_t *samples,
-                    const int32_t *targets, const ct_shard_t *shard, int micro, int L,
-                    bool with_time, int row_neg, uint64_t seed, int64_t start_step,
-                    int64_t total_steps, bool threaded, ct_errbuf_t *eb);
+int ctrain_loader_init(ctrain_loader_t *b, const ctrain_dataset_t *ds, const int32_t *samples,
+                       const int32_t *targets, const ct_shard_t *shard, int micro, int L,
+                       bool with_time, int row_neg, uint64_t seed, int64_t start_step,
+                       int64_t total_steps, bool threaded, ct_errbuf_t *eb);
 
 /* The next chunk, valid until the next call (or close). Must not be called past the last
  * chunk of total_steps. */
-const ct_train_chunk_t *ct_batcher_next(ct_batcher_t *b);
+const ctrain_train_chunk_t *ctrain_loader_next(ctrain_loader_t *b);
 
 /* Stops the thread and frees everything; safe on a zeroed batcher. */
-void ct_batcher_close(ct_batcher_t *b);
+void ctrain_loader_close(ctrain_loader_t *b);
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* CT_BATCHER_H */
+#endif /* CTRAIN_LOADER_H */

@@ -1,13 +1,13 @@
 /*
- * ctrain.c - main() of ctrain, the native SASRec trainer: flags (exit 2 on a bad one), the
+ * ctrain_main.c - main() of ctrain, the native SASRec trainer: flags (exit 2 on a bad one), the
  * worker (ct_worker_init: torchrun environment, runtime - heartbeat, error file, fatal signals -
  * store and communicator), the reducer over it, then training or --inference_only. An error
  * ctrain detects - in how it was started (a bad variable, a store that cannot be reached, peers
  * that do not show up) or in the run (bad data, a checkpoint that does not fit, a non-finite
  * loss) - is one line on stderr and in TORCHELASTIC_ERROR_FILE, and exit 1: the line says what
  * and where, and a backtrace would only show main(). Backtraces are for crashes (the fatal
- * signal handler of ct_fatal.c) and for the NCCL watchdog. The work itself is in ct_train.c,
- * ct_infer.c and what they call.
+ * signal handler of ct_fatal.c) and for the NCCL watchdog. The work itself is in ctrain_train.c,
+ * ctrain_infer.c and what they call.
  *
  * The communicator: the CPU ring for --device cpu (host buffers); NCCL for --backend nccl, and
  * with --backend auto on a GPU (CT_COMM_AUTO: NCCL when every local rank has a GPU), where the
@@ -54,18 +54,18 @@ int main(int argc, char **argv)
     if (ct_log_init("[ctrain]", &eb) != 0)
         ct_log_warn("%s", eb.msg);
 
-    static ct_train_cfg_t cfg; /* large (paths); static, not on the stack */
-    ct_train_cfg_default(&cfg);
-    ct_args_action_t action;
-    if (ct_train_args_parse(&cfg, argc, argv, &action, &eb) != 0) {
+    static ctrain_cfg_t cfg; /* large (paths); static, not on the stack */
+    ctrain_cfg_default(&cfg);
+    ctrain_args_action_t action;
+    if (ctrain_args_parse(&cfg, argc, argv, &action, &eb) != 0) {
         fprintf(stderr, "ctrain: %s\n", eb.msg);
         return 2;
     }
-    if (action == CT_ARGS_HELP) {
-        ct_train_args_usage(stdout);
+    if (action == CTRAIN_ARGS_HELP) {
+        ctrain_args_usage(stdout);
         return 0;
     }
-    if (action == CT_ARGS_VERSION) {
+    if (action == CTRAIN_ARGS_VERSION) {
         printf("ctrain %s\n", CT_VERSION);
         return 0;
     }
@@ -92,8 +92,8 @@ int main(int argc, char **argv)
     if (ct_reducer_open(&red, w.comm, &eb) != 0)
         ctrain_fail(eb.msg);
 
-    rc = cfg.inference_only ? ct_infer_run(&cfg, &w.env, &red, &eb)
-                            : ct_train_run(&cfg, &w.env, &red, &eb);
+    rc = cfg.inference_only ? ctrain_infer_run(&cfg, &w.env, &red, &eb)
+                            : ctrain_train_run(&cfg, &w.env, &red, &eb);
     ct_reducer_close(&red);
     if (rc != 0)
         ctrain_fail(eb.msg);

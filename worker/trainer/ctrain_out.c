@@ -1,8 +1,8 @@
 /*
- * ct_train_out.c - everything the trainer writes, all on rank 0: '#' header lines and one
+ * ctrain_out.c - everything the trainer writes, all on rank 0: '#' header lines and one
  * fixed-width row per evaluation on stdout, the progress line on stderr, metrics.jsonl, the
  * TensorBoard event file, summary.json and atomically written small files. The numbers come
- * from ct_train.c; nothing here decides anything about training.
+ * from ctrain_train.c; nothing here decides anything about training.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,7 +28,7 @@ static json_t *ct__num(double x)
     return isfinite(x) ? json_real(x) : json_null();
 }
 
-json_t *ct_out_split_json(const ct_eval_split_result_t *r)
+json_t *ctrain_out_split_json(const ctrain_eval_split_result_t *r)
 {
     json_t *o = json_object();
     json_object_set_new(o, "hr@10", ct__num(r->hr));
@@ -41,13 +41,13 @@ json_t *ct_out_split_json(const ct_eval_split_result_t *r)
     return o;
 }
 
-json_t *ct_out_result_json(const ct_eval_result_t *r)
+json_t *ctrain_out_result_json(const ctrain_eval_result_t *r)
 {
-    return json_pack("{s:o, s:o}", "valid", ct_out_split_json(&r->valid), "test",
-                     ct_out_split_json(&r->test));
+    return json_pack("{s:o, s:o}", "valid", ctrain_out_split_json(&r->valid), "test",
+                     ctrain_out_split_json(&r->test));
 }
 
-static int ct__split_from_json(const json_t *o, ct_eval_split_result_t *r)
+static int ct__split_from_json(const json_t *o, ctrain_eval_split_result_t *r)
 {
     static const char *const keys[4] = {"hr@10", "ndcg@10", "full_hr@10", "full_ndcg@10"};
     double *dst[4] = {&r->hr, &r->ndcg, &r->full_hr, &r->full_ndcg};
@@ -70,7 +70,7 @@ static int ct__split_from_json(const json_t *o, ct_eval_split_result_t *r)
     return 0;
 }
 
-int ct_out_result_from_json(const json_t *o, ct_eval_result_t *r)
+int ctrain_out_result_from_json(const json_t *o, ctrain_eval_result_t *r)
 {
     if (!json_is_object(o))
         return -1;
@@ -82,21 +82,21 @@ int ct_out_result_from_json(const json_t *o, ct_eval_result_t *r)
 
 /* ---- stdout -------------------------------------------------------------------------------- */
 
-void ct_out_header(ct_trainer_t *t)
+void ctrain_out_header(ctrain_trainer_t *t)
 {
-    const ct_train_cfg_t *c = t->cfg;
-    const ct_model_cfg_t *m = &t->mcfg;
+    const ctrain_cfg_t *c = t->cfg;
+    const ctrain_model_cfg_t *m = &t->mcfg;
     char extra[96] = "";
-    if (m->kind == CT_MODEL_TISASREC)
+    if (m->kind == CTRAIN_MODEL_TISASREC)
         snprintf(extra, sizeof extra, ", time_span %d", m->time_span);
     if (m->mhc_streams > 0)
         snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", %d mHC streams",
                  m->mhc_streams);
     printf("# ctrain %s: %s layout %s, hidden_units %d, %d block%s, %d head%s, maxlen %d%s, "
            "dropout %g, loss %s, %zu parameters\n",
-           CT_VERSION, ct_model_title(m), ct_layout_name(m->layout), m->hidden, m->num_blocks,
-           m->num_blocks == 1 ? "" : "s", m->num_heads, m->num_heads == 1 ? "" : "s", m->maxlen,
-           extra, (double)m->dropout, ct_loss_name(m->loss), t->model->num_params);
+           CT_VERSION, ctrain_model_title(m), ctrain_layout_name(m->layout), m->hidden,
+           m->num_blocks, m->num_blocks == 1 ? "" : "s", m->num_heads, m->num_heads == 1 ? "" : "s",
+           m->maxlen, extra, (double)m->dropout, ctrain_loss_name(m->loss), t->model->num_params);
     /* a file with timestamps was read as tsv or ml1m, the formats the count filter applies to */
     char filtered[96] = "";
     if (t->ds.times != NULL && strncmp(t->ds.source, "synthetic(", 10) != 0) {
@@ -110,7 +110,7 @@ void ct_out_header(ct_trainer_t *t)
     printf("# data: %s: %d users, %d items, %lld interactions%s (mean training length %.2f); "
            "%lld training sequences, %d users evaluated\n",
            t->ds.source, t->ds.num_users, t->ds.num_items, (long long)t->ds.num_interactions,
-           filtered, ct_data_mean_train_len(&t->ds), (long long)t->n_samples,
+           filtered, ctrain_data_mean_train_len(&t->ds), (long long)t->n_samples,
            t->ds.num_eval_users);
     printf("# training: %d users x %d accumulation = %lld per optimizer step over %d rank%s "
            "(%s reduction), %lld steps per epoch, %d epochs, lr %g (%s, warmup %lld, scale %s), "
@@ -118,21 +118,21 @@ void ct_out_header(ct_trainer_t *t)
            c->batch_size, c->grad_accum, (long long)t->shard.global_batch, t->env->world_size,
            t->env->world_size == 1 ? "" : "s", t->red->name, (long long)t->steps_per_epoch,
            c->num_epochs, c->lr,
-           ct_lr_schedule_name(c->lr_schedule), (long long)c->warmup_steps,
-           ct_lr_scale_name(c->lr_scale), c->l2_emb, c->grad_clip, (unsigned long long)c->seed,
+           ctrain_lr_schedule_name(c->lr_schedule), (long long)c->warmup_steps,
+           ctrain_lr_scale_name(c->lr_scale), c->l2_emb, c->grad_clip, (unsigned long long)c->seed,
            t->ops.name, c->threads, c->threads == 1 ? "" : "s");
     printf("# evaluation every %d epoch%s: ", c->eval_every, c->eval_every == 1 ? "" : "s");
-    if (c->eval & CT_EVAL_MODE_SAMPLED)
+    if (c->eval & CTRAIN_EVAL_MODE_SAMPLED)
         printf("sampled = the target + %d negatives not among the user's training items (for "
                "test nor the validation item%s) (seed %u)%s",
-               CT_EVAL_NEGATIVES,
+               CTRAIN_EVAL_NEGATIVES,
                t->ev.exclude_target ? "; nor the target" : "; copies of the target not counted",
-               CT_EVAL_SEED, (c->eval & CT_EVAL_MODE_FULL) ? "; " : "");
-    if (c->eval & CT_EVAL_MODE_FULL)
+               CTRAIN_EVAL_SEED, (c->eval & CTRAIN_EVAL_MODE_FULL) ? "; " : "");
+    if (c->eval & CTRAIN_EVAL_MODE_FULL)
         printf("full = every item except item 0 and the user's history (training items; for "
                "test also the validation item)");
     printf("; best checkpoint = highest validation %s\n",
-           (c->eval & CT_EVAL_MODE_FULL) ? "full_ndcg@10" : "ndcg@10");
+           (c->eval & CTRAIN_EVAL_MODE_FULL) ? "full_ndcg@10" : "ndcg@10");
     fflush(stdout);
 }
 
@@ -144,15 +144,15 @@ static void ct__cell(double x)
         printf(" %9s", "-");
 }
 
-void ct_out_row_header(void)
+void ctrain_out_row_header(void)
 {
     printf("#  epoch      step train_loss    pos/s   v_hr@10 v_ndcg@10  v_fhr@10 v_fndcg@10"
            "  t_hr@10 t_ndcg@10  t_fhr@10 t_fndcg@10\n");
     fflush(stdout);
 }
 
-void ct_out_row(int64_t epoch, int64_t step, double loss, double pos_per_s,
-                const ct_eval_result_t *r)
+void ctrain_out_row(int64_t epoch, int64_t step, double loss, double pos_per_s,
+                const ctrain_eval_result_t *r)
 {
     printf("%8lld %9lld", (long long)epoch, (long long)step);
     if (isfinite(loss))
@@ -167,11 +167,11 @@ void ct_out_row(int64_t epoch, int64_t step, double loss, double pos_per_s,
     fflush(stdout);
 }
 
-void ct_out_popularity(const ct_eval_result_t *r)
+void ctrain_out_popularity(const ctrain_eval_result_t *r)
 {
     printf("# popularity baseline (score = training frequency):");
     const char *name[2] = {"valid", "test"};
-    const ct_eval_split_result_t *s[2] = {&r->valid, &r->test};
+    const ctrain_eval_split_result_t *s[2] = {&r->valid, &r->test};
     for (int i = 0; i < 2; i++) {
         printf(" %s", name[i]);
         if (isfinite(s[i]->hr))
@@ -185,7 +185,7 @@ void ct_out_popularity(const ct_eval_result_t *r)
 
 /* ---- progress ------------------------------------------------------------------------------- */
 
-void ct_out_progress(ct_trainer_t *t, double loss, bool force)
+void ctrain_out_progress(ctrain_trainer_t *t, double loss, bool force)
 {
     int64_t now = ct_time_ns();
     int64_t every = t->tty ? 250000000LL : 10000000000LL;
@@ -224,7 +224,7 @@ void ct_out_progress(ct_trainer_t *t, double loss, bool force)
     }
 }
 
-void ct_out_progress_clear(ct_trainer_t *t)
+void ctrain_out_progress_clear(ctrain_trainer_t *t)
 {
     if (t->tty) {
         fprintf(stderr, "\r\033[K");
@@ -234,9 +234,9 @@ void ct_out_progress_clear(ct_trainer_t *t)
 
 /* ---- files ---------------------------------------------------------------------------------- */
 
-int ct_out_write_file(const char *dir, const char *name, const char *text, ct_errbuf_t *eb)
+int ctrain_out_write_file(const char *dir, const char *name, const char *text, ct_errbuf_t *eb)
 {
-    char path[CT_TRAIN_PATH_MAX + 64];
+    char path[CTRAIN_TRAIN_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     size_t len = strlen(text);
     char *line = malloc(len + 2); /* the text and its final newline, in one write */
@@ -252,7 +252,7 @@ int ct_out_write_file(const char *dir, const char *name, const char *text, ct_er
 /* metrics.jsonl without the records of steps after keep_step (a resumed run replays them). */
 static int ct__cut_metrics(const char *dir, int64_t keep_step, ct_errbuf_t *eb)
 {
-    char path[CT_TRAIN_PATH_MAX + 64];
+    char path[CTRAIN_TRAIN_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", dir, CT__METRICS);
     FILE *f = fopen(path, "r");
     if (!f)
@@ -301,34 +301,34 @@ static int ct__cut_metrics(const char *dir, int64_t keep_step, ct_errbuf_t *eb)
         if (len == 0)
             rc = unlink(path) == 0 ? 0 : ct_errbuf_set(eb, -errno, "%s: %s", path, strerror(errno));
         else
-            rc = ct_out_write_file(dir, CT__METRICS, kept, eb);
+            rc = ctrain_out_write_file(dir, CT__METRICS, kept, eb);
     }
     free(kept);
     return rc;
 }
 
-int ct_out_open(ct_trainer_t *t, bool resumed, int64_t keep_step, ct_errbuf_t *eb)
+int ctrain_out_open(ctrain_trainer_t *t, bool resumed, int64_t keep_step, ct_errbuf_t *eb)
 {
-    const ct_train_cfg_t *c = t->cfg;
+    const ctrain_cfg_t *c = t->cfg;
     t->tty = isatty(STDERR_FILENO);
-    json_t *args = ct_train_cfg_to_json(c);
+    json_t *args = ctrain_cfg_to_json(c);
     json_object_set_new(args, "world_size", json_integer(t->env->world_size));
     json_object_set_new(args, "version", json_string(CT_VERSION));
     char *text = json_dumps(args, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(args);
-    int rc = text ? ct_out_write_file(c->train_dir, "args.json", text, eb) : -ENOMEM;
+    int rc = text ? ctrain_out_write_file(c->train_dir, "args.json", text, eb) : -ENOMEM;
     free(text);
     if (rc != 0)
         return rc;
-    json_t *pop = ct_out_result_json(&t->popularity);
+    json_t *pop = ctrain_out_result_json(&t->popularity);
     text = json_dumps(pop, JSON_INDENT(2));
     json_decref(pop);
-    rc = text ? ct_out_write_file(c->train_dir, "popularity.json", text, eb) : -ENOMEM;
+    rc = text ? ctrain_out_write_file(c->train_dir, "popularity.json", text, eb) : -ENOMEM;
     free(text);
     if (rc != 0)
         return rc;
 
-    char path[CT_TRAIN_PATH_MAX + 64];
+    char path[CTRAIN_TRAIN_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", c->train_dir, CT__METRICS);
     if (resumed) {
         if ((rc = ct__cut_metrics(c->train_dir, keep_step, eb)) != 0)
@@ -339,24 +339,24 @@ int ct_out_open(ct_trainer_t *t, bool resumed, int64_t keep_step, ct_errbuf_t *e
     }
     if (!t->metrics)
         return ct_errbuf_set(eb, -errno, "%s: %s", path, strerror(errno));
-    if ((rc = ct_tboard_open(&t->tb, c->train_dir, eb)) != 0)
+    if ((rc = ctrain_tboard_open(&t->tb, c->train_dir, eb)) != 0)
         return rc;
     t->tb_open = true;
     return 0;
 }
 
-void ct_out_close(ct_trainer_t *t)
+void ctrain_out_close(ctrain_trainer_t *t)
 {
     if (t->metrics)
         fclose(t->metrics);
     t->metrics = NULL;
     if (t->tb_open)
-        ct_tboard_close(&t->tb);
+        ctrain_tboard_close(&t->tb);
     t->tb_open = false;
 }
 
-int ct_out_metrics(ct_trainer_t *t, int64_t epoch, double loss, double pos_per_s,
-                   const ct_eval_result_t *r, ct_errbuf_t *eb)
+int ctrain_out_metrics(ctrain_trainer_t *t, int64_t epoch, double loss, double pos_per_s,
+                   const ctrain_eval_result_t *r, ct_errbuf_t *eb)
 {
     json_t *o = json_object();
     json_object_set_new(o, "epoch", json_integer((json_int_t)epoch));
@@ -365,8 +365,8 @@ int ct_out_metrics(ct_trainer_t *t, int64_t epoch, double loss, double pos_per_s
     json_object_set_new(o, "positions_per_s", json_real(pos_per_s));
     json_object_set_new(o, "lr", json_real(t->lr_now));
     json_object_set_new(o, "skipped_steps", json_integer((json_int_t)t->st.skipped_steps));
-    json_object_set_new(o, "valid", ct_out_split_json(&r->valid));
-    json_object_set_new(o, "test", ct_out_split_json(&r->test));
+    json_object_set_new(o, "valid", ctrain_out_split_json(&r->valid));
+    json_object_set_new(o, "test", ctrain_out_split_json(&r->test));
     char *text = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (!text)
@@ -394,16 +394,16 @@ int ct_out_metrics(ct_trainer_t *t, int64_t epoch, double loss, double pos_per_s
     for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) {
         if (!isfinite(sc[i].v))
             continue;
-        int rc = ct_tboard_scalar(&t->tb, sc[i].tag, t->step, sc[i].v, eb);
+        int rc = ctrain_tboard_scalar(&t->tb, sc[i].tag, t->step, sc[i].v, eb);
         if (rc != 0)
             return rc;
     }
     return 0;
 }
 
-json_t *ct_out_summary(ct_trainer_t *t)
+json_t *ctrain_out_summary(ctrain_trainer_t *t)
 {
-    const ct_train_cfg_t *c = t->cfg;
+    const ctrain_cfg_t *c = t->cfg;
     json_t *o = json_object();
     json_object_set_new(o, "epochs", json_integer(c->num_epochs));
     json_object_set_new(o, "steps", json_integer((json_int_t)t->step));
@@ -412,20 +412,20 @@ json_t *ct_out_summary(ct_trainer_t *t)
     json_object_set_new(o, "wall_seconds", json_real((double)(ct_time_ns() - t->t_start_ns) / 1e9));
     json_object_set_new(o, "parameters", json_integer((json_int_t)t->model->num_params));
     if (t->st.has_best) {
-        json_t *b = ct_out_result_json(&t->st.best);
+        json_t *b = ctrain_out_result_json(&t->st.best);
         json_object_set_new(b, "epoch", json_integer((json_int_t)t->st.best_epoch));
         json_object_set_new(b, "step", json_integer((json_int_t)t->st.best_step));
-        json_object_set_new(
-            b, "selected_on",
-            json_string((c->eval & CT_EVAL_MODE_FULL) ? "valid.full_ndcg@10" : "valid.ndcg@10"));
+        json_object_set_new(b, "selected_on",
+                            json_string((c->eval & CTRAIN_EVAL_MODE_FULL) ? "valid.full_ndcg@10"
+                                                                          : "valid.ndcg@10"));
         json_object_set_new(o, "best", b);
     }
     if (t->has_last) {
-        json_t *f = ct_out_result_json(&t->last);
+        json_t *f = ctrain_out_result_json(&t->last);
         json_object_set_new(f, "epoch", json_integer((json_int_t)t->last_epoch));
         json_object_set_new(f, "step", json_integer((json_int_t)t->last_step));
         json_object_set_new(o, "final", f);
     }
-    json_object_set_new(o, "popularity", ct_out_result_json(&t->popularity));
+    json_object_set_new(o, "popularity", ctrain_out_result_json(&t->popularity));
     return o;
 }

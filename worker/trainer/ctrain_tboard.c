@@ -1,5 +1,5 @@
 /*
- * ct_tboard.c - TFRecord framing with masked CRC32C and a minimal protobuf encoder for the
+ * ctrain_tboard.c - TFRecord framing with masked CRC32C and a minimal protobuf encoder for the
  * Event/Summary messages of scalar summaries.
  */
 #include "ctrain_tboard.h"
@@ -14,7 +14,7 @@
 static uint32_t ct__crc_table[256];
 static int ct__crc_ready;
 
-uint32_t ct_crc32c(const void *data, size_t n)
+uint32_t ctrain_tboard_crc32c(const void *data, size_t n)
 {
     if (!ct__crc_ready) {
         for (uint32_t i = 0; i < 256; i++) {
@@ -35,7 +35,7 @@ uint32_t ct_crc32c(const void *data, size_t n)
 /* TensorFlow's masking: rotate right by 15 and add a constant. */
 static uint32_t ct__masked_crc(const void *data, size_t n)
 {
-    uint32_t crc = ct_crc32c(data, n);
+    uint32_t crc = ctrain_tboard_crc32c(data, n);
     return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
 
@@ -82,7 +82,7 @@ static void ct__pb_float(ct__pb_t *pb, unsigned field, float v)
     pb->n += 4;
 }
 
-static int ct__write_record(ct_tboard_t *tb, const void *data, size_t n, ct_errbuf_t *eb)
+static int ct__write_record(ctrain_tboard_t *tb, const void *data, size_t n, ct_errbuf_t *eb)
 {
     unsigned char head[12];
     uint64_t len = n;
@@ -95,7 +95,7 @@ static int ct__write_record(ct_tboard_t *tb, const void *data, size_t n, ct_errb
     return 0;
 }
 
-int ct_tboard_open(ct_tboard_t *tb, const char *dir, ct_errbuf_t *eb)
+int ctrain_tboard_open(ctrain_tboard_t *tb, const char *dir, ct_errbuf_t *eb)
 {
     memset(tb, 0, sizeof *tb);
     char host[256] = "localhost";
@@ -122,11 +122,11 @@ int ct_tboard_open(ct_tboard_t *tb, const char *dir, ct_errbuf_t *eb)
     ct__pb_bytes(&pb, 3, "brain.Event:2", 13);
     int rc = ct__write_record(tb, pb.buf, pb.n, eb);
     if (rc != 0)
-        ct_tboard_close(tb);
+        ctrain_tboard_close(tb);
     return rc;
 }
 
-int ct_tboard_scalar(ct_tboard_t *tb, const char *tag, int64_t step, double value,
+int ctrain_tboard_scalar(ctrain_tboard_t *tb, const char *tag, int64_t step, double value,
                      ct_errbuf_t *eb)
 {
     if (tb->f == NULL)
@@ -147,7 +147,7 @@ int ct_tboard_scalar(ct_tboard_t *tb, const char *tag, int64_t step, double valu
     return ct__write_record(tb, event.buf, event.n, eb);
 }
 
-void ct_tboard_close(ct_tboard_t *tb)
+void ctrain_tboard_close(ctrain_tboard_t *tb)
 {
     if (tb->f != NULL)
         fclose(tb->f);

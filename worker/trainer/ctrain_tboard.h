@@ -1,5 +1,5 @@
 /*
- * ct_tboard.h - a TensorBoard event-file writer for scalar summaries (what ctrain logs to
+ * ctrain_tboard.h - a TensorBoard event-file writer for scalar summaries (what ctrain logs to
  * metrics.jsonl: losses, throughput, HR/NDCG), so `tensorboard --logdir <train_dir>` shows
  * training curves without any Python in the trainer.
  *
@@ -12,8 +12,8 @@
  * the file and are flushed per event, so a crashed run keeps every complete record (a reader
  * skips a torn last record).
  */
-#ifndef CT_TBOARD_H
-#define CT_TBOARD_H
+#ifndef CTRAIN_TBOARD_H
+#define CTRAIN_TBOARD_H
 
 #include <stdint.h>
 #include <stdio.h>
@@ -24,26 +24,26 @@
 extern "C" {
 #endif
 
-typedef struct ct_tboard {
+typedef struct ctrain_tboard {
     FILE *f;
     char path[1024];
-} ct_tboard_t;
+} ctrain_tboard_t;
 
 /* Creates a new event file in dir (which must exist). */
-int ct_tboard_open(ct_tboard_t *tb, const char *dir, ct_errbuf_t *eb);
+int ctrain_tboard_open(ctrain_tboard_t *tb, const char *dir, ct_errbuf_t *eb);
 
 /* Appends one scalar (tag such as "train/loss") at a step. */
-int ct_tboard_scalar(ct_tboard_t *tb, const char *tag, int64_t step, double value,
+int ctrain_tboard_scalar(ctrain_tboard_t *tb, const char *tag, int64_t step, double value,
                      ct_errbuf_t *eb);
 
 /* Closes the file; safe to call twice. */
-void ct_tboard_close(ct_tboard_t *tb);
+void ctrain_tboard_close(ctrain_tboard_t *tb);
 
 /* CRC32C (Castagnoli), as used by the record framing; exposed for tests. */
-uint32_t ct_crc32c(const void *data, size_t n);
+uint32_t ctrain_tboard_crc32c(const void *data, size_t n);
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* CT_TBOARD_H */
+#endif /* CTRAIN_TBOARD_H */

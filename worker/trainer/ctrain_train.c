@@ -1,8 +1,8 @@
 /*
- * ct_train.c - the training job of ct_train.h: set-up (data, model, evaluator, checkpoint
+ * ctrain_train.c - the training job of ctrain_train.h: set-up (data, model, evaluator, checkpoint
  * directory), resume, the step (micro-batches, the one gradient reduction, l2_emb, NaN check,
  * clipping, Adam), the epoch loop with evaluation and checkpoints, and the final summary. What
- * is printed and written lives in ct_train_out.c.
+ * is printed and written lives in ctrain_out.c.
  */
 #include "ctrain_train.h"
 
@@ -22,25 +22,25 @@
 
 /* ---- set-up shared with inference ------------------------------------------------------------ */
 
-int ct_train_load_data(const ct_train_cfg_t *cfg, ct_dataset_t *ds, ct_errbuf_t *eb)
+int ctrain_train_load_data(const ctrain_cfg_t *cfg, ctrain_dataset_t *ds, ct_errbuf_t *eb)
 {
     /* SASRec.pytorch HEAD splits users with >= 4 interactions, TiSASRec.pytorch those with >= 3
      * (sasrec-spec.md 1.3). */
-    ct_data_opts_t opts = CT_DATA_OPTS_DEFAULT;
-    opts.min_eval_len = cfg->model == CT_MODEL_TISASREC ? 3 : 4;
+    ctrain_data_opts_t opts = CTRAIN_DATA_OPTS_DEFAULT;
+    opts.min_eval_len = cfg->model == CTRAIN_MODEL_TISASREC ? 3 : 4;
     opts.min_count = cfg->min_count;
     int rc;
     if (strncmp(cfg->dataset, "synthetic", 9) == 0 &&
         (cfg->dataset[9] == '\0' || cfg->dataset[9] == ':')) {
-        ct_synth_opts_t so;
-        rc = ct_synth_parse(cfg->dataset, &so, eb);
+        ctrain_synth_opts_t so;
+        rc = ctrain_synth_parse(cfg->dataset, &so, eb);
         if (rc == 0)
-            rc = ct_data_synthetic(ds, &so, eb);
+            rc = ctrain_data_synthetic(ds, &so, eb);
     } else {
-        rc = ct_data_load(ds, cfg->dataset, cfg->data_format, &opts, eb);
+        rc = ctrain_data_load(ds, cfg->dataset, cfg->data_format, &opts, eb);
         /* only the tsv and ml1m formats have timestamps, and only they are filtered */
         if (rc == 0 && cfg->set_min_count && ds->times == NULL) {
-            ct_data_free(ds);
+            ctrain_data_free(ds);
             return ct_errbuf_set(eb, CT_EPARSE,
                                  "--min_count: %s is a sasrec file (\"user item\" lines), used "
                                  "as it is (the count filter applies to tsv and ml1m files)",
@@ -48,7 +48,7 @@ int ct_train_load_data(const ct_train_cfg_t *cfg, ct_dataset_t *ds, ct_errbuf_t 
         }
     }
     if (rc == 0 && ds->num_eval_users == 0) {
-        ct_data_free(ds);
+        ctrain_data_free(ds);
         return ct_errbuf_set(eb, CT_EFORMAT,
                              "%s: no user has the 4 interactions a validation and a test item "
                              "need",
@@ -57,8 +57,8 @@ int ct_train_load_data(const ct_train_cfg_t *cfg, ct_dataset_t *ds, ct_errbuf_t 
     return rc;
 }
 
-int ct_train_backend(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_ops_t *ops,
-                     ct_errbuf_t *eb)
+int ctrain_train_backend(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_ops_t *ops,
+                         ct_errbuf_t *eb)
 {
     const bool cuda = strcmp(cfg->device, "cuda") == 0;
 #if CT_HAVE_CUDA
@@ -94,14 +94,14 @@ int ct_train_backend(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_o
     return 0;
 }
 
-int ct_train_check_device(const ct_model_cfg_t *mc, const ct_ops_t *ops, ct_errbuf_t *eb)
+int ctrain_train_check_device(const ctrain_model_cfg_t *mc, const ct_ops_t *ops, ct_errbuf_t *eb)
 {
 #if CT_HAVE_CUDA
     if (ops->host_memory)
         return 0;
     /* the ranges of the CUDA kernels (ct_kernels_cuda.h), told before the first step fails */
     const int hs = mc->hidden / mc->num_heads;
-    const bool ti = mc->kind == CT_MODEL_TISASREC;
+    const bool ti = mc->kind == CTRAIN_MODEL_TISASREC;
     const int max_l = ti ? CT_TISAS_CUDA_MAX_L : CT_ATTENTION_CUDA_MAX_L;
     const int max_hs = ti ? CT_TISAS_CUDA_MAX_HS : CT_ATTENTION_CUDA_MAX_HS;
     if (mc->maxlen > max_l || hs > max_hs || mc->hidden > CT_LAYERNORM_CUDA_MAX_C)
@@ -117,9 +117,10 @@ int ct_train_check_device(const ct_model_cfg_t *mc, const ct_ops_t *ops, ct_errb
     return 0;
 }
 
-int ct_train_check_data(const ct_model_cfg_t *mc, const ct_dataset_t *ds, ct_errbuf_t *eb)
+int ctrain_train_check_data(const ctrain_model_cfg_t *mc, const ctrain_dataset_t *ds,
+                            ct_errbuf_t *eb)
 {
-    if (mc->kind == CT_MODEL_TISASREC && ds->time_scaled == NULL)
+    if (mc->kind == CTRAIN_MODEL_TISASREC && ds->time_scaled == NULL)
         return ct_errbuf_set(eb, CT_EFORMAT,
                              "%s has no timestamps, which TiSASRec (the default model) needs; give "
                              "--no_time (SASRec) or a file with times (user item rating time)",
@@ -127,14 +128,14 @@ int ct_train_check_data(const ct_model_cfg_t *mc, const ct_dataset_t *ds, ct_err
     return 0;
 }
 
-int ct_train_eval_chunk(const ct_train_cfg_t *cfg, int world)
+int ctrain_train_eval_chunk(const ctrain_cfg_t *cfg, int world)
 {
     return (cfg->batch_size + world - 1) / world;
 }
 
 /* ---- checkpoint configuration and state ------------------------------------------------------ */
 
-static json_t *ct__state_json(const ct_train_state_t *s)
+static json_t *ct__state_json(const ctrain_train_state_t *s)
 {
     json_t *o =
         json_pack("{s:I, s:I, s:b, s:f, s:I, s:I, s:f, s:I, s:f}", "adam_steps",
@@ -142,11 +143,11 @@ static json_t *ct__state_json(const ct_train_state_t *s)
                   "has_best", s->has_best, "best_metric", s->best_metric, "best_epoch",
                   (json_int_t)s->best_epoch, "best_step", (json_int_t)s->best_step, "loss_sum",
                   s->loss_sum, "loss_steps", (json_int_t)s->loss_steps, "positions", s->positions);
-    json_object_set_new(o, "best", ct_out_result_json(&s->best));
+    json_object_set_new(o, "best", ctrain_out_result_json(&s->best));
     return o;
 }
 
-static int ct__state_from_json(const json_t *o, ct_train_state_t *s, ct_errbuf_t *eb)
+static int ct__state_from_json(const json_t *o, ctrain_train_state_t *s, ct_errbuf_t *eb)
 {
     json_int_t adam = 0, skipped = 0, be = 0, bs = 0, ls = 0;
     int has_best = 0;
@@ -160,18 +161,18 @@ static int ct__state_from_json(const json_t *o, ct_train_state_t *s, ct_errbuf_t
         return ct_errbuf_set(eb, CT_EFORMAT, "training state: %s", je.text);
     s->adam_steps = adam, s->skipped_steps = skipped, s->has_best = has_best;
     s->best_epoch = be, s->best_step = bs, s->loss_steps = ls;
-    if (ct_out_result_from_json(best, &s->best) != 0)
+    if (ctrain_out_result_from_json(best, &s->best) != 0)
         return ct_errbuf_set(eb, CT_EFORMAT, "training state: bad \"best\" metrics");
     return 0;
 }
 
 /* The checkpoint's "config": what must match to resume, and the state. */
-static json_t *ct__ckpt_config(const ct_trainer_t *t)
+static json_t *ct__ckpt_config(const ctrain_trainer_t *t)
 {
-    const ct_train_cfg_t *c = t->cfg;
+    const ctrain_cfg_t *c = t->cfg;
     json_t *o = json_object();
     json_object_set_new(o, "ctrain_checkpoint", json_integer(1));
-    json_object_set_new(o, "model", ct_model_cfg_to_json(&t->mcfg));
+    json_object_set_new(o, "model", ctrain_model_cfg_to_json(&t->mcfg));
     json_object_set_new(o, "data",
                         json_pack("{s:s, s:I, s:I, s:I}", "source", t->ds.source, "num_users",
                                   (json_int_t)t->ds.num_users, "num_items",
@@ -185,11 +186,11 @@ static json_t *ct__ckpt_config(const ct_trainer_t *t)
     return o;
 }
 
-static int ct__save(ct_trainer_t *t, ct_ckpt_kind_t kind, ct_errbuf_t *eb)
+static int ct__save(ctrain_trainer_t *t, ct_ckpt_kind_t kind, ct_errbuf_t *eb)
 {
     if (!t->rank0)
         return 0;
-    int rc = ct_model_to_host(t->model);
+    int rc = ctrain_model_to_host(t->model);
     if (rc != 0)
         return ct_errbuf_set(eb, rc, "checkpoint: copying the model to the host failed");
     ct_ckpt_meta_t *meta = calloc(1, sizeof *meta);
@@ -219,15 +220,16 @@ static int ct__save(ct_trainer_t *t, ct_ckpt_kind_t kind, ct_errbuf_t *eb)
 
 /* Checks that this run may resume from a checkpoint with this configuration, and restores
  * the training state it records. Returns 0, or CT_EFORMAT / CT_EMISMATCH with the reason. */
-static int ct__check_resume(ct_trainer_t *t, const char *name, const char *config, ct_errbuf_t *eb)
+static int ct__check_resume(ctrain_trainer_t *t, const char *name, const char *config,
+                            ct_errbuf_t *eb)
 {
     json_error_t je;
     json_t *o = json_loads(config, 0, &je);
     int rc = 0;
-    ct_model_cfg_t mc = {0};
+    ctrain_model_cfg_t mc = {0};
     json_int_t users = 0, items = 0, inter = 0, bs = 0, accum = 0, seed = 0;
     json_t *state = NULL;
-    if (!o || ct_model_cfg_from_json(json_object_get(o, "model"), &mc, eb) != 0 ||
+    if (!o || ctrain_model_cfg_from_json(json_object_get(o, "model"), &mc, eb) != 0 ||
         json_unpack_ex(o, &je, 0, "{s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:o}", "data",
                        "num_users", &users, "num_items", &items, "num_interactions", &inter,
                        "train", "batch_size", &bs, "grad_accum", &accum, "seed", &seed, "state",
@@ -239,7 +241,7 @@ static int ct__check_resume(ct_trainer_t *t, const char *name, const char *confi
         goto out;
     }
     char what[160];
-    const char *field = ct_model_cfg_diff(&mc, &t->mcfg, what, sizeof what);
+    const char *field = ctrain_model_cfg_diff(&mc, &t->mcfg, what, sizeof what);
     if (field) {
         rc = ct_errbuf_set(eb, CT_EMISMATCH,
                            "refusing to resume from %s/%s: its model configuration differs from "
@@ -274,7 +276,7 @@ out:
 /* Resumes from the latest checkpoint when there is one: rank 0 picks the file (with fallback
  * past damaged ones) and broadcasts its name, the others load exactly that file. Sets
  * *resumed. */
-static int ct__resume(ct_trainer_t *t, bool *resumed, ct_errbuf_t *eb)
+static int ct__resume(ctrain_trainer_t *t, bool *resumed, ct_errbuf_t *eb)
 {
     *resumed = false;
     struct {
@@ -311,7 +313,7 @@ static int ct__resume(ct_trainer_t *t, bool *resumed, ct_errbuf_t *eb)
         goto out;
     if ((rc = ct__check_resume(t, pick.name, meta->config, eb)) != 0)
         goto out;
-    if ((rc = ct_model_from_host(t->model)) != 0) {
+    if ((rc = ctrain_model_from_host(t->model)) != 0) {
         ct_errbuf_set(eb, rc, "copying the checkpoint to the %s backend failed", t->ops.name);
         goto out;
     }
@@ -335,22 +337,22 @@ out:
 
 static void ct__eval_progress(void *ctx)
 {
-    ct_trainer_t *t = ctx;
+    ctrain_trainer_t *t = ctx;
     ct_worker_progress((uint64_t)t->step);
 }
 
-static int ct__setup(ct_trainer_t *t, ct_errbuf_t *eb)
+static int ct__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
 {
-    const ct_train_cfg_t *c = t->cfg;
+    const ctrain_cfg_t *c = t->cfg;
     const int W = t->env->world_size, R = t->env->rank;
-    int rc = ct_train_load_data(c, &t->ds, eb);
+    int rc = ctrain_train_load_data(c, &t->ds, eb);
     if (rc != 0)
         return rc;
-    if ((rc = ct_train_backend(c, t->env, &t->ops, eb)) != 0)
+    if ((rc = ctrain_train_backend(c, t->env, &t->ops, eb)) != 0)
         return rc;
-    t->mcfg = ct_train_model_cfg(c, t->ds.num_items);
-    if ((rc = ct_train_check_data(&t->mcfg, &t->ds, eb)) != 0 ||
-        (rc = ct_train_check_device(&t->mcfg, &t->ops, eb)) != 0)
+    t->mcfg = ctrain_train_model_cfg(c, t->ds.num_items);
+    if ((rc = ctrain_train_check_data(&t->mcfg, &t->ds, eb)) != 0 ||
+        (rc = ctrain_train_check_device(&t->mcfg, &t->ops, eb)) != 0)
         return rc;
 
     /* Samples: users that yield at least one training target. */
@@ -379,55 +381,56 @@ static int ct__setup(ct_trainer_t *t, ct_errbuf_t *eb)
         return rc;
     t->steps_per_epoch = ct_shard_steps_per_epoch(&t->shard);
     t->total_steps = t->steps_per_epoch * c->num_epochs;
-    t->micro = ct_train_eval_chunk(c, W);
+    t->micro = ctrain_train_eval_chunk(c, W);
 
-    if ((rc = ct_model_create(&t->model, &t->mcfg, &t->ops, t->micro, eb)) != 0)
+    if ((rc = ctrain_model_create(&t->model, &t->mcfg, &t->ops, t->micro, eb)) != 0)
         return rc;
-    if ((rc = ct_model_init_params(t->model, c->seed)) != 0)
+    if ((rc = ctrain_model_init_params(t->model, c->seed)) != 0)
         return ct_errbuf_set(eb, rc, "initialising the model failed");
     if (c->state_dict_path[0] != '\0' &&
-        (rc = ct_model_load_params(t->model, c->state_dict_path, eb)) != 0)
+        (rc = ctrain_model_load_params(t->model, c->state_dict_path, eb)) != 0)
         return ct_errbuf_wrap(eb, rc, "--state_dict_path");
     t->views = calloc((size_t)t->model->n_params * 3, sizeof *t->views);
     if (!t->views)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
-    t->n_views = ct_model_views(t->model, CT_MODEL_VIEW_PARAMS | CT_MODEL_VIEW_ADAM, t->views);
+    t->n_views =
+        ctrain_model_views(t->model, CTRAIN_MODEL_VIEW_PARAMS | CTRAIN_MODEL_VIEW_ADAM, t->views);
 #if CT_HAVE_NCCL
     /* device gradients over NCCL: the bucketed, stream-ordered reduction with its watchdog
      * (world 1 only when --backend nccl asked for it: otherwise one rank reduces nothing) */
     if (!t->ops.host_memory && t->red->comm && ct_comm_backend(t->red->comm) == CT_COMM_NCCL &&
         (t->red->world_size > 1 || strcmp(c->backend, "nccl") == 0) &&
-        (rc = ct_reducer_nccl_attach(t->red, t->ops.stream, CT_TRAIN_BUCKET_BYTES,
+        (rc = ct_reducer_nccl_attach(t->red, t->ops.stream, CTRAIN_TRAIN_BUCKET_BYTES,
                                      (int64_t)(c->collective_timeout * 1000.0 + 0.5), eb)) != 0)
         return rc;
 #endif
     if (!t->ops.host_memory && t->red->world_size > 1 && strcmp(t->red->name, "nccl") != 0) {
-        t->grad_host = malloc((t->model->num_params + CT_MODEL_GRAD_EXTRA) * sizeof(float));
+        t->grad_host = malloc((t->model->num_params + CTRAIN_MODEL_GRAD_EXTRA) * sizeof(float));
         if (!t->grad_host)
             return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     }
 
-    if ((rc = ct_evaluator_init(&t->ev, &t->ds, &t->ops, t->micro, c->maxlen, c->eval,
-                                t->mcfg.kind == CT_MODEL_TISASREC, R, W, eb)) != 0)
+    if ((rc = ctrain_evaluator_init(&t->ev, &t->ds, &t->ops, t->micro, c->maxlen, c->eval,
+                                    t->mcfg.kind == CTRAIN_MODEL_TISASREC, R, W, eb)) != 0)
         return rc;
     t->ev.progress = ct__eval_progress;
     t->ev.progress_ctx = t;
     return ct_ckpt_dir_init(&t->ckpt, c->train_dir, c->keep_checkpoints, t->rank0, eb);
 }
 
-static void ct__teardown(ct_trainer_t *t)
+static void ct__teardown(ctrain_trainer_t *t)
 {
-    ct_out_close(t);
+    ctrain_out_close(t);
     ct_ckpt_dir_close(&t->ckpt);
-    ct_evaluator_close(&t->ev);
-    ct_batcher_close(&t->batcher);
-    ct_model_destroy(t->model);
+    ctrain_evaluator_close(&t->ev);
+    ctrain_loader_close(&t->batcher);
+    ctrain_model_destroy(t->model);
     ct_ops_close(&t->ops);
     free(t->grad_host);
     free(t->views);
     free(t->samples);
     free(t->targets);
-    ct_data_free(&t->ds);
+    ctrain_data_free(&t->ds);
 }
 
 /* ---- one optimizer step ---------------------------------------------------------------------- */
@@ -436,41 +439,41 @@ static void ct__teardown(ct_trainer_t *t)
  * gradients each block has finished while the earlier blocks are still computed. */
 static int ct__grads_ready(void *ctx, float *grads, const int64_t (*ranges)[2], int n)
 {
-    ct_trainer_t *t = ctx;
+    ctrain_trainer_t *t = ctx;
     return t->red->allreduce_f32_early(t->red, grads, ranges, n, &t->ready_eb);
 }
 
-static int ct__step(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
+static int ct__step(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
 {
-    const ct_train_cfg_t *c = t->cfg;
-    ct_model_t *m = t->model;
+    const ctrain_cfg_t *c = t->cfg;
+    ctrain_model_t *m = t->model;
     ct_ops_t *o = &t->ops;
-    ct_model_zero_grad(m);
+    ctrain_model_zero_grad(m);
     float local_loss = 0.0f;
     double targets = 0;
-    const ct_train_chunk_t *ch;
+    const ctrain_train_chunk_t *ch;
     do {
-        ch = ct_batcher_next(&t->batcher);
+        ch = ctrain_loader_next(&t->batcher);
         if (ch->step != t->step)
             return ct_errbuf_set(eb, CT_ESTATE, "batch stream at step %lld, trainer at %lld",
                                  (long long)ch->step, (long long)t->step);
         targets = ch->targets;
         if (ch->n == 0)
             continue;
-        ct_model_batch_t mb = {.B = ch->n,
-                               .seq = ch->batch.seq,
-                               .pos = ch->batch.pos,
-                               .neg = ch->batch.neg,
-                               .tseq = ch->batch.tseq,
-                               .row_neg = ch->batch.row_neg,
-                               .row0 = ch->row0};
+        ctrain_model_batch_t mb = {.B = ch->n,
+                                   .seq = ch->batch.seq,
+                                   .pos = ch->batch.pos,
+                                   .neg = ch->batch.neg,
+                                   .tseq = ch->batch.tseq,
+                                   .row_neg = ch->batch.row_neg,
+                                   .row0 = ch->row0};
         float l = 0.0f;
         const bool early =
             ch->last && c->overlap_reduction && t->red->allreduce_f32_early && !t->grad_host;
         m->grads_ready = early ? ct__grads_ready : NULL;
         m->grads_ready_ctx = t;
         t->ready_eb.msg[0] = '\0';
-        int rc = ct_model_forward_backward(m, &mb, (float)targets, c->seed, t->step, &l);
+        int rc = ctrain_model_forward_backward(m, &mb, (float)targets, c->seed, t->step, &l);
         m->grads_ready = NULL;
         if (rc != 0 && t->ready_eb.msg[0])
             return ct_errbuf_set(eb, rc, "step %lld: gradient reduction: %s", (long long)t->step,
@@ -484,7 +487,7 @@ static int ct__step(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
     /* The one reduction of the step: gradients, with the loss in the slot after them. */
     float *tail = m->grads_mem + m->num_params;
     o->copy(o, tail, &local_loss, sizeof local_loss, CT_COPY_H2D);
-    const int64_t ng = (int64_t)m->num_params + CT_MODEL_GRAD_EXTRA;
+    const int64_t ng = (int64_t)m->num_params + CTRAIN_MODEL_GRAD_EXTRA;
     int rc;
     if (t->grad_host) {
         /* device gradients over a host communicator (the CPU ring): through host memory */
@@ -501,8 +504,8 @@ static int ct__step(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
     o->copy(o, &loss, tail, sizeof loss, CT_COPY_D2H);
     /* After the reduction every rank holds the same buffers, so what follows - and the
      * decision to skip - is identical everywhere. */
-    if ((rc = ct_model_l2(m, (float)c->l2_emb, ct_model_l2_mode(&m->cfg), &penalty)) != 0 ||
-        (rc = ct_model_grad_sumsq(m, &sumsq)) != 0)
+    if ((rc = ctrain_model_l2(m, (float)c->l2_emb, ctrain_model_l2_mode(&m->cfg), &penalty)) != 0 ||
+        (rc = ctrain_model_grad_sumsq(m, &sumsq)) != 0)
         return ct_errbuf_set(eb, rc, "step %lld: the %s backend failed", (long long)t->step,
                              o->name);
     loss += penalty;
@@ -523,9 +526,9 @@ static int ct__step(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
         return 0;
     }
     float scale = ct_clip_coef(sumsq, (float)c->grad_clip);
-    t->lr_now = ct_train_lr_at(c, t->step, t->total_steps);
+    t->lr_now = ctrain_train_lr_at(c, t->step, t->total_steps);
     t->st.adam_steps++;
-    if ((rc = ct_model_adam(m, t->lr_now, scale, t->st.adam_steps)) != 0)
+    if ((rc = ctrain_model_adam(m, t->lr_now, scale, t->st.adam_steps)) != 0)
         return ct_errbuf_set(eb, rc, "step %lld: Adam on the %s backend failed", (long long)t->step,
                              o->name);
     t->st.loss_sum += loss;
@@ -539,15 +542,15 @@ static int ct__step(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
 
 /* The number models are selected on: validation full-ranking NDCG@10 when full ranking is
  * evaluated (the spec's primary metric), else the sampled one. Never a test number. */
-static double ct__select_metric(const ct_train_cfg_t *c, const ct_eval_result_t *r)
+static double ct__select_metric(const ctrain_cfg_t *c, const ctrain_eval_result_t *r)
 {
-    return (c->eval & CT_EVAL_MODE_FULL) ? r->valid.full_ndcg : r->valid.ndcg;
+    return (c->eval & CTRAIN_EVAL_MODE_FULL) ? r->valid.full_ndcg : r->valid.ndcg;
 }
 
-int ct_train_check_scores(const ct_train_cfg_t *cfg, const ct_eval_result_t *r, bool speak,
-                          const char *when, ct_errbuf_t *eb)
+int ctrain_train_check_scores(const ctrain_cfg_t *cfg, const ctrain_eval_result_t *r, bool speak,
+                              const char *when, ct_errbuf_t *eb)
 {
-    const ct_eval_split_result_t *v = &r->valid, *te = &r->test;
+    const ctrain_eval_split_result_t *v = &r->valid, *te = &r->test;
     if (v->nonfinite == 0 && te->nonfinite == 0)
         return 0;
     char what[200];
@@ -569,18 +572,18 @@ int ct_train_check_scores(const ct_train_cfg_t *cfg, const ct_eval_result_t *r, 
     return 0;
 }
 
-static int ct__evaluate(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
+static int ct__evaluate(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
 {
-    ct_eval_result_t r;
+    ctrain_eval_result_t r;
     double train_s = t->train_seconds;
-    int rc = ct_eval_model(&t->ev, t->model, t->red, &r, eb);
+    int rc = ctrain_eval_model(&t->ev, t->model, t->red, &r, eb);
     if (rc != 0)
         return rc;
     char when[96];
     snprintf(when, sizeof when, "evaluation after epoch %lld (step %lld)", (long long)epoch,
              (long long)t->step);
     /* every rank holds the same reduced counts, so all of them fail (or go on) together */
-    if ((rc = ct_train_check_scores(t->cfg, &r, t->rank0, when, eb)) != 0)
+    if ((rc = ctrain_train_check_scores(t->cfg, &r, t->rank0, when, eb)) != 0)
         return rc;
     double loss = t->st.loss_steps > 0 ? t->st.loss_sum / (double)t->st.loss_steps : NAN;
     double pps = train_s > 0 ? t->rate_positions / train_s : 0.0;
@@ -599,9 +602,9 @@ static int ct__evaluate(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
         t->st.best = r;
     }
     if (t->rank0) {
-        ct_out_progress_clear(t);
-        ct_out_row(epoch, t->step, loss, pps, &r);
-        if ((rc = ct_out_metrics(t, epoch, loss, pps, &r, eb)) != 0)
+        ctrain_out_progress_clear(t);
+        ctrain_out_row(epoch, t->step, loss, pps, &r);
+        if ((rc = ctrain_out_metrics(t, epoch, loss, pps, &r, eb)) != 0)
             return rc;
     }
     t->st.loss_sum = 0;
@@ -616,9 +619,9 @@ static int ct__evaluate(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
 
 /* ---- the job --------------------------------------------------------------------------------- */
 
-static int ct__loop(ct_trainer_t *t, ct_errbuf_t *eb)
+static int ct__loop(ctrain_trainer_t *t, ct_errbuf_t *eb)
 {
-    const ct_train_cfg_t *c = t->cfg;
+    const ctrain_cfg_t *c = t->cfg;
     int rc;
     t->t_phase_ns = ct_time_ns();
     while (t->step < t->total_steps) {
@@ -633,8 +636,8 @@ static int ct__loop(ct_trainer_t *t, ct_errbuf_t *eb)
         t->train_seconds += dt;
         t->total_train_seconds += dt;
         if (t->rank0)
-            ct_out_progress(t, t->st.loss_steps ? t->st.loss_sum / (double)t->st.loss_steps : NAN,
-                            false);
+            ctrain_out_progress(
+                t, t->st.loss_steps ? t->st.loss_sum / (double)t->st.loss_steps : NAN, false);
         bool epoch_end = t->step % t->steps_per_epoch == 0;
         int64_t done = t->step / t->steps_per_epoch; /* epochs completed */
         if (epoch_end &&
@@ -651,10 +654,10 @@ static int ct__loop(ct_trainer_t *t, ct_errbuf_t *eb)
     return 0;
 }
 
-int ct_train_run(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_reducer_t *red,
-                 ct_errbuf_t *eb)
+int ctrain_train_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_reducer_t *red,
+                     ct_errbuf_t *eb)
 {
-    ct_trainer_t *t = calloc(1, sizeof *t);
+    ctrain_trainer_t *t = calloc(1, sizeof *t);
     if (!t)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     t->cfg = cfg;
@@ -666,7 +669,7 @@ int ct_train_run(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_reduc
     if (rc != 0)
         goto out;
     if (t->rank0)
-        ct_out_header(t);
+        ctrain_out_header(t);
 
     bool resumed = false;
     if (!cfg->resume_never || env->restart_count > 0) {
@@ -678,32 +681,33 @@ int ct_train_run(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_reduc
         if ((rc = ct_ckpt_clear(&t->ckpt, eb)) != 0)
             goto out;
     }
-    if ((rc = ct_eval_popularity(&t->ev, red, &t->popularity, eb)) != 0)
+    if ((rc = ctrain_eval_popularity(&t->ev, red, &t->popularity, eb)) != 0)
         goto out;
     if (t->rank0) {
-        ct_out_popularity(&t->popularity);
-        if ((rc = ct_out_open(t, resumed, t->step, eb)) != 0)
+        ctrain_out_popularity(&t->popularity);
+        if ((rc = ctrain_out_open(t, resumed, t->step, eb)) != 0)
             goto out;
-        ct_out_row_header();
+        ctrain_out_row_header();
     }
-    if ((rc = ct_batcher_init(&t->batcher, &t->ds, t->samples, t->targets, &t->shard, t->micro,
-                              cfg->maxlen, t->mcfg.kind == CT_MODEL_TISASREC,
-                              cfg->loss == CT_LOSS_SAMPLED_CE ? cfg->num_negatives : 0, cfg->seed,
-                              t->step, t->total_steps, cfg->num_workers > 0, eb)) != 0)
+    if ((rc = ctrain_loader_init(&t->batcher, &t->ds, t->samples, t->targets, &t->shard, t->micro,
+                                 cfg->maxlen, t->mcfg.kind == CTRAIN_MODEL_TISASREC,
+                                 cfg->loss == CTRAIN_LOSS_SAMPLED_CE ? cfg->num_negatives : 0,
+                                 cfg->seed, t->step, t->total_steps, cfg->num_workers > 0, eb)) !=
+        0)
         goto out;
     if ((rc = ct__loop(t, eb)) != 0)
         goto out;
     if ((rc = ct__save(t, CT_CKPT_FINAL, eb)) != 0)
         goto out;
     if (t->rank0) {
-        ct_out_progress_clear(t);
-        json_t *s = ct_out_summary(t);
+        ctrain_out_progress_clear(t);
+        json_t *s = ctrain_out_summary(t);
         char *line = json_dumps(s, JSON_COMPACT | JSON_REAL_PRECISION(6));
         char *pretty = json_dumps(s, JSON_INDENT(2));
         json_decref(s);
         printf("# summary: %s\n", line ? line : "{}");
         fflush(stdout);
-        rc = pretty ? ct_out_write_file(cfg->train_dir, "summary.json", pretty, eb) : -ENOMEM;
+        rc = pretty ? ctrain_out_write_file(cfg->train_dir, "summary.json", pretty, eb) : -ENOMEM;
         free(line);
         free(pretty);
     }

@@ -1,5 +1,5 @@
 /*
- * ct_train.h - ctrain's two jobs, called by its main(): training (with evaluation,
+ * ctrain_train.h - ctrain's two jobs, called by its main(): training (with evaluation,
  * checkpoints and resume) and evaluating a saved model (--inference_only).
  *
  * Training, in one paragraph: an epoch is a permutation (ct_shard, Philox-shuffled per epoch)
@@ -20,8 +20,8 @@
  * Errors come back as a code with one line in eb; main() reports that line (stderr and the
  * error file, no backtrace) and exits 1.
  */
-#ifndef CT_TRAIN_H
-#define CT_TRAIN_H
+#ifndef CTRAIN_TRAIN_H
+#define CTRAIN_TRAIN_H
 
 #include "ct_error.h"
 #include "ct_reduce.h"
@@ -32,14 +32,14 @@
 extern "C" {
 #endif
 
-int ct_train_run(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_reducer_t *red,
-                 ct_errbuf_t *eb);
+int ctrain_train_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_reducer_t *red,
+                     ct_errbuf_t *eb);
 
-int ct_infer_run(const ct_train_cfg_t *cfg, const ct_worker_env_t *env, ct_reducer_t *red,
-                 ct_errbuf_t *eb);
+int ctrain_infer_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_reducer_t *red,
+                     ct_errbuf_t *eb);
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* CT_TRAIN_H */
+#endif /* CTRAIN_TRAIN_H */

@@ -1,5 +1,5 @@
 /*
- * test_fault.c - libctworker's half of fault injection (CTRUN_FAULT, ct_fault.c) and the
+ * test_inject.c - libctworker's half of fault injection (CTRUN_INJECT, ct_inject.c) and the
  * watchdog's stack dump: the value's grammar; kill@N dies by SIGKILL at exactly step N after
  * one heartbeat record for N (past the rate limit); stop@N stops the process there; torn@N at
  * each of the three checkpoint phases leaves a directory whose `latest` still loads a complete
@@ -25,42 +25,42 @@ static char root[256];
 
 static void test_parse(void)
 {
-    ct_fault_t f;
+    ct_inject_t f;
     ct_errbuf_t eb = {{0}};
-    CT_ASSERT_OK(ct_fault_parse(NULL, &f, &eb));
-    CT_ASSERT_EQ(f.kind, CT_FAULT_NONE);
-    CT_ASSERT_OK(ct_fault_parse("kill@50", &f, &eb));
-    CT_ASSERT_EQ(f.kind, CT_FAULT_KILL);
+    CT_ASSERT_OK(ct_inject_parse(NULL, &f, &eb));
+    CT_ASSERT_EQ(f.kind, CT_INJECT_NONE);
+    CT_ASSERT_OK(ct_inject_parse("kill@50", &f, &eb));
+    CT_ASSERT_EQ(f.kind, CT_INJECT_KILL);
     CT_ASSERT_EQ(f.step, 50);
-    CT_ASSERT_OK(ct_fault_parse("stop@0", &f, &eb));
-    CT_ASSERT_EQ(f.kind, CT_FAULT_STOP);
-    CT_ASSERT_OK(ct_fault_parse("torn@7:latest", &f, &eb));
-    CT_ASSERT_EQ(f.kind, CT_FAULT_TORN);
-    CT_ASSERT_EQ(f.phase, CT_FAULT_PHASE_LATEST);
+    CT_ASSERT_OK(ct_inject_parse("stop@0", &f, &eb));
+    CT_ASSERT_EQ(f.kind, CT_INJECT_STOP);
+    CT_ASSERT_OK(ct_inject_parse("torn@7:latest", &f, &eb));
+    CT_ASSERT_EQ(f.kind, CT_INJECT_TORN);
+    CT_ASSERT_EQ(f.phase, CT_INJECT_PHASE_LATEST);
     static const char *const bad[][2] = {
-        {"kill", "CTRUN_FAULT: \"kill\" is not KIND@STEP (kill, stop or torn)"},
-        {"boom@3", "CTRUN_FAULT: unknown fault \"boom\" (expected kill, stop or torn)"},
-        {"kill@x", "CTRUN_FAULT: step: \"x\" is not an integer"},
-        {"torn@3", "CTRUN_FAULT: \"torn@3\": torn needs :data, :file or :latest"},
-        {"torn@3:mid", "CTRUN_FAULT: unknown checkpoint phase \"mid\" (expected data, file or "
+        {"kill", "CTRUN_INJECT: \"kill\" is not KIND@STEP (kill, stop or torn)"},
+        {"boom@3", "CTRUN_INJECT: unknown fault \"boom\" (expected kill, stop or torn)"},
+        {"kill@x", "CTRUN_INJECT: step: \"x\" is not an integer"},
+        {"torn@3", "CTRUN_INJECT: \"torn@3\": torn needs :data, :file or :latest"},
+        {"torn@3:mid", "CTRUN_INJECT: unknown checkpoint phase \"mid\" (expected data, file or "
                        "latest)"},
-        {"kill@3:data", "CTRUN_FAULT: \"kill@3:data\": only torn takes a phase"},
+        {"kill@3:data", "CTRUN_INJECT: \"kill@3:data\": only torn takes a phase"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ct_errbuf_clear(&eb);
-        CT_ASSERT_MSG(ct_fault_parse(bad[i][0], &f, &eb) != 0, "%s", bad[i][0]);
+        CT_ASSERT_MSG(ct_inject_parse(bad[i][0], &f, &eb) != 0, "%s", bad[i][0]);
         CT_ASSERT_STR_EQ(eb.msg, bad[i][1]);
     }
     /* ct_worker_setup refuses a malformed value. */
-    setenv("CTRUN_FAULT", "kill@", 1);
+    setenv("CTRUN_INJECT", "kill@", 1);
     ct_worker_env_t env;
     CT_ASSERT_OK(ct_worker_env_read(&env, &eb));
     CT_ASSERT(ct_worker_setup(&env, 0, &eb) != 0);
-    CT_ASSERT_STR_CONTAINS(eb.msg, "CTRUN_FAULT");
-    unsetenv("CTRUN_FAULT");
+    CT_ASSERT_STR_CONTAINS(eb.msg, "CTRUN_INJECT");
+    unsetenv("CTRUN_INJECT");
 }
 
-/* Forks a child with CTRUN_FAULT=fault and a heartbeat pipe; the child runs body(arg).
+/* Forks a child with CTRUN_INJECT=fault and a heartbeat pipe; the child runs body(arg).
  * Returns the child's wait status; *last_step gets the step of the last heartbeat record. */
 static int run_child(const char *fault, void (*body)(void *), void *arg, int64_t *last_step,
                      bool stop_expected)
@@ -74,7 +74,7 @@ static int run_child(const char *fault, void (*body)(void *), void *arg, int64_t
         char fd[16];
         snprintf(fd, sizeof fd, "%d", p[1]);
         setenv("CTRUN_HEARTBEAT_FD", fd, 1);
-        setenv("CTRUN_FAULT", fault, 1);
+        setenv("CTRUN_INJECT", fault, 1);
         ct_worker_env_t env;
         ct_errbuf_t eb = {{0}};
         if (ct_worker_env_read(&env, &eb) != 0 || ct_worker_setup(&env, 0, &eb) != 0) {

@@ -351,7 +351,8 @@ static void test_store_unreachable(void)
 /* ctrain's event file read back by TensorBoard's own reader: every scalar of metrics.jsonl at
  * its step, as float32 (rtol 1e-6). The Python with the tensorboard package is
  * $CTRUN_TORCH2_PYTHON or ~/.venvs/torch2/bin/python; without it this check says so and is
- * skipped (the writer's framing is tested byte by byte in tests/worker/trainer/test_ctrain_tboard.c). */
+ * skipped (the writer's framing is tested byte by byte in
+ * tests/worker/trainer/test_ctrain_tboard.c). */
 static void check_event_file(const char *dir)
 {
     const char *py = getenv("CTRUN_TORCH2_PYTHON");
@@ -565,7 +566,7 @@ static void test_variants(void)
 }
 
 /* Time intervals matter on data built so that they do: on synthetic data where a long gap
- * before the last item means the next item skips one step of the hidden cycle (ct_synth.c;
+ * before the last item means the next item skips one step of the hidden cycle (ctrain_synth.c;
  * noise 0 and 30 items, so a short run learns), TiSASRec ranks the next item first almost
  * always while SASRec, blind to the gaps, can only split its guesses between the two possible
  * items. Measured over seeds 1-3 after 40 epochs: TiSASRec test full NDCG@10 0.999-1.000,

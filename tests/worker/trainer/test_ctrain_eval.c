@@ -1,6 +1,6 @@
 /*
- * test_eval.c - worker/ct_eval.c: the full-ranking rank (exclusions, duplicates, ties, NaN),
- * the popularity baseline on a hand-made dataset whose HR/NDCG are worked out below, that a
+ * test_ctrain_eval.c - worker/ctrain_eval.c: the full-ranking rank (exclusions, duplicates, ties,
+ * NaN), the popularity baseline on a hand-made dataset whose HR/NDCG are worked out below, that a
  * model-free evaluation split over W ranks and reduced equals W = 1, the evaluator's user
  * sharding, users with NaN or infinite scores counted (their split left without metrics), and
  * the sampled protocol's candidate rule (what is never a negative, and that the target's own
@@ -18,30 +18,30 @@ static void test_rank_full(void)
     /* items 1..6; target 3 scores 0.5 */
     const float s[7] = {9.0f, 0.9f, 0.1f, 0.5f, 0.5f, 0.7f, 0.2f};
     /* higher: 1 (0.9), 5 (0.7); tie: 4 (0.5) counts against; item 0 never counts */
-    CT_ASSERT_EQ(ct_eval_rank_full(s, 7, 3, NULL, 0, 0), 3);
+    CT_ASSERT_EQ(ctrain_eval_rank_full(s, 7, 3, NULL, 0, 0), 3);
     /* excluding 1 and 5 (history, with a duplicate) leaves the tie */
     const int32_t hist[] = {1, 1, 5};
-    CT_ASSERT_EQ(ct_eval_rank_full(s, 7, 3, hist, 3, 0), 1);
+    CT_ASSERT_EQ(ctrain_eval_rank_full(s, 7, 3, hist, 3, 0), 1);
     /* the extra exclusion (the validation item on the test split) */
-    CT_ASSERT_EQ(ct_eval_rank_full(s, 7, 3, hist, 3, 4), 0);
+    CT_ASSERT_EQ(ctrain_eval_rank_full(s, 7, 3, hist, 3, 4), 0);
     /* the extra item already in the history is not subtracted twice */
-    CT_ASSERT_EQ(ct_eval_rank_full(s, 7, 3, hist, 3, 5), 1);
+    CT_ASSERT_EQ(ctrain_eval_rank_full(s, 7, 3, hist, 3, 5), 1);
     /* the target itself is never excluded, even if the user saw it before */
     const int32_t with_target[] = {3, 5};
-    CT_ASSERT_EQ(ct_eval_rank_full(s, 7, 3, with_target, 2, 0), 2);
+    CT_ASSERT_EQ(ctrain_eval_rank_full(s, 7, 3, with_target, 2, 0), 2);
     /* items below the target never count */
     const int32_t low[] = {2, 6};
-    CT_ASSERT_EQ(ct_eval_rank_full(s, 7, 3, low, 2, 0), 3);
+    CT_ASSERT_EQ(ctrain_eval_rank_full(s, 7, 3, low, 2, 0), 3);
     /* a NaN target loses to everything */
     float n[7] = {0, 1, 2, NAN, 3, 4, 5};
-    CT_ASSERT_EQ(ct_eval_rank_full(n, 7, 3, NULL, 0, 0), 5);
+    CT_ASSERT_EQ(ctrain_eval_rank_full(n, 7, 3, NULL, 0, 0), 5);
     /* a NaN competitor counts against the target */
     n[3] = 10.0f, n[6] = NAN;
-    CT_ASSERT_EQ(ct_eval_rank_full(n, 7, 3, NULL, 0, 0), 1);
+    CT_ASSERT_EQ(ctrain_eval_rank_full(n, 7, 3, NULL, 0, 0), 1);
 }
 
 /* A dataset written by hand: 6 users, 5 items, ids already in place. */
-static void make_ds(ct_dataset_t *ds)
+static void make_ds(ctrain_dataset_t *ds)
 {
     static const int32_t seqs[6][6] = {
         {1, 2, 1, 2, 3, 0}, /* train 1 2 1, valid 2, test 3 */
@@ -65,12 +65,12 @@ static void make_ds(ct_dataset_t *ds)
     ds->user_start[7] = k;
     ds->num_interactions = k;
     snprintf(ds->source, sizeof ds->source, "hand-made");
-    CT_ASSERT_OK(ct_data_finish(ds, 4));
+    CT_ASSERT_OK(ctrain_data_finish(ds, 4));
 }
 
 static void test_popularity(void)
 {
-    ct_dataset_t ds;
+    ctrain_dataset_t ds;
     make_ds(&ds);
     CT_ASSERT_EQ(ds.num_eval_users, 5);
     /* Training counts: item 1: 2+2+1+1+1(user 5)+2 = 9, item 2: 1+1+1+1 = 4, item 3: 1+1 = 2,
@@ -90,13 +90,14 @@ static void test_popularity(void)
     ct_ops_cpu_init(&ops);
     ct_reducer_t red;
     ct_reducer_local_init(&red);
-    ct_evaluator_t ev;
+    ctrain_evaluator_t ev;
     ct_errbuf_t eb;
-    CT_ASSERT_OK(ct_evaluator_init(&ev, &ds, &ops, 2, 4, CT_EVAL_MODE_BOTH, false, 0, 1, &eb));
+    CT_ASSERT_OK(
+        ctrain_evaluator_init(&ev, &ds, &ops, 2, 4, CTRAIN_EVAL_MODE_BOTH, false, 0, 1, &eb));
     CT_ASSERT(ev.pop[1] == 9 && ev.pop[2] == 4 && ev.pop[3] == 2 && ev.pop[4] == 0 &&
               ev.pop[5] == 1);
-    ct_eval_result_t r;
-    CT_ASSERT_OK(ct_eval_popularity(&ev, &red, &r, &eb));
+    ctrain_eval_result_t r;
+    CT_ASSERT_OK(ctrain_eval_popularity(&ev, &red, &r, &eb));
     CT_ASSERT_EQ(r.valid.users, 5);
     CT_ASSERT_CLOSE(r.valid.full_hr, 1.0, 1e-12, 0);
     CT_ASSERT_CLOSE(r.valid.full_ndcg, 1.0, 1e-12, 0);
@@ -107,25 +108,25 @@ static void test_popularity(void)
      * every hr is 1 with 5 items, and the ndcg follows the ranks above or ties with repeats,
      * so only bounds are certain: each user's rank is at most 100. */
     CT_ASSERT(r.valid.hr >= 0 && r.valid.hr <= 1 && r.valid.ndcg <= r.valid.hr);
-    ct_evaluator_close(&ev);
+    ctrain_evaluator_close(&ev);
 
     /* Split over 3 ranks, each evaluating its share; the sums add up to the whole. */
     double sum_full = 0, sum_sampled = 0;
     int64_t users = 0;
     for (int rank = 0; rank < 3; rank++) {
-        CT_ASSERT_OK(
-            ct_evaluator_init(&ev, &ds, &ops, 2, 4, CT_EVAL_MODE_BOTH, false, rank, 3, &eb));
-        ct_eval_result_t part;
-        CT_ASSERT_OK(ct_eval_popularity(&ev, &red, &part, &eb));
+        CT_ASSERT_OK(ctrain_evaluator_init(&ev, &ds, &ops, 2, 4, CTRAIN_EVAL_MODE_BOTH, false, rank,
+                                           3, &eb));
+        ctrain_eval_result_t part;
+        CT_ASSERT_OK(ctrain_eval_popularity(&ev, &red, &part, &eb));
         users += part.test.users;
         sum_full += part.test.full_ndcg * (double)part.test.users;
         sum_sampled += part.test.ndcg * (double)part.test.users;
-        ct_evaluator_close(&ev);
+        ctrain_evaluator_close(&ev);
     }
     CT_ASSERT_EQ(users, 5);
     CT_ASSERT_CLOSE(sum_full / 5.0, r.test.full_ndcg, 1e-12, 0);
     CT_ASSERT_CLOSE(sum_sampled / 5.0, r.test.ndcg, 1e-12, 0);
-    ct_data_free(&ds);
+    ctrain_data_free(&ds);
 }
 
 /* Non-finite scores: a user whose scores include a NaN or an infinity is counted once per
@@ -134,26 +135,27 @@ static void test_popularity(void)
  * here: item 4 is in no evaluated user's training history, so every user scores it. */
 static void test_nonfinite_scores(void)
 {
-    ct_dataset_t ds;
+    ctrain_dataset_t ds;
     make_ds(&ds);
     ct_ops_t ops;
     ct_ops_cpu_init(&ops);
     ct_reducer_t red;
     ct_reducer_local_init(&red);
-    ct_evaluator_t ev;
+    ctrain_evaluator_t ev;
     ct_errbuf_t eb;
-    ct_eval_result_t r;
-    const ct_eval_mode_t modes[3] = {CT_EVAL_MODE_SAMPLED, CT_EVAL_MODE_FULL, CT_EVAL_MODE_BOTH};
+    ctrain_eval_result_t r;
+    const ctrain_eval_mode_t modes[3] = {CTRAIN_EVAL_MODE_SAMPLED, CTRAIN_EVAL_MODE_FULL,
+                                         CTRAIN_EVAL_MODE_BOTH};
     const float bad[2] = {NAN, INFINITY};
     for (int k = 0; k < 3; k++) {
         for (int b = 0; b < 2; b++) {
-            CT_ASSERT_OK(ct_evaluator_init(&ev, &ds, &ops, 2, 4, modes[k], false, 0, 1, &eb));
-            ct_eval_result_t clean;
-            CT_ASSERT_OK(ct_eval_popularity(&ev, &red, &clean, &eb));
+            CT_ASSERT_OK(ctrain_evaluator_init(&ev, &ds, &ops, 2, 4, modes[k], false, 0, 1, &eb));
+            ctrain_eval_result_t clean;
+            CT_ASSERT_OK(ctrain_eval_popularity(&ev, &red, &clean, &eb));
             CT_ASSERT_EQ(clean.valid.nonfinite, 0);
             CT_ASSERT_EQ(clean.test.nonfinite, 0);
             ev.pop[4] = bad[b];
-            CT_ASSERT_OK(ct_eval_popularity(&ev, &red, &r, &eb));
+            CT_ASSERT_OK(ctrain_eval_popularity(&ev, &red, &r, &eb));
             /* the full ranking scores every item; the sampled candidates (100 draws from 5
              * items) include item 4 for every user too */
             CT_ASSERT_EQ(r.valid.users, 5);
@@ -162,10 +164,10 @@ static void test_nonfinite_scores(void)
             CT_ASSERT(isnan(r.valid.hr) && isnan(r.valid.ndcg) && isnan(r.valid.full_hr) &&
                       isnan(r.valid.full_ndcg));
             CT_ASSERT(isnan(r.test.hr) && isnan(r.test.full_ndcg));
-            ct_evaluator_close(&ev);
+            ctrain_evaluator_close(&ev);
         }
     }
-    ct_data_free(&ds);
+    ctrain_data_free(&ds);
 }
 
 /* The sampled protocol's candidate rule, end to end through the evaluator: 5 items, one
@@ -180,7 +182,7 @@ static void test_nonfinite_scores(void)
 static void test_sampled_candidates(void)
 {
     static const int32_t items[] = {1, 2, 4, 5, 4, 4, 4, 5, 5};
-    ct_dataset_t ds;
+    ctrain_dataset_t ds;
     memset(&ds, 0, sizeof ds);
     ds.num_users = 3;
     ds.num_items = 5;
@@ -190,7 +192,7 @@ static void test_sampled_candidates(void)
     memcpy(ds.items, items, sizeof items);
     const int64_t starts[] = {0, 0, 4, 7, 9};
     memcpy(ds.user_start, starts, sizeof starts);
-    CT_ASSERT_OK(ct_data_finish(&ds, 4));
+    CT_ASSERT_OK(ctrain_data_finish(&ds, 4));
     CT_ASSERT_EQ(ds.num_eval_users, 1);
 
     ct_ops_t ops;
@@ -199,19 +201,19 @@ static void test_sampled_candidates(void)
     ct_reducer_local_init(&red);
     ct_errbuf_t eb;
     for (int rule = 0; rule < 2; rule++) { /* SASRec's rule, then TiSASRec's */
-        ct_evaluator_t ev;
-        CT_ASSERT_OK(
-            ct_evaluator_init(&ev, &ds, &ops, 1, 4, CT_EVAL_MODE_SAMPLED, rule == 1, 0, 1, &eb));
+        ctrain_evaluator_t ev;
+        CT_ASSERT_OK(ctrain_evaluator_init(&ev, &ds, &ops, 1, 4, CTRAIN_EVAL_MODE_SAMPLED,
+                                           rule == 1, 0, 1, &eb));
         CT_ASSERT(ev.pop[3] == 0 && ev.pop[4] == 3 && ev.pop[5] == 2);
-        ct_eval_result_t r;
-        CT_ASSERT_OK(ct_eval_popularity(&ev, &red, &r, &eb));
+        ctrain_eval_result_t r;
+        CT_ASSERT_OK(ctrain_eval_popularity(&ev, &red, &r, &eb));
         CT_ASSERT_EQ(r.valid.users, 1);
         CT_ASSERT_CLOSE(r.valid.ndcg, 1.0, 0, 0);
         CT_ASSERT_CLOSE(r.test.ndcg, 1.0, 0, 0);
         CT_ASSERT_CLOSE(r.test.hr, 1.0, 0, 0);
-        ct_evaluator_close(&ev);
+        ctrain_evaluator_close(&ev);
     }
-    ct_data_free(&ds);
+    ctrain_data_free(&ds);
 }
 
 int main(void)

@@ -1,5 +1,5 @@
 /*
- * test_ct_tboard.c - the TensorBoard event writer: CRC32C known answers, the record framing
+ * test_ctrain_tboard.c - the TensorBoard event writer: CRC32C known answers, the record framing
  * checked byte by byte, and (when Python's tensorboard package is importable) the file read
  * back by TensorBoard's own event reader with the same tags, steps and values.
  */
@@ -14,26 +14,26 @@
 static void test_crc32c(void)
 {
     /* The standard check value of CRC-32C, and RFC 3720's 32 zero bytes. */
-    CT_ASSERT_EQ_U64(ct_crc32c("123456789", 9), 0xE3069283u);
+    CT_ASSERT_EQ_U64(ctrain_tboard_crc32c("123456789", 9), 0xE3069283u);
     unsigned char zeros[32] = {0};
-    CT_ASSERT_EQ_U64(ct_crc32c(zeros, 32), 0x8A9136AAu);
-    CT_ASSERT_EQ_U64(ct_crc32c("", 0), 0);
+    CT_ASSERT_EQ_U64(ctrain_tboard_crc32c(zeros, 32), 0x8A9136AAu);
+    CT_ASSERT_EQ_U64(ctrain_tboard_crc32c("", 0), 0);
 }
 
 static char dir[] = "/tmp/ct_tboard_testXXXXXX";
 
 static void test_framing(void)
 {
-    ct_tboard_t tb;
+    ctrain_tboard_t tb;
     ct_errbuf_t eb;
-    CT_ASSERT_OK(ct_tboard_open(&tb, dir, &eb));
-    CT_ASSERT_OK(ct_tboard_scalar(&tb, "train/loss", 7, 0.5, &eb));
-    CT_ASSERT_OK(ct_tboard_scalar(&tb, "valid/ndcg@10", 100, 0.25, &eb));
+    CT_ASSERT_OK(ctrain_tboard_open(&tb, dir, &eb));
+    CT_ASSERT_OK(ctrain_tboard_scalar(&tb, "train/loss", 7, 0.5, &eb));
+    CT_ASSERT_OK(ctrain_tboard_scalar(&tb, "valid/ndcg@10", 100, 0.25, &eb));
     char path[1024];
     snprintf(path, sizeof path, "%s", tb.path);
-    ct_tboard_close(&tb);
-    ct_tboard_close(&tb);
-    CT_ASSERT_ERR(ct_tboard_scalar(&tb, "x", 0, 0, &eb), CT_ESTATE);
+    ctrain_tboard_close(&tb);
+    ctrain_tboard_close(&tb);
+    CT_ASSERT_ERR(ctrain_tboard_scalar(&tb, "x", 0, 0, &eb), CT_ESTATE);
     CT_ASSERT_STR_CONTAINS(path, "/events.out.tfevents.");
 
     FILE *f = fopen(path, "rb");
@@ -49,11 +49,11 @@ static void test_framing(void)
         CT_ASSERT_LE(off + 12, n);
         memcpy(&len, buf + off, 8);
         memcpy(&hc, buf + off + 8, 4);
-        uint32_t c = ct_crc32c(buf + off, 8);
+        uint32_t c = ctrain_tboard_crc32c(buf + off, 8);
         CT_ASSERT_EQ_U64(hc, ((c >> 15) | (c << 17)) + 0xa282ead8u);
         CT_ASSERT_LE(off + 12 + len + 4, n);
         memcpy(&dc, buf + off + 12 + len, 4);
-        c = ct_crc32c(buf + off + 12, len);
+        c = ctrain_tboard_crc32c(buf + off + 12, len);
         CT_ASSERT_EQ_U64(dc, ((c >> 15) | (c << 17)) + 0xa282ead8u);
         off += 12 + len + 4;
         records++;
@@ -67,23 +67,25 @@ static void test_framing(void)
     const char *py = getenv("CTRUN_TORCH2_PYTHON");
     char pybuf[512];
     if (py == NULL) {
-        snprintf(pybuf, sizeof pybuf, "%s/.venvs/torch2/bin/python", getenv("HOME") ? getenv("HOME") : "");
+        snprintf(pybuf, sizeof pybuf, "%s/.venvs/torch2/bin/python",
+                 getenv("HOME") ? getenv("HOME") : "");
         py = pybuf;
     }
     char script[2048];
-    snprintf(script, sizeof script,
-             "import sys\n"
-             "try:\n"
-             "    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader\n"
-             "except Exception as e:\n"
-             "    print('no tensorboard:', e); sys.exit(77)\n"
-             "got = []\n"
-             "for ev in EventFileLoader(sys.argv[1]).Load():\n"
-             "    for v in ev.summary.value:\n"
-             "        x = v.simple_value if v.HasField('simple_value') else v.tensor.float_val[0]\n"
-             "        got.append((v.tag, ev.step, round(x, 6)))\n"
-             "print(got)\n"
-             "sys.exit(0 if got == [('train/loss', 7, 0.5), ('valid/ndcg@10', 100, 0.25)] else 1)\n");
+    snprintf(
+        script, sizeof script,
+        "import sys\n"
+        "try:\n"
+        "    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader\n"
+        "except Exception as e:\n"
+        "    print('no tensorboard:', e); sys.exit(77)\n"
+        "got = []\n"
+        "for ev in EventFileLoader(sys.argv[1]).Load():\n"
+        "    for v in ev.summary.value:\n"
+        "        x = v.simple_value if v.HasField('simple_value') else v.tensor.float_val[0]\n"
+        "        got.append((v.tag, ev.step, round(x, 6)))\n"
+        "print(got)\n"
+        "sys.exit(0 if got == [('train/loss', 7, 0.5), ('valid/ndcg@10', 100, 0.25)] else 1)\n");
     if (access(py, X_OK) != 0) {
         printf("# %s not found: TensorBoard reader check skipped\n", py);
         return;

@@ -1,6 +1,6 @@
 /*
  * test_data_parallel.c - ctrain's data-parallel path in one process: the trainer
- * (ct_train_run, unchanged) runs as W "ranks" on W threads of this process, joined by a
+ * (ctrain_train_run, unchanged) runs as W "ranks" on W threads of this process, joined by a
  * reducer implemented here over shared memory (sum in rank order, broadcast by copy) - the
  * same ct_reducer_t interface the CPU ring fills (test_ctrain_ring.c runs ctrain as real
  * processes on the ring). It proves what the design promises:
@@ -98,7 +98,7 @@ static void shm_close(ct_reducer_t *red)
 /* ---- runs ------------------------------------------------------------------------------------ */
 
 typedef struct job {
-    const ct_train_cfg_t *cfg;
+    const ctrain_cfg_t *cfg;
     ct_worker_env_t env;
     ct_reducer_t red;
     shm_rank_t sr;
@@ -109,15 +109,16 @@ typedef struct job {
 static void *job_main(void *p)
 {
     job_t *j = p;
-    j->rc = ct_train_run(j->cfg, &j->env, &j->red, &j->eb);
+    j->rc = ctrain_train_run(j->cfg, &j->env, &j->red, &j->eb);
     return NULL;
 }
 
-static void base_cfg(ct_train_cfg_t *c, const char *dir, int epochs)
+static void base_cfg(ctrain_cfg_t *c, const char *dir, int epochs)
 {
-    ct_train_cfg_default(c);
-    c->model = CT_MODEL_SASREC, c->mhc = false; /* SASRec HEAD (post_ln), the data-parallel case */
-    ct_train_model_defaults(c);
+    ctrain_cfg_default(c);
+    c->model = CTRAIN_MODEL_SASREC,
+    c->mhc = false; /* SASRec HEAD (post_ln), the data-parallel case */
+    ctrain_train_model_defaults(c);
     snprintf(c->dataset, sizeof c->dataset, "synthetic:users=250,items=120,len=24,seed=5");
     snprintf(c->train_dir, sizeof c->train_dir, "%s", dir);
     c->maxlen = 20, c->hidden_units = 16, c->num_heads = 2, c->batch_size = 32, c->lr = 0.005;
@@ -125,7 +126,7 @@ static void base_cfg(ct_train_cfg_t *c, const char *dir, int epochs)
 }
 
 /* Trains cfg with W threads (W = 1: the plain local reducer). */
-static void train(const ct_train_cfg_t *cfg, int W)
+static void train(const ctrain_cfg_t *cfg, int W)
 {
     static shm_t s;
     memset(&s, 0, sizeof s);
@@ -175,7 +176,7 @@ static void test_world_sizes(void)
     snprintf(d1, sizeof d1, "%s/w1", root);
     snprintf(d2, sizeof d2, "%s/w2", root);
     snprintf(d3, sizeof d3, "%s/w3", root);
-    ct_train_cfg_t c1, c2, c3;
+    ctrain_cfg_t c1, c2, c3;
     base_cfg(&c1, d1, 2);
     base_cfg(&c2, d2, 2);
     base_cfg(&c3, d3, 2);
@@ -198,7 +199,7 @@ static void test_grad_accum(void)
     snprintf(d1, sizeof d1, "%s/a1", root);
     snprintf(d2, sizeof d2, "%s/a2", root);
     snprintf(d3, sizeof d3, "%s/a3", root);
-    ct_train_cfg_t c;
+    ctrain_cfg_t c;
     base_cfg(&c, d1, 2);
     train(&c, 1);
     base_cfg(&c, d2, 2);
@@ -222,7 +223,7 @@ static void test_resume_across_world_sizes(void)
     char d1[300], d2[300];
     snprintf(d1, sizeof d1, "%s/r1", root);
     snprintf(d2, sizeof d2, "%s/r2", root);
-    ct_train_cfg_t c;
+    ctrain_cfg_t c;
     base_cfg(&c, d1, 3);
     train(&c, 1);
     base_cfg(&c, d2, 1);

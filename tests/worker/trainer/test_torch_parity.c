@@ -4,7 +4,7 @@
  * op as SASRec.pytorch (each of the four block layouts) and TiSASRec.pytorch (time_span 5, with
  * times whose intervals clip) do, saves each state dict as a .pth and converts it with
  * examples/convert_pytorch_checkpoint.py; this test loads that file through the trainer's own
- * loader (ct_model_load_params: names, the (d,d,1) conv shapes, the padded pos table, the
+ * loader (ctrain_model_load_params: names, the (d,d,1) conv shapes, the padded pos table, the
  * interval tables) and checks, per model, with dropout 0:
  *   - pos/neg logits and the loss (BCEWithLogits means + l2_emb in the model's form -
  *     sum(item_emb^2) for SASRec in half the layouts, the norm of each of its five tables for
@@ -101,7 +101,7 @@ static int meta_int(ct_st_file_t *f, const char *key)
     return atoi(v);
 }
 
-static void check_layout(const char *name, ct_model_kind_t kind, ct_layout_t layout)
+static void check_layout(const char *name, ctrain_model_kind_t kind, ctrain_layout_t layout)
 {
     printf("model %s\n", name);
     char path[600];
@@ -112,18 +112,19 @@ static void check_layout(const char *name, ct_model_kind_t kind, ct_layout_t lay
     CT_ASSERT_MSG(rc == 0, "%s", eb.msg);
     const int B = meta_int(f, "B"), L = meta_int(f, "L");
     const double lr = atof(ct_st_meta(f, "lr")), l2 = atof(ct_st_meta(f, "l2"));
-    ct_model_cfg_t cfg = {.kind = kind,
-                          .layout = layout,
-                          .num_items = meta_int(f, "items"),
-                          .maxlen = L,
-                          .hidden = meta_int(f, "d"),
-                          .num_heads = meta_int(f, "heads"),
-                          .num_blocks = meta_int(f, "blocks"),
-                          .time_span = kind == CT_MODEL_TISASREC ? meta_int(f, "time_span") : 0};
-    ct_model_t *m = NULL;
-    CT_ASSERT_OK(ct_model_create(&m, &cfg, &ops, B, &eb));
+    ctrain_model_cfg_t cfg = {.kind = kind,
+                              .layout = layout,
+                              .num_items = meta_int(f, "items"),
+                              .maxlen = L,
+                              .hidden = meta_int(f, "d"),
+                              .num_heads = meta_int(f, "heads"),
+                              .num_blocks = meta_int(f, "blocks"),
+                              .time_span =
+                                  kind == CTRAIN_MODEL_TISASREC ? meta_int(f, "time_span") : 0};
+    ctrain_model_t *m = NULL;
+    CT_ASSERT_OK(ctrain_model_create(&m, &cfg, &ops, B, &eb));
     snprintf(path, sizeof path, "%s/model_%s.safetensors", dir, name);
-    rc = ct_model_load_params(m, path, &eb);
+    rc = ctrain_model_load_params(m, path, &eb);
     CT_ASSERT_MSG(rc == 0, "loading the converted state dict: %s", eb.msg);
 
     int32_t *seq = KC_ALLOC(int32_t, B * L), *pos = KC_ALLOC(int32_t, B * L),
@@ -138,11 +139,11 @@ static void check_layout(const char *name, ct_model_kind_t kind, ct_layout_t lay
     CT_ASSERT_MSG(rc == 0, "tseq: %s", eb.msg);
     float count = (float)ct_count_nonzero_cpu(pos, (int64_t)B * L);
 
-    ct_model_zero_grad(m);
-    ct_model_batch_t mb = {.B = B, .seq = seq, .pos = pos, .neg = neg, .tseq = tseq, .row0 = 0};
+    ctrain_model_zero_grad(m);
+    ctrain_model_batch_t mb = {.B = B, .seq = seq, .pos = pos, .neg = neg, .tseq = tseq, .row0 = 0};
     float loss = 0, pen = 0;
-    CT_ASSERT_OK(ct_model_forward_backward(m, &mb, count, 1, 0, &loss));
-    CT_ASSERT_OK(ct_model_l2(m, (float)l2, ct_model_l2_mode(&m->cfg), &pen));
+    CT_ASSERT_OK(ctrain_model_forward_backward(m, &mb, count, 1, 0, &loss));
+    CT_ASSERT_OK(ctrain_model_l2(m, (float)l2, ctrain_model_l2_mode(&m->cfg), &pen));
     loss += pen;
     float *pl = KC_ALLOC(float, B *L), *nl = KC_ALLOC(float, B *L);
     CT_ASSERT_OK(m->vt->logits(m, pl, nl, (int64_t)B * L));
@@ -154,9 +155,9 @@ static void check_layout(const char *name, ct_model_kind_t kind, ct_layout_t lay
     kc_check("neg_logits", nl, rnl, B * L, 2e-6, 2e-5);
 
     double worst = 0;
-    char key[CT_PARAM_NAME_MAX + 16];
+    char key[CTRAIN_PARAM_NAME_MAX + 16];
     for (int i = 0; i < m->n_params; i++) {
-        const ct_param_t *p = &m->params[i];
+        const ctrain_param_t *p = &m->params[i];
         snprintf(key, sizeof key, "grad.%s", p->name);
         double *g = read_f32(f, key, p->numel);
         worst =
@@ -172,11 +173,11 @@ static void check_layout(const char *name, ct_model_kind_t kind, ct_layout_t lay
      * comparison and counted; everything else must agree. */
     float *before = KC_ALLOC(float, m->num_params);
     memcpy(before, m->params_mem, m->num_params * sizeof *before);
-    CT_ASSERT_OK(ct_model_adam(m, lr, 1.0f, 1));
+    CT_ASSERT_OK(ctrain_model_adam(m, lr, 1.0f, 1));
     worst = 0;
     int64_t noise = 0;
     for (int i = 0; i < m->n_params; i++) {
-        const ct_param_t *p = &m->params[i];
+        const ctrain_param_t *p = &m->params[i];
         snprintf(key, sizeof key, "grad.%s", p->name);
         double *g = read_f32(f, key, p->numel);
         snprintf(key, sizeof key, "adam1.%s", p->name);
@@ -202,7 +203,7 @@ static void check_layout(const char *name, ct_model_kind_t kind, ct_layout_t lay
 
     const float *feats = NULL;
     int ldf = 0;
-    CT_ASSERT_OK(ct_model_forward_features(m, seq, tseq, B, &feats, &ldf));
+    CT_ASSERT_OK(ctrain_model_forward_features(m, seq, tseq, B, &feats, &ldf));
     float *got = KC_ALLOC(float, (size_t)B *cfg.hidden);
     for (int b = 0; b < B; b++)
         memcpy(got + (size_t)b * cfg.hidden, feats + (size_t)b * ldf,
@@ -212,7 +213,7 @@ static void check_layout(const char *name, ct_model_kind_t kind, ct_layout_t lay
 
     free(got), free(rf), free(rl), free(rpl), free(rnl), free(pl), free(nl);
     free(seq), free(pos), free(neg), free(tseq);
-    ct_model_destroy(m);
+    ctrain_model_destroy(m);
     ct_st_close(f);
 }
 
@@ -220,12 +221,12 @@ static void test_parity(void)
 {
     static const char *const names[] = {"post_ln", "pre_ln", "original", "original2020"};
     for (int k = 0; k < 4; k++)
-        check_layout(names[k], CT_MODEL_SASREC, (ct_layout_t)k);
+        check_layout(names[k], CTRAIN_MODEL_SASREC, (ctrain_layout_t)k);
 }
 
 static void test_parity_tisasrec(void)
 {
-    check_layout("tisasrec", CT_MODEL_TISASREC, CT_LAYOUT_ORIGINAL2020);
+    check_layout("tisasrec", CTRAIN_MODEL_TISASREC, CTRAIN_LAYOUT_ORIGINAL2020);
 }
 
 /* The converter's reverse direction: a ctrain-style safetensors file back to a .pth that

@@ -31,7 +31,7 @@ which on the 2-core machine this is measured on would only steal the model's cor
 evaluation scores users in batches instead of one at a time (same numbers), and TiSASRec's
 time matrices are computed with numpy instead of a Python double loop (same integers).
 What is added: the full-ranking protocol (the references have none), defined as ctrain's
-(ct_eval.h): every item but item 0 and the user's history (training items, and on the test
+(ctrain_eval.h): every item but item 0 and the user's history (training items, and on the test
 split the validation item), the target never excluded, ties counted against the target.
 """
 

@@ -310,31 +310,32 @@ int ct_ckpt_save(ct_ckpt_dir_t *d, ct_ckpt_kind_t kind, const ct_tensor_view_t *
     if (meta->has_metric)
         kv[nkv++] = (ct_st_kv_t){"metric", metric};
 
-    /* The fault-injection points (ct_fault.c) mark the three windows a crash can hit. */
-    ct__fault_ckpt_begin(meta->step);
+    /* The fault-injection points (ct_inject.c) mark the three windows a crash can hit. */
+    ct__inject_ckpt_begin(meta->step);
     rc = ct_st_save_at(d->dirfd, name, views, n, kv, nkv, eb);
     if (rc != 0) {
-        ct__fault_ckpt_end();
+        ct__inject_ckpt_end();
         return ct_errbuf_wrap(eb, rc, "checkpoint %s", d->path);
     }
-    ct__fault_ckpt_point(CT_FAULT_PHASE_FILE);
+    ct__inject_ckpt_point(CT_INJECT_PHASE_FILE);
     if (kind != CT_CKPT_BEST) {
         char text[CT_CKPT_NAME_MAX + 1];
         int len = snprintf(text, sizeof text, "%s\n", name);
         rc = ct_fs_replace_at(d->dirfd, CT__LATEST, text, (size_t)len, eb);
         if (rc != 0) {
-            ct__fault_ckpt_end();
+            ct__inject_ckpt_end();
             return ct_errbuf_wrap(eb, rc, "checkpoint %s", d->path);
         }
-        ct__fault_ckpt_point(CT_FAULT_PHASE_LATEST);
+        ct__inject_ckpt_point(CT_INJECT_PHASE_LATEST);
     }
-    ct__fault_ckpt_end();
+    ct__inject_ckpt_end();
     if (kind == CT_CKPT_STEP)
         ct__prune(d, meta->step);
     return 0;
 }
 
-/* ---- loading ----------------------------------------------------------------------------------- */
+/* ---- loading -----------------------------------------------------------------------------------
+ */
 
 static void ct__one_line(ct_errbuf_t *eb)
 {

@@ -202,7 +202,7 @@ int ct_st_save_at(int dirfd, const char *name, const ct_tensor_view_t *views, si
         ct_errbuf_set(eb, rc, "%s: write failed: %s", tmp, ct_strerror(rc));
         goto out;
     }
-    ct__fault_ckpt_point(CT_FAULT_PHASE_DATA); /* a torn file: data, no header (ct_fault.c) */
+    ct__inject_ckpt_point(CT_INJECT_PHASE_DATA); /* a torn file: data, no header (ct_inject.c) */
     dump = json_dumps(root, JSON_COMPACT);
     hdr = malloc(8 + hlen);
     if (dump == NULL || hdr == NULL || strlen(dump) != jlen) {

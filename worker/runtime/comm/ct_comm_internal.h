@@ -83,7 +83,7 @@ void ct__comm_destroy(ct_comm_t *c);
 /* FNV-1a 64 of a string: the namespace fingerprint the ring's hello carries. */
 uint64_t ct__comm_fingerprint(const char *s);
 
-/* ---- element-wise reductions of the CPU ring (ct_comm_reduce.c, built with -O3) ---------- */
+/* ---- element-wise reductions of the CPU ring (ct_comm_ring_sum.c, built with -O3) ---------- */
 
 /* acc[i] += in[i], i < n. bf16: in float, rounded to nearest even after each addition. */
 void ct__comm_sum_f32(float *restrict acc, const float *restrict in, size_t n);

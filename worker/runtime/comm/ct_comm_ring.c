@@ -7,7 +7,7 @@
  * connections and their hello (namespace fingerprint, world size, rank: a stray connection -
  * a port scanner, a leftover of an earlier attempt - is turned away and the real peer still
  * accepted), and the transfer engine. The summation order is documented in ctworker.h
- * (section 7); the loops that add live in ct_comm_reduce.c.
+ * (section 7); the loops that add live in ct_comm_ring_sum.c.
  *
  * The engine. Every collective is, for this rank, one outgoing byte stream to the right and
  * one incoming stream from the left, each a 32-byte header (kind, dtype, op, root, world,

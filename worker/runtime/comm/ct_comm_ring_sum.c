@@ -1,5 +1,5 @@
 /*
- * ct_comm_reduce.c - the element-wise loops of the CPU ring's reduction: acc += in and the
+ * ct_comm_ring_sum.c - the element-wise loops of the CPU ring's reduction: acc += in and the
  * division of an average, for f32, f64 and bf16. Built on its own with -O3 (like the CPU
  * kernels), because GCC vectorizes loops of unknown length only there; optimisation never
  * changes a result here (no -ffast-math, ISO C mode keeps -ffp-contract=off), so every build

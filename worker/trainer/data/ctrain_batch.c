@@ -26,7 +26,7 @@ static int32_t ct__item_of(uint32_t x, int32_t num_items)
     return 1 + (int32_t)(((uint64_t)x * (uint64_t)num_items) >> 32);
 }
 
-int ct_batch_init(ct_batch_t *b, int B, int L, int num_neg, bool with_time)
+int ctrain_batch_init(ctrain_batch_t *b, int B, int L, int num_neg, bool with_time)
 {
     memset(b, 0, sizeof *b);
     b->B = B;
@@ -40,13 +40,13 @@ int ct_batch_init(ct_batch_t *b, int B, int L, int num_neg, bool with_time)
     if (with_time)
         b->tseq = calloc(bl, sizeof *b->tseq);
     if (!b->user || !b->seq || !b->pos || !b->neg || (with_time && !b->tseq)) {
-        ct_batch_close(b);
+        ctrain_batch_close(b);
         return -ENOMEM;
     }
     return 0;
 }
 
-int ct_batch_add_row_neg(ct_batch_t *b, int n)
+int ctrain_batch_add_row_neg(ctrain_batch_t *b, int n)
 {
     free(b->row_neg);
     b->num_row_neg = n;
@@ -54,7 +54,7 @@ int ct_batch_add_row_neg(ct_batch_t *b, int n)
     return b->row_neg ? 0 : -ENOMEM;
 }
 
-void ct_batch_close(ct_batch_t *b)
+void ctrain_batch_close(ctrain_batch_t *b)
 {
     free(b->row_neg);
     free(b->user);
@@ -65,7 +65,7 @@ void ct_batch_close(ct_batch_t *b)
     memset(b, 0, sizeof *b);
 }
 
-void ct_batch_clear_row(ct_batch_t *b, int r)
+void ctrain_batch_clear_row(ctrain_batch_t *b, int r)
 {
     size_t L = (size_t)b->L, o = (size_t)r * L;
     b->user[r] = 0;
@@ -80,8 +80,8 @@ void ct_batch_clear_row(ct_batch_t *b, int r)
 }
 
 /* Copies items[from..to) (and their scaled times) right-aligned into row r of seq/tseq. */
-static void ct__place(ct_batch_t *b, int r, const ct_dataset_t *ds, int64_t from, int64_t to,
-                      int32_t *dst)
+static void ct__place(ctrain_batch_t *b, int r, const ctrain_dataset_t *ds, int64_t from,
+                      int64_t to, int32_t *dst)
 {
     int64_t L = b->L;
     int64_t n = to - from;
@@ -97,10 +97,10 @@ static void ct__place(ct_batch_t *b, int r, const ct_dataset_t *ds, int64_t from
     }
 }
 
-void ct_batch_fill_train(ct_batch_t *b, int r, const ct_dataset_t *ds, int32_t u, uint64_t seed,
-                         uint64_t key)
+void ctrain_batch_fill_train(ctrain_batch_t *b, int r, const ctrain_dataset_t *ds, int32_t u,
+                             uint64_t seed, uint64_t key)
 {
-    ct_batch_clear_row(b, r);
+    ctrain_batch_clear_row(b, r);
     b->user[r] = u;
     int64_t s = ds->user_start[u];
     int64_t m = ds->train_len[u];
@@ -122,13 +122,14 @@ void ct_batch_fill_train(ct_batch_t *b, int r, const ct_dataset_t *ds, int32_t u
             int32_t item = 0;
             for (int k = 0; k < CT__MAX_REDRAWS; k++) {
                 item = ct__item_of(ct__draw(seed, stream, base + (uint64_t)k), ds->num_items);
-                if (!ct_data_in_train(ds, u, item))
+                if (!ctrain_data_in_train(ds, u, item))
                     break;
             }
             /* After CT__MAX_REDRAWS rejections (a user who has seen most of the catalogue),
              * walk upward from the last draw to the next item the user has not seen: still
              * deterministic, and it ends because the split leaves some item unseen. */
-            for (int32_t tries = 0; ct_data_in_train(ds, u, item) && tries < ds->num_items; tries++)
+            for (int32_t tries = 0; ctrain_data_in_train(ds, u, item) && tries < ds->num_items;
+                 tries++)
                 item = item % ds->num_items + 1;
             neg[t * K + j] = item;
         }
@@ -141,47 +142,48 @@ void ct_batch_fill_train(ct_batch_t *b, int r, const ct_dataset_t *ds, int32_t u
             int32_t item = 0;
             for (int k = 0; k < CT__MAX_REDRAWS; k++) {
                 item = ct__item_of(ct__draw(seed, rs, base + (uint64_t)k), ds->num_items);
-                if (!ct_data_in_train(ds, u, item))
+                if (!ctrain_data_in_train(ds, u, item))
                     break;
             }
-            for (int32_t tries = 0; ct_data_in_train(ds, u, item) && tries < ds->num_items; tries++)
+            for (int32_t tries = 0; ctrain_data_in_train(ds, u, item) && tries < ds->num_items;
+                 tries++)
                 item = item % ds->num_items + 1;
             rn[j] = item;
         }
     }
 }
 
-int32_t ct_eval_target(const ct_dataset_t *ds, int32_t u, ct_eval_split_t which)
+int32_t ctrain_eval_target(const ctrain_dataset_t *ds, int32_t u, ctrain_eval_split_t which)
 {
-    return which == CT_EVAL_VALID ? ds->valid_item[u] : ds->test_item[u];
+    return which == CTRAIN_EVAL_VALID ? ds->valid_item[u] : ds->test_item[u];
 }
 
-void ct_batch_fill_eval(ct_batch_t *b, int r, const ct_dataset_t *ds, int32_t u,
-                        ct_eval_split_t which)
+void ctrain_batch_fill_eval(ctrain_batch_t *b, int r, const ctrain_dataset_t *ds, int32_t u,
+                            ctrain_eval_split_t which)
 {
-    ct_batch_clear_row(b, r);
+    ctrain_batch_clear_row(b, r);
     b->user[r] = u;
     int64_t s = ds->user_start[u];
-    int64_t m = ds->train_len[u] + (which == CT_EVAL_TEST && ds->valid_item[u] != 0 ? 1 : 0);
+    int64_t m = ds->train_len[u] + (which == CTRAIN_EVAL_TEST && ds->valid_item[u] != 0 ? 1 : 0);
     ct__place(b, r, ds, s, s + m, b->seq);
 }
 
 /* Items the evaluation input holds (training items; on the test split also the valid item) are
  * never negatives; with exclude_target neither is the target. */
-static bool ct__excluded(const ct_dataset_t *ds, int32_t u, int32_t item, ct_eval_split_t which,
-                         bool exclude_target)
+static bool ct__excluded(const ctrain_dataset_t *ds, int32_t u, int32_t item,
+                         ctrain_eval_split_t which, bool exclude_target)
 {
-    if (ct_data_in_train(ds, u, item))
+    if (ctrain_data_in_train(ds, u, item))
         return true;
-    if (which == CT_EVAL_TEST && item == ds->valid_item[u])
+    if (which == CTRAIN_EVAL_TEST && item == ds->valid_item[u])
         return true;
-    return exclude_target && item == ct_eval_target(ds, u, which);
+    return exclude_target && item == ctrain_eval_target(ds, u, which);
 }
 
-void ct_eval_candidates(int32_t *cand, int num_neg, const ct_dataset_t *ds, int32_t u,
-                        ct_eval_split_t which, bool exclude_target, uint64_t seed)
+void ctrain_eval_candidates(int32_t *cand, int num_neg, const ctrain_dataset_t *ds, int32_t u,
+                            ctrain_eval_split_t which, bool exclude_target, uint64_t seed)
 {
-    int32_t target = ct_eval_target(ds, u, which);
+    int32_t target = ctrain_eval_target(ds, u, which);
     cand[0] = target;
     uint64_t stream = ((uint64_t)u << 8) | ((uint64_t)which << 4) | CT__PURPOSE_EVAL_NEG;
     uint64_t next = 0;
@@ -202,7 +204,7 @@ void ct_eval_candidates(int32_t *cand, int num_neg, const ct_dataset_t *ds, int3
     }
 }
 
-int ct_eval_rank(const float *scores, const int32_t *cand, int n)
+int ctrain_eval_rank(const float *scores, const int32_t *cand, int n)
 {
     float t = scores[0];
     int rank = 0;
@@ -213,7 +215,7 @@ int ct_eval_rank(const float *scores, const int32_t *cand, int n)
     return rank;
 }
 
-double ct_eval_ndcg(int rank, int k)
+double ctrain_eval_ndcg(int rank, int k)
 {
     return rank < k ? 1.0 / log2((double)rank + 2.0) : 0.0;
 }

@@ -17,8 +17,8 @@
  * rows 32..63 of a global batch draws exactly what a single process would for those rows,
  * and a resumed run draws what the interrupted one would have.
  */
-#ifndef CT_BATCH_H
-#define CT_BATCH_H
+#ifndef CTRAIN_BATCH_H
+#define CTRAIN_BATCH_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -29,10 +29,10 @@
 extern "C" {
 #endif
 
-typedef enum ct_eval_split {
-    CT_EVAL_VALID = 0, /* input: the last L training items; target: the valid item */
-    CT_EVAL_TEST = 1,  /* input: training items then the valid item; target: the test item */
-} ct_eval_split_t;
+typedef enum ctrain_eval_split {
+    CTRAIN_EVAL_VALID = 0, /* input: the last L training items; target: the valid item */
+    CTRAIN_EVAL_TEST = 1,  /* input: training items then the valid item; target: the test item */
+} ctrain_eval_split_t;
 
 typedef struct ct_batch {
     int B, L, num_neg;
@@ -43,55 +43,55 @@ typedef struct ct_batch {
     int64_t *tseq; /* (B, L) TiSASRec scaled times of seq, 0 at padding; NULL without time */
     int num_row_neg;
     int32_t *row_neg; /* (B, num_row_neg) a row's own negatives (sampled softmax), or NULL */
-} ct_batch_t;
+} ctrain_batch_t;
 
 /* Allocates a batch (all zero). with_time adds tseq. Returns 0 or -ENOMEM. */
-int ct_batch_init(ct_batch_t *b, int B, int L, int num_neg, bool with_time);
+int ctrain_batch_init(ctrain_batch_t *b, int B, int L, int num_neg, bool with_time);
 /* Adds row_neg with n > 0 negatives per row to an initialised batch. 0 or -ENOMEM. */
-int ct_batch_add_row_neg(ct_batch_t *b, int n);
-void ct_batch_close(ct_batch_t *b);
+int ctrain_batch_add_row_neg(ctrain_batch_t *b, int n);
+void ctrain_batch_close(ctrain_batch_t *b);
 
 /* Zeroes row r (an unused row contributes nothing: no targets). */
-void ct_batch_clear_row(ct_batch_t *b, int r);
+void ctrain_batch_clear_row(ctrain_batch_t *b, int r);
 
 /* Row r <- the training example of user u (all padding when u has fewer than 2 training
  * items), with its row negatives when the batch has them. key identifies the example (its
  * global index in the run); seed is the run's seed. */
-void ct_batch_fill_train(ct_batch_t *b, int r, const ct_dataset_t *ds, int32_t u, uint64_t seed,
-                         uint64_t key);
+void ctrain_batch_fill_train(ctrain_batch_t *b, int r, const ctrain_dataset_t *ds, int32_t u,
+                             uint64_t seed, uint64_t key);
 
 /* Row r <- the evaluation input of user u for the given split (pos/neg left zero). */
-void ct_batch_fill_eval(ct_batch_t *b, int r, const ct_dataset_t *ds, int32_t u,
-                        ct_eval_split_t which);
+void ctrain_batch_fill_eval(ctrain_batch_t *b, int r, const ctrain_dataset_t *ds, int32_t u,
+                            ctrain_eval_split_t which);
 
 /* The evaluation target of u (valid or test item; 0 when u is not evaluated). */
-int32_t ct_eval_target(const ct_dataset_t *ds, int32_t u, ct_eval_split_t which);
+int32_t ctrain_eval_target(const ctrain_dataset_t *ds, int32_t u, ctrain_eval_split_t which);
 
 /* cand[0] = the target, cand[1..num_neg] = negatives drawn uniformly from 1..I with
  * replacement, redrawn while among the items of the evaluation input: u's training items and,
  * on the test split, the valid item (SASRec.pytorch HEAD's and TiSASRec.pytorch's rule). With
  * exclude_target also while equal to the target (TiSASRec.pytorch, whose valid split may still
  * draw the test item); without it (SASRec.pytorch) the target itself may be drawn, and
- * ct_eval_rank does not count those copies. Deterministic in (seed, u, which). */
-void ct_eval_candidates(int32_t *cand, int num_neg, const ct_dataset_t *ds, int32_t u,
-                        ct_eval_split_t which, bool exclude_target, uint64_t seed);
+ * ctrain_eval_rank does not count those copies. Deterministic in (seed, u, which). */
+void ctrain_eval_candidates(int32_t *cand, int num_neg, const ctrain_dataset_t *ds, int32_t u,
+                            ctrain_eval_split_t which, bool exclude_target, uint64_t seed);
 
 /* The rank of the target cand[0] (score scores[0]) among the n candidates: the number of other
  * items among cand[1..n) scoring strictly higher plus those scoring equal (ties count against
  * the target, so a model that scores everything alike is not rewarded); NaN scores of others
  * count as higher. A candidate that is the target item itself is not another item and never
  * counts (SASRec.pytorch draws such copies and leaves them to its sort's tie order). */
-int ct_eval_rank(const float *scores, const int32_t *cand, int n);
+int ctrain_eval_rank(const float *scores, const int32_t *cand, int n);
 
 /* HR@k and NDCG@k contributions of one rank (NDCG@k = 1/log2(rank + 2) when rank < k). */
-static inline double ct_eval_hr(int rank, int k)
+static inline double ctrain_eval_hr(int rank, int k)
 {
     return rank < k ? 1.0 : 0.0;
 }
-double ct_eval_ndcg(int rank, int k);
+double ctrain_eval_ndcg(int rank, int k);
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* CT_BATCH_H */
+#endif /* CTRAIN_BATCH_H */

@@ -1,5 +1,5 @@
 /*
- * ct_data.c - loading interaction files into the CSR dataset of ct_data.h, with the
+ * ctrain_data.c - loading interaction files into the CSR dataset of ctrain_data.h, with the
  * filtering, re-indexing, chronological sort, leave-one-out split and TiSASRec time scaling
  * of sasrec-spec.md §1 and §3.1. The file is streamed through a fixed buffer and parsed line
  * by line as it arrives, with a strict hand-written field parser (a million lines must load in
@@ -47,21 +47,23 @@ static int ct__rows_push(ct__rows_t *r, ct__row_t row)
     return 0;
 }
 
-int ct_data_parse_format(const char *text, ct_data_format_t *out, ct_errbuf_t *eb)
+int ctrain_data_parse_format(const char *text, ctrain_data_format_t *out, ct_errbuf_t *eb)
 {
     static const struct {
         const char *name;
-        ct_data_format_t f;
-    } names[] = {{"auto", CT_DATA_AUTO}, {"sasrec", CT_DATA_SASREC}, {"tsv", CT_DATA_TSV},
-                 {"ml1m", CT_DATA_ML1M}};
+        ctrain_data_format_t f;
+    } names[] = {{"auto", CTRAIN_DATA_AUTO},
+                 {"sasrec", CTRAIN_DATA_SASREC},
+                 {"tsv", CTRAIN_DATA_TSV},
+                 {"ml1m", CTRAIN_DATA_ML1M}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (strcmp(text, names[i].name) == 0) {
             *out = names[i].f;
             return 0;
         }
     }
-    return ct_errbuf_set(eb, CT_EPARSE,
-                         "unknown data format \"%.40s\" (expected auto, sasrec, tsv or ml1m)", text);
+    return ct_errbuf_set(
+        eb, CT_EPARSE, "unknown data format \"%.40s\" (expected auto, sasrec, tsv or ml1m)", text);
 }
 
 /* A decimal integer spanning exactly [s, s+len): optional '-', digits, within int64. */
@@ -147,23 +149,23 @@ static int ct__split_fields(const char *s, const char *e, const char *sep, ct__f
 }
 
 /* The format of a file whose first line is [s, e): "::" -> ML1M, a tab -> TSV, else SASREC. */
-static ct_data_format_t ct__detect(const char *s, const char *e)
+static ctrain_data_format_t ct__detect(const char *s, const char *e)
 {
     size_t n = (size_t)(e - s);
     for (size_t i = 0; i + 1 < n; i++) {
         if (s[i] == ':' && s[i + 1] == ':')
-            return CT_DATA_ML1M;
+            return CTRAIN_DATA_ML1M;
     }
     if (memchr(s, '\t', n) != NULL)
-        return CT_DATA_TSV;
-    return CT_DATA_SASREC;
+        return CTRAIN_DATA_TSV;
+    return CTRAIN_DATA_SASREC;
 }
 
 /* One line [p, e) (no newline) of the file, number `line`, into rows. */
 static int ct__parse_line(const char *path, int64_t line, const char *p, const char *e,
-                          ct_data_format_t fmt, ct__rows_t *rows, ct_errbuf_t *eb)
+                          ctrain_data_format_t fmt, ct__rows_t *rows, ct_errbuf_t *eb)
 {
-    const char *sep = fmt == CT_DATA_TSV ? "\t" : fmt == CT_DATA_ML1M ? "::" : NULL;
+    const char *sep = fmt == CTRAIN_DATA_TSV ? "\t" : fmt == CTRAIN_DATA_ML1M ? "::" : NULL;
     if (e > p && e[-1] == '\r')
         e--; /* CRLF files */
     if (e == p)
@@ -175,11 +177,11 @@ static int ct__parse_line(const char *path, int64_t line, const char *p, const c
     ct__field_t f[5];
     int nf = ct__split_fields(p, e, sep, f, 4);
     ct__row_t row = {.line = line};
-    if (fmt == CT_DATA_SASREC) {
+    if (fmt == CTRAIN_DATA_SASREC) {
         if (nf != 2)
             return ct_errbuf_set(eb, CT_EPARSE, "%s:%lld: expected 2 fields \"user item\", got %d",
                                  path, (long long)line, nf);
-    } else if (fmt == CT_DATA_TSV) {
+    } else if (fmt == CTRAIN_DATA_TSV) {
         if (nf != 3 && nf != 4)
             return ct_errbuf_set(eb, CT_EPARSE,
                                  "%s:%lld: expected 3 or 4 tab-separated fields "
@@ -194,7 +196,7 @@ static int ct__parse_line(const char *path, int64_t line, const char *p, const c
     static const char *const what[] = {"user", "item"};
     int64_t ids[2];
     for (int k = 0; k < 2; k++) {
-        int64_t lo = fmt == CT_DATA_SASREC ? 1 : 0;
+        int64_t lo = fmt == CTRAIN_DATA_SASREC ? 1 : 0;
         if (!ct__int_field(f[k].p, f[k].len, &ids[k]) || ids[k] < lo || ids[k] > INT32_MAX)
             return ct_errbuf_set(eb, CT_EPARSE,
                                  "%s:%lld: %s id \"%.*s\" is not an integer in %lld..%d", path,
@@ -203,7 +205,7 @@ static int ct__parse_line(const char *path, int64_t line, const char *p, const c
     }
     row.user = ids[0];
     row.item = ids[1];
-    if (fmt != CT_DATA_SASREC) {
+    if (fmt != CTRAIN_DATA_SASREC) {
         ct__field_t ts = f[nf - 1];
         if (nf == 4 && !ct__num_field(f[2].p, f[2].len))
             return ct_errbuf_set(eb, CT_EPARSE, "%s:%lld: rating \"%.*s\" is not a number", path,
@@ -219,9 +221,10 @@ static int ct__parse_line(const char *path, int64_t line, const char *p, const c
 }
 
 /* Streams path through a buffer of CT__DATA_CHUNK + CT__DATA_LINE_MAX bytes, parsing each line
- * as soon as it is complete; *fmt (CT_DATA_AUTO: decided from the first line) is the format
+ * as soon as it is complete; *fmt (CTRAIN_DATA_AUTO: decided from the first line) is the format
  * used. Stops at the first bad line, having read only the chunks up to it. */
-static int ct__read_rows(const char *path, ct_data_format_t *fmt, ct__rows_t *rows, ct_errbuf_t *eb)
+static int ct__read_rows(const char *path, ctrain_data_format_t *fmt, ct__rows_t *rows,
+                         ct_errbuf_t *eb)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -271,7 +274,7 @@ static int ct__read_rows(const char *path, ct_data_format_t *fmt, ct__rows_t *ro
             break; /* the end of the file, after a final newline or no line at all */
         const char *e = nl != NULL ? nl : buf + end;
         line++;
-        if (*fmt == CT_DATA_AUTO)
+        if (*fmt == CTRAIN_DATA_AUTO)
             *fmt = ct__detect(buf + start, e);
         if ((rc = ct__parse_line(path, line, buf + start, e, *fmt, rows, eb)) != 0)
             break;
@@ -379,7 +382,7 @@ static int ct__cmp_time_then_line(const void *a, const void *b)
     return (x->line > y->line) - (x->line < y->line); /* stable: file order breaks ties */
 }
 
-void ct_data_free(ct_dataset_t *ds)
+void ctrain_data_free(ctrain_dataset_t *ds)
 {
     free(ds->user_start);
     free(ds->items);
@@ -401,7 +404,7 @@ static int ct__cmp_i32(const void *a, const void *b)
 /* TiSASRec's per-user time scaling (sasrec-spec.md §3.1): t' = round((t - min_u) / s_u) + 1
  * with s_u the smallest non-zero gap between consecutive timestamps (1 if none); Python's
  * round() rounds half to even, as rint() does in the default rounding mode. */
-static void ct__scale_times(ct_dataset_t *ds)
+static void ct__scale_times(ctrain_dataset_t *ds)
 {
     for (int32_t u = 1; u <= ds->num_users; u++) {
         int64_t s = ds->user_start[u], e = ds->user_start[u + 1];
@@ -423,7 +426,7 @@ static void ct__scale_times(ct_dataset_t *ds)
 }
 
 /* Builds the split and the sorted train copies once the CSR arrays are filled. */
-static int ct__make_split(ct_dataset_t *ds, int min_eval_len)
+static int ct__make_split(ctrain_dataset_t *ds, int min_eval_len)
 {
     free(ds->train_len);
     free(ds->valid_item);
@@ -456,7 +459,7 @@ static int ct__make_split(ct_dataset_t *ds, int min_eval_len)
 
 /* Fills ds from rows already numbered 1..num_users / 1..num_items: a stable counting sort by
  * user, then (with time) a stable sort by timestamp within each user. */
-static int ct__build(ct_dataset_t *ds, ct__rows_t *rows, bool with_time, int min_eval_len)
+static int ct__build(ctrain_dataset_t *ds, ct__rows_t *rows, bool with_time, int min_eval_len)
 {
     size_t n = rows->n;
     ds->num_interactions = (int64_t)n;
@@ -499,10 +502,10 @@ static int ct__build(ct_dataset_t *ds, ct__rows_t *rows, bool with_time, int min
             ds->times[i] = sorted[i].time;
     }
     free(sorted);
-    return ct_data_finish(ds, min_eval_len);
+    return ctrain_data_finish(ds, min_eval_len);
 }
 
-int ct_data_finish(ct_dataset_t *ds, int min_eval_len)
+int ctrain_data_finish(ctrain_dataset_t *ds, int min_eval_len)
 {
     if (ds->times != NULL) {
         if (ds->time_scaled == NULL)
@@ -514,10 +517,10 @@ int ct_data_finish(ct_dataset_t *ds, int min_eval_len)
     return ct__make_split(ds, min_eval_len);
 }
 
-int ct_data_load(ct_dataset_t *ds, const char *path, ct_data_format_t format,
-                 const ct_data_opts_t *opts, ct_errbuf_t *eb)
+int ctrain_data_load(ctrain_dataset_t *ds, const char *path, ctrain_data_format_t format,
+                 const ctrain_data_opts_t *opts, ct_errbuf_t *eb)
 {
-    ct_data_opts_t o = CT_DATA_OPTS_DEFAULT;
+    ctrain_data_opts_t o = CTRAIN_DATA_OPTS_DEFAULT;
     if (opts != NULL)
         o = *opts;
     memset(ds, 0, sizeof *ds);
@@ -528,7 +531,7 @@ int ct_data_load(ct_dataset_t *ds, const char *path, ct_data_format_t format,
     if (rc != 0)
         goto out;
 
-    if (format == CT_DATA_SASREC) {
+    if (format == CTRAIN_DATA_SASREC) {
         /* Already re-indexed: keep the ids (published checkpoints depend on them). */
         int64_t mu = 0, mi = 0;
         for (size_t i = 0; i < rows.n; i++) {
@@ -559,13 +562,13 @@ int ct_data_load(ct_dataset_t *ds, const char *path, ct_data_format_t format,
 out:
     free(rows.v);
     if (rc != 0) {
-        ct_data_free(ds);
+        ctrain_data_free(ds);
         return rc;
     }
     return 0;
 }
 
-bool ct_data_in_train(const ct_dataset_t *ds, int32_t u, int32_t item)
+bool ctrain_data_in_train(const ctrain_dataset_t *ds, int32_t u, int32_t item)
 {
     const int32_t *a = ds->train_sorted + ds->user_start[u];
     int32_t lo = 0, hi = ds->train_len[u];
@@ -579,7 +582,7 @@ bool ct_data_in_train(const ct_dataset_t *ds, int32_t u, int32_t item)
     return lo < ds->train_len[u] && a[lo] == item;
 }
 
-double ct_data_mean_train_len(const ct_dataset_t *ds)
+double ctrain_data_mean_train_len(const ctrain_dataset_t *ds)
 {
     int64_t total = 0, users = 0;
     for (int32_t u = 1; u <= ds->num_users; u++) {

@@ -1,5 +1,5 @@
 /*
- * ct_synth.c - the deterministic synthetic dataset (`--dataset synthetic`, ctrain's default).
+ * ctrain_synth.c - the deterministic synthetic dataset (`--dataset synthetic`, ctrain's default).
  *
  * Structure, chosen so that a short training run visibly learns and time features matter:
  *   - A hidden cycle over all items gives every item a successor succ(i).
@@ -59,9 +59,9 @@ static uint32_t ct__below(ct__draws_t *d, uint32_t n)
 
 enum { CT__STREAM_CYCLE = 1, CT__STREAM_POP = 2, CT__STREAM_USER = 3 };
 
-int ct_synth_parse(const char *text, ct_synth_opts_t *opts, ct_errbuf_t *eb)
+int ctrain_synth_parse(const char *text, ctrain_synth_opts_t *opts, ct_errbuf_t *eb)
 {
-    ct_synth_opts_t o = CT_SYNTH_OPTS_DEFAULT;
+    ctrain_synth_opts_t o = CTRAIN_SYNTH_OPTS_DEFAULT;
     if (strncmp(text, "synthetic", 9) != 0 || (text[9] != '\0' && text[9] != ':'))
         return ct_errbuf_set(eb, CT_EPARSE, "\"%.60s\" is not a synthetic dataset spec", text);
     const char *p = text[9] == ':' ? text + 10 : text + 9;
@@ -70,8 +70,8 @@ int ct_synth_parse(const char *text, ct_synth_opts_t *opts, ct_errbuf_t *eb)
         size_t n = comma ? (size_t)(comma - p) : strlen(p);
         char item[128];
         if (n == 0 || n >= sizeof item)
-            return ct_errbuf_set(eb, CT_EPARSE, "synthetic spec \"%.60s\": empty or overlong option",
-                                 text);
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "synthetic spec \"%.60s\": empty or overlong option", text);
         memcpy(item, p, n);
         item[n] = '\0';
         char *eq = strchr(item, '=');
@@ -111,9 +111,9 @@ int ct_synth_parse(const char *text, ct_synth_opts_t *opts, ct_errbuf_t *eb)
     return 0;
 }
 
-int ct_data_synthetic(ct_dataset_t *ds, const ct_synth_opts_t *opts, ct_errbuf_t *eb)
+int ctrain_data_synthetic(ctrain_dataset_t *ds, const ctrain_synth_opts_t *opts, ct_errbuf_t *eb)
 {
-    ct_synth_opts_t o = CT_SYNTH_OPTS_DEFAULT;
+    ctrain_synth_opts_t o = CTRAIN_SYNTH_OPTS_DEFAULT;
     if (opts != NULL)
         o = *opts;
     if (o.num_users < 1 || o.num_items < 3 || o.mean_len < 6 || !(o.noise >= 0 && o.noise <= 1))
@@ -121,8 +121,9 @@ int ct_data_synthetic(ct_dataset_t *ds, const ct_synth_opts_t *opts, ct_errbuf_t
                              "synthetic dataset: need users >= 1, items >= 3, len >= 6, "
                              "0 <= noise <= 1");
     memset(ds, 0, sizeof *ds);
-    snprintf(ds->source, sizeof ds->source, "synthetic(users=%d,items=%d,len=%d,noise=%g,seed=%llu)",
-             o.num_users, o.num_items, o.mean_len, o.noise, (unsigned long long)o.seed);
+    snprintf(ds->source, sizeof ds->source,
+             "synthetic(users=%d,items=%d,len=%d,noise=%g,seed=%llu)", o.num_users, o.num_items,
+             o.mean_len, o.noise, (unsigned long long)o.seed);
     ds->num_users = o.num_users;
     ds->num_items = o.num_items;
 
@@ -227,9 +228,9 @@ int ct_data_synthetic(ct_dataset_t *ds, const ct_synth_opts_t *opts, ct_errbuf_t
     free(pop_item);
     free(lens);
     /* Time scaling and the split exactly as for a loaded file. */
-    rc = ct_data_finish(ds, 3);
+    rc = ctrain_data_finish(ds, 3);
     if (rc != 0) {
-        ct_data_free(ds);
+        ctrain_data_free(ds);
         return ct_errbuf_set(eb, rc, "synthetic dataset: out of memory");
     }
     return 0;
@@ -240,6 +241,6 @@ fail:
     free(pop_cdf);
     free(pop_item);
     free(lens);
-    ct_data_free(ds);
+    ctrain_data_free(ds);
     return ct_errbuf_set(eb, rc, "synthetic dataset: out of memory");
 }

@@ -2,7 +2,7 @@
  * ct_model.c - the kind-independent part of ct_model.h: configuration (names, checks, JSON),
  * the parameter table and the flat buffers, initialisation (the references' rules and mHC's),
  * the whole-buffer steps (l2_emb, gradient norm, Adam), checkpoint views and loading parameters
- * from a state dict. The forward and backward passes belong to the kinds (ct_sasrec.c).
+ * from a state dict. The forward and backward passes belong to the kinds (ctrain_sasrec.c).
  */
 #include "ctrain_model.h"
 
@@ -15,27 +15,27 @@
 #include "ct_log.h"
 #include "ctrain_model_internal.h"
 
-#define CT_RNG_PURPOSE_INIT 257u
+#define CTRAIN_RNG_PURPOSE_INIT 257u
 
 /* ---- configuration ------------------------------------------------------------------------- */
 
-static const char *const ct__layout_names[CT_LAYOUT_COUNT] = {
-    [CT_LAYOUT_POST_LN] = "post_ln",
-    [CT_LAYOUT_PRE_LN] = "pre_ln",
-    [CT_LAYOUT_ORIGINAL] = "original",
-    [CT_LAYOUT_ORIGINAL2020] = "original2020",
+static const char *const ct__layout_names[CTRAIN_LAYOUT_COUNT] = {
+    [CTRAIN_LAYOUT_POST_LN] = "post_ln",
+    [CTRAIN_LAYOUT_PRE_LN] = "pre_ln",
+    [CTRAIN_LAYOUT_ORIGINAL] = "original",
+    [CTRAIN_LAYOUT_ORIGINAL2020] = "original2020",
 };
 
-const char *ct_layout_name(ct_layout_t layout)
+const char *ctrain_layout_name(ctrain_layout_t layout)
 {
-    return (unsigned)layout < CT_LAYOUT_COUNT ? ct__layout_names[layout] : "?";
+    return (unsigned)layout < CTRAIN_LAYOUT_COUNT ? ct__layout_names[layout] : "?";
 }
 
-int ct_layout_parse(const char *text, ct_layout_t *out, ct_errbuf_t *eb)
+int ctrain_layout_parse(const char *text, ctrain_layout_t *out, ct_errbuf_t *eb)
 {
-    for (int i = 0; i < CT_LAYOUT_COUNT; i++) {
+    for (int i = 0; i < CTRAIN_LAYOUT_COUNT; i++) {
         if (strcmp(text, ct__layout_names[i]) == 0) {
-            *out = (ct_layout_t)i;
+            *out = (ctrain_layout_t)i;
             return 0;
         }
     }
@@ -45,21 +45,21 @@ int ct_layout_parse(const char *text, ct_layout_t *out, ct_errbuf_t *eb)
                          text);
 }
 
-static const char *const ct__kind_names[CT_MODEL_KIND_COUNT] = {
-    [CT_MODEL_SASREC] = "sasrec",
-    [CT_MODEL_TISASREC] = "tisasrec",
+static const char *const ct__kind_names[CTRAIN_MODEL_KIND_COUNT] = {
+    [CTRAIN_MODEL_SASREC] = "sasrec",
+    [CTRAIN_MODEL_TISASREC] = "tisasrec",
 };
 
-const char *ct_model_kind_name(ct_model_kind_t kind)
+const char *ctrain_model_kind_name(ctrain_model_kind_t kind)
 {
-    return (unsigned)kind < CT_MODEL_KIND_COUNT ? ct__kind_names[kind] : "?";
+    return (unsigned)kind < CTRAIN_MODEL_KIND_COUNT ? ct__kind_names[kind] : "?";
 }
 
-int ct_model_kind_parse(const char *text, ct_model_kind_t *out, ct_errbuf_t *eb)
+int ctrain_model_kind_parse(const char *text, ctrain_model_kind_t *out, ct_errbuf_t *eb)
 {
-    for (int i = 0; i < CT_MODEL_KIND_COUNT; i++) {
+    for (int i = 0; i < CTRAIN_MODEL_KIND_COUNT; i++) {
         if (strcmp(text, ct__kind_names[i]) == 0) {
-            *out = (ct_model_kind_t)i;
+            *out = (ctrain_model_kind_t)i;
             return 0;
         }
     }
@@ -67,22 +67,22 @@ int ct_model_kind_parse(const char *text, ct_model_kind_t *out, ct_errbuf_t *eb)
                          text);
 }
 
-static const char *const ct__loss_names[CT_LOSS_COUNT] = {
-    [CT_LOSS_BCE] = "bce",
-    [CT_LOSS_CE] = "ce",
-    [CT_LOSS_SAMPLED_CE] = "sampled_ce",
+static const char *const ct__loss_names[CTRAIN_LOSS_COUNT] = {
+    [CTRAIN_LOSS_BCE] = "bce",
+    [CTRAIN_LOSS_CE] = "ce",
+    [CTRAIN_LOSS_SAMPLED_CE] = "sampled_ce",
 };
 
-const char *ct_loss_name(ct_loss_t loss)
+const char *ctrain_loss_name(ctrain_loss_t loss)
 {
-    return (unsigned)loss < CT_LOSS_COUNT ? ct__loss_names[loss] : "?";
+    return (unsigned)loss < CTRAIN_LOSS_COUNT ? ct__loss_names[loss] : "?";
 }
 
-int ct_loss_parse(const char *text, ct_loss_t *out, ct_errbuf_t *eb)
+int ctrain_loss_parse(const char *text, ctrain_loss_t *out, ct_errbuf_t *eb)
 {
-    for (int i = 0; i < CT_LOSS_COUNT; i++) {
+    for (int i = 0; i < CTRAIN_LOSS_COUNT; i++) {
         if (strcmp(text, ct__loss_names[i]) == 0) {
-            *out = (ct_loss_t)i;
+            *out = (ctrain_loss_t)i;
             return 0;
         }
     }
@@ -90,102 +90,103 @@ int ct_loss_parse(const char *text, ct_loss_t *out, ct_errbuf_t *eb)
                          text);
 }
 
-ct_pos_mode_t ct_layout_pos_mode(ct_layout_t layout)
+ct_pos_mode_t ctrain_layout_pos_mode(ctrain_layout_t layout)
 {
-    return layout == CT_LAYOUT_ORIGINAL2020 ? CT_POS_ABSOLUTE : CT_POS_PADDED;
+    return layout == CTRAIN_LAYOUT_ORIGINAL2020 ? CT_POS_ABSOLUTE : CT_POS_PADDED;
 }
 
-bool ct_layout_timeline(ct_layout_t layout)
+bool ctrain_layout_timeline(ctrain_layout_t layout)
 {
-    return layout == CT_LAYOUT_ORIGINAL2020;
+    return layout == CTRAIN_LAYOUT_ORIGINAL2020;
 }
 
-bool ct_model_timeline(const ct_model_cfg_t *cfg)
+bool ctrain_model_timeline(const ctrain_model_cfg_t *cfg)
 {
-    return cfg->kind == CT_MODEL_TISASREC || ct_layout_timeline(cfg->layout);
+    return cfg->kind == CTRAIN_MODEL_TISASREC || ctrain_layout_timeline(cfg->layout);
 }
 
-int ct_model_pos_rows(const ct_model_cfg_t *cfg)
+int ctrain_model_pos_rows(const ctrain_model_cfg_t *cfg)
 {
-    return ct_layout_pos_mode(cfg->layout) == CT_POS_PADDED ? cfg->maxlen + 1 : cfg->maxlen;
+    return ctrain_layout_pos_mode(cfg->layout) == CT_POS_PADDED ? cfg->maxlen + 1 : cfg->maxlen;
 }
 
-ct_l2_mode_t ct_model_l2_mode(const ct_model_cfg_t *cfg)
+ct_l2_mode_t ctrain_model_l2_mode(const ctrain_model_cfg_t *cfg)
 {
-    return cfg->kind == CT_MODEL_TISASREC ? CT_L2_NORM : CT_L2_SQUARED;
+    return cfg->kind == CTRAIN_MODEL_TISASREC ? CT_L2_NORM : CT_L2_SQUARED;
 }
 
-const char *ct_model_title(const ct_model_cfg_t *cfg)
+const char *ctrain_model_title(const ctrain_model_cfg_t *cfg)
 {
-    bool ti = cfg->kind == CT_MODEL_TISASREC;
+    bool ti = cfg->kind == CTRAIN_MODEL_TISASREC;
     if (cfg->mhc_streams > 0)
         return ti ? "TiSASRec+mHC" : "SASRec+mHC";
     return ti ? "TiSASRec" : "SASRec";
 }
 
-int ct_model_cfg_check(const ct_model_cfg_t *c, ct_errbuf_t *eb)
+int ctrain_model_cfg_check(const ctrain_model_cfg_t *c, ct_errbuf_t *eb)
 {
-    if ((unsigned)c->kind >= CT_MODEL_KIND_COUNT)
+    if ((unsigned)c->kind >= CTRAIN_MODEL_KIND_COUNT)
         return ct_errbuf_set(eb, -EINVAL, "model kind %d is not known", (int)c->kind);
-    if ((unsigned)c->layout >= CT_LAYOUT_COUNT)
+    if ((unsigned)c->layout >= CTRAIN_LAYOUT_COUNT)
         return ct_errbuf_set(eb, -EINVAL, "layout %d is not known", (int)c->layout);
     if (c->mhc_streams != 0 && (c->mhc_streams < 2 || c->mhc_streams > CT_MHC_MAX_STREAMS))
         return ct_errbuf_set(eb, -EINVAL, "mHC streams %d out of range (2..%d, or 0 for none)",
                              c->mhc_streams, CT_MHC_MAX_STREAMS);
-    if (c->mhc_streams > 0 && c->layout != CT_LAYOUT_PRE_LN)
+    if (c->mhc_streams > 0 && c->layout != CTRAIN_LAYOUT_PRE_LN)
         return ct_errbuf_set(
             eb, -EINVAL,
             "mHC wraps the sub-layers of the pre_ln layout, not %s (sasrec-spec.md "
             "7.4: the other layouts have no clean identity path)",
-            ct_layout_name(c->layout));
-    if (c->kind == CT_MODEL_TISASREC) {
-        if (c->layout != CT_LAYOUT_ORIGINAL2020 && c->layout != CT_LAYOUT_PRE_LN)
+            ctrain_layout_name(c->layout));
+    if (c->kind == CTRAIN_MODEL_TISASREC) {
+        if (c->layout != CTRAIN_LAYOUT_ORIGINAL2020 && c->layout != CTRAIN_LAYOUT_PRE_LN)
             return ct_errbuf_set(eb, -EINVAL,
                                  "TiSASRec runs its reference's layout (original2020) or pre_ln, "
                                  "not %s",
-                                 ct_layout_name(c->layout));
-        if (c->time_span < 1 || c->time_span > CT_MODEL_MAX_TIME_SPAN)
+                                 ctrain_layout_name(c->layout));
+        if (c->time_span < 1 || c->time_span > CTRAIN_MODEL_MAX_TIME_SPAN)
             return ct_errbuf_set(eb, -EINVAL, "time_span %d out of range (1..%d)", c->time_span,
-                                 CT_MODEL_MAX_TIME_SPAN);
+                                 CTRAIN_MODEL_MAX_TIME_SPAN);
     }
-    if ((unsigned)c->loss >= CT_LOSS_COUNT)
+    if ((unsigned)c->loss >= CTRAIN_LOSS_COUNT)
         return ct_errbuf_set(eb, -EINVAL, "loss %d is not known", (int)c->loss);
-    if (c->loss == CT_LOSS_SAMPLED_CE && (c->num_negatives < 1 || c->num_negatives > 1000000))
+    if (c->loss == CTRAIN_LOSS_SAMPLED_CE && (c->num_negatives < 1 || c->num_negatives > 1000000))
         return ct_errbuf_set(eb, -EINVAL, "num_negatives %d out of range (1..1000000)",
                              c->num_negatives);
     if (c->num_items < 1)
         return ct_errbuf_set(eb, -EINVAL, "the dataset has no items");
-    if (c->maxlen < 1 || c->maxlen > CT_MODEL_MAX_LEN)
+    if (c->maxlen < 1 || c->maxlen > CTRAIN_MODEL_MAX_LEN)
         return ct_errbuf_set(eb, -EINVAL, "maxlen %d out of range (1..%d)", c->maxlen,
-                             CT_MODEL_MAX_LEN);
-    if (c->hidden < 1 || c->hidden > CT_MODEL_MAX_HIDDEN)
+                             CTRAIN_MODEL_MAX_LEN);
+    if (c->hidden < 1 || c->hidden > CTRAIN_MODEL_MAX_HIDDEN)
         return ct_errbuf_set(eb, -EINVAL, "hidden_units %d out of range (1..%d)", c->hidden,
-                             CT_MODEL_MAX_HIDDEN);
+                             CTRAIN_MODEL_MAX_HIDDEN);
     if (c->num_heads < 1 || c->hidden % c->num_heads != 0)
         return ct_errbuf_set(eb, -EINVAL,
                              "num_heads %d does not divide hidden_units %d (each head gets "
                              "hidden_units / num_heads columns)",
                              c->num_heads, c->hidden);
-    if (c->num_blocks < 1 || c->num_blocks > CT_MODEL_MAX_BLOCKS)
+    if (c->num_blocks < 1 || c->num_blocks > CTRAIN_MODEL_MAX_BLOCKS)
         return ct_errbuf_set(eb, -EINVAL, "num_blocks %d out of range (1..%d)", c->num_blocks,
-                             CT_MODEL_MAX_BLOCKS);
+                             CTRAIN_MODEL_MAX_BLOCKS);
     if (!(c->dropout >= 0.0f && c->dropout < 1.0f))
         return ct_errbuf_set(eb, -EINVAL, "dropout_rate %g out of range [0, 1)",
                              (double)c->dropout);
     return 0;
 }
 
-json_t *ct_model_cfg_to_json(const ct_model_cfg_t *c)
+json_t *ctrain_model_cfg_to_json(const ctrain_model_cfg_t *c)
 {
     return json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:f, s:i, s:i}", "kind",
-                     ct_model_kind_name(c->kind), "layout", ct_layout_name(c->layout), "num_items",
-                     (json_int_t)c->num_items, "maxlen", (json_int_t)c->maxlen, "hidden_units",
-                     (json_int_t)c->hidden, "num_heads", (json_int_t)c->num_heads, "num_blocks",
-                     (json_int_t)c->num_blocks, "dropout_rate", (double)c->dropout, "mhc_streams",
-                     (json_int_t)c->mhc_streams, "time_span", (json_int_t)c->time_span);
+                     ctrain_model_kind_name(c->kind), "layout", ctrain_layout_name(c->layout),
+                     "num_items", (json_int_t)c->num_items, "maxlen", (json_int_t)c->maxlen,
+                     "hidden_units", (json_int_t)c->hidden, "num_heads", (json_int_t)c->num_heads,
+                     "num_blocks", (json_int_t)c->num_blocks, "dropout_rate", (double)c->dropout,
+                     "mhc_streams", (json_int_t)c->mhc_streams, "time_span",
+                     (json_int_t)c->time_span);
 }
 
-int ct_model_cfg_from_json(const json_t *obj, ct_model_cfg_t *c, ct_errbuf_t *eb)
+int ctrain_model_cfg_from_json(const json_t *obj, ctrain_model_cfg_t *c, ct_errbuf_t *eb)
 {
     const char *kind = NULL, *layout = NULL;
     json_int_t items = 0, maxlen = 0, hidden = 0, heads = 0, blocks = 0, streams = 0, span = 0;
@@ -196,21 +197,22 @@ int ct_model_cfg_from_json(const json_t *obj, ct_model_cfg_t *c, ct_errbuf_t *eb
                        "hidden_units", &hidden, "num_heads", &heads, "num_blocks", &blocks,
                        "dropout_rate", &dropout, "mhc_streams", &streams, "time_span", &span) != 0)
         return ct_errbuf_set(eb, CT_EFORMAT, "model configuration: %s", je.text);
-    ct_model_cfg_t n = {.kind = CT_MODEL_SASREC};
-    if (ct_model_kind_parse(kind, &n.kind, eb) != 0)
+    ctrain_model_cfg_t n = {.kind = CTRAIN_MODEL_SASREC};
+    if (ctrain_model_kind_parse(kind, &n.kind, eb) != 0)
         return ct_errbuf_wrap(eb, CT_EFORMAT, "model configuration");
-    if (streams < 0 || streams > CT_MHC_MAX_STREAMS || span < 0 || span > CT_MODEL_MAX_TIME_SPAN)
+    if (streams < 0 || streams > CT_MHC_MAX_STREAMS || span < 0 ||
+        span > CTRAIN_MODEL_MAX_TIME_SPAN)
         return ct_errbuf_set(eb, CT_EFORMAT,
                              "model configuration: mhc_streams or time_span out "
                              "of range");
     n.mhc_streams = (int)streams;
     n.time_span = (int)span;
-    int rc = ct_layout_parse(layout, &n.layout, eb);
+    int rc = ctrain_layout_parse(layout, &n.layout, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, CT_EFORMAT, "model configuration");
-    if (items < 1 || items > INT32_MAX || maxlen < 1 || maxlen > CT_MODEL_MAX_LEN || hidden < 1 ||
-        hidden > CT_MODEL_MAX_HIDDEN || heads < 1 || heads > hidden || blocks < 1 ||
-        blocks > CT_MODEL_MAX_BLOCKS)
+    if (items < 1 || items > INT32_MAX || maxlen < 1 || maxlen > CTRAIN_MODEL_MAX_LEN ||
+        hidden < 1 || hidden > CTRAIN_MODEL_MAX_HIDDEN || heads < 1 || heads > hidden ||
+        blocks < 1 || blocks > CTRAIN_MODEL_MAX_BLOCKS)
         return ct_errbuf_set(eb, CT_EFORMAT, "model configuration: a size is out of range");
     n.num_items = (int32_t)items;
     n.maxlen = (int)maxlen;
@@ -218,7 +220,7 @@ int ct_model_cfg_from_json(const json_t *obj, ct_model_cfg_t *c, ct_errbuf_t *eb
     n.num_heads = (int)heads;
     n.num_blocks = (int)blocks;
     n.dropout = (float)dropout;
-    rc = ct_model_cfg_check(&n, eb);
+    rc = ctrain_model_cfg_check(&n, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, CT_EFORMAT, "model configuration");
     n.no_skip = c->no_skip;
@@ -228,18 +230,18 @@ int ct_model_cfg_from_json(const json_t *obj, ct_model_cfg_t *c, ct_errbuf_t *eb
     return 0;
 }
 
-const char *ct_model_cfg_diff(const ct_model_cfg_t *a, const ct_model_cfg_t *b, char *what,
-                              size_t size)
+const char *ctrain_model_cfg_diff(const ctrain_model_cfg_t *a, const ctrain_model_cfg_t *b,
+                                  char *what, size_t size)
 {
     const char *field = NULL;
     long long x = 0, y = 0;
     if (a->kind != b->kind) {
-        snprintf(what, size, "kind: %s vs %s", ct_model_kind_name(a->kind),
-                 ct_model_kind_name(b->kind));
+        snprintf(what, size, "kind: %s vs %s", ctrain_model_kind_name(a->kind),
+                 ctrain_model_kind_name(b->kind));
         return "kind";
     } else if (a->layout != b->layout) {
-        snprintf(what, size, "layout: %s vs %s", ct_layout_name(a->layout),
-                 ct_layout_name(b->layout));
+        snprintf(what, size, "layout: %s vs %s", ctrain_layout_name(a->layout),
+                 ctrain_layout_name(b->layout));
         return "layout";
     } else if (a->num_items != b->num_items)
         field = "num_items", x = a->num_items, y = b->num_items;
@@ -262,14 +264,14 @@ const char *ct_model_cfg_diff(const ct_model_cfg_t *a, const ct_model_cfg_t *b, 
 
 /* ---- the table and the buffers ----------------------------------------------------------- */
 
-ct_param_t *ct__param_add(ct_model_t *m, const char *name, int ndim, const int64_t *shape,
-                          ct_param_init_t init)
+ctrain_param_t *ct__param_add(ctrain_model_t *m, const char *name, int ndim, const int64_t *shape,
+                              ctrain_param_init_t init)
 {
-    ct_param_t *t = realloc(m->params, (size_t)(m->n_params + 1) * sizeof *t);
+    ctrain_param_t *t = realloc(m->params, (size_t)(m->n_params + 1) * sizeof *t);
     if (!t)
         return NULL;
     m->params = t;
-    ct_param_t *p = &t[m->n_params++];
+    ctrain_param_t *p = &t[m->n_params++];
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", name);
     p->ndim = ndim;
@@ -285,7 +287,7 @@ ct_param_t *ct__param_add(ct_model_t *m, const char *name, int ndim, const int64
     return p;
 }
 
-const ct_param_t *ct_model_find(const ct_model_t *m, const char *name)
+const ctrain_param_t *ctrain_model_find(const ctrain_model_t *m, const char *name)
 {
     for (int i = 0; i < m->n_params; i++)
         if (strcmp(m->params[i].name, name) == 0)
@@ -293,16 +295,16 @@ const ct_param_t *ct_model_find(const ct_model_t *m, const char *name)
     return NULL;
 }
 
-int ct_model_create(ct_model_t **out, const ct_model_cfg_t *cfg, ct_ops_t *ops, int max_batch,
-                    ct_errbuf_t *eb)
+int ctrain_model_create(ctrain_model_t **out, const ctrain_model_cfg_t *cfg, ct_ops_t *ops,
+                        int max_batch, ct_errbuf_t *eb)
 {
     *out = NULL;
-    int rc = ct_model_cfg_check(cfg, eb);
+    int rc = ctrain_model_cfg_check(cfg, eb);
     if (rc != 0)
         return rc;
     if (max_batch < 1)
         return ct_errbuf_set(eb, -EINVAL, "micro-batch of %d rows", max_batch);
-    ct_model_t *m = calloc(1, sizeof *m);
+    ctrain_model_t *m = calloc(1, sizeof *m);
     if (!m)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
     m->cfg = *cfg;
@@ -315,7 +317,8 @@ int ct_model_create(ct_model_t **out, const ct_model_cfg_t *cfg, ct_ops_t *ops, 
     size_t P = m->num_params;
     rc = -ENOMEM;
     if (ops->alloc(ops, (void **)&m->params_mem, P * sizeof(float)) != 0 ||
-        ops->alloc(ops, (void **)&m->grads_mem, (P + CT_MODEL_GRAD_EXTRA) * sizeof(float)) != 0 ||
+        ops->alloc(ops, (void **)&m->grads_mem, (P + CTRAIN_MODEL_GRAD_EXTRA) * sizeof(float)) !=
+            0 ||
         ops->alloc(ops, (void **)&m->m_mem, P * sizeof(float)) != 0 ||
         ops->alloc(ops, (void **)&m->v_mem, P * sizeof(float)) != 0 ||
         ops->alloc(ops, (void **)&m->scalars, 4 * sizeof(float)) != 0) {
@@ -323,7 +326,7 @@ int ct_model_create(ct_model_t **out, const ct_model_cfg_t *cfg, ct_ops_t *ops, 
         goto fail;
     }
     ops->zero(ops, m->params_mem, P * sizeof(float));
-    ops->zero(ops, m->grads_mem, (P + CT_MODEL_GRAD_EXTRA) * sizeof(float));
+    ops->zero(ops, m->grads_mem, (P + CTRAIN_MODEL_GRAD_EXTRA) * sizeof(float));
     ops->zero(ops, m->m_mem, P * sizeof(float));
     ops->zero(ops, m->v_mem, P * sizeof(float));
     if (!ops->host_memory) {
@@ -333,7 +336,7 @@ int ct_model_create(ct_model_t **out, const ct_model_cfg_t *cfg, ct_ops_t *ops, 
             goto fail;
         }
     }
-    m->view_names = calloc((size_t)m->n_params * 3, CT_PARAM_NAME_MAX + 32);
+    m->view_names = calloc((size_t)m->n_params * 3, CTRAIN_PARAM_NAME_MAX + 32);
     m->ready_ranges = calloc((size_t)m->n_params, sizeof *m->ready_ranges);
     if (!m->view_names || !m->ready_ranges) {
         ct_errbuf_set(eb, rc, "out of memory");
@@ -347,11 +350,11 @@ int ct_model_create(ct_model_t **out, const ct_model_cfg_t *cfg, ct_ops_t *ops, 
     *out = m;
     return 0;
 fail:
-    ct_model_destroy(m);
+    ctrain_model_destroy(m);
     return rc;
 }
 
-void ct_model_destroy(ct_model_t *m)
+void ctrain_model_destroy(ctrain_model_t *m)
 {
     if (!m)
         return;
@@ -370,13 +373,13 @@ void ct_model_destroy(ct_model_t *m)
     free(m);
 }
 
-void ct_model_grads_ready(ct_model_t *m, int block)
+void ctrain_model_grads_ready(ctrain_model_t *m, int block)
 {
     if (!m->grads_ready || block >= m->ready_upto)
         return;
     int n = 0;
     for (int i = 0; i < m->n_params; i++) {
-        const ct_param_t *p = &m->params[i];
+        const ctrain_param_t *p = &m->params[i];
         if (p->block < block || p->block >= m->ready_upto)
             continue;
         if (n > 0 && m->ready_ranges[n - 1][0] + m->ready_ranges[n - 1][1] == (int64_t)p->offset)
@@ -389,12 +392,12 @@ void ct_model_grads_ready(ct_model_t *m, int block)
         m->ready_rc = m->grads_ready(m->grads_ready_ctx, m->grads_mem, m->ready_ranges, n);
 }
 
-void ct_model_zero_grad(ct_model_t *m)
+void ctrain_model_zero_grad(ctrain_model_t *m)
 {
-    m->ops->zero(m->ops, m->grads_mem, (m->num_params + CT_MODEL_GRAD_EXTRA) * sizeof(float));
+    m->ops->zero(m->ops, m->grads_mem, (m->num_params + CTRAIN_MODEL_GRAD_EXTRA) * sizeof(float));
 }
 
-const float *ct_model_item_table(const ct_model_t *m)
+const float *ctrain_model_item_table(const ctrain_model_t *m)
 {
     /* Every kind names its item table item_emb.weight and builds it first. */
     return m->params_mem + m->params[0].offset;
@@ -413,7 +416,7 @@ static double ct__normal(ct_rng_t *r)
 
 /* fan_in + fan_out as torch.nn.init._calculate_fan_in_and_fan_out counts them: dims 2.. are
  * the receptive field. */
-static double ct__fans(const ct_param_t *p)
+static double ct__fans(const ctrain_param_t *p)
 {
     double rf = 1.0;
     for (int i = 2; i < p->ndim; i++)
@@ -421,7 +424,7 @@ static double ct__fans(const ct_param_t *p)
     return ((double)p->shape[1] + (double)p->shape[0]) * rf;
 }
 
-/* An mHC layer's biases (K = 2n + n^2: pre, post, res; see ct_model_init_params). */
+/* An mHC layer's biases (K = 2n + n^2: pre, post, res; see ctrain_model_init_params). */
 static void ct__mhc_bias(float *w, int n, int layer)
 {
     /* H^pre = sigmoid(b): 0.97 on the chosen stream and 0.01 on the n - 1 others sums to 1 at
@@ -437,44 +440,44 @@ static void ct__mhc_bias(float *w, int n, int layer)
             w[2 * n + i * n + j] = i == j ? 0.0f : -8.0f;
 }
 
-static void ct__init_tensor(float *w, const ct_param_t *p, uint64_t seed, int index)
+static void ct__init_tensor(float *w, const ctrain_param_t *p, uint64_t seed, int index)
 {
     ct_rng_t r;
-    ct_rng_init(&r, seed, CT_RNG_STREAM(CT_RNG_PURPOSE_INIT, (uint64_t)index), 0);
+    ct_rng_init(&r, seed, CT_RNG_STREAM(CTRAIN_RNG_PURPOSE_INIT, (uint64_t)index), 0);
     switch (p->init) {
-    case CT_INIT_XAVIER_NORMAL: {
+    case CTRAIN_INIT_XAVIER_NORMAL: {
         double std = sqrt(2.0 / ct__fans(p));
         for (size_t i = 0; i < p->numel; i++)
             w[i] = (float)(std * ct__normal(&r));
         break;
     }
-    case CT_INIT_XAVIER_UNIFORM: {
+    case CTRAIN_INIT_XAVIER_UNIFORM: {
         double bound = sqrt(6.0 / ct__fans(p));
         for (size_t i = 0; i < p->numel; i++)
             w[i] = (float)((2.0 * (double)ct_rng_uniform(&r) - 1.0) * bound);
         break;
     }
-    case CT_INIT_CONSTANT:
+    case CTRAIN_INIT_CONSTANT:
         for (size_t i = 0; i < p->numel; i++)
             w[i] = p->init_value;
         break;
-    case CT_INIT_MHC_BIAS: {
+    case CTRAIN_INIT_MHC_BIAS: {
         int n = 1;
         while (CT_MHC_COEFFS(n) < (int)p->numel)
             n++;
         ct__mhc_bias(w, n, p->init_index);
         break;
     }
-    case CT_INIT_FANIN_UNIFORM: {
+    case CTRAIN_INIT_FANIN_UNIFORM: {
         double bound = 1.0 / sqrt((double)p->fan_in);
         for (size_t i = 0; i < p->numel; i++)
             w[i] = (float)((2.0 * (double)ct_rng_uniform(&r) - 1.0) * bound);
         break;
     }
-    case CT_INIT_ZEROS:
+    case CTRAIN_INIT_ZEROS:
         memset(w, 0, p->numel * sizeof *w);
         break;
-    case CT_INIT_ONES:
+    case CTRAIN_INIT_ONES:
         for (size_t i = 0; i < p->numel; i++)
             w[i] = 1.0f;
         break;
@@ -483,7 +486,7 @@ static void ct__init_tensor(float *w, const ct_param_t *p, uint64_t seed, int in
         memset(w, 0, (size_t)p->shape[1] * sizeof *w);
 }
 
-int ct_model_init_params(ct_model_t *m, uint64_t seed)
+int ctrain_model_init_params(ctrain_model_t *m, uint64_t seed)
 {
     ct_ops_t *o = m->ops;
     size_t P = m->num_params;
@@ -499,7 +502,7 @@ int ct_model_init_params(ct_model_t *m, uint64_t seed)
 
 /* ---- whole-buffer steps ---------------------------------------------------------------------- */
 
-int ct_model_l2(ct_model_t *m, float lambda, ct_l2_mode_t mode, float *penalty)
+int ctrain_model_l2(ctrain_model_t *m, float lambda, ct_l2_mode_t mode, float *penalty)
 {
     ct_ops_t *o = m->ops;
     double total = 0.0;
@@ -507,7 +510,7 @@ int ct_model_l2(ct_model_t *m, float lambda, ct_l2_mode_t mode, float *penalty)
     if (lambda == 0.0f)
         return 0;
     for (int i = 0; i < m->n_params; i++) {
-        const ct_param_t *p = &m->params[i];
+        const ctrain_param_t *p = &m->params[i];
         if (!p->l2)
             continue;
         float pen = 0.0f;
@@ -520,7 +523,7 @@ int ct_model_l2(ct_model_t *m, float lambda, ct_l2_mode_t mode, float *penalty)
     return o->sync(o);
 }
 
-int ct_model_grad_sumsq(ct_model_t *m, float *sumsq)
+int ctrain_model_grad_sumsq(ctrain_model_t *m, float *sumsq)
 {
     ct_ops_t *o = m->ops;
     o->sumsq(o, m->scalars, m->grads_mem, (int64_t)m->num_params);
@@ -528,7 +531,7 @@ int ct_model_grad_sumsq(ct_model_t *m, float *sumsq)
     return o->sync(o);
 }
 
-int ct_model_adam(ct_model_t *m, double lr, float grad_scale, int64_t t)
+int ctrain_model_adam(ctrain_model_t *m, double lr, float grad_scale, int64_t t)
 {
     ct_ops_t *o = m->ops;
     o->adam_update(o, m->params_mem, m->m_mem, m->v_mem, m->grads_mem, (int64_t)m->num_params, lr,
@@ -538,7 +541,7 @@ int ct_model_adam(ct_model_t *m, double lr, float grad_scale, int64_t t)
 
 /* ---- checkpoint views ------------------------------------------------------------------------ */
 
-size_t ct_model_views(ct_model_t *m, unsigned which, ct_tensor_view_t *views)
+size_t ctrain_model_views(ctrain_model_t *m, unsigned which, ct_tensor_view_t *views)
 {
     static const char *const prefix[3] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
     size_t P = m->num_params, n = 0;
@@ -549,14 +552,15 @@ size_t ct_model_views(ct_model_t *m, unsigned which, ct_tensor_view_t *views)
         base[0] = m->host_mirror, base[1] = m->host_mirror + P, base[2] = m->host_mirror + 2 * P;
     }
     for (int k = 0; k < 3; k++) {
-        if (k == 0 && !(which & CT_MODEL_VIEW_PARAMS))
+        if (k == 0 && !(which & CTRAIN_MODEL_VIEW_PARAMS))
             continue;
-        if (k > 0 && !(which & CT_MODEL_VIEW_ADAM))
+        if (k > 0 && !(which & CTRAIN_MODEL_VIEW_ADAM))
             continue;
         for (int i = 0; i < m->n_params; i++) {
-            const ct_param_t *p = &m->params[i];
-            char *name = m->view_names + ((size_t)k * m->n_params + i) * (CT_PARAM_NAME_MAX + 32);
-            snprintf(name, CT_PARAM_NAME_MAX + 32, "%s%s", prefix[k], p->name);
+            const ctrain_param_t *p = &m->params[i];
+            char *name =
+                m->view_names + ((size_t)k * m->n_params + i) * (CTRAIN_PARAM_NAME_MAX + 32);
+            snprintf(name, CTRAIN_PARAM_NAME_MAX + 32, "%s%s", prefix[k], p->name);
             ct_tensor_view_t *v = &views[n++];
             memset(v, 0, sizeof *v);
             v->name = name;
@@ -570,7 +574,7 @@ size_t ct_model_views(ct_model_t *m, unsigned which, ct_tensor_view_t *views)
     return n;
 }
 
-int ct_model_to_host(ct_model_t *m)
+int ctrain_model_to_host(ctrain_model_t *m)
 {
     ct_ops_t *o = m->ops;
     if (o->host_memory)
@@ -582,7 +586,7 @@ int ct_model_to_host(ct_model_t *m)
     return o->sync(o);
 }
 
-int ct_model_from_host(ct_model_t *m)
+int ctrain_model_from_host(ctrain_model_t *m)
 {
     ct_ops_t *o = m->ops;
     if (o->host_memory)
@@ -605,7 +609,7 @@ static void ct__shape_text(char *buf, size_t size, int ndim, const int64_t *shap
         snprintf(buf + k, size - k, ")");
 }
 
-int ct_model_load_params(ct_model_t *m, const char *path, ct_errbuf_t *eb)
+int ctrain_model_load_params(ctrain_model_t *m, const char *path, ct_errbuf_t *eb)
 {
     ct_st_file_t *f = NULL;
     int rc = ct_st_open(&f, path, eb);
@@ -617,7 +621,7 @@ int ct_model_load_params(ct_model_t *m, const char *path, ct_errbuf_t *eb)
         ct_st_close(f);
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     }
-    size_t n = ct_model_views(m, CT_MODEL_VIEW_PARAMS, views);
+    size_t n = ctrain_model_views(m, CTRAIN_MODEL_VIEW_PARAMS, views);
     /* Check every tensor first, so the message names the first that does not fit. */
     for (size_t i = 0; i < n; i++) {
         const ct_st_tensor_t *t = ct_st_find(f, views[i].name);
@@ -626,7 +630,7 @@ int ct_model_load_params(ct_model_t *m, const char *path, ct_errbuf_t *eb)
             rc = ct_errbuf_set(eb, CT_EMISMATCH,
                                "%s: no tensor \"%s\" (is it a %s state dict with as many "
                                "blocks as --num_blocks?)",
-                               path, views[i].name, ct_model_title(&m->cfg));
+                               path, views[i].name, ctrain_model_title(&m->cfg));
             goto out;
         }
         ct__shape_text(want, sizeof want, views[i].ndim, views[i].shape);
@@ -686,8 +690,8 @@ out:
     return rc;
 }
 
-int ct_model_cfg_from_state_dict(const char *path, ct_model_cfg_t *cfg, int *pos_rows,
-                                 ct_errbuf_t *eb)
+int ctrain_model_cfg_from_state_dict(const char *path, ctrain_model_cfg_t *cfg, int *pos_rows,
+                                     ct_errbuf_t *eb)
 {
     ct_st_file_t *f = NULL;
     int rc = ct_st_open(&f, path, eb);
@@ -715,8 +719,8 @@ int ct_model_cfg_from_state_dict(const char *path, ct_model_cfg_t *cfg, int *pos
         if (got == 1 && name[k] == '\0' && b + 1 > blocks)
             blocks = b + 1;
     }
-    if (e->shape[0] - 1 > INT32_MAX || e->shape[1] > CT_MODEL_MAX_HIDDEN || blocks < 1 ||
-        blocks > CT_MODEL_MAX_BLOCKS) {
+    if (e->shape[0] - 1 > INT32_MAX || e->shape[1] > CTRAIN_MODEL_MAX_HIDDEN || blocks < 1 ||
+        blocks > CTRAIN_MODEL_MAX_BLOCKS) {
         ct_st_close(f);
         return ct_errbuf_set(eb, CT_EMISMATCH,
                              "%s: item_emb.weight (%lld x %lld) or %d blocks "
@@ -726,12 +730,13 @@ int ct_model_cfg_from_state_dict(const char *path, ct_model_cfg_t *cfg, int *pos
     int streams = 0;
     if (hc && hc->ndim == 2 && e->shape[1] > 0 && hc->shape[0] % e->shape[1] == 0)
         streams = (int)(hc->shape[0] / e->shape[1]);
-    if ((ti && (pk->shape[0] > CT_MODEL_MAX_LEN || tv->shape[0] - 1 > CT_MODEL_MAX_TIME_SPAN)) ||
+    if ((ti &&
+         (pk->shape[0] > CTRAIN_MODEL_MAX_LEN || tv->shape[0] - 1 > CTRAIN_MODEL_MAX_TIME_SPAN)) ||
         streams > CT_MHC_MAX_STREAMS) {
         ct_st_close(f);
         return ct_errbuf_set(eb, CT_EMISMATCH, "%s: a table or the mHC streams out of range", path);
     }
-    cfg->kind = ti ? CT_MODEL_TISASREC : CT_MODEL_SASREC;
+    cfg->kind = ti ? CTRAIN_MODEL_TISASREC : CTRAIN_MODEL_SASREC;
     cfg->num_items = (int32_t)(e->shape[0] - 1);
     cfg->hidden = (int)e->shape[1];
     cfg->num_blocks = blocks;

@@ -1,5 +1,5 @@
 /*
- * test_ct_data.c - dataset loading: the three file formats, filtering and re-indexing, the
+ * test_ctrain_data.c - dataset loading: the three file formats, filtering and re-indexing, the
  * stable chronological sort, TiSASRec time scaling, the leave-one-out split, and a file:line
  * error for every kind of malformed line; a large file with a bad third line is rejected
  * without being read whole (the peak memory of a child process that loads it is measured), as
@@ -28,7 +28,7 @@ static const char *write_file(const char *name, const char *text)
     return path;
 }
 
-static void expect_user(const ct_dataset_t *ds, int32_t u, const int32_t *items, int n)
+static void expect_user(const ctrain_dataset_t *ds, int32_t u, const int32_t *items, int n)
 {
     CT_ASSERT_EQ(ds->user_start[u + 1] - ds->user_start[u], n);
     for (int k = 0; k < n; k++)
@@ -37,7 +37,7 @@ static void expect_user(const ct_dataset_t *ds, int32_t u, const int32_t *items,
 }
 
 /* The first interactions of user u (which has more). */
-static void expect_prefix(const ct_dataset_t *ds, int32_t u, const int32_t *items, int n)
+static void expect_prefix(const ctrain_dataset_t *ds, int32_t u, const int32_t *items, int n)
 {
     CT_ASSERT_GE(ds->user_start[u + 1] - ds->user_start[u], n);
     for (int k = 0; k < n; k++)
@@ -48,9 +48,9 @@ static void test_sasrec_format(void)
 {
     /* Users not grouped and with a gap (user 3 absent): ids are kept, order is file order. */
     const char *p = write_file("s.txt", "1 5\n1 3\n2 2\n1 4\n2 1\n2 7\n4 1\n4 2\n4 3\n4 4\n");
-    ct_dataset_t ds;
+    ctrain_dataset_t ds;
     ct_errbuf_t eb = {{0}};
-    CT_ASSERT_MSG(ct_data_load(&ds, p, CT_DATA_AUTO, NULL, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_MSG(ctrain_data_load(&ds, p, CTRAIN_DATA_AUTO, NULL, &eb) == 0, "%s", eb.msg);
     CT_ASSERT_EQ(ds.num_users, 4);
     CT_ASSERT_EQ(ds.num_items, 7);
     CT_ASSERT_EQ(ds.num_interactions, 10);
@@ -67,20 +67,20 @@ static void test_sasrec_format(void)
     CT_ASSERT_EQ(ds.valid_item[3], 0);
     CT_ASSERT_EQ(ds.train_len[4], 2);
     CT_ASSERT_EQ(ds.num_eval_users, 3);
-    CT_ASSERT(ct_data_in_train(&ds, 4, 1) && ct_data_in_train(&ds, 4, 2));
-    CT_ASSERT(!ct_data_in_train(&ds, 4, 3) && !ct_data_in_train(&ds, 4, 4));
-    CT_ASSERT(!ct_data_in_train(&ds, 3, 1));
-    CT_ASSERT_CLOSE(ct_data_mean_train_len(&ds), (1 + 1 + 2) / 3.0, 1e-12, 0);
-    ct_data_free(&ds);
-    ct_data_free(&ds); /* twice is safe */
+    CT_ASSERT(ctrain_data_in_train(&ds, 4, 1) && ctrain_data_in_train(&ds, 4, 2));
+    CT_ASSERT(!ctrain_data_in_train(&ds, 4, 3) && !ctrain_data_in_train(&ds, 4, 4));
+    CT_ASSERT(!ctrain_data_in_train(&ds, 3, 1));
+    CT_ASSERT_CLOSE(ctrain_data_mean_train_len(&ds), (1 + 1 + 2) / 3.0, 1e-12, 0);
+    ctrain_data_free(&ds);
+    ctrain_data_free(&ds); /* twice is safe */
 
     /* min_eval_len = 4 (SASRec.pytorch HEAD): users with 3 interactions are all train. */
-    ct_data_opts_t o = {.min_count = 5, .min_eval_len = 4};
-    CT_ASSERT_OK(ct_data_load(&ds, p, CT_DATA_SASREC, &o, &eb));
+    ctrain_data_opts_t o = {.min_count = 5, .min_eval_len = 4};
+    CT_ASSERT_OK(ctrain_data_load(&ds, p, CTRAIN_DATA_SASREC, &o, &eb));
     CT_ASSERT_EQ(ds.train_len[1], 3);
     CT_ASSERT_EQ(ds.valid_item[1], 0);
     CT_ASSERT_EQ(ds.num_eval_users, 1);
-    ct_data_free(&ds);
+    ctrain_data_free(&ds);
 }
 
 static void test_tsv_filter_reindex_sort(void)
@@ -101,9 +101,9 @@ static void test_tsv_filter_reindex_sort(void)
                                "20\t100\t4\t85\n"
                                "20\t200\t4\t95\n"
                                "10\t100\t3\t40\n");
-    ct_dataset_t ds;
+    ctrain_dataset_t ds;
     ct_errbuf_t eb = {{0}};
-    CT_ASSERT_MSG(ct_data_load(&ds, p, CT_DATA_AUTO, NULL, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_MSG(ctrain_data_load(&ds, p, CTRAIN_DATA_AUTO, NULL, &eb) == 0, "%s", eb.msg);
     /* After the single counting pass: user 10 keeps 5 rows (item 300 dropped), user 20 5. */
     CT_ASSERT_EQ(ds.num_users, 2);
     CT_ASSERT_EQ(ds.num_items, 2);
@@ -122,44 +122,44 @@ static void test_tsv_filter_reindex_sort(void)
     int64_t want2[] = {1, 3, 4, 5, 6};
     for (int k = 0; k < 5; k++)
         CT_ASSERT_EQ(ds.time_scaled[5 + k], want2[k]);
-    ct_data_free(&ds);
+    ctrain_data_free(&ds);
 
     /* Three columns (no rating) are accepted too; rounding is half to even (Python round). */
     p = write_file("t3.tsv", "1\t1\t0\n1\t2\t2\n1\t1\t5\n");
-    ct_data_opts_t o = {.min_count = 1, .min_eval_len = 3};
-    CT_ASSERT_MSG(ct_data_load(&ds, p, CT_DATA_TSV, &o, &eb) == 0, "%s", eb.msg);
+    ctrain_data_opts_t o = {.min_count = 1, .min_eval_len = 3};
+    CT_ASSERT_MSG(ctrain_data_load(&ds, p, CTRAIN_DATA_TSV, &o, &eb) == 0, "%s", eb.msg);
     /* s = 2 (gaps 2 and 3): (5-0)/2 = 2.5 -> 2 (even), +1 = 3. */
     CT_ASSERT_EQ(ds.time_scaled[0], 1);
     CT_ASSERT_EQ(ds.time_scaled[1], 2);
     CT_ASSERT_EQ(ds.time_scaled[2], 3);
-    ct_data_free(&ds);
+    ctrain_data_free(&ds);
 }
 
 static void test_ml1m_format(void)
 {
     const char *p = write_file("ratings.dat", "1::1193::5::978300760\r\n1::661::3::978302109\r\n"
                                               "2::1193::4::978298413\r\n1::914::3::978301968\r\n");
-    ct_dataset_t ds;
+    ctrain_dataset_t ds;
     ct_errbuf_t eb;
-    ct_data_opts_t o = {.min_count = 1, .min_eval_len = 3};
-    CT_ASSERT_MSG(ct_data_load(&ds, p, CT_DATA_AUTO, &o, &eb) == 0, "%s", eb.msg);
+    ctrain_data_opts_t o = {.min_count = 1, .min_eval_len = 3};
+    CT_ASSERT_MSG(ctrain_data_load(&ds, p, CTRAIN_DATA_AUTO, &o, &eb) == 0, "%s", eb.msg);
     CT_ASSERT_EQ(ds.num_users, 2);
     CT_ASSERT_EQ(ds.num_items, 3); /* 661 -> 1, 914 -> 2, 1193 -> 3 */
     expect_user(&ds, 1, (int32_t[]){3, 2, 1}, 3);
     expect_user(&ds, 2, (int32_t[]){3}, 1);
-    ct_data_free(&ds);
+    ctrain_data_free(&ds);
     /* With the default min_count 5 nothing survives: a clear error, not an empty dataset. */
-    CT_ASSERT_ERR(ct_data_load(&ds, p, CT_DATA_ML1M, NULL, &eb), CT_EFORMAT);
+    CT_ASSERT_ERR(ctrain_data_load(&ds, p, CTRAIN_DATA_ML1M, NULL, &eb), CT_EFORMAT);
     CT_ASSERT_STR_CONTAINS(eb.msg, "fewer than 5 rows");
 }
 
-static void expect_error(const char *name, const char *text, ct_data_format_t f, const char *want)
+static void expect_error(const char *name, const char *text, ctrain_data_format_t f, const char *want)
 {
     const char *p = write_file(name, text);
-    ct_dataset_t ds;
+    ctrain_dataset_t ds;
     ct_errbuf_t eb = {{0}};
-    ct_data_opts_t o = {.min_count = 1, .min_eval_len = 3};
-    int rc = ct_data_load(&ds, p, f, &o, &eb);
+    ctrain_data_opts_t o = {.min_count = 1, .min_eval_len = 3};
+    int rc = ctrain_data_load(&ds, p, f, &o, &eb);
     CT_ASSERT_MSG(rc != 0, "%s should be rejected", name);
     char full[600];
     snprintf(full, sizeof full, "%s/%s%s", tmpdir, name, want);
@@ -170,40 +170,40 @@ static void expect_error(const char *name, const char *text, ct_data_format_t f,
 
 static void test_malformed_lines(void)
 {
-    expect_error("a.txt", "1 2\n1 x\n", CT_DATA_SASREC,
+    expect_error("a.txt", "1 2\n1 x\n", CTRAIN_DATA_SASREC,
                  ":2: item id \"x\" is not an integer in 1..2147483647");
-    expect_error("b.txt", "1 2\n1 2 3\n", CT_DATA_SASREC,
+    expect_error("b.txt", "1 2\n1 2 3\n", CTRAIN_DATA_SASREC,
                  ":2: expected 2 fields \"user item\", got 3");
-    expect_error("c.txt", "1 2\n\n1 3\n", CT_DATA_SASREC, ":2: empty line");
-    expect_error("d.txt", "0 2\n", CT_DATA_SASREC,
+    expect_error("c.txt", "1 2\n\n1 3\n", CTRAIN_DATA_SASREC, ":2: empty line");
+    expect_error("d.txt", "0 2\n", CTRAIN_DATA_SASREC,
                  ":1: user id \"0\" is not an integer in 1..2147483647");
-    expect_error("e.txt", "12abc 2\n", CT_DATA_SASREC,
+    expect_error("e.txt", "12abc 2\n", CTRAIN_DATA_SASREC,
                  ":1: user id \"12abc\" is not an integer in 1..2147483647");
-    expect_error("f.txt", "1 99999999999\n", CT_DATA_SASREC,
+    expect_error("f.txt", "1 99999999999\n", CTRAIN_DATA_SASREC,
                  ":1: item id \"99999999999\" is not an integer in 1..2147483647");
-    expect_error("g.tsv", "1\t2\t3\t4\n1\t2\n", CT_DATA_TSV,
+    expect_error("g.tsv", "1\t2\t3\t4\n1\t2\n", CTRAIN_DATA_TSV,
                  ":2: expected 3 or 4 tab-separated fields (user, item, [rating,] timestamp), got 2");
-    expect_error("h.tsv", "1\t2\tgood\t4\n", CT_DATA_TSV, ":1: rating \"good\" is not a number");
-    expect_error("i.tsv", "1\t2\t3\t4.5\n", CT_DATA_TSV,
+    expect_error("h.tsv", "1\t2\tgood\t4\n", CTRAIN_DATA_TSV, ":1: rating \"good\" is not a number");
+    expect_error("i.tsv", "1\t2\t3\t4.5\n", CTRAIN_DATA_TSV,
                  ":1: timestamp \"4.5\" is not an integer (Unix seconds)");
-    expect_error("j.dat", "1::2::3\n", CT_DATA_ML1M,
+    expect_error("j.dat", "1::2::3\n", CTRAIN_DATA_ML1M,
                  ":1: expected 4 fields \"user::item::rating::timestamp\", got 3");
-    expect_error("k.txt", "", CT_DATA_SASREC, ": no interactions");
+    expect_error("k.txt", "", CTRAIN_DATA_SASREC, ": no interactions");
     const char nul[] = {'1', ' ', '2', '\n', '1', '\0', '3', '\n', 0};
     const char *p = write_file("l.txt", "x");
     FILE *f = fopen(p, "wb");
     fwrite(nul, 1, 8, f);
     fclose(f);
-    ct_dataset_t ds;
+    ctrain_dataset_t ds;
     ct_errbuf_t eb;
-    CT_ASSERT_ERR(ct_data_load(&ds, p, CT_DATA_AUTO, NULL, &eb), CT_EFORMAT);
+    CT_ASSERT_ERR(ctrain_data_load(&ds, p, CTRAIN_DATA_AUTO, NULL, &eb), CT_EFORMAT);
     CT_ASSERT_STR_CONTAINS(eb.msg, "l.txt:2: contains a NUL byte");
-    CT_ASSERT(ct_data_load(&ds, "/nonexistent/data.txt", CT_DATA_AUTO, NULL, &eb) < 0);
+    CT_ASSERT(ctrain_data_load(&ds, "/nonexistent/data.txt", CTRAIN_DATA_AUTO, NULL, &eb) < 0);
     CT_ASSERT_STR_EQ(eb.msg, "/nonexistent/data.txt: No such file or directory");
-    ct_data_format_t fmt;
-    CT_ASSERT_ERR(ct_data_parse_format("csv", &fmt, &eb), CT_EPARSE);
-    CT_ASSERT_OK(ct_data_parse_format("ml1m", &fmt, &eb));
-    CT_ASSERT_EQ(fmt, CT_DATA_ML1M);
+    ctrain_data_format_t fmt;
+    CT_ASSERT_ERR(ctrain_data_parse_format("csv", &fmt, &eb), CT_EPARSE);
+    CT_ASSERT_OK(ctrain_data_parse_format("ml1m", &fmt, &eb));
+    CT_ASSERT_EQ(fmt, CTRAIN_DATA_ML1M);
 }
 
 /* Peak resident memory of this process (VmHWM of /proc/self/status), in KiB; -1 if unknown. */
@@ -233,9 +233,9 @@ static long load_in_child(const char *path, char *msg, size_t size, double *seco
     if (pid == 0) {
         close(fds[0]);
         long before = peak_rss_kib();
-        ct_dataset_t ds;
+        ctrain_dataset_t ds;
         ct_errbuf_t eb = {{0}};
-        int rc = ct_data_load(&ds, path, CT_DATA_AUTO, NULL, &eb);
+        int rc = ctrain_data_load(&ds, path, CTRAIN_DATA_AUTO, NULL, &eb);
         long grown = peak_rss_kib() - before;
         char out[CT_ERRBUF_SIZE + 64];
         int n = snprintf(out, sizeof out, "%ld %d %s", grown, rc, eb.msg);
@@ -317,23 +317,23 @@ static void test_real_datasets(void)
     char ml1m[512], ml100k[512];
     snprintf(ml1m, sizeof ml1m, "%s/ml-1m-r/ml-1m-r.txt", dir);
     snprintf(ml100k, sizeof ml100k, "%s/ml-100k/u.data", dir);
-    ct_dataset_t ds;
+    ctrain_dataset_t ds;
     ct_errbuf_t eb;
     if (access(ml1m, R_OK) == 0) {
-        CT_ASSERT_MSG(ct_data_load(&ds, ml1m, CT_DATA_AUTO, NULL, &eb) == 0, "%s", eb.msg);
+        CT_ASSERT_MSG(ctrain_data_load(&ds, ml1m, CTRAIN_DATA_AUTO, NULL, &eb) == 0, "%s", eb.msg);
         CT_ASSERT_EQ(ds.num_users, 6040);
         CT_ASSERT_EQ(ds.num_items, 3416);
         CT_ASSERT_EQ(ds.num_interactions, 994083);
         CT_ASSERT_EQ(ds.num_eval_users, 6040);
-        CT_ASSERT_CLOSE(ct_data_mean_train_len(&ds), 162.58327814569537, 1e-9, 0);
+        CT_ASSERT_CLOSE(ctrain_data_mean_train_len(&ds), 162.58327814569537, 1e-9, 0);
         CT_ASSERT_EQ(ds.valid_item[1], 77);
         CT_ASSERT_EQ(ds.test_item[1], 79);
-        ct_data_free(&ds);
+        ctrain_data_free(&ds);
     } else {
         printf("# %s absent: skipping the ml-1m-r check\n", ml1m);
     }
     if (access(ml100k, R_OK) == 0) {
-        CT_ASSERT_MSG(ct_data_load(&ds, ml100k, CT_DATA_AUTO, NULL, &eb) == 0, "%s", eb.msg);
+        CT_ASSERT_MSG(ctrain_data_load(&ds, ml100k, CTRAIN_DATA_AUTO, NULL, &eb) == 0, "%s", eb.msg);
         CT_ASSERT_EQ(ds.num_users, 943);
         CT_ASSERT_EQ(ds.num_items, 1349);
         CT_ASSERT_EQ(ds.num_interactions, 99287);
@@ -345,7 +345,7 @@ static void test_real_datasets(void)
         for (int k = 0; k < 5; k++)
             CT_ASSERT_EQ(ds.time_scaled[k], want[k]);
         CT_ASSERT_EQ(ds.time_scaled[270], 14786259);
-        ct_data_free(&ds);
+        ctrain_data_free(&ds);
     } else {
         printf("# %s absent: skipping the ml-100k check\n", ml100k);
     }

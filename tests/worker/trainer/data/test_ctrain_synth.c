@@ -1,5 +1,5 @@
 /*
- * test_ct_synth.c - the synthetic dataset: deterministic in its options, the documented
+ * test_ctrain_synth.c - the synthetic dataset: deterministic in its options, the documented
  * structure really is there (a short-gap step follows one successor map, a long-gap step
  * follows the map applied twice), timestamps scale to the documented intervals, and the spec
  * parser accepts and rejects what it should.
@@ -11,22 +11,22 @@
 
 static void test_deterministic(void)
 {
-    ct_synth_opts_t o = CT_SYNTH_OPTS_DEFAULT;
+    ctrain_synth_opts_t o = CTRAIN_SYNTH_OPTS_DEFAULT;
     o.num_users = 200;
-    ct_dataset_t a, b;
-    CT_ASSERT_OK(ct_data_synthetic(&a, &o, NULL));
-    CT_ASSERT_OK(ct_data_synthetic(&b, &o, NULL));
+    ctrain_dataset_t a, b;
+    CT_ASSERT_OK(ctrain_data_synthetic(&a, &o, NULL));
+    CT_ASSERT_OK(ctrain_data_synthetic(&b, &o, NULL));
     CT_ASSERT_EQ(a.num_interactions, b.num_interactions);
     CT_ASSERT(memcmp(a.items, b.items, (size_t)a.num_interactions * 4) == 0);
     CT_ASSERT(memcmp(a.times, b.times, (size_t)a.num_interactions * 8) == 0);
-    ct_data_free(&b);
+    ctrain_data_free(&b);
     o.seed = 2;
-    CT_ASSERT_OK(ct_data_synthetic(&b, &o, NULL));
+    CT_ASSERT_OK(ctrain_data_synthetic(&b, &o, NULL));
     CT_ASSERT(a.num_interactions != b.num_interactions ||
               memcmp(a.items, b.items, (size_t)a.num_interactions * 4) != 0);
     CT_ASSERT_EQ(a.num_eval_users, 200); /* every user has >= 5 interactions */
-    ct_data_free(&a);
-    ct_data_free(&b);
+    ctrain_data_free(&a);
+    ctrain_data_free(&b);
 }
 
 /* Most frequent value of counts[item * (I+1) + next] per item. */
@@ -42,9 +42,9 @@ static int32_t mode_of(const int32_t *counts, int32_t I, int32_t item)
 
 static void test_structure(void)
 {
-    ct_synth_opts_t o = CT_SYNTH_OPTS_DEFAULT; /* 1000 users, 500 items, len 40, noise 0.15 */
-    ct_dataset_t ds;
-    CT_ASSERT_OK(ct_data_synthetic(&ds, &o, NULL));
+    ctrain_synth_opts_t o = CTRAIN_SYNTH_OPTS_DEFAULT; /* 1000 users, 500 items, len 40, noise 0.15 */
+    ctrain_dataset_t ds;
+    CT_ASSERT_OK(ctrain_data_synthetic(&ds, &o, NULL));
     int32_t I = ds.num_items;
     int32_t *after_short = calloc((size_t)(I + 1) * (I + 1), sizeof(int32_t));
     int32_t *after_long = calloc((size_t)(I + 1) * (I + 1), sizeof(int32_t));
@@ -85,25 +85,25 @@ static void test_structure(void)
     free(after_short);
     free(after_long);
     free(succ);
-    ct_data_free(&ds);
+    ctrain_data_free(&ds);
 }
 
 static void test_parse(void)
 {
-    ct_synth_opts_t o;
-    CT_ASSERT_OK(ct_synth_parse("synthetic", &o, NULL));
+    ctrain_synth_opts_t o;
+    CT_ASSERT_OK(ctrain_synth_parse("synthetic", &o, NULL));
     CT_ASSERT_EQ(o.num_users, 1000);
-    CT_ASSERT_OK(ct_synth_parse("synthetic:users=50,items=20,len=10,noise=0,seed=3", &o, NULL));
+    CT_ASSERT_OK(ctrain_synth_parse("synthetic:users=50,items=20,len=10,noise=0,seed=3", &o, NULL));
     CT_ASSERT(o.num_users == 50 && o.num_items == 20 && o.mean_len == 10 && o.seed == 3);
     CT_ASSERT_CLOSE(o.noise, 0.0, 0, 0);
     ct_errbuf_t eb;
-    CT_ASSERT_ERR(ct_synth_parse("synthetic:users=5", &o, &eb), CT_ERANGE_VALUE);
+    CT_ASSERT_ERR(ctrain_synth_parse("synthetic:users=5", &o, &eb), CT_ERANGE_VALUE);
     CT_ASSERT_STR_EQ(eb.msg, "synthetic spec option users: 5 is out of range (expected 10..10000000)");
-    CT_ASSERT_ERR(ct_synth_parse("synthetic:colour=blue", &o, &eb), CT_EPARSE);
-    CT_ASSERT_ERR(ct_synth_parse("synthetic:users", &o, &eb), CT_EPARSE);
-    CT_ASSERT_ERR(ct_synth_parse("synthetic:noise=2", &o, &eb), CT_ERANGE_VALUE);
-    CT_ASSERT_ERR(ct_synth_parse("synth", &o, &eb), CT_EPARSE);
-    CT_ASSERT_ERR(ct_synth_parse("synthetic:users=10,,", &o, &eb), CT_EPARSE);
+    CT_ASSERT_ERR(ctrain_synth_parse("synthetic:colour=blue", &o, &eb), CT_EPARSE);
+    CT_ASSERT_ERR(ctrain_synth_parse("synthetic:users", &o, &eb), CT_EPARSE);
+    CT_ASSERT_ERR(ctrain_synth_parse("synthetic:noise=2", &o, &eb), CT_ERANGE_VALUE);
+    CT_ASSERT_ERR(ctrain_synth_parse("synth", &o, &eb), CT_EPARSE);
+    CT_ASSERT_ERR(ctrain_synth_parse("synthetic:users=10,,", &o, &eb), CT_EPARSE);
 }
 
 int main(void)

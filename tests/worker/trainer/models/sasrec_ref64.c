@@ -13,15 +13,15 @@
 #include "ref64.h"
 
 /* The parameter called name (printf-style), as a pointer into W. */
-__attribute__((format(printf, 3, 4))) static const double *P(const ct_model_t *m, const double *W,
-                                                             const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static const double *P(const ctrain_model_t *m,
+                                                             const double *W, const char *fmt, ...)
 {
-    char name[CT_PARAM_NAME_MAX];
+    char name[CTRAIN_PARAM_NAME_MAX];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    const ct_param_t *p = ct_model_find(m, name);
+    const ctrain_param_t *p = ctrain_model_find(m, name);
     if (!p) {
         fprintf(stderr, "sasrec_ref64: no parameter %s\n", name);
         abort();
@@ -38,7 +38,7 @@ static void *xcalloc(size_t n, size_t size)
 }
 
 typedef struct ref_ctx {
-    const ct_model_t *m;
+    const ctrain_model_t *m;
     const double *W;
     const ref_batch_t *b;
     int L, C, NH, N;
@@ -49,18 +49,18 @@ typedef struct ref_ctx {
 
 static ct_dropout_t drop_of(const ref_ctx_t *r, int site, int64_t per_row)
 {
-    return ct_model_dropout_site(r->p, r->b->seed, r->b->step, site, r->b->row0, per_row);
+    return ctrain_model_dropout_site(r->p, r->b->seed, r->b->step, site, r->b->row0, per_row);
 }
 
 /* out = A(xq, xkv) of block l, the kind's attention sub-layer without residual. */
 static void attention(const ref_ctx_t *r, int l, double *out, const double *xq, const double *xkv)
 {
-    const ct_model_t *m = r->m;
+    const ctrain_model_t *m = r->m;
     const double *W = r->W;
     const int N = r->N, C = r->C, L = r->L, B = r->b->B;
     const size_t NC = (size_t)N * C;
     ct_dropout_t da = drop_of(r, 1 + 3 * l, (int64_t)r->NH * L * L);
-    if (m->cfg.kind == CT_MODEL_TISASREC) {
+    if (m->cfg.kind == CTRAIN_MODEL_TISASREC) {
         double *q = r->tmp, *k = q + NC, *v = k + NC;
         ref_linear(q, xq, P(m, W, "attention_layers.%d.Q_w.weight", l),
                    P(m, W, "attention_layers.%d.Q_w.bias", l), N, C, C);
@@ -73,8 +73,8 @@ static void attention(const ref_ctx_t *r, int l, double *out, const double *xq, 
         ref_tisas_attention(out, q, k, v, P(m, W, "time_matrix_K_emb.weight"),
                             P(m, W, "time_matrix_V_emb.weight"), r->b->tseq, r->b->seq, B, L, C,
                             r->NH, m->cfg.time_span, da,
-                            drop_of(r, CT_SITE_TIME_K, (int64_t)L * L * C),
-                            drop_of(r, CT_SITE_TIME_V, (int64_t)L * L * C));
+                            drop_of(r, CTRAIN_SITE_TIME_K, (int64_t)L * L * C),
+                            drop_of(r, CTRAIN_SITE_TIME_V, (int64_t)L * L * C));
         return;
     }
     double *qkv = r->tmp, *ao = r->tmp + 3 * NC;
@@ -88,7 +88,7 @@ static void attention(const ref_ctx_t *r, int l, double *out, const double *xq, 
 /* out = FFN(y) of block l (no residual). */
 static void ffn(const ref_ctx_t *r, int l, double *out, const double *y)
 {
-    const ct_model_t *m = r->m;
+    const ctrain_model_t *m = r->m;
     const double *W = r->W;
     const int N = r->N, C = r->C;
     const size_t NC = (size_t)N * C;
@@ -107,7 +107,7 @@ static void ffn(const ref_ctx_t *r, int l, double *out, const double *y)
  * (LNf). */
 static void mhc_layer(const ref_ctx_t *r, int l, int k, double *Y, const double *X)
 {
-    const ct_model_t *m = r->m;
+    const ctrain_model_t *m = r->m;
     const double *W = r->W;
     const int N = r->N, C = r->C, n = m->cfg.mhc_streams;
     const size_t NC = (size_t)N * C;
@@ -119,7 +119,7 @@ static void mhc_layer(const ref_ctx_t *r, int l, int k, double *Y, const double 
     double *f = xcalloc(NC, sizeof(double));
     ref_mhc_coeffs(hpre, hpost, hres, X, P(m, W, "%s.%d.phi", which, l),
                    P(m, W, "%s.%d.alpha", which, l), P(m, W, "%s.%d.bias", which, l), N, n, C,
-                   CT_MHC_ITERS, (double)CT_MHC_RMS_EPS);
+                   CTRAIN_MHC_ITERS, (double)CTRAIN_MHC_RMS_EPS);
     ref_mhc_pre(u, X, hpre, N, n, C);
     const char *ln = k ? "forward_layernorms" : "attention_layernorms";
     ref_layernorm(xn, u, P(m, W, "%s.%d.weight", ln, l), P(m, W, "%s.%d.bias", ln, l), N, C,
@@ -132,16 +132,16 @@ static void mhc_layer(const ref_ctx_t *r, int l, int k, double *Y, const double 
     free(hpre), free(hpost), free(hres), free(u), free(xn), free(f);
 }
 
-double sasrec_ref_forward(const ct_model_t *m, const double *W, const ref_batch_t *b,
+double sasrec_ref_forward(const ctrain_model_t *m, const double *W, const ref_batch_t *b,
                           double *pos_logits, double *neg_logits, double *feats)
 {
-    const ct_model_cfg_t *c = &m->cfg;
+    const ctrain_model_cfg_t *c = &m->cfg;
     const int B = b->B, L = c->maxlen, C = c->hidden, N = B * L;
     const int n = c->mhc_streams > 0 ? c->mhc_streams : 1;
     const size_t NC = (size_t)N * C, NS = NC * n;
     const double eps = CT_SASREC_LN_EPS;
-    const bool timeline = ct_model_timeline(c), ti = c->kind == CT_MODEL_TISASREC;
-    const ct_layout_t lay = c->layout;
+    const bool timeline = ctrain_model_timeline(c), ti = c->kind == CTRAIN_MODEL_TISASREC;
+    const ctrain_layout_t lay = c->layout;
     ref_ctx_t r = {m,
                    W,
                    b,
@@ -158,7 +158,7 @@ double sasrec_ref_forward(const ct_model_t *m, const double *W, const ref_batch_
     double *t = xcalloc(NC, sizeof *x), *s1 = xcalloc(NC, sizeof *x);
 
     ref_embed(x, P(m, W, "item_emb.weight"), ti ? NULL : P(m, W, "pos_emb.weight"), b->seq, B, L, C,
-              (double)sqrtf((float)C), ct_layout_pos_mode(lay));
+              (double)sqrtf((float)C), ctrain_layout_pos_mode(lay));
     ref_dropout(x, (int64_t)NC, drop_of(&r, 0, (int64_t)L * C));
     if (timeline)
         ref_timeline_mask(x, b->seq, N, C);
@@ -172,10 +172,10 @@ double sasrec_ref_forward(const ct_model_t *m, const double *W, const ref_batch_
                     size_t e = ((size_t)bb * L + tt) * C + cc;
                     r.pkd[e] =
                         pk[tt * C + cc] *
-                        ref_dropout_factor(drop_of(&r, CT_SITE_ABS_POS_K, (int64_t)L * C), e);
+                        ref_dropout_factor(drop_of(&r, CTRAIN_SITE_ABS_POS_K, (int64_t)L * C), e);
                     r.pvd[e] =
                         pv[tt * C + cc] *
-                        ref_dropout_factor(drop_of(&r, CT_SITE_ABS_POS_V, (int64_t)L * C), e);
+                        ref_dropout_factor(drop_of(&r, CTRAIN_SITE_ABS_POS_V, (int64_t)L * C), e);
                 }
     }
     if (c->mhc_streams > 0) {
@@ -199,18 +199,18 @@ double sasrec_ref_forward(const ct_model_t *m, const double *W, const ref_batch_
         const double *ln2b = P(m, W, "forward_layernorms.%d.bias", l);
         /* attention: which stream feeds the queries, the keys/values and the residual */
         const double *xq = x, *xkv = x, *res = x;
-        if (lay != CT_LAYOUT_POST_LN) {
+        if (lay != CTRAIN_LAYOUT_POST_LN) {
             ref_layernorm(ln1, x, ln1w, ln1b, N, C, eps);
             xq = ln1;
-            xkv = lay == CT_LAYOUT_PRE_LN ? ln1 : x;
-            res = lay == CT_LAYOUT_PRE_LN ? x : ln1;
+            xkv = lay == CTRAIN_LAYOUT_PRE_LN ? ln1 : x;
+            res = lay == CTRAIN_LAYOUT_PRE_LN ? x : ln1;
         }
         attention(&r, l, t, xq, xkv);
         for (size_t i = 0; i < NC; i++)
             s1[i] = res[i] + t[i];
         /* FFN input: post_ln normalises with LNa, the others with LNf */
         const double *yy;
-        if (lay == CT_LAYOUT_POST_LN) {
+        if (lay == CTRAIN_LAYOUT_POST_LN) {
             ref_layernorm(ln1, s1, ln1w, ln1b, N, C, eps);
             yy = ln1;
         } else {
@@ -218,10 +218,10 @@ double sasrec_ref_forward(const ct_model_t *m, const double *W, const ref_batch_
             yy = ln2;
         }
         ffn(&r, l, t, yy);
-        const double *fres = lay == CT_LAYOUT_PRE_LN ? s1 : yy;
+        const double *fres = lay == CTRAIN_LAYOUT_PRE_LN ? s1 : yy;
         for (size_t i = 0; i < NC; i++)
             t[i] += fres[i];
-        if (lay == CT_LAYOUT_POST_LN)
+        if (lay == CTRAIN_LAYOUT_POST_LN)
             ref_layernorm(x, t, ln2w, ln2b, N, C, eps);
         else
             memcpy(x, t, NC * sizeof *x);
@@ -245,10 +245,10 @@ double sasrec_ref_forward(const ct_model_t *m, const double *W, const ref_batch_
     const double *wte = P(m, W, "item_emb.weight");
     if (b->pos) {
         switch (c->loss) {
-        case CT_LOSS_CE:
+        case CTRAIN_LOSS_CE:
             loss = ref_ce(t, wte, b->pos, N, C, c->num_items + 1, b->count);
             break;
-        case CT_LOSS_SAMPLED_CE:
+        case CTRAIN_LOSS_SAMPLED_CE:
             loss = ref_sampled_ce(t, wte, b->pos, b->row_neg, B, L, C, c->num_negatives, b->count);
             break;
         default: {

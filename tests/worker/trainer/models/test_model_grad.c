@@ -1,6 +1,6 @@
 /*
  * test_model_grad.c - the whole-model gradient check of ctrain's REAL model code
- * (worker/ct_sasrec.c through the CPU dispatch table) on tiny models (B=2, L=5, d=8, h=2,
+ * (worker/ctrain_sasrec.c through the CPU dispatch table) on tiny models (B=2, L=5, d=8, h=2,
  * 2 blocks, 20 items; TiSASRec with time_span 6, mHC with 4 streams):
  *   - SASRec in each block layout - post_ln (HEAD's default), pre_ln (--norm_first), original
  *     (the published checkpoints' layout, 2024 ids), original2020 (absolute ids, timeline mask);
@@ -10,7 +10,7 @@
  *     negatives per sequence);
  * each with dropout off and on (p = 0.3 at every site, TiSASRec's position and interval tensors
  * included, the masks of a step other than 0 and rows at an offset of the global batch, so the
- * keying is exercised), and with the model's l2_emb term (ct_model_l2 in the model's form) in
+ * keying is exercised), and with the model's l2_emb term (ctrain_model_l2 in the model's form) in
  * some cases.
  *
  * For every parameter tensor, found by its state_dict name: the float analytic gradient
@@ -64,50 +64,50 @@ static const int32_t row_neg[B * M] = {5, 9, 2, 16, 5, 5, 11, 3, 17, 6};
 
 typedef struct variant {
     const char *name;
-    ct_model_kind_t kind;
-    ct_layout_t layout;
+    ctrain_model_kind_t kind;
+    ctrain_layout_t layout;
     int streams;
-    ct_loss_t loss;
+    ctrain_loss_t loss;
 } variant_t;
 
 static ct_ops_t ops;
 
-static ct_model_cfg_t cfg_of(const variant_t *v, float p, bool no_skip)
+static ctrain_model_cfg_t cfg_of(const variant_t *v, float p, bool no_skip)
 {
-    ct_model_cfg_t cfg = {.kind = v->kind,
-                          .layout = v->layout,
-                          .num_items = NI,
-                          .maxlen = L,
-                          .hidden = C,
-                          .num_heads = NH,
-                          .num_blocks = NB,
-                          .mhc_streams = v->streams,
-                          .time_span = v->kind == CT_MODEL_TISASREC ? T : 0,
-                          .dropout = p,
-                          .no_skip = no_skip,
-                          .loss = v->loss,
-                          .num_negatives = M};
+    ctrain_model_cfg_t cfg = {.kind = v->kind,
+                              .layout = v->layout,
+                              .num_items = NI,
+                              .maxlen = L,
+                              .hidden = C,
+                              .num_heads = NH,
+                              .num_blocks = NB,
+                              .mhc_streams = v->streams,
+                              .time_span = v->kind == CTRAIN_MODEL_TISASREC ? T : 0,
+                              .dropout = p,
+                              .no_skip = no_skip,
+                              .loss = v->loss,
+                              .num_negatives = M};
     return cfg;
 }
 
-static ct_model_t *make(const variant_t *v, float p, bool no_skip, int max_batch)
+static ctrain_model_t *make(const variant_t *v, float p, bool no_skip, int max_batch)
 {
-    ct_model_cfg_t cfg = cfg_of(v, p, no_skip);
-    ct_model_t *m = NULL;
+    ctrain_model_cfg_t cfg = cfg_of(v, p, no_skip);
+    ctrain_model_t *m = NULL;
     ct_errbuf_t eb;
-    int rc = ct_model_create(&m, &cfg, &ops, max_batch, &eb);
-    CT_ASSERT_MSG(rc == 0, "ct_model_create: %s", eb.msg);
+    int rc = ctrain_model_create(&m, &cfg, &ops, max_batch, &eb);
+    CT_ASSERT_MSG(rc == 0, "ctrain_model_create: %s", eb.msg);
     return m;
 }
 
 /* Random parameters well inside the nonlinearities: tables and matrices U(-0.5, 0.5),
  * LayerNorm weights 1 + U(-0.2, 0.2), biases and mHC gates U(-0.1, 0.1), padding rows zero. */
-static void random_params(ct_model_t *m, uint64_t stream)
+static void random_params(ctrain_model_t *m, uint64_t stream)
 {
     for (int i = 0; i < m->n_params; i++) {
-        const ct_param_t *p = &m->params[i];
+        const ctrain_param_t *p = &m->params[i];
         float *w = m->params_mem + p->offset;
-        bool ln_w = p->init == CT_INIT_ONES;
+        bool ln_w = p->init == CTRAIN_INIT_ONES;
         if (p->ndim >= 2)
             kc_fill(w, (int64_t)p->numel, -0.5f, 0.5f, stream * 100 + (uint64_t)i);
         else if (ln_w)
@@ -136,7 +136,7 @@ static ref_batch_t ref_batch(int b0, int nb, double count, bool dropout, int64_t
 }
 
 typedef struct ref_ctx {
-    const ct_model_t *m;
+    const ctrain_model_t *m;
     double *W;
     float p, l2;
 } ref_ctx_t;
@@ -148,48 +148,48 @@ static double ref_objective(void *vp)
     double loss = sasrec_ref_forward(r->m, r->W, &rb, NULL, NULL, NULL);
     if (r->l2 > 0)
         for (int i = 0; i < r->m->n_params; i++) {
-            const ct_param_t *e = &r->m->params[i];
+            const ctrain_param_t *e = &r->m->params[i];
             if (e->l2)
                 loss += ref_l2(r->W + e->offset, (int64_t)e->numel, r->l2,
-                               ct_model_l2_mode(&r->m->cfg));
+                               ctrain_model_l2_mode(&r->m->cfg));
         }
     return loss;
 }
 
 /* Forward + backward + l2 of the float model; returns the total loss. */
-static float run(ct_model_t *m, float l2, int b0, int nb, int64_t row0)
+static float run(ctrain_model_t *m, float l2, int b0, int nb, int64_t row0)
 {
-    ct_model_batch_t mb = {.B = nb,
-                           .seq = seq + b0 * L,
-                           .pos = pos + b0 * L,
-                           .neg = neg + b0 * L,
-                           .tseq = tseq + b0 * L,
-                           .row_neg = row_neg + b0 * M,
-                           .row0 = row0};
+    ctrain_model_batch_t mb = {.B = nb,
+                               .seq = seq + b0 * L,
+                               .pos = pos + b0 * L,
+                               .neg = neg + b0 * L,
+                               .tseq = tseq + b0 * L,
+                               .row_neg = row_neg + b0 * M,
+                               .row0 = row0};
     float loss = 0, pen = 0;
-    CT_ASSERT_OK(ct_model_forward_backward(m, &mb, COUNT, SEED, STEP, &loss));
-    CT_ASSERT_OK(ct_model_l2(m, l2, ct_model_l2_mode(&m->cfg), &pen));
+    CT_ASSERT_OK(ctrain_model_forward_backward(m, &mb, COUNT, SEED, STEP, &loss));
+    CT_ASSERT_OK(ctrain_model_l2(m, l2, ctrain_model_l2_mode(&m->cfg), &pen));
     return loss + pen;
 }
 
 static void check_model(const variant_t *v, float p, float l2)
 {
     printf("model %s, dropout %.1f, l2_emb %g\n", v->name, (double)p, (double)l2);
-    ct_model_t *m = make(v, p, false, B);
+    ctrain_model_t *m = make(v, p, false, B);
     size_t P = m->num_params;
     random_params(m, 1 + (uint64_t)v->layout + 10 * (uint64_t)v->kind);
     double *W = KC_ALLOC(double, P);
     kc_to_double(W, m->params_mem, (int64_t)P);
 
     kc_poison(m->grads_mem, (int64_t)P);
-    ct_model_zero_grad(m);
+    ctrain_model_zero_grad(m);
     float loss = run(m, l2, 0, B, ROW0);
     KC_ASSERT_FINITE(m->grads_mem, (int64_t)P);
     ref_ctx_t rc = {m, W, p, l2};
     double rloss = ref_objective(&rc);
     printf("  loss float %.8f, float64 %.8f (%zu parameters)\n", (double)loss, rloss, P);
     kc_check("loss", &loss, &rloss, 1, 2e-6, 1e-5);
-    if (v->loss == CT_LOSS_BCE) {
+    if (v->loss == CTRAIN_LOSS_BCE) {
         float pl[B * L], nl[B * L];
         double rpl[B * L], rnl[B * L];
         CT_ASSERT_OK(m->vt->logits(m, pl, nl, B * L));
@@ -205,7 +205,7 @@ static void check_model(const variant_t *v, float p, float l2)
     double worst = 0.0;
     float *sel = KC_ALLOC(float, P);
     for (int i = 0; i < m->n_params; i++) {
-        const ct_param_t *t = &m->params[i];
+        const ctrain_param_t *t = &m->params[i];
         size_t skip = 0;
         if (t->zero_row0) {
             /* padding_idx: used, yet no gradient */
@@ -240,9 +240,9 @@ static void check_model(const variant_t *v, float p, float l2)
     printf("  worst tensor: %.1f%% of its tolerance\n", worst);
 
     /* Padding-query skipping changes nothing, bit for bit. */
-    ct_model_t *ms = make(v, p, true, B);
+    ctrain_model_t *ms = make(v, p, true, B);
     memcpy(ms->params_mem, m->params_mem, P * sizeof(float));
-    ct_model_zero_grad(ms);
+    ctrain_model_zero_grad(ms);
     float loss_ns = run(ms, l2, 0, B, ROW0);
     CT_ASSERT_MSG(loss_ns == loss, "loss %.9g without skipping, %.9g with", (double)loss_ns,
                   (double)loss);
@@ -253,9 +253,9 @@ static void check_model(const variant_t *v, float p, float l2)
     printf("  padding-query skipping: loss and all %zu gradients identical\n", P);
 
     /* Two micro-batches of one row each (row0 = ROW0 and ROW0 + 1): the same gradients. */
-    ct_model_t *m1 = make(v, p, false, 1);
+    ctrain_model_t *m1 = make(v, p, false, 1);
     memcpy(m1->params_mem, m->params_mem, P * sizeof(float));
-    ct_model_zero_grad(m1);
+    ctrain_model_zero_grad(m1);
     float la = run(m1, 0.0f, 0, 1, ROW0), lb = run(m1, l2, 1, 1, ROW0 + 1);
     double whole = loss;
     float split = la + lb;
@@ -267,8 +267,8 @@ static void check_model(const variant_t *v, float p, float l2)
     /* Evaluation features: column L-1, the last block computing only that column. */
     const float *f = NULL, *fn = NULL;
     int ldf = 0, ldn = 0;
-    CT_ASSERT_OK(ct_model_forward_features(m, seq, tseq, B, &f, &ldf));
-    CT_ASSERT_OK(ct_model_forward_features(ms, seq, tseq, B, &fn, &ldn));
+    CT_ASSERT_OK(ctrain_model_forward_features(m, seq, tseq, B, &f, &ldf));
+    CT_ASSERT_OK(ctrain_model_forward_features(ms, seq, tseq, B, &fn, &ldn));
     double rf[B * C];
     float got[B * C];
     ref_batch_t rb = ref_batch(0, B, 0, false, 0);
@@ -280,30 +280,31 @@ static void check_model(const variant_t *v, float p, float l2)
             CT_ASSERT(fn[(size_t)b * ldn + c] == got[b * C + c]);
         }
     kc_check("eval features (column L-1)", got, rf, B * C, 2e-6, 1e-5);
-    if (v->kind == CT_MODEL_TISASREC)
-        CT_ASSERT_ERR(ct_model_forward_features(m, seq, NULL, B, &f, &ldf), -EINVAL);
+    if (v->kind == CTRAIN_MODEL_TISASREC)
+        CT_ASSERT_ERR(ctrain_model_forward_features(m, seq, NULL, B, &f, &ldf), -EINVAL);
 
-    ct_model_destroy(m1);
-    ct_model_destroy(ms);
-    ct_model_destroy(m);
+    ctrain_model_destroy(m1);
+    ctrain_model_destroy(ms);
+    ctrain_model_destroy(m);
     free(W), free(gd);
 }
 
-static const variant_t sas_post = {"SASRec post_ln", CT_MODEL_SASREC, CT_LAYOUT_POST_LN, 0,
-                                   CT_LOSS_BCE};
-static const variant_t sas_pre = {"SASRec pre_ln", CT_MODEL_SASREC, CT_LAYOUT_PRE_LN, 0,
-                                  CT_LOSS_BCE};
-static const variant_t sas_orig = {"SASRec original", CT_MODEL_SASREC, CT_LAYOUT_ORIGINAL, 0,
-                                   CT_LOSS_BCE};
-static const variant_t sas_2020 = {"SASRec original2020", CT_MODEL_SASREC, CT_LAYOUT_ORIGINAL2020,
-                                   0, CT_LOSS_BCE};
-static const variant_t tis = {"TiSASRec", CT_MODEL_TISASREC, CT_LAYOUT_ORIGINAL2020, 0,
-                              CT_LOSS_BCE};
-static const variant_t tis_pre = {"TiSASRec pre_ln", CT_MODEL_TISASREC, CT_LAYOUT_PRE_LN, 0,
-                                  CT_LOSS_BCE};
-static const variant_t sas_mhc = {"SASRec+mHC", CT_MODEL_SASREC, CT_LAYOUT_PRE_LN, NS, CT_LOSS_BCE};
-static const variant_t tis_mhc = {"TiSASRec+mHC", CT_MODEL_TISASREC, CT_LAYOUT_PRE_LN, NS,
-                                  CT_LOSS_BCE};
+static const variant_t sas_post = {"SASRec post_ln", CTRAIN_MODEL_SASREC, CTRAIN_LAYOUT_POST_LN, 0,
+                                   CTRAIN_LOSS_BCE};
+static const variant_t sas_pre = {"SASRec pre_ln", CTRAIN_MODEL_SASREC, CTRAIN_LAYOUT_PRE_LN, 0,
+                                  CTRAIN_LOSS_BCE};
+static const variant_t sas_orig = {"SASRec original", CTRAIN_MODEL_SASREC, CTRAIN_LAYOUT_ORIGINAL,
+                                   0, CTRAIN_LOSS_BCE};
+static const variant_t sas_2020 = {"SASRec original2020", CTRAIN_MODEL_SASREC,
+                                   CTRAIN_LAYOUT_ORIGINAL2020, 0, CTRAIN_LOSS_BCE};
+static const variant_t tis = {"TiSASRec", CTRAIN_MODEL_TISASREC, CTRAIN_LAYOUT_ORIGINAL2020, 0,
+                              CTRAIN_LOSS_BCE};
+static const variant_t tis_pre = {"TiSASRec pre_ln", CTRAIN_MODEL_TISASREC, CTRAIN_LAYOUT_PRE_LN, 0,
+                                  CTRAIN_LOSS_BCE};
+static const variant_t sas_mhc = {"SASRec+mHC", CTRAIN_MODEL_SASREC, CTRAIN_LAYOUT_PRE_LN, NS,
+                                  CTRAIN_LOSS_BCE};
+static const variant_t tis_mhc = {"TiSASRec+mHC", CTRAIN_MODEL_TISASREC, CTRAIN_LAYOUT_PRE_LN, NS,
+                                  CTRAIN_LOSS_BCE};
 
 static void test_sasrec_layouts(void)
 {
@@ -335,50 +336,50 @@ static void test_mhc(void)
 static void test_losses(void)
 {
     variant_t v = sas_post;
-    v.name = "SASRec post_ln, full cross-entropy", v.loss = CT_LOSS_CE;
+    v.name = "SASRec post_ln, full cross-entropy", v.loss = CTRAIN_LOSS_CE;
     check_model(&v, 0.3f, 0.0f);
     v = sas_pre;
-    v.name = "SASRec pre_ln, sampled cross-entropy", v.loss = CT_LOSS_SAMPLED_CE;
+    v.name = "SASRec pre_ln, sampled cross-entropy", v.loss = CTRAIN_LOSS_SAMPLED_CE;
     check_model(&v, 0.0f, 0.0f);
     v = tis_mhc;
-    v.name = "TiSASRec+mHC, sampled cross-entropy", v.loss = CT_LOSS_SAMPLED_CE;
+    v.name = "TiSASRec+mHC, sampled cross-entropy", v.loss = CTRAIN_LOSS_SAMPLED_CE;
     check_model(&v, 0.3f, 0.0f);
     v = tis;
-    v.name = "TiSASRec, full cross-entropy", v.loss = CT_LOSS_CE;
+    v.name = "TiSASRec, full cross-entropy", v.loss = CTRAIN_LOSS_CE;
     check_model(&v, 0.0f, 0.01f);
 }
 
-/* At its initialisation (phi 0, gates 0.01, ct_model_init_params's biases) an mHC model computes
- * what the plain pre_ln model with the same shared tensors computes: the streams start as equal
- * copies, H^res is row-stochastic, H^pre sums to 1 and H^post is 1. Everything but the
+/* At its initialisation (phi 0, gates 0.01, ctrain_model_init_params's biases) an mHC model
+ * computes what the plain pre_ln model with the same shared tensors computes: the streams start as
+ * equal copies, H^res is row-stochastic, H^pre sums to 1 and H^post is 1. Everything but the
  * sigmoid's and Sinkhorn's last bits is exact, so the agreement is at float rounding: 1e-5. */
 static void check_init_is_pre_ln(const variant_t *mv, const variant_t *pv)
 {
-    ct_model_t *a = make(mv, 0.0f, false, B), *b = make(pv, 0.0f, false, B);
-    CT_ASSERT_OK(ct_model_init_params(a, 11));
-    CT_ASSERT_OK(ct_model_init_params(b, 12));
+    ctrain_model_t *a = make(mv, 0.0f, false, B), *b = make(pv, 0.0f, false, B);
+    CT_ASSERT_OK(ctrain_model_init_params(a, 11));
+    CT_ASSERT_OK(ctrain_model_init_params(b, 12));
     int shared = 0;
     for (int i = 0; i < b->n_params; i++) {
-        const ct_param_t *t = &b->params[i], *s = ct_model_find(a, t->name);
+        const ctrain_param_t *t = &b->params[i], *s = ctrain_model_find(a, t->name);
         CT_ASSERT_MSG(s != NULL && s->numel == t->numel, "%s missing from %s", t->name, mv->name);
         memcpy(b->params_mem + t->offset, a->params_mem + s->offset, t->numel * sizeof(float));
         shared++;
     }
     CT_ASSERT_EQ(a->n_params, shared + 6 * NB);
-    ct_model_zero_grad(a), ct_model_zero_grad(b);
+    ctrain_model_zero_grad(a), ctrain_model_zero_grad(b);
     float la = run(a, 0.0f, 0, B, 0), lb = run(b, 0.0f, 0, B, 0);
     double ld = lb;
     printf("  %s at initialisation: loss %.8f, %s %.8f\n", mv->name, (double)la, pv->name, ld);
     kc_check("loss, mHC vs pre_ln", &la, &ld, 1, 1e-5, 1e-5);
     for (int i = 0; i < b->n_params; i++) {
-        const ct_param_t *t = &b->params[i], *s = ct_model_find(a, t->name);
+        const ctrain_param_t *t = &b->params[i], *s = ctrain_model_find(a, t->name);
         double *gb = KC_ALLOC(double, t->numel);
         kc_to_double(gb, b->grads_mem + t->offset, (int64_t)t->numel);
         kc_check(t->name, a->grads_mem + s->offset, gb, (int64_t)t->numel, 1e-5, 1e-4);
         free(gb);
     }
-    ct_model_destroy(a);
-    ct_model_destroy(b);
+    ctrain_model_destroy(a);
+    ctrain_model_destroy(b);
 }
 
 static void test_mhc_init(void)
@@ -394,20 +395,20 @@ static void test_host_mirror(void)
     ct_ops_t dev;
     ct_ops_cpu_init(&dev);
     dev.host_memory = false;
-    ct_model_cfg_t cfg = cfg_of(&tis_mhc, 0.0f, false);
-    ct_model_t *a = NULL, *d = NULL;
+    ctrain_model_cfg_t cfg = cfg_of(&tis_mhc, 0.0f, false);
+    ctrain_model_t *a = NULL, *d = NULL;
     ct_errbuf_t eb;
-    CT_ASSERT_OK(ct_model_create(&a, &cfg, &ops, B, &eb));
-    CT_ASSERT_OK(ct_model_create(&d, &cfg, &dev, B, &eb));
+    CT_ASSERT_OK(ctrain_model_create(&a, &cfg, &ops, B, &eb));
+    CT_ASSERT_OK(ctrain_model_create(&d, &cfg, &dev, B, &eb));
     CT_ASSERT(a->host_mirror == NULL && d->host_mirror != NULL);
-    CT_ASSERT_OK(ct_model_init_params(a, 7));
-    CT_ASSERT_OK(ct_model_init_params(d, 7));
+    CT_ASSERT_OK(ctrain_model_init_params(a, 7));
+    CT_ASSERT_OK(ctrain_model_init_params(d, 7));
     CT_ASSERT(memcmp(a->params_mem, d->params_mem, a->num_params * sizeof(float)) == 0);
     a->m_mem[3] = 1.5f, d->m_mem[3] = 1.5f;
-    CT_ASSERT_OK(ct_model_to_host(d));
+    CT_ASSERT_OK(ctrain_model_to_host(d));
     ct_tensor_view_t va[3 * 64], vd[3 * 64];
-    size_t na = ct_model_views(a, CT_MODEL_VIEW_PARAMS | CT_MODEL_VIEW_ADAM, va);
-    size_t nd = ct_model_views(d, CT_MODEL_VIEW_PARAMS | CT_MODEL_VIEW_ADAM, vd);
+    size_t na = ctrain_model_views(a, CTRAIN_MODEL_VIEW_PARAMS | CTRAIN_MODEL_VIEW_ADAM, va);
+    size_t nd = ctrain_model_views(d, CTRAIN_MODEL_VIEW_PARAMS | CTRAIN_MODEL_VIEW_ADAM, vd);
     CT_ASSERT_EQ(na, nd);
     CT_ASSERT_EQ(na, (size_t)3 * a->n_params);
     for (size_t i = 0; i < na; i++) {
@@ -417,16 +418,16 @@ static void test_host_mirror(void)
     CT_ASSERT_STR_EQ(va[a->n_params].name, "optimizer.exp_avg.item_emb.weight");
     CT_ASSERT_STR_EQ(va[2 * a->n_params].name, "optimizer.exp_avg_sq.item_emb.weight");
     d->host_mirror[0] = 9.0f;
-    CT_ASSERT_OK(ct_model_from_host(d));
+    CT_ASSERT_OK(ctrain_model_from_host(d));
     CT_ASSERT(d->params_mem[0] == 9.0f);
-    ct_model_destroy(a);
-    ct_model_destroy(d);
+    ctrain_model_destroy(a);
+    ctrain_model_destroy(d);
 }
 
 /* TiSASRec.pytorch's state_dict names, in its order, then mHC's. */
 static void test_tisasrec_names(void)
 {
-    ct_model_t *m = make(&tis_mhc, 0.0f, false, 1);
+    ctrain_model_t *m = make(&tis_mhc, 0.0f, false, 1);
     static const char *const want[] = {"item_emb.weight",
                                        "abs_pos_K_emb.weight",
                                        "abs_pos_V_emb.weight",
@@ -444,45 +445,46 @@ static void test_tisasrec_names(void)
                                        "attention_layers.0.V_w.bias"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         CT_ASSERT_STR_EQ(m->params[i].name, want[i]);
-    const ct_param_t *t = ct_model_find(m, "time_matrix_V_emb.weight");
+    const ctrain_param_t *t = ctrain_model_find(m, "time_matrix_V_emb.weight");
     CT_ASSERT(t && t->shape[0] == T + 1 && t->shape[1] == C && t->l2);
-    t = ct_model_find(m, "abs_pos_K_emb.weight");
+    t = ctrain_model_find(m, "abs_pos_K_emb.weight");
     CT_ASSERT(t && t->shape[0] == L && t->l2);
-    t = ct_model_find(m, "forward_layers.1.conv2.weight");
+    t = ctrain_model_find(m, "forward_layers.1.conv2.weight");
     CT_ASSERT(t && t->ndim == 3 && t->shape[2] == 1);
     CT_ASSERT_STR_EQ(m->params[m->n_params - 13].name, "last_layernorm.bias");
-    t = ct_model_find(m, "attention_hc.0.phi");
+    t = ctrain_model_find(m, "attention_hc.0.phi");
     CT_ASSERT(t && t->shape[0] == NS * C && t->shape[1] == CT_MHC_COEFFS(NS));
-    CT_ASSERT(ct_model_find(m, "forward_hc.1.bias") != NULL);
-    CT_ASSERT(ct_model_find(m, "pos_emb.weight") == NULL);
-    ct_model_destroy(m);
+    CT_ASSERT(ctrain_model_find(m, "forward_hc.1.bias") != NULL);
+    CT_ASSERT(ctrain_model_find(m, "pos_emb.weight") == NULL);
+    ctrain_model_destroy(m);
 }
 
 /* The references' initialisations, statistically, on models big enough to measure. */
-static void check_init(ct_model_kind_t kind, int streams)
+static void check_init(ctrain_model_kind_t kind, int streams)
 {
-    ct_model_cfg_t cfg = {.kind = kind,
-                          .layout = kind == CT_MODEL_TISASREC && !streams ? CT_LAYOUT_ORIGINAL2020
-                                    : streams                             ? CT_LAYOUT_PRE_LN
-                                                                          : CT_LAYOUT_POST_LN,
-                          .num_items = 3000,
-                          .maxlen = 50,
-                          .hidden = 64,
-                          .num_heads = 1,
-                          .num_blocks = 1,
-                          .mhc_streams = streams,
-                          .time_span = kind == CT_MODEL_TISASREC ? 256 : 0};
-    ct_model_t *m = NULL, *m2 = NULL;
+    ctrain_model_cfg_t cfg = {.kind = kind,
+                              .layout = kind == CTRAIN_MODEL_TISASREC && !streams
+                                            ? CTRAIN_LAYOUT_ORIGINAL2020
+                                        : streams ? CTRAIN_LAYOUT_PRE_LN
+                                                  : CTRAIN_LAYOUT_POST_LN,
+                              .num_items = 3000,
+                              .maxlen = 50,
+                              .hidden = 64,
+                              .num_heads = 1,
+                              .num_blocks = 1,
+                              .mhc_streams = streams,
+                              .time_span = kind == CTRAIN_MODEL_TISASREC ? 256 : 0};
+    ctrain_model_t *m = NULL, *m2 = NULL;
     ct_errbuf_t eb;
-    CT_ASSERT_OK(ct_model_create(&m, &cfg, &ops, 1, &eb));
-    CT_ASSERT_OK(ct_model_create(&m2, &cfg, &ops, 1, &eb));
-    CT_ASSERT_OK(ct_model_init_params(m, 1));
-    CT_ASSERT_OK(ct_model_init_params(m2, 1));
+    CT_ASSERT_OK(ctrain_model_create(&m, &cfg, &ops, 1, &eb));
+    CT_ASSERT_OK(ctrain_model_create(&m2, &cfg, &ops, 1, &eb));
+    CT_ASSERT_OK(ctrain_model_init_params(m, 1));
+    CT_ASSERT_OK(ctrain_model_init_params(m2, 1));
     CT_ASSERT(memcmp(m->params_mem, m2->params_mem, m->num_params * sizeof(float)) == 0);
-    CT_ASSERT_OK(ct_model_init_params(m2, 2));
+    CT_ASSERT_OK(ctrain_model_init_params(m2, 2));
     CT_ASSERT(memcmp(m->params_mem, m2->params_mem, m->num_params * sizeof(float)) != 0);
     for (int i = 0; i < m->n_params; i++) {
-        const ct_param_t *p = &m->params[i];
+        const ctrain_param_t *p = &m->params[i];
         const float *w = m->params_mem + p->offset;
         size_t first = p->zero_row0 ? (size_t)p->shape[1] : 0;
         for (size_t k = 0; k < first; k++)
@@ -497,35 +499,35 @@ static void check_init(ct_model_kind_t kind, int streams)
         double rf = p->ndim == 3 ? (double)p->shape[2] : 1.0;
         double fans = p->ndim >= 2 ? (double)(p->shape[0] + p->shape[1]) * rf : 1.0;
         switch (p->init) {
-        case CT_INIT_XAVIER_NORMAL:
-        case CT_INIT_XAVIER_UNIFORM: {
+        case CTRAIN_INIT_XAVIER_NORMAL:
+        case CTRAIN_INIT_XAVIER_UNIFORM: {
             double want = sqrt(2.0 / fans); /* both have variance 2 / (fan_in + fan_out) */
             /* n >= 3200 samples: the sample sd is within ~1.3% (1 sigma) of the truth. */
             printf("  %-40s %s sd %.5f (want %.5f)\n", p->name,
-                   p->init == CT_INIT_XAVIER_NORMAL ? "xavier_normal " : "xavier_uniform", sd,
+                   p->init == CTRAIN_INIT_XAVIER_NORMAL ? "xavier_normal " : "xavier_uniform", sd,
                    want);
             CT_ASSERT_MSG(fabs(sd / want - 1) < 0.07 && fabs(mean) < 4 * want / sqrt((double)n),
                           "%s: sd %g mean %g, want sd %g", p->name, sd, mean, want);
-            if (p->init == CT_INIT_XAVIER_UNIFORM)
+            if (p->init == CTRAIN_INIT_XAVIER_UNIFORM)
                 CT_ASSERT(mx <= sqrt(6.0 / fans) * (1 + 1e-6) && mx > 0.9 * sqrt(6.0 / fans));
             break;
         }
-        case CT_INIT_FANIN_UNIFORM: {
+        case CTRAIN_INIT_FANIN_UNIFORM: {
             double bound = 1.0 / sqrt((double)p->fan_in);
             CT_ASSERT_MSG(mx <= bound && mx > 0.5 * bound, "%s: max |w| %g, bound %g", p->name, mx,
                           bound);
             break;
         }
-        case CT_INIT_ZEROS:
+        case CTRAIN_INIT_ZEROS:
             CT_ASSERT(mx == 0.0);
             break;
-        case CT_INIT_ONES:
+        case CTRAIN_INIT_ONES:
             CT_ASSERT(mean == 1.0 && sd == 0.0);
             break;
-        case CT_INIT_CONSTANT:
-            CT_ASSERT(sd == 0.0 && mean == (double)CT_MHC_ALPHA_INIT);
+        case CTRAIN_INIT_CONSTANT:
+            CT_ASSERT(sd == 0.0 && mean == (double)CTRAIN_MHC_ALPHA_INIT);
             break;
-        case CT_INIT_MHC_BIAS: {
+        case CTRAIN_INIT_MHC_BIAS: {
             /* H^pre sums to 1 with most weight on stream (index mod n); H^post = 1 */
             const int nn = streams;
             double sum = 0.0;
@@ -538,22 +540,22 @@ static void check_init(ct_model_kind_t kind, int streams)
             }
             CT_ASSERT_CLOSE(sum, 1.0, 1e-6, 0);
             float hres[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS];
-            ct_sinkhorn_forward_cpu(hres, w + 2 * nn, 1, nn, CT_MHC_ITERS);
+            ct_sinkhorn_forward_cpu(hres, w + 2 * nn, 1, nn, CTRAIN_MHC_ITERS);
             for (int k = 0; k < nn; k++)
                 CT_ASSERT(hres[k * nn + k] > 0.998f);
             break;
         }
         }
     }
-    ct_model_destroy(m);
-    ct_model_destroy(m2);
+    ctrain_model_destroy(m);
+    ctrain_model_destroy(m2);
 }
 
 static void test_init(void)
 {
-    check_init(CT_MODEL_SASREC, 0);
-    check_init(CT_MODEL_TISASREC, 0);
-    check_init(CT_MODEL_TISASREC, 4);
+    check_init(CTRAIN_MODEL_SASREC, 0);
+    check_init(CTRAIN_MODEL_TISASREC, 0);
+    check_init(CTRAIN_MODEL_TISASREC, 4);
 }
 
 int main(void)

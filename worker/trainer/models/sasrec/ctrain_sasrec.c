@@ -1,5 +1,5 @@
 /*
- * ct_sasrec.c - the model kinds SASRec (sasrec-spec.md 2) and TiSASRec (3): their parameter
+ * ctrain_sasrec.c - the model kinds SASRec (sasrec-spec.md 2) and TiSASRec (3): their parameter
  * tables with the references' state_dict names, the activation arena, and the forward and
  * backward passes of the block layouts, the mHC variant of pre_ln (7) and the three losses,
  * every op called through the dispatch table (ct_ops.h) so the same code runs on any backend.
@@ -103,7 +103,7 @@ typedef struct ct__blk_acts {
 typedef struct ct__sasrec {
     size_t wte, wpe, lnf_w, lnf_b;
     size_t pk, pv, rk, rv; /* TiSASRec: abs_pos_{K,V}_emb, time_matrix_{K,V}_emb */
-    ct__blk_params_t blk[CT_MODEL_MAX_BLOCKS];
+    ct__blk_params_t blk[CTRAIN_MODEL_MAX_BLOCKS];
 
     void *arena;
     int32_t *seq, *pos, *neg;    /* (B,L) inputs copied to the backend */
@@ -115,7 +115,7 @@ typedef struct ct__sasrec {
     float *xc;                   /* (N,C) mHC: the streams' average, the final LN's input */
     float *pkd, *pvd;            /* (N,C) TiSASRec: the pass's dropped absolute-position rows */
     uint32_t *mask_rk, *mask_rv; /* TiSASRec with dropout: the pass's interval masks as bits */
-    ct__blk_acts_t act[CT_MODEL_MAX_BLOCKS];
+    ct__blk_acts_t act[CTRAIN_MODEL_MAX_BLOCKS];
     float *lnf, *lnf_mean, *lnf_rstd;             /* (N,C), (N), (N) final LayerNorm */
     float *pos_logits, *neg_logits, *dpos, *dneg; /* (N) */
     float *loss;                                  /* (1) */
@@ -132,7 +132,7 @@ typedef struct ct__sasrec {
 
 /* Everything one pass (a training micro-batch or an evaluation batch) needs. */
 typedef struct ct__pass {
-    ct_model_t *m;
+    ctrain_model_t *m;
     ct__sasrec_t *s;
     ct_ops_t *o;
     const float *W; /* params */
@@ -152,7 +152,7 @@ static ct_dropout_t ct__drop(const ct__pass_t *p, int site, int64_t per_row)
         ct_dropout_t none = {0.0f, 0, 0, 0};
         return none;
     }
-    return ct_model_dropout_site(p->m->cfg.dropout, p->seed, p->step, site, p->row0, per_row);
+    return ctrain_model_dropout_site(p->m->cfg.dropout, p->seed, p->step, site, p->row0, per_row);
 }
 
 static int ct__site_attn(int l)
@@ -171,7 +171,7 @@ static int ct__site_ffn2(int l)
 /* The query mask of block l's attention (NULL: every query row). */
 static const int32_t *ct__qmask(const ct__pass_t *p, int l)
 {
-    const ct_model_cfg_t *c = &p->m->cfg;
+    const ctrain_model_cfg_t *c = &p->m->cfg;
     if (c->no_skip)
         return NULL;
     bool last = l == c->num_blocks - 1;
@@ -429,7 +429,7 @@ static void ct__hc_in_forward(const ct__pass_t *p, int l, int k, const float *X)
     ct_ops_t *o = p->o;
     o->mhc_coeffs_forward(o, h->hpre, h->hpost, h->hres, h->proj, h->rstd, X, p->W + w->hc_phi[k],
                           p->W + w->hc_alpha[k], p->W + w->hc_bias[k], p->N, p->n, p->C,
-                          CT_MHC_ITERS, CT_MHC_RMS_EPS);
+                          CTRAIN_MHC_ITERS, CTRAIN_MHC_RMS_EPS);
     o->mhc_pre_forward(o, h->u, X, h->hpre, p->N, p->n, p->C);
 }
 
@@ -447,7 +447,7 @@ static void ct__hc_in_backward(const ct__pass_t *p, int l, int k, const float *X
     o->mhc_coeffs_backward(o, dX, p->G + w->hc_phi[k], p->G + w->hc_alpha[k], p->G + w->hc_bias[k],
                            s->mhc_scratch, s->g_hpre, s->g_hpost, s->g_hres, X, p->W + w->hc_phi[k],
                            p->W + w->hc_alpha[k], p->W + w->hc_bias[k], h->proj, h->rstd, p->N,
-                           p->n, p->C, CT_MHC_ITERS);
+                           p->n, p->C, CTRAIN_MHC_ITERS);
 }
 
 /* Y = H^res X + H^post^T f's backward: reads dY; adds into dX; writes d f into df (zeroed
@@ -519,11 +519,11 @@ typedef void (*ct__blk_bwd_fn)(const ct__pass_t *p, int l, const float *x, float
 static const struct {
     ct__blk_fwd_fn fwd;
     ct__blk_bwd_fn bwd;
-} ct__layouts[CT_LAYOUT_COUNT] = {
-    [CT_LAYOUT_POST_LN] = {ct__post_ln_forward, ct__post_ln_backward},
-    [CT_LAYOUT_PRE_LN] = {ct__pre_ln_forward, ct__pre_ln_backward},
-    [CT_LAYOUT_ORIGINAL] = {ct__original_forward, ct__original_backward},
-    [CT_LAYOUT_ORIGINAL2020] = {ct__original_forward, ct__original_backward},
+} ct__layouts[CTRAIN_LAYOUT_COUNT] = {
+    [CTRAIN_LAYOUT_POST_LN] = {ct__post_ln_forward, ct__post_ln_backward},
+    [CTRAIN_LAYOUT_PRE_LN] = {ct__pre_ln_forward, ct__pre_ln_backward},
+    [CTRAIN_LAYOUT_ORIGINAL] = {ct__original_forward, ct__original_backward},
+    [CTRAIN_LAYOUT_ORIGINAL2020] = {ct__original_forward, ct__original_backward},
 };
 
 static ct__blk_fwd_fn ct__fwd_of(const ct__pass_t *p)
@@ -544,9 +544,9 @@ static const float *ct__blk_out(const ct__pass_t *p, int l)
 
 /* ---- whole passes ---------------------------------------------------------------------------- */
 
-static void ct__pass_init(ct__pass_t *p, ct_model_t *m, int B, bool train)
+static void ct__pass_init(ct__pass_t *p, ctrain_model_t *m, int B, bool train)
 {
-    const ct_model_cfg_t *c = &m->cfg;
+    const ctrain_model_cfg_t *c = &m->cfg;
     *p = (ct__pass_t){.m = m,
                       .s = m->impl,
                       .o = m->ops,
@@ -559,9 +559,9 @@ static void ct__pass_init(ct__pass_t *p, ct_model_t *m, int B, bool train)
                       .N = B * c->maxlen,
                       .n = c->mhc_streams > 0 ? c->mhc_streams : 1,
                       .train = train,
-                      .ti = c->kind == CT_MODEL_TISASREC,
+                      .ti = c->kind == CTRAIN_MODEL_TISASREC,
                       .mhc = c->mhc_streams > 0,
-                      .timeline = ct_model_timeline(c)};
+                      .timeline = ctrain_model_timeline(c)};
     p->NC = (int64_t)p->N * p->C;
     p->NS = p->NC * p->n;
 }
@@ -569,29 +569,29 @@ static void ct__pass_init(ct__pass_t *p, ct_model_t *m, int B, bool train)
 /* Embedding, blocks, final LayerNorm: s->lnf. Returns the final LayerNorm's input. */
 static const float *ct__forward(const ct__pass_t *p)
 {
-    const ct_model_cfg_t *c = &p->m->cfg;
+    const ctrain_model_cfg_t *c = &p->m->cfg;
     ct__sasrec_t *s = p->s;
     ct_ops_t *o = p->o;
     const int64_t lc = (int64_t)p->L * p->C;
     o->embed_forward(o, s->x0, p->W + s->wte, p->ti ? NULL : p->W + s->wpe, s->seq, p->B, p->L,
-                     p->C, sqrtf((float)p->C), ct_layout_pos_mode(c->layout));
+                     p->C, sqrtf((float)p->C), ctrain_layout_pos_mode(c->layout));
     ct__dropout(p, s->x0, p->NC, ct__drop(p, 0, lc));
     if (p->timeline)
         o->timeline_mask(o, s->x0, s->x0, s->seq, p->N, p->C);
     if (p->ti) {
         /* the pass's absolute-position rows, each tensor with its own dropout */
         o->rows_broadcast_forward(o, s->pkd, p->W + s->pk, p->B, p->L, p->C);
-        ct__dropout(p, s->pkd, p->NC, ct__drop(p, CT_SITE_ABS_POS_K, lc));
+        ct__dropout(p, s->pkd, p->NC, ct__drop(p, CTRAIN_SITE_ABS_POS_K, lc));
         o->rows_broadcast_forward(o, s->pvd, p->W + s->pv, p->B, p->L, p->C);
-        ct__dropout(p, s->pvd, p->NC, ct__drop(p, CT_SITE_ABS_POS_V, lc));
+        ct__dropout(p, s->pvd, p->NC, ct__drop(p, CTRAIN_SITE_ABS_POS_V, lc));
         if (ct__mask_rk(p)) {
             /* the interval masks, for the query rows every block computes (under the timeline
              * mask: the real items; all rows without skipping) */
             const int32_t *rows = c->no_skip ? NULL : s->seq;
             o->tisas_mask(o, s->mask_rk, rows, p->B, p->L, p->C,
-                          ct__drop(p, CT_SITE_TIME_K, lc * p->L));
+                          ct__drop(p, CTRAIN_SITE_TIME_K, lc * p->L));
             o->tisas_mask(o, s->mask_rv, rows, p->B, p->L, p->C,
-                          ct__drop(p, CT_SITE_TIME_V, lc * p->L));
+                          ct__drop(p, CTRAIN_SITE_TIME_V, lc * p->L));
         }
     }
     const float *x = s->x0;
@@ -615,22 +615,22 @@ static const float *ct__forward(const ct__pass_t *p)
 /* The loss of the final features; writes d(lnf) into s->g_cur (zeroed here first). */
 static void ct__loss_forward_backward(const ct__pass_t *p, float count)
 {
-    const ct_model_cfg_t *c = &p->m->cfg;
+    const ctrain_model_cfg_t *c = &p->m->cfg;
     ct__sasrec_t *s = p->s;
     ct_ops_t *o = p->o;
     const int V = c->num_items + 1;
     o->zero(o, s->g_cur, (size_t)p->NC * sizeof(float));
     switch (c->loss) {
-    case CT_LOSS_CE:
+    case CTRAIN_LOSS_CE:
         o->ce_loss(o, s->loss, s->g_cur, p->G + s->wte, s->loss_scratch, s->lnf, p->W + s->wte,
                    s->pos, p->N, p->C, V, count);
         break;
-    case CT_LOSS_SAMPLED_CE:
+    case CTRAIN_LOSS_SAMPLED_CE:
         o->sampled_ce_loss(o, s->loss, s->g_cur, p->G + s->wte, s->loss_scratch, s->lnf,
                            p->W + s->wte, s->pos, s->row_neg, p->B, p->L, p->C, c->num_negatives,
                            count);
         break;
-    case CT_LOSS_BCE:
+    case CTRAIN_LOSS_BCE:
     default:
         o->score_forward(o, s->pos_logits, s->lnf, p->W + s->wte, s->pos, p->N, p->C);
         o->score_forward(o, s->neg_logits, s->lnf, p->W + s->wte, s->neg, p->N, p->C);
@@ -644,7 +644,7 @@ static void ct__loss_forward_backward(const ct__pass_t *p, float count)
     }
 }
 
-static int ct__forward_backward(ct_model_t *m, const ct_model_batch_t *b, float count,
+static int ct__forward_backward(ctrain_model_t *m, const ctrain_model_batch_t *b, float count,
                                 uint64_t seed, int64_t step, float *loss)
 {
     ct__pass_t p;
@@ -652,17 +652,18 @@ static int ct__forward_backward(ct_model_t *m, const ct_model_batch_t *b, float 
     p.seed = seed, p.step = step, p.row0 = b->row0;
     ct__sasrec_t *s = p.s;
     ct_ops_t *o = p.o;
-    const ct_model_cfg_t *c = &m->cfg;
+    const ctrain_model_cfg_t *c = &m->cfg;
     size_t ni = (size_t)p.N * sizeof(int32_t), nb = (size_t)p.NC * sizeof(float);
     if (b->B < 1 || b->B > m->max_batch || (p.ti && !b->tseq) ||
-        (c->loss == CT_LOSS_SAMPLED_CE && !b->row_neg) || (c->loss == CT_LOSS_BCE && !b->neg))
+        (c->loss == CTRAIN_LOSS_SAMPLED_CE && !b->row_neg) ||
+        (c->loss == CTRAIN_LOSS_BCE && !b->neg))
         return -EINVAL;
     s->last_B = b->B;
     o->copy(o, s->seq, b->seq, ni, CT_COPY_H2D);
     o->copy(o, s->pos, b->pos, ni, CT_COPY_H2D);
-    if (c->loss == CT_LOSS_BCE)
+    if (c->loss == CTRAIN_LOSS_BCE)
         o->copy(o, s->neg, b->neg, ni, CT_COPY_H2D);
-    if (c->loss == CT_LOSS_SAMPLED_CE)
+    if (c->loss == CTRAIN_LOSS_SAMPLED_CE)
         o->copy(o, s->row_neg, b->row_neg, (size_t)b->B * c->num_negatives * sizeof(int32_t),
                 CT_COPY_H2D);
     if (p.ti)
@@ -693,7 +694,7 @@ static int ct__forward_backward(ct_model_t *m, const ct_model_batch_t *b, float 
         const float *xin = l > 0 ? ct__blk_out(&p, l - 1) : (p.mhc ? s->X0 : s->x0);
         o->zero(o, gin, (size_t)p.NS * sizeof(float));
         bwd(&p, l, xin, gcur, gin);
-        ct_model_grads_ready(m, l); /* and the final LayerNorm's, with the last block's */
+        ctrain_model_grads_ready(m, l); /* and the final LayerNorm's, with the last block's */
         float *t = gcur;
         gcur = gin;
         gin = t;
@@ -707,18 +708,18 @@ static int ct__forward_backward(ct_model_t *m, const ct_model_batch_t *b, float 
         o->timeline_mask(o, gcur, gcur, s->seq, p.N, p.C);
     ct__dropout(&p, gcur, p.NC, ct__drop(&p, 0, lc));
     o->embed_backward(o, p.G + s->wte, p.ti ? NULL : p.G + s->wpe, gcur, s->seq, p.B, p.L, p.C,
-                      sqrtf((float)p.C), ct_layout_pos_mode(c->layout));
+                      sqrtf((float)p.C), ctrain_layout_pos_mode(c->layout));
     if (p.ti) {
-        ct__dropout(&p, s->g_pk, p.NC, ct__drop(&p, CT_SITE_ABS_POS_K, lc));
+        ct__dropout(&p, s->g_pk, p.NC, ct__drop(&p, CTRAIN_SITE_ABS_POS_K, lc));
         o->rows_broadcast_backward(o, p.G + s->pk, s->g_pk, p.B, p.L, p.C);
-        ct__dropout(&p, s->g_pv, p.NC, ct__drop(&p, CT_SITE_ABS_POS_V, lc));
+        ct__dropout(&p, s->g_pv, p.NC, ct__drop(&p, CTRAIN_SITE_ABS_POS_V, lc));
         o->rows_broadcast_backward(o, p.G + s->pv, s->g_pv, p.B, p.L, p.C);
     }
     o->copy(o, loss, s->loss, sizeof *loss, CT_COPY_D2H);
     return o->sync(o);
 }
 
-static int ct__forward_features(ct_model_t *m, const int32_t *seq, const int64_t *tseq, int B,
+static int ct__forward_features(ctrain_model_t *m, const int32_t *seq, const int64_t *tseq, int B,
                                 const float **feats, int *ldf)
 {
     ct__pass_t p;
@@ -737,19 +738,19 @@ static int ct__forward_features(ct_model_t *m, const int32_t *seq, const int64_t
     return o->sync(o);
 }
 
-static int ct__logits(ct_model_t *m, float *pos_logits, float *neg_logits, int64_t n)
+static int ct__logits(ctrain_model_t *m, float *pos_logits, float *neg_logits, int64_t n)
 {
     ct__sasrec_t *s = m->impl;
     ct_ops_t *o = m->ops;
     int64_t have = (int64_t)s->last_B * m->cfg.maxlen;
-    if (n > have || m->cfg.loss != CT_LOSS_BCE)
+    if (n > have || m->cfg.loss != CTRAIN_LOSS_BCE)
         return -EINVAL;
     o->copy(o, pos_logits, s->pos_logits, (size_t)n * sizeof(float), CT_COPY_D2H);
     o->copy(o, neg_logits, s->neg_logits, (size_t)n * sizeof(float), CT_COPY_D2H);
     return o->sync(o);
 }
 
-static void ct__destroy(ct_model_t *m)
+static void ct__destroy(ctrain_model_t *m)
 {
     ct__sasrec_t *s = m->impl;
     if (!s)
@@ -759,7 +760,7 @@ static void ct__destroy(ct_model_t *m)
     m->impl = NULL;
 }
 
-static const ct_model_vtbl_t ct__sasrec_vtbl = {
+static const ctrain_model_vtbl_t ct__sasrec_vtbl = {
     .forward_backward = ct__forward_backward,
     .forward_features = ct__forward_features,
     .logits = ct__logits,
@@ -769,10 +770,10 @@ static const ct_model_vtbl_t ct__sasrec_vtbl = {
 /* ---- building -------------------------------------------------------------------------------- */
 
 /* Assigns (or, with c->base == NULL, measures) every arena buffer. */
-static void ct__carve_arena(ct__sasrec_t *s, const ct_model_t *m, ct__carve_t *c)
+static void ct__carve_arena(ct__sasrec_t *s, const ctrain_model_t *m, ct__carve_t *c)
 {
-    const ct_model_cfg_t *cfg = &m->cfg;
-    const bool ti = cfg->kind == CT_MODEL_TISASREC, mhc = cfg->mhc_streams > 0;
+    const ctrain_model_cfg_t *cfg = &m->cfg;
+    const bool ti = cfg->kind == CTRAIN_MODEL_TISASREC, mhc = cfg->mhc_streams > 0;
     const size_t B = (size_t)m->max_batch, L = (size_t)cfg->maxlen, C = (size_t)cfg->hidden;
     const size_t n = mhc ? (size_t)cfg->mhc_streams : 1, K = (size_t)CT_MHC_COEFFS(n);
     const size_t N = B * L, NC = N * C, NS = NC * n, V = (size_t)cfg->num_items + 1;
@@ -781,8 +782,9 @@ static void ct__carve_arena(ct__sasrec_t *s, const ct_model_t *m, ct__carve_t *c
     s->pos = CT__CARVE_I32(c, N);
     s->neg = CT__CARVE_I32(c, N);
     s->eval_qmask = CT__CARVE_I32(c, N);
-    s->row_neg =
-        cfg->loss == CT_LOSS_SAMPLED_CE ? CT__CARVE_I32(c, B * (size_t)cfg->num_negatives) : NULL;
+    s->row_neg = cfg->loss == CTRAIN_LOSS_SAMPLED_CE
+                     ? CT__CARVE_I32(c, B * (size_t)cfg->num_negatives)
+                     : NULL;
     s->tseq = ti ? CT__CARVE_I64(c, N) : NULL;
     s->x0 = CT__CARVE_F32(c, NC);
     s->X0 = mhc ? CT__CARVE_F32(c, NS) : NULL;
@@ -795,7 +797,7 @@ static void ct__carve_arena(ct__sasrec_t *s, const ct_model_t *m, ct__carve_t *c
     s->mask_rv = masks ? (uint32_t *)ct__carve_take(c, mw * sizeof(uint32_t)) : NULL;
     for (int l = 0; l < cfg->num_blocks; l++) {
         ct__blk_acts_t *a = &s->act[l];
-        bool post = cfg->layout == CT_LAYOUT_POST_LN;
+        bool post = cfg->layout == CTRAIN_LAYOUT_POST_LN;
         a->ln1 = CT__CARVE_F32(c, NC);
         a->ln1_mean = CT__CARVE_F32(c, N);
         a->ln1_rstd = CT__CARVE_F32(c, N);
@@ -853,13 +855,13 @@ static void ct__carve_arena(ct__sasrec_t *s, const ct_model_t *m, ct__carve_t *c
             CT__CARVE_F32(c, o->attention_scratch(o, Bi, Li, NH, CT_ATT_SCRATCH_BWD));
     }
     s->mhc_scratch = mhc ? CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_MHC_COEFFS_BWD, (int64_t)N,
-                                                       (int64_t)n, CT_MHC_ITERS, (int64_t)N))
+                                                       (int64_t)n, CTRAIN_MHC_ITERS, (int64_t)N))
                          : NULL;
     s->loss_scratch = NULL;
-    if (cfg->loss == CT_LOSS_CE)
+    if (cfg->loss == CTRAIN_LOSS_CE)
         s->loss_scratch =
             CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_CE, (int64_t)V, (int64_t)C, 0, (int64_t)N));
-    else if (cfg->loss == CT_LOSS_SAMPLED_CE)
+    else if (cfg->loss == CTRAIN_LOSS_SAMPLED_CE)
         s->loss_scratch = CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_SAMPLED_CE, (int64_t)L,
                                                       cfg->num_negatives, (int64_t)C, (int64_t)N));
 }
@@ -872,22 +874,22 @@ static void ct__carve_arena(ct__sasrec_t *s, const ct_model_t *m, ct__carve_t *c
     } while (0)
 
 /* The LayerNorms, FFNs and the final LayerNorm (both kinds); a is the attention's part. */
-static int ct__table_blocks(ct_model_t *m, ct__sasrec_t *s,
-                            int (*attn)(ct_model_t *, ct__sasrec_t *, int))
+static int ct__table_blocks(ctrain_model_t *m, ct__sasrec_t *s,
+                            int (*attn)(ctrain_model_t *, ct__sasrec_t *, int))
 {
-    const ct_model_cfg_t *c = &m->cfg;
+    const ctrain_model_cfg_t *c = &m->cfg;
     const int64_t C = c->hidden;
     const int nb = c->num_blocks;
-    const ct_param_init_t xav =
-        c->kind == CT_MODEL_TISASREC ? CT_INIT_XAVIER_UNIFORM : CT_INIT_XAVIER_NORMAL;
-    char name[CT_PARAM_NAME_MAX];
-    ct_param_t *t;
+    const ctrain_param_init_t xav =
+        c->kind == CTRAIN_MODEL_TISASREC ? CTRAIN_INIT_XAVIER_UNIFORM : CTRAIN_INIT_XAVIER_NORMAL;
+    char name[CTRAIN_PARAM_NAME_MAX];
+    ctrain_param_t *t;
     for (int l = 0; l < nb; l++) {
         snprintf(name, sizeof name, "attention_layernorms.%d.weight", l);
-        CT__ADD(name, 1, CT_INIT_ONES, C);
+        CT__ADD(name, 1, CTRAIN_INIT_ONES, C);
         t->block = l, s->blk[l].ln1_w = t->offset;
         snprintf(name, sizeof name, "attention_layernorms.%d.bias", l);
-        CT__ADD(name, 1, CT_INIT_ZEROS, C);
+        CT__ADD(name, 1, CTRAIN_INIT_ZEROS, C);
         t->block = l, s->blk[l].ln1_b = t->offset;
     }
     for (int l = 0; l < nb; l++)
@@ -895,10 +897,10 @@ static int ct__table_blocks(ct_model_t *m, ct__sasrec_t *s,
             return -ENOMEM;
     for (int l = 0; l < nb; l++) {
         snprintf(name, sizeof name, "forward_layernorms.%d.weight", l);
-        CT__ADD(name, 1, CT_INIT_ONES, C);
+        CT__ADD(name, 1, CTRAIN_INIT_ONES, C);
         t->block = l, s->blk[l].ln2_w = t->offset;
         snprintf(name, sizeof name, "forward_layernorms.%d.bias", l);
-        CT__ADD(name, 1, CT_INIT_ZEROS, C);
+        CT__ADD(name, 1, CTRAIN_INIT_ZEROS, C);
         t->block = l, s->blk[l].ln2_b = t->offset;
     }
     for (int l = 0; l < nb; l++) {
@@ -910,56 +912,56 @@ static int ct__table_blocks(ct_model_t *m, ct__sasrec_t *s,
             CT__ADD(name, 3, xav, C, C, 1);
             t->block = l, *w[k] = t->offset;
             snprintf(name, sizeof name, "forward_layers.%d.conv%d.bias", l, k + 1);
-            CT__ADD(name, 1, CT_INIT_FANIN_UNIFORM, C);
+            CT__ADD(name, 1, CTRAIN_INIT_FANIN_UNIFORM, C);
             t->fan_in = (int)C;
             t->block = l, *b[k] = t->offset;
         }
     }
-    CT__ADD("last_layernorm.weight", 1, CT_INIT_ONES, C);
+    CT__ADD("last_layernorm.weight", 1, CTRAIN_INIT_ONES, C);
     t->block = nb, s->lnf_w = t->offset;
-    CT__ADD("last_layernorm.bias", 1, CT_INIT_ZEROS, C);
+    CT__ADD("last_layernorm.bias", 1, CTRAIN_INIT_ZEROS, C);
     t->block = nb, s->lnf_b = t->offset;
     return 0;
 }
 
 /* SASRec.pytorch's attention module: packed in_proj, out_proj (biases start at 0,
  * MultiheadAttention's _reset_parameters). */
-static int ct__table_mha(ct_model_t *m, ct__sasrec_t *s, int l)
+static int ct__table_mha(ctrain_model_t *m, ct__sasrec_t *s, int l)
 {
     const int64_t C = m->cfg.hidden;
-    char name[CT_PARAM_NAME_MAX];
-    ct_param_t *t;
+    char name[CTRAIN_PARAM_NAME_MAX];
+    ctrain_param_t *t;
     snprintf(name, sizeof name, "attention_layers.%d.in_proj_weight", l);
-    CT__ADD(name, 2, CT_INIT_XAVIER_NORMAL, 3 * C, C);
+    CT__ADD(name, 2, CTRAIN_INIT_XAVIER_NORMAL, 3 * C, C);
     t->block = l, s->blk[l].in_w = t->offset;
     snprintf(name, sizeof name, "attention_layers.%d.in_proj_bias", l);
-    CT__ADD(name, 1, CT_INIT_ZEROS, 3 * C);
+    CT__ADD(name, 1, CTRAIN_INIT_ZEROS, 3 * C);
     t->block = l, s->blk[l].in_b = t->offset;
     snprintf(name, sizeof name, "attention_layers.%d.out_proj.weight", l);
-    CT__ADD(name, 2, CT_INIT_XAVIER_NORMAL, C, C);
+    CT__ADD(name, 2, CTRAIN_INIT_XAVIER_NORMAL, C, C);
     t->block = l, s->blk[l].out_w = t->offset;
     snprintf(name, sizeof name, "attention_layers.%d.out_proj.bias", l);
-    CT__ADD(name, 1, CT_INIT_ZEROS, C);
+    CT__ADD(name, 1, CTRAIN_INIT_ZEROS, C);
     t->block = l, s->blk[l].out_b = t->offset;
     return 0;
 }
 
 /* TiSASRec.pytorch's TimeAwareMultiHeadAttention: three nn.Linear (biases keep PyTorch's
  * default U(+-1/sqrt(C)); the reference's xavier loop skips 1-d tensors). */
-static int ct__table_tisas(ct_model_t *m, ct__sasrec_t *s, int l)
+static int ct__table_tisas(ctrain_model_t *m, ct__sasrec_t *s, int l)
 {
     const int64_t C = m->cfg.hidden;
-    char name[CT_PARAM_NAME_MAX];
-    ct_param_t *t;
+    char name[CTRAIN_PARAM_NAME_MAX];
+    ctrain_param_t *t;
     static const char *const nm[3] = {"Q_w", "K_w", "V_w"};
     size_t *w[3] = {&s->blk[l].qw, &s->blk[l].kw, &s->blk[l].vw};
     size_t *b[3] = {&s->blk[l].qb, &s->blk[l].kb, &s->blk[l].vb};
     for (int k = 0; k < 3; k++) {
         snprintf(name, sizeof name, "attention_layers.%d.%s.weight", l, nm[k]);
-        CT__ADD(name, 2, CT_INIT_XAVIER_UNIFORM, C, C);
+        CT__ADD(name, 2, CTRAIN_INIT_XAVIER_UNIFORM, C, C);
         t->block = l, *w[k] = t->offset;
         snprintf(name, sizeof name, "attention_layers.%d.%s.bias", l, nm[k]);
-        CT__ADD(name, 1, CT_INIT_FANIN_UNIFORM, C);
+        CT__ADD(name, 1, CTRAIN_INIT_FANIN_UNIFORM, C);
         t->fan_in = (int)C;
         t->block = l, *b[k] = t->offset;
     }
@@ -967,24 +969,24 @@ static int ct__table_tisas(ct_model_t *m, ct__sasrec_t *s, int l)
 }
 
 /* mHC's tensors, after the reference's own (names of ours: the references have no mHC). */
-static int ct__table_mhc(ct_model_t *m, ct__sasrec_t *s)
+static int ct__table_mhc(ctrain_model_t *m, ct__sasrec_t *s)
 {
-    const ct_model_cfg_t *c = &m->cfg;
+    const ctrain_model_cfg_t *c = &m->cfg;
     const int64_t n = c->mhc_streams, D = n * c->hidden, K = CT_MHC_COEFFS(n);
     static const char *const which[2] = {"attention_hc", "forward_hc"};
-    char name[CT_PARAM_NAME_MAX];
-    ct_param_t *t;
+    char name[CTRAIN_PARAM_NAME_MAX];
+    ctrain_param_t *t;
     for (int k = 0; k < 2; k++)
         for (int l = 0; l < c->num_blocks; l++) {
             snprintf(name, sizeof name, "%s.%d.phi", which[k], l);
-            CT__ADD(name, 2, CT_INIT_ZEROS, D, K);
+            CT__ADD(name, 2, CTRAIN_INIT_ZEROS, D, K);
             t->block = l, s->blk[l].hc_phi[k] = t->offset;
             snprintf(name, sizeof name, "%s.%d.alpha", which[k], l);
-            CT__ADD(name, 1, CT_INIT_CONSTANT, 3);
-            t->init_value = CT_MHC_ALPHA_INIT;
+            CT__ADD(name, 1, CTRAIN_INIT_CONSTANT, 3);
+            t->init_value = CTRAIN_MHC_ALPHA_INIT;
             t->block = l, s->blk[l].hc_alpha[k] = t->offset;
             snprintf(name, sizeof name, "%s.%d.bias", which[k], l);
-            CT__ADD(name, 1, CT_INIT_MHC_BIAS, K);
+            CT__ADD(name, 1, CTRAIN_INIT_MHC_BIAS, K);
             t->init_index = 2 * l + k; /* mHC layers in network order */
             t->block = l, s->blk[l].hc_bias[k] = t->offset;
         }
@@ -992,33 +994,33 @@ static int ct__table_mhc(ct_model_t *m, ct__sasrec_t *s)
 }
 
 /* The table, in the reference's state_dict order (module registration order), mHC after it. */
-static int ct__build_table(ct_model_t *m, ct__sasrec_t *s)
+static int ct__build_table(ctrain_model_t *m, ct__sasrec_t *s)
 {
-    const ct_model_cfg_t *c = &m->cfg;
+    const ctrain_model_cfg_t *c = &m->cfg;
     const int64_t C = c->hidden, V = (int64_t)c->num_items + 1;
-    ct_param_t *t;
-    if (c->kind == CT_MODEL_TISASREC) {
+    ctrain_param_t *t;
+    if (c->kind == CTRAIN_MODEL_TISASREC) {
         const int64_t L = c->maxlen, T1 = (int64_t)c->time_span + 1;
         /* xavier_uniform_ on every table, the padding row included (the reference does not
          * re-zero it; the timeline mask makes it harmless). */
-        CT__ADD("item_emb.weight", 2, CT_INIT_XAVIER_UNIFORM, V, C);
+        CT__ADD("item_emb.weight", 2, CTRAIN_INIT_XAVIER_UNIFORM, V, C);
         t->l2 = true, s->wte = t->offset;
-        CT__ADD("abs_pos_K_emb.weight", 2, CT_INIT_XAVIER_UNIFORM, L, C);
+        CT__ADD("abs_pos_K_emb.weight", 2, CTRAIN_INIT_XAVIER_UNIFORM, L, C);
         t->l2 = true, s->pk = t->offset;
-        CT__ADD("abs_pos_V_emb.weight", 2, CT_INIT_XAVIER_UNIFORM, L, C);
+        CT__ADD("abs_pos_V_emb.weight", 2, CTRAIN_INIT_XAVIER_UNIFORM, L, C);
         t->l2 = true, s->pv = t->offset;
-        CT__ADD("time_matrix_K_emb.weight", 2, CT_INIT_XAVIER_UNIFORM, T1, C);
+        CT__ADD("time_matrix_K_emb.weight", 2, CTRAIN_INIT_XAVIER_UNIFORM, T1, C);
         t->l2 = true, s->rk = t->offset;
-        CT__ADD("time_matrix_V_emb.weight", 2, CT_INIT_XAVIER_UNIFORM, T1, C);
+        CT__ADD("time_matrix_V_emb.weight", 2, CTRAIN_INIT_XAVIER_UNIFORM, T1, C);
         t->l2 = true, s->rv = t->offset;
         if (ct__table_blocks(m, s, ct__table_tisas) != 0)
             return -ENOMEM;
     } else {
-        const int64_t P = ct_model_pos_rows(c);
-        CT__ADD("item_emb.weight", 2, CT_INIT_XAVIER_NORMAL, V, C);
+        const int64_t P = ctrain_model_pos_rows(c);
+        CT__ADD("item_emb.weight", 2, CTRAIN_INIT_XAVIER_NORMAL, V, C);
         t->zero_row0 = true, t->l2 = true, s->wte = t->offset;
-        CT__ADD("pos_emb.weight", 2, CT_INIT_XAVIER_NORMAL, P, C);
-        t->zero_row0 = ct_layout_pos_mode(c->layout) == CT_POS_PADDED, s->wpe = t->offset;
+        CT__ADD("pos_emb.weight", 2, CTRAIN_INIT_XAVIER_NORMAL, P, C);
+        t->zero_row0 = ctrain_layout_pos_mode(c->layout) == CT_POS_PADDED, s->wpe = t->offset;
         if (ct__table_blocks(m, s, ct__table_mha) != 0)
             return -ENOMEM;
     }
@@ -1028,7 +1030,7 @@ static int ct__build_table(ct_model_t *m, ct__sasrec_t *s)
 }
 #undef CT__ADD
 
-int ct__sasrec_build(ct_model_t *m, ct_errbuf_t *eb)
+int ct__sasrec_build(ctrain_model_t *m, ct_errbuf_t *eb)
 {
     ct__sasrec_t *s = calloc(1, sizeof *s);
     if (!s)
