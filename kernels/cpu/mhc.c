@@ -14,7 +14,7 @@
  * fixed order (streams in order, tokens in order), so results are the same on every run.
  *
  * Not here: where the mHC layers sit in a block and which sub-layer they wrap (the model), the
- * initialisation of the biases (ct_model.c).
+ * initialisation of the biases (ctrain_model.c).
  */
 #include <cblas.h>
 #include <math.h>

@@ -496,9 +496,15 @@ extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp)
     CT_CUDA_CHECK_GOTO(cudaStreamCreate(&st->stream), rc, NULL, fail);
     if ((rc = ct_cuda_ctx_init(&st->ctx, (ct_stream_t)st->stream, amp ? CT_CUDA_CTX_BF16 : 0)) != 0)
         goto fail;
-    CT_CUDA_CHECK_GOTO(cudaMalloc((void **)&st->partials, CT_REDUCE_CUDA_PARTS * sizeof(double)), rc, NULL, fail);
+    CT_CUDA_CHECK_GOTO(cudaMalloc((void **)&st->partials, CT_REDUCE_CUDA_PARTS * sizeof(double)),
+                       rc, NULL, fail);
     o->name = amp ? "cuda (bf16 matmuls)" : "cuda";
     o->host_memory = false;
+    o->limits.attention_max_l = CT_ATTENTION_CUDA_MAX_L;
+    o->limits.attention_max_hs = CT_ATTENTION_CUDA_MAX_HS;
+    o->limits.tisas_max_l = CT_TISAS_CUDA_MAX_L;
+    o->limits.tisas_max_hs = CT_TISAS_CUDA_MAX_HS;
+    o->limits.layernorm_max_c = CT_LAYERNORM_CUDA_MAX_C;
     o->stream = st->stream;
     o->alloc = ct__alloc;
     o->release = ct__release;

@@ -1,11 +1,11 @@
 /*
- * test_sasrec_gpu.c (gpu suite) - ctrain's own model (worker/ct_model.c, ctrain_sasrec.c) on the
- * CUDA op table (kernels/cuda/ops.cu) against the same model on the CPU table: one model code path
- * run on two backends, so what is compared is the composition of every op as the trainer uses
- * it - in-place calls, the += contract across residual branches, mHC streams and the tied item
- * table, dropout sites and TiSASRec's interval masks regenerated from the same counters, the
- * padding-query skip, the device-memory handling of the model (arena, flat buffers, scalar
- * results fetched from the device). For SASRec (post_ln with BCE and l2_emb; the 2020 layout
+ * test_sasrec_gpu.c (gpu suite) - ctrain's own model (worker/trainer/models/ctrain_model.c,
+ * ctrain_sasrec.c) on the CUDA op table (kernels/cuda/ops.cu) against the same model on the CPU
+ * table: one model code path run on two backends, so what is compared is the composition of every
+ * op as the trainer uses it - in-place calls, the += contract across residual branches, mHC streams
+ * and the tied item table, dropout sites and TiSASRec's interval masks regenerated from the same
+ * counters, the padding-query skip, the device-memory handling of the model (arena, flat buffers,
+ * scalar results fetched from the device). For SASRec (post_ln with BCE and l2_emb; the 2020 layout
  * with the full CE loss), TiSASRec (BCE), TiSASRec + mHC (sampled CE) and SASRec + mHC, all
  * with dropout on except the last:
  *   - the initial parameters are bit-identical (initialised on the host, copied up);

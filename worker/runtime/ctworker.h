@@ -639,6 +639,10 @@ int64_t ct_comm_timeout(const ct_comm_t *c);
  * communicator stays c's: the caller never destroys it. */
 void *ct_comm_nccl_handle(ct_comm_t *c, int *device);
 
+/* Whether this build of libctworker has the backend (NCCL needs a build with CUDA and NCCL;
+ * auto and the CPU ring are always there). */
+bool ct_comm_backend_built(ct_comm_backend_t backend);
+
 /* "auto", "cpu", "nccl" ("?" for an invalid value). */
 const char *ct_comm_backend_name(ct_comm_backend_t backend);
 /* Parses "auto", "cpu", "ring" (the same as cpu) or "nccl"; CT_EPARSE otherwise. */

@@ -14,9 +14,7 @@
 #include <unistd.h>
 
 #include "ct_config.h"
-#if CT_HAVE_CUDA
-#include "ct_kernels_cuda.h"
-#endif
+#include "ct_ops.h"
 #include "ct_parse.h"
 
 void ctrain_cfg_default(ctrain_cfg_t *c)
@@ -61,22 +59,20 @@ void ctrain_cfg_default(ctrain_cfg_t *c)
 
 void ctrain_train_model_defaults(ctrain_cfg_t *c)
 {
-    bool ti = c->model == CTRAIN_MODEL_TISASREC;
+    const ctrain_family_t *fam = ctrain_family(c->model);
     if (!c->set_layout)
         c->layout = ctrain_train_default_layout(c->model, c->mhc);
     if (!c->set_maxlen)
-        c->maxlen = ti ? 50 : 200;
+        c->maxlen = fam->maxlen;
     if (!c->set_l2)
-        c->l2_emb = ti ? 5e-5 : 0.0;
+        c->l2_emb = fam->l2_emb;
     if (!c->set_epochs)
-        c->num_epochs = ti ? 201 : 1000;
+        c->num_epochs = fam->num_epochs;
 }
 
 ctrain_layout_t ctrain_train_default_layout(ctrain_model_kind_t model, bool mhc)
 {
-    if (mhc)
-        return CTRAIN_LAYOUT_PRE_LN;
-    return model == CTRAIN_MODEL_TISASREC ? CTRAIN_LAYOUT_ORIGINAL2020 : CTRAIN_LAYOUT_POST_LN;
+    return mhc ? CTRAIN_LAYOUT_PRE_LN : ctrain_family(model)->layout;
 }
 
 const char *ctrain_eval_mode_name(ctrain_eval_mode_t m)
@@ -378,15 +374,22 @@ static int ct__resolve_model(ctrain_cfg_t *c, ct_errbuf_t *eb)
                              "--layout: %s conflicts with mHC (on by default), which wraps the "
                              "pre_ln layout; add --no_mhc to run %s",
                              ctrain_layout_name(c->layout), ctrain_layout_name(c->layout));
-    if (c->set_layout && !c->mhc && c->model == CTRAIN_MODEL_TISASREC &&
-        c->layout != CTRAIN_LAYOUT_ORIGINAL2020 && c->layout != CTRAIN_LAYOUT_PRE_LN &&
-        (c->set_model || !c->inference_only))
+    const ctrain_family_t *fam = ctrain_family(c->model);
+    if (c->set_layout && !c->mhc && !(fam->layouts & (1u << c->layout)) &&
+        (c->set_model || !c->inference_only)) {
+        /* its reference's layout first, then the others it runs */
+        char runs[96];
+        snprintf(runs, sizeof runs, "%s (its reference's layout)", ctrain_layout_name(fam->layout));
+        for (int l = 0; l < CTRAIN_LAYOUT_COUNT; l++)
+            if ((fam->layouts & (1u << l)) && l != (int)fam->layout)
+                snprintf(runs + strlen(runs), sizeof runs - strlen(runs), " or %s",
+                         ctrain_layout_name((ctrain_layout_t)l));
         return ct_errbuf_set(eb, CT_EPARSE,
-                             "--layout: TiSASRec runs original2020 (its reference's layout) or "
-                             "pre_ln, not %s (use --model sasrec for %s)",
-                             ctrain_layout_name(c->layout), ctrain_layout_name(c->layout));
-    if (c->set_time_span && c->set_model && c->model != CTRAIN_MODEL_TISASREC)
-        return ct_errbuf_set(eb, CT_EPARSE, "--time_span: only TiSASRec has time intervals");
+                             "--layout: %s runs %s, not %s (use --model sasrec for %s)", fam->title,
+                             runs, ctrain_layout_name(c->layout), ctrain_layout_name(c->layout));
+    }
+    if (c->set_time_span && c->set_model && !fam->has_time_span)
+        return ct_errbuf_set(eb, CT_EPARSE, "--time_span: %s has no time intervals", fam->title);
     if (c->set_num_negatives && c->loss != CTRAIN_LOSS_SAMPLED_CE)
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--num_negatives: only --loss sampled_ce samples negatives per "
@@ -449,30 +452,24 @@ static int ct__check(ctrain_cfg_t *c, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--use_amp: bf16 autocast runs on a GPU; --device cpu computes in "
                              "float32 (use --device cuda or auto)");
-#if CT_HAVE_CUDA
     /* checked here, so that a job asking for a GPU it does not have fails as a usage error */
-    if ((strcmp(c->device, "cuda") == 0 || strcmp(c->backend, "nccl") == 0) &&
-        ct_cuda_device_count() < 1) {
+    const bool want_cuda = strcmp(c->device, "cuda") == 0;
+    if (want_cuda && !ct_ops_have_cuda())
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--device: cuda is not available: this build of ctrain has no CUDA "
+                             "(configure with -Dcuda=enabled, or use --device cpu)");
+    if (strcmp(c->backend, "nccl") == 0 && !ct_comm_backend_built(CT_COMM_NCCL))
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--backend: nccl needs a build with CUDA and NCCL, which this "
+                             "build is not (use --backend ring or auto)");
+    if ((want_cuda || strcmp(c->backend, "nccl") == 0) && ct_ops_device_count() < 1) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--%s: %s needs a GPU and none is visible "
                              "(CUDA_VISIBLE_DEVICES=%s)",
-                             strcmp(c->device, "cuda") == 0 ? "device" : "backend",
-                             strcmp(c->device, "cuda") == 0 ? "cuda" : "nccl",
+                             want_cuda ? "device" : "backend", want_cuda ? "cuda" : "nccl",
                              vis ? vis : "(unset)");
     }
-#else
-    if (strcmp(c->device, "cuda") == 0)
-        return ct_errbuf_set(eb, CT_EPARSE,
-                             "--device: cuda is not available: this build of ctrain has no CUDA "
-                             "(configure with -Dcuda=enabled, or use --device cpu)");
-#endif
-#if !(CT_HAVE_CUDA && CT_HAVE_NCCL)
-    if (strcmp(c->backend, "nccl") == 0)
-        return ct_errbuf_set(eb, CT_EPARSE,
-                             "--backend: nccl needs a build with CUDA and NCCL, which this "
-                             "build is not (use --backend ring or auto)");
-#endif
     if ((int64_t)c->batch_size * c->grad_accum > (1 << 24))
         return ct_errbuf_set(eb, CT_ERANGE_VALUE,
                              "--grad_accum: %d x --batch_size %d is over 16777216 users per "
@@ -598,7 +595,7 @@ ctrain_model_cfg_t ctrain_train_model_cfg(const ctrain_cfg_t *c, int32_t num_ite
                             .num_heads = c->num_heads,
                             .num_blocks = c->num_blocks,
                             .mhc_streams = c->mhc ? CTRAIN_TRAIN_MHC_STREAMS : 0,
-                            .time_span = c->model == CTRAIN_MODEL_TISASREC ? c->time_span : 0,
+                            .time_span = ctrain_family(c->model)->has_time_span ? c->time_span : 0,
                             .dropout = (float)c->dropout_rate,
                             .loss = c->loss,
                             .num_negatives = c->num_negatives};

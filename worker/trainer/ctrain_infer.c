@@ -62,7 +62,8 @@ static int ct__check_model_flags(const ctrain_cfg_t *c, const ctrain_model_cfg_t
     if (c->set_mhc && (file->mhc_streams > 0) != c->mhc)
         return ct_errbuf_set(eb, CT_EMISMATCH, "--%s was given but %s holds a %s model",
                              c->mhc ? "mhc" : "no_mhc", path, ctrain_model_title(file));
-    if (c->set_time_span && file->kind == CTRAIN_MODEL_TISASREC && file->time_span != c->time_span)
+    if (c->set_time_span && ctrain_family(file->kind)->has_time_span &&
+        file->time_span != c->time_span)
         return ct__conflict("--time_span", c->time_span, file->time_span, path, eb);
     return 0;
 }
@@ -94,7 +95,8 @@ static int ct__resolve_cfg(const ctrain_cfg_t *c, int32_t num_items, ctrain_mode
         if ((rc = ctrain_model_cfg_from_state_dict(path, &file, &pos_rows, eb)) != 0 ||
             (rc = ct__check_model_flags(c, &file, path, eb)) != 0)
             return rc;
-        if (file.kind == CTRAIN_MODEL_TISASREC && c->set_maxlen && file.maxlen != c->maxlen)
+        /* a state dict with no pos_emb rows fixes maxlen itself (TiSASRec's abs_pos_K_emb) */
+        if (pos_rows == 0 && c->set_maxlen && file.maxlen != c->maxlen)
             return ct__conflict("--maxlen", c->maxlen, file.maxlen, path, eb);
         if (!c->set_layout)
             file.layout = ctrain_train_default_layout(file.kind, file.mhc_streams > 0);
@@ -141,8 +143,8 @@ int ctrain_infer_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
     if ((rc = ctrain_model_load_params(model, cfg->state_dict_path, eb)) != 0)
         goto out;
     if ((rc = ctrain_evaluator_init(&ev, &ds, &ops, chunk, mc.maxlen, cfg->eval,
-                                    mc.kind == CTRAIN_MODEL_TISASREC, env->rank, env->world_size,
-                                    eb)) != 0)
+                                    ctrain_family(mc.kind)->eval_excludes_target, env->rank,
+                                    env->world_size, eb)) != 0)
         goto out;
     ctrain_eval_result_t r, pop;
     if ((rc = ctrain_eval_model(&ev, model, red, &r, eb)) != 0 ||

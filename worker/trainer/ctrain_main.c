@@ -79,13 +79,12 @@ int main(int argc, char **argv)
     ct_worker_opts_t wo = {.backend = CT_COMM_CPU,
                            .timeout_ms = (int64_t)(cfg.collective_timeout * 1000.0 + 0.5),
                            .flags = CT_WORKER_CATCH_SIGNALS};
-#if CT_HAVE_NCCL
     /* NCCL when asked for, or by default when training on a GPU (the CPU path keeps the ring) */
     if (strcmp(cfg.backend, "nccl") == 0)
         wo.backend = CT_COMM_NCCL;
-    else if (strcmp(cfg.backend, "auto") == 0 && strcmp(cfg.device, "cpu") != 0)
+    else if (strcmp(cfg.backend, "auto") == 0 && strcmp(cfg.device, "cpu") != 0 &&
+             ct_comm_backend_built(CT_COMM_NCCL))
         wo.backend = CT_COMM_AUTO;
-#endif
     if (ct_worker_init(&w, &wo, &eb) != 0)
         ctrain_fail(eb.msg);
     ct_reducer_t red;

@@ -87,7 +87,7 @@ void ctrain_out_header(ctrain_trainer_t *t)
     const ctrain_cfg_t *c = t->cfg;
     const ctrain_model_cfg_t *m = &t->mcfg;
     char extra[96] = "";
-    if (m->kind == CTRAIN_MODEL_TISASREC)
+    if (ctrain_family(m->kind)->has_time_span)
         snprintf(extra, sizeof extra, ", time_span %d", m->time_span);
     if (m->mhc_streams > 0)
         snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", %d mHC streams",

@@ -12,10 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ct_config.h"
-#if CT_HAVE_CUDA
-#include "ct_kernels_cuda.h"
-#endif
 #include "ct_log.h"
 #include "ct_time.h"
 #include "ctrain_train_internal.h"
@@ -24,10 +20,10 @@
 
 int ctrain_train_load_data(const ctrain_cfg_t *cfg, ctrain_dataset_t *ds, ct_errbuf_t *eb)
 {
-    /* SASRec.pytorch HEAD splits users with >= 4 interactions, TiSASRec.pytorch those with >= 3
-     * (sasrec-spec.md 1.3). */
+    /* the family's rule for the users it evaluates (SASRec.pytorch HEAD: >= 4 interactions,
+     * TiSASRec.pytorch: >= 3; docs/models.md §1.3) */
     ctrain_data_opts_t opts = CTRAIN_DATA_OPTS_DEFAULT;
-    opts.min_eval_len = cfg->model == CTRAIN_MODEL_TISASREC ? 3 : 4;
+    opts.min_eval_len = ctrain_family(cfg->model)->min_eval_len;
     opts.min_count = cfg->min_count;
     int rc;
     if (strncmp(cfg->dataset, "synthetic", 9) == 0 &&
@@ -60,71 +56,33 @@ int ctrain_train_load_data(const ctrain_cfg_t *cfg, ctrain_dataset_t *ds, ct_err
 int ctrain_train_backend(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_ops_t *ops,
                          ct_errbuf_t *eb)
 {
-    const bool cuda = strcmp(cfg->device, "cuda") == 0;
-#if CT_HAVE_CUDA
-    const int n = cuda || strcmp(cfg->device, "auto") == 0 ? ct_cuda_device_count() : 0;
-    if (cuda && n < 1) {
-        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-        return ct_errbuf_set(eb, CT_ENOGPU,
-                             "--device cuda: no CUDA device is visible (CUDA_VISIBLE_DEVICES=%s)",
-                             vis ? vis : "(unset)");
-    }
-    if (n > 0) {
-        /* one device per local rank, as torchrun's jobs pick cuda:LOCAL_RANK */
-        const int dev = env->local_rank % n;
-        int rc = ct_ops_cuda_init(ops, dev, cfg->use_amp);
-        if (rc != 0)
-            return ct_errbuf_set(eb, rc, "--device %s: setting up CUDA device %d failed (%s)",
-                                 cfg->device, dev, ct_strerror(rc));
+    ct_errbuf_t oeb;
+    int rc = ct_ops_open(ops, cfg->device, env->local_rank, cfg->use_amp, &oeb);
+    if (rc == 0)
         return 0;
-    }
-    if (cfg->use_amp)
-        return ct_errbuf_set(eb, CT_ENOGPU,
-                             "--use_amp: no CUDA device is visible, and the CPU computes in "
-                             "float32 (drop --use_amp or run on a GPU)");
-#else
-    (void)env;
-    if (cuda || cfg->use_amp)
-        return ct_errbuf_set(eb, CT_ENOGPU,
-                             "--%s: this build of ctrain has no CUDA (configure with "
-                             "-Dcuda=enabled)",
-                             cuda ? "device cuda" : "use_amp");
-#endif
-    ct_ops_cpu_init(ops);
-    return 0;
+    /* ct_ops_open's line starts with what failed: the device, or amp */
+    if (strncmp(oeb.msg, "amp: ", 5) == 0)
+        return ct_errbuf_set(
+            eb, rc, "--use_amp: %s%s", oeb.msg + 5,
+            rc == CT_ENOGPU && ct_ops_have_cuda() ? " (drop --use_amp or run on a GPU)" : "");
+    return ct_errbuf_set(eb, rc, "--device %s", oeb.msg);
 }
 
 int ctrain_train_check_device(const ctrain_model_cfg_t *mc, const ct_ops_t *ops, ct_errbuf_t *eb)
 {
-#if CT_HAVE_CUDA
-    if (ops->host_memory)
-        return 0;
-    /* the ranges of the CUDA kernels (ct_kernels_cuda.h), told before the first step fails */
-    const int hs = mc->hidden / mc->num_heads;
-    const bool ti = mc->kind == CTRAIN_MODEL_TISASREC;
-    const int max_l = ti ? CT_TISAS_CUDA_MAX_L : CT_ATTENTION_CUDA_MAX_L;
-    const int max_hs = ti ? CT_TISAS_CUDA_MAX_HS : CT_ATTENTION_CUDA_MAX_HS;
-    if (mc->maxlen > max_l || hs > max_hs || mc->hidden > CT_LAYERNORM_CUDA_MAX_C)
-        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
-                             "--device cuda: %s's GPU kernels take --maxlen <= %d, "
-                             "hidden_units / num_heads <= %d and hidden_units <= %d (got %d, %d, "
-                             "%d); use --device cpu",
-                             ti ? "TiSASRec" : "SASRec", max_l, max_hs, CT_LAYERNORM_CUDA_MAX_C,
-                             mc->maxlen, hs, mc->hidden);
-#else
-    (void)mc, (void)ops, (void)eb;
-#endif
-    return 0;
+    const ctrain_family_t *fam = ctrain_family(mc->kind);
+    return fam->check_backend != NULL ? fam->check_backend(mc, ops, eb) : 0;
 }
 
 int ctrain_train_check_data(const ctrain_model_cfg_t *mc, const ctrain_dataset_t *ds,
                             ct_errbuf_t *eb)
 {
-    if (mc->kind == CTRAIN_MODEL_TISASREC && ds->time_scaled == NULL)
+    const ctrain_family_t *fam = ctrain_family(mc->kind);
+    if (fam->uses_times && ds->time_scaled == NULL)
         return ct_errbuf_set(eb, CT_EFORMAT,
-                             "%s has no timestamps, which TiSASRec (the default model) needs; give "
-                             "--no_time (SASRec) or a file with times (user item rating time)",
-                             ds->source);
+                             "%s has no timestamps, which %s needs; give --no_time (SASRec) or "
+                             "a file with times (user item rating time)",
+                             ds->source, fam->title);
     return 0;
 }
 
@@ -411,7 +369,8 @@ static int ct__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
     }
 
     if ((rc = ctrain_evaluator_init(&t->ev, &t->ds, &t->ops, t->micro, c->maxlen, c->eval,
-                                    t->mcfg.kind == CTRAIN_MODEL_TISASREC, R, W, eb)) != 0)
+                                    ctrain_family(t->mcfg.kind)->eval_excludes_target, R, W, eb)) !=
+        0)
         return rc;
     t->ev.progress = ct__eval_progress;
     t->ev.progress_ctx = t;
@@ -423,7 +382,7 @@ static void ct__teardown(ctrain_trainer_t *t)
     ctrain_out_close(t);
     ct_ckpt_dir_close(&t->ckpt);
     ctrain_evaluator_close(&t->ev);
-    ctrain_loader_close(&t->batcher);
+    ctrain_loader_close(&t->loader);
     ctrain_model_destroy(t->model);
     ct_ops_close(&t->ops);
     free(t->grad_host);
@@ -453,7 +412,7 @@ static int ct__step(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
     double targets = 0;
     const ctrain_train_chunk_t *ch;
     do {
-        ch = ctrain_loader_next(&t->batcher);
+        ch = ctrain_loader_next(&t->loader);
         if (ch->step != t->step)
             return ct_errbuf_set(eb, CT_ESTATE, "batch stream at step %lld, trainer at %lld",
                                  (long long)ch->step, (long long)t->step);
@@ -689,8 +648,8 @@ int ctrain_train_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
             goto out;
         ctrain_out_row_header();
     }
-    if ((rc = ctrain_loader_init(&t->batcher, &t->ds, t->samples, t->targets, &t->shard, t->micro,
-                                 cfg->maxlen, t->mcfg.kind == CTRAIN_MODEL_TISASREC,
+    if ((rc = ctrain_loader_init(&t->loader, &t->ds, t->samples, t->targets, &t->shard, t->micro,
+                                 cfg->maxlen, ctrain_family(t->mcfg.kind)->uses_times,
                                  cfg->loss == CTRAIN_LOSS_SAMPLED_CE ? cfg->num_negatives : 0,
                                  cfg->seed, t->step, t->total_steps, cfg->num_workers > 0, eb)) !=
         0)

@@ -59,7 +59,7 @@ typedef struct ctrain_trainer {
     ct_shard_t shard; /* global_batch = batch_size * grad_accum */
     int64_t steps_per_epoch, total_steps;
     int micro; /* rows per micro-batch on this rank */
-    ctrain_loader_t batcher;
+    ctrain_loader_t loader;
 
     ct_ckpt_dir_t ckpt;
     ct_tensor_view_t *views;

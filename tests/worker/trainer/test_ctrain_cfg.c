@@ -1,5 +1,5 @@
 /*
- * test_ctrain_cfg.c - worker/ctrain_cfg.c and the model configuration helpers: the defaults
+ * test_ctrain_cfg.c - worker/trainer/ctrain_cfg.c and the model configuration helpers: the defaults
  * (TiSASRec.pytorch's for the default TiSASRec + mHC, SASRec.pytorch's for --no_time --no_mhc),
  * the model flags and their conflicts, the flag spellings, standalone booleans, cross-flag
  * checks, args.json, the learning rate schedule (warmup, constant / linear / cosine, lr_scale)
@@ -91,7 +91,7 @@ static void test_model_flags(void)
         {{"--mhc", "--no_mhc"}, 2, "--no_mhc: conflicts with --mhc"},
         {{"--layout", "post_ln"}, 2, "--layout: post_ln conflicts with mHC"},
         {{"--no_mhc", "--layout", "post_ln"}, 3, "--layout: TiSASRec runs original2020"},
-        {{"--no_time", "--time_span", "9"}, 3, "--time_span: only TiSASRec"},
+        {{"--no_time", "--time_span", "9"}, 3, "--time_span: SASRec has no time intervals"},
         {{"--num_negatives", "9"}, 2, "--num_negatives: only --loss sampled_ce"},
         {{"--model", "bert4rec"}, 2, "--model: \"bert4rec\" is not a model"},
         {{"--loss", "bpr"}, 2, "--loss: \"bpr\" is not a loss"},

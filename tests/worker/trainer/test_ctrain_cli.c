@@ -196,7 +196,8 @@ static void test_flags(void)
     expect_usage_error("--layout: post_ln conflicts with mHC", "--layout", "post_ln", NULL, NULL);
     expect_usage_error("--layout: TiSASRec runs", "--no_mhc", "--layout", "original", NULL);
     expect_usage_error("--time_span", "--time_span", "0", NULL, NULL);
-    expect_usage_error("--time_span: only TiSASRec", "--no_time", "--time_span", "9", NULL);
+    expect_usage_error("--time_span: SASRec has no time intervals", "--no_time", "--time_span", "9",
+                       NULL);
     expect_usage_error("--loss", "--loss", "bpr", NULL, NULL);
     expect_usage_error("--num_negatives: only --loss sampled_ce", "--num_negatives", "8", NULL,
                        NULL);

@@ -1,7 +1,7 @@
 /*
- * test_ctrain_eval.c - worker/ctrain_eval.c: the full-ranking rank (exclusions, duplicates, ties,
- * NaN), the popularity baseline on a hand-made dataset whose HR/NDCG are worked out below, that a
- * model-free evaluation split over W ranks and reduced equals W = 1, the evaluator's user
+ * test_ctrain_eval.c - worker/trainer/ctrain_eval.c: the full-ranking rank (exclusions, duplicates,
+ * ties, NaN), the popularity baseline on a hand-made dataset whose HR/NDCG are worked out below,
+ * that a model-free evaluation split over W ranks and reduced equals W = 1, the evaluator's user
  * sharding, users with NaN or infinite scores counted (their split left without metrics), and
  * the sampled protocol's candidate rule (what is never a negative, and that the target's own
  * copies do not count).

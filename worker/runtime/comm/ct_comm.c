@@ -210,6 +210,11 @@ int ct_comm_backend_parse(const char *text, ct_comm_backend_t *out, ct_errbuf_t 
     return 0;
 }
 
+bool ct_comm_backend_built(ct_comm_backend_t backend)
+{
+    return backend != CT_COMM_NCCL || CT_HAVE_NCCL;
+}
+
 void *ct_comm_nccl_handle(ct_comm_t *c, int *device)
 {
 #if CT_HAVE_NCCL

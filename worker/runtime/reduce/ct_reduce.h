@@ -47,7 +47,7 @@ struct ct_reducer {
     /* Optional (NULL: not offered): the ranges {offset, length} of buf are final for this
      * reduction (in the order of the device's work) and may be reduced now, while the caller
      * still computes the rest; the next allreduce_f32 over buf then reduces only what was not
-     * given here. For the backward pass to overlap the gradient reduction (ct_model.h's
+     * given here. For the backward pass to overlap the gradient reduction (ctrain_model.h's
      * grads_ready). Every rank gives the same ranges in the same order. */
     int (*allreduce_f32_early)(ct_reducer_t *r, float *buf, const int64_t (*ranges)[2], int n,
                                ct_errbuf_t *eb);

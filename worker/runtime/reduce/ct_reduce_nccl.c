@@ -26,7 +26,7 @@
  * in the same order on every rank.
  *
  * Overlap with the backward pass: the model reports, block by block as its backward pass
- * queues them, the gradient ranges that are final (ct_model.h's grads_ready; the training loop
+ * queues them, the gradient ranges that are final (ctrain_model.h's grads_ready; the training loop
  * forwards them to allreduce_f32_early). Each report records an event on the compute stream,
  * makes the communication stream wait for it and all-reduces those ranges there, in one NCCL
  * group (one launch), while the compute stream goes on with the earlier blocks. The step's

@@ -1,5 +1,5 @@
 /*
- * ct_batch.c - training rows with Philox-drawn negatives, evaluation rows and candidates.
+ * ctrain_batch.c - training rows with Philox-drawn negatives, evaluation rows and candidates.
  * A uniform item is drawn as 1 + (x * I >> 32) from a 32-bit draw x (the same on CPU and GPU;
  * the bias is below I / 2^32, under 1e-6 for any catalogue we train).
  */

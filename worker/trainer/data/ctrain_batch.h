@@ -1,5 +1,5 @@
 /*
- * ct_batch.h - turning users into model inputs: training examples with sampled negatives,
+ * ctrain_batch.h - turning users into model inputs: training examples with sampled negatives,
  * evaluation inputs, and the candidate lists of the sampled evaluation protocol.
  *
  * Layout (sasrec-spec.md §2.1-2.2): (B, L) int32 arrays, left-padded with 0, the most recent
@@ -34,7 +34,7 @@ typedef enum ctrain_eval_split {
     CTRAIN_EVAL_TEST = 1,  /* input: training items then the valid item; target: the test item */
 } ctrain_eval_split_t;
 
-typedef struct ct_batch {
+typedef struct ctrain_batch {
     int B, L, num_neg;
     int32_t *user; /* (B) user of each row, 0 for an empty row */
     int32_t *seq;  /* (B, L) input items */

@@ -21,7 +21,7 @@
  * streamed: the first bad line ends the load before the rest is read, and only the parsed
  * interactions are kept, never the file's text.
  *
- * Not here: batching and negative sampling (ct_batch.h), models, evaluation.
+ * Not here: batching and negative sampling (ctrain_batch.h), models, evaluation.
  */
 #ifndef CTRAIN_DATA_H
 #define CTRAIN_DATA_H

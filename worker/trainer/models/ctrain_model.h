@@ -1,5 +1,5 @@
 /*
- * ct_model.h - ctrain's models: configuration, the flat parameter / gradient / Adam buffers
+ * ctrain_model.h - ctrain's models: configuration, the flat parameter / gradient / Adam buffers
  * with their table of named views, and the interface the training loop and the evaluation
  * call. The loop never knows which model it runs.
  *
@@ -48,10 +48,11 @@
 extern "C" {
 #endif
 
+/* A model family's index in the registry (ctrain_registry.c); the named ones are those whose
+ * own code tells them apart (the SASRec family builds both). */
 typedef enum ctrain_model_kind {
     CTRAIN_MODEL_SASREC = 0,
     CTRAIN_MODEL_TISASREC = 1, /* TiSASRec.pytorch (sasrec-spec.md 3) */
-    CTRAIN_MODEL_KIND_COUNT
 } ctrain_model_kind_t;
 
 /* The training loss after the final LayerNorm. */
@@ -109,7 +110,7 @@ typedef struct ctrain_model_cfg {
 /* Layout names: post_ln, pre_ln, original, original2020. */
 const char *ctrain_layout_name(ctrain_layout_t layout);
 int ctrain_layout_parse(const char *text, ctrain_layout_t *out, ct_errbuf_t *eb);
-/* Kind names: sasrec, tisasrec. Loss names: bce, ce, sampled_ce. */
+/* Kind names are the families' names (the registry's); loss names: bce, ce, sampled_ce. */
 const char *ctrain_model_kind_name(ctrain_model_kind_t kind);
 int ctrain_model_kind_parse(const char *text, ctrain_model_kind_t *out, ct_errbuf_t *eb);
 const char *ctrain_loss_name(ctrain_loss_t loss);
@@ -143,6 +144,44 @@ int ctrain_model_cfg_from_json(const json_t *obj, ctrain_model_cfg_t *cfg, ct_er
  * of the first field that differs, and writes "field: a vs b" into what (size bytes). */
 const char *ctrain_model_cfg_diff(const ctrain_model_cfg_t *a, const ctrain_model_cfg_t *b,
                                   char *what, size_t size);
+
+typedef struct ctrain_model ctrain_model_t;
+
+/* ---- model families: the registry ---------------------------------------------------------
+ * A family is what the shared trainer (loop, evaluation, checkpoints, flags) needs to know about
+ * one kind of model beyond the ctrain_model_t interface below: its name, what its data must
+ * carry, how it is evaluated, the defaults of the flags a user leaves unset, how to build it, and
+ * which backends can run its shapes. The trainer asks the family; it never tests the kind.
+ * Adding a family: its code in a file or folder under models/ that defines its descriptor, and
+ * one entry in the table of ctrain_registry.c. */
+typedef struct ctrain_family {
+    const char *name;  /* the --model value and the checkpoint's "kind" */
+    const char *title; /* "SASRec": the reference's name */
+    ctrain_model_kind_t kind;
+    /* data and evaluation */
+    bool uses_times;           /* batches carry the dataset's scaled times, which must exist */
+    int min_eval_len;          /* interactions a user needs for a validation and a test item */
+    bool eval_excludes_target; /* the sampled protocol never draws the target as a negative */
+    /* defaults of the flags a user leaves unset */
+    ctrain_layout_t layout; /* without mHC (which wraps pre_ln) */
+    unsigned layouts;       /* the layouts it runs without mHC: bit (1u << layout) */
+    int maxlen, num_epochs;
+    double l2_emb;
+    bool has_time_span; /* takes --time_span */
+    /* The model: fills m->params (ctrain_model__param_add), sets m->vt and m->impl (its arena
+     * from m->ops); m->cfg, ops and max_batch are set, the flat buffers come afterwards. */
+    int (*build)(ctrain_model_t *m, ct_errbuf_t *eb);
+    /* Whether ops' kernels take the configuration's shapes (ct_ops_t.limits): one line naming
+     * the limits, before any step runs; NULL when any shape runs everywhere. */
+    int (*check_backend)(const ctrain_model_cfg_t *mc, const ct_ops_t *ops, ct_errbuf_t *eb);
+} ctrain_family_t;
+
+/* The family of a kind, or NULL for an unknown kind. */
+const ctrain_family_t *ctrain_family(ctrain_model_kind_t kind);
+/* The family named name (the --model spelling), or NULL. */
+const ctrain_family_t *ctrain_family_find(const char *name);
+/* "sasrec or tisasrec": the names, for messages. */
+const char *ctrain_family_names(void);
 
 /* ---- the parameter table ---------------------------------------------------------------- */
 
@@ -186,7 +225,7 @@ typedef struct ctrain_model_batch {
     int64_t row0;           /* index of row 0 in the optimizer step's global batch */
 } ctrain_model_batch_t;
 
-typedef struct ct_model ctrain_model_t;
+typedef struct ctrain_model ctrain_model_t;
 
 typedef struct ctrain_model_vtbl {
     /* Forward and backward of one micro-batch: the loss contribution
@@ -207,7 +246,7 @@ typedef struct ctrain_model_vtbl {
     void (*destroy)(ctrain_model_t *m); /* frees impl */
 } ctrain_model_vtbl_t;
 
-struct ct_model {
+struct ctrain_model {
     ctrain_model_cfg_t cfg;
     ct_ops_t *ops;
     const ctrain_model_vtbl_t *vt;

@@ -1,7 +1,7 @@
 /*
  * test_model_grad.c - the whole-model gradient check of ctrain's REAL model code
- * (worker/ctrain_sasrec.c through the CPU dispatch table) on tiny models (B=2, L=5, d=8, h=2,
- * 2 blocks, 20 items; TiSASRec with time_span 6, mHC with 4 streams):
+ * (worker/trainer/models/sasrec/ctrain_sasrec.c through the CPU dispatch table) on tiny models
+ * (B=2, L=5, d=8, h=2, 2 blocks, 20 items; TiSASRec with time_span 6, mHC with 4 streams):
  *   - SASRec in each block layout - post_ln (HEAD's default), pre_ln (--norm_first), original
  *     (the published checkpoints' layout, 2024 ids), original2020 (absolute ids, timeline mask);
  *   - TiSASRec (TiSASRec.pytorch's layout, and pre_ln);

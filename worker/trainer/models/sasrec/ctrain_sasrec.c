@@ -770,7 +770,7 @@ static const ctrain_model_vtbl_t ct__sasrec_vtbl = {
 /* ---- building -------------------------------------------------------------------------------- */
 
 /* Assigns (or, with c->base == NULL, measures) every arena buffer. */
-static void ct__carve_arena(ct__sasrec_t *s, const ctrain_model_t *m, ct__carve_t *c)
+static void ct__carve_arena(ct__sasrec_t *s, const ctrain_model_t *m, ctrain_model__carve_t *c)
 {
     const ctrain_model_cfg_t *cfg = &m->cfg;
     const bool ti = cfg->kind == CTRAIN_MODEL_TISASREC, mhc = cfg->mhc_streams > 0;
@@ -778,99 +778,101 @@ static void ct__carve_arena(ct__sasrec_t *s, const ctrain_model_t *m, ct__carve_
     const size_t n = mhc ? (size_t)cfg->mhc_streams : 1, K = (size_t)CT_MHC_COEFFS(n);
     const size_t N = B * L, NC = N * C, NS = NC * n, V = (size_t)cfg->num_items + 1;
     ct_ops_t *o = m->ops;
-    s->seq = CT__CARVE_I32(c, N);
-    s->pos = CT__CARVE_I32(c, N);
-    s->neg = CT__CARVE_I32(c, N);
-    s->eval_qmask = CT__CARVE_I32(c, N);
+    s->seq = CTRAIN_MODEL__CARVE_I32(c, N);
+    s->pos = CTRAIN_MODEL__CARVE_I32(c, N);
+    s->neg = CTRAIN_MODEL__CARVE_I32(c, N);
+    s->eval_qmask = CTRAIN_MODEL__CARVE_I32(c, N);
     s->row_neg = cfg->loss == CTRAIN_LOSS_SAMPLED_CE
-                     ? CT__CARVE_I32(c, B * (size_t)cfg->num_negatives)
+                     ? CTRAIN_MODEL__CARVE_I32(c, B * (size_t)cfg->num_negatives)
                      : NULL;
-    s->tseq = ti ? CT__CARVE_I64(c, N) : NULL;
-    s->x0 = CT__CARVE_F32(c, NC);
-    s->X0 = mhc ? CT__CARVE_F32(c, NS) : NULL;
-    s->xc = mhc ? CT__CARVE_F32(c, NC) : NULL;
-    s->pkd = ti ? CT__CARVE_F32(c, NC) : NULL;
-    s->pvd = ti ? CT__CARVE_F32(c, NC) : NULL;
+    s->tseq = ti ? CTRAIN_MODEL__CARVE_I64(c, N) : NULL;
+    s->x0 = CTRAIN_MODEL__CARVE_F32(c, NC);
+    s->X0 = mhc ? CTRAIN_MODEL__CARVE_F32(c, NS) : NULL;
+    s->xc = mhc ? CTRAIN_MODEL__CARVE_F32(c, NC) : NULL;
+    s->pkd = ti ? CTRAIN_MODEL__CARVE_F32(c, NC) : NULL;
+    s->pvd = ti ? CTRAIN_MODEL__CARVE_F32(c, NC) : NULL;
     const bool masks = ti && cfg->dropout > 0.0f;
     const size_t mw = N * CT_TISAS_MASK_WORDS(L, C);
-    s->mask_rk = masks ? (uint32_t *)ct__carve_take(c, mw * sizeof(uint32_t)) : NULL;
-    s->mask_rv = masks ? (uint32_t *)ct__carve_take(c, mw * sizeof(uint32_t)) : NULL;
+    s->mask_rk = masks ? (uint32_t *)ctrain_model__carve_take(c, mw * sizeof(uint32_t)) : NULL;
+    s->mask_rv = masks ? (uint32_t *)ctrain_model__carve_take(c, mw * sizeof(uint32_t)) : NULL;
     for (int l = 0; l < cfg->num_blocks; l++) {
         ct__blk_acts_t *a = &s->act[l];
         bool post = cfg->layout == CTRAIN_LAYOUT_POST_LN;
-        a->ln1 = CT__CARVE_F32(c, NC);
-        a->ln1_mean = CT__CARVE_F32(c, N);
-        a->ln1_rstd = CT__CARVE_F32(c, N);
-        a->qkv = CT__CARVE_F32(c, 3 * NC);
-        a->att = CT__CARVE_F32(c, B * (size_t)cfg->num_heads * L * L);
-        a->ao = ti ? NULL : CT__CARVE_F32(c, NC);
-        a->s1 = CT__CARVE_F32(c, NC);
-        a->ln2 = post ? NULL : CT__CARVE_F32(c, NC);
-        a->ln2_mean = CT__CARVE_F32(c, N);
-        a->ln2_rstd = CT__CARVE_F32(c, N);
-        a->h = CT__CARVE_F32(c, NC);
-        a->s2 = post ? CT__CARVE_F32(c, NC) : NULL;
-        a->out = CT__CARVE_F32(c, NC);
+        a->ln1 = CTRAIN_MODEL__CARVE_F32(c, NC);
+        a->ln1_mean = CTRAIN_MODEL__CARVE_F32(c, N);
+        a->ln1_rstd = CTRAIN_MODEL__CARVE_F32(c, N);
+        a->qkv = CTRAIN_MODEL__CARVE_F32(c, 3 * NC);
+        a->att = CTRAIN_MODEL__CARVE_F32(c, B * (size_t)cfg->num_heads * L * L);
+        a->ao = ti ? NULL : CTRAIN_MODEL__CARVE_F32(c, NC);
+        a->s1 = CTRAIN_MODEL__CARVE_F32(c, NC);
+        a->ln2 = post ? NULL : CTRAIN_MODEL__CARVE_F32(c, NC);
+        a->ln2_mean = CTRAIN_MODEL__CARVE_F32(c, N);
+        a->ln2_rstd = CTRAIN_MODEL__CARVE_F32(c, N);
+        a->h = CTRAIN_MODEL__CARVE_F32(c, NC);
+        a->s2 = post ? CTRAIN_MODEL__CARVE_F32(c, NC) : NULL;
+        a->out = CTRAIN_MODEL__CARVE_F32(c, NC);
         for (int k = 0; k < 2 && mhc; k++) {
             ct__hc_acts_t *h = &a->hc[k];
-            h->u = CT__CARVE_F32(c, NC);
-            h->hpre = CT__CARVE_F32(c, N * n);
-            h->hpost = CT__CARVE_F32(c, N * n);
-            h->hres = CT__CARVE_F32(c, N * n * n);
-            h->proj = CT__CARVE_F32(c, N * K);
-            h->rstd = CT__CARVE_F32(c, N);
-            h->Y = CT__CARVE_F32(c, NS);
+            h->u = CTRAIN_MODEL__CARVE_F32(c, NC);
+            h->hpre = CTRAIN_MODEL__CARVE_F32(c, N * n);
+            h->hpost = CTRAIN_MODEL__CARVE_F32(c, N * n);
+            h->hres = CTRAIN_MODEL__CARVE_F32(c, N * n * n);
+            h->proj = CTRAIN_MODEL__CARVE_F32(c, N * K);
+            h->rstd = CTRAIN_MODEL__CARVE_F32(c, N);
+            h->Y = CTRAIN_MODEL__CARVE_F32(c, NS);
         }
     }
-    s->lnf = CT__CARVE_F32(c, NC);
-    s->lnf_mean = CT__CARVE_F32(c, N);
-    s->lnf_rstd = CT__CARVE_F32(c, N);
-    s->pos_logits = CT__CARVE_F32(c, N);
-    s->neg_logits = CT__CARVE_F32(c, N);
-    s->dpos = CT__CARVE_F32(c, N);
-    s->dneg = CT__CARVE_F32(c, N);
-    s->loss = CT__CARVE_F32(c, 1);
-    s->g_cur = CT__CARVE_F32(c, NS);
-    s->g_in = CT__CARVE_F32(c, NS);
-    s->g_mid = mhc ? CT__CARVE_F32(c, NS) : NULL;
+    s->lnf = CTRAIN_MODEL__CARVE_F32(c, NC);
+    s->lnf_mean = CTRAIN_MODEL__CARVE_F32(c, N);
+    s->lnf_rstd = CTRAIN_MODEL__CARVE_F32(c, N);
+    s->pos_logits = CTRAIN_MODEL__CARVE_F32(c, N);
+    s->neg_logits = CTRAIN_MODEL__CARVE_F32(c, N);
+    s->dpos = CTRAIN_MODEL__CARVE_F32(c, N);
+    s->dneg = CTRAIN_MODEL__CARVE_F32(c, N);
+    s->loss = CTRAIN_MODEL__CARVE_F32(c, 1);
+    s->g_cur = CTRAIN_MODEL__CARVE_F32(c, NS);
+    s->g_in = CTRAIN_MODEL__CARVE_F32(c, NS);
+    s->g_mid = mhc ? CTRAIN_MODEL__CARVE_F32(c, NS) : NULL;
     float **g[] = {&s->g_a, &s->g_b, &s->g_h, &s->g_hp, &s->g_ao, &s->g_u};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
-        *g[i] = CT__CARVE_F32(c, NC);
-    s->g_qkv = CT__CARVE_F32(c, 3 * NC);
-    s->g_pk = ti ? CT__CARVE_F32(c, NC) : NULL;
-    s->g_pv = ti ? CT__CARVE_F32(c, NC) : NULL;
-    s->g_hpre = mhc ? CT__CARVE_F32(c, N * n) : NULL;
-    s->g_hpost = mhc ? CT__CARVE_F32(c, N * n) : NULL;
-    s->g_hres = mhc ? CT__CARVE_F32(c, N * n * n) : NULL;
+        *g[i] = CTRAIN_MODEL__CARVE_F32(c, NC);
+    s->g_qkv = CTRAIN_MODEL__CARVE_F32(c, 3 * NC);
+    s->g_pk = ti ? CTRAIN_MODEL__CARVE_F32(c, NC) : NULL;
+    s->g_pv = ti ? CTRAIN_MODEL__CARVE_F32(c, NC) : NULL;
+    s->g_hpre = mhc ? CTRAIN_MODEL__CARVE_F32(c, N * n) : NULL;
+    s->g_hpost = mhc ? CTRAIN_MODEL__CARVE_F32(c, N * n) : NULL;
+    s->g_hres = mhc ? CTRAIN_MODEL__CARVE_F32(c, N * n * n) : NULL;
     int Bi = m->max_batch, Li = cfg->maxlen, NH = cfg->num_heads;
     if (ti) {
-        s->att_fwd_scratch =
-            CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_TISAS_FWD, Li, cfg->hidden, NH, (int64_t)N));
-        s->att_bwd_scratch =
-            CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_TISAS_BWD, Li, cfg->hidden, NH, (int64_t)N));
+        s->att_fwd_scratch = CTRAIN_MODEL__CARVE_F32(
+            c, o->scratch(o, CT_SCRATCH_TISAS_FWD, Li, cfg->hidden, NH, (int64_t)N));
+        s->att_bwd_scratch = CTRAIN_MODEL__CARVE_F32(
+            c, o->scratch(o, CT_SCRATCH_TISAS_BWD, Li, cfg->hidden, NH, (int64_t)N));
     } else {
         s->att_fwd_scratch =
-            CT__CARVE_F32(c, o->attention_scratch(o, Bi, Li, NH, CT_ATT_SCRATCH_FWD));
+            CTRAIN_MODEL__CARVE_F32(c, o->attention_scratch(o, Bi, Li, NH, CT_ATT_SCRATCH_FWD));
         s->att_bwd_scratch =
-            CT__CARVE_F32(c, o->attention_scratch(o, Bi, Li, NH, CT_ATT_SCRATCH_BWD));
+            CTRAIN_MODEL__CARVE_F32(c, o->attention_scratch(o, Bi, Li, NH, CT_ATT_SCRATCH_BWD));
     }
-    s->mhc_scratch = mhc ? CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_MHC_COEFFS_BWD, (int64_t)N,
-                                                       (int64_t)n, CTRAIN_MHC_ITERS, (int64_t)N))
-                         : NULL;
+    s->mhc_scratch =
+        mhc ? CTRAIN_MODEL__CARVE_F32(c, o->scratch(o, CT_SCRATCH_MHC_COEFFS_BWD, (int64_t)N,
+                                                    (int64_t)n, CTRAIN_MHC_ITERS, (int64_t)N))
+            : NULL;
     s->loss_scratch = NULL;
     if (cfg->loss == CTRAIN_LOSS_CE)
-        s->loss_scratch =
-            CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_CE, (int64_t)V, (int64_t)C, 0, (int64_t)N));
+        s->loss_scratch = CTRAIN_MODEL__CARVE_F32(
+            c, o->scratch(o, CT_SCRATCH_CE, (int64_t)V, (int64_t)C, 0, (int64_t)N));
     else if (cfg->loss == CTRAIN_LOSS_SAMPLED_CE)
-        s->loss_scratch = CT__CARVE_F32(c, o->scratch(o, CT_SCRATCH_SAMPLED_CE, (int64_t)L,
-                                                      cfg->num_negatives, (int64_t)C, (int64_t)N));
+        s->loss_scratch =
+            CTRAIN_MODEL__CARVE_F32(c, o->scratch(o, CT_SCRATCH_SAMPLED_CE, (int64_t)L,
+                                                  cfg->num_negatives, (int64_t)C, (int64_t)N));
 }
 
-#define CT__ADD(nm, nd, init, ...)                               \
-    do {                                                         \
-        const int64_t shape_[] = {__VA_ARGS__};                  \
-        if (!(t = ct__param_add(m, (nm), (nd), shape_, (init)))) \
-            return -ENOMEM;                                      \
+#define CT__ADD(nm, nd, init, ...)                                         \
+    do {                                                                   \
+        const int64_t shape_[] = {__VA_ARGS__};                            \
+        if (!(t = ctrain_model__param_add(m, (nm), (nd), shape_, (init)))) \
+            return -ENOMEM;                                                \
     } while (0)
 
 /* The LayerNorms, FFNs and the final LayerNorm (both kinds); a is the attention's part. */
@@ -1030,7 +1032,7 @@ static int ct__build_table(ctrain_model_t *m, ct__sasrec_t *s)
 }
 #undef CT__ADD
 
-int ct__sasrec_build(ctrain_model_t *m, ct_errbuf_t *eb)
+static int ctrain_sasrec__build(ctrain_model_t *m, ct_errbuf_t *eb)
 {
     ct__sasrec_t *s = calloc(1, sizeof *s);
     if (!s)
@@ -1041,7 +1043,7 @@ int ct__sasrec_build(ctrain_model_t *m, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
 
     ct_ops_t *o = m->ops;
-    ct__carve_t c = {NULL, 0};
+    ctrain_model__carve_t c = {NULL, 0};
     ct__carve_arena(s, m, &c);
     size_t bytes = c.used;
     if (o->alloc(o, &s->arena, bytes) != 0)
@@ -1049,7 +1051,7 @@ int ct__sasrec_build(ctrain_model_t *m, ct_errbuf_t *eb)
                              "out of memory for %.1f MB of activations (lower "
                              "--batch_size or --maxlen)",
                              (double)bytes / 1e6);
-    c = (ct__carve_t){s->arena, 0};
+    c = (ctrain_model__carve_t){s->arena, 0};
     ct__carve_arena(s, m, &c);
 
     /* The evaluation query mask: column L-1 of every row. */
@@ -1066,3 +1068,65 @@ int ct__sasrec_build(ctrain_model_t *m, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, rc, "the %s backend failed while setting up the model", o->name);
     return 0;
 }
+
+/* ---- the family descriptors (ctrain_model.h's registry) ----------------------------------- */
+
+/* The CUDA kernels' ranges (ct_ops_t.limits; the CPU has none), told before the first step
+ * fails: TiSASRec's attention has its own. */
+static int ctrain_sasrec__check_backend(const ctrain_model_cfg_t *mc, const ct_ops_t *ops,
+                                        ct_errbuf_t *eb)
+{
+    const ct_ops_limits_t *lim = &ops->limits;
+    const bool ti = mc->kind == CTRAIN_MODEL_TISASREC;
+    const int max_l = ti ? lim->tisas_max_l : lim->attention_max_l;
+    const int max_hs = ti ? lim->tisas_max_hs : lim->attention_max_hs;
+    const int max_c = lim->layernorm_max_c;
+    const int hs = mc->hidden / mc->num_heads;
+    if ((max_l > 0 && mc->maxlen > max_l) || (max_hs > 0 && hs > max_hs) ||
+        (max_c > 0 && mc->hidden > max_c))
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "--device cuda: %s's GPU kernels take --maxlen <= %d, "
+                             "hidden_units / num_heads <= %d and hidden_units <= %d (got %d, %d, "
+                             "%d); use --device cpu",
+                             ti ? "TiSASRec" : "SASRec", max_l, max_hs, max_c, mc->maxlen, hs,
+                             mc->hidden);
+    return 0;
+}
+
+/* SASRec.pytorch HEAD's defaults and rules. */
+const ctrain_family_t ctrain_sasrec_family = {
+    .name = "sasrec",
+    .title = "SASRec",
+    .kind = CTRAIN_MODEL_SASREC,
+    .uses_times = false,
+    .min_eval_len =
+        4, /* SASRec.pytorch splits users with >= 4 interactions (docs/models.md §1.3) */
+    .eval_excludes_target = false,
+    .layout = CTRAIN_LAYOUT_POST_LN,
+    .layouts = (1u << CTRAIN_LAYOUT_POST_LN) | (1u << CTRAIN_LAYOUT_PRE_LN) |
+               (1u << CTRAIN_LAYOUT_ORIGINAL) | (1u << CTRAIN_LAYOUT_ORIGINAL2020),
+    .maxlen = 200,
+    .num_epochs = 1000,
+    .l2_emb = 0.0,
+    .has_time_span = false,
+    .build = ctrain_sasrec__build,
+    .check_backend = ctrain_sasrec__check_backend,
+};
+
+/* TiSASRec.pytorch's defaults and rules. */
+const ctrain_family_t ctrain_tisasrec_family = {
+    .name = "tisasrec",
+    .title = "TiSASRec",
+    .kind = CTRAIN_MODEL_TISASREC,
+    .uses_times = true,
+    .min_eval_len = 3, /* TiSASRec.pytorch splits users with >= 3 interactions */
+    .eval_excludes_target = true,
+    .layout = CTRAIN_LAYOUT_ORIGINAL2020,
+    .layouts = (1u << CTRAIN_LAYOUT_ORIGINAL2020) | (1u << CTRAIN_LAYOUT_PRE_LN),
+    .maxlen = 50,
+    .num_epochs = 201,
+    .l2_emb = 5e-5,
+    .has_time_span = true,
+    .build = ctrain_sasrec__build,
+    .check_backend = ctrain_sasrec__check_backend,
+};
