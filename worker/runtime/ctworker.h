@@ -17,7 +17,10 @@
  *
  *   7. the worker as a whole (ct_worker_init: environment, runtime, store connection,
  *      communicator) and the communicators: allreduce, broadcast, allgather and barrier over a
- *      CPU ring of TCP connections or NCCL, every call bounded by a timeout.
+ *      CPU ring of TCP connections or NCCL, every call bounded by a timeout;
+ *   8. the reductions of data-parallel training over either communicator: the step's
+ *      gradients from host or device memory, in buckets overlapped with the backward pass on
+ *      NCCL, with a collective watchdog.
  *
  * Threading: sections 3-6 are reentrant (no hidden state). Section 2 is process-wide state,
  * set up once from the main thread; ct_worker_progress is meant for one (the training) thread.
@@ -633,12 +636,6 @@ uint64_t ct_comm_count(const ct_comm_t *c);
 void ct_comm_set_timeout(ct_comm_t *c, int64_t timeout_ms);
 int64_t ct_comm_timeout(const ct_comm_t *c);
 
-/* The NCCL communicator under c (an ncclComm_t) and, in *device, the CUDA device it lives on,
- * for a caller that issues NCCL collectives on its own streams (ctrain's bucketed gradient
- * reduction); NULL for other backends, in builds without NCCL and once c has failed. The
- * communicator stays c's: the caller never destroys it. */
-void *ct_comm_nccl_handle(ct_comm_t *c, int *device);
-
 /* Whether this build of libctworker has the backend (NCCL needs a build with CUDA and NCCL;
  * auto and the CPU ring are always there). */
 bool ct_comm_backend_built(ct_comm_backend_t backend);
@@ -647,6 +644,90 @@ bool ct_comm_backend_built(ct_comm_backend_t backend);
 const char *ct_comm_backend_name(ct_comm_backend_t backend);
 /* Parses "auto", "cpu", "ring" (the same as cpu) or "nccl"; CT_EPARSE otherwise. */
 int ct_comm_backend_parse(const char *text, ct_comm_backend_t *out, ct_errbuf_t *eb);
+
+/* ==== 8. Reductions for data-parallel training ==============================================
+ *
+ * One reducer per process, over the worker's communicator, for what a data-parallel trainer
+ * reduces: the step's float buffer (the gradients, with scalars such as the loss in its tail),
+ * whose ranges may be declared final early so that their reduction overlaps the rest of the
+ * backward pass; sums of doubles (evaluation counts); a broadcast of bytes (which checkpoint to
+ * resume from). Every rank makes the same calls in the same order. Sums, never averages: a
+ * trainer that divides by the global count before reducing gets a result that does not depend
+ * on the world size (the CPU ring's summation order is section 7's).
+ *
+ * Float buffers are host memory, or CUDA device memory after ct_reducer_use_device, and the
+ * caller does not need to know what then happens to them:
+ *   - over NCCL they are reduced in buckets on a communication stream of the reducer's own,
+ *     ordered after the work queued so far on the caller's stream by an event, and the caller's
+ *     stream waits for the last bucket by another, so the host never waits; ranges given to
+ *     ct_reducer_ready start at once, and ct_reducer_sum_f32 reduces the rest. A watchdog
+ *     thread ends the process through ct_worker_fail (error file, non-zero exit) when a
+ *     reduction is not complete within the timeout, or NCCL reports an asynchronous error,
+ *     aborting the communicator first (bounded: an abort stuck on a wedged stream does not
+ *     keep the process);
+ *   - over the CPU ring (or a custom backend) they go through host memory, after the caller's
+ *     stream is synchronised;
+ *   - in a world of one nothing moves (unless asked to go through NCCL anyway).
+ * Doubles and broadcasts are always host memory.
+ *
+ * ct_reducer_create_custom reduces through functions the caller supplies (a test joins threads
+ * of one process this way), with the same staging of device buffers. */
+typedef struct ct_reducer ct_reducer_t;
+
+/* A caller's reduction functions: host memory only; sum is a SUM allreduce of n elements of
+ * dtype (CT_DTYPE_F32 or CT_DTYPE_F64) in place. */
+typedef struct ct_reducer_backend {
+    const char *name; /* for messages: "shm", ... */
+    int rank, world_size;
+    void *ctx;
+    int (*sum)(void *ctx, void *buf, int64_t n, ct_dtype_t dtype, ct_errbuf_t *eb);
+    int (*broadcast)(void *ctx, void *buf, size_t nbytes, int root, ct_errbuf_t *eb);
+} ct_reducer_backend_t;
+
+/* The reducer over comm (NULL, or a communicator of one rank: every call is the identity, which
+ * is exactly a sum over one rank). The reducer borrows comm, which must outlive it. */
+int ct_reducer_create(ct_reducer_t **out, ct_comm_t *comm, ct_errbuf_t *eb);
+/* The reducer over be (copied). */
+int ct_reducer_create_custom(ct_reducer_t **out, const ct_reducer_backend_t *be, ct_errbuf_t *eb);
+/* Waits for reductions in flight, stops the watchdog, frees; NULL is fine. */
+void ct_reducer_destroy(ct_reducer_t *r);
+
+#define CT_REDUCER_BUCKET_BYTES ((size_t)8 << 20)
+
+typedef struct ct_reducer_device {
+    void *stream;        /* the cudaStream_t the caller's work on the buffers is queued on */
+    size_t bucket_bytes; /* NCCL bucket size; 0: CT_REDUCER_BUCKET_BYTES */
+    int64_t timeout_ms;  /* the NCCL reduction's deadline; <= 0: the communicator's timeout */
+    bool nccl_alone;     /* go through NCCL in a world of one too (to test or time it) */
+} ct_reducer_device_t;
+
+/* From now on the float buffers are CUDA device memory on the current device. CT_ENOTBUILT in
+ * builds without CUDA; -EINVAL when called twice. */
+int ct_reducer_use_device(ct_reducer_t *r, const ct_reducer_device_t *dev, ct_errbuf_t *eb);
+
+int ct_reducer_rank(const ct_reducer_t *r);
+int ct_reducer_world_size(const ct_reducer_t *r);
+/* "local", "ring", "nccl" or the custom backend's name. */
+const char *ct_reducer_name(const ct_reducer_t *r);
+
+/* Whether ct_reducer_ready starts work early (device buffers over NCCL); when false, ready
+ * only checks its arguments and ct_reducer_sum_f32 reduces everything. */
+bool ct_reducer_overlaps(const ct_reducer_t *r);
+
+/* The n ranges {offset, length} of buf are final for the coming ct_reducer_sum_f32 over buf (in
+ * the order of the caller's stream) and may be reduced now, while the caller computes the rest.
+ * Every rank gives the same ranges in the same order. */
+int ct_reducer_ready(ct_reducer_t *r, float *buf, const int64_t (*ranges)[2], int n,
+                     ct_errbuf_t *eb);
+
+/* buf[i] <- the sum over ranks of buf[i], i < n (what ct_reducer_ready took included). With
+ * device buffers over NCCL it returns once the work is queued; the caller's stream waits for it.
+ */
+int ct_reducer_sum_f32(ct_reducer_t *r, float *buf, int64_t n, ct_errbuf_t *eb);
+/* The same for doubles in host memory; returns when done. */
+int ct_reducer_sum_f64(ct_reducer_t *r, double *buf, int64_t n, ct_errbuf_t *eb);
+/* buf (nbytes of host memory) <- root's buf. */
+int ct_reducer_broadcast(ct_reducer_t *r, void *buf, size_t nbytes, int root, ct_errbuf_t *eb);
 
 #ifdef __cplusplus
 }

@@ -223,7 +223,7 @@ static int ct__run(ctrain_evaluator_t *ev, ctrain_model_t *m, ct_reducer_t *red,
                 ev->progress(ev->progress_ctx);
         }
     }
-    int rc = red->allreduce_f64(red, &s.v[0][0], 12, eb);
+    int rc = ct_reducer_sum_f64(red, &s.v[0][0], 12, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "evaluation: reducing the metrics");
     ctrain_eval_split_result_t *r[2] = {&out->valid, &out->test};

@@ -33,7 +33,6 @@
 
 #include "ctrain_batch.h"
 #include "ctrain_model.h"
-#include "ct_reduce.h"
 #include "ctrain_cfg.h"
 
 #ifdef __cplusplus

@@ -24,7 +24,6 @@
 #include "ct_errfile.h"
 #include "ct_kernels.h"
 #include "ct_log.h"
-#include "ct_reduce.h"
 #include "ctrain_train.h"
 #include "ctrain_cfg.h"
 #include "ctworker.h"
@@ -87,13 +86,13 @@ int main(int argc, char **argv)
         wo.backend = CT_COMM_AUTO;
     if (ct_worker_init(&w, &wo, &eb) != 0)
         ctrain_fail(eb.msg);
-    ct_reducer_t red;
-    if (ct_reducer_open(&red, w.comm, &eb) != 0)
+    ct_reducer_t *red = NULL;
+    if (ct_reducer_create(&red, w.comm, &eb) != 0)
         ctrain_fail(eb.msg);
 
-    rc = cfg.inference_only ? ctrain_infer_run(&cfg, &w.env, &red, &eb)
-                            : ctrain_train_run(&cfg, &w.env, &red, &eb);
-    ct_reducer_close(&red);
+    rc = cfg.inference_only ? ctrain_infer_run(&cfg, &w.env, red, &eb)
+                            : ctrain_train_run(&cfg, &w.env, red, &eb);
+    ct_reducer_destroy(red);
     if (rc != 0)
         ctrain_fail(eb.msg);
     ct_worker_close(&w);

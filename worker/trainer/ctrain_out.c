@@ -116,8 +116,8 @@ void ctrain_out_header(ctrain_trainer_t *t)
            "(%s reduction), %lld steps per epoch, %d epochs, lr %g (%s, warmup %lld, scale %s), "
            "l2_emb %g, grad_clip %g, seed %llu; %s backend, %d BLAS thread%s\n",
            c->batch_size, c->grad_accum, (long long)t->shard.global_batch, t->env->world_size,
-           t->env->world_size == 1 ? "" : "s", t->red->name, (long long)t->steps_per_epoch,
-           c->num_epochs, c->lr,
+           t->env->world_size == 1 ? "" : "s", ct_reducer_name(t->red),
+           (long long)t->steps_per_epoch, c->num_epochs, c->lr,
            ctrain_lr_schedule_name(c->lr_schedule), (long long)c->warmup_steps,
            ctrain_lr_scale_name(c->lr_scale), c->l2_emb, c->grad_clip, (unsigned long long)c->seed,
            t->ops.name, c->threads, c->threads == 1 ? "" : "s");

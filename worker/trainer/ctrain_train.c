@@ -248,7 +248,7 @@ static int ct__resume(ctrain_trainer_t *t, bool *resumed, ct_errbuf_t *eb)
     if (t->rank0)
         pick.rc = ct_ckpt_load_latest(&t->ckpt, t->views, t->n_views, meta, pick.name, eb);
     ct_errbuf_t beb;
-    if ((rc = t->red->broadcast(t->red, &pick, sizeof pick, 0, &beb)) != 0) {
+    if ((rc = ct_reducer_broadcast(t->red, &pick, sizeof pick, 0, &beb)) != 0) {
         ct_errbuf_set(eb, rc, "broadcasting the checkpoint to resume from: %s", beb.msg);
         goto out;
     }
@@ -353,19 +353,15 @@ static int ct__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     t->n_views =
         ctrain_model_views(t->model, CTRAIN_MODEL_VIEW_PARAMS | CTRAIN_MODEL_VIEW_ADAM, t->views);
-#if CT_HAVE_NCCL
-    /* device gradients over NCCL: the bucketed, stream-ordered reduction with its watchdog
-     * (world 1 only when --backend nccl asked for it: otherwise one rank reduces nothing) */
-    if (!t->ops.host_memory && t->red->comm && ct_comm_backend(t->red->comm) == CT_COMM_NCCL &&
-        (t->red->world_size > 1 || strcmp(c->backend, "nccl") == 0) &&
-        (rc = ct_reducer_nccl_attach(t->red, t->ops.stream, CTRAIN_TRAIN_BUCKET_BYTES,
-                                     (int64_t)(c->collective_timeout * 1000.0 + 0.5), eb)) != 0)
-        return rc;
-#endif
-    if (!t->ops.host_memory && t->red->world_size > 1 && strcmp(t->red->name, "nccl") != 0) {
-        t->grad_host = malloc((t->model->num_params + CTRAIN_MODEL_GRAD_EXTRA) * sizeof(float));
-        if (!t->grad_host)
-            return ct_errbuf_set(eb, -ENOMEM, "out of memory");
+    if (!t->ops.host_memory) {
+        /* device gradients: the reducer decides how they travel (NCCL buckets, or host memory
+         * for the CPU ring); over NCCL a world of one still reduces when --backend nccl asks */
+        ct_reducer_device_t dev = {.stream = t->ops.stream,
+                                   .bucket_bytes = CT_REDUCER_BUCKET_BYTES,
+                                   .timeout_ms = (int64_t)(c->collective_timeout * 1000.0 + 0.5),
+                                   .nccl_alone = strcmp(c->backend, "nccl") == 0};
+        if ((rc = ct_reducer_use_device(t->red, &dev, eb)) != 0)
+            return rc;
     }
 
     if ((rc = ctrain_evaluator_init(&t->ev, &t->ds, &t->ops, t->micro, c->maxlen, c->eval,
@@ -385,7 +381,6 @@ static void ct__teardown(ctrain_trainer_t *t)
     ctrain_loader_close(&t->loader);
     ctrain_model_destroy(t->model);
     ct_ops_close(&t->ops);
-    free(t->grad_host);
     free(t->views);
     free(t->samples);
     free(t->targets);
@@ -399,7 +394,7 @@ static void ct__teardown(ctrain_trainer_t *t)
 static int ct__grads_ready(void *ctx, float *grads, const int64_t (*ranges)[2], int n)
 {
     ctrain_trainer_t *t = ctx;
-    return t->red->allreduce_f32_early(t->red, grads, ranges, n, &t->ready_eb);
+    return ct_reducer_ready(t->red, grads, ranges, n, &t->ready_eb);
 }
 
 static int ct__step(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
@@ -427,8 +422,7 @@ static int ct__step(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
                                    .row_neg = ch->batch.row_neg,
                                    .row0 = ch->row0};
         float l = 0.0f;
-        const bool early =
-            ch->last && c->overlap_reduction && t->red->allreduce_f32_early && !t->grad_host;
+        const bool early = ch->last && c->overlap_reduction && ct_reducer_overlaps(t->red);
         m->grads_ready = early ? ct__grads_ready : NULL;
         m->grads_ready_ctx = t;
         t->ready_eb.msg[0] = '\0';
@@ -447,16 +441,7 @@ static int ct__step(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
     float *tail = m->grads_mem + m->num_params;
     o->copy(o, tail, &local_loss, sizeof local_loss, CT_COPY_H2D);
     const int64_t ng = (int64_t)m->num_params + CTRAIN_MODEL_GRAD_EXTRA;
-    int rc;
-    if (t->grad_host) {
-        /* device gradients over a host communicator (the CPU ring): through host memory */
-        o->copy(o, t->grad_host, m->grads_mem, (size_t)ng * sizeof(float), CT_COPY_D2H);
-        if ((rc = o->sync(o)) == 0 &&
-            (rc = t->red->allreduce_f32(t->red, t->grad_host, ng, eb)) == 0)
-            o->copy(o, m->grads_mem, t->grad_host, (size_t)ng * sizeof(float), CT_COPY_H2D);
-    } else {
-        rc = t->red->allreduce_f32(t->red, m->grads_mem, ng, eb);
-    }
+    int rc = ct_reducer_sum_f32(t->red, m->grads_mem, ng, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "step %lld: gradient reduction", (long long)t->step);
     float loss = 0.0f, penalty = 0.0f, sumsq = 0.0f;

@@ -24,7 +24,6 @@
 #define CTRAIN_TRAIN_H
 
 #include "ct_error.h"
-#include "ct_reduce.h"
 #include "ctrain_cfg.h"
 #include "ctworker.h"
 

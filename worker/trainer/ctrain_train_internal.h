@@ -18,7 +18,6 @@
 #include "ctrain_eval.h"
 #include "ctrain_model.h"
 #include "ct_ops.h"
-#include "ct_reduce.h"
 #include "ctrain_tboard.h"
 #include "ctrain_cfg.h"
 #include "ctworker.h"
@@ -45,7 +44,6 @@ typedef struct ctrain_trainer {
 
     ctrain_dataset_t ds;
     ct_ops_t ops;
-    float *grad_host;     /* host staging of the gradients (device backend, host communicator) */
     ct_errbuf_t ready_eb; /* why an early gradient reduction (ct__grads_ready) failed */
     ctrain_model_cfg_t mcfg;
     ctrain_model_t *model;
@@ -115,9 +113,6 @@ void ctrain_out_close(ctrain_trainer_t *t);
 int ctrain_out_write_file(const char *dir, const char *name, const char *text, ct_errbuf_t *eb);
 /* The summary object, printed as "# summary: <json>" and written to summary.json. */
 json_t *ctrain_out_summary(ctrain_trainer_t *t);
-
-/* Bucket size of the NCCL gradient reduction (ct_reduce_nccl.c). */
-#define CTRAIN_TRAIN_BUCKET_BYTES ((size_t)8 << 20)
 
 /* ---- ctrain_train.c, shared with ctrain_infer.c ---- */
 /* Loads --dataset (file or synthetic) into ds. */

@@ -88,8 +88,9 @@ static void test_popularity(void)
      *          u6 target 2 (hist 1,2,3 + valid 1): 4,5 below -> 0 */
     ct_ops_t ops;
     ct_ops_cpu_init(&ops);
-    ct_reducer_t red;
-    ct_reducer_local_init(&red);
+    ct_reducer_t *red;
+    ct_errbuf_t reb;
+    CT_ASSERT_OK(ct_reducer_create(&red, NULL, &reb));
     ctrain_evaluator_t ev;
     ct_errbuf_t eb;
     CT_ASSERT_OK(
@@ -97,7 +98,7 @@ static void test_popularity(void)
     CT_ASSERT(ev.pop[1] == 9 && ev.pop[2] == 4 && ev.pop[3] == 2 && ev.pop[4] == 0 &&
               ev.pop[5] == 1);
     ctrain_eval_result_t r;
-    CT_ASSERT_OK(ctrain_eval_popularity(&ev, &red, &r, &eb));
+    CT_ASSERT_OK(ctrain_eval_popularity(&ev, red, &r, &eb));
     CT_ASSERT_EQ(r.valid.users, 5);
     CT_ASSERT_CLOSE(r.valid.full_hr, 1.0, 1e-12, 0);
     CT_ASSERT_CLOSE(r.valid.full_ndcg, 1.0, 1e-12, 0);
@@ -117,7 +118,7 @@ static void test_popularity(void)
         CT_ASSERT_OK(ctrain_evaluator_init(&ev, &ds, &ops, 2, 4, CTRAIN_EVAL_MODE_BOTH, false, rank,
                                            3, &eb));
         ctrain_eval_result_t part;
-        CT_ASSERT_OK(ctrain_eval_popularity(&ev, &red, &part, &eb));
+        CT_ASSERT_OK(ctrain_eval_popularity(&ev, red, &part, &eb));
         users += part.test.users;
         sum_full += part.test.full_ndcg * (double)part.test.users;
         sum_sampled += part.test.ndcg * (double)part.test.users;
@@ -126,6 +127,7 @@ static void test_popularity(void)
     CT_ASSERT_EQ(users, 5);
     CT_ASSERT_CLOSE(sum_full / 5.0, r.test.full_ndcg, 1e-12, 0);
     CT_ASSERT_CLOSE(sum_sampled / 5.0, r.test.ndcg, 1e-12, 0);
+    ct_reducer_destroy(red);
     ctrain_data_free(&ds);
 }
 
@@ -139,8 +141,9 @@ static void test_nonfinite_scores(void)
     make_ds(&ds);
     ct_ops_t ops;
     ct_ops_cpu_init(&ops);
-    ct_reducer_t red;
-    ct_reducer_local_init(&red);
+    ct_reducer_t *red;
+    ct_errbuf_t reb;
+    CT_ASSERT_OK(ct_reducer_create(&red, NULL, &reb));
     ctrain_evaluator_t ev;
     ct_errbuf_t eb;
     ctrain_eval_result_t r;
@@ -151,11 +154,11 @@ static void test_nonfinite_scores(void)
         for (int b = 0; b < 2; b++) {
             CT_ASSERT_OK(ctrain_evaluator_init(&ev, &ds, &ops, 2, 4, modes[k], false, 0, 1, &eb));
             ctrain_eval_result_t clean;
-            CT_ASSERT_OK(ctrain_eval_popularity(&ev, &red, &clean, &eb));
+            CT_ASSERT_OK(ctrain_eval_popularity(&ev, red, &clean, &eb));
             CT_ASSERT_EQ(clean.valid.nonfinite, 0);
             CT_ASSERT_EQ(clean.test.nonfinite, 0);
             ev.pop[4] = bad[b];
-            CT_ASSERT_OK(ctrain_eval_popularity(&ev, &red, &r, &eb));
+            CT_ASSERT_OK(ctrain_eval_popularity(&ev, red, &r, &eb));
             /* the full ranking scores every item; the sampled candidates (100 draws from 5
              * items) include item 4 for every user too */
             CT_ASSERT_EQ(r.valid.users, 5);
@@ -167,6 +170,7 @@ static void test_nonfinite_scores(void)
             ctrain_evaluator_close(&ev);
         }
     }
+    ct_reducer_destroy(red);
     ctrain_data_free(&ds);
 }
 
@@ -197,8 +201,9 @@ static void test_sampled_candidates(void)
 
     ct_ops_t ops;
     ct_ops_cpu_init(&ops);
-    ct_reducer_t red;
-    ct_reducer_local_init(&red);
+    ct_reducer_t *red;
+    ct_errbuf_t reb;
+    CT_ASSERT_OK(ct_reducer_create(&red, NULL, &reb));
     ct_errbuf_t eb;
     for (int rule = 0; rule < 2; rule++) { /* SASRec's rule, then TiSASRec's */
         ctrain_evaluator_t ev;
@@ -206,13 +211,14 @@ static void test_sampled_candidates(void)
                                            rule == 1, 0, 1, &eb));
         CT_ASSERT(ev.pop[3] == 0 && ev.pop[4] == 3 && ev.pop[5] == 2);
         ctrain_eval_result_t r;
-        CT_ASSERT_OK(ctrain_eval_popularity(&ev, &red, &r, &eb));
+        CT_ASSERT_OK(ctrain_eval_popularity(&ev, red, &r, &eb));
         CT_ASSERT_EQ(r.valid.users, 1);
         CT_ASSERT_CLOSE(r.valid.ndcg, 1.0, 0, 0);
         CT_ASSERT_CLOSE(r.test.ndcg, 1.0, 0, 0);
         CT_ASSERT_CLOSE(r.test.hr, 1.0, 0, 0);
         ctrain_evaluator_close(&ev);
     }
+    ct_reducer_destroy(red);
     ctrain_data_free(&ds);
 }
 

@@ -1,8 +1,8 @@
 /*
  * test_data_parallel.c - ctrain's data-parallel path in one process: the trainer
  * (ctrain_train_run, unchanged) runs as W "ranks" on W threads of this process, joined by a
- * reducer implemented here over shared memory (sum in rank order, broadcast by copy) - the
- * same ct_reducer_t interface the CPU ring fills (test_ctrain_ring.c runs ctrain as real
+ * reducer backend implemented here over shared memory (sum in rank order, broadcast by copy),
+ * given to libctworker's reducer as a custom backend (test_ctrain_ring.c runs ctrain as real
  * processes on the ring). It proves what the design promises:
  *   - W = 2 and W = 3 (uneven slices: 11/11/10 of a batch of 32) train the same trajectory as
  *     one process with the same global batch, up to float summation order: same losses, same
@@ -23,7 +23,6 @@
 #include <jansson.h>
 
 #include "ctrain_model.h"
-#include "ct_reduce.h"
 #include "ct_test.h"
 #include "ctrain_train.h"
 #include "ctrain_cfg.h"
@@ -57,10 +56,8 @@ static void *slot_of(shm_rank_t *r, size_t nbytes)
 }
 
 #define SUM_IMPL(NAME, T)                                                      \
-    static int NAME(ct_reducer_t *red, T *buf, int64_t n, ct_errbuf_t *eb)     \
+    static int NAME(shm_rank_t *r, T *buf, int64_t n)                          \
     {                                                                          \
-        (void)eb;                                                              \
-        shm_rank_t *r = red->impl;                                             \
         shm_t *s = r->s;                                                       \
         memcpy(slot_of(r, (size_t)n * sizeof(T)), buf, (size_t)n * sizeof(T)); \
         pthread_barrier_wait(&s->bar);                                         \
@@ -76,10 +73,16 @@ static void *slot_of(shm_rank_t *r, size_t nbytes)
 SUM_IMPL(shm_f32, float)
 SUM_IMPL(shm_f64, double)
 
-static int shm_broadcast(ct_reducer_t *red, void *buf, size_t nbytes, int root, ct_errbuf_t *eb)
+static int shm_sum(void *ctx, void *buf, int64_t n, ct_dtype_t dtype, ct_errbuf_t *eb)
 {
     (void)eb;
-    shm_rank_t *r = red->impl;
+    return dtype == CT_DTYPE_F32 ? shm_f32(ctx, buf, n) : shm_f64(ctx, buf, n);
+}
+
+static int shm_broadcast(void *ctx, void *buf, size_t nbytes, int root, ct_errbuf_t *eb)
+{
+    (void)eb;
+    shm_rank_t *r = ctx;
     shm_t *s = r->s;
     if (r->rank == root)
         memcpy(slot_of(r, nbytes), buf, nbytes);
@@ -90,17 +93,12 @@ static int shm_broadcast(ct_reducer_t *red, void *buf, size_t nbytes, int root, 
     return 0;
 }
 
-static void shm_close(ct_reducer_t *red)
-{
-    (void)red;
-}
-
 /* ---- runs ------------------------------------------------------------------------------------ */
 
 typedef struct job {
     const ctrain_cfg_t *cfg;
     ct_worker_env_t env;
-    ct_reducer_t red;
+    ct_reducer_t *red;
     shm_rank_t sr;
     int rc;
     ct_errbuf_t eb;
@@ -109,7 +107,7 @@ typedef struct job {
 static void *job_main(void *p)
 {
     job_t *j = p;
-    j->rc = ctrain_train_run(j->cfg, &j->env, &j->red, &j->eb);
+    j->rc = ctrain_train_run(j->cfg, &j->env, j->red, &j->eb);
     return NULL;
 }
 
@@ -144,24 +142,25 @@ static void train(const ctrain_cfg_t *cfg, int W)
                                    .local_rank = r,
                                    .local_world_size = W,
                                    .heartbeat_fd = -1};
+        ct_errbuf_t eb;
         if (W == 1) {
-            ct_reducer_local_init(&j->red);
+            CT_ASSERT_OK(ct_reducer_create(&j->red, NULL, &eb));
         } else {
             j->sr = (shm_rank_t){&s, r};
-            j->red = (ct_reducer_t){.rank = r,
-                                    .world_size = W,
-                                    .name = "shm",
-                                    .impl = &j->sr,
-                                    .allreduce_f32 = shm_f32,
-                                    .allreduce_f64 = shm_f64,
-                                    .broadcast = shm_broadcast,
-                                    .close = shm_close};
+            ct_reducer_backend_t be = {.name = "shm",
+                                       .rank = r,
+                                       .world_size = W,
+                                       .ctx = &j->sr,
+                                       .sum = shm_sum,
+                                       .broadcast = shm_broadcast};
+            CT_ASSERT_OK(ct_reducer_create_custom(&j->red, &be, &eb));
         }
         CT_ASSERT(pthread_create(&th[r], NULL, job_main, j) == 0);
     }
     for (int r = 0; r < W; r++) {
         pthread_join(th[r], NULL);
         CT_ASSERT_MSG(jobs[r].rc == 0, "rank %d of %d: %s", r, W, jobs[r].eb.msg);
+        ct_reducer_destroy(jobs[r].red);
     }
     pthread_barrier_destroy(&s.bar);
     for (int r = 0; r < W; r++)

@@ -214,13 +214,3 @@ bool ct_comm_backend_built(ct_comm_backend_t backend)
 {
     return backend != CT_COMM_NCCL || CT_HAVE_NCCL;
 }
-
-void *ct_comm_nccl_handle(ct_comm_t *c, int *device)
-{
-#if CT_HAVE_NCCL
-    if (c != NULL && c->backend == CT_COMM_NCCL && c->failed == 0)
-        return ct__comm_nccl_handle(c, device);
-#endif
-    (void)c, (void)device;
-    return NULL;
-}

@@ -11,6 +11,7 @@
 #ifndef CT_COMM_INTERNAL_H
 #define CT_COMM_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -69,8 +70,15 @@ int ct__comm_ring_create(ct_comm_t **out, const ct__comm_cfg_t *cfg, ct_errbuf_t
 int ct__comm_nccl_create(ct_comm_t **out, const ct__comm_cfg_t *cfg, ct_errbuf_t *eb);
 /* Visible GPUs (0 when there is no driver or no device). */
 int ct__comm_gpu_count(void);
-/* The ncclComm_t of an NCCL communicator and its device (ct_comm_nccl_handle). */
+/* The ncclComm_t of an NCCL communicator and its device, for the bucketed gradient reduction
+ * (reduce/ct_reduce_nccl.c), which issues collectives on its own stream; NULL once c failed. */
 void *ct__comm_nccl_handle(ct_comm_t *c, int *device);
+/* ncclCommAbort of nccl_comm (an ncclComm_t) on a thread of its own, waited for at most wait_ms:
+ * the abort ends this rank's stuck kernels and lets the peers see the failure, but it can itself
+ * wait on a stream that never drains. Returns whether it finished in time. The one way both the
+ * communicator (a failed or timed-out collective) and the reduction's watchdog abort. */
+bool ct__comm_nccl_abort_bounded(void *nccl_comm, int64_t wait_ms);
+#define CT__COMM_NCCL_ABORT_WAIT_MS 5000
 #endif
 
 /* Allocates a communicator with the shared fields set (ct_comm.c). */

@@ -13,6 +13,8 @@
  * process, or multi-node topology hints beyond what NCCL finds.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,11 +263,49 @@ void *ct__comm_nccl_handle(ct_comm_t *c, int *device)
     return g->comm;
 }
 
+typedef struct ct_comm_nccl__abort {
+    ncclComm_t nc;
+    atomic_bool done;
+} ct_comm_nccl__abort_t;
+
+static void *ct_comm_nccl__abort_main(void *arg)
+{
+    ct_comm_nccl__abort_t *a = arg;
+    ncclCommAbort(a->nc); /* does not wait for peers */
+    atomic_store(&a->done, true);
+    return NULL;
+}
+
+bool ct__comm_nccl_abort_bounded(void *nccl_comm, int64_t wait_ms)
+{
+    /* Outlives this call: the thread may still run when the caller gives up (and exits). */
+    ct_comm_nccl__abort_t *a = malloc(sizeof *a);
+    if (a == NULL) {
+        ncclCommAbort((ncclComm_t)nccl_comm);
+        return true;
+    }
+    a->nc = (ncclComm_t)nccl_comm;
+    atomic_init(&a->done, false);
+    pthread_t th;
+    if (pthread_create(&th, NULL, ct_comm_nccl__abort_main, a) != 0) {
+        free(a);
+        ncclCommAbort((ncclComm_t)nccl_comm);
+        return true;
+    }
+    pthread_detach(th);
+    for (int64_t t0 = ct_time_ms(); !atomic_load(&a->done) && ct_time_ms() - t0 < wait_ms;)
+        ct_sleep_ms(5);
+    const bool done = atomic_load(&a->done);
+    if (done)
+        free(a); /* the thread is past its last use of it */
+    return done;
+}
+
 static void ct__nccl_abort(ct_comm_t *c)
 {
     ct__nccl_t *g = c->impl;
     if (g->comm != NULL && !g->aborted) {
-        ncclCommAbort(g->comm); /* does not wait for peers */
+        ct__comm_nccl_abort_bounded(g->comm, CT__COMM_NCCL_ABORT_WAIT_MS);
         g->aborted = true;
         g->comm = NULL;
     }
@@ -284,7 +324,7 @@ static void ct__nccl_destroy(ct_comm_t *c)
         ncclResult_t r = ncclCommFinalize(g->comm);
         if ((r != ncclSuccess && r != ncclInProgress) ||
             ct__wait_comm(g, deadline, "ncclCommFinalize", &eb) != 0) {
-            ncclCommAbort(g->comm);
+            ct__comm_nccl_abort_bounded(g->comm, CT__COMM_NCCL_ABORT_WAIT_MS);
         } else {
             ncclCommDestroy(g->comm);
         }

@@ -1,42 +1,42 @@
 /*
- * ct_reduce_nccl.c - ctrain's gradient reduction over NCCL from the flat device gradient
- * buffer (builds with CUDA and NCCL only): the float all-reduce of ct_reducer_t becomes a
- * sequence of bucket all-reduces issued on a communication stream of its own, ordered after
- * the model's work by an event (the compute stream's work up to the call) and before the
- * model's next work by another (the compute stream waits for the last bucket), so the host
- * never waits for the reduction: it returns as soon as the buckets are queued, and the next
- * op on the compute stream (l2_emb, the norm, Adam) runs when the reduction is done.
+ * ct_reduce_nccl.c - the reduction of device float buffers over NCCL (ctworker.h section 8;
+ * builds with CUDA and NCCL only): ct_reducer_sum_f32 becomes a sequence of bucket all-reduces
+ * issued on a communication stream of its own, ordered after the caller's work by an event (the
+ * caller's stream's work up to the call) and before its next work by another (the caller's
+ * stream waits for the last bucket), so the host never waits for the reduction: it returns as
+ * soon as the buckets are queued, and the next op on the caller's stream (a trainer's l2_emb,
+ * gradient norm, Adam) runs when the reduction is done.
  *
- * The sum, not ncclAvg: ctrain divides every gradient by the step's global target count (the
- * loss normaliser, ct_reduce.h), so the sum over ranks is already the global mean and does not
- * depend on the world size; ncclAvg would divide a second time.
+ * The sum, not ncclAvg: a trainer divides every gradient by the step's global count before
+ * reducing, so the sum over ranks is already the global mean and does not depend on the world
+ * size; ncclAvg would divide a second time.
  *
- * The collective deadline (--collective_timeout): nothing on the host waits for the buckets, so
- * a rank that never joins would leave the next host read of the compute stream (the loss) blocked
- * in the driver forever. A watchdog thread polls the last bucket's event and
+ * The collective deadline (a trainer's --collective_timeout): nothing on the host waits for the
+ * buckets, so
+ * a rank that never joins would leave the next host read of the caller's stream (the loss)
+ * blocked in the driver forever. A watchdog thread polls the last bucket's event and
  * ncclCommGetAsyncError every few milliseconds while a reduction is in flight; when the event
  * has not completed within the timeout, or NCCL reports an asynchronous error, it aborts the
- * communicator (which also ends the stuck kernels on this rank), writes the error file and ends
- * the process non-zero through ct_worker_fail, so the launcher sees a failed worker and
- * restarts the job instead of waiting on a hang.
+ * communicator (the communicator's bounded abort: it also ends the stuck kernels on this rank),
+ * writes the error file and ends the process non-zero through ct_worker_fail, so the launcher
+ * sees a failed worker and restarts the job instead of waiting on a hang.
  *
- * Evaluation sums (doubles) and the broadcast of the resume checkpoint's name stay the
- * communicator's own synchronous calls: they are host buffers, and they are only issued after
- * the host has read the step's loss, which waited for the reduction, so collectives reach NCCL
- * in the same order on every rank.
+ * Sums of doubles and broadcasts stay the communicator's own synchronous calls (ct_reduce.c):
+ * they are host buffers, and a trainer issues them only after the host has read the step's loss,
+ * which waited for the reduction, so collectives reach NCCL in the same order on every rank.
  *
- * Overlap with the backward pass: the model reports, block by block as its backward pass
- * queues them, the gradient ranges that are final (ctrain_model.h's grads_ready; the training loop
- * forwards them to allreduce_f32_early). Each report records an event on the compute stream,
- * makes the communication stream wait for it and all-reduces those ranges there, in one NCCL
- * group (one launch), while the compute stream goes on with the earlier blocks. The step's
- * allreduce_f32 then reduces what was not reported - the embedding tables, which the first
- * op of the forward pass and the last of the backward both write, and the loss slot - so the
- * reduction left on the critical path is that tail.
+ * Overlap with the backward pass: the caller declares, as its backward pass queues them, the
+ * ranges that are final (ct_reducer_ready; ctrain's model reports them block by block). Each
+ * declaration records an event on the caller's stream, makes the communication stream wait for
+ * it and all-reduces those ranges there, in one NCCL group (one launch), while the caller's
+ * stream goes on. ct_reducer_sum_f32 then reduces what was not declared - for ctrain the
+ * embedding tables, which the first op of the forward pass and the last of the backward both
+ * write, and the loss slot - so the reduction left on the critical path is that tail.
  *
  * What it does not do: bf16 reduction (the gradients stay float32 on the wire).
  */
-#include "ct_reduce.h"
+#include "ct_comm_internal.h"
+#include "ct_reduce_internal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -60,7 +60,7 @@
 /* How often the watchdog looks while a reduction is in flight. */
 #define CT__WATCH_POLL_MS 5
 
-typedef struct ct__nred {
+struct ct_reduce_nccl {
     ct_comm_t *comm;
     ncclComm_t nc;
     int device;
@@ -82,40 +82,9 @@ typedef struct ct__nred {
     bool stop;
     int64_t inflight_since; /* monotonic ms of the oldest launch not known complete; 0: none */
     uint64_t launches;      /* bucket groups launched (early and final); `done` follows the last */
-    uint64_t launched;      /* reductions launched completely (allreduce_f32 calls) */
-} ct__nred_t;
-
-/* ncclCommAbort ends this rank's stuck kernels and lets the peers see the failure, but it can
- * itself wait on a stream that never drains (a stalled stream, a wedged kernel), so it runs on a
- * thread of its own and the watchdog waits at most wait_ms for it before exiting anyway. */
-#define CT__ABORT_WAIT_MS 5000
-
-typedef struct ct__abort {
-    ncclComm_t nc;
-    atomic_bool done;
-} ct__abort_t;
-
-static void *ct__abort_main(void *arg)
-{
-    ct__abort_t *a = arg;
-    ncclCommAbort(a->nc);
-    atomic_store(&a->done, true);
-    return NULL;
-}
-
-static bool ct__abort_bounded(ncclComm_t nc, int64_t wait_ms)
-{
-    static ct__abort_t a; /* outlives this call: the thread may still run when we exit */
-    a.nc = nc;
-    atomic_store(&a.done, false);
-    pthread_t th;
-    if (pthread_create(&th, NULL, ct__abort_main, &a) != 0)
-        return false;
-    pthread_detach(th);
-    for (int64_t t0 = ct_time_ms(); !atomic_load(&a.done) && ct_time_ms() - t0 < wait_ms;)
-        ct_sleep_ms(5);
-    return atomic_load(&a.done);
-}
+    uint64_t launched;      /* reductions launched completely (ct_reducer_sum_f32 calls) */
+};
+typedef struct ct_reduce_nccl ct__nred_t;
 
 static void *ct__watchdog(void *arg)
 {
@@ -163,7 +132,7 @@ static void *ct__watchdog(void *arg)
         if (why) {
             ct_log_error("NCCL watchdog: %s%s at reduction %llu; aborting the communicator", why,
                          detail, (unsigned long long)red);
-            const bool aborted = ct__abort_bounded(g->nc, CT__ABORT_WAIT_MS);
+            const bool aborted = ct__comm_nccl_abort_bounded(g->nc, CT__COMM_NCCL_ABORT_WAIT_MS);
             ct_worker_fail("NCCL watchdog: %s%s at reduction %llu; communicator %s", why, detail,
                            (unsigned long long)red,
                            aborted ? "aborted" : "abort did not return in time, exiting anyway");
@@ -260,10 +229,10 @@ static int ct__nred_launch(ct__nred_t *g, float *buf, const int64_t (*ranges)[2]
     return 0;
 }
 
-static int ct__nred_f32_early(ct_reducer_t *r, float *buf, const int64_t (*ranges)[2], int n,
-                              ct_errbuf_t *eb)
+int ct__reduce_nccl_ready(ct_reducer_t *r, float *buf, const int64_t (*ranges)[2], int n,
+                          ct_errbuf_t *eb)
 {
-    ct__nred_t *g = r->impl;
+    ct__nred_t *g = r->nccl;
     int rc;
     if (n <= 0)
         return 0;
@@ -291,9 +260,9 @@ static int ct__cmp_range(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int ct__nred_f32(ct_reducer_t *r, float *buf, int64_t n, ct_errbuf_t *eb)
+int ct__reduce_nccl_sum(ct_reducer_t *r, float *buf, int64_t n, ct_errbuf_t *eb)
 {
-    ct__nred_t *g = r->impl;
+    ct__nred_t *g = r->nccl;
     cudaError_t e;
     int rc;
     if (!g->begun && (rc = ct__nred_begin(g, r->rank, eb)) != 0)
@@ -331,18 +300,6 @@ static int ct__nred_f32(ct_reducer_t *r, float *buf, int64_t n, ct_errbuf_t *eb)
     return 0;
 }
 
-static int ct__nred_f64(ct_reducer_t *r, double *buf, int64_t n, ct_errbuf_t *eb)
-{
-    ct__nred_t *g = r->impl;
-    return ct_comm_allreduce(g->comm, buf, n, CT_DTYPE_F64, CT_COMM_SUM, eb);
-}
-
-static int ct__nred_broadcast(ct_reducer_t *r, void *buf, size_t nbytes, int root, ct_errbuf_t *eb)
-{
-    ct__nred_t *g = r->impl;
-    return ct_comm_broadcast(g->comm, buf, nbytes, root, eb);
-}
-
 static void ct__nred_free(ct__nred_t *g)
 {
     if (g->watching) {
@@ -366,19 +323,20 @@ static void ct__nred_free(ct__nred_t *g)
     free(g);
 }
 
-static void ct__nred_close(ct_reducer_t *r)
+void ct__reduce_nccl_close(ct_reducer_t *r)
 {
-    if (r->impl)
-        ct__nred_free(r->impl);
-    r->impl = NULL;
+    if (r->nccl)
+        ct__nred_free(r->nccl);
+    r->nccl = NULL;
 }
 
-int ct_reducer_nccl_attach(ct_reducer_t *r, void *compute_stream, size_t bucket_bytes,
-                           int64_t timeout_ms, ct_errbuf_t *eb)
+int ct__reduce_nccl_open(ct_reducer_t *r, const ct_reducer_device_t *dev, ct_errbuf_t *eb)
 {
     ct_comm_t *comm = r->comm;
     int device = -1;
-    void *nc = comm ? ct_comm_nccl_handle(comm, &device) : NULL;
+    void *nc = comm ? ct__comm_nccl_handle(comm, &device) : NULL;
+    int64_t timeout_ms = dev->timeout_ms;
+    size_t bucket_bytes = dev->bucket_bytes ? dev->bucket_bytes : CT_REDUCER_BUCKET_BYTES;
     if (!nc)
         return ct_errbuf_set(eb, -EINVAL, "the NCCL gradient reduction needs an NCCL communicator");
     if (timeout_ms <= 0)
@@ -391,7 +349,7 @@ int ct_reducer_nccl_attach(ct_reducer_t *r, void *compute_stream, size_t bucket_
     g->comm = comm;
     g->nc = (ncclComm_t)nc;
     g->device = device;
-    g->compute = (cudaStream_t)compute_stream;
+    g->compute = (cudaStream_t)dev->stream;
     g->bucket_floats = bucket_bytes / sizeof(float) > 0 ? bucket_bytes / sizeof(float) : 1;
     g->timeout_ms = timeout_ms;
     /* A fault for the tests of the watchdog: "RANK:INDEX" makes that rank die instead of joining
@@ -422,13 +380,6 @@ int ct_reducer_nccl_attach(ct_reducer_t *r, void *compute_stream, size_t bucket_
         return ct_errbuf_set(eb, -EAGAIN, "the NCCL gradient reduction: no watchdog thread");
     }
     g->watching = true;
-    r->impl = g;
-    r->name = "nccl";
-    r->allreduce_f32 = ct__nred_f32;
-    r->allreduce_f32_early = ct__nred_f32_early;
-    r->allreduce_f64 = ct__nred_f64;
-    r->broadcast = ct__nred_broadcast;
-    r->close = ct__nred_close;
-    r->device_async = true;
+    r->nccl = g;
     return 0;
 }
