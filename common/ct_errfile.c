@@ -19,7 +19,7 @@
 #include "ct_fs.h"
 #include "ct_parse.h"
 
-static int ct__load(const char *path, json_t **root, ct_errbuf_t *eb)
+static int ct_errfile__load(const char *path, json_t **root, ct_errbuf_t *eb)
 {
     FILE *f = fopen(path, "r");
     if (f == NULL) {
@@ -41,7 +41,7 @@ static int ct__load(const char *path, json_t **root, ct_errbuf_t *eb)
     return 0;
 }
 
-static int64_t ct__timestamp(json_t *v)
+static int64_t ct_errfile__timestamp(json_t *v)
 {
     int64_t ts = 0;
     if (json_is_integer(v))
@@ -54,7 +54,7 @@ static int64_t ct__timestamp(json_t *v)
     return ts < 0 ? 0 : ts;
 }
 
-static char *ct__dup_string(json_t *v)
+static char *ct_errfile__dup_string(json_t *v)
 {
     return json_is_string(v) ? strdup(json_string_value(v)) : NULL;
 }
@@ -63,16 +63,16 @@ int ct_errfile_read(const char *path, ct_errfile_t *out, ct_errbuf_t *eb)
 {
     memset(out, 0, sizeof *out);
     json_t *root;
-    int rc = ct__load(path, &root, eb);
+    int rc = ct_errfile__load(path, &root, eb);
     if (rc != 0)
         return rc;
     json_t *msg = json_object_get(root, "message");
     if (json_is_object(msg)) {
         out->dict_form = true;
-        out->message = ct__dup_string(json_object_get(msg, "message"));
+        out->message = ct_errfile__dup_string(json_object_get(msg, "message"));
         json_t *extra = json_object_get(msg, "extraInfo");
-        out->traceback = ct__dup_string(json_object_get(extra, "py_callstack"));
-        out->timestamp = ct__timestamp(json_object_get(extra, "timestamp"));
+        out->traceback = ct_errfile__dup_string(json_object_get(extra, "py_callstack"));
+        out->timestamp = ct_errfile__timestamp(json_object_get(extra, "timestamp"));
         json_t *code = json_object_get(msg, "errorCode");
         if (json_is_integer(code) && json_integer_value(code) >= INT_MIN &&
             json_integer_value(code) <= INT_MAX) {
@@ -80,10 +80,10 @@ int ct_errfile_read(const char *path, ct_errfile_t *out, ct_errbuf_t *eb)
             out->error_code = (int)json_integer_value(code);
         }
     } else {
-        out->message = ct__dup_string(msg);
+        out->message = ct_errfile__dup_string(msg);
         if (out->message == NULL && !json_is_null(msg))
             out->message = json_dumps(msg, JSON_ENCODE_ANY);
-        out->timestamp = ct__timestamp(json_object_get(root, "timestamp"));
+        out->timestamp = ct_errfile__timestamp(json_object_get(root, "timestamp"));
     }
     json_decref(root);
     return 0;
@@ -98,7 +98,7 @@ void ct_errfile_free(ct_errfile_t *ef)
 }
 
 /* Writes root as JSON over path, durably (ct_fs.h: a temporary file beside it, renamed). */
-static int ct__save(const char *path, json_t *root, ct_errbuf_t *eb)
+static int ct_errfile__save(const char *path, json_t *root, ct_errbuf_t *eb)
 {
     char *text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
     if (text == NULL)
@@ -122,13 +122,13 @@ static int ct__save(const char *path, json_t *root, ct_errbuf_t *eb)
 int ct_errfile_copy(const char *src, const char *dst, int error_code, ct_errbuf_t *eb)
 {
     json_t *root;
-    int rc = ct__load(src, &root, eb);
+    int rc = ct_errfile__load(src, &root, eb);
     if (rc != 0)
         return rc;
     json_t *msg = json_object_get(root, "message");
     if (error_code != 0 && json_is_object(msg))
         json_object_set_new(msg, "errorCode", json_integer(error_code));
-    rc = ct__save(dst, root, eb);
+    rc = ct_errfile__save(dst, root, eb);
     json_decref(root);
     return rc;
 }

@@ -46,8 +46,7 @@ int ct_fs_read_full(int fd, void *buf, size_t n, off_t off)
     }
     return 0;
 }
-
-int ct_fs_fsync_dir(int dirfd)
+static int ct_fs_fsync_dir(int dirfd)
 {
     /* Some file systems refuse fsync on directories (EINVAL); their renames are as durable as
      * they get, so that is not an error. */

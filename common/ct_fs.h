@@ -28,10 +28,6 @@ int ct_fs_write_full(int fd, const void *buf, size_t n, off_t off);
 /* Reads exactly n bytes at offset. 0, -errno, or CT_EFORMAT when the file ends first. */
 int ct_fs_read_full(int fd, void *buf, size_t n, off_t off);
 
-/* fsync(2) of a directory, so a rename in it survives a power loss. 0 or -errno (file systems
- * that refuse to fsync directories are not an error). */
-int ct_fs_fsync_dir(int dirfd);
-
 /* The temporary name used while writing name: ".<name>.tmp.<pid>". -ENAMETOOLONG when it does
  * not fit. */
 int ct_fs_tmp_name(const char *name, char *buf, size_t size);

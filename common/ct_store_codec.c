@@ -186,7 +186,7 @@ typedef struct ct__rd {
 
 /* 1: n bytes are available at pos; 0: not yet (need recorded); < 0: the message would exceed
  * the whole-message cap. */
-static int ct__rd_have(ct__rd_t *r, uint64_t n, const char *field)
+static int ct_store_codec__rd_have(ct__rd_t *r, uint64_t n, const char *field)
 {
     uint64_t max = r->lim->max_message_len;
     if (n > max || (uint64_t)r->pos + n > max) /* n first: pos + n could wrap */
@@ -201,18 +201,18 @@ static int ct__rd_have(ct__rd_t *r, uint64_t n, const char *field)
     return 1;
 }
 
-static int ct__rd_u8(ct__rd_t *r, uint8_t *v, const char *field)
+static int ct_store_codec__rd_u8(ct__rd_t *r, uint8_t *v, const char *field)
 {
-    int rc = ct__rd_have(r, 1, field);
+    int rc = ct_store_codec__rd_have(r, 1, field);
     if (rc <= 0)
         return rc;
     *v = r->b[r->pos++];
     return 1;
 }
 
-static int ct__rd_u32(ct__rd_t *r, uint32_t *v, const char *field)
+static int ct_store_codec__rd_u32(ct__rd_t *r, uint32_t *v, const char *field)
 {
-    int rc = ct__rd_have(r, 4, field);
+    int rc = ct_store_codec__rd_have(r, 4, field);
     if (rc <= 0)
         return rc;
     *v = ct_store_get_u32(r->b + r->pos);
@@ -220,9 +220,9 @@ static int ct__rd_u32(ct__rd_t *r, uint32_t *v, const char *field)
     return 1;
 }
 
-static int ct__rd_u64(ct__rd_t *r, uint64_t *v, const char *field)
+static int ct_store_codec__rd_u64(ct__rd_t *r, uint64_t *v, const char *field)
 {
-    int rc = ct__rd_have(r, 8, field);
+    int rc = ct_store_codec__rd_have(r, 8, field);
     if (rc <= 0)
         return rc;
     *v = ct_store_get_u64(r->b + r->pos);
@@ -231,10 +231,11 @@ static int ct__rd_u64(ct__rd_t *r, uint64_t *v, const char *field)
 }
 
 /* A u64 length and that many bytes, the length checked against max before the bytes. */
-static int ct__rd_str(ct__rd_t *r, ct_store_bytes_t *out, uint64_t max, const char *field)
+static int ct_store_codec__rd_str(ct__rd_t *r, ct_store_bytes_t *out, uint64_t max,
+                                  const char *field)
 {
     uint64_t n;
-    int rc = ct__rd_u64(r, &n, field);
+    int rc = ct_store_codec__rd_u64(r, &n, field);
     if (rc <= 0)
         return rc;
     if (n > max) {
@@ -243,7 +244,7 @@ static int ct__rd_str(ct__rd_t *r, ct_store_bytes_t *out, uint64_t max, const ch
                              "%s %s: %s length %llu exceeds the limit of %llu bytes", r->op,
                              r->kind, field, (unsigned long long)n, (unsigned long long)max);
     }
-    rc = ct__rd_have(r, n, field);
+    rc = ct_store_codec__rd_have(r, n, field);
     if (rc <= 0) {
         r->pos -= 8;
         return rc;
@@ -255,8 +256,8 @@ static int ct__rd_str(ct__rd_t *r, ct_store_bytes_t *out, uint64_t max, const ch
 }
 
 /* n list items starting at pos (keys, or key/value pairs), resuming from the cursor. */
-static int ct__rd_list(ct__rd_t *r, uint64_t n, bool pairs, bool values_only,
-                       ct_store_cursor_t *cur, ct_store_list_t *out)
+static int ct_store_codec__rd_list(ct__rd_t *r, uint64_t n, bool pairs, bool values_only,
+                                   ct_store_cursor_t *cur, ct_store_list_t *out)
 {
     size_t start = r->pos;
     uint64_t done = 0;
@@ -267,11 +268,11 @@ static int ct__rd_list(ct__rd_t *r, uint64_t n, bool pairs, bool values_only,
     uint64_t key_max = values_only ? r->lim->max_value_len : r->lim->max_key_len;
     for (; done < n; done++) {
         ct_store_bytes_t k, v;
-        int rc = ct__rd_str(r, &k, key_max, values_only ? "value" : "key");
+        int rc = ct_store_codec__rd_str(r, &k, key_max, values_only ? "value" : "key");
         if (rc <= 0)
             return rc;
         if (pairs) {
-            rc = ct__rd_str(r, &v, r->lim->max_value_len, "value");
+            rc = ct_store_codec__rd_str(r, &v, r->lim->max_value_len, "value");
             if (rc <= 0) {
                 r->pos -= 8 + (size_t)k.len;
                 return rc;
@@ -289,9 +290,9 @@ static int ct__rd_list(ct__rd_t *r, uint64_t n, bool pairs, bool values_only,
     return 1;
 }
 
-static int ct__rd_count(ct__rd_t *r, uint64_t *n, const char *field)
+static int ct_store_codec__rd_count(ct__rd_t *r, uint64_t *n, const char *field)
 {
-    int rc = ct__rd_u64(r, n, field);
+    int rc = ct_store_codec__rd_u64(r, n, field);
     if (rc <= 0)
         return rc;
     if (*n > r->lim->max_keys)
@@ -301,7 +302,7 @@ static int ct__rd_count(ct__rd_t *r, uint64_t *n, const char *field)
     return 1;
 }
 
-static ssize_t ct__rd_finish(ct__rd_t *r, int rc, size_t *need)
+static ssize_t ct_store_codec__rd_finish(ct__rd_t *r, int rc, size_t *need)
 {
     if (rc < 0)
         return rc;
@@ -342,41 +343,42 @@ ssize_t ct_store_decode_request(ct_store_dialect_t d, const void *buf, size_t le
     uint64_t n = 0;
     switch (req->op) {
     case CT_STORE_OP_VALIDATE:
-        rc = ct__rd_u32(&r, &req->num32, "magic");
+        rc = ct_store_codec__rd_u32(&r, &req->num32, "magic");
         if (rc > 0 && req->num32 != CT_STORE_VALIDATE_MAGIC)
             rc = ct_errbuf_set(eb, CT_EPROTOCOL, "VALIDATE with wrong magic 0x%08x",
                                (unsigned)req->num32);
         break;
     case CT_STORE_OP_PING:
-        rc = ct__rd_u32(&r, &req->num32, "nonce");
+        rc = ct_store_codec__rd_u32(&r, &req->num32, "nonce");
         break;
     case CT_STORE_OP_SET:
     case CT_STORE_OP_APPEND:
     case CT_STORE_OP_QUEUE_PUSH:
-        rc = ct__rd_str(&r, &req->key, r.lim->max_key_len, "key");
+        rc = ct_store_codec__rd_str(&r, &req->key, r.lim->max_key_len, "key");
         if (rc > 0)
-            rc = ct__rd_str(&r, &req->value, r.lim->max_value_len, "value");
+            rc = ct_store_codec__rd_str(&r, &req->value, r.lim->max_value_len, "value");
         break;
     case CT_STORE_OP_COMPARE_SET:
-        rc = ct__rd_str(&r, &req->key, r.lim->max_key_len, "key");
+        rc = ct_store_codec__rd_str(&r, &req->key, r.lim->max_key_len, "key");
         if (rc > 0)
-            rc = ct__rd_str(&r, &req->value, r.lim->max_value_len, "expected value");
+            rc = ct_store_codec__rd_str(&r, &req->value, r.lim->max_value_len, "expected value");
         if (rc > 0)
-            rc = ct__rd_str(&r, &req->desired, r.lim->max_value_len, "desired value");
+            rc = ct_store_codec__rd_str(&r, &req->desired, r.lim->max_value_len, "desired value");
         break;
     case CT_STORE_OP_GET:
     case CT_STORE_OP_DELETE_KEY:
     case CT_STORE_OP_QUEUE_POP:
     case CT_STORE_OP_QUEUE_LEN:
     case CT_STORE_OP_WATCH_KEY:
-        rc = ct__rd_str(&r, &req->key, r.lim->max_key_len, "key");
+        rc = ct_store_codec__rd_str(&r, &req->key, r.lim->max_key_len, "key");
         break;
     case CT_STORE_OP_ADD:
     case CT_STORE_OP_BARRIER: {
         uint64_t v = 0;
-        rc = ct__rd_str(&r, &req->key, r.lim->max_key_len, "key");
+        rc = ct_store_codec__rd_str(&r, &req->key, r.lim->max_key_len, "key");
         if (rc > 0)
-            rc = ct__rd_u64(&r, &v, req->op == CT_STORE_OP_ADD ? "delta" : "world size");
+            rc =
+                ct_store_codec__rd_u64(&r, &v, req->op == CT_STORE_OP_ADD ? "delta" : "world size");
         req->num = (int64_t)v;
         break;
     }
@@ -384,9 +386,10 @@ ssize_t ct_store_decode_request(ct_store_dialect_t d, const void *buf, size_t le
     case CT_STORE_OP_WAIT:
     case CT_STORE_OP_MULTI_GET:
     case CT_STORE_OP_MULTI_SET:
-        rc = ct__rd_count(&r, &n, req->op == CT_STORE_OP_MULTI_SET ? "pairs" : "keys");
+        rc = ct_store_codec__rd_count(&r, &n, req->op == CT_STORE_OP_MULTI_SET ? "pairs" : "keys");
         if (rc > 0)
-            rc = ct__rd_list(&r, n, req->op == CT_STORE_OP_MULTI_SET, false, cursor, &req->keys);
+            rc = ct_store_codec__rd_list(&r, n, req->op == CT_STORE_OP_MULTI_SET, false, cursor,
+                                         &req->keys);
         break;
     case CT_STORE_OP_GETNUMKEYS:
     case CT_STORE_OP_CANCEL_WAIT:
@@ -394,7 +397,7 @@ ssize_t ct_store_decode_request(ct_store_dialect_t d, const void *buf, size_t le
     case CT_STORE_OP_COUNT:
         break;
     }
-    return ct__rd_finish(&r, rc, need);
+    return ct_store_codec__rd_finish(&r, rc, need);
 }
 
 /* ---- response decoding ---------------------------------------------------------------- */
@@ -417,13 +420,13 @@ ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *b
     switch (op) {
     case CT_STORE_OP_GET:
     case CT_STORE_OP_COMPARE_SET:
-        rc = ct__rd_str(&r, &resp->value, r.lim->max_value_len, "value");
+        rc = ct_store_codec__rd_str(&r, &resp->value, r.lim->max_value_len, "value");
         break;
     case CT_STORE_OP_ADD:
     case CT_STORE_OP_GETNUMKEYS:
     case CT_STORE_OP_DELETE_KEY:
     case CT_STORE_OP_QUEUE_LEN:
-        rc = ct__rd_u64(&r, &v, "number");
+        rc = ct_store_codec__rd_u64(&r, &v, "number");
         resp->num = (int64_t)v;
         break;
     case CT_STORE_OP_CHECK:
@@ -431,7 +434,7 @@ ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *b
     case CT_STORE_OP_CANCEL_WAIT:
     case CT_STORE_OP_BARRIER:
     case CT_STORE_OP_WATCH_KEY:
-        rc = ct__rd_u8(&r, &resp->code, "code");
+        rc = ct_store_codec__rd_u8(&r, &resp->code, "code");
         if (rc > 0) {
             bool ok;
             switch (op) {
@@ -451,7 +454,7 @@ ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *b
         }
         break;
     case CT_STORE_OP_PING:
-        rc = ct__rd_u32(&r, &resp->num32, "nonce");
+        rc = ct_store_codec__rd_u32(&r, &resp->num32, "nonce");
         break;
     case CT_STORE_OP_MULTI_GET:
         if (nkeys == 0) /* zero bytes: nothing to wait for, and 0 would read as NEED_MORE */
@@ -460,29 +463,29 @@ ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *b
             return ct_errbuf_set(eb, CT_ELIMIT, "%s reply: %llu values exceed the limit of %llu",
                                  name, (unsigned long long)nkeys,
                                  (unsigned long long)r.lim->max_keys);
-        rc = ct__rd_list(&r, nkeys, false, true, cursor, &resp->list);
+        rc = ct_store_codec__rd_list(&r, nkeys, false, true, cursor, &resp->list);
         break;
     case CT_STORE_OP_QUEUE_POP:
-        rc = ct__rd_u64(&r, &v, "queue length");
+        rc = ct_store_codec__rd_u64(&r, &v, "queue length");
         resp->num = (int64_t)v;
         if (rc > 0 && resp->num > 0)
-            rc = ct__rd_str(&r, &resp->value, r.lim->max_value_len, "value");
+            rc = ct_store_codec__rd_str(&r, &resp->value, r.lim->max_value_len, "value");
         break;
     case CT_STORE_OP_LIST_KEYS: {
-        rc = ct__rd_u64(&r, &v, "key count");
+        rc = ct_store_codec__rd_u64(&r, &v, "key count");
         resp->num = (int64_t)v;
         if (rc > 0 && resp->num < 0)
             rc = ct_errbuf_set(eb, CT_EPROTOCOL, "%s reply: negative key count %lld", name,
                                (long long)resp->num);
         /* LIST has no key cap in PyTorch; the whole-message cap bounds it instead. */
         if (rc > 0)
-            rc = ct__rd_list(&r, v, false, false, cursor, &resp->list);
+            rc = ct_store_codec__rd_list(&r, v, false, false, cursor, &resp->list);
         break;
     }
     default:
         return ct_errbuf_set(eb, CT_EPROTOCOL, "%s request has no reply", ct_store_op_name(op));
     }
-    return ct__rd_finish(&r, rc, need);
+    return ct_store_codec__rd_finish(&r, rc, need);
 }
 
 ssize_t ct_store_decode_watch_event(const void *buf, size_t len, const ct_store_limits_t *lim,
@@ -496,17 +499,17 @@ ssize_t ct_store_decode_watch_event(const void *buf, size_t len, const ct_store_
                   .kind = "event"};
     memset(ev, 0, sizeof *ev);
     uint8_t kind = 0;
-    int rc = ct__rd_u8(&r, &kind, "kind");
+    int rc = ct_store_codec__rd_u8(&r, &kind, "kind");
     if (rc > 0 && kind > CT_STORE_WATCH_DELETED)
         rc = ct_errbuf_set(eb, CT_EPROTOCOL, "watch event: unknown kind %u", kind);
     ev->kind = (ct_store_watch_kind_t)kind;
     if (rc > 0)
-        rc = ct__rd_str(&r, &ev->key, r.lim->max_key_len, "key");
+        rc = ct_store_codec__rd_str(&r, &ev->key, r.lim->max_key_len, "key");
     if (rc > 0)
-        rc = ct__rd_str(&r, &ev->old_value, r.lim->max_value_len, "old value");
+        rc = ct_store_codec__rd_str(&r, &ev->old_value, r.lim->max_value_len, "old value");
     if (rc > 0)
-        rc = ct__rd_str(&r, &ev->new_value, r.lim->max_value_len, "new value");
-    return ct__rd_finish(&r, rc, need);
+        rc = ct_store_codec__rd_str(&r, &ev->new_value, r.lim->max_value_len, "new value");
+    return ct_store_codec__rd_finish(&r, rc, need);
 }
 
 /* ---- encoding ------------------------------------------------------------------------- */
@@ -517,52 +520,53 @@ typedef struct ct__wr {
     size_t cap, pos;
 } ct__wr_t;
 
-static void ct__wr_raw(ct__wr_t *w, const void *p, size_t n)
+static void ct_store_codec__wr_raw(ct__wr_t *w, const void *p, size_t n)
 {
     if (w->pos + n <= w->cap && n > 0)
         memcpy(w->out + w->pos, p, n);
     w->pos += n;
 }
 
-static void ct__wr_u8(ct__wr_t *w, uint8_t v)
+static void ct_store_codec__wr_u8(ct__wr_t *w, uint8_t v)
 {
-    ct__wr_raw(w, &v, 1);
+    ct_store_codec__wr_raw(w, &v, 1);
 }
 
-static void ct__wr_u32(ct__wr_t *w, uint32_t v)
+static void ct_store_codec__wr_u32(ct__wr_t *w, uint32_t v)
 {
-    ct__wr_raw(w, &v, 4);
+    ct_store_codec__wr_raw(w, &v, 4);
 }
 
-static void ct__wr_u64(ct__wr_t *w, uint64_t v)
+static void ct_store_codec__wr_u64(ct__wr_t *w, uint64_t v)
 {
-    ct__wr_raw(w, &v, 8);
+    ct_store_codec__wr_raw(w, &v, 8);
 }
 
-static void ct__wr_str(ct__wr_t *w, ct_store_bytes_t s)
+static void ct_store_codec__wr_str(ct__wr_t *w, ct_store_bytes_t s)
 {
-    ct__wr_u64(w, s.len);
-    ct__wr_raw(w, s.data, (size_t)s.len);
+    ct_store_codec__wr_u64(w, s.len);
+    ct_store_codec__wr_raw(w, s.data, (size_t)s.len);
 }
 
 /* Items from arrays, or an already encoded list when the arrays are absent. */
-static void ct__wr_list(ct__wr_t *w, const ct_store_bytes_t *keys, const ct_store_bytes_t *values,
-                        uint64_t n, const ct_store_list_t *encoded, bool with_count)
+static void ct_store_codec__wr_list(ct__wr_t *w, const ct_store_bytes_t *keys,
+                                    const ct_store_bytes_t *values, uint64_t n,
+                                    const ct_store_list_t *encoded, bool with_count)
 {
     if (keys == NULL && encoded->data != NULL) {
         if (with_count)
-            ct__wr_u64(w, encoded->n);
-        ct__wr_raw(w, encoded->data, encoded->nbytes);
+            ct_store_codec__wr_u64(w, encoded->n);
+        ct_store_codec__wr_raw(w, encoded->data, encoded->nbytes);
         return;
     }
     if (keys == NULL)
         n = 0;
     if (with_count)
-        ct__wr_u64(w, n);
+        ct_store_codec__wr_u64(w, n);
     for (uint64_t i = 0; i < n; i++) {
-        ct__wr_str(w, keys[i]);
+        ct_store_codec__wr_str(w, keys[i]);
         if (values != NULL)
-            ct__wr_str(w, values[i]);
+            ct_store_codec__wr_str(w, values[i]);
     }
 }
 
@@ -574,43 +578,43 @@ ssize_t ct_store_encode_request(ct_store_dialect_t d, const ct_store_req_t *req,
         return ct_errbuf_set(eb, CT_EPROTOCOL, "%s does not exist in the %s dialect",
                              ct_store_op_name(req->op), d == CT_STORE_V1 ? "v1" : "v2");
     ct__wr_t w = {.out = out, .cap = out != NULL ? cap : 0};
-    ct__wr_u8(&w, (uint8_t)code);
+    ct_store_codec__wr_u8(&w, (uint8_t)code);
     switch (req->op) {
     case CT_STORE_OP_VALIDATE:
     case CT_STORE_OP_PING:
-        ct__wr_u32(&w, req->num32);
+        ct_store_codec__wr_u32(&w, req->num32);
         break;
     case CT_STORE_OP_SET:
     case CT_STORE_OP_APPEND:
     case CT_STORE_OP_QUEUE_PUSH:
-        ct__wr_str(&w, req->key);
-        ct__wr_str(&w, req->value);
+        ct_store_codec__wr_str(&w, req->key);
+        ct_store_codec__wr_str(&w, req->value);
         break;
     case CT_STORE_OP_COMPARE_SET:
-        ct__wr_str(&w, req->key);
-        ct__wr_str(&w, req->value);
-        ct__wr_str(&w, req->desired);
+        ct_store_codec__wr_str(&w, req->key);
+        ct_store_codec__wr_str(&w, req->value);
+        ct_store_codec__wr_str(&w, req->desired);
         break;
     case CT_STORE_OP_GET:
     case CT_STORE_OP_DELETE_KEY:
     case CT_STORE_OP_QUEUE_POP:
     case CT_STORE_OP_QUEUE_LEN:
     case CT_STORE_OP_WATCH_KEY:
-        ct__wr_str(&w, req->key);
+        ct_store_codec__wr_str(&w, req->key);
         break;
     case CT_STORE_OP_ADD:
     case CT_STORE_OP_BARRIER:
-        ct__wr_str(&w, req->key);
-        ct__wr_u64(&w, (uint64_t)req->num);
+        ct_store_codec__wr_str(&w, req->key);
+        ct_store_codec__wr_u64(&w, (uint64_t)req->num);
         break;
     case CT_STORE_OP_CHECK:
     case CT_STORE_OP_WAIT:
     case CT_STORE_OP_MULTI_GET:
-        ct__wr_list(&w, req->key_array, NULL, req->nkeys, &req->keys, true);
+        ct_store_codec__wr_list(&w, req->key_array, NULL, req->nkeys, &req->keys, true);
         break;
     case CT_STORE_OP_MULTI_SET:
-        ct__wr_list(&w, req->key_array, req->key_array ? req->value_array : NULL, req->nkeys,
-                    &req->keys, true);
+        ct_store_codec__wr_list(&w, req->key_array, req->key_array ? req->value_array : NULL,
+                                req->nkeys, &req->keys, true);
         break;
     case CT_STORE_OP_GETNUMKEYS:
     case CT_STORE_OP_CANCEL_WAIT:
@@ -628,34 +632,34 @@ ssize_t ct_store_encode_response(const ct_store_resp_t *resp, void *out, size_t 
     switch (resp->op) {
     case CT_STORE_OP_GET:
     case CT_STORE_OP_COMPARE_SET:
-        ct__wr_str(&w, resp->value);
+        ct_store_codec__wr_str(&w, resp->value);
         break;
     case CT_STORE_OP_ADD:
     case CT_STORE_OP_GETNUMKEYS:
     case CT_STORE_OP_DELETE_KEY:
     case CT_STORE_OP_QUEUE_LEN:
-        ct__wr_u64(&w, (uint64_t)resp->num);
+        ct_store_codec__wr_u64(&w, (uint64_t)resp->num);
         break;
     case CT_STORE_OP_CHECK:
     case CT_STORE_OP_WAIT:
     case CT_STORE_OP_CANCEL_WAIT:
     case CT_STORE_OP_BARRIER:
     case CT_STORE_OP_WATCH_KEY:
-        ct__wr_u8(&w, resp->code);
+        ct_store_codec__wr_u8(&w, resp->code);
         break;
     case CT_STORE_OP_PING:
-        ct__wr_u32(&w, resp->num32);
+        ct_store_codec__wr_u32(&w, resp->num32);
         break;
     case CT_STORE_OP_MULTI_GET:
-        ct__wr_list(&w, resp->item_array, NULL, resp->nitems, &resp->list, false);
+        ct_store_codec__wr_list(&w, resp->item_array, NULL, resp->nitems, &resp->list, false);
         break;
     case CT_STORE_OP_QUEUE_POP:
-        ct__wr_u64(&w, (uint64_t)resp->num);
+        ct_store_codec__wr_u64(&w, (uint64_t)resp->num);
         if (resp->num > 0)
-            ct__wr_str(&w, resp->value);
+            ct_store_codec__wr_str(&w, resp->value);
         break;
     case CT_STORE_OP_LIST_KEYS:
-        ct__wr_list(&w, resp->item_array, NULL, resp->nitems, &resp->list, true);
+        ct_store_codec__wr_list(&w, resp->item_array, NULL, resp->nitems, &resp->list, true);
         break;
     default:
         return ct_errbuf_set(eb, CT_EPROTOCOL, "%s request has no reply",
@@ -667,10 +671,10 @@ ssize_t ct_store_encode_response(const ct_store_resp_t *resp, void *out, size_t 
 size_t ct_store_encode_watch_event(const ct_store_watch_event_t *ev, void *out, size_t cap)
 {
     ct__wr_t w = {.out = out, .cap = out != NULL ? cap : 0};
-    ct__wr_u8(&w, (uint8_t)ev->kind);
-    ct__wr_str(&w, ev->key);
-    ct__wr_str(&w, ev->old_value);
-    ct__wr_str(&w, ev->new_value);
+    ct_store_codec__wr_u8(&w, (uint8_t)ev->kind);
+    ct_store_codec__wr_str(&w, ev->key);
+    ct_store_codec__wr_str(&w, ev->old_value);
+    ct_store_codec__wr_str(&w, ev->new_value);
     return w.pos;
 }
 

@@ -26,8 +26,9 @@
 #include <immintrin.h>
 
 /* 16 consecutive elements starting at a block boundary: blocks b .. b+3 in the four lanes. */
-static inline void ct__dropout16_sse2(float *out, const float *inp, __m128 p, __m128 keep_scale,
-                                      uint64_t seed, uint64_t stream, uint64_t b)
+static inline void ct_cpu_dropout__dropout16_sse2(float *out, const float *inp, __m128 p,
+                                                  __m128 keep_scale, uint64_t seed, uint64_t stream,
+                                                  uint64_t b)
 {
     /* Structure of arrays: lane j of c[k] is word k of the counter of block b + j. */
     __m128i c0 = _mm_set_epi32((int)(uint32_t)(b + 3), (int)(uint32_t)(b + 2),
@@ -255,9 +256,9 @@ __attribute__((target("avx512f"))) static uint64_t ct__keep64_avx512(float p, ui
 #endif
 
 /* One block's worth (or less) of the scalar rule, for the ends of a span. */
-static inline int64_t ct__dropout_scalar(float *out, const float *inp, int64_t i, int64_t n,
-                                         float p, float keep_scale, uint64_t seed, uint64_t stream,
-                                         uint64_t first)
+static inline int64_t ct_cpu_dropout__dropout_scalar(float *out, const float *inp, int64_t i,
+                                                     int64_t n, float p, float keep_scale,
+                                                     uint64_t seed, uint64_t stream, uint64_t first)
 {
     uint64_t k = first + (uint64_t)i;
     ct_philox_block_t b = ct_philox_block_at(seed, stream, k / 4);
@@ -271,7 +272,7 @@ void ct__dropout_span(float *out, const float *inp, int64_t n, float p, float ke
 {
     int64_t i = 0;
     if (n > 0 && first % 4 != 0)
-        i = ct__dropout_scalar(out, inp, 0, n, p, keep_scale, seed, stream, first);
+        i = ct_cpu_dropout__dropout_scalar(out, inp, 0, n, p, keep_scale, seed, stream, first);
 #if defined(__SSE2__)
     if (__builtin_cpu_supports("avx512f"))
         for (; i + 64 <= n; i += 64)
@@ -283,10 +284,11 @@ void ct__dropout_span(float *out, const float *inp, int64_t n, float p, float ke
                                (first + (uint64_t)i) / 4);
     const __m128 pv = _mm_set1_ps(p), ks = _mm_set1_ps(keep_scale);
     for (; i + 16 <= n; i += 16)
-        ct__dropout16_sse2(out + i, inp + i, pv, ks, seed, stream, (first + (uint64_t)i) / 4);
+        ct_cpu_dropout__dropout16_sse2(out + i, inp + i, pv, ks, seed, stream,
+                                       (first + (uint64_t)i) / 4);
 #endif
     while (i < n)
-        i = ct__dropout_scalar(out, inp, i, n, p, keep_scale, seed, stream, first);
+        i = ct_cpu_dropout__dropout_scalar(out, inp, i, n, p, keep_scale, seed, stream, first);
 }
 
 void ct__keep_bits_span(uint32_t *bits, int64_t n, float p, uint64_t seed, uint64_t stream,

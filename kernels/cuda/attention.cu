@@ -141,7 +141,7 @@ __device__ __forceinline__ bool ct__att_tile_used(const int32_t *qm, int i0, int
 
 /* Shared memory of the forward and dQ kernels: keys and values for L rows, the tile's
  * queries (or dO rows), one row buffer of L floats per warp. */
-static size_t ct__att_rows_smem(int L, int LD4)
+static size_t ct_cuda_attention__att_rows_smem(int L, int LD4)
 {
     return ((size_t)2 * L + CT__ATT_TQ) * LD4 * sizeof(float4) +
            (size_t)CT__ATT_WARPS * L * sizeof(float);
@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
 
 /* Shared memory of the dK/dV kernel: the tile's 32 value rows, each warp's staged dO_i and Q_i,
  * and each warp's 32 x (dV, dK) partial sums for the final combination. */
-template <int NV> static size_t ct__att_kv_smem()
+template <int NV> static size_t ct_cuda_attention__kv_smem()
 {
     constexpr int LD4 = ct__att_geom<NV>::LD4;
     constexpr int RS4 = (2 * NV) | 1;
@@ -458,30 +458,32 @@ __global__ void __launch_bounds__(CT__ATT_KV_WARPS * 32)
 
 /* Raises the kernel's dynamic shared-memory limit to nbytes when it needs more than the default
  * 48 KiB, after checking the device allows that much. */
-template <typename K> static int ct__att_smem(K *kernel, size_t nbytes)
+template <typename K> static int ct_cuda_attention__smem(K *kernel, size_t nbytes)
 {
     if (nbytes <= 48 * 1024)
         return 0;
     int dev = 0, optin = 0;
     CT_CUDA_CHECK(cudaGetDevice(&dev), NULL);
-    CT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), NULL);
+    CT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+                  NULL);
     if (nbytes > (size_t)optin) {
         ct_log_error("attention: %zu bytes of shared memory needed, the device allows %d", nbytes,
                      optin);
         return CT_ERANGE_VALUE;
     }
     CT_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)nbytes), NULL);
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)nbytes),
+        NULL);
     return 0;
 }
 
 template <int NV>
-static int ct__att_fwd_launch(float *out, float *att, const float *qkv, const int32_t *qmask, int B,
-                              int L, int C, int NH, float scale, ct__att_drop_t dr,
-                              cudaStream_t stream)
+static int ct_cuda_attention__att_fwd_launch(float *out, float *att, const float *qkv,
+                                             const int32_t *qmask, int B, int L, int C, int NH,
+                                             float scale, ct__att_drop_t dr, cudaStream_t stream)
 {
-    const size_t smem = ct__att_rows_smem(L, ct__att_geom<NV>::LD4);
-    int rc = ct__att_smem(ct__att_fwd_kernel<NV>, smem);
+    const size_t smem = ct_cuda_attention__att_rows_smem(L, ct__att_geom<NV>::LD4);
+    int rc = ct_cuda_attention__smem(ct__att_fwd_kernel<NV>, smem);
     if (rc != 0)
         return rc;
     dim3 grid((unsigned)CT_CEIL_DIV(L, CT__ATT_TQ), (unsigned)NH, (unsigned)B);
@@ -492,15 +494,16 @@ static int ct__att_fwd_launch(float *out, float *att, const float *qkv, const in
 }
 
 template <int NV>
-static int ct__att_bwd_launch(float *dqkv, float *crow, const float *dout, const float *att,
-                              const float *qkv, const int32_t *qmask, int B, int L, int C, int NH,
-                              float scale, ct__att_drop_t dr, cudaStream_t stream)
+static int ct_cuda_attention__att_bwd_launch(float *dqkv, float *crow, const float *dout,
+                                             const float *att, const float *qkv,
+                                             const int32_t *qmask, int B, int L, int C, int NH,
+                                             float scale, ct__att_drop_t dr, cudaStream_t stream)
 {
-    const size_t smem_q = ct__att_rows_smem(L, ct__att_geom<NV>::LD4);
-    const size_t smem_kv = ct__att_kv_smem<NV>();
-    int rc = ct__att_smem(ct__att_bwd_q_kernel<NV>, smem_q);
+    const size_t smem_q = ct_cuda_attention__att_rows_smem(L, ct__att_geom<NV>::LD4);
+    const size_t smem_kv = ct_cuda_attention__kv_smem<NV>();
+    int rc = ct_cuda_attention__smem(ct__att_bwd_q_kernel<NV>, smem_q);
     if (rc == 0)
-        rc = ct__att_smem(ct__att_bwd_kv_kernel<NV>, smem_kv);
+        rc = ct_cuda_attention__smem(ct__att_bwd_kv_kernel<NV>, smem_kv);
     if (rc != 0)
         return rc;
     dim3 grid_q((unsigned)CT_CEIL_DIV(L, CT__ATT_TQ), (unsigned)NH, (unsigned)B);
@@ -516,13 +519,13 @@ static int ct__att_bwd_launch(float *dqkv, float *crow, const float *dout, const
 }
 
 /* The instantiation for a head width: float4 chunks 2, 4, 8, 13 (SASRec's 50) or 16. */
-static int ct__att_nv(int HS)
+static int ct_cuda_attention__att_nv(int HS)
 {
     const int nv = (HS + 3) / 4;
     return nv <= 2 ? 2 : nv <= 4 ? 4 : nv <= 8 ? 8 : nv <= 13 ? 13 : 16;
 }
 
-static ct__att_drop_t ct__att_dropout(ct_dropout_t drop)
+static ct__att_drop_t ct_cuda_attention__att_dropout(ct_dropout_t drop)
 {
     ct__att_drop_t d;
     d.seed = drop.seed;
@@ -552,19 +555,24 @@ extern "C" int ct_attention_forward_cuda(float *out, float *att, float *scratch,
         return 0;
     const int HS = C / NH;
     const float scale = 1.0f / sqrtf((float)HS);
-    const ct__att_drop_t dr = ct__att_dropout(drop);
+    const ct__att_drop_t dr = ct_cuda_attention__att_dropout(drop);
     cudaStream_t s = (cudaStream_t)stream;
-    switch (ct__att_nv(HS)) {
+    switch (ct_cuda_attention__att_nv(HS)) {
     case 2:
-        return ct__att_fwd_launch<2>(out, att, qkv, qmask, B, L, C, NH, scale, dr, s);
+        return ct_cuda_attention__att_fwd_launch<2>(out, att, qkv, qmask, B, L, C, NH, scale, dr,
+                                                    s);
     case 4:
-        return ct__att_fwd_launch<4>(out, att, qkv, qmask, B, L, C, NH, scale, dr, s);
+        return ct_cuda_attention__att_fwd_launch<4>(out, att, qkv, qmask, B, L, C, NH, scale, dr,
+                                                    s);
     case 8:
-        return ct__att_fwd_launch<8>(out, att, qkv, qmask, B, L, C, NH, scale, dr, s);
+        return ct_cuda_attention__att_fwd_launch<8>(out, att, qkv, qmask, B, L, C, NH, scale, dr,
+                                                    s);
     case 13:
-        return ct__att_fwd_launch<13>(out, att, qkv, qmask, B, L, C, NH, scale, dr, s);
+        return ct_cuda_attention__att_fwd_launch<13>(out, att, qkv, qmask, B, L, C, NH, scale, dr,
+                                                     s);
     default:
-        return ct__att_fwd_launch<16>(out, att, qkv, qmask, B, L, C, NH, scale, dr, s);
+        return ct_cuda_attention__att_fwd_launch<16>(out, att, qkv, qmask, B, L, C, NH, scale, dr,
+                                                     s);
     }
 }
 
@@ -578,23 +586,23 @@ extern "C" int ct_attention_backward_cuda(float *dqkv, float *scratch, const flo
         return 0;
     const int HS = C / NH;
     const float scale = 1.0f / sqrtf((float)HS);
-    const ct__att_drop_t dr = ct__att_dropout(drop);
+    const ct__att_drop_t dr = ct_cuda_attention__att_dropout(drop);
     cudaStream_t s = (cudaStream_t)stream;
-    switch (ct__att_nv(HS)) {
+    switch (ct_cuda_attention__att_nv(HS)) {
     case 2:
-        return ct__att_bwd_launch<2>(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, scale, dr,
-                                     s);
+        return ct_cuda_attention__att_bwd_launch<2>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
+                                                    NH, scale, dr, s);
     case 4:
-        return ct__att_bwd_launch<4>(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, scale, dr,
-                                     s);
+        return ct_cuda_attention__att_bwd_launch<4>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
+                                                    NH, scale, dr, s);
     case 8:
-        return ct__att_bwd_launch<8>(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, scale, dr,
-                                     s);
+        return ct_cuda_attention__att_bwd_launch<8>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
+                                                    NH, scale, dr, s);
     case 13:
-        return ct__att_bwd_launch<13>(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, scale, dr,
-                                      s);
+        return ct_cuda_attention__att_bwd_launch<13>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
+                                                     NH, scale, dr, s);
     default:
-        return ct__att_bwd_launch<16>(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, scale, dr,
-                                      s);
+        return ct_cuda_attention__att_bwd_launch<16>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
+                                                     NH, scale, dr, s);
     }
 }

@@ -179,18 +179,19 @@ __global__ void ct__scatter_sorted_kernel(float *dst, const int32_t *skeys, cons
     }
 }
 
-static size_t ct__align16(size_t x)
+static size_t ct_cuda_embed__align16(size_t x)
 {
     return (x + 15) & ~(size_t)15;
 }
 
 /* The sort's temporary size for n keys, as CUB reports it. */
-static int ct__sort_temp_bytes(size_t *bytes, int n)
+static int ct_cuda_embed__sort_temp_bytes(size_t *bytes, int n)
 {
     *bytes = 0;
     CT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, *bytes, (const int32_t *)NULL,
                                                   (int32_t *)NULL, (const int32_t *)NULL,
-                                                  (int32_t *)NULL, n, 0, 32, (cudaStream_t)0), NULL);
+                                                  (int32_t *)NULL, n, 0, 32, (cudaStream_t)0),
+                  NULL);
     return 0;
 }
 
@@ -198,11 +199,12 @@ int ct__scatter_rows_scratch(size_t *nbytes, int n)
 {
     size_t temp = 0;
     *nbytes = 0;
-    int rc = ct__sort_temp_bytes(&temp, n);
+    int rc = ct_cuda_embed__sort_temp_bytes(&temp, n);
     if (rc != 0)
         return rc;
     /* sorted ids, row numbers 0..n-1, sorted row numbers, then CUB's temporary storage */
-    *nbytes = 3 * ct__align16((size_t)n * sizeof(int32_t)) + ct__align16(temp);
+    *nbytes =
+        3 * ct_cuda_embed__align16((size_t)n * sizeof(int32_t)) + ct_cuda_embed__align16(temp);
     return 0;
 }
 
@@ -220,10 +222,10 @@ int ct__scatter_rows_cuda(float *dst, void *scratch, const float *src, const int
     }
     CT_CUDA_REQUIRE(((uintptr_t)scratch & 15) == 0);
     size_t temp = 0;
-    int rc = ct__sort_temp_bytes(&temp, n);
+    int rc = ct_cuda_embed__sort_temp_bytes(&temp, n);
     if (rc != 0)
         return rc;
-    const size_t part = ct__align16((size_t)n * sizeof(int32_t));
+    const size_t part = ct_cuda_embed__align16((size_t)n * sizeof(int32_t));
     char *base = (char *)scratch;
     int32_t *skeys = (int32_t *)base;
     int32_t *rows = (int32_t *)(base + part);

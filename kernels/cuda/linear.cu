@@ -70,7 +70,8 @@ __global__ void ct__colsum_final_kernel(float *dbias, const float *part, int par
 }
 
 /* dbias[c] += sum over the N rows of x[r, c]. */
-static int ct__colsum(float *dbias, const float *x, int ld, int N, int OC, const ct_cuda_ctx_t *ctx)
+static int ct_cuda_linear__colsum(float *dbias, const float *x, int ld, int N, int OC,
+                                  const ct_cuda_ctx_t *ctx)
 {
     const int64_t max_parts = (int64_t)(CT_CUDA_CTX_SCRATCH / (size_t)OC);
     int64_t parts = CT_CEIL_DIV((int64_t)N, (int64_t)64);
@@ -98,8 +99,9 @@ static int ct__colsum(float *dbias, const float *x, int ld, int N, int OC, const
 }
 
 /* out[r, 0:OC] = inp[r, 0:IC] W^T + bias, rows of out ldo apart and of inp ldi apart. */
-static int ct__linear_fwd(float *out, int ldo, const float *inp, int ldi, const float *weight,
-                          const float *bias, int N, int IC, int OC, const ct_cuda_ctx_t *ctx)
+static int ct_cuda_linear__linear_fwd(float *out, int ldo, const float *inp, int ldi,
+                                      const float *weight, const float *bias, int N, int IC, int OC,
+                                      const ct_cuda_ctx_t *ctx)
 {
     if (N <= 0 || OC <= 0)
         return 0;
@@ -116,10 +118,12 @@ static int ct__linear_fwd(float *out, int ldo, const float *inp, int ldi, const 
     return 0;
 }
 
-/* The backward of ct__linear_fwd, all three gradients accumulated; dout rows lds apart. */
-static int ct__linear_bwd(float *dinp, int ldi, float *dweight, float *dbias, const float *dout,
-                          int lds, const float *inp, const float *weight, int N, int IC, int OC,
-                          const ct_cuda_ctx_t *ctx)
+/* The backward of ct_cuda_linear__linear_fwd, all three gradients accumulated; dout rows lds apart.
+ */
+static int ct_cuda_linear__linear_bwd(float *dinp, int ldi, float *dweight, float *dbias,
+                                      const float *dout, int lds, const float *inp,
+                                      const float *weight, int N, int IC, int OC,
+                                      const ct_cuda_ctx_t *ctx)
 {
     if (N <= 0 || OC <= 0)
         return 0;
@@ -130,7 +134,7 @@ static int ct__linear_bwd(float *dinp, int ldi, float *dweight, float *dbias, co
     CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one, inp, ldi, dout, lds,
                              &one, dweight, IC), NULL);
     if (dbias)
-        return ct__colsum(dbias, dout, lds, N, OC, ctx);
+        return ct_cuda_linear__colsum(dbias, dout, lds, N, OC, ctx);
     return 0;
 }
 
@@ -140,7 +144,7 @@ extern "C" int ct_linear_forward_cuda(float *out, const float *inp, const float 
 {
     CT_CUDA_REQUIRE(ctx && ctx->blas);
     CT_CUDA_REQUIRE(N >= 0 && IC >= 1 && OC >= 0);
-    return ct__linear_fwd(out, OC, inp, IC, weight, bias, N, IC, OC, ctx);
+    return ct_cuda_linear__linear_fwd(out, OC, inp, IC, weight, bias, N, IC, OC, ctx);
 }
 
 extern "C" int ct_linear_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -149,7 +153,8 @@ extern "C" int ct_linear_backward_cuda(float *dinp, float *dweight, float *dbias
 {
     CT_CUDA_REQUIRE(ctx && ctx->blas);
     CT_CUDA_REQUIRE(N >= 0 && IC >= 1 && OC >= 0);
-    return ct__linear_bwd(dinp, IC, dweight, dbias, dout, OC, inp, weight, N, IC, OC, ctx);
+    return ct_cuda_linear__linear_bwd(dinp, IC, dweight, dbias, dout, OC, inp, weight, N, IC, OC,
+                                      ctx);
 }
 
 extern "C" int ct_qkv_forward_cuda(float *qkv, const float *xq, const float *xkv,
@@ -159,13 +164,13 @@ extern "C" int ct_qkv_forward_cuda(float *qkv, const float *xq, const float *xkv
     CT_CUDA_REQUIRE(ctx && ctx->blas);
     CT_CUDA_REQUIRE(N >= 0 && C >= 1);
     if (xq == xkv)
-        return ct__linear_fwd(qkv, 3 * C, xq, C, weight, bias, N, C, 3 * C, ctx);
+        return ct_cuda_linear__linear_fwd(qkv, 3 * C, xq, C, weight, bias, N, C, 3 * C, ctx);
     /* Rows 0..C-1 of the weight make q from xq, rows C..3C-1 make k and v from xkv. */
-    int rc = ct__linear_fwd(qkv, 3 * C, xq, C, weight, bias, N, C, C, ctx);
+    int rc = ct_cuda_linear__linear_fwd(qkv, 3 * C, xq, C, weight, bias, N, C, C, ctx);
     if (rc != 0)
         return rc;
-    return ct__linear_fwd(qkv + C, 3 * C, xkv, C, weight + (size_t)C * C, bias ? bias + C : NULL, N,
-                          C, 2 * C, ctx);
+    return ct_cuda_linear__linear_fwd(qkv + C, 3 * C, xkv, C, weight + (size_t)C * C,
+                                      bias ? bias + C : NULL, N, C, 2 * C, ctx);
 }
 
 extern "C" int ct_qkv_backward_cuda(float *dxq, float *dxkv, float *dweight, float *dbias,
@@ -175,10 +180,13 @@ extern "C" int ct_qkv_backward_cuda(float *dxq, float *dxkv, float *dweight, flo
     CT_CUDA_REQUIRE(ctx && ctx->blas);
     CT_CUDA_REQUIRE(N >= 0 && C >= 1);
     if (xq == xkv && dxq == dxkv)
-        return ct__linear_bwd(dxq, C, dweight, dbias, dqkv, 3 * C, xq, weight, N, C, 3 * C, ctx);
-    int rc = ct__linear_bwd(dxq, C, dweight, dbias, dqkv, 3 * C, xq, weight, N, C, C, ctx);
+        return ct_cuda_linear__linear_bwd(dxq, C, dweight, dbias, dqkv, 3 * C, xq, weight, N, C,
+                                          3 * C, ctx);
+    int rc =
+        ct_cuda_linear__linear_bwd(dxq, C, dweight, dbias, dqkv, 3 * C, xq, weight, N, C, C, ctx);
     if (rc != 0)
         return rc;
-    return ct__linear_bwd(dxkv, C, dweight + (size_t)C * C, dbias ? dbias + C : NULL, dqkv + C,
-                          3 * C, xkv, weight + (size_t)C * C, N, C, 2 * C, ctx);
+    return ct_cuda_linear__linear_bwd(dxkv, C, dweight + (size_t)C * C, dbias ? dbias + C : NULL,
+                                      dqkv + C, 3 * C, xkv, weight + (size_t)C * C, N, C, 2 * C,
+                                      ctx);
 }

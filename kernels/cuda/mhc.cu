@@ -162,7 +162,7 @@ __global__ void ct__sinkhorn_bwd_kernel(float *dlogits, float *scratch, const fl
     }
 }
 
-static int ct__mhc_shape(int N, int n, int C)
+static int ct_cuda_mhc__mhc_shape(int N, int n, int C)
 {
     CT_CUDA_REQUIRE(N >= 0 && C >= 0 && n >= 1 && n <= CT_MHC_MAX_STREAMS);
     return 0;
@@ -171,7 +171,7 @@ static int ct__mhc_shape(int N, int n, int C)
 extern "C" int ct_sinkhorn_forward_cuda(float *out, const float *logits, int M, int n, int iters,
                                         ct_stream_t stream)
 {
-    int rc = ct__mhc_shape(M, n, 0);
+    int rc = ct_cuda_mhc__mhc_shape(M, n, 0);
     if (rc != 0)
         return rc;
     CT_CUDA_REQUIRE(iters >= 0);
@@ -187,7 +187,7 @@ extern "C" int ct_sinkhorn_backward_cuda(float *dlogits, float *scratch, const f
                                          const float *logits, int M, int n, int iters,
                                          ct_stream_t stream)
 {
-    int rc = ct__mhc_shape(M, n, 0);
+    int rc = ct_cuda_mhc__mhc_shape(M, n, 0);
     if (rc != 0)
         return rc;
     CT_CUDA_REQUIRE(iters >= 0);
@@ -203,7 +203,7 @@ extern "C" int ct_sinkhorn_backward_cuda(float *dlogits, float *scratch, const f
 
 /* Row-major C (m x nc, ldc) = alpha op(A) op(B) + beta C, as cblas_sgemm(CblasRowMajor, ...):
  * the column-major product of the transposes, operands swapped. */
-static int ct__sgemm_rm(const ct_cuda_ctx_t *ctx, bool ta, bool tb, int m, int nc, int k,
+static int ct_cuda_mhc__sgemm_rm(const ct_cuda_ctx_t *ctx, bool ta, bool tb, int m, int nc, int k,
                         float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                         float *C, int ldc)
 {
@@ -251,14 +251,15 @@ extern "C" int ct_mhc_coeffs_forward_cuda(float *hpre, float *hpost, float *hres
                                           const float *alpha, const float *bias, int N, int n,
                                           int C, int iters, float eps, const ct_cuda_ctx_t *ctx)
 {
-    int rc = ct__mhc_shape(N, n, C);
+    int rc = ct_cuda_mhc__mhc_shape(N, n, C);
     if (rc != 0)
         return rc;
     CT_CUDA_REQUIRE(C >= 1 && iters >= 0);
     if (N == 0)
         return 0;
     const int D = n * C, K = CT_MHC_COEFFS(n);
-    if ((rc = ct__sgemm_rm(ctx, false, false, N, K, D, 1.0f, X, D, phi, K, 0.0f, proj, K)) != 0)
+    if ((rc = ct_cuda_mhc__sgemm_rm(ctx, false, false, N, K, D, 1.0f, X, D, phi, K, 0.0f, proj,
+                                    K)) != 0)
         return rc;
     CT_LAUNCH(ct__mhc_coeffs_fwd_kernel, ct__grid_1d(N, 128), 128, 0, ctx->stream, hpre, hpost,
               hres, proj, rstd, X, alpha, bias, N, n, C, iters, eps);
@@ -354,7 +355,7 @@ extern "C" int ct_mhc_coeffs_backward_cuda(float *dX, float *dphi, float *dalpha
                                            const float *rstd, int N, int n, int C, int iters,
                                            const ct_cuda_ctx_t *ctx)
 {
-    int rc = ct__mhc_shape(N, n, C);
+    int rc = ct_cuda_mhc__mhc_shape(N, n, C);
     if (rc != 0)
         return rc;
     CT_CUDA_REQUIRE(C >= 1 && iters >= 0);
@@ -369,9 +370,10 @@ extern "C" int ct_mhc_coeffs_backward_cuda(float *dX, float *dphi, float *dalpha
               proj, N, n);
     CT_CUDA_CHECK_LAUNCH();
     /* the (X phi) path: dX += dp phi^T; dphi += X^T dp */
-    if ((rc = ct__sgemm_rm(ctx, false, true, N, D, K, 1.0f, dp, K, phi, K, 1.0f, dX, D)) != 0)
+    if ((rc = ct_cuda_mhc__sgemm_rm(ctx, false, true, N, D, K, 1.0f, dp, K, phi, K, 1.0f, dX, D)) !=
+        0)
         return rc;
-    return ct__sgemm_rm(ctx, true, false, D, K, N, 1.0f, X, D, dp, K, 1.0f, dphi, K);
+    return ct_cuda_mhc__sgemm_rm(ctx, true, false, D, K, N, 1.0f, X, D, dp, K, 1.0f, dphi, K);
 }
 
 /* ---- stream mixing ----------------------------------------------------------------------------
@@ -524,7 +526,7 @@ __global__ void ct__mhc_collapse_bwd_kernel(float *dX, const float *dx, int N, i
 
 #define CT__MHC_LAUNCH(kernel, count, stream, ...)                                               \
     do {                                                                                         \
-        int ct__rc = ct__mhc_shape(N, n, C);                                                     \
+        int ct__rc = ct_cuda_mhc__mhc_shape(N, n, C);                                            \
         if (ct__rc != 0)                                                                         \
             return ct__rc;                                                                       \
         const int64_t ct__n = (count);                                                           \

@@ -155,7 +155,7 @@ extern "C" int ct_tisas_mask_cuda(uint32_t *bits, const int32_t *qmask, int B, i
 /* ---- attention ------------------------------------------------------------------------------- */
 
 /* Shared memory of one warp: scores/weights (L floats), taus (L ints), q_i and dO_i (HS each). */
-static inline size_t ct__tis_smem(int L, int HS)
+static inline size_t ct_cuda_tisas__tis_smem(int L, int HS)
 {
     return (size_t)CT__TIS_WARPS * (2 * (size_t)L + 2 * (size_t)HS) * sizeof(float);
 }
@@ -368,7 +368,7 @@ __global__ void ct__tisas_bwd_kv_kernel(float *dk, float *dv, const float *dS, c
     }
 }
 
-static ct__tis_drop_t ct__tis_drop_of(ct_dropout_t d)
+static ct__tis_drop_t ct_cuda_tisas__tis_drop_of(ct_dropout_t d)
 {
     ct__tis_drop_t r;
     r.seed = d.seed, r.stream = d.stream, r.offset = d.offset, r.p = d.p;
@@ -378,7 +378,7 @@ static ct__tis_drop_t ct__tis_drop_of(ct_dropout_t d)
 }
 
 /* Shape checks shared by both directions; also opts the kernels into the shared memory. */
-static int ct__tis_check(int B, int L, int C, int NH, int T, float p_att, float p_rkv)
+static int ct_cuda_tisas__tis_check(int B, int L, int C, int NH, int T, float p_att, float p_rkv)
 {
     CT_CUDA_REQUIRE(B >= 0 && L >= 1 && NH >= 1 && C >= NH && C % NH == 0 && T >= 0);
     CT_CUDA_REQUIRE(L <= CT_TISAS_CUDA_MAX_L && C / NH <= CT_TISAS_CUDA_MAX_HS);
@@ -395,20 +395,21 @@ extern "C" int ct_tisas_attention_forward_cuda(float *out, float *att, float *sc
                                                float p_rkv, ct_stream_t stream)
 {
     (void)scratch;
-    int rc = ct__tis_check(B, L, C, NH, T, drop_att.p, p_rkv);
+    int rc = ct_cuda_tisas__tis_check(B, L, C, NH, T, drop_att.p, p_rkv);
     if (rc != 0)
         return rc;
     const int64_t rows = (int64_t)B * NH * L;
     if (rows == 0)
         return 0;
-    const size_t smem = ct__tis_smem(L, C / NH);
+    const size_t smem = ct_cuda_tisas__tis_smem(L, C / NH);
     CT_CUDA_CHECK(cudaFuncSetAttribute(ct__tisas_fwd_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), NULL);
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                  NULL);
     const float keep_rkv = p_rkv > 0.0f ? 1.0f / (1.0f - p_rkv) : 1.0f;
     const float scale = 1.0f / sqrtf((float)(C / NH));
     CT_LAUNCH(ct__tisas_fwd_kernel, (unsigned)CT_CEIL_DIV(rows, (int64_t)CT__TIS_WARPS),
               32 * CT__TIS_WARPS, smem, stream, out, att, q, k, v, rk, rv, tseq, qmask, B, L, C, NH,
-              T, ct__tis_drop_of(drop_att), mask_rk, mask_rv, keep_rkv, scale);
+              T, ct_cuda_tisas__tis_drop_of(drop_att), mask_rk, mask_rv, keep_rkv, scale);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -422,22 +423,23 @@ extern "C" int ct_tisas_attention_backward_cuda(float *dq, float *dk, float *dv,
                                                 const uint32_t *mask_rk, const uint32_t *mask_rv,
                                                 float p_rkv, ct_stream_t stream)
 {
-    int rc = ct__tis_check(B, L, C, NH, T, drop_att.p, p_rkv);
+    int rc = ct_cuda_tisas__tis_check(B, L, C, NH, T, drop_att.p, p_rkv);
     if (rc != 0)
         return rc;
     const int64_t rows = (int64_t)B * NH * L;
     if (rows == 0)
         return 0;
     float *dS = scratch, *pd = scratch + (size_t)rows * (size_t)L;
-    const size_t smem = ct__tis_smem(L, C / NH);
+    const size_t smem = ct_cuda_tisas__tis_smem(L, C / NH);
     CT_CUDA_CHECK(cudaFuncSetAttribute(ct__tisas_bwd_q_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), NULL);
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                  NULL);
     const float keep_rkv = p_rkv > 0.0f ? 1.0f / (1.0f - p_rkv) : 1.0f;
     const float scale = 1.0f / sqrtf((float)(C / NH));
     const unsigned grid = (unsigned)CT_CEIL_DIV(rows, (int64_t)CT__TIS_WARPS);
     CT_LAUNCH(ct__tisas_bwd_q_kernel, grid, 32 * CT__TIS_WARPS, smem, stream, dq, drk, drv, dS, pd,
-              dout, att, q, k, v, rk, rv, tseq, qmask, B, L, C, NH, T, ct__tis_drop_of(drop_att),
-              mask_rk, mask_rv, keep_rkv, scale);
+              dout, att, q, k, v, rk, rv, tseq, qmask, B, L, C, NH, T,
+              ct_cuda_tisas__tis_drop_of(drop_att), mask_rk, mask_rv, keep_rkv, scale);
     CT_CUDA_CHECK_LAUNCH();
     CT_LAUNCH(ct__tisas_bwd_kv_kernel, grid, 32 * CT__TIS_WARPS, 0, stream, dk, dv, dS, pd, dout, q,
               qmask, B, L, C, NH, scale);

@@ -23,9 +23,9 @@
 #include "ct_cuda_common.h"
 
 /* Row-major sgemm as cblas (see mhc.cu). */
-static int ct__xent_sgemm(const ct_cuda_ctx_t *ctx, bool ta, bool tb, int m, int nc, int k,
-                          float alpha, const float *A, int lda, const float *B, int ldb, float beta,
-                          float *C, int ldc)
+static int ct_cuda_xent__xent_sgemm(const ct_cuda_ctx_t *ctx, bool ta, bool tb, int m, int nc,
+                                    int k, float alpha, const float *A, int lda, const float *B,
+                                    int ldb, float beta, float *C, int ldc)
 {
     if (m == 0 || nc == 0)
         return 0;
@@ -35,7 +35,7 @@ static int ct__xent_sgemm(const ct_cuda_ctx_t *ctx, bool ta, bool tb, int m, int
 }
 
 /* The doubles of scratch that follow its first nf floats, 8-byte aligned (scratch is). */
-static inline double *ct__doubles_after(float *scratch, size_t nf)
+static inline double *ct_cuda_xent__doubles_after(float *scratch, size_t nf)
 {
     return reinterpret_cast<double *>(scratch + (nf + 1) / 2 * 2);
 }
@@ -129,20 +129,20 @@ extern "C" int ct_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *s
     const double inv = 1.0 / (double)count;
     const int NI = V - 1, R = (int)CT_CE_CUDA_ROWS(V);
     float *lg = scratch;
-    double *rowloss = ct__doubles_after(scratch, CT_CE_CUDA_ROWS(V) * (size_t)V);
+    double *rowloss = ct_cuda_xent__doubles_after(scratch, CT_CE_CUDA_ROWS(V) * (size_t)V);
     int rc;
     for (int r0 = 0; r0 < N; r0 += R) {
         const int m = N - r0 < R ? N - r0 : R;
         const float *f = feats + (size_t)r0 * C;
-        if ((rc = ct__xent_sgemm(ctx, false, true, m, NI, C, 1.0f, f, C, wte + C, C, 0.0f, lg,
-                                 NI)) != 0)
+        if ((rc = ct_cuda_xent__xent_sgemm(ctx, false, true, m, NI, C, 1.0f, f, C, wte + C, C, 0.0f,
+                                           lg, NI)) != 0)
             return rc;
         CT_LAUNCH(ct__ce_row_kernel, m, CT__THREADS, 0, st, lg, rowloss, pos, r0, NI, inv);
         CT_CUDA_CHECK_LAUNCH();
-        if ((rc = ct__xent_sgemm(ctx, false, false, m, C, NI, 1.0f, lg, NI, wte + C, C, 1.0f,
-                                 dfeats + (size_t)r0 * C, C)) != 0 ||
-            (rc = ct__xent_sgemm(ctx, true, false, NI, C, m, 1.0f, lg, NI, f, C, 1.0f, dwte + C,
-                                 C)) != 0)
+        if ((rc = ct_cuda_xent__xent_sgemm(ctx, false, false, m, C, NI, 1.0f, lg, NI, wte + C, C,
+                                           1.0f, dfeats + (size_t)r0 * C, C)) != 0 ||
+            (rc = ct_cuda_xent__xent_sgemm(ctx, true, false, NI, C, m, 1.0f, lg, NI, f, C, 1.0f,
+                                           dwte + C, C)) != 0)
             return rc;
     }
     CT_LAUNCH(ct__xent_total_kernel, 1, CT__THREADS, 0, st, loss, rowloss, (int64_t)N, inv);
@@ -245,7 +245,7 @@ extern "C" int ct_sampled_ce_loss_cuda(float *loss, float *dfeats, float *dwte, 
     }
     const double inv = 1.0 / (double)count;
     float *G = scratch;
-    double *rowloss = ct__doubles_after(scratch, (size_t)N * ((size_t)M + 1));
+    double *rowloss = ct_cuda_xent__doubles_after(scratch, (size_t)N * ((size_t)M + 1));
     const int warps = 4;
     CT_LAUNCH(ct__sce_row_kernel, (unsigned)CT_CEIL_DIV(N, (int64_t)warps), 32 * warps, 0, st,
               dfeats, dwte, G, rowloss, feats, wte, pos, neg, N, L, C, M, inv);

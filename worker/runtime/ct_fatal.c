@@ -65,14 +65,14 @@ static char ct__sig_text[CT__TEXT_MAX];
 
 /* ---- async-signal-safe text building ------------------------------------------------------ */
 
-static void ct__append(char *out, size_t cap, size_t *len, const char *s)
+static void ct_fatal__append(char *out, size_t cap, size_t *len, const char *s)
 {
     while (*s != '\0' && *len + 1 < cap)
         out[(*len)++] = *s++;
     out[*len] = '\0';
 }
 
-static void ct__append_u64(char *out, size_t cap, size_t *len, uint64_t v)
+static void ct_fatal__append_u64(char *out, size_t cap, size_t *len, uint64_t v)
 {
     char digits[24];
     int n = 0;
@@ -84,23 +84,23 @@ static void ct__append_u64(char *out, size_t cap, size_t *len, uint64_t v)
     for (int i = 0; i < n; i++)
         s[i] = digits[n - 1 - i];
     s[n] = '\0';
-    ct__append(out, cap, len, s);
+    ct_fatal__append(out, cap, len, s);
 }
 
 /* The callstack text: a title line, then "  #i <frame>" per frame. raw is scratch space. */
-static size_t ct__format_backtrace(int memfd, void *const *frames, int n, char *raw,
+static size_t ct_fatal__format_backtrace(int memfd, void *const *frames, int n, char *raw,
                                    size_t raw_cap, char *out, size_t cap)
 {
     size_t len = 0;
     out[0] = '\0';
-    ct__append(out, cap, &len, "C backtrace (most recent call first):\n");
+    ct_fatal__append(out, cap, &len, "C backtrace (most recent call first):\n");
     ssize_t got = -1;
     if (memfd >= 0 && n > 0 && lseek(memfd, 0, SEEK_SET) == 0 && ftruncate(memfd, 0) == 0) {
         backtrace_symbols_fd(frames, n, memfd);
         got = pread(memfd, raw, raw_cap - 1, 0);
     }
     if (got <= 0) {
-        ct__append(out, cap, &len, "  (unavailable)\n");
+        ct_fatal__append(out, cap, &len, "  (unavailable)\n");
         return len;
     }
     raw[got] = '\0';
@@ -109,11 +109,11 @@ static size_t ct__format_backtrace(int memfd, void *const *frames, int n, char *
         char *nl = strchr(line, '\n');
         if (nl != NULL)
             *nl = '\0';
-        ct__append(out, cap, &len, "  #");
-        ct__append_u64(out, cap, &len, (uint64_t)frame++);
-        ct__append(out, cap, &len, " ");
-        ct__append(out, cap, &len, line);
-        ct__append(out, cap, &len, "\n");
+        ct_fatal__append(out, cap, &len, "  #");
+        ct_fatal__append_u64(out, cap, &len, (uint64_t)frame++);
+        ct_fatal__append(out, cap, &len, " ");
+        ct_fatal__append(out, cap, &len, line);
+        ct_fatal__append(out, cap, &len, "\n");
         if (nl == NULL)
             break;
         line = nl + 1;
@@ -121,7 +121,7 @@ static size_t ct__format_backtrace(int memfd, void *const *frames, int n, char *
     return len;
 }
 
-static void ct__write_stderr(const char *s, size_t n)
+static void ct_fatal__write_stderr(const char *s, size_t n)
 {
     while (n > 0) {
         ssize_t w = write(STDERR_FILENO, s, n);
@@ -137,7 +137,7 @@ static void ct__write_stderr(const char *s, size_t n)
 
 /* ---- the signal handler --------------------------------------------------------------------- */
 
-static void ct__fatal_reraise(int sig, int idx)
+static void ct_fatal__fatal_reraise(int sig, int idx)
 {
     /* Hand the signal on: to a handler that was there before us (a sanitizer's, say), else to
      * the default action. It is blocked while we run, so it is delivered when we return. */
@@ -157,7 +157,7 @@ static void ct__fatal_reraise(int sig, int idx)
     raise(sig);
 }
 
-static void ct__fatal_handler(int sig, siginfo_t *info, void *uctx)
+static void ct_fatal__fatal_handler(int sig, siginfo_t *info, void *uctx)
 {
     (void)info;
     (void)uctx;
@@ -166,7 +166,7 @@ static void ct__fatal_handler(int sig, siginfo_t *info, void *uctx)
         if (ct__fatal_sigs[i] == sig)
             idx = i;
     if (ct__in_handler) {
-        ct__fatal_reraise(sig, idx);
+        ct_fatal__fatal_reraise(sig, idx);
         return;
     }
     ct__in_handler = 1;
@@ -175,16 +175,16 @@ static void ct__fatal_handler(int sig, siginfo_t *info, void *uctx)
     char msg[160];
     size_t mlen = 0;
     msg[0] = '\0';
-    ct__append(msg, sizeof msg, &mlen, "Signal ");
-    ct__append_u64(msg, sizeof msg, &mlen, (uint64_t)sig);
-    ct__append(msg, sizeof msg, &mlen, " (");
-    ct__append(msg, sizeof msg, &mlen, idx >= 0 ? ct__fatal_names[idx] : "?");
-    ct__append(msg, sizeof msg, &mlen, ") received by PID ");
-    ct__append_u64(msg, sizeof msg, &mlen, (uint64_t)getpid());
+    ct_fatal__append(msg, sizeof msg, &mlen, "Signal ");
+    ct_fatal__append_u64(msg, sizeof msg, &mlen, (uint64_t)sig);
+    ct_fatal__append(msg, sizeof msg, &mlen, " (");
+    ct_fatal__append(msg, sizeof msg, &mlen, idx >= 0 ? ct__fatal_names[idx] : "?");
+    ct_fatal__append(msg, sizeof msg, &mlen, ") received by PID ");
+    ct_fatal__append_u64(msg, sizeof msg, &mlen, (uint64_t)getpid());
 
     void *frames[CT__MAX_FRAMES];
     int n = backtrace(frames, CT__MAX_FRAMES);
-    size_t tlen = ct__format_backtrace(ct__fatal.memfd, frames, n, ct__sig_raw,
+    size_t tlen = ct_fatal__format_backtrace(ct__fatal.memfd, frames, n, ct__sig_raw,
                                        sizeof ct__sig_raw, ct__sig_text, sizeof ct__sig_text);
 
     char line[256];
@@ -192,23 +192,23 @@ static void ct__fatal_handler(int sig, siginfo_t *info, void *uctx)
     line[0] = '\0';
     const char *prefix = ct__runtime_prefix();
     if (prefix[0] != '\0') {
-        ct__append(line, sizeof line, &llen, prefix);
-        ct__append(line, sizeof line, &llen, " ");
+        ct_fatal__append(line, sizeof line, &llen, prefix);
+        ct_fatal__append(line, sizeof line, &llen, " ");
     }
-    ct__append(line, sizeof line, &llen, "fatal: ");
-    ct__append(line, sizeof line, &llen, msg);
-    ct__append(line, sizeof line, &llen, "\n");
-    ct__write_stderr(line, llen);
-    ct__write_stderr(ct__sig_text, tlen);
+    ct_fatal__append(line, sizeof line, &llen, "fatal: ");
+    ct_fatal__append(line, sizeof line, &llen, msg);
+    ct_fatal__append(line, sizeof line, &llen, "\n");
+    ct_fatal__write_stderr(line, llen);
+    ct_fatal__write_stderr(ct__sig_text, tlen);
 
     if (ct__fatal.target.dirfd >= 0)
         ct_errfile_write(&ct__fatal.target, msg, ct__sig_text, (int64_t)time(NULL), 0);
     errno = saved_errno;
-    ct__fatal_reraise(sig, idx);
+    ct_fatal__fatal_reraise(sig, idx);
 }
 
 /* CT_WORKER_DUMP_SIGNAL: this thread's stack to stderr, then on to the main thread. */
-static void ct__dump_handler(int sig, siginfo_t *info, void *uctx)
+static void ct_fatal__dump_handler(int sig, siginfo_t *info, void *uctx)
 {
     (void)info;
     (void)uctx;
@@ -223,24 +223,24 @@ static void ct__dump_handler(int sig, siginfo_t *info, void *uctx)
     line[0] = '\0';
     const char *prefix = ct__runtime_prefix();
     if (prefix[0] != '\0') {
-        ct__append(line, sizeof line, &llen, prefix);
-        ct__append(line, sizeof line, &llen, " ");
+        ct_fatal__append(line, sizeof line, &llen, prefix);
+        ct_fatal__append(line, sizeof line, &llen, " ");
     }
-    ct__append(line, sizeof line, &llen, "stack dump on signal ");
-    ct__append_u64(line, sizeof line, &llen, (uint64_t)sig);
-    ct__append(line, sizeof line, &llen, " (requested by the launcher's watchdog?) in ");
-    ct__append(line, sizeof line, &llen, main_thread ? "the main thread" : "thread ");
+    ct_fatal__append(line, sizeof line, &llen, "stack dump on signal ");
+    ct_fatal__append_u64(line, sizeof line, &llen, (uint64_t)sig);
+    ct_fatal__append(line, sizeof line, &llen, " (requested by the launcher's watchdog?) in ");
+    ct_fatal__append(line, sizeof line, &llen, main_thread ? "the main thread" : "thread ");
     if (!main_thread)
-        ct__append_u64(line, sizeof line, &llen, (uint64_t)tid);
-    ct__append(line, sizeof line, &llen, ", PID ");
-    ct__append_u64(line, sizeof line, &llen, (uint64_t)getpid());
-    ct__append(line, sizeof line, &llen, "\n");
+        ct_fatal__append_u64(line, sizeof line, &llen, (uint64_t)tid);
+    ct_fatal__append(line, sizeof line, &llen, ", PID ");
+    ct_fatal__append_u64(line, sizeof line, &llen, (uint64_t)getpid());
+    ct_fatal__append(line, sizeof line, &llen, "\n");
     void *frames[CT__MAX_FRAMES];
     int n = backtrace(frames, CT__MAX_FRAMES);
-    size_t tlen = ct__format_backtrace(ct__fatal.dump_memfd, frames, n, ct__dump_raw,
+    size_t tlen = ct_fatal__format_backtrace(ct__fatal.dump_memfd, frames, n, ct__dump_raw,
                                        sizeof ct__dump_raw, ct__dump_text, sizeof ct__dump_text);
-    ct__write_stderr(line, llen);
-    ct__write_stderr(ct__dump_text, tlen);
+    ct_fatal__write_stderr(line, llen);
+    ct_fatal__write_stderr(ct__dump_text, tlen);
     ct__in_dump = 0;
     if (!main_thread && ct__fatal.main_tid > 0)
         syscall(SYS_tgkill, getpid(), ct__fatal.main_tid, sig);
@@ -248,7 +248,7 @@ static void ct__dump_handler(int sig, siginfo_t *info, void *uctx)
 }
 
 /* Installs the stack-dump handler unless the program handles or ignores the signal itself. */
-static void ct__dump_install(void)
+static void ct_fatal__dump_install(void)
 {
     struct sigaction cur;
     if (sigaction(CT_WORKER_DUMP_SIGNAL, NULL, &cur) != 0 || (cur.sa_flags & SA_SIGINFO) ||
@@ -258,7 +258,7 @@ static void ct__dump_install(void)
     ct__fatal.main_tid = (pid_t)syscall(SYS_gettid);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = ct__dump_handler;
+    sa.sa_sigaction = ct_fatal__dump_handler;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
     sigemptyset(&sa.sa_mask);
     /* The launcher stops the worker right after asking for the dump: the stop waits until
@@ -296,7 +296,7 @@ int ct_worker_catch_fatal_signals(ct_errbuf_t *eb)
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = ct__fatal_handler;
+    sa.sa_sigaction = ct_fatal__fatal_handler;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     for (int i = 0; i < CT__NSIGS; i++)
@@ -314,7 +314,7 @@ int ct_worker_catch_fatal_signals(ct_errbuf_t *eb)
     }
     ct__in_handler = 0;
     ct__fatal.installed = true;
-    ct__dump_install();
+    ct_fatal__dump_install();
     return 0;
 }
 
@@ -342,7 +342,8 @@ void ct__fatal_signals_restore(void)
     ct__fatal.installed = false;
 }
 
-/* ---- ct_worker_fail --------------------------------------------------------------------------- */
+/* ---- ct_worker_fail ---------------------------------------------------------------------------
+ */
 
 void ct_worker_fail(const char *fmt, ...)
 {
@@ -361,12 +362,12 @@ void ct_worker_fail(const char *fmt, ...)
     int n = backtrace(frames, CT__MAX_FRAMES);
     char raw[CT__RAW_MAX], text[CT__TEXT_MAX]; /* on the stack: two threads may fail at once */
     int memfd = memfd_create("ct-backtrace", MFD_CLOEXEC);
-    size_t tlen = ct__format_backtrace(memfd, frames, n, raw, sizeof raw, text, sizeof text);
+    size_t tlen = ct_fatal__format_backtrace(memfd, frames, n, raw, sizeof raw, text, sizeof text);
     if (memfd >= 0)
         close(memfd);
 
     ct_log_error("%s", msg);
-    ct__write_stderr(text, tlen);
+    ct_fatal__write_stderr(text, tlen);
 
     const char *path = ct__runtime_error_file();
     if (path == NULL)

@@ -17,7 +17,7 @@
 _Static_assert(sizeof(ct_heartbeat_record_t) == 32, "the record layout is an interface");
 _Static_assert(sizeof(ct_heartbeat_record_t) <= 512, "records must fit PIPE_BUF (atomic)");
 
-static int64_t ct__mono_ns(void)
+static int64_t ct_heartbeat__mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -58,7 +58,7 @@ int ct_heartbeat_beat(ct_heartbeat_t *hb, uint64_t step)
 {
     if (hb->fd < 0)
         return 0;
-    int64_t now = ct__mono_ns();
+    int64_t now = ct_heartbeat__mono_ns();
     if (hb->seq != 0 && now - hb->last_ns < hb->min_interval_ns)
         return 0;
     hb->last_ns = now;

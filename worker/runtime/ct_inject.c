@@ -116,7 +116,7 @@ void ct__inject_reset(void)
     ct__inject.ckpt_step = -1;
 }
 
-static void ct__inject_fire(uint64_t step, int sig, const char *what)
+static void ct_inject__inject_fire(uint64_t step, int sig, const char *what)
 {
     ct__runtime_beat_now(step);
     ct_log_warn("fault injection (CTRUN_INJECT=%s): %s at step %llu", ct__inject.text, what,
@@ -133,12 +133,12 @@ void ct__inject_progress(uint64_t step)
     if ((int64_t)step < ct__inject.step)
         return;
     if (ct__inject.kind == CT_INJECT_KILL) {
-        ct__inject_fire(step, SIGKILL, "SIGKILL");
+        ct_inject__inject_fire(step, SIGKILL, "SIGKILL");
         return;
     }
     /* A stop fires once: after SIGCONT the worker goes on (the launcher is stopping it). */
     ct__inject.kind = CT_INJECT_NONE;
-    ct__inject_fire(step, SIGSTOP, "SIGSTOP (a hang)");
+    ct_inject__inject_fire(step, SIGSTOP, "SIGSTOP (a hang)");
 }
 
 void ct__inject_ckpt_begin(int64_t step)
@@ -159,5 +159,5 @@ void ct__inject_ckpt_point(ct_inject_ckpt_phase_t phase)
     char what[96];
     snprintf(what, sizeof what, "SIGKILL inside the checkpoint write (phase %s)",
              ct__phase_names[phase]);
-    ct__inject_fire((uint64_t)ct__inject.ckpt_step, SIGKILL, what);
+    ct_inject__inject_fire((uint64_t)ct__inject.ckpt_step, SIGKILL, what);
 }

@@ -20,7 +20,7 @@ static const char *const ct__rank_vars[4] = {"RANK", "WORLD_SIZE", "LOCAL_RANK",
                                              "LOCAL_WORLD_SIZE"};
 
 /* RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE: all four or none. */
-static int ct__read_ranks(ct_worker_env_t *env, ct_errbuf_t *eb)
+static int ct_worker_env__read_ranks(ct_worker_env_t *env, ct_errbuf_t *eb)
 {
     int present = -1, missing = -1;
     for (int i = 0; i < 4; i++) {
@@ -66,7 +66,7 @@ static int ct__read_ranks(ct_worker_env_t *env, ct_errbuf_t *eb)
 }
 
 /* MASTER_ADDR and MASTER_PORT: both or neither; required for more than one process. */
-static int ct__read_master(ct_worker_env_t *env, ct_errbuf_t *eb)
+static int ct_worker_env__read_master(ct_worker_env_t *env, ct_errbuf_t *eb)
 {
     const char *addr = ct_env_str("MASTER_ADDR");
     const char *port = ct_env_str("MASTER_PORT");
@@ -109,7 +109,7 @@ static int ct__read_master(ct_worker_env_t *env, ct_errbuf_t *eb)
     return 0;
 }
 
-static int ct__read_elastic(ct_worker_env_t *env, ct_errbuf_t *eb)
+static int ct_worker_env__read_elastic(ct_worker_env_t *env, ct_errbuf_t *eb)
 {
     bool have_count, have_max;
     int rc;
@@ -131,7 +131,8 @@ static int ct__read_elastic(ct_worker_env_t *env, ct_errbuf_t *eb)
     if (run_id != NULL) {
         size_t len = strlen(run_id);
         if (len == 0)
-            return ct_errbuf_set(eb, CT_EPARSE, "environment variable TORCHELASTIC_RUN_ID is empty");
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "environment variable TORCHELASTIC_RUN_ID is empty");
         if (len >= sizeof env->run_id)
             return ct_errbuf_set(eb, CT_EPARSE,
                                  "environment variable TORCHELASTIC_RUN_ID: %zu characters long "
@@ -162,7 +163,7 @@ static int ct__read_elastic(ct_worker_env_t *env, ct_errbuf_t *eb)
 }
 
 /* CTRUN_HEARTBEAT_FD must name an inherited pipe (or socket) open for writing. */
-static int ct__read_heartbeat(ct_worker_env_t *env, ct_errbuf_t *eb)
+static int ct_worker_env__read_heartbeat(ct_worker_env_t *env, ct_errbuf_t *eb)
 {
     bool found;
     int fd;
@@ -197,7 +198,7 @@ int ct_worker_env_read(ct_worker_env_t *env, ct_errbuf_t *eb)
     strcpy(env->run_id, "none");
 
     int rc;
-    if ((rc = ct__read_ranks(env, eb)) != 0)
+    if ((rc = ct_worker_env__read_ranks(env, eb)) != 0)
         return rc;
     bool found;
     if ((rc = ct_env_int("GROUP_RANK", 0, CT_WORKER_MAX_WORLD - 1, 0, &env->group_rank, &found,
@@ -207,8 +208,9 @@ int ct_worker_env_read(ct_worker_env_t *env, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, CT_ERANGE_VALUE,
                              "environment variable GROUP_RANK=%d is not below WORLD_SIZE=%d",
                              env->group_rank, env->world_size);
-    if ((rc = ct__read_master(env, eb)) != 0 || (rc = ct__read_elastic(env, eb)) != 0 ||
-        (rc = ct__read_heartbeat(env, eb)) != 0)
+    if ((rc = ct_worker_env__read_master(env, eb)) != 0 ||
+        (rc = ct_worker_env__read_elastic(env, eb)) != 0 ||
+        (rc = ct_worker_env__read_heartbeat(env, eb)) != 0)
         return rc;
     return 0;
 }

@@ -21,8 +21,8 @@
 /* The most a timeout may be: about 115 days, far beyond any use, well within int64 ms. */
 #define CT__TIMEOUT_MAX_S 1e7
 
-static int ct__read_comm_env(const ct_worker_opts_t *opts, int64_t *timeout_ms,
-                             ct_comm_backend_t *backend, ct_errbuf_t *eb)
+static int ct_worker_init__read_comm_env(const ct_worker_opts_t *opts, int64_t *timeout_ms,
+                                         ct_comm_backend_t *backend, ct_errbuf_t *eb)
 {
     int rc;
     if (opts->timeout_ms < 0)
@@ -67,7 +67,7 @@ static int ct__read_comm_env(const ct_worker_opts_t *opts, int64_t *timeout_ms,
     return 0;
 }
 
-static int ct__connect_store(ct_worker_t *w, ct_errbuf_t *eb)
+static int ct_worker_init__connect_store(ct_worker_t *w, ct_errbuf_t *eb)
 {
     ct_store_client_t *st = calloc(1, sizeof *st);
     if (st == NULL)
@@ -96,7 +96,7 @@ int ct_worker_init(ct_worker_t *w, const ct_worker_opts_t *opts, ct_errbuf_t *eb
         opts = &defaults;
     ct_comm_backend_t backend;
     int rc = ct_worker_env_read(&w->env, eb);
-    if (rc != 0 || (rc = ct__read_comm_env(opts, &w->timeout_ms, &backend, eb)) != 0)
+    if (rc != 0 || (rc = ct_worker_init__read_comm_env(opts, &w->timeout_ms, &backend, eb)) != 0)
         return rc;
     if (w->env.world_size > 1 && ct_env_is_set("TORCHELASTIC_USE_AGENT_STORE") &&
         !w->env.use_agent_store)
@@ -114,7 +114,7 @@ int ct_worker_init(ct_worker_t *w, const ct_worker_opts_t *opts, ct_errbuf_t *eb
 
     if ((rc = ct_worker_setup(&w->env, opts->flags, eb)) != 0)
         return rc;
-    if (w->env.has_master && (rc = ct__connect_store(w, eb)) != 0)
+    if (w->env.has_master && (rc = ct_worker_init__connect_store(w, eb)) != 0)
         goto fail;
 
     if (backend == CT_COMM_AUTO) {

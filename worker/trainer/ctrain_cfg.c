@@ -74,8 +74,7 @@ ctrain_layout_t ctrain_train_default_layout(ctrain_model_kind_t model, bool mhc)
 {
     return mhc ? CTRAIN_LAYOUT_PRE_LN : ctrain_family(model)->layout;
 }
-
-const char *ctrain_eval_mode_name(ctrain_eval_mode_t m)
+static const char *ctrain_eval_mode_name(ctrain_eval_mode_t m)
 {
     return m == CTRAIN_EVAL_MODE_SAMPLED ? "sampled" : m == CTRAIN_EVAL_MODE_FULL ? "full" : "both";
 }
@@ -219,7 +218,7 @@ void ctrain_args_usage(FILE *out)
 }
 
 /* Compares a user's flag name (without "--", up to len bytes) with a table name, '-' == '_'. */
-static bool ct__name_eq(const char *user, size_t len, const char *name)
+static bool ctrain_cfg__name_eq(const char *user, size_t len, const char *name)
 {
     if (strlen(name) != len)
         return false;
@@ -231,7 +230,8 @@ static bool ct__name_eq(const char *user, size_t len, const char *name)
     return true;
 }
 
-static int ct__enum(const char *v, const char *const *words, int n, int *out, ct_errbuf_t *eb)
+static int ctrain_cfg__enum(const char *v, const char *const *words, int n, int *out,
+                            ct_errbuf_t *eb)
 {
     for (int i = 0; i < n; i++)
         if (strcmp(v, words[i]) == 0) {
@@ -244,7 +244,8 @@ static int ct__enum(const char *v, const char *const *words, int n, int *out, ct
     return ct_errbuf_set(eb, CT_EPARSE, "\"%.80s\" is not one of %s", v, list);
 }
 
-static int ct__set_enum(ctrain_cfg_t *c, const ct__flag_t *f, const char *v, ct_errbuf_t *eb)
+static int ctrain_cfg__set_enum(ctrain_cfg_t *c, const ct__flag_t *f, const char *v,
+                                ct_errbuf_t *eb)
 {
     int k = 0, rc;
     if (strcmp(f->name, "data_format") == 0) {
@@ -261,40 +262,40 @@ static int ct__set_enum(ctrain_cfg_t *c, const ct__flag_t *f, const char *v, ct_
         return ctrain_loss_parse(v, &c->loss, eb);
     } else if (strcmp(f->name, "device") == 0) {
         static const char *const w[] = {"cpu", "auto", "cuda"};
-        if ((rc = ct__enum(v, w, 3, &k, eb)) == 0)
+        if ((rc = ctrain_cfg__enum(v, w, 3, &k, eb)) == 0)
             snprintf(c->device, sizeof c->device, "%s", w[k]);
         return rc;
     } else if (strcmp(f->name, "backend") == 0) {
         static const char *const w[] = {"auto", "ring", "nccl", "gloo"};
-        if ((rc = ct__enum(v, w, 4, &k, eb)) == 0)
+        if ((rc = ctrain_cfg__enum(v, w, 4, &k, eb)) == 0)
             snprintf(c->backend, sizeof c->backend, "%s", k == 3 ? "ring" : w[k]);
         return rc;
     } else if (strcmp(f->name, "eval") == 0) {
         static const char *const w[] = {"sampled", "full", "both"};
         static const ctrain_eval_mode_t m[] = {CTRAIN_EVAL_MODE_SAMPLED, CTRAIN_EVAL_MODE_FULL,
                                                CTRAIN_EVAL_MODE_BOTH};
-        if ((rc = ct__enum(v, w, 3, &k, eb)) == 0)
+        if ((rc = ctrain_cfg__enum(v, w, 3, &k, eb)) == 0)
             c->eval = m[k];
         return rc;
     } else if (strcmp(f->name, "resume") == 0) {
         static const char *const w[] = {"auto", "never"};
-        if ((rc = ct__enum(v, w, 2, &k, eb)) == 0)
+        if ((rc = ctrain_cfg__enum(v, w, 2, &k, eb)) == 0)
             c->resume_never = k == 1;
         return rc;
     } else if (strcmp(f->name, "lr_schedule") == 0) {
         static const char *const w[] = {"constant", "linear", "cosine"};
-        if ((rc = ct__enum(v, w, 3, &k, eb)) == 0)
+        if ((rc = ctrain_cfg__enum(v, w, 3, &k, eb)) == 0)
             c->lr_schedule = (ctrain_lr_schedule_t)k;
         return rc;
     } else {
         static const char *const w[] = {"none", "linear", "sqrt"};
-        if ((rc = ct__enum(v, w, 3, &k, eb)) == 0)
+        if ((rc = ctrain_cfg__enum(v, w, 3, &k, eb)) == 0)
             c->lr_scale = (ctrain_lr_scale_t)k;
         return rc;
     }
 }
 
-static int ct__set(ctrain_cfg_t *c, const ct__flag_t *f, const char *v, ct_errbuf_t *eb)
+static int ctrain_cfg__set(ctrain_cfg_t *c, const ct__flag_t *f, const char *v, ct_errbuf_t *eb)
 {
     char *base = (char *)c + f->off;
     int rc = 0;
@@ -329,7 +330,7 @@ static int ct__set(ctrain_cfg_t *c, const ct__flag_t *f, const char *v, ct_errbu
         snprintf(base, CTRAIN_TRAIN_PATH_MAX, "%s", v);
         break;
     case CT__ENUM:
-        rc = ct__set_enum(c, f, v, eb);
+        rc = ctrain_cfg__set_enum(c, f, v, eb);
         break;
     }
     if (rc == 0) {
@@ -351,7 +352,7 @@ static int ct__set(ctrain_cfg_t *c, const ct__flag_t *f, const char *v, ct_errbu
 }
 
 /* The model: --no_time, --mhc / --no_mhc, the layout and the model's default values. */
-static int ct__resolve_model(ctrain_cfg_t *c, ct_errbuf_t *eb)
+static int ctrain_cfg__resolve_model(ctrain_cfg_t *c, ct_errbuf_t *eb)
 {
     if (c->no_time) {
         if (c->set_model && c->model != CTRAIN_MODEL_SASREC)
@@ -402,7 +403,7 @@ static int ct__resolve_model(ctrain_cfg_t *c, ct_errbuf_t *eb)
 }
 
 /* Checks across flags, after all are read. */
-static int ct__check(ctrain_cfg_t *c, ct_errbuf_t *eb)
+static int ctrain_cfg__check(ctrain_cfg_t *c, ct_errbuf_t *eb)
 {
     if (c->norm_first) {
         if (c->set_layout && c->layout != CTRAIN_LAYOUT_PRE_LN)
@@ -413,7 +414,7 @@ static int ct__check(ctrain_cfg_t *c, ct_errbuf_t *eb)
         c->layout = CTRAIN_LAYOUT_PRE_LN;
         c->set_layout = true;
     }
-    int rc0 = ct__resolve_model(c, eb);
+    int rc0 = ctrain_cfg__resolve_model(c, eb);
     if (rc0 != 0)
         return rc0;
     if (c->hidden_units % c->num_heads != 0)
@@ -478,7 +479,7 @@ static int ct__check(ctrain_cfg_t *c, ct_errbuf_t *eb)
     return 0;
 }
 
-static bool ct__looks_bool(const char *v)
+static bool ctrain_cfg__looks_bool(const char *v)
 {
     static const char *const w[] = {"true", "false", "1", "0", "yes", "no", "on", "off"};
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
@@ -501,17 +502,17 @@ int ctrain_args_parse(ctrain_cfg_t *c, int argc, char **argv, ctrain_args_action
         const char *name = a + 2;
         const char *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        if (ct__name_eq(name, len, "help") && !eq) {
+        if (ctrain_cfg__name_eq(name, len, "help") && !eq) {
             *action = CTRAIN_ARGS_HELP;
             return 0;
         }
-        if (ct__name_eq(name, len, "version") && !eq) {
+        if (ctrain_cfg__name_eq(name, len, "version") && !eq) {
             *action = CTRAIN_ARGS_VERSION;
             return 0;
         }
         const ct__flag_t *f = NULL;
         for (size_t k = 0; k < CT__NFLAGS && !f; k++)
-            if (ct__name_eq(name, len, ct__flags[k].name))
+            if (ctrain_cfg__name_eq(name, len, ct__flags[k].name))
                 f = &ct__flags[k];
         if (!f)
             return ct_errbuf_set(eb, CT_EPARSE, "unknown flag --%.*s (see ctrain --help)",
@@ -521,17 +522,17 @@ int ctrain_args_parse(ctrain_cfg_t *c, int argc, char **argv, ctrain_args_action
             v = eq + 1;
         } else if (f->kind == CT__BOOL) {
             /* Standing alone means true; a following true/false word is its value. */
-            v = (i + 1 < argc && ct__looks_bool(argv[i + 1])) ? argv[++i] : "true";
+            v = (i + 1 < argc && ctrain_cfg__looks_bool(argv[i + 1])) ? argv[++i] : "true";
         } else if (i + 1 < argc) {
             v = argv[++i];
         } else {
             return ct_errbuf_set(eb, CT_EPARSE, "--%s: missing value", f->name);
         }
-        int rc = ct__set(c, f, v, eb);
+        int rc = ctrain_cfg__set(c, f, v, eb);
         if (rc != 0)
             return ct_errbuf_wrap(eb, rc, "--%s", f->name);
     }
-    return ct__check(c, eb);
+    return ctrain_cfg__check(c, eb);
 }
 
 json_t *ctrain_cfg_to_json(const ctrain_cfg_t *c)

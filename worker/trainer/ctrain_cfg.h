@@ -139,8 +139,6 @@ json_t *ctrain_cfg_to_json(const ctrain_cfg_t *cfg);
 /* The model configuration the flags describe (num_items from the dataset). */
 ctrain_model_cfg_t ctrain_train_model_cfg(const ctrain_cfg_t *cfg, int32_t num_items);
 
-/* Names for messages and JSON. */
-const char *ctrain_eval_mode_name(ctrain_eval_mode_t m);
 const char *ctrain_lr_schedule_name(ctrain_lr_schedule_t s);
 const char *ctrain_lr_scale_name(ctrain_lr_scale_t s);
 

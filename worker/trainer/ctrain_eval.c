@@ -115,7 +115,7 @@ typedef struct ct__sums {
 } ct__sums_t;
 
 /* True when all n scores are finite. */
-static bool ct__all_finite(const float *s, size_t n)
+static bool ctrain_eval__all_finite(const float *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(s[i]))
@@ -125,15 +125,15 @@ static bool ct__all_finite(const float *s, size_t n)
 
 /* The items the full ranking leaves out for user u: the training items (sorted) and, for the
  * test split, the validation item. */
-static void ct__history(const ctrain_dataset_t *ds, int32_t u, ctrain_eval_split_t which,
-                        const int32_t **excl, int64_t *n, int32_t *extra)
+static void ctrain_eval__history(const ctrain_dataset_t *ds, int32_t u, ctrain_eval_split_t which,
+                                 const int32_t **excl, int64_t *n, int32_t *extra)
 {
     *excl = ds->train_sorted + ds->user_start[u];
     *n = ds->train_len[u];
     *extra = which == CTRAIN_EVAL_TEST ? ds->valid_item[u] : 0;
 }
 
-static void ct__add(ct__sums_t *s, ctrain_eval_split_t which, int metric, int64_t rank)
+static void ctrain_eval__add(ct__sums_t *s, ctrain_eval_split_t which, int metric, int64_t rank)
 {
     s->v[which][metric] +=
         ctrain_eval_hr((int)(rank < INT32_MAX ? rank : INT32_MAX), CTRAIN_EVAL_TOPK);
@@ -142,8 +142,8 @@ static void ct__add(ct__sums_t *s, ctrain_eval_split_t which, int metric, int64_
 }
 
 /* One chunk of users for one split. model NULL: the popularity baseline. */
-static int ct__chunk(ctrain_evaluator_t *ev, ctrain_model_t *m, const int32_t *users, int n,
-                     ctrain_eval_split_t which, ct__sums_t *s)
+static int ctrain_eval__chunk(ctrain_evaluator_t *ev, ctrain_model_t *m, const int32_t *users,
+                              int n, ctrain_eval_split_t which, ct__sums_t *s)
 {
     const ctrain_dataset_t *ds = ev->ds;
     ct_ops_t *o = ev->ops;
@@ -175,8 +175,9 @@ static int ct__chunk(ctrain_evaluator_t *ev, ctrain_model_t *m, const int32_t *u
         }
         for (int r = 0; r < n; r++) {
             const float *row = ev->scores + (size_t)r * CT__K;
-            ev->nonfinite[r] |= !ct__all_finite(row, CT__K);
-            ct__add(s, which, 0, ctrain_eval_rank(row, ev->cand + (size_t)r * CT__K, CT__K));
+            ev->nonfinite[r] |= !ctrain_eval__all_finite(row, CT__K);
+            ctrain_eval__add(s, which, 0,
+                             ctrain_eval_rank(row, ev->cand + (size_t)r * CT__K, CT__K));
         }
     }
     if (ev->mode & CTRAIN_EVAL_MODE_FULL) {
@@ -192,12 +193,13 @@ static int ct__chunk(ctrain_evaluator_t *ev, ctrain_model_t *m, const int32_t *u
             const int32_t *excl;
             int64_t nx;
             int32_t extra;
-            ct__history(ds, users[r], which, &excl, &nx, &extra);
+            ctrain_eval__history(ds, users[r], which, &excl, &nx, &extra);
             const float *row = m ? ev->scores + (size_t)r * (size_t)V : ev->pop;
-            ev->nonfinite[r] |= !ct__all_finite(row + 1, (size_t)V - 1); /* item 0 is padding */
-            ct__add(s, which, 2,
-                    ctrain_eval_rank_full(row, V, ctrain_eval_target(ds, users[r], which), excl, nx,
-                                          extra));
+            ev->nonfinite[r] |=
+                !ctrain_eval__all_finite(row + 1, (size_t)V - 1); /* item 0 is padding */
+            ctrain_eval__add(s, which, 2,
+                             ctrain_eval_rank_full(row, V, ctrain_eval_target(ds, users[r], which),
+                                                   excl, nx, extra));
         }
     }
     s->v[which][4] += n;
@@ -206,8 +208,8 @@ static int ct__chunk(ctrain_evaluator_t *ev, ctrain_model_t *m, const int32_t *u
     return 0;
 }
 
-static int ct__run(ctrain_evaluator_t *ev, ctrain_model_t *m, ct_reducer_t *red,
-                   ctrain_eval_result_t *out, ct_errbuf_t *eb)
+static int ctrain_eval__run(ctrain_evaluator_t *ev, ctrain_model_t *m, ct_reducer_t *red,
+                            ctrain_eval_result_t *out, ct_errbuf_t *eb)
 {
     ct__sums_t s;
     memset(&s, 0, sizeof s);
@@ -215,7 +217,7 @@ static int ct__run(ctrain_evaluator_t *ev, ctrain_model_t *m, ct_reducer_t *red,
         ctrain_eval_split_t which = w == 0 ? CTRAIN_EVAL_VALID : CTRAIN_EVAL_TEST;
         for (int64_t i = 0; i < ev->n_users; i += ev->chunk) {
             int n = (int)(ev->n_users - i < ev->chunk ? ev->n_users - i : ev->chunk);
-            int rc = ct__chunk(ev, m, ev->users + i, n, which, &s);
+            int rc = ctrain_eval__chunk(ev, m, ev->users + i, n, which, &s);
             if (rc != 0)
                 return ct_errbuf_set(eb, rc, "evaluation: the %s backend failed (%s)",
                                      ev->ops->name, ct_strerror(rc));
@@ -249,11 +251,11 @@ int ctrain_eval_model(ctrain_evaluator_t *ev, ctrain_model_t *m, ct_reducer_t *r
     if (m->max_batch < ev->chunk)
         return ct_errbuf_set(eb, -EINVAL, "evaluation chunk %d over the model's %d rows", ev->chunk,
                              m->max_batch);
-    return ct__run(ev, m, red, out, eb);
+    return ctrain_eval__run(ev, m, red, out, eb);
 }
 
 int ctrain_eval_popularity(ctrain_evaluator_t *ev, ct_reducer_t *red, ctrain_eval_result_t *out,
                            ct_errbuf_t *eb)
 {
-    return ct__run(ev, NULL, red, out, eb);
+    return ctrain_eval__run(ev, NULL, red, out, eb);
 }

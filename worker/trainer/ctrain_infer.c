@@ -23,7 +23,7 @@
 
 /* The model configuration a ctrain checkpoint records, if path is one: 1 found, 0 not a ctrain
  * checkpoint, < 0 error. */
-static int ct__ckpt_model_cfg(const char *path, ctrain_model_cfg_t *out, ct_errbuf_t *eb)
+static int ctrain_infer__ckpt_model_cfg(const char *path, ctrain_model_cfg_t *out, ct_errbuf_t *eb)
 {
     ct_st_file_t *f = NULL;
     int rc = ct_st_open(&f, path, eb);
@@ -45,16 +45,16 @@ static int ct__ckpt_model_cfg(const char *path, ctrain_model_cfg_t *out, ct_errb
     return rc;
 }
 
-static int ct__conflict(const char *flag, long long given, long long file, const char *path,
-                        ct_errbuf_t *eb)
+static int ctrain_infer__conflict(const char *flag, long long given, long long file,
+                                  const char *path, ct_errbuf_t *eb)
 {
     return ct_errbuf_set(eb, CT_EMISMATCH, "%s was given as %lld but %s holds a model with %lld",
                          flag, given, path, file);
 }
 
 /* The model flags given on the command line against the file's model. */
-static int ct__check_model_flags(const ctrain_cfg_t *c, const ctrain_model_cfg_t *file,
-                                 const char *path, ct_errbuf_t *eb)
+static int ctrain_infer__check_model_flags(const ctrain_cfg_t *c, const ctrain_model_cfg_t *file,
+                                           const char *path, ct_errbuf_t *eb)
 {
     if (c->set_model && file->kind != c->model)
         return ct_errbuf_set(eb, CT_EMISMATCH, "--model was given as %s but %s holds a %s model",
@@ -64,26 +64,26 @@ static int ct__check_model_flags(const ctrain_cfg_t *c, const ctrain_model_cfg_t
                              c->mhc ? "mhc" : "no_mhc", path, ctrain_model_title(file));
     if (c->set_time_span && ctrain_family(file->kind)->has_time_span &&
         file->time_span != c->time_span)
-        return ct__conflict("--time_span", c->time_span, file->time_span, path, eb);
+        return ctrain_infer__conflict("--time_span", c->time_span, file->time_span, path, eb);
     return 0;
 }
 
-static int ct__resolve_cfg(const ctrain_cfg_t *c, int32_t num_items, ctrain_model_cfg_t *mc,
-                           ct_errbuf_t *eb)
+static int ctrain_infer__resolve_cfg(const ctrain_cfg_t *c, int32_t num_items,
+                                     ctrain_model_cfg_t *mc, ct_errbuf_t *eb)
 {
     const char *path = c->state_dict_path;
     *mc = ctrain_train_model_cfg(c, num_items);
     ctrain_model_cfg_t file = *mc;
-    int rc = ct__ckpt_model_cfg(path, &file, eb);
+    int rc = ctrain_infer__ckpt_model_cfg(path, &file, eb);
     if (rc < 0)
         return rc;
     if (rc == 1) {
-        if ((rc = ct__check_model_flags(c, &file, path, eb)) != 0)
+        if ((rc = ctrain_infer__check_model_flags(c, &file, path, eb)) != 0)
             return rc;
         if (c->set_maxlen && file.maxlen != mc->maxlen)
-            return ct__conflict("--maxlen", mc->maxlen, file.maxlen, path, eb);
+            return ctrain_infer__conflict("--maxlen", mc->maxlen, file.maxlen, path, eb);
         if (c->set_heads && file.num_heads != mc->num_heads)
-            return ct__conflict("--num_heads", mc->num_heads, file.num_heads, path, eb);
+            return ctrain_infer__conflict("--num_heads", mc->num_heads, file.num_heads, path, eb);
         if (c->set_layout && file.layout != mc->layout)
             return ct_errbuf_set(eb, CT_EMISMATCH,
                                  "--layout was given as %s but %s holds a "
@@ -93,18 +93,18 @@ static int ct__resolve_cfg(const ctrain_cfg_t *c, int32_t num_items, ctrain_mode
     } else {
         int pos_rows = 0;
         if ((rc = ctrain_model_cfg_from_state_dict(path, &file, &pos_rows, eb)) != 0 ||
-            (rc = ct__check_model_flags(c, &file, path, eb)) != 0)
+            (rc = ctrain_infer__check_model_flags(c, &file, path, eb)) != 0)
             return rc;
         /* a state dict with no pos_emb rows fixes maxlen itself (TiSASRec's abs_pos_K_emb) */
         if (pos_rows == 0 && c->set_maxlen && file.maxlen != c->maxlen)
-            return ct__conflict("--maxlen", c->maxlen, file.maxlen, path, eb);
+            return ctrain_infer__conflict("--maxlen", c->maxlen, file.maxlen, path, eb);
         if (!c->set_layout)
             file.layout = ctrain_train_default_layout(file.kind, file.mhc_streams > 0);
     }
     if (c->set_hidden && file.hidden != mc->hidden)
-        return ct__conflict("--hidden_units", mc->hidden, file.hidden, path, eb);
+        return ctrain_infer__conflict("--hidden_units", mc->hidden, file.hidden, path, eb);
     if (c->set_blocks && file.num_blocks != mc->num_blocks)
-        return ct__conflict("--num_blocks", mc->num_blocks, file.num_blocks, path, eb);
+        return ctrain_infer__conflict("--num_blocks", mc->num_blocks, file.num_blocks, path, eb);
     if (file.num_items != num_items)
         return ct_errbuf_set(eb, CT_EMISMATCH,
                              "%s was trained on %d items but the dataset has %d (a different "
@@ -135,7 +135,7 @@ int ctrain_infer_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
         return rc;
     }
     int chunk = ctrain_train_eval_chunk(cfg, env->world_size);
-    if ((rc = ct__resolve_cfg(cfg, ds.num_items, &mc, eb)) != 0 ||
+    if ((rc = ctrain_infer__resolve_cfg(cfg, ds.num_items, &mc, eb)) != 0 ||
         (rc = ctrain_train_check_data(&mc, &ds, eb)) != 0 ||
         (rc = ctrain_train_check_device(&mc, &ops, eb)) != 0 ||
         (rc = ctrain_model_create(&model, &mc, &ops, chunk, eb)) != 0)

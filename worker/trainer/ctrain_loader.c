@@ -10,7 +10,7 @@
 #include <string.h>
 
 /* Fills ch with the chunk at the producer's position and advances it. */
-static void ct__fill(ctrain_loader_t *b, ctrain_train_chunk_t *ch)
+static void ctrain_loader__fill(ctrain_loader_t *b, ctrain_train_chunk_t *ch)
 {
     int64_t epoch, pos, begin, count;
     ct_shard_locate(&b->shard, b->step, &epoch, &pos);
@@ -50,7 +50,7 @@ static void ct__fill(ctrain_loader_t *b, ctrain_train_chunk_t *ch)
     }
 }
 
-static void *ct__producer(void *arg)
+static void *ctrain_loader__producer(void *arg)
 {
     ctrain_loader_t *b = arg;
     pthread_mutex_lock(&b->mu);
@@ -61,7 +61,7 @@ static void *ct__producer(void *arg)
             break;
         int slot = (b->head + b->filled) % 2;
         pthread_mutex_unlock(&b->mu);
-        ct__fill(b, &b->chunk[slot]);
+        ctrain_loader__fill(b, &b->chunk[slot]);
         pthread_mutex_lock(&b->mu);
         b->filled++;
         pthread_cond_broadcast(&b->cv);
@@ -98,7 +98,7 @@ int ctrain_loader_init(ctrain_loader_t *b, const ctrain_dataset_t *ds, const int
         int rc = pthread_mutex_init(&b->mu, NULL);
         if (rc == 0 && (rc = pthread_cond_init(&b->cv, NULL)) != 0)
             pthread_mutex_destroy(&b->mu);
-        if (rc == 0 && (rc = pthread_create(&b->thread, NULL, ct__producer, b)) != 0) {
+        if (rc == 0 && (rc = pthread_create(&b->thread, NULL, ctrain_loader__producer, b)) != 0) {
             pthread_cond_destroy(&b->cv);
             pthread_mutex_destroy(&b->mu);
         }
@@ -118,7 +118,7 @@ oom:
 const ctrain_train_chunk_t *ctrain_loader_next(ctrain_loader_t *b)
 {
     if (!b->threaded) {
-        ct__fill(b, &b->chunk[0]);
+        ctrain_loader__fill(b, &b->chunk[0]);
         return &b->chunk[0];
     }
     pthread_mutex_lock(&b->mu);

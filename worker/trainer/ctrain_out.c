@@ -23,18 +23,18 @@
 
 /* ---- JSON of metrics ----------------------------------------------------------------------- */
 
-static json_t *ct__num(double x)
+static json_t *ctrain_out__num(double x)
 {
     return isfinite(x) ? json_real(x) : json_null();
 }
-
+static 
 json_t *ctrain_out_split_json(const ctrain_eval_split_result_t *r)
 {
     json_t *o = json_object();
-    json_object_set_new(o, "hr@10", ct__num(r->hr));
-    json_object_set_new(o, "ndcg@10", ct__num(r->ndcg));
-    json_object_set_new(o, "full_hr@10", ct__num(r->full_hr));
-    json_object_set_new(o, "full_ndcg@10", ct__num(r->full_ndcg));
+    json_object_set_new(o, "hr@10", ctrain_out__num(r->hr));
+    json_object_set_new(o, "ndcg@10", ctrain_out__num(r->ndcg));
+    json_object_set_new(o, "full_hr@10", ctrain_out__num(r->full_hr));
+    json_object_set_new(o, "full_ndcg@10", ctrain_out__num(r->full_ndcg));
     json_object_set_new(o, "users", json_integer((json_int_t)r->users));
     if (r->nonfinite > 0) /* the reason the metrics above are null */
         json_object_set_new(o, "nonfinite_users", json_integer((json_int_t)r->nonfinite));
@@ -47,7 +47,7 @@ json_t *ctrain_out_result_json(const ctrain_eval_result_t *r)
                      ctrain_out_split_json(&r->test));
 }
 
-static int ct__split_from_json(const json_t *o, ctrain_eval_split_result_t *r)
+static int ctrain_out__split_from_json(const json_t *o, ctrain_eval_split_result_t *r)
 {
     static const char *const keys[4] = {"hr@10", "ndcg@10", "full_hr@10", "full_ndcg@10"};
     double *dst[4] = {&r->hr, &r->ndcg, &r->full_hr, &r->full_ndcg};
@@ -74,8 +74,8 @@ int ctrain_out_result_from_json(const json_t *o, ctrain_eval_result_t *r)
 {
     if (!json_is_object(o))
         return -1;
-    if (ct__split_from_json(json_object_get(o, "valid"), &r->valid) != 0 ||
-        ct__split_from_json(json_object_get(o, "test"), &r->test) != 0)
+    if (ctrain_out__split_from_json(json_object_get(o, "valid"), &r->valid) != 0 ||
+        ctrain_out__split_from_json(json_object_get(o, "test"), &r->test) != 0)
         return -1;
     return 0;
 }
@@ -136,7 +136,7 @@ void ctrain_out_header(ctrain_trainer_t *t)
     fflush(stdout);
 }
 
-static void ct__cell(double x)
+static void ctrain_out__cell(double x)
 {
     if (isfinite(x))
         printf(" %9.4f", x);
@@ -160,9 +160,11 @@ void ctrain_out_row(int64_t epoch, int64_t step, double loss, double pos_per_s,
     else
         printf(" %10s", "-");
     printf(" %8.0f", pos_per_s);
-    ct__cell(r->valid.hr), ct__cell(r->valid.ndcg), ct__cell(r->valid.full_hr);
-    ct__cell(r->valid.full_ndcg), ct__cell(r->test.hr), ct__cell(r->test.ndcg);
-    ct__cell(r->test.full_hr), ct__cell(r->test.full_ndcg);
+    ctrain_out__cell(r->valid.hr), ctrain_out__cell(r->valid.ndcg),
+        ctrain_out__cell(r->valid.full_hr);
+    ctrain_out__cell(r->valid.full_ndcg), ctrain_out__cell(r->test.hr),
+        ctrain_out__cell(r->test.ndcg);
+    ctrain_out__cell(r->test.full_hr), ctrain_out__cell(r->test.full_ndcg);
     printf("\n");
     fflush(stdout);
 }
@@ -250,7 +252,7 @@ int ctrain_out_write_file(const char *dir, const char *name, const char *text, c
 }
 
 /* metrics.jsonl without the records of steps after keep_step (a resumed run replays them). */
-static int ct__cut_metrics(const char *dir, int64_t keep_step, ct_errbuf_t *eb)
+static int ctrain_out__cut_metrics(const char *dir, int64_t keep_step, ct_errbuf_t *eb)
 {
     char path[CTRAIN_TRAIN_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", dir, CT__METRICS);
@@ -331,7 +333,7 @@ int ctrain_out_open(ctrain_trainer_t *t, bool resumed, int64_t keep_step, ct_err
     char path[CTRAIN_TRAIN_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", c->train_dir, CT__METRICS);
     if (resumed) {
-        if ((rc = ct__cut_metrics(c->train_dir, keep_step, eb)) != 0)
+        if ((rc = ctrain_out__cut_metrics(c->train_dir, keep_step, eb)) != 0)
             return rc;
         t->metrics = fopen(path, "a");
     } else {
@@ -361,7 +363,7 @@ int ctrain_out_metrics(ctrain_trainer_t *t, int64_t epoch, double loss, double p
     json_t *o = json_object();
     json_object_set_new(o, "epoch", json_integer((json_int_t)epoch));
     json_object_set_new(o, "step", json_integer((json_int_t)t->step));
-    json_object_set_new(o, "train_loss", ct__num(loss));
+    json_object_set_new(o, "train_loss", ctrain_out__num(loss));
     json_object_set_new(o, "positions_per_s", json_real(pos_per_s));
     json_object_set_new(o, "lr", json_real(t->lr_now));
     json_object_set_new(o, "skipped_steps", json_integer((json_int_t)t->st.skipped_steps));

@@ -33,7 +33,7 @@ uint32_t ctrain_tboard_crc32c(const void *data, size_t n)
 }
 
 /* TensorFlow's masking: rotate right by 15 and add a constant. */
-static uint32_t ct__masked_crc(const void *data, size_t n)
+static uint32_t ctrain_tboard__masked_crc(const void *data, size_t n)
 {
     uint32_t crc = ctrain_tboard_crc32c(data, n);
     return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
@@ -46,7 +46,7 @@ typedef struct ct__pb {
     size_t n;
 } ct__pb_t;
 
-static void ct__pb_varint(ct__pb_t *pb, uint64_t v)
+static void ctrain_tboard__pb_varint(ct__pb_t *pb, uint64_t v)
 {
     do {
         unsigned char b = v & 0x7F;
@@ -55,39 +55,40 @@ static void ct__pb_varint(ct__pb_t *pb, uint64_t v)
     } while (v);
 }
 
-static void ct__pb_key(ct__pb_t *pb, unsigned field, unsigned wire)
+static void ctrain_tboard__pb_key(ct__pb_t *pb, unsigned field, unsigned wire)
 {
-    ct__pb_varint(pb, (uint64_t)field << 3 | wire);
+    ctrain_tboard__pb_varint(pb, (uint64_t)field << 3 | wire);
 }
 
-static void ct__pb_bytes(ct__pb_t *pb, unsigned field, const void *data, size_t n)
+static void ctrain_tboard__pb_bytes(ct__pb_t *pb, unsigned field, const void *data, size_t n)
 {
-    ct__pb_key(pb, field, 2);
-    ct__pb_varint(pb, n);
+    ctrain_tboard__pb_key(pb, field, 2);
+    ctrain_tboard__pb_varint(pb, n);
     memcpy(pb->buf + pb->n, data, n);
     pb->n += n;
 }
 
-static void ct__pb_double(ct__pb_t *pb, unsigned field, double v)
+static void ctrain_tboard__pb_double(ct__pb_t *pb, unsigned field, double v)
 {
-    ct__pb_key(pb, field, 1);
+    ctrain_tboard__pb_key(pb, field, 1);
     memcpy(pb->buf + pb->n, &v, 8); /* little-endian host, as the wire format */
     pb->n += 8;
 }
 
-static void ct__pb_float(ct__pb_t *pb, unsigned field, float v)
+static void ctrain_tboard__pb_float(ct__pb_t *pb, unsigned field, float v)
 {
-    ct__pb_key(pb, field, 5);
+    ctrain_tboard__pb_key(pb, field, 5);
     memcpy(pb->buf + pb->n, &v, 4);
     pb->n += 4;
 }
 
-static int ct__write_record(ctrain_tboard_t *tb, const void *data, size_t n, ct_errbuf_t *eb)
+static int ctrain_tboard__write_record(ctrain_tboard_t *tb, const void *data, size_t n,
+                                       ct_errbuf_t *eb)
 {
     unsigned char head[12];
     uint64_t len = n;
     memcpy(head, &len, 8);
-    uint32_t hc = ct__masked_crc(head, 8), dc = ct__masked_crc(data, n);
+    uint32_t hc = ctrain_tboard__masked_crc(head, 8), dc = ctrain_tboard__masked_crc(data, n);
     memcpy(head + 8, &hc, 4);
     if (fwrite(head, 1, 12, tb->f) != 12 || fwrite(data, 1, n, tb->f) != n ||
         fwrite(&dc, 1, 4, tb->f) != 4 || fflush(tb->f) != 0)
@@ -118,9 +119,9 @@ int ctrain_tboard_open(ctrain_tboard_t *tb, const char *dir, ct_errbuf_t *eb)
     if (tb->f == NULL)
         return ct_errbuf_set(eb, -errno, "%s: %s", tb->path, strerror(errno));
     ct__pb_t pb = {.n = 0};
-    ct__pb_double(&pb, 1, now);
-    ct__pb_bytes(&pb, 3, "brain.Event:2", 13);
-    int rc = ct__write_record(tb, pb.buf, pb.n, eb);
+    ctrain_tboard__pb_double(&pb, 1, now);
+    ctrain_tboard__pb_bytes(&pb, 3, "brain.Event:2", 13);
+    int rc = ctrain_tboard__write_record(tb, pb.buf, pb.n, eb);
     if (rc != 0)
         ctrain_tboard_close(tb);
     return rc;
@@ -137,14 +138,14 @@ int ctrain_tboard_scalar(ctrain_tboard_t *tb, const char *tag, int64_t step, dou
     /* Summary.Value{tag = 1, simple_value = 2} inside Summary{value = 1} inside
      * Event{wall_time = 1, step = 2, summary = 5}. */
     ct__pb_t val = {.n = 0}, summary = {.n = 0}, event = {.n = 0};
-    ct__pb_bytes(&val, 1, tag, tag_len);
-    ct__pb_float(&val, 2, (float)value);
-    ct__pb_bytes(&summary, 1, val.buf, val.n);
-    ct__pb_double(&event, 1, ct_time_unix_s());
-    ct__pb_key(&event, 2, 0);
-    ct__pb_varint(&event, (uint64_t)step);
-    ct__pb_bytes(&event, 5, summary.buf, summary.n);
-    return ct__write_record(tb, event.buf, event.n, eb);
+    ctrain_tboard__pb_bytes(&val, 1, tag, tag_len);
+    ctrain_tboard__pb_float(&val, 2, (float)value);
+    ctrain_tboard__pb_bytes(&summary, 1, val.buf, val.n);
+    ctrain_tboard__pb_double(&event, 1, ct_time_unix_s());
+    ctrain_tboard__pb_key(&event, 2, 0);
+    ctrain_tboard__pb_varint(&event, (uint64_t)step);
+    ctrain_tboard__pb_bytes(&event, 5, summary.buf, summary.n);
+    return ctrain_tboard__write_record(tb, event.buf, event.n, eb);
 }
 
 void ctrain_tboard_close(ctrain_tboard_t *tb)

@@ -93,7 +93,7 @@ int ctrain_train_eval_chunk(const ctrain_cfg_t *cfg, int world)
 
 /* ---- checkpoint configuration and state ------------------------------------------------------ */
 
-static json_t *ct__state_json(const ctrain_train_state_t *s)
+static json_t *ctrain_train__state_json(const ctrain_train_state_t *s)
 {
     json_t *o =
         json_pack("{s:I, s:I, s:b, s:f, s:I, s:I, s:f, s:I, s:f}", "adam_steps",
@@ -105,7 +105,7 @@ static json_t *ct__state_json(const ctrain_train_state_t *s)
     return o;
 }
 
-static int ct__state_from_json(const json_t *o, ctrain_train_state_t *s, ct_errbuf_t *eb)
+static int ctrain_train__state_from_json(const json_t *o, ctrain_train_state_t *s, ct_errbuf_t *eb)
 {
     json_int_t adam = 0, skipped = 0, be = 0, bs = 0, ls = 0;
     int has_best = 0;
@@ -125,7 +125,7 @@ static int ct__state_from_json(const json_t *o, ctrain_train_state_t *s, ct_errb
 }
 
 /* The checkpoint's "config": what must match to resume, and the state. */
-static json_t *ct__ckpt_config(const ctrain_trainer_t *t)
+static json_t *ctrain_train__ckpt_config(const ctrain_trainer_t *t)
 {
     const ctrain_cfg_t *c = t->cfg;
     json_t *o = json_object();
@@ -140,11 +140,11 @@ static json_t *ct__ckpt_config(const ctrain_trainer_t *t)
                         json_pack("{s:i, s:i, s:I, s:i, s:f}", "batch_size", c->batch_size,
                                   "grad_accum", c->grad_accum, "seed", (json_int_t)c->seed,
                                   "num_epochs", c->num_epochs, "lr", c->lr));
-    json_object_set_new(o, "state", ct__state_json(&t->st));
+    json_object_set_new(o, "state", ctrain_train__state_json(&t->st));
     return o;
 }
 
-static int ct__save(ctrain_trainer_t *t, ct_ckpt_kind_t kind, ct_errbuf_t *eb)
+static int ctrain_train__save(ctrain_trainer_t *t, ct_ckpt_kind_t kind, ct_errbuf_t *eb)
 {
     if (!t->rank0)
         return 0;
@@ -161,7 +161,7 @@ static int ct__save(ctrain_trainer_t *t, ct_ckpt_kind_t kind, ct_errbuf_t *eb)
         meta->has_metric = true;
         meta->metric = t->st.best_metric;
     }
-    json_t *cfg = ct__ckpt_config(t);
+    json_t *cfg = ctrain_train__ckpt_config(t);
     char *text = json_dumps(cfg, JSON_COMPACT);
     json_decref(cfg);
     if (!text || strlen(text) >= sizeof meta->config) {
@@ -178,8 +178,8 @@ static int ct__save(ctrain_trainer_t *t, ct_ckpt_kind_t kind, ct_errbuf_t *eb)
 
 /* Checks that this run may resume from a checkpoint with this configuration, and restores
  * the training state it records. Returns 0, or CT_EFORMAT / CT_EMISMATCH with the reason. */
-static int ct__check_resume(ctrain_trainer_t *t, const char *name, const char *config,
-                            ct_errbuf_t *eb)
+static int ctrain_train__check_resume(ctrain_trainer_t *t, const char *name, const char *config,
+                                      ct_errbuf_t *eb)
 {
     json_error_t je;
     json_t *o = json_loads(config, 0, &je);
@@ -225,7 +225,7 @@ static int ct__check_resume(ctrain_trainer_t *t, const char *name, const char *c
                           t->cfg->batch_size, t->cfg->grad_accum, (unsigned long long)t->cfg->seed);
         goto out;
     }
-    rc = ct__state_from_json(state, &t->st, eb);
+    rc = ctrain_train__state_from_json(state, &t->st, eb);
 out:
     json_decref(o);
     return rc;
@@ -234,7 +234,7 @@ out:
 /* Resumes from the latest checkpoint when there is one: rank 0 picks the file (with fallback
  * past damaged ones) and broadcasts its name, the others load exactly that file. Sets
  * *resumed. */
-static int ct__resume(ctrain_trainer_t *t, bool *resumed, ct_errbuf_t *eb)
+static int ctrain_train__resume(ctrain_trainer_t *t, bool *resumed, ct_errbuf_t *eb)
 {
     *resumed = false;
     struct {
@@ -262,14 +262,15 @@ static int ct__resume(ctrain_trainer_t *t, bool *resumed, ct_errbuf_t *eb)
     if (rc == CT_EMISMATCH && meta->config[0] != '\0') {
         /* The tensors do not fit: say which configuration field is why. */
         ct_errbuf_t ceb;
-        int crc = ct__check_resume(t, pick.name[0] ? pick.name : "latest", meta->config, &ceb);
+        int crc =
+            ctrain_train__check_resume(t, pick.name[0] ? pick.name : "latest", meta->config, &ceb);
         if (crc != 0)
             *eb = ceb;
         goto out;
     }
     if (rc != 0)
         goto out;
-    if ((rc = ct__check_resume(t, pick.name, meta->config, eb)) != 0)
+    if ((rc = ctrain_train__check_resume(t, pick.name, meta->config, eb)) != 0)
         goto out;
     if ((rc = ctrain_model_from_host(t->model)) != 0) {
         ct_errbuf_set(eb, rc, "copying the checkpoint to the %s backend failed", t->ops.name);
@@ -293,13 +294,13 @@ out:
 
 /* ---- set-up and tear-down -------------------------------------------------------------------- */
 
-static void ct__eval_progress(void *ctx)
+static void ctrain_train__eval_progress(void *ctx)
 {
     ctrain_trainer_t *t = ctx;
     ct_worker_progress((uint64_t)t->step);
 }
 
-static int ct__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
+static int ctrain_train__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
 {
     const ctrain_cfg_t *c = t->cfg;
     const int W = t->env->world_size, R = t->env->rank;
@@ -368,12 +369,12 @@ static int ct__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
                                     ctrain_family(t->mcfg.kind)->eval_excludes_target, R, W, eb)) !=
         0)
         return rc;
-    t->ev.progress = ct__eval_progress;
+    t->ev.progress = ctrain_train__eval_progress;
     t->ev.progress_ctx = t;
     return ct_ckpt_dir_init(&t->ckpt, c->train_dir, c->keep_checkpoints, t->rank0, eb);
 }
 
-static void ct__teardown(ctrain_trainer_t *t)
+static void ctrain_train__teardown(ctrain_trainer_t *t)
 {
     ctrain_out_close(t);
     ct_ckpt_dir_close(&t->ckpt);
@@ -391,13 +392,13 @@ static void ct__teardown(ctrain_trainer_t *t)
 
 /* The model's grads_ready during the last micro-batch's backward: the reducer starts on the
  * gradients each block has finished while the earlier blocks are still computed. */
-static int ct__grads_ready(void *ctx, float *grads, const int64_t (*ranges)[2], int n)
+static int ctrain_train__grads_ready(void *ctx, float *grads, const int64_t (*ranges)[2], int n)
 {
     ctrain_trainer_t *t = ctx;
     return ct_reducer_ready(t->red, grads, ranges, n, &t->ready_eb);
 }
 
-static int ct__step(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
+static int ctrain_train__step(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
 {
     const ctrain_cfg_t *c = t->cfg;
     ctrain_model_t *m = t->model;
@@ -423,7 +424,7 @@ static int ct__step(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
                                    .row0 = ch->row0};
         float l = 0.0f;
         const bool early = ch->last && c->overlap_reduction && ct_reducer_overlaps(t->red);
-        m->grads_ready = early ? ct__grads_ready : NULL;
+        m->grads_ready = early ? ctrain_train__grads_ready : NULL;
         m->grads_ready_ctx = t;
         t->ready_eb.msg[0] = '\0';
         int rc = ctrain_model_forward_backward(m, &mb, (float)targets, c->seed, t->step, &l);
@@ -486,7 +487,7 @@ static int ct__step(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
 
 /* The number models are selected on: validation full-ranking NDCG@10 when full ranking is
  * evaluated (the spec's primary metric), else the sampled one. Never a test number. */
-static double ct__select_metric(const ctrain_cfg_t *c, const ctrain_eval_result_t *r)
+static double ctrain_train__select_metric(const ctrain_cfg_t *c, const ctrain_eval_result_t *r)
 {
     return (c->eval & CTRAIN_EVAL_MODE_FULL) ? r->valid.full_ndcg : r->valid.ndcg;
 }
@@ -516,7 +517,7 @@ int ctrain_train_check_scores(const ctrain_cfg_t *cfg, const ctrain_eval_result_
     return 0;
 }
 
-static int ct__evaluate(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
+static int ctrain_train__evaluate(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
 {
     ctrain_eval_result_t r;
     double train_s = t->train_seconds;
@@ -535,7 +536,7 @@ static int ct__evaluate(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
     t->last_epoch = epoch;
     t->last_step = t->step;
     t->has_last = true;
-    double metric = ct__select_metric(t->cfg, &r);
+    double metric = ctrain_train__select_metric(t->cfg, &r);
     /* an evaluation without metrics (non-finite scores) is never the best one */
     bool better = isfinite(metric) && (!t->st.has_best || metric > t->st.best_metric);
     if (better) {
@@ -556,14 +557,14 @@ static int ct__evaluate(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
     t->st.positions = 0;
     t->rate_positions = 0;
     t->train_seconds = 0;
-    if (better && (rc = ct__save(t, CT_CKPT_BEST, eb)) != 0)
+    if (better && (rc = ctrain_train__save(t, CT_CKPT_BEST, eb)) != 0)
         return rc;
     return 0;
 }
 
 /* ---- the job --------------------------------------------------------------------------------- */
 
-static int ct__loop(ctrain_trainer_t *t, ct_errbuf_t *eb)
+static int ctrain_train__loop(ctrain_trainer_t *t, ct_errbuf_t *eb)
 {
     const ctrain_cfg_t *c = t->cfg;
     int rc;
@@ -572,7 +573,7 @@ static int ct__loop(ctrain_trainer_t *t, ct_errbuf_t *eb)
         int64_t epoch, pos;
         ct_shard_locate(&t->shard, t->step, &epoch, &pos);
         ct_worker_progress((uint64_t)t->step);
-        if ((rc = ct__step(t, epoch, eb)) != 0)
+        if ((rc = ctrain_train__step(t, epoch, eb)) != 0)
             return rc;
         t->step++;
         int64_t now = ct_time_ns();
@@ -586,11 +587,11 @@ static int ct__loop(ctrain_trainer_t *t, ct_errbuf_t *eb)
         int64_t done = t->step / t->steps_per_epoch; /* epochs completed */
         if (epoch_end &&
             ((c->eval_every > 0 && done % c->eval_every == 0) || done == c->num_epochs)) {
-            if ((rc = ct__evaluate(t, done, eb)) != 0)
+            if ((rc = ctrain_train__evaluate(t, done, eb)) != 0)
                 return rc;
         }
         if (epoch_end || (c->ckpt_every_steps > 0 && t->step % c->ckpt_every_steps == 0)) {
-            if (t->step < t->total_steps && (rc = ct__save(t, CT_CKPT_STEP, eb)) != 0)
+            if (t->step < t->total_steps && (rc = ctrain_train__save(t, CT_CKPT_STEP, eb)) != 0)
                 return rc;
         }
         t->t_phase_ns = ct_time_ns();
@@ -609,7 +610,7 @@ int ctrain_train_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
     t->red = red;
     t->rank0 = env->rank == 0;
     t->t_start_ns = ct_time_ns();
-    int rc = ct__setup(t, eb);
+    int rc = ctrain_train__setup(t, eb);
     if (rc != 0)
         goto out;
     if (t->rank0)
@@ -617,7 +618,7 @@ int ctrain_train_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
 
     bool resumed = false;
     if (!cfg->resume_never || env->restart_count > 0) {
-        if ((rc = ct__resume(t, &resumed, eb)) != 0)
+        if ((rc = ctrain_train__resume(t, &resumed, eb)) != 0)
             goto out;
     } else if (t->rank0) {
         /* --resume never on a first attempt: this run must not be resumed from an earlier
@@ -639,9 +640,9 @@ int ctrain_train_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
                                  cfg->seed, t->step, t->total_steps, cfg->num_workers > 0, eb)) !=
         0)
         goto out;
-    if ((rc = ct__loop(t, eb)) != 0)
+    if ((rc = ctrain_train__loop(t, eb)) != 0)
         goto out;
-    if ((rc = ct__save(t, CT_CKPT_FINAL, eb)) != 0)
+    if ((rc = ctrain_train__save(t, CT_CKPT_FINAL, eb)) != 0)
         goto out;
     if (t->rank0) {
         ctrain_out_progress_clear(t);
@@ -656,7 +657,7 @@ int ctrain_train_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
         free(pretty);
     }
 out:
-    ct__teardown(t);
+    ctrain_train__teardown(t);
     free(t);
     return rc;
 }

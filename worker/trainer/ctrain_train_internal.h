@@ -88,8 +88,6 @@ typedef struct ctrain_trainer {
 } ctrain_trainer_t;
 
 /* ---- ctrain_out.c ---- */
-/* The JSON object of one split's metrics (null where not computed). */
-json_t *ctrain_out_split_json(const ctrain_eval_split_result_t *r);
 json_t *ctrain_out_result_json(const ctrain_eval_result_t *r);
 int ctrain_out_result_from_json(const json_t *o, ctrain_eval_result_t *r);
 /* '#' header lines about the run (rank 0). */

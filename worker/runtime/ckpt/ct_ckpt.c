@@ -49,7 +49,7 @@ int ct_ckpt_file_name(ct_ckpt_kind_t kind, int64_t step, char *buf, size_t size)
 }
 
 /* "step_<digits>.safetensors" -> the step; -1 for any other name. */
-static int64_t ct__step_of(const char *name)
+static int64_t ct_ckpt__step_of(const char *name)
 {
     size_t plen = strlen(CT__STEP_PREFIX), slen = strlen(CT__SUFFIX), len = strlen(name);
     if (len <= plen + slen || len - plen - slen > 18 || strncmp(name, CT__STEP_PREFIX, plen) != 0 ||
@@ -64,7 +64,7 @@ static int64_t ct__step_of(const char *name)
     return step;
 }
 
-static int ct__mkdir_p(const char *path, ct_errbuf_t *eb)
+static int ct_ckpt__mkdir_p(const char *path, ct_errbuf_t *eb)
 {
     char buf[CT_WORKER_PATH_MAX];
     size_t len = strlen(path);
@@ -88,7 +88,7 @@ static int ct__mkdir_p(const char *path, ct_errbuf_t *eb)
 }
 
 /* Every step in the directory, largest first, in a malloc'd array. */
-static int ct__list_steps(ct_ckpt_dir_t *d, int64_t **out, size_t *count, ct_errbuf_t *eb)
+static int ct_ckpt__list_steps(ct_ckpt_dir_t *d, int64_t **out, size_t *count, ct_errbuf_t *eb)
 {
     *out = NULL;
     *count = 0;
@@ -105,7 +105,7 @@ static int ct__list_steps(ct_ckpt_dir_t *d, int64_t **out, size_t *count, ct_err
     int rc = 0;
     struct dirent *de;
     while ((de = readdir(dir)) != NULL) {
-        int64_t s = ct__step_of(de->d_name);
+        int64_t s = ct_ckpt__step_of(de->d_name);
         if (s < 0)
             continue;
         if (n == cap) {
@@ -137,10 +137,10 @@ static int ct__list_steps(ct_ckpt_dir_t *d, int64_t **out, size_t *count, ct_err
     return 0;
 }
 
-static int ct__read_latest(ct_ckpt_dir_t *d, char *name, size_t size, char *why, size_t wsize);
-static void ct__prune(ct_ckpt_dir_t *d, int64_t step);
+static int ct_ckpt__read_latest(ct_ckpt_dir_t *d, char *name, size_t size, char *why, size_t wsize);
+static void ct_ckpt__prune(ct_ckpt_dir_t *d, int64_t step);
 
-static void ct__remove_stale_tmp(ct_ckpt_dir_t *d)
+static void ct_ckpt__remove_stale_tmp(ct_ckpt_dir_t *d)
 {
     int fd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
@@ -166,7 +166,7 @@ int ct_ckpt_dir_init(ct_ckpt_dir_t *d, const char *path, int keep_last, bool wri
     d->path[0] = '\0';
     if (keep_last < 1)
         return ct_errbuf_set(eb, -EINVAL, "checkpoints: keep_last %d (expected >= 1)", keep_last);
-    int rc = ct__mkdir_p(path, eb);
+    int rc = ct_ckpt__mkdir_p(path, eb);
     if (rc != 0)
         return rc;
     snprintf(d->path, sizeof d->path, "%s", path);
@@ -179,11 +179,11 @@ int ct_ckpt_dir_init(ct_ckpt_dir_t *d, const char *path, int keep_last, bool wri
         /* A writer killed between saving and pruning leaves one step file too many, and
          * several such kills in a row would pile up; retention relative to what `latest`
          * names (as if that save had just finished) restores the bound of keep_last. */
-        ct__remove_stale_tmp(d);
+        ct_ckpt__remove_stale_tmp(d);
         char latest[CT_CKPT_NAME_MAX], why[160];
-        if (ct__read_latest(d, latest, sizeof latest, why, sizeof why) == 1 &&
-            ct__step_of(latest) >= 0)
-            ct__prune(d, ct__step_of(latest));
+        if (ct_ckpt__read_latest(d, latest, sizeof latest, why, sizeof why) == 1 &&
+            ct_ckpt__step_of(latest) >= 0)
+            ct_ckpt__prune(d, ct_ckpt__step_of(latest));
     }
     return 0;
 }
@@ -209,7 +209,7 @@ int ct_ckpt_clear(ct_ckpt_dir_t *d, ct_errbuf_t *eb)
     }
     int64_t *steps;
     size_t count;
-    int rc = ct__list_steps(d, &steps, &count, eb);
+    int rc = ct_ckpt__list_steps(d, &steps, &count, eb);
     if (rc != 0)
         return rc;
     char names[CT_CKPT_NAME_MAX];
@@ -233,12 +233,12 @@ int ct_ckpt_clear(ct_ckpt_dir_t *d, ct_errbuf_t *eb)
 
 /* Retention after step `step` was saved: drop steps above it (an abandoned future), then all
  * but the newest keep_last. Failures only warn: the checkpoint itself is safe. */
-static void ct__prune(ct_ckpt_dir_t *d, int64_t step)
+static void ct_ckpt__prune(ct_ckpt_dir_t *d, int64_t step)
 {
     ct_errbuf_t eb;
     int64_t *steps;
     size_t n;
-    if (ct__list_steps(d, &steps, &n, &eb) != 0) {
+    if (ct_ckpt__list_steps(d, &steps, &n, &eb) != 0) {
         ct_log_warn("checkpoint retention skipped: %s", eb.msg);
         return;
     }
@@ -257,7 +257,7 @@ static void ct__prune(ct_ckpt_dir_t *d, int64_t step)
     free(steps);
 }
 
-static int ct__check_meta(const ct_ckpt_meta_t *m, ct_errbuf_t *eb)
+static int ct_ckpt__check_meta(const ct_ckpt_meta_t *m, ct_errbuf_t *eb)
 {
     if (m->step < 0 || m->epoch < 0 || m->data_position < 0)
         return ct_errbuf_set(eb, -EINVAL, "checkpoint metadata: negative step, epoch or position");
@@ -290,7 +290,7 @@ int ct_ckpt_save(ct_ckpt_dir_t *d, ct_ckpt_kind_t kind, const ct_tensor_view_t *
     if (ct_ckpt_file_name(kind, meta->step, name, sizeof name) < 0)
         return ct_errbuf_set(eb, -EINVAL, "checkpoint: bad kind %d or step %lld", (int)kind,
                              (long long)meta->step);
-    int rc = ct__check_meta(meta, eb);
+    int rc = ct_ckpt__check_meta(meta, eb);
     if (rc != 0)
         return rc;
 
@@ -330,21 +330,21 @@ int ct_ckpt_save(ct_ckpt_dir_t *d, ct_ckpt_kind_t kind, const ct_tensor_view_t *
     }
     ct__inject_ckpt_end();
     if (kind == CT_CKPT_STEP)
-        ct__prune(d, meta->step);
+        ct_ckpt__prune(d, meta->step);
     return 0;
 }
 
 /* ---- loading -----------------------------------------------------------------------------------
  */
 
-static void ct__one_line(ct_errbuf_t *eb)
+static void ct_ckpt__one_line(ct_errbuf_t *eb)
 {
     for (char *p = eb != NULL ? eb->msg : ""; *p != '\0'; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7F)
             *p = '?';
 }
 
-static int ct__meta_int(ct_st_file_t *f, const char *name, const char *key, int64_t min,
+static int ct_ckpt__meta_int(ct_st_file_t *f, const char *name, const char *key, int64_t min,
                         int64_t max, int64_t *out, ct_errbuf_t *eb)
 {
     const char *v = ct_st_meta(f, key);
@@ -353,23 +353,24 @@ static int ct__meta_int(ct_st_file_t *f, const char *name, const char *key, int6
     int rc = ct_parse_int64(v, min, max, out, eb);
     if (rc != 0) {
         ct_errbuf_wrap(eb, CT_EFORMAT, "%s: __metadata__ \"%s\"", name, key);
-        ct__one_line(eb); /* the message quotes the file's value */
+        ct_ckpt__one_line(eb); /* the message quotes the file's value */
         return CT_EFORMAT;
     }
     return 0;
 }
 
-static int ct__read_meta(ct_st_file_t *f, const char *name, ct_ckpt_meta_t *m, ct_errbuf_t *eb)
+static int ct_ckpt__read_meta(ct_st_file_t *f, const char *name, ct_ckpt_meta_t *m, ct_errbuf_t *eb)
 {
     if (ct_st_meta(f, "ctrun_format") == NULL)
         return ct_errbuf_set(eb, CT_EFORMAT,
                              "%s: not a ctrun checkpoint (no ctrun_format in __metadata__)", name);
     int64_t world;
     int rc;
-    if ((rc = ct__meta_int(f, name, "step", 0, INT64_MAX, &m->step, eb)) != 0 ||
-        (rc = ct__meta_int(f, name, "epoch", 0, INT64_MAX, &m->epoch, eb)) != 0 ||
-        (rc = ct__meta_int(f, name, "data_position", 0, INT64_MAX, &m->data_position, eb)) != 0 ||
-        (rc = ct__meta_int(f, name, "world_size", 1, CT_WORKER_MAX_WORLD, &world, eb)) != 0)
+    if ((rc = ct_ckpt__meta_int(f, name, "step", 0, INT64_MAX, &m->step, eb)) != 0 ||
+        (rc = ct_ckpt__meta_int(f, name, "epoch", 0, INT64_MAX, &m->epoch, eb)) != 0 ||
+        (rc = ct_ckpt__meta_int(f, name, "data_position", 0, INT64_MAX, &m->data_position, eb)) !=
+            0 ||
+        (rc = ct_ckpt__meta_int(f, name, "world_size", 1, CT_WORKER_MAX_WORLD, &world, eb)) != 0)
         return rc;
     m->world_size = (int)world;
     const char *metric = ct_st_meta(f, "metric");
@@ -377,7 +378,7 @@ static int ct__read_meta(ct_st_file_t *f, const char *name, ct_ckpt_meta_t *m, c
     m->metric = 0;
     if (metric != NULL && ct_parse_double(metric, -INFINITY, INFINITY, &m->metric, eb) != 0) {
         ct_errbuf_wrap(eb, CT_EFORMAT, "%s: __metadata__ \"metric\"", name);
-        ct__one_line(eb);
+        ct_ckpt__one_line(eb);
         return CT_EFORMAT;
     }
     const char *config = ct_st_meta(f, "config");
@@ -396,10 +397,10 @@ int ct_ckpt_load(ct_ckpt_dir_t *d, const char *name, const ct_tensor_view_t *vie
     int rc = ct_st_open_at(&f, d->dirfd, name, eb);
     if (rc != 0)
         return rc;
-    rc = ct__read_meta(f, name, meta, eb);
+    rc = ct_ckpt__read_meta(f, name, meta, eb);
     /* A step file's name says its step too: the two must agree (a check that also covers the
      * files written before header checksums). */
-    int64_t named = ct__step_of(name);
+    int64_t named = ct_ckpt__step_of(name);
     if (rc == 0 && named >= 0 && named != meta->step)
         rc = ct_errbuf_set(eb, CT_EFORMAT,
                            "%s: __metadata__ \"step\" is %lld, the file name says %lld", name,
@@ -416,7 +417,7 @@ int ct_ckpt_load(ct_ckpt_dir_t *d, const char *name, const ct_tensor_view_t *vie
 
 /* Damage worth falling back from, as opposed to a checkpoint that does not fit the model or
  * a file system refusing access, which an older checkpoint would not cure. */
-static bool ct__is_damage(int rc)
+static bool ct_ckpt__is_damage(int rc)
 {
     return rc == CT_EFORMAT || rc == CT_ECRC || rc == CT_ELIMIT || rc == -ENOENT || rc == -EIO ||
            rc == -EISDIR;
@@ -425,7 +426,7 @@ static bool ct__is_damage(int rc)
 /* The name `latest` holds: 1 found, 0 absent, or -1 unusable, with the reason in why (said
  * by the caller: the writer's set-up reads it too, and the reason is told once). Only a step
  * or final checkpoint of this directory is a valid target. */
-static int ct__read_latest(ct_ckpt_dir_t *d, char *name, size_t size, char *why, size_t wsize)
+static int ct_ckpt__read_latest(ct_ckpt_dir_t *d, char *name, size_t size, char *why, size_t wsize)
 {
     int fd = openat(d->dirfd, CT__LATEST, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -464,7 +465,7 @@ static int ct__read_latest(ct_ckpt_dir_t *d, char *name, size_t size, char *why,
         snprintf(why, wsize, "names a path outside the directory");
         return -1;
     }
-    if (ct__step_of(buf) < 0 && strcmp(buf, "final" CT__SUFFIX) != 0) {
+    if (ct_ckpt__step_of(buf) < 0 && strcmp(buf, "final" CT__SUFFIX) != 0) {
         for (char *p = buf; *p != '\0'; p++)
             if ((unsigned char)*p < 0x20 || *p == 0x7F)
                 *p = '?';
@@ -477,7 +478,7 @@ static int ct__read_latest(ct_ckpt_dir_t *d, char *name, size_t size, char *why,
 
 /* The step final.safetensors records: 1 (step set), 0 when there is no such file, or the
  * error of reading its header (a damaged one included). */
-static int ct__final_step(ct_ckpt_dir_t *d, int64_t *step, ct_errbuf_t *eb)
+static int ct_ckpt__final_step(ct_ckpt_dir_t *d, int64_t *step, ct_errbuf_t *eb)
 {
     const char *name = "final" CT__SUFFIX;
     ct_st_file_t *f;
@@ -490,7 +491,7 @@ static int ct__final_step(ct_ckpt_dir_t *d, int64_t *step, ct_errbuf_t *eb)
         rc = ct_errbuf_set(eb, CT_EFORMAT,
                            "%s: not a ctrun checkpoint (no ctrun_format in __metadata__)", name);
     else
-        rc = ct__meta_int(f, name, "step", 0, INT64_MAX, step, eb);
+        rc = ct_ckpt__meta_int(f, name, "step", 0, INT64_MAX, step, eb);
     ct_st_close(f);
     return rc == 0 ? 1 : rc;
 }
@@ -503,7 +504,7 @@ typedef struct ct__fallback {
     char newest[CT_ERRBUF_SIZE];
 } ct__fallback_t;
 
-static void ct__damaged(ct_ckpt_dir_t *d, const char *name, int rc, const ct_errbuf_t *eb,
+static void ct_ckpt__damaged(ct_ckpt_dir_t *d, const char *name, int rc, const ct_errbuf_t *eb,
                         ct__fallback_t *fb)
 {
     const char *msg = eb != NULL ? eb->msg : ct_strerror(rc);
@@ -521,7 +522,7 @@ int ct_ckpt_load_latest(ct_ckpt_dir_t *d, const ct_tensor_view_t *views, size_t 
     bool final_tried = false;
     ct__fallback_t fb = {0};
 
-    const int latest = ct__read_latest(d, first, sizeof first, why, sizeof why);
+    const int latest = ct_ckpt__read_latest(d, first, sizeof first, why, sizeof why);
     if (latest == 1) {
         int rc = ct_ckpt_load(d, first, views, n, meta, eb);
         if (rc == 0) {
@@ -529,10 +530,10 @@ int ct_ckpt_load_latest(ct_ckpt_dir_t *d, const ct_tensor_view_t *views, size_t 
                 snprintf(name, CT_CKPT_NAME_MAX, "%s", first);
             return 0;
         }
-        if (!ct__is_damage(rc))
+        if (!ct_ckpt__is_damage(rc))
             return ct_errbuf_wrap(eb, rc, "checkpoint %s", d->path);
-        ct__damaged(d, first, rc, eb, &fb);
-        int64_t s = ct__step_of(first);
+        ct_ckpt__damaged(d, first, rc, eb, &fb);
+        int64_t s = ct_ckpt__step_of(first);
         if (s >= 0)
             bound = s;
         else
@@ -543,18 +544,18 @@ int ct_ckpt_load_latest(ct_ckpt_dir_t *d, const ct_tensor_view_t *views, size_t 
      * each holds (final first on a tie: it is written after a step file of the same step). */
     int64_t *steps;
     size_t count;
-    int rc = ct__list_steps(d, &steps, &count, eb);
+    int rc = ct_ckpt__list_steps(d, &steps, &count, eb);
     if (rc != 0)
         return rc;
     int64_t final_step = -1;
     if (!final_tried) {
-        rc = ct__final_step(d, &final_step, eb);
-        if (rc < 0 && !ct__is_damage(rc)) {
+        rc = ct_ckpt__final_step(d, &final_step, eb);
+        if (rc < 0 && !ct_ckpt__is_damage(rc)) {
             free(steps);
             return ct_errbuf_wrap(eb, rc, "checkpoint %s", d->path);
         }
         if (rc < 0)
-            ct__damaged(d, "final" CT__SUFFIX, rc, eb, &fb);
+            ct_ckpt__damaged(d, "final" CT__SUFFIX, rc, eb, &fb);
         if (rc != 1 || final_step >= bound)
             final_step = -1;
     }
@@ -593,11 +594,11 @@ int ct_ckpt_load_latest(ct_ckpt_dir_t *d, const ct_tensor_view_t *views, size_t 
                             (long long)meta->step);
             return 0;
         }
-        if (!ct__is_damage(rc)) {
+        if (!ct_ckpt__is_damage(rc)) {
             free(steps);
             return ct_errbuf_wrap(eb, rc, "checkpoint %s", d->path);
         }
-        ct__damaged(d, cand, rc, eb, &fb);
+        ct_ckpt__damaged(d, cand, rc, eb, &fb);
     }
     free(steps);
     if (fb.damaged == 0)

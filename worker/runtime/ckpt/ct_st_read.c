@@ -46,7 +46,7 @@ struct ct_st_file {
     char label[256];
 };
 
-__attribute__((format(printf, 4, 5))) static int ct__st_err(const ct_st_file_t *f,
+__attribute__((format(printf, 4, 5))) static int ct_st_read__err(const ct_st_file_t *f,
                                                             ct_errbuf_t *eb, int code,
                                                             const char *fmt, ...)
 {
@@ -63,7 +63,7 @@ __attribute__((format(printf, 4, 5))) static int ct__st_err(const ct_st_file_t *
     return ct_errbuf_set(eb, code, "%s: %s", f->label, text);
 }
 
-static int ct__cmp_offset(const void *a, const void *b)
+static int ct_st_read__cmp_offset(const void *a, const void *b)
 {
     const ct_st_tensor_t *x = a, *y = b;
     if (x->offset != y->offset)
@@ -73,13 +73,13 @@ static int ct__cmp_offset(const void *a, const void *b)
     return 0;
 }
 
-static int ct__cmp_name(const void *a, const void *b)
+static int ct_st_read__cmp_name(const void *a, const void *b)
 {
     const ct_st_tensor_t *const *x = a, *const *y = b;
     return strcmp((*x)->name, (*y)->name);
 }
 
-static int ct__parse_hex32(const char *s, uint32_t *out)
+static int ct_st_read__parse_hex32(const char *s, uint32_t *out)
 {
     uint32_t v = 0;
     for (int i = 0; i < 8; i++) {
@@ -103,7 +103,8 @@ static int ct__parse_hex32(const char *s, uint32_t *out)
 
 /* The header checksum, when __metadata__ has one: checked first, so that a damaged header is
  * reported as such (CT_ECRC) rather than by whatever its damage breaks further on. */
-static int ct__check_header_crc(ct_st_file_t *f, const char *hdr, size_t hlen, ct_errbuf_t *eb)
+static int ct_st_read__check_header_crc(ct_st_file_t *f, const char *hdr, size_t hlen,
+                                        ct_errbuf_t *eb)
 {
     json_t *v = json_is_object(f->meta) ? json_object_get(f->meta, CT__ST_HEADER_CRC_KEY) : NULL;
     if (v == NULL)
@@ -113,16 +114,16 @@ static int ct__check_header_crc(ct_st_file_t *f, const char *hdr, size_t hlen, c
     /* Lowercase only, as written: the value is outside what it covers, so it has one
      * spelling, and a changed letter case is damage too. */
     const char *hex = json_is_string(v) ? json_string_value(v) : "";
-    if (strspn(hex, "0123456789abcdef") != 8 || ct__parse_hex32(hex, &want) != 0)
-        return ct__st_err(f, eb, CT_EFORMAT, "__metadata__ %s is not 8 lowercase hex digits",
+    if (strspn(hex, "0123456789abcdef") != 8 || ct_st_read__parse_hex32(hex, &want) != 0)
+        return ct_st_read__err(f, eb, CT_EFORMAT, "__metadata__ %s is not 8 lowercase hex digits",
                           CT__ST_HEADER_CRC_KEY);
     if (ct__st_header_crc(hdr, hlen, &at, &got) != 0 || memcmp(hdr + at, hex, 8) != 0)
-        return ct__st_err(f, eb, CT_ECRC,
+        return ct_st_read__err(f, eb, CT_ECRC,
                           "header checksum: %s is not found exactly once as a key with an "
                           "8-character string value (damaged header)",
                           CT__ST_HEADER_CRC_KEY);
     if (got != want)
-        return ct__st_err(f, eb, CT_ECRC,
+        return ct_st_read__err(f, eb, CT_ECRC,
                           "header CRC32 mismatch (__metadata__ says %08x, the header gives %08x): "
                           "the metadata or the tensor table is damaged",
                           want, got);
@@ -131,32 +132,33 @@ static int ct__check_header_crc(ct_st_file_t *f, const char *hdr, size_t hlen, c
 }
 
 /* One tensor entry of the header into t (offsets still relative to the data region). */
-static int ct__parse_entry(ct_st_file_t *f, const char *name, json_t *e, ct_st_tensor_t *t,
+static int ct_st_read__parse_entry(ct_st_file_t *f, const char *name, json_t *e, ct_st_tensor_t *t,
                            ct_errbuf_t *eb)
 {
     t->name = name;
     if (!json_is_object(e))
-        return ct__st_err(f, eb, CT_EFORMAT, "tensor \"%.64s\": entry is not a JSON object", name);
+        return ct_st_read__err(f, eb, CT_EFORMAT, "tensor \"%.64s\": entry is not a JSON object",
+                               name);
     json_t *dt = json_object_get(e, "dtype");
     json_t *shape = json_object_get(e, "shape");
     json_t *offs = json_object_get(e, "data_offsets");
     if (!json_is_string(dt) || !json_is_array(shape) || !json_is_array(offs))
-        return ct__st_err(f, eb, CT_EFORMAT,
+        return ct_st_read__err(f, eb, CT_EFORMAT,
                           "tensor \"%.64s\": needs \"dtype\" (string), \"shape\" and "
                           "\"data_offsets\" (arrays)",
                           name);
     if (ct_dtype_parse(json_string_value(dt), &t->dtype) != 0)
-        return ct__st_err(f, eb, CT_EFORMAT, "tensor \"%.64s\": unknown dtype \"%.16s\"", name,
+        return ct_st_read__err(f, eb, CT_EFORMAT, "tensor \"%.64s\": unknown dtype \"%.16s\"", name,
                           json_string_value(dt));
     size_t ndim = json_array_size(shape);
     if (ndim > CT_TENSOR_MAX_DIMS)
-        return ct__st_err(f, eb, CT_EFORMAT, "tensor \"%.64s\": %zu dimensions (at most %d)",
+        return ct_st_read__err(f, eb, CT_EFORMAT, "tensor \"%.64s\": %zu dimensions (at most %d)",
                           name, ndim, CT_TENSOR_MAX_DIMS);
     t->ndim = (int)ndim;
     for (size_t i = 0; i < ndim; i++) {
         json_t *d = json_array_get(shape, i);
         if (!json_is_integer(d) || json_integer_value(d) < 0)
-            return ct__st_err(f, eb, CT_EFORMAT,
+            return ct_st_read__err(f, eb, CT_EFORMAT,
                               "tensor \"%.64s\": dimension %zu is not a non-negative integer",
                               name, i);
         t->shape[i] = json_integer_value(d);
@@ -164,7 +166,7 @@ static int ct__parse_entry(ct_st_file_t *f, const char *name, json_t *e, ct_st_t
     json_t *b = json_array_get(offs, 0), *en = json_array_get(offs, 1);
     if (json_array_size(offs) != 2 || !json_is_integer(b) || !json_is_integer(en) ||
         json_integer_value(b) < 0 || json_integer_value(en) < json_integer_value(b))
-        return ct__st_err(f, eb, CT_EFORMAT,
+        return ct_st_read__err(f, eb, CT_EFORMAT,
                           "tensor \"%.64s\": data_offsets must be [begin, end] with "
                           "0 <= begin <= end",
                           name);
@@ -172,10 +174,10 @@ static int ct__parse_entry(ct_st_file_t *f, const char *name, json_t *e, ct_st_t
     int64_t numel = ct__numel(t->ndim, t->shape), need;
     if (numel < 0 ||
         __builtin_mul_overflow(numel, (int64_t)ct_dtype_size(t->dtype), &need))
-        return ct__st_err(f, eb, CT_EFORMAT, "tensor \"%.64s\": shape overflows", name);
+        return ct_st_read__err(f, eb, CT_EFORMAT, "tensor \"%.64s\": shape overflows", name);
     if ((uint64_t)need != end - begin) {
         char sb[160];
-        return ct__st_err(f, eb, CT_EFORMAT,
+        return ct_st_read__err(f, eb, CT_EFORMAT,
                           "tensor \"%.64s\": shape %s of %s needs %lld bytes but data_offsets "
                           "[%llu, %llu] span %llu",
                           name, ct__shape_str(t->ndim, t->shape, sb, sizeof sb),
@@ -183,7 +185,7 @@ static int ct__parse_entry(ct_st_file_t *f, const char *name, json_t *e, ct_st_t
                           (unsigned long long)end, (unsigned long long)(end - begin));
     }
     if (end > f->data_len)
-        return ct__st_err(f, eb, CT_EFORMAT,
+        return ct_st_read__err(f, eb, CT_EFORMAT,
                           "tensor \"%.64s\": data_offsets [%llu, %llu] out of bounds (data region "
                           "has %llu bytes; truncated file?)",
                           name, (unsigned long long)begin, (unsigned long long)end,
@@ -194,23 +196,23 @@ static int ct__parse_entry(ct_st_file_t *f, const char *name, json_t *e, ct_st_t
 }
 
 /* __metadata__: strings only; the format marker and the CRCs. */
-static int ct__parse_meta(ct_st_file_t *f, ct_errbuf_t *eb)
+static int ct_st_read__parse_meta(ct_st_file_t *f, ct_errbuf_t *eb)
 {
     if (f->meta == NULL)
         return 0;
     if (!json_is_object(f->meta))
-        return ct__st_err(f, eb, CT_EFORMAT, "__metadata__ is not a JSON object");
+        return ct_st_read__err(f, eb, CT_EFORMAT, "__metadata__ is not a JSON object");
     f->n_meta = json_object_size(f->meta);
     f->meta_kv = calloc(2 * f->n_meta + 1, sizeof *f->meta_kv);
     if (f->meta_kv == NULL)
-        return ct__st_err(f, eb, -ENOMEM, "out of memory");
+        return ct_st_read__err(f, eb, -ENOMEM, "out of memory");
     size_t i = 0;
     const char *key;
     json_t *v;
     json_object_foreach(f->meta, key, v) {
         if (!json_is_string(v))
-            return ct__st_err(f, eb, CT_EFORMAT, "__metadata__ value of \"%.64s\" is not a string",
-                              key);
+            return ct_st_read__err(f, eb, CT_EFORMAT,
+                                   "__metadata__ value of \"%.64s\" is not a string", key);
         f->meta_kv[i++] = key;
         f->meta_kv[i++] = json_string_value(v);
     }
@@ -220,18 +222,18 @@ static int ct__parse_meta(ct_st_file_t *f, ct_errbuf_t *eb)
     /* 1: written before header checksums; 2: the header checksum is part of the format, so a
      * damaged key cannot pass the file off as an older one. */
     if (strcmp(format, "1") != 0 && strcmp(format, "2") != 0)
-        return ct__st_err(f, eb, CT_EFORMAT,
+        return ct_st_read__err(f, eb, CT_EFORMAT,
                           "unsupported %s \"%.16s\" (this build reads 1 and 2)",
                           CT__ST_FORMAT_KEY, format);
     if (format[0] == '2' && !f->header_crc)
-        return ct__st_err(f, eb, CT_EFORMAT, "%s 2 without a %s entry (damaged header)",
+        return ct_st_read__err(f, eb, CT_EFORMAT, "%s 2 without a %s entry (damaged header)",
                           CT__ST_FORMAT_KEY, CT__ST_HEADER_CRC_KEY);
     f->ours = true;
     return 0;
 }
 
 /* CRCs of a ctrun file: one per tensor, each naming a tensor. */
-static int ct__attach_crcs(ct_st_file_t *f, ct_errbuf_t *eb)
+static int ct_st_read__attach_crcs(ct_st_file_t *f, ct_errbuf_t *eb)
 {
     if (!f->ours)
         return 0;
@@ -242,80 +244,83 @@ static int ct__attach_crcs(ct_st_file_t *f, ct_errbuf_t *eb)
             continue;
         ct_st_tensor_t *t = (ct_st_tensor_t *)ct_st_find(f, key + plen);
         if (t == NULL)
-            return ct__st_err(f, eb, CT_EFORMAT, "__metadata__ has %.80s but no such tensor", key);
-        if (ct__parse_hex32(f->meta_kv[2 * i + 1], &t->crc32) != 0)
-            return ct__st_err(f, eb, CT_EFORMAT, "%.80s = \"%.16s\" is not 8 hex digits", key,
+            return ct_st_read__err(f, eb, CT_EFORMAT, "__metadata__ has %.80s but no such tensor",
+                                   key);
+        if (ct_st_read__parse_hex32(f->meta_kv[2 * i + 1], &t->crc32) != 0)
+            return ct_st_read__err(f, eb, CT_EFORMAT, "%.80s = \"%.16s\" is not 8 hex digits", key,
                               f->meta_kv[2 * i + 1]);
         t->has_crc = true;
         ncrc++;
     }
     for (size_t i = 0; i < f->n && ncrc != f->n; i++)
         if (!f->t[i].has_crc)
-            return ct__st_err(f, eb, CT_EFORMAT, "tensor \"%.64s\" has no %s entry", f->t[i].name,
-                              CT__ST_CRC_PREFIX);
+            return ct_st_read__err(f, eb, CT_EFORMAT, "tensor \"%.64s\" has no %s entry",
+                                   f->t[i].name, CT__ST_CRC_PREFIX);
     return 0;
 }
 
 /* The ranges, sorted by offset, must tile [0, data_len). */
-static int ct__check_layout(ct_st_file_t *f, ct_errbuf_t *eb)
+static int ct_st_read__check_layout(ct_st_file_t *f, ct_errbuf_t *eb)
 {
-    qsort(f->t, f->n, sizeof *f->t, ct__cmp_offset);
+    qsort(f->t, f->n, sizeof *f->t, ct_st_read__cmp_offset);
     uint64_t expect = 0;
     for (size_t i = 0; i < f->n; i++) {
         const ct_st_tensor_t *t = &f->t[i];
         if (t->offset < expect)
-            return ct__st_err(f, eb, CT_EFORMAT,
+            return ct_st_read__err(f, eb, CT_EFORMAT,
                               "tensors \"%.64s\" and \"%.64s\" overlap (bytes %llu..%llu)",
                               f->t[i - 1].name, t->name, (unsigned long long)t->offset,
                               (unsigned long long)expect);
         if (t->offset > expect)
-            return ct__st_err(f, eb, CT_EFORMAT,
+            return ct_st_read__err(f, eb, CT_EFORMAT,
                               "data bytes %llu..%llu belong to no tensor (a gap before \"%.64s\")",
                               (unsigned long long)expect, (unsigned long long)t->offset, t->name);
         expect = t->offset + t->nbytes;
     }
     if (expect != f->data_len)
-        return ct__st_err(f, eb, CT_EFORMAT, "%llu bytes after the last tensor belong to no tensor",
-                          (unsigned long long)(f->data_len - expect));
+        return ct_st_read__err(f, eb, CT_EFORMAT,
+                               "%llu bytes after the last tensor belong to no tensor",
+                               (unsigned long long)(f->data_len - expect));
     for (size_t i = 0; i < f->n; i++)
         f->t[i].offset += f->data_start; /* from here on, absolute file offsets */
     for (size_t i = 0; i < f->n; i++)
         f->by_name[i] = &f->t[i];
-    qsort(f->by_name, f->n, sizeof *f->by_name, ct__cmp_name);
+    qsort(f->by_name, f->n, sizeof *f->by_name, ct_st_read__cmp_name);
     return 0;
 }
 
-static int ct__st_parse(ct_st_file_t *f, ct_errbuf_t *eb)
+static int ct_st_read__st_parse(ct_st_file_t *f, ct_errbuf_t *eb)
 {
     struct stat st;
     if (fstat(f->fd, &st) != 0) {
         int rc = -errno;
-        return ct__st_err(f, eb, rc, "fstat: %s", ct_strerror(rc));
+        return ct_st_read__err(f, eb, rc, "fstat: %s", ct_strerror(rc));
     }
     if (!S_ISREG(st.st_mode))
-        return ct__st_err(f, eb, CT_EFORMAT, "not a regular file");
+        return ct_st_read__err(f, eb, CT_EFORMAT, "not a regular file");
     f->file_size = (uint64_t)st.st_size;
     if (f->file_size < 8)
-        return ct__st_err(f, eb, CT_EFORMAT,
+        return ct_st_read__err(f, eb, CT_EFORMAT,
                           "truncated: %llu bytes, shorter than the 8-byte header length",
                           (unsigned long long)f->file_size);
     unsigned char lenbuf[8];
     int rc = ct_fs_read_full(f->fd, lenbuf, 8, 0);
     if (rc != 0)
-        return ct__st_err(f, eb, rc, "reading the header length: %s", ct_strerror(rc));
+        return ct_st_read__err(f, eb, rc, "reading the header length: %s", ct_strerror(rc));
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = hlen << 8 | lenbuf[i];
     if (hlen > CT_ST_MAX_HEADER)
-        return ct__st_err(f, eb, CT_ELIMIT,
+        return ct_st_read__err(f, eb, CT_ELIMIT,
                           "header length %llu exceeds the limit of %u bytes (not safetensors, or "
                           "damaged)",
                           (unsigned long long)hlen, CT_ST_MAX_HEADER);
     if (hlen < 2)
-        return ct__st_err(f, eb, CT_EFORMAT, "header length %llu is too small for a JSON object",
-                          (unsigned long long)hlen);
+        return ct_st_read__err(f, eb, CT_EFORMAT,
+                               "header length %llu is too small for a JSON object",
+                               (unsigned long long)hlen);
     if (hlen > f->file_size - 8)
-        return ct__st_err(f, eb, CT_EFORMAT,
+        return ct_st_read__err(f, eb, CT_EFORMAT,
                           "truncated: the header says %llu bytes but only %llu follow",
                           (unsigned long long)hlen, (unsigned long long)(f->file_size - 8));
     f->data_start = 8 + hlen;
@@ -323,30 +328,30 @@ static int ct__st_parse(ct_st_file_t *f, ct_errbuf_t *eb)
 
     char *hdr = malloc(hlen);
     if (hdr == NULL)
-        return ct__st_err(f, eb, -ENOMEM, "out of memory for a %llu-byte header",
+        return ct_st_read__err(f, eb, -ENOMEM, "out of memory for a %llu-byte header",
                           (unsigned long long)hlen);
     rc = ct_fs_read_full(f->fd, hdr, hlen, 8);
     if (rc != 0) {
         free(hdr);
-        return ct__st_err(f, eb, rc, "reading the header: %s", ct_strerror(rc));
+        return ct_st_read__err(f, eb, rc, "reading the header: %s", ct_strerror(rc));
     }
     if (hdr[0] != '{') {
         free(hdr);
-        return ct__st_err(f, eb, CT_EFORMAT, "the header does not start with '{'");
+        return ct_st_read__err(f, eb, CT_EFORMAT, "the header does not start with '{'");
     }
     json_error_t jerr;
     f->root = json_loadb(hdr, hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (f->root == NULL) {
         free(hdr);
-        return ct__st_err(f, eb, CT_EFORMAT, "header is not valid JSON: %s (byte %d)", jerr.text,
-                          jerr.position);
+        return ct_st_read__err(f, eb, CT_EFORMAT, "header is not valid JSON: %s (byte %d)",
+                               jerr.text, jerr.position);
     }
     if (!json_is_object(f->root)) {
         free(hdr);
-        return ct__st_err(f, eb, CT_EFORMAT, "header is not a JSON object");
+        return ct_st_read__err(f, eb, CT_EFORMAT, "header is not a JSON object");
     }
     f->meta = json_object_get(f->root, "__metadata__");
-    rc = ct__check_header_crc(f, hdr, hlen, eb);
+    rc = ct_st_read__check_header_crc(f, hdr, hlen, eb);
     free(hdr);
     if (rc != 0)
         return rc;
@@ -356,8 +361,8 @@ static int ct__st_parse(ct_st_file_t *f, ct_errbuf_t *eb)
     f->by_name = calloc(f->n + 1, sizeof *f->by_name);
     f->view_of = calloc(f->n + 1, sizeof *f->view_of);
     if (f->t == NULL || f->by_name == NULL || f->view_of == NULL)
-        return ct__st_err(f, eb, -ENOMEM, "out of memory for %zu tensors", f->n);
-    if ((rc = ct__parse_meta(f, eb)) != 0)
+        return ct_st_read__err(f, eb, -ENOMEM, "out of memory for %zu tensors", f->n);
+    if ((rc = ct_st_read__parse_meta(f, eb)) != 0)
         return rc;
     size_t i = 0;
     const char *key;
@@ -365,15 +370,15 @@ static int ct__st_parse(ct_st_file_t *f, ct_errbuf_t *eb)
     json_object_foreach(f->root, key, v) {
         if (strcmp(key, "__metadata__") == 0)
             continue;
-        if ((rc = ct__parse_entry(f, key, v, &f->t[i++], eb)) != 0)
+        if ((rc = ct_st_read__parse_entry(f, key, v, &f->t[i++], eb)) != 0)
             return rc;
     }
-    if ((rc = ct__check_layout(f, eb)) != 0)
+    if ((rc = ct_st_read__check_layout(f, eb)) != 0)
         return rc;
-    return ct__attach_crcs(f, eb);
+    return ct_st_read__attach_crcs(f, eb);
 }
 
-static int ct__st_open_fd(ct_st_file_t **out, int fd, const char *label, ct_errbuf_t *eb)
+static int ct_st_read__st_open_fd(ct_st_file_t **out, int fd, const char *label, ct_errbuf_t *eb)
 {
     *out = NULL;
     ct_st_file_t *f = calloc(1, sizeof *f);
@@ -383,7 +388,7 @@ static int ct__st_open_fd(ct_st_file_t **out, int fd, const char *label, ct_errb
     }
     f->fd = fd;
     snprintf(f->label, sizeof f->label, "%s", label);
-    int rc = ct__st_parse(f, eb);
+    int rc = ct_st_read__st_parse(f, eb);
     if (rc != 0) {
         ct_st_close(f);
         return rc;
@@ -405,7 +410,7 @@ int ct_st_open_at(ct_st_file_t **out, int dirfd, const char *name, ct_errbuf_t *
         int rc = -errno;
         return ct_errbuf_set(eb, rc, "%s: cannot open: %s", name, ct_strerror(rc));
     }
-    return ct__st_open_fd(out, fd, name, eb);
+    return ct_st_read__st_open_fd(out, fd, name, eb);
 }
 
 void ct_st_close(ct_st_file_t *f)
@@ -436,7 +441,8 @@ const ct_st_tensor_t *ct_st_find(const ct_st_file_t *f, const char *name)
 {
     ct_st_tensor_t key = {.name = name};
     const ct_st_tensor_t *kp = &key;
-    const ct_st_tensor_t **hit = bsearch(&kp, f->by_name, f->n, sizeof *f->by_name, ct__cmp_name);
+    const ct_st_tensor_t **hit =
+        bsearch(&kp, f->by_name, f->n, sizeof *f->by_name, ct_st_read__cmp_name);
     return hit != NULL ? *hit : NULL;
 }
 
@@ -465,7 +471,8 @@ void ct_st_meta_at(const ct_st_file_t *f, size_t i, const char **key, const char
 }
 
 /* Reads tensor t into dst (or, with dst NULL, through a bounce buffer) and checks its CRC. */
-static int ct__st_load_one(ct_st_file_t *f, const ct_st_tensor_t *t, void *dst, ct_errbuf_t *eb)
+static int ct_st_read__st_load_one(ct_st_file_t *f, const ct_st_tensor_t *t, void *dst,
+                                   ct_errbuf_t *eb)
 {
     unsigned char bounce[64 * 1024];
     uLong crc = crc32_z(0L, Z_NULL, 0);
@@ -476,17 +483,17 @@ static int ct__st_load_one(ct_st_file_t *f, const ct_st_tensor_t *t, void *dst, 
         unsigned char *p = dst != NULL ? (unsigned char *)dst + done : bounce;
         int rc = ct_fs_read_full(f->fd, p, n, (off_t)(t->offset + done));
         if (rc == CT_EFORMAT)
-            return ct__st_err(f, eb, rc, "tensor \"%.64s\": file ends early (truncated while open?)",
-                              t->name);
+            return ct_st_read__err(
+                f, eb, rc, "tensor \"%.64s\": file ends early (truncated while open?)", t->name);
         if (rc != 0)
-            return ct__st_err(f, eb, rc, "tensor \"%.64s\": read failed: %s", t->name,
+            return ct_st_read__err(f, eb, rc, "tensor \"%.64s\": read failed: %s", t->name,
                               ct_strerror(rc));
         if (t->has_crc)
             crc = crc32_z(crc, p, n);
         done += n;
     }
     if (t->has_crc && (uint32_t)crc != t->crc32)
-        return ct__st_err(f, eb, CT_ECRC,
+        return ct_st_read__err(f, eb, CT_ECRC,
                           "tensor \"%.64s\": CRC32 mismatch (header says %08x, data give %08x)",
                           t->name, t->crc32, (uint32_t)crc);
     return 0;
@@ -496,7 +503,7 @@ int ct_st_read(ct_st_file_t *f, const ct_tensor_view_t *views, size_t n, unsigne
                ct_errbuf_t *eb)
 {
     if ((flags & ~CT_ST_ALLOW_EXTRA) != 0)
-        return ct__st_err(f, eb, -EINVAL, "unknown flags 0x%x", flags);
+        return ct_st_read__err(f, eb, -EINVAL, "unknown flags 0x%x", flags);
     memset(f->view_of, 0, f->n * sizeof *f->view_of);
     for (size_t i = 0; i < n; i++) {
         const ct_tensor_view_t *v = &views[i];
@@ -505,16 +512,17 @@ int ct_st_read(ct_st_file_t *f, const ct_tensor_view_t *views, size_t n, unsigne
             return rc;
         const ct_st_tensor_t *t = ct_st_find(f, v->name);
         if (t == NULL)
-            return ct__st_err(f, eb, CT_EMISMATCH, "has no tensor \"%.64s\"", v->name);
+            return ct_st_read__err(f, eb, CT_EMISMATCH, "has no tensor \"%.64s\"", v->name);
         size_t idx = (size_t)(t - f->t);
         if (f->view_of[idx] != 0)
             return ct_errbuf_set(eb, -EINVAL, "two tensor views are named \"%.64s\"", v->name);
         if (t->dtype != v->dtype)
-            return ct__st_err(f, eb, CT_EMISMATCH, "tensor \"%.64s\" is %s in the file, %s here",
-                              v->name, ct_dtype_name(t->dtype), ct_dtype_name(v->dtype));
+            return ct_st_read__err(f, eb, CT_EMISMATCH,
+                                   "tensor \"%.64s\" is %s in the file, %s here", v->name,
+                                   ct_dtype_name(t->dtype), ct_dtype_name(v->dtype));
         if (t->ndim != v->ndim || memcmp(t->shape, v->shape, (size_t)t->ndim * sizeof(int64_t))) {
             char a[160], b[160];
-            return ct__st_err(f, eb, CT_EMISMATCH,
+            return ct_st_read__err(f, eb, CT_EMISMATCH,
                               "tensor \"%.64s\" has shape %s in the file, %s here", v->name,
                               ct__shape_str(t->ndim, t->shape, a, sizeof a),
                               ct__shape_str(v->ndim, v->shape, b, sizeof b));
@@ -524,7 +532,7 @@ int ct_st_read(ct_st_file_t *f, const ct_tensor_view_t *views, size_t n, unsigne
     if (!(flags & CT_ST_ALLOW_EXTRA)) {
         for (size_t j = 0; j < f->n; j++)
             if (f->view_of[j] == 0)
-                return ct__st_err(f, eb, CT_EMISMATCH,
+                return ct_st_read__err(f, eb, CT_EMISMATCH,
                                   "has tensor \"%.64s\", which none of the %zu views names",
                                   f->t[j].name, n);
     }
@@ -533,7 +541,7 @@ int ct_st_read(ct_st_file_t *f, const ct_tensor_view_t *views, size_t n, unsigne
         void *dst = f->view_of[j] != 0 ? views[f->view_of[j] - 1].data : NULL;
         if (dst == NULL && !t->has_crc)
             continue;
-        int rc = ct__st_load_one(f, t, dst, eb);
+        int rc = ct_st_read__st_load_one(f, t, dst, eb);
         if (rc != 0)
             return rc;
     }
@@ -545,7 +553,7 @@ int ct_st_verify(ct_st_file_t *f, ct_errbuf_t *eb)
     for (size_t j = 0; j < f->n; j++) {
         if (!f->t[j].has_crc)
             continue;
-        int rc = ct__st_load_one(f, &f->t[j], NULL, eb);
+        int rc = ct_st_read__st_load_one(f, &f->t[j], NULL, eb);
         if (rc != 0)
             return rc;
     }

@@ -30,7 +30,7 @@ typedef struct ct__order {
 
 /* Larger elements first, so every tensor starts aligned to its element size; the view order
  * is kept within a size class. */
-static int ct__cmp_order(const void *a, const void *b)
+static int ct_st_write__cmp_order(const void *a, const void *b)
 {
     const ct__order_t *x = a, *y = b;
     if (x->esize != y->esize)
@@ -38,7 +38,7 @@ static int ct__cmp_order(const void *a, const void *b)
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-static int ct__check_meta(const ct_st_kv_t *meta, size_t n_meta, ct_errbuf_t *eb)
+static int ct_st_write__check_meta(const ct_st_kv_t *meta, size_t n_meta, ct_errbuf_t *eb)
 {
     for (size_t i = 0; i < n_meta; i++) {
         const char *k = meta[i].key;
@@ -57,9 +57,10 @@ static int ct__check_meta(const ct_st_kv_t *meta, size_t n_meta, ct_errbuf_t *eb
 /* The header JSON: __metadata__ (caller's entries, format marker, the header checksum's
  * placeholder, a CRC placeholder per tensor, returned in crcs[view index]) and the tensors in
  * file order. */
-static int ct__build_header(const ct_tensor_view_t *views, size_t n, const ct_st_kv_t *meta,
-                            size_t n_meta, const ct__order_t *order, json_t **out_root,
-                            json_t **crcs, ct_errbuf_t *eb)
+static int ct_st_write__build_header(const ct_tensor_view_t *views, size_t n,
+                                     const ct_st_kv_t *meta, size_t n_meta,
+                                     const ct__order_t *order, json_t **out_root, json_t **crcs,
+                                     ct_errbuf_t *eb)
 {
     json_t *root = json_object(), *m = json_object();
     if (root == NULL || m == NULL || json_object_set_new(root, "__metadata__", m) != 0) {
@@ -117,7 +118,7 @@ static int ct__build_header(const ct_tensor_view_t *views, size_t n, const ct_st
 }
 
 /* Writes the tensors after the header, computing their CRCs into the placeholders. */
-static int ct__write_data(int fd, uint64_t start, const ct_tensor_view_t *views, size_t n,
+static int ct_st_write__write_data(int fd, uint64_t start, const ct_tensor_view_t *views, size_t n,
                           const ct__order_t *order, json_t **crcs)
 {
     uint64_t pos = start;
@@ -147,7 +148,7 @@ int ct_st_save_at(int dirfd, const char *name, const ct_tensor_view_t *views, si
 {
     if (name == NULL || name[0] == '\0' || strchr(name, '/') != NULL)
         return ct_errbuf_set(eb, -EINVAL, "\"%s\" is not a file name", name ? name : "(null)");
-    int rc = ct__check_meta(meta, n_meta, eb);
+    int rc = ct_st_write__check_meta(meta, n_meta, eb);
     for (size_t i = 0; rc == 0 && i < n; i++)
         rc = ct__check_view(&views[i], i, eb);
     if (rc != 0)
@@ -166,8 +167,8 @@ int ct_st_save_at(int dirfd, const char *name, const ct_tensor_view_t *views, si
     }
     for (size_t i = 0; i < n; i++)
         order[i] = (ct__order_t){.idx = i, .esize = ct_dtype_size(views[i].dtype)};
-    qsort(order, n, sizeof *order, ct__cmp_order);
-    if ((rc = ct__build_header(views, n, meta, n_meta, order, &root, crcs, eb)) != 0) {
+    qsort(order, n, sizeof *order, ct_st_write__cmp_order);
+    if ((rc = ct_st_write__build_header(views, n, meta, n_meta, order, &root, crcs, eb)) != 0) {
         rc = ct_errbuf_wrap(eb, rc, "%s", name);
         goto out;
     }
@@ -198,7 +199,7 @@ int ct_st_save_at(int dirfd, const char *name, const ct_tensor_view_t *views, si
         goto out;
     }
     tmp_made = true;
-    if ((rc = ct__write_data(fd, 8 + hlen, views, n, order, crcs)) != 0) {
+    if ((rc = ct_st_write__write_data(fd, 8 + hlen, views, n, order, crcs)) != 0) {
         ct_errbuf_set(eb, rc, "%s: write failed: %s", tmp, ct_strerror(rc));
         goto out;
     }

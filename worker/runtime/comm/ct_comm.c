@@ -47,7 +47,7 @@ uint64_t ct__comm_fingerprint(const char *s)
 }
 
 /* A failed backend call: remember why, abort, and return the code. */
-static int ct__fail(ct_comm_t *c, int rc, const char *what, ct_errbuf_t *eb)
+static int ct_comm__fail(ct_comm_t *c, int rc, const char *what, ct_errbuf_t *eb)
 {
     ct_errbuf_t tmp;
     if (eb == NULL)
@@ -61,7 +61,7 @@ static int ct__fail(ct_comm_t *c, int rc, const char *what, ct_errbuf_t *eb)
 }
 
 /* Common entry checks; fills *deadline and counts the collective. */
-static int ct__begin(ct_comm_t *c, const char *what, int64_t *deadline, ct_errbuf_t *eb)
+static int ct_comm__begin(ct_comm_t *c, const char *what, int64_t *deadline, ct_errbuf_t *eb)
 {
     if (c == NULL)
         return ct_errbuf_set(eb, -EINVAL,
@@ -78,7 +78,7 @@ static int ct__begin(ct_comm_t *c, const char *what, int64_t *deadline, ct_errbu
     return 0;
 }
 
-static size_t ct__reduce_esize(ct_dtype_t dt)
+static size_t ct_comm__reduce_esize(ct_dtype_t dt)
 {
     switch (dt) {
     case CT_DTYPE_F32:
@@ -93,7 +93,7 @@ static size_t ct__reduce_esize(ct_dtype_t dt)
 int ct_comm_allreduce(ct_comm_t *c, void *buf, int64_t count, ct_dtype_t dtype, ct_comm_op_t op,
                       ct_errbuf_t *eb)
 {
-    size_t es = ct__reduce_esize(dtype);
+    size_t es = ct_comm__reduce_esize(dtype);
     if (es == 0)
         return ct_errbuf_set(eb, -EINVAL, "allreduce: dtype %s is not supported (F32, F64, BF16)",
                              ct_dtype_name(dtype));
@@ -104,11 +104,11 @@ int ct_comm_allreduce(ct_comm_t *c, void *buf, int64_t count, ct_dtype_t dtype, 
     if (count > 0 && buf == NULL)
         return ct_errbuf_set(eb, -EINVAL, "allreduce: NULL buffer");
     int64_t deadline;
-    int rc = ct__begin(c, "allreduce", &deadline, eb);
+    int rc = ct_comm__begin(c, "allreduce", &deadline, eb);
     if (rc != 0)
         return rc;
     rc = c->ops->allreduce(c, buf, count, dtype, op, deadline, eb);
-    return rc == 0 ? 0 : ct__fail(c, rc, "allreduce", eb);
+    return rc == 0 ? 0 : ct_comm__fail(c, rc, "allreduce", eb);
 }
 
 int ct_comm_broadcast(ct_comm_t *c, void *buf, size_t nbytes, int root, ct_errbuf_t *eb)
@@ -118,11 +118,11 @@ int ct_comm_broadcast(ct_comm_t *c, void *buf, size_t nbytes, int root, ct_errbu
     if (nbytes > 0 && buf == NULL)
         return ct_errbuf_set(eb, -EINVAL, "broadcast: NULL buffer");
     int64_t deadline;
-    int rc = ct__begin(c, "broadcast", &deadline, eb);
+    int rc = ct_comm__begin(c, "broadcast", &deadline, eb);
     if (rc != 0)
         return rc;
     rc = c->ops->broadcast(c, buf, nbytes, root, deadline, eb);
-    return rc == 0 ? 0 : ct__fail(c, rc, "broadcast", eb);
+    return rc == 0 ? 0 : ct_comm__fail(c, rc, "broadcast", eb);
 }
 
 int ct_comm_allgather(ct_comm_t *c, const void *sendbuf, void *recvbuf, size_t nbytes,
@@ -133,21 +133,21 @@ int ct_comm_allgather(ct_comm_t *c, const void *sendbuf, void *recvbuf, size_t n
     if (nbytes > 0 && (sendbuf == NULL || recvbuf == NULL))
         return ct_errbuf_set(eb, -EINVAL, "allgather: NULL buffer");
     int64_t deadline;
-    int rc = ct__begin(c, "allgather", &deadline, eb);
+    int rc = ct_comm__begin(c, "allgather", &deadline, eb);
     if (rc != 0)
         return rc;
     rc = c->ops->allgather(c, sendbuf, recvbuf, nbytes, deadline, eb);
-    return rc == 0 ? 0 : ct__fail(c, rc, "allgather", eb);
+    return rc == 0 ? 0 : ct_comm__fail(c, rc, "allgather", eb);
 }
 
 int ct_comm_barrier(ct_comm_t *c, ct_errbuf_t *eb)
 {
     int64_t deadline;
-    int rc = ct__begin(c, "barrier", &deadline, eb);
+    int rc = ct_comm__begin(c, "barrier", &deadline, eb);
     if (rc != 0)
         return rc;
     rc = c->ops->barrier(c, deadline, eb);
-    return rc == 0 ? 0 : ct__fail(c, rc, "barrier", eb);
+    return rc == 0 ? 0 : ct_comm__fail(c, rc, "barrier", eb);
 }
 
 int ct_comm_rank(const ct_comm_t *c)

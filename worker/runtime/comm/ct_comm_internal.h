@@ -101,9 +101,6 @@ void ct__comm_sum_bf16(uint16_t *restrict acc, const uint16_t *restrict in, size
 void ct__comm_div_f32(float *buf, size_t n, int w);
 void ct__comm_div_f64(double *buf, size_t n, int w);
 void ct__comm_div_bf16(uint16_t *buf, size_t n, int w);
-/* bf16 <-> float (round to nearest even; NaN stays NaN). */
-float ct__bf16_to_f32(uint16_t h);
-uint16_t ct__f32_to_bf16(float f);
 
 #pragma GCC visibility pop
 

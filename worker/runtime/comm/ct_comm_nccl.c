@@ -43,8 +43,8 @@ typedef struct ct__nccl {
 } ct__nccl_t;
 
 /* An NCCL result other than success / in-progress, with the text NCCL keeps for it. */
-static int ct__nccl_error(ct_errbuf_t *eb, ncclResult_t r, ncclComm_t comm, const char *call,
-                          const char *file, int line)
+static int ct_comm_nccl__nccl_error(ct_errbuf_t *eb, ncclResult_t r, ncclComm_t comm,
+                                    const char *call, const char *file, int line)
 {
     const char *last = comm ? ncclGetLastError(comm) : ncclGetLastError(NULL);
     return ct_errbuf_set(eb, r == ncclRemoteError ? CT_EPEER : CT_ENCCL,
@@ -54,13 +54,13 @@ static int ct__nccl_error(ct_errbuf_t *eb, ncclResult_t r, ncclComm_t comm, cons
 
 /* NCCL's check: on failure, rc gets the code (message in eb) and control goes to label. CUDA's
  * are ct_cuda_check.h's. */
-#define CT_NCCL_CHECK_GOTO(call, comm, rc, eb, label)                              \
-    do {                                                                           \
-        ncclResult_t ct__r = (call);                                               \
-        if (ct__r != ncclSuccess && ct__r != ncclInProgress) {                     \
-            (rc) = ct__nccl_error((eb), ct__r, (comm), #call, __FILE__, __LINE__); \
-            goto label;                                                            \
-        }                                                                          \
+#define CT_NCCL_CHECK_GOTO(call, comm, rc, eb, label)                                        \
+    do {                                                                                     \
+        ncclResult_t ct__r = (call);                                                         \
+        if (ct__r != ncclSuccess && ct__r != ncclInProgress) {                               \
+            (rc) = ct_comm_nccl__nccl_error((eb), ct__r, (comm), #call, __FILE__, __LINE__); \
+            goto label;                                                                      \
+        }                                                                                    \
     } while (0)
 
 int ct__comm_gpu_count(void)
@@ -74,17 +74,19 @@ int ct__comm_gpu_count(void)
 }
 
 /* Polls the communicator until it is no longer in progress (or the deadline passes). */
-static int ct__wait_comm(ct__nccl_t *g, int64_t deadline, const char *what, ct_errbuf_t *eb)
+static int ct_comm_nccl__wait_comm(ct__nccl_t *g, int64_t deadline, const char *what,
+                                   ct_errbuf_t *eb)
 {
     for (;;) {
         ncclResult_t st = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(g->comm, &st);
         if (r != ncclSuccess)
-            return ct__nccl_error(eb, r, g->comm, "ncclCommGetAsyncError", __FILE__, __LINE__);
+            return ct_comm_nccl__nccl_error(eb, r, g->comm, "ncclCommGetAsyncError", __FILE__,
+                                            __LINE__);
         if (st == ncclSuccess)
             return 0;
         if (st != ncclInProgress)
-            return ct__nccl_error(eb, st, g->comm, what, __FILE__, __LINE__);
+            return ct_comm_nccl__nccl_error(eb, st, g->comm, what, __FILE__, __LINE__);
         if (ct_deadline_passed(deadline))
             return ct_errbuf_set(eb, -ETIMEDOUT, "%s: not done before the deadline", what);
         ct_sleep_ms(1);
@@ -92,7 +94,8 @@ static int ct__wait_comm(ct__nccl_t *g, int64_t deadline, const char *what, ct_e
 }
 
 /* Polls the stream (and the communicator's asynchronous error) until the work is done. */
-static int ct__wait_stream(ct__nccl_t *g, int64_t deadline, const char *what, ct_errbuf_t *eb)
+static int ct_comm_nccl__wait_stream(ct__nccl_t *g, int64_t deadline, const char *what,
+                                     ct_errbuf_t *eb)
 {
     for (int spins = 0;; spins++) {
         cudaError_t e = cudaStreamQuery(g->stream);
@@ -103,7 +106,8 @@ static int ct__wait_stream(ct__nccl_t *g, int64_t deadline, const char *what, ct
         ncclResult_t st = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(g->comm, &st);
         if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress))
-            return ct__nccl_error(eb, r != ncclSuccess ? r : st, g->comm, what, __FILE__, __LINE__);
+            return ct_comm_nccl__nccl_error(eb, r != ncclSuccess ? r : st, g->comm, what, __FILE__,
+                                            __LINE__);
         if (ct_deadline_passed(deadline))
             return ct_errbuf_set(eb, -ETIMEDOUT,
                                  "%s did not complete before the deadline (a peer is dead or "
@@ -114,7 +118,7 @@ static int ct__wait_stream(ct__nccl_t *g, int64_t deadline, const char *what, ct
     }
 }
 
-static int ct__scratch(ct__nccl_t *g, size_t nbytes, ct_errbuf_t *eb)
+static int ct_comm_nccl__scratch(ct__nccl_t *g, size_t nbytes, ct_errbuf_t *eb)
 {
     if (nbytes <= g->scratch_bytes)
         return 0;
@@ -132,7 +136,7 @@ out:
 
 /* True when p is host memory the GPU cannot use directly (pageable or pinned host memory;
  * device and managed memory are used in place). */
-static bool ct__is_host(const void *p)
+static bool ct_comm_nccl__is_host(const void *p)
 {
     struct cudaPointerAttributes a;
     if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
@@ -142,7 +146,7 @@ static bool ct__is_host(const void *p)
     return a.type == cudaMemoryTypeUnregistered || a.type == cudaMemoryTypeHost;
 }
 
-static ncclDataType_t ct__nccl_type(ct_dtype_t dt)
+static ncclDataType_t ct_comm_nccl__nccl_type(ct_dtype_t dt)
 {
     switch (dt) {
     case CT_DTYPE_F64:
@@ -154,26 +158,26 @@ static ncclDataType_t ct__nccl_type(ct_dtype_t dt)
     }
 }
 
-static int ct__nccl_allreduce(ct_comm_t *c, void *buf, int64_t count, ct_dtype_t dtype,
-                              ct_comm_op_t op, int64_t deadline, ct_errbuf_t *eb)
+static int ct_comm_nccl__nccl_allreduce(ct_comm_t *c, void *buf, int64_t count, ct_dtype_t dtype,
+                                        ct_comm_op_t op, int64_t deadline, ct_errbuf_t *eb)
 {
     ct__nccl_t *g = c->impl;
     size_t nbytes = (size_t)count * ct_dtype_size(dtype);
-    bool host = count > 0 && ct__is_host(buf);
+    bool host = count > 0 && ct_comm_nccl__is_host(buf);
     void *dev = buf;
     int rc = 0;
     if (host) {
-        if ((rc = ct__scratch(g, nbytes, eb)) != 0)
+        if ((rc = ct_comm_nccl__scratch(g, nbytes, eb)) != 0)
             return rc;
         dev = g->scratch;
         CT_CUDA_CHECK_GOTO(cudaMemcpyAsync(dev, buf, nbytes, cudaMemcpyHostToDevice, g->stream), rc,
                            eb, out);
     }
-    CT_NCCL_CHECK_GOTO(ncclAllReduce(dev, dev, (size_t)count, ct__nccl_type(dtype),
+    CT_NCCL_CHECK_GOTO(ncclAllReduce(dev, dev, (size_t)count, ct_comm_nccl__nccl_type(dtype),
                                      op == CT_COMM_AVG ? ncclAvg : ncclSum, g->comm, g->stream),
                        g->comm, rc, eb, out);
-    if ((rc = ct__wait_comm(g, deadline, "ncclAllReduce", eb)) != 0 ||
-        (rc = ct__wait_stream(g, deadline, "ncclAllReduce", eb)) != 0)
+    if ((rc = ct_comm_nccl__wait_comm(g, deadline, "ncclAllReduce", eb)) != 0 ||
+        (rc = ct_comm_nccl__wait_stream(g, deadline, "ncclAllReduce", eb)) != 0)
         goto out;
     /* The stream is idle now, so this copy cannot block on a peer. */
     if (host)
@@ -182,15 +186,15 @@ out:
     return rc;
 }
 
-static int ct__nccl_broadcast(ct_comm_t *c, void *buf, size_t nbytes, int root, int64_t deadline,
-                              ct_errbuf_t *eb)
+static int ct_comm_nccl__nccl_broadcast(ct_comm_t *c, void *buf, size_t nbytes, int root,
+                                        int64_t deadline, ct_errbuf_t *eb)
 {
     ct__nccl_t *g = c->impl;
-    bool host = nbytes > 0 && ct__is_host(buf);
+    bool host = nbytes > 0 && ct_comm_nccl__is_host(buf);
     void *dev = buf;
     int rc = 0;
     if (host) {
-        if ((rc = ct__scratch(g, nbytes, eb)) != 0)
+        if ((rc = ct_comm_nccl__scratch(g, nbytes, eb)) != 0)
             return rc;
         dev = g->scratch;
         if (c->rank == root)
@@ -199,8 +203,8 @@ static int ct__nccl_broadcast(ct_comm_t *c, void *buf, size_t nbytes, int root, 
     }
     CT_NCCL_CHECK_GOTO(ncclBroadcast(dev, dev, nbytes, ncclUint8, root, g->comm, g->stream),
                        g->comm, rc, eb, out);
-    if ((rc = ct__wait_comm(g, deadline, "ncclBroadcast", eb)) != 0 ||
-        (rc = ct__wait_stream(g, deadline, "ncclBroadcast", eb)) != 0)
+    if ((rc = ct_comm_nccl__wait_comm(g, deadline, "ncclBroadcast", eb)) != 0 ||
+        (rc = ct_comm_nccl__wait_stream(g, deadline, "ncclBroadcast", eb)) != 0)
         goto out;
     if (host && c->rank != root)
         CT_CUDA_CHECK_GOTO(cudaMemcpy(buf, dev, nbytes, cudaMemcpyDeviceToHost), rc, eb, out);
@@ -208,18 +212,18 @@ out:
     return rc;
 }
 
-static int ct__nccl_allgather(ct_comm_t *c, const void *sendbuf, void *recvbuf, size_t nbytes,
-                              int64_t deadline, ct_errbuf_t *eb)
+static int ct_comm_nccl__nccl_allgather(ct_comm_t *c, const void *sendbuf, void *recvbuf,
+                                        size_t nbytes, int64_t deadline, ct_errbuf_t *eb)
 {
     ct__nccl_t *g = c->impl;
     size_t total = nbytes * (size_t)c->world;
-    bool host = nbytes > 0 && (ct__is_host(sendbuf) || ct__is_host(recvbuf));
+    bool host = nbytes > 0 && (ct_comm_nccl__is_host(sendbuf) || ct_comm_nccl__is_host(recvbuf));
     const void *dsend = sendbuf;
     void *drecv = recvbuf;
     int rc = 0;
     if (host) {
         /* Staged: the rank's own slot of the device buffer is the send buffer (in place). */
-        if ((rc = ct__scratch(g, total, eb)) != 0)
+        if ((rc = ct_comm_nccl__scratch(g, total, eb)) != 0)
             return rc;
         drecv = g->scratch;
         dsend = (uint8_t *)g->scratch + (size_t)c->rank * nbytes;
@@ -229,8 +233,8 @@ static int ct__nccl_allgather(ct_comm_t *c, const void *sendbuf, void *recvbuf, 
     }
     CT_NCCL_CHECK_GOTO(ncclAllGather(dsend, drecv, nbytes, ncclUint8, g->comm, g->stream), g->comm,
                        rc, eb, out);
-    if ((rc = ct__wait_comm(g, deadline, "ncclAllGather", eb)) != 0 ||
-        (rc = ct__wait_stream(g, deadline, "ncclAllGather", eb)) != 0)
+    if ((rc = ct_comm_nccl__wait_comm(g, deadline, "ncclAllGather", eb)) != 0 ||
+        (rc = ct_comm_nccl__wait_stream(g, deadline, "ncclAllGather", eb)) != 0)
         goto out;
     if (host)
         CT_CUDA_CHECK_GOTO(cudaMemcpy(recvbuf, drecv, total, cudaMemcpyDefault), rc, eb, out);
@@ -239,17 +243,17 @@ out:
 }
 
 /* An allreduce of one float on the device, as PyTorch's barrier on NCCL does. */
-static int ct__nccl_barrier(ct_comm_t *c, int64_t deadline, ct_errbuf_t *eb)
+static int ct_comm_nccl__nccl_barrier(ct_comm_t *c, int64_t deadline, ct_errbuf_t *eb)
 {
     ct__nccl_t *g = c->impl;
-    int rc = ct__scratch(g, sizeof(float), eb);
+    int rc = ct_comm_nccl__scratch(g, sizeof(float), eb);
     if (rc != 0)
         return rc;
     CT_NCCL_CHECK_GOTO(
         ncclAllReduce(g->scratch, g->scratch, 1, ncclFloat32, ncclSum, g->comm, g->stream), g->comm,
         rc, eb, out);
-    if ((rc = ct__wait_comm(g, deadline, "barrier", eb)) == 0)
-        rc = ct__wait_stream(g, deadline, "barrier", eb);
+    if ((rc = ct_comm_nccl__wait_comm(g, deadline, "barrier", eb)) == 0)
+        rc = ct_comm_nccl__wait_stream(g, deadline, "barrier", eb);
 out:
     return rc;
 }
@@ -301,7 +305,7 @@ bool ct__comm_nccl_abort_bounded(void *nccl_comm, int64_t wait_ms)
     return done;
 }
 
-static void ct__nccl_abort(ct_comm_t *c)
+static void ct_comm_nccl__nccl_abort(ct_comm_t *c)
 {
     ct__nccl_t *g = c->impl;
     if (g->comm != NULL && !g->aborted) {
@@ -311,7 +315,7 @@ static void ct__nccl_abort(ct_comm_t *c)
     }
 }
 
-static void ct__nccl_destroy(ct_comm_t *c)
+static void ct_comm_nccl__nccl_destroy(ct_comm_t *c)
 {
     ct__nccl_t *g = c->impl;
     if (g == NULL)
@@ -323,7 +327,7 @@ static void ct__nccl_destroy(ct_comm_t *c)
         int64_t deadline = ct_deadline_after_ms(c->timeout_ms);
         ncclResult_t r = ncclCommFinalize(g->comm);
         if ((r != ncclSuccess && r != ncclInProgress) ||
-            ct__wait_comm(g, deadline, "ncclCommFinalize", &eb) != 0) {
+            ct_comm_nccl__wait_comm(g, deadline, "ncclCommFinalize", &eb) != 0) {
             ct__comm_nccl_abort_bounded(g->comm, CT__COMM_NCCL_ABORT_WAIT_MS);
         } else {
             ncclCommDestroy(g->comm);
@@ -339,17 +343,17 @@ static void ct__nccl_destroy(ct_comm_t *c)
 }
 
 static const ct__comm_ops_t ct__nccl_ops = {
-    .allreduce = ct__nccl_allreduce,
-    .broadcast = ct__nccl_broadcast,
-    .allgather = ct__nccl_allgather,
-    .barrier = ct__nccl_barrier,
-    .abort = ct__nccl_abort,
-    .destroy = ct__nccl_destroy,
+    .allreduce = ct_comm_nccl__nccl_allreduce,
+    .broadcast = ct_comm_nccl__nccl_broadcast,
+    .allgather = ct_comm_nccl__nccl_allgather,
+    .barrier = ct_comm_nccl__nccl_barrier,
+    .abort = ct_comm_nccl__nccl_abort,
+    .destroy = ct_comm_nccl__nccl_destroy,
 };
 
 /* The unique ID: made by rank 0 and published, or fetched by the others. */
-static int ct__exchange_id(const ct__comm_cfg_t *cfg, ncclUniqueId *id, int64_t deadline,
-                           ct_errbuf_t *eb)
+static int ct_comm_nccl__exchange_id(const ct__comm_cfg_t *cfg, ncclUniqueId *id, int64_t deadline,
+                                     ct_errbuf_t *eb)
 {
     int rc = 0;
     if (cfg->rank == 0)
@@ -421,19 +425,19 @@ int ct__comm_nccl_create(ct_comm_t **out, const ct__comm_cfg_t *cfg, ct_errbuf_t
 
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
-    if ((rc = ct__exchange_id(cfg, &id, deadline, eb)) != 0)
+    if ((rc = ct_comm_nccl__exchange_id(cfg, &id, deadline, eb)) != 0)
         goto fail;
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     CT_NCCL_CHECK_GOTO(ncclCommInitRankConfig(&g->comm, cfg->world_size, id, cfg->rank, &config),
                        g->comm, rc, eb, fail);
-    if ((rc = ct__wait_comm(g, deadline, "ncclCommInitRankConfig", eb)) != 0)
+    if ((rc = ct_comm_nccl__wait_comm(g, deadline, "ncclCommInitRankConfig", eb)) != 0)
         goto fail;
     ct_log_debug("nccl: rank %d of %d on GPU %d", cfg->rank, cfg->world_size, device);
     *out = c;
     return 0;
 fail:
-    ct__nccl_abort(c);
+    ct_comm_nccl__nccl_abort(c);
     ct__comm_destroy(c);
     return rc;
 }

@@ -67,19 +67,19 @@ typedef struct ct__ring {
 
 /* ---- little-endian wire helpers ------------------------------------------------------------ */
 
-static void ct__put32(uint8_t *p, uint32_t v)
+static void ct_comm_ring__put32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static void ct__put64(uint8_t *p, uint64_t v)
+static void ct_comm_ring__put64(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static uint32_t ct__get32(const uint8_t *p)
+static uint32_t ct_comm_ring__get32(const uint8_t *p)
 {
     uint32_t v = 0;
     for (int i = 0; i < 4; i++)
@@ -87,7 +87,7 @@ static uint32_t ct__get32(const uint8_t *p)
     return v;
 }
 
-static uint64_t ct__get64(const uint8_t *p)
+static uint64_t ct_comm_ring__get64(const uint8_t *p)
 {
     uint64_t v = 0;
     for (int i = 0; i < 8; i++)
@@ -111,14 +111,14 @@ typedef struct ct__plan {
     int shift;        /* outgoing phase p carries incoming phase p - shift */
 } ct__plan_t;
 
-static int ct__mod(long long a, int w)
+static int ct_comm_ring__mod(long long a, int w)
 {
     long long m = a % w;
     return (int)(m < 0 ? m + w : m);
 }
 
 /* Segment k of an allreduce of n elements over w ranks: [*off, *off + *len) in elements. */
-static void ct__segment(uint64_t n, int w, int k, uint64_t *off, uint64_t *len)
+static void ct_comm_ring__segment(uint64_t n, int w, int k, uint64_t *off, uint64_t *len)
 {
     uint64_t base = n / (uint64_t)w, rem = n % (uint64_t)w;
     *len = base + ((uint64_t)k < rem ? 1 : 0);
@@ -127,8 +127,8 @@ static void ct__segment(uint64_t n, int w, int k, uint64_t *off, uint64_t *len)
 
 /* The byte range of outgoing (send = true) or incoming phase p; *reduce for incoming ranges
  * that are added rather than copied. */
-static void ct__phase(const ct__plan_t *pl, bool send, int p, size_t *off, size_t *len,
-                      bool *reduce)
+static void ct_comm_ring__phase(const ct__plan_t *pl, bool send, int p, size_t *off, size_t *len,
+                                bool *reduce)
 {
     const int r = pl->rank, w = pl->world;
     int blk = 0;
@@ -136,21 +136,24 @@ static void ct__phase(const ct__plan_t *pl, bool send, int p, size_t *off, size_
     switch (pl->kind) {
     case CT__K_ALLREDUCE: {
         if (p <= w - 2) { /* reduce-scatter */
-            blk = send ? ct__mod((long long)r - p, w) : ct__mod((long long)r - p - 1, w);
+            blk = send ? ct_comm_ring__mod((long long)r - p, w)
+                       : ct_comm_ring__mod((long long)r - p - 1, w);
             *reduce = !send;
         } else { /* allgather */
             int q = p - (w - 1);
-            blk = send ? ct__mod((long long)r + 1 - q, w) : ct__mod((long long)r - q, w);
+            blk = send ? ct_comm_ring__mod((long long)r + 1 - q, w)
+                       : ct_comm_ring__mod((long long)r - q, w);
         }
         uint64_t eo, el;
-        ct__segment(pl->count, w, blk, &eo, &el);
+        ct_comm_ring__segment(pl->count, w, blk, &eo, &el);
         *off = (size_t)(eo * pl->esize);
         *len = (size_t)(el * pl->esize);
         return;
     }
     case CT__K_ALLGATHER:
     case CT__K_BARRIER:
-        blk = send ? ct__mod((long long)r - p, w) : ct__mod((long long)r - p - 1, w);
+        blk = send ? ct_comm_ring__mod((long long)r - p, w)
+                   : ct_comm_ring__mod((long long)r - p - 1, w);
         *off = (size_t)((uint64_t)blk * pl->count);
         *len = (size_t)pl->count;
         return;
@@ -161,7 +164,7 @@ static void ct__phase(const ct__plan_t *pl, bool send, int p, size_t *off, size_
     }
 }
 
-static const char *ct__kind_name(int kind)
+static const char *ct_comm_ring__kind_name(int kind)
 {
     switch (kind) {
     case CT__K_ALLREDUCE:
@@ -176,23 +179,23 @@ static const char *ct__kind_name(int kind)
     return "an unknown collective";
 }
 
-static void ct__encode_header(const ct__plan_t *pl, uint8_t *h)
+static void ct_comm_ring__encode_header(const ct__plan_t *pl, uint8_t *h)
 {
     memset(h, 0, CT__RING_MSG);
-    ct__put32(h, CT__RING_COLL_MAGIC);
+    ct_comm_ring__put32(h, CT__RING_COLL_MAGIC);
     h[4] = (uint8_t)pl->kind;
     h[5] = (uint8_t)(pl->kind == CT__K_ALLREDUCE ? pl->dtype : 0);
     h[6] = (uint8_t)(pl->kind == CT__K_ALLREDUCE ? pl->op : 0);
     h[7] = (uint8_t)CT__RING_VERSION;
-    ct__put32(h + 8, (uint32_t)(pl->kind == CT__K_BROADCAST ? pl->root : 0));
-    ct__put32(h + 12, (uint32_t)pl->world);
-    ct__put64(h + 16, pl->seq);
-    ct__put64(h + 24, pl->count);
+    ct_comm_ring__put32(h + 8, (uint32_t)(pl->kind == CT__K_BROADCAST ? pl->root : 0));
+    ct_comm_ring__put32(h + 12, (uint32_t)pl->world);
+    ct_comm_ring__put64(h + 16, pl->seq);
+    ct_comm_ring__put64(h + 24, pl->count);
 }
 
 /* "allreduce of 10 F32 (sum), #3" - one side of a mismatch message. */
-static void ct__describe(char *buf, size_t size, int kind, int dtype, int op, int root,
-                         uint64_t count, uint64_t seq)
+static void ct_comm_ring__describe(char *buf, size_t size, int kind, int dtype, int op, int root,
+                                   uint64_t count, uint64_t seq)
 {
     switch (kind) {
     case CT__K_ALLREDUCE:
@@ -209,26 +212,26 @@ static void ct__describe(char *buf, size_t size, int kind, int dtype, int op, in
                  (unsigned long long)seq);
         break;
     default:
-        snprintf(buf, size, "%s, #%llu", ct__kind_name(kind), (unsigned long long)seq);
+        snprintf(buf, size, "%s, #%llu", ct_comm_ring__kind_name(kind), (unsigned long long)seq);
     }
 }
 
-static int ct__check_header(const ct__plan_t *pl, const ct__ring_t *ring, const uint8_t *got,
-                            ct_errbuf_t *eb)
+static int ct_comm_ring__check_header(const ct__plan_t *pl, const ct__ring_t *ring,
+                                      const uint8_t *got, ct_errbuf_t *eb)
 {
     uint8_t want[CT__RING_MSG];
-    ct__encode_header(pl, want);
+    ct_comm_ring__encode_header(pl, want);
     if (memcmp(got, want, CT__RING_MSG) == 0)
         return 0;
-    if (ct__get32(got) != CT__RING_COLL_MAGIC || got[7] != CT__RING_VERSION)
+    if (ct_comm_ring__get32(got) != CT__RING_COLL_MAGIC || got[7] != CT__RING_VERSION)
         return ct_errbuf_set(eb, CT_EPROTOCOL,
                              "rank %d (%s) sent bytes that are not a collective header (magic "
                              "0x%08x, version %u)",
-                             ring->left, ring->left_addr, ct__get32(got), got[7]);
+                             ring->left, ring->left_addr, ct_comm_ring__get32(got), got[7]);
     char a[128], b[128];
-    ct__describe(a, sizeof a, got[4], got[5], got[6], (int)ct__get32(got + 8), ct__get64(got + 24),
-                 ct__get64(got + 16));
-    ct__describe(b, sizeof b, pl->kind, pl->dtype, pl->op, pl->root, pl->count, pl->seq);
+    ct_comm_ring__describe(a, sizeof a, got[4], got[5], got[6], (int)ct_comm_ring__get32(got + 8),
+                           ct_comm_ring__get64(got + 24), ct_comm_ring__get64(got + 16));
+    ct_comm_ring__describe(b, sizeof b, pl->kind, pl->dtype, pl->op, pl->root, pl->count, pl->seq);
     return ct_errbuf_set(eb, CT_EPROTOCOL,
                          "collective mismatch: rank %d called %s while this rank called %s",
                          ring->left, a, b);
@@ -248,29 +251,29 @@ typedef struct ct__xfer {
     size_t rdone; /* bytes of it received and added in (what may be forwarded) */
 } ct__xfer_t;
 
-static bool ct__send_pending(const ct__xfer_t *x)
+static bool ct_comm_ring__send_pending(const ct__xfer_t *x)
 {
     return x->pl->nsend > 0 && (x->shdr_done < CT__RING_MSG || x->sp < x->pl->nsend);
 }
 
-static bool ct__recv_pending(const ct__xfer_t *x)
+static bool ct_comm_ring__recv_pending(const ct__xfer_t *x)
 {
     return x->pl->nrecv > 0 && (x->rhdr_done < CT__RING_MSG || x->rp < x->pl->nrecv);
 }
 
 /* Skips empty phases (segments of a short allreduce). */
-static void ct__skip_empty(ct__xfer_t *x)
+static void ct_comm_ring__skip_empty(ct__xfer_t *x)
 {
     size_t off, len;
     bool red;
     while (x->sp < x->pl->nsend) {
-        ct__phase(x->pl, true, x->sp, &off, &len, &red);
+        ct_comm_ring__phase(x->pl, true, x->sp, &off, &len, &red);
         if (len > 0)
             break;
         x->sp++;
     }
     while (x->rp < x->pl->nrecv) {
-        ct__phase(x->pl, false, x->rp, &off, &len, &red);
+        ct_comm_ring__phase(x->pl, false, x->rp, &off, &len, &red);
         if (len > 0)
             break;
         x->rp++;
@@ -278,7 +281,7 @@ static void ct__skip_empty(ct__xfer_t *x)
 }
 
 /* How many bytes of the current outgoing phase may be sent now. */
-static size_t ct__send_limit(const ct__xfer_t *x, size_t len)
+static size_t ct_comm_ring__send_limit(const ct__xfer_t *x, size_t len)
 {
     int sp = x->sp;
     if (sp < x->pl->shift)
@@ -291,7 +294,7 @@ static size_t ct__send_limit(const ct__xfer_t *x, size_t len)
     return 0;
 }
 
-static int ct__peer_closed(const ct__ring_t *ring, bool left, int err, ct_errbuf_t *eb)
+static int ct_comm_ring__peer_closed(const ct__ring_t *ring, bool left, int err, ct_errbuf_t *eb)
 {
     int peer = left ? ring->left : ring->right;
     const char *addr = left ? ring->left_addr : ring->right_addr;
@@ -312,7 +315,7 @@ static int ct__peer_closed(const ct__ring_t *ring, bool left, int err, ct_errbuf
 
 /* Receives what is available. Returns 1 when bytes moved, 0 when it would block, < 0 on
  * error. */
-static int ct__recv_some(ct__xfer_t *x, ct_errbuf_t *eb)
+static int ct_comm_ring__recv_some(ct__xfer_t *x, ct_errbuf_t *eb)
 {
     const ct__plan_t *pl = x->pl;
     ct__ring_t *ring = x->ring;
@@ -324,7 +327,7 @@ static int ct__recv_some(ct__xfer_t *x, ct_errbuf_t *eb)
         dst = x->rhdr + x->rhdr_done;
         want = CT__RING_MSG - x->rhdr_done;
     } else {
-        ct__phase(pl, false, x->rp, &off, &len, &red);
+        ct_comm_ring__phase(pl, false, x->rp, &off, &len, &red);
         if (red) {
             cstart = x->ro / ring->chunk * ring->chunk;
             cend = cstart + ring->chunk < len ? cstart + ring->chunk : len;
@@ -339,17 +342,17 @@ static int ct__recv_some(ct__xfer_t *x, ct_errbuf_t *eb)
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
             return 0;
-        return ct__peer_closed(ring, true, errno, eb);
+        return ct_comm_ring__peer_closed(ring, true, errno, eb);
     }
     if (n == 0)
-        return ct__peer_closed(ring, true, 0, eb);
+        return ct_comm_ring__peer_closed(ring, true, 0, eb);
     if (x->rhdr_done < CT__RING_MSG) {
         x->rhdr_done += (size_t)n;
         if (x->rhdr_done == CT__RING_MSG) {
-            int rc = ct__check_header(pl, ring, x->rhdr, eb);
+            int rc = ct_comm_ring__check_header(pl, ring, x->rhdr, eb);
             if (rc != 0)
                 return rc;
-            ct__skip_empty(x);
+            ct_comm_ring__skip_empty(x);
         }
         return 1;
     }
@@ -377,14 +380,14 @@ static int ct__recv_some(ct__xfer_t *x, ct_errbuf_t *eb)
     if (x->ro == len) {
         x->rp++;
         x->ro = x->rdone = 0;
-        ct__skip_empty(x);
+        ct_comm_ring__skip_empty(x);
     }
     return 1;
 }
 
 /* Sends what may be sent. Returns 1 when bytes moved, 0 when it would block or nothing is
  * ready, < 0 on error. */
-static int ct__send_some(ct__xfer_t *x, ct_errbuf_t *eb)
+static int ct_comm_ring__send_some(ct__xfer_t *x, ct_errbuf_t *eb)
 {
     const ct__plan_t *pl = x->pl;
     ct__ring_t *ring = x->ring;
@@ -396,8 +399,8 @@ static int ct__send_some(ct__xfer_t *x, ct_errbuf_t *eb)
         src = x->shdr + x->shdr_done;
         avail = CT__RING_MSG - x->shdr_done;
     } else {
-        ct__phase(pl, true, x->sp, &off, &len, &red);
-        size_t lim = ct__send_limit(x, len);
+        ct_comm_ring__phase(pl, true, x->sp, &off, &len, &red);
+        size_t lim = ct_comm_ring__send_limit(x, len);
         if (lim <= x->so)
             return 0;
         src = pl->buf + off + x->so;
@@ -407,55 +410,55 @@ static int ct__send_some(ct__xfer_t *x, ct_errbuf_t *eb)
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
             return 0;
-        return ct__peer_closed(ring, false, errno, eb);
+        return ct_comm_ring__peer_closed(ring, false, errno, eb);
     }
     if (x->shdr_done < CT__RING_MSG) {
         x->shdr_done += (size_t)n;
         if (x->shdr_done == CT__RING_MSG)
-            ct__skip_empty(x);
+            ct_comm_ring__skip_empty(x);
         return 1;
     }
     x->so += (size_t)n;
     if (x->so == len) {
         x->sp++;
         x->so = 0;
-        ct__skip_empty(x);
+        ct_comm_ring__skip_empty(x);
     }
     return 1;
 }
 
 /* The right neighbour sends nothing during a collective; readable means it closed (or broke
  * the protocol). */
-static int ct__check_right(ct__ring_t *ring, ct_errbuf_t *eb)
+static int ct_comm_ring__check_right(ct__ring_t *ring, ct_errbuf_t *eb)
 {
     uint8_t b;
     ssize_t n = recv(ring->right_fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
     if (n == 0)
-        return ct__peer_closed(ring, false, 0, eb);
+        return ct_comm_ring__peer_closed(ring, false, 0, eb);
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
             return 0;
-        return ct__peer_closed(ring, false, errno, eb);
+        return ct_comm_ring__peer_closed(ring, false, errno, eb);
     }
     return ct_errbuf_set(eb, CT_EPROTOCOL,
                          "rank %d (the right neighbour, %s) sent unexpected bytes", ring->right,
                          ring->right_addr);
 }
 
-static int ct__run(ct_comm_t *c, ct__plan_t *pl, int64_t deadline, ct_errbuf_t *eb)
+static int ct_comm_ring__run(ct_comm_t *c, ct__plan_t *pl, int64_t deadline, ct_errbuf_t *eb)
 {
     ct__ring_t *ring = c->impl;
     pl->rank = c->rank;
     pl->world = c->world;
     pl->seq = c->seq;
     ct__xfer_t x = {.pl = pl, .ring = ring};
-    ct__encode_header(pl, x.shdr);
+    ct_comm_ring__encode_header(pl, x.shdr);
     if (pl->nsend == 0)
         x.shdr_done = CT__RING_MSG;
     if (pl->nrecv == 0)
         x.rhdr_done = CT__RING_MSG;
     for (;;) {
-        bool sp = ct__send_pending(&x), rp = ct__recv_pending(&x);
+        bool sp = ct_comm_ring__send_pending(&x), rp = ct_comm_ring__recv_pending(&x);
         if (!sp && !rp)
             return 0;
         if (ct_deadline_passed(deadline))
@@ -465,15 +468,15 @@ static int ct__run(ct_comm_t *c, ct__plan_t *pl, int64_t deadline, ct_errbuf_t *
         /* Move what can move before polling - a collective that streams never sleeps - a few
          * transfers each way at a time, so that receiving does not starve forwarding. */
         int moved = 0, rc;
-        for (int k = 0; k < CT__RING_BURST && ct__recv_pending(&x); k++) {
-            if ((rc = ct__recv_some(&x, eb)) < 0)
+        for (int k = 0; k < CT__RING_BURST && ct_comm_ring__recv_pending(&x); k++) {
+            if ((rc = ct_comm_ring__recv_some(&x, eb)) < 0)
                 return rc;
             if (rc == 0)
                 break;
             moved = 1;
         }
-        for (int k = 0; k < CT__RING_BURST && ct__send_pending(&x); k++) {
-            if ((rc = ct__send_some(&x, eb)) < 0)
+        for (int k = 0; k < CT__RING_BURST && ct_comm_ring__send_pending(&x); k++) {
+            if ((rc = ct_comm_ring__send_some(&x, eb)) < 0)
                 return rc;
             if (rc == 0)
                 break;
@@ -481,8 +484,8 @@ static int ct__run(ct_comm_t *c, ct__plan_t *pl, int64_t deadline, ct_errbuf_t *
         }
         if (moved)
             continue;
-        sp = ct__send_pending(&x);
-        rp = ct__recv_pending(&x);
+        sp = ct_comm_ring__send_pending(&x);
+        rp = ct_comm_ring__recv_pending(&x);
         bool can_send = false;
         if (sp) {
             if (x.shdr_done < CT__RING_MSG) {
@@ -490,8 +493,8 @@ static int ct__run(ct_comm_t *c, ct__plan_t *pl, int64_t deadline, ct_errbuf_t *
             } else {
                 size_t off, len;
                 bool red;
-                ct__phase(pl, true, x.sp, &off, &len, &red);
-                can_send = ct__send_limit(&x, len) > x.so;
+                ct_comm_ring__phase(pl, true, x.sp, &off, &len, &red);
+                can_send = ct_comm_ring__send_limit(&x, len) > x.so;
             }
         }
         struct pollfd pf[2] = {
@@ -515,15 +518,15 @@ static int ct__run(ct_comm_t *c, ct__plan_t *pl, int64_t deadline, ct_errbuf_t *
                                  (long long)c->timeout_ms, ring->right, ring->right_addr);
         }
         if (sp && (pf[1].revents & (POLLIN | POLLERR | POLLHUP)) &&
-            (rc = ct__check_right(ring, eb)) != 0)
+            (rc = ct_comm_ring__check_right(ring, eb)) != 0)
             return rc;
     }
 }
 
 /* ---- collectives --------------------------------------------------------------------------- */
 
-static int ct__ring_allreduce(ct_comm_t *c, void *buf, int64_t count, ct_dtype_t dtype,
-                              ct_comm_op_t op, int64_t deadline, ct_errbuf_t *eb)
+static int ct_comm_ring__ring_allreduce(ct_comm_t *c, void *buf, int64_t count, ct_dtype_t dtype,
+                                        ct_comm_op_t op, int64_t deadline, ct_errbuf_t *eb)
 {
     const int w = c->world;
     if (w > 1) {
@@ -536,7 +539,7 @@ static int ct__ring_allreduce(ct_comm_t *c, void *buf, int64_t count, ct_dtype_t
                          .nsend = 2 * (w - 1),
                          .nrecv = 2 * (w - 1),
                          .shift = 1};
-        int rc = ct__run(c, &pl, deadline, eb);
+        int rc = ct_comm_ring__run(c, &pl, deadline, eb);
         if (rc != 0)
             return rc;
     }
@@ -556,13 +559,13 @@ static int ct__ring_allreduce(ct_comm_t *c, void *buf, int64_t count, ct_dtype_t
     return 0;
 }
 
-static int ct__ring_broadcast(ct_comm_t *c, void *buf, size_t nbytes, int root, int64_t deadline,
-                              ct_errbuf_t *eb)
+static int ct_comm_ring__ring_broadcast(ct_comm_t *c, void *buf, size_t nbytes, int root,
+                                        int64_t deadline, ct_errbuf_t *eb)
 {
     const int w = c->world, r = c->rank;
     if (w == 1)
         return 0;
-    bool last = ct__mod((long long)root - 1, w) == r; /* receives, forwards nothing */
+    bool last = ct_comm_ring__mod((long long)root - 1, w) == r; /* receives, forwards nothing */
     ct__plan_t pl = {.kind = CT__K_BROADCAST,
                      .buf = buf,
                      .esize = 1,
@@ -571,11 +574,11 @@ static int ct__ring_broadcast(ct_comm_t *c, void *buf, size_t nbytes, int root, 
                      .nsend = last ? 0 : 1,
                      .nrecv = r == root ? 0 : 1,
                      .shift = r == root ? 1 : 0};
-    return ct__run(c, &pl, deadline, eb);
+    return ct_comm_ring__run(c, &pl, deadline, eb);
 }
 
-static int ct__ring_allgather(ct_comm_t *c, const void *sendbuf, void *recvbuf, size_t nbytes,
-                              int64_t deadline, ct_errbuf_t *eb)
+static int ct_comm_ring__ring_allgather(ct_comm_t *c, const void *sendbuf, void *recvbuf,
+                                        size_t nbytes, int64_t deadline, ct_errbuf_t *eb)
 {
     const int w = c->world;
     uint8_t *mine = (uint8_t *)recvbuf + (size_t)c->rank * nbytes;
@@ -590,12 +593,12 @@ static int ct__ring_allgather(ct_comm_t *c, const void *sendbuf, void *recvbuf, 
                      .nsend = w - 1,
                      .nrecv = w - 1,
                      .shift = 1};
-    return ct__run(c, &pl, deadline, eb);
+    return ct_comm_ring__run(c, &pl, deadline, eb);
 }
 
 /* An allgather of one byte per rank: this rank can only finish once every rank's byte came
  * around, that is once every rank has entered. */
-static int ct__ring_barrier(ct_comm_t *c, int64_t deadline, ct_errbuf_t *eb)
+static int ct_comm_ring__ring_barrier(ct_comm_t *c, int64_t deadline, ct_errbuf_t *eb)
 {
     const int w = c->world;
     if (w == 1)
@@ -612,13 +615,13 @@ static int ct__ring_barrier(ct_comm_t *c, int64_t deadline, ct_errbuf_t *eb)
                      .nsend = w - 1,
                      .nrecv = w - 1,
                      .shift = 1};
-    int rc = ct__run(c, &pl, deadline, eb);
+    int rc = ct_comm_ring__run(c, &pl, deadline, eb);
     if (bytes != small)
         free(bytes);
     return rc;
 }
 
-static void ct__close_fd(int *fd)
+static void ct_comm_ring__close_fd(int *fd)
 {
     if (*fd >= 0) {
         shutdown(*fd, SHUT_RDWR);
@@ -627,14 +630,14 @@ static void ct__close_fd(int *fd)
     }
 }
 
-static void ct__ring_abort(ct_comm_t *c)
+static void ct_comm_ring__ring_abort(ct_comm_t *c)
 {
     ct__ring_t *ring = c->impl;
-    ct__close_fd(&ring->left_fd);
-    ct__close_fd(&ring->right_fd);
+    ct_comm_ring__close_fd(&ring->left_fd);
+    ct_comm_ring__close_fd(&ring->right_fd);
 }
 
-static void ct__ring_destroy(ct_comm_t *c)
+static void ct_comm_ring__ring_destroy(ct_comm_t *c)
 {
     ct__ring_t *ring = c->impl;
     if (ring == NULL)
@@ -651,12 +654,12 @@ static void ct__ring_destroy(ct_comm_t *c)
 }
 
 static const ct__comm_ops_t ct__ring_ops = {
-    .allreduce = ct__ring_allreduce,
-    .broadcast = ct__ring_broadcast,
-    .allgather = ct__ring_allgather,
-    .barrier = ct__ring_barrier,
-    .abort = ct__ring_abort,
-    .destroy = ct__ring_destroy,
+    .allreduce = ct_comm_ring__ring_allreduce,
+    .broadcast = ct_comm_ring__ring_broadcast,
+    .allgather = ct_comm_ring__ring_allgather,
+    .barrier = ct_comm_ring__ring_barrier,
+    .abort = ct_comm_ring__ring_abort,
+    .destroy = ct_comm_ring__ring_destroy,
 };
 
 /* ---- set-up: addresses, connections, hello ------------------------------------------------- */
@@ -667,7 +670,7 @@ typedef struct ct__addr {
 } ct__addr_t;
 
 /* IPv4-mapped IPv6 (what a dual-stack store connection reports) as plain IPv4. */
-static void ct__unmap(ct__addr_t *a)
+static void ct_comm_ring__unmap(ct__addr_t *a)
 {
     if (a->ss.ss_family != AF_INET6)
         return;
@@ -681,7 +684,7 @@ static void ct__unmap(ct__addr_t *a)
     a->len = sizeof s4;
 }
 
-static bool ct__is_loopback(const ct__addr_t *a)
+static bool ct_comm_ring__is_loopback(const ct__addr_t *a)
 {
     if (a->ss.ss_family == AF_INET) {
         const struct sockaddr_in *s4 = (const struct sockaddr_in *)&a->ss;
@@ -692,7 +695,7 @@ static bool ct__is_loopback(const ct__addr_t *a)
 }
 
 /* "host:port" (IPv6 bracketed, zone kept) of a socket address. */
-static int ct__format(const ct__addr_t *a, char *buf, size_t size, ct_errbuf_t *eb)
+static int ct_comm_ring__format(const ct__addr_t *a, char *buf, size_t size, ct_errbuf_t *eb)
 {
     char host[NI_MAXHOST], serv[NI_MAXSERV];
     int g = getnameinfo((const struct sockaddr *)&a->ss, a->len, host, sizeof host, serv,
@@ -707,7 +710,8 @@ static int ct__format(const ct__addr_t *a, char *buf, size_t size, ct_errbuf_t *
 }
 
 /* Resolves a numeric or named host (and port) to one socket address. */
-static int ct__resolve(const char *host, int port, bool passive, ct__addr_t *out, ct_errbuf_t *eb)
+static int ct_comm_ring__resolve(const char *host, int port, bool passive, ct__addr_t *out,
+                                 ct_errbuf_t *eb)
 {
     char serv[16];
     snprintf(serv, sizeof serv, "%d", port);
@@ -723,11 +727,11 @@ static int ct__resolve(const char *host, int port, bool passive, ct__addr_t *out
     memcpy(&out->ss, res->ai_addr, res->ai_addrlen);
     out->len = res->ai_addrlen;
     freeaddrinfo(res);
-    ct__unmap(out);
+    ct_comm_ring__unmap(out);
     return 0;
 }
 
-static void ct__tune(int fd, int sockbuf)
+static void ct_comm_ring__tune(int fd, int sockbuf)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -740,7 +744,7 @@ static void ct__tune(int fd, int sockbuf)
 }
 
 /* Waits until fd is ready for events or the deadline passes: 0, -ETIMEDOUT or -errno. */
-static int ct__wait_fd(int fd, short events, int64_t deadline)
+static int ct_comm_ring__wait_fd(int fd, short events, int64_t deadline)
 {
     for (;;) {
         struct pollfd pf = {.fd = fd, .events = events};
@@ -755,7 +759,7 @@ static int ct__wait_fd(int fd, short events, int64_t deadline)
 }
 
 /* Exactly n bytes, blocking in poll until the deadline: 0, -ETIMEDOUT, CT_EPEER or -errno. */
-static int ct__io_full(int fd, void *buf, size_t n, bool out, int64_t deadline)
+static int ct_comm_ring__io_full(int fd, void *buf, size_t n, bool out, int64_t deadline)
 {
     size_t done = 0;
     while (done < n) {
@@ -771,40 +775,40 @@ static int ct__io_full(int fd, void *buf, size_t n, bool out, int64_t deadline)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return errno == ECONNRESET || errno == EPIPE ? CT_EPEER : -errno;
-        int rc = ct__wait_fd(fd, out ? POLLOUT : POLLIN, deadline);
+        int rc = ct_comm_ring__wait_fd(fd, out ? POLLOUT : POLLIN, deadline);
         if (rc != 0)
             return rc;
     }
     return 0;
 }
 
-static void ct__encode_hello(uint8_t *m, uint32_t magic, int world, int rank, uint64_t ns)
+static void ct_comm_ring__encode_hello(uint8_t *m, uint32_t magic, int world, int rank, uint64_t ns)
 {
     memset(m, 0, CT__RING_MSG);
-    ct__put32(m, magic);
-    ct__put32(m + 4, CT__RING_VERSION);
-    ct__put32(m + 8, (uint32_t)world);
-    ct__put32(m + 12, (uint32_t)rank);
-    ct__put64(m + 16, ns);
+    ct_comm_ring__put32(m, magic);
+    ct_comm_ring__put32(m + 4, CT__RING_VERSION);
+    ct_comm_ring__put32(m + 8, (uint32_t)world);
+    ct_comm_ring__put32(m + 12, (uint32_t)rank);
+    ct_comm_ring__put64(m + 16, ns);
 }
 
 /* Checks a hello or ack; the reason for a refusal goes into why. */
-static bool ct__check_hello(const uint8_t *m, uint32_t magic, int world, int rank, uint64_t ns,
-                            char *why, size_t size)
+static bool ct_comm_ring__check_hello(const uint8_t *m, uint32_t magic, int world, int rank,
+                                      uint64_t ns, char *why, size_t size)
 {
-    if (ct__get32(m) != magic || ct__get32(m + 4) != CT__RING_VERSION) {
-        snprintf(why, size, "not a ctworker ring peer (magic 0x%08x, version %u)", ct__get32(m),
-                 ct__get32(m + 4));
+    if (ct_comm_ring__get32(m) != magic || ct_comm_ring__get32(m + 4) != CT__RING_VERSION) {
+        snprintf(why, size, "not a ctworker ring peer (magic 0x%08x, version %u)",
+                 ct_comm_ring__get32(m), ct_comm_ring__get32(m + 4));
         return false;
     }
-    if (ct__get64(m + 16) != ns) {
+    if (ct_comm_ring__get64(m + 16) != ns) {
         snprintf(why, size, "a peer of another run or attempt (namespace 0x%016llx)",
-                 (unsigned long long)ct__get64(m + 16));
+                 (unsigned long long)ct_comm_ring__get64(m + 16));
         return false;
     }
-    if ((int)ct__get32(m + 8) != world || (int)ct__get32(m + 12) != rank) {
-        snprintf(why, size, "rank %u of %u, expected rank %d of %d", ct__get32(m + 12),
-                 ct__get32(m + 8), rank, world);
+    if ((int)ct_comm_ring__get32(m + 8) != world || (int)ct_comm_ring__get32(m + 12) != rank) {
+        snprintf(why, size, "rank %u of %u, expected rank %d of %d", ct_comm_ring__get32(m + 12),
+                 ct_comm_ring__get32(m + 8), rank, world);
         return false;
     }
     return true;
@@ -812,10 +816,10 @@ static bool ct__check_hello(const uint8_t *m, uint32_t magic, int world, int ran
 
 /* The address this rank listens on: cfg->listen_addr, or the local end of the store
  * connection (the interface that reaches MASTER_ADDR). */
-static int ct__listen_addr(const ct__comm_cfg_t *cfg, ct__addr_t *a, ct_errbuf_t *eb)
+static int ct_comm_ring__listen_addr(const ct__comm_cfg_t *cfg, ct__addr_t *a, ct_errbuf_t *eb)
 {
     if (cfg->listen_addr != NULL && cfg->listen_addr[0] != '\0') {
-        int rc = ct__resolve(cfg->listen_addr, 0, true, a, eb);
+        int rc = ct_comm_ring__resolve(cfg->listen_addr, 0, true, a, eb);
         return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "CTRUN_COMM_ADDR");
     }
     if (cfg->store == NULL || cfg->store->fd < 0)
@@ -827,8 +831,8 @@ static int ct__listen_addr(const ct__comm_cfg_t *cfg, ct__addr_t *a, ct_errbuf_t
     if (getsockname(cfg->store->fd, (struct sockaddr *)&a->ss, &a->len) != 0)
         return ct_errbuf_set(eb, -errno, "getsockname of the store connection: %s",
                              strerror(errno));
-    ct__unmap(a);
-    if (ct__is_loopback(a) && cfg->local_world_size < cfg->world_size)
+    ct_comm_ring__unmap(a);
+    if (ct_comm_ring__is_loopback(a) && cfg->local_world_size < cfg->world_size)
         return ct_errbuf_set(eb, CT_ESTATE,
                              "this rank reaches the store at %s through a loopback address, "
                              "which the other nodes of this job (WORLD_SIZE=%d, "
@@ -843,21 +847,21 @@ static int ct__listen_addr(const ct__comm_cfg_t *cfg, ct__addr_t *a, ct_errbuf_t
     return 0;
 }
 
-static int ct__listen(const ct__comm_cfg_t *cfg, int *fd_out, char *pub, size_t pub_size,
-                      ct_errbuf_t *eb)
+static int ct_comm_ring__listen(const ct__comm_cfg_t *cfg, int *fd_out, char *pub, size_t pub_size,
+                                ct_errbuf_t *eb)
 {
     ct__addr_t a;
-    int rc = ct__listen_addr(cfg, &a, eb);
+    int rc = ct_comm_ring__listen_addr(cfg, &a, eb);
     if (rc != 0)
         return rc;
     int fd = socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return ct_errbuf_set(eb, -errno, "socket: %s", strerror(errno));
-    ct__tune(fd, cfg->sockbuf);
+    ct_comm_ring__tune(fd, cfg->sockbuf);
     if (bind(fd, (struct sockaddr *)&a.ss, a.len) != 0 || listen(fd, 64) != 0) {
         rc = -errno;
         char txt[CT_HOST_MAX + 8] = "?";
-        ct__format(&a, txt, sizeof txt, NULL);
+        ct_comm_ring__format(&a, txt, sizeof txt, NULL);
         close(fd);
         return ct_errbuf_set(eb, rc, "cannot listen on %s: %s", txt, strerror(-rc));
     }
@@ -867,8 +871,8 @@ static int ct__listen(const ct__comm_cfg_t *cfg, int *fd_out, char *pub, size_t 
         close(fd);
         return rc;
     }
-    ct__unmap(&bound);
-    if ((rc = ct__format(&bound, pub, pub_size, eb)) != 0) {
+    ct_comm_ring__unmap(&bound);
+    if ((rc = ct_comm_ring__format(&bound, pub, pub_size, eb)) != 0) {
         close(fd);
         return rc;
     }
@@ -877,22 +881,23 @@ static int ct__listen(const ct__comm_cfg_t *cfg, int *fd_out, char *pub, size_t 
 }
 
 /* Connects to the right neighbour at text ("host:port") and sends the hello. */
-static int ct__connect_right(const ct__comm_cfg_t *cfg, ct__ring_t *ring, const char *text,
-                             uint64_t ns, int64_t deadline, ct_errbuf_t *eb)
+static int ct_comm_ring__connect_right(const ct__comm_cfg_t *cfg, ct__ring_t *ring,
+                                       const char *text, uint64_t ns, int64_t deadline,
+                                       ct_errbuf_t *eb)
 {
     ct_hostport_t hp;
     int rc = ct_hostport_parse(text, -1, false, &hp, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "address of rank %d in the store", ring->right);
     ct__addr_t a;
-    if ((rc = ct__resolve(hp.host, hp.port, false, &a, eb)) != 0)
+    if ((rc = ct_comm_ring__resolve(hp.host, hp.port, false, &a, eb)) != 0)
         return ct_errbuf_wrap(eb, rc, "address of rank %d", ring->right);
     int fd = socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return ct_errbuf_set(eb, -errno, "socket: %s", strerror(errno));
-    ct__tune(fd, cfg->sockbuf);
+    ct_comm_ring__tune(fd, cfg->sockbuf);
     if (connect(fd, (struct sockaddr *)&a.ss, a.len) != 0) {
-        rc = errno == EINPROGRESS ? ct__wait_fd(fd, POLLOUT, deadline) : -errno;
+        rc = errno == EINPROGRESS ? ct_comm_ring__wait_fd(fd, POLLOUT, deadline) : -errno;
         if (rc == 0) {
             int err = 0;
             socklen_t len = sizeof err;
@@ -906,8 +911,8 @@ static int ct__connect_right(const ct__comm_cfg_t *cfg, ct__ring_t *ring, const 
         }
     }
     uint8_t m[CT__RING_MSG];
-    ct__encode_hello(m, CT__RING_HELLO_MAGIC, cfg->world_size, cfg->rank, ns);
-    if ((rc = ct__io_full(fd, m, sizeof m, true, deadline)) != 0) {
+    ct_comm_ring__encode_hello(m, CT__RING_HELLO_MAGIC, cfg->world_size, cfg->rank, ns);
+    if ((rc = ct_comm_ring__io_full(fd, m, sizeof m, true, deadline)) != 0) {
         close(fd);
         return ct_errbuf_set(eb, rc, "sending the hello to rank %d at %s: %s", ring->right, text,
                              ct_strerror(rc));
@@ -917,11 +922,11 @@ static int ct__connect_right(const ct__comm_cfg_t *cfg, ct__ring_t *ring, const 
 }
 
 /* Accepts connections until the left neighbour's hello arrives; strays are closed. */
-static int ct__accept_left(const ct__comm_cfg_t *cfg, ct__ring_t *ring, int lfd, uint64_t ns,
-                           int64_t deadline, ct_errbuf_t *eb)
+static int ct_comm_ring__accept_left(const ct__comm_cfg_t *cfg, ct__ring_t *ring, int lfd,
+                                     uint64_t ns, int64_t deadline, ct_errbuf_t *eb)
 {
     for (;;) {
-        int rc = ct__wait_fd(lfd, POLLIN, deadline);
+        int rc = ct_comm_ring__wait_fd(lfd, POLLIN, deadline);
         if (rc == -ETIMEDOUT)
             return ct_errbuf_set(eb, -ETIMEDOUT,
                                  "rank %d (the left neighbour) did not connect within %lld ms",
@@ -935,35 +940,35 @@ static int ct__accept_left(const ct__comm_cfg_t *cfg, ct__ring_t *ring, int lfd,
                 continue;
             return ct_errbuf_set(eb, -errno, "accept: %s", strerror(errno));
         }
-        ct__unmap(&peer);
+        ct_comm_ring__unmap(&peer);
         char who[CT_HOST_MAX + 8] = "?";
-        ct__format(&peer, who, sizeof who, NULL);
+        ct_comm_ring__format(&peer, who, sizeof who, NULL);
         /* A stray that connects and stays silent may hold us for a while, not for ever. */
         int64_t hello_deadline = ct_time_ms() + CT__RING_STRAY_MS;
         if (hello_deadline > deadline)
             hello_deadline = deadline;
         uint8_t m[CT__RING_MSG];
         char why[160];
-        rc = ct__io_full(fd, m, sizeof m, false, hello_deadline);
+        rc = ct_comm_ring__io_full(fd, m, sizeof m, false, hello_deadline);
         if (rc != 0) {
             ct_log_warn("ring: connection from %s said no hello (%s); closed", who,
                         ct_strerror(rc));
             close(fd);
             continue;
         }
-        if (!ct__check_hello(m, CT__RING_HELLO_MAGIC, cfg->world_size, ring->left, ns, why,
-                             sizeof why)) {
+        if (!ct_comm_ring__check_hello(m, CT__RING_HELLO_MAGIC, cfg->world_size, ring->left, ns,
+                                       why, sizeof why)) {
             ct_log_warn("ring: turned away a connection from %s: %s", who, why);
             close(fd);
             continue;
         }
-        ct__encode_hello(m, CT__RING_ACK_MAGIC, cfg->world_size, cfg->rank, ns);
-        if ((rc = ct__io_full(fd, m, sizeof m, true, deadline)) != 0) {
+        ct_comm_ring__encode_hello(m, CT__RING_ACK_MAGIC, cfg->world_size, cfg->rank, ns);
+        if ((rc = ct_comm_ring__io_full(fd, m, sizeof m, true, deadline)) != 0) {
             close(fd);
             return ct_errbuf_set(eb, rc, "answering rank %d at %s: %s", ring->left, who,
                                  ct_strerror(rc));
         }
-        ct__tune(fd, 0);
+        ct_comm_ring__tune(fd, 0);
         snprintf(ring->left_addr, sizeof ring->left_addr, "%s", who);
         ring->left_fd = fd;
         return 0;
@@ -971,13 +976,13 @@ static int ct__accept_left(const ct__comm_cfg_t *cfg, ct__ring_t *ring, int lfd,
 }
 
 /* What is left of the deadline, as a store timeout (at least 1 ms: 0 would mean the default). */
-static int64_t ct__left_ms(int64_t deadline)
+static int64_t ct_comm_ring__left_ms(int64_t deadline)
 {
     int64_t left = ct_deadline_left_ms(deadline);
     return left > 0 ? left : 1;
 }
 
-static int ct__ring_connect(const ct__comm_cfg_t *cfg, ct__ring_t *ring, ct_errbuf_t *eb)
+static int ct_comm_ring__ring_connect(const ct__comm_cfg_t *cfg, ct__ring_t *ring, ct_errbuf_t *eb)
 {
     const int64_t deadline = ct_deadline_after_ms(cfg->timeout_ms);
     const uint64_t ns = ct__comm_fingerprint(cfg->key_prefix);
@@ -987,7 +992,7 @@ static int ct__ring_connect(const ct__comm_cfg_t *cfg, ct__ring_t *ring, ct_errb
                              cfg->world_size);
     char pub[CT_HOST_MAX + 8];
     int lfd = -1;
-    int rc = ct__listen(cfg, &lfd, pub, sizeof pub, eb);
+    int rc = ct_comm_ring__listen(cfg, &lfd, pub, sizeof pub, eb);
     if (rc != 0)
         return rc;
 
@@ -995,7 +1000,7 @@ static int ct__ring_connect(const ct__comm_cfg_t *cfg, ct__ring_t *ring, ct_errb
     snprintf(key, sizeof key, "%sring/%d", cfg->key_prefix, cfg->rank);
     /* The store requests share the set-up's deadline. */
     int64_t saved = st->timeout_ms;
-    ct_store_client_set_timeout(st, ct__left_ms(deadline));
+    ct_store_client_set_timeout(st, ct_comm_ring__left_ms(deadline));
     rc = ct_store_set(st, key, pub, strlen(pub), eb);
     if (rc != 0) {
         ct_errbuf_wrap(eb, rc, "publishing this rank's ring address %s", pub);
@@ -1007,7 +1012,7 @@ static int ct__ring_connect(const ct__comm_cfg_t *cfg, ct__ring_t *ring, ct_errb
      * yet. Read the key again and retry until the deadline. */
     snprintf(key, sizeof key, "%sring/%d", cfg->key_prefix, ring->right);
     for (int attempt = 1;; attempt++) {
-        ct_store_client_set_timeout(st, ct__left_ms(deadline));
+        ct_store_client_set_timeout(st, ct_comm_ring__left_ms(deadline));
         ct_store_bytes_t v;
         rc = ct_store_get(st, key, &v, eb);
         if (rc != 0) {
@@ -1024,7 +1029,7 @@ static int ct__ring_connect(const ct__comm_cfg_t *cfg, ct__ring_t *ring, ct_errb
         ring->right_addr[v.len] = '\0';
         ct_log_debug("ring: listening on %s; right neighbour rank %d at %s (attempt %d)", pub,
                      ring->right, ring->right_addr, attempt);
-        rc = ct__connect_right(cfg, ring, ring->right_addr, ns, deadline, eb);
+        rc = ct_comm_ring__connect_right(cfg, ring, ring->right_addr, ns, deadline, eb);
         if (rc != -ECONNREFUSED || ct_deadline_passed(deadline))
             break;
         ct_sleep_ms(attempt < 10 ? 20 * attempt : 200);
@@ -1038,18 +1043,18 @@ static int ct__ring_connect(const ct__comm_cfg_t *cfg, ct__ring_t *ring, ct_errb
     if (rc != 0)
         goto out;
 
-    if ((rc = ct__accept_left(cfg, ring, lfd, ns, deadline, eb)) != 0)
+    if ((rc = ct_comm_ring__accept_left(cfg, ring, lfd, ns, deadline, eb)) != 0)
         goto out;
     uint8_t m[CT__RING_MSG];
     char why[160];
-    rc = ct__io_full(ring->right_fd, m, sizeof m, false, deadline);
+    rc = ct_comm_ring__io_full(ring->right_fd, m, sizeof m, false, deadline);
     if (rc != 0) {
         ct_errbuf_set(eb, rc, "no answer from rank %d at %s: %s", ring->right, ring->right_addr,
                       ct_strerror(rc));
         goto out;
     }
-    if (!ct__check_hello(m, CT__RING_ACK_MAGIC, cfg->world_size, ring->right, ns, why,
-                         sizeof why)) {
+    if (!ct_comm_ring__check_hello(m, CT__RING_ACK_MAGIC, cfg->world_size, ring->right, ns, why,
+                                   sizeof why)) {
         rc = ct_errbuf_set(eb, CT_EPROTOCOL, "the process at %s is not rank %d of this job: %s",
                            ring->right_addr, ring->right, why);
         goto out;
@@ -1067,8 +1072,8 @@ int ct__comm_ring_create(ct_comm_t **out, const ct__comm_cfg_t *cfg, ct_errbuf_t
     if (ring == NULL)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     ring->left_fd = ring->right_fd = -1;
-    ring->left = ct__mod((long long)cfg->rank - 1, cfg->world_size);
-    ring->right = ct__mod((long long)cfg->rank + 1, cfg->world_size);
+    ring->left = ct_comm_ring__mod((long long)cfg->rank - 1, cfg->world_size);
+    ring->right = ct_comm_ring__mod((long long)cfg->rank + 1, cfg->world_size);
     size_t chunk = cfg->chunk_bytes ? cfg->chunk_bytes : CT__RING_CHUNK;
     ring->chunk = chunk < 8 ? 8 : chunk / 8 * 8; /* whole elements of every dtype */
     snprintf(ring->left_addr, sizeof ring->left_addr, "?");
@@ -1087,7 +1092,7 @@ int ct__comm_ring_create(ct_comm_t **out, const ct__comm_cfg_t *cfg, ct_errbuf_t
         if (ring->stage == NULL)
             rc = ct_errbuf_set(eb, -ENOMEM, "out of memory");
         else
-            rc = ct__ring_connect(&tuned, ring, eb);
+            rc = ct_comm_ring__ring_connect(&tuned, ring, eb);
         if (rc != 0) {
             ct__comm_destroy(c);
             return rc;

@@ -10,7 +10,8 @@
 
 #include "ct_comm_internal.h"
 
-float ct__bf16_to_f32(uint16_t h)
+/* bf16 <-> float (round to nearest even; NaN stays NaN). */
+static float ct_comm_ring_sum__bf16_to_f32(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;
     float f;
@@ -18,7 +19,7 @@ float ct__bf16_to_f32(uint16_t h)
     return f;
 }
 
-uint16_t ct__f32_to_bf16(float f)
+static uint16_t ct_comm_ring_sum__f32_to_bf16(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
@@ -43,7 +44,8 @@ void ct__comm_sum_f64(double *restrict acc, const double *restrict in, size_t n)
 void ct__comm_sum_bf16(uint16_t *restrict acc, const uint16_t *restrict in, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        acc[i] = ct__f32_to_bf16(ct__bf16_to_f32(acc[i]) + ct__bf16_to_f32(in[i]));
+        acc[i] = ct_comm_ring_sum__f32_to_bf16(ct_comm_ring_sum__bf16_to_f32(acc[i]) +
+                                               ct_comm_ring_sum__bf16_to_f32(in[i]));
 }
 
 void ct__comm_div_f32(float *buf, size_t n, int w)
@@ -64,5 +66,5 @@ void ct__comm_div_bf16(uint16_t *buf, size_t n, int w)
 {
     const float d = (float)w;
     for (size_t i = 0; i < n; i++)
-        buf[i] = ct__f32_to_bf16(ct__bf16_to_f32(buf[i]) / d);
+        buf[i] = ct_comm_ring_sum__f32_to_bf16(ct_comm_ring_sum__bf16_to_f32(buf[i]) / d);
 }

@@ -86,7 +86,7 @@ struct ct_reduce_nccl {
 };
 typedef struct ct_reduce_nccl ct__nred_t;
 
-static void *ct__watchdog(void *arg)
+static void *ct_reduce_nccl__watchdog(void *arg)
 {
     ct__nred_t *g = arg;
     /* events and the communicator belong to this device; the thread must make it current */
@@ -156,7 +156,7 @@ static void *ct__watchdog(void *arg)
 
 /* The communication stream's stall for the watchdog test on one GPU: a host function queued on
  * the stream that holds it (bounded, so a broken watchdog cannot keep the test forever). */
-static void CUDART_CB ct__stall_host_fn(void *arg)
+static void CUDART_CB ct_reduce_nccl__stall_host_fn(void *arg)
 {
     (void)arg;
     for (int i = 0; i < 600; i++)
@@ -165,7 +165,7 @@ static void CUDART_CB ct__stall_host_fn(void *arg)
 
 /* The first launch of a reduction: the test hooks, then the communication stream waits for the
  * compute stream's work so far. */
-static int ct__nred_begin(ct__nred_t *g, int rank, ct_errbuf_t *eb)
+static int ct_reduce_nccl__nred_begin(ct__nred_t *g, int rank, ct_errbuf_t *eb)
 {
     cudaError_t e;
     pthread_mutex_lock(&g->mu);
@@ -179,7 +179,8 @@ static int ct__nred_begin(ct__nred_t *g, int rank, ct_errbuf_t *eb)
         ct_log_warn("CT_TEST_NCCL_STALL_AT_REDUCE: rank %d stalls the communication stream at "
                     "gradient reduction %llu (test hook)",
                     rank, (unsigned long long)idx);
-        if ((e = cudaLaunchHostFunc(g->cstream, ct__stall_host_fn, NULL)) != cudaSuccess)
+        if ((e = cudaLaunchHostFunc(g->cstream, ct_reduce_nccl__stall_host_fn, NULL)) !=
+            cudaSuccess)
             return ct_errbuf_set(eb, CT_ECUDA, "gradient reduction: %s", cudaGetErrorString(e));
     }
     g->begun = true;
@@ -188,8 +189,8 @@ static int ct__nred_begin(ct__nred_t *g, int rank, ct_errbuf_t *eb)
 
 /* All-reduces the ranges of buf on the communication stream after the compute stream's work so
  * far, in buckets of at most bucket_floats, as one NCCL group. */
-static int ct__nred_launch(ct__nred_t *g, float *buf, const int64_t (*ranges)[2], int n,
-                           ct_errbuf_t *eb)
+static int ct_reduce_nccl__nred_launch(ct__nred_t *g, float *buf, const int64_t (*ranges)[2], int n,
+                                       ct_errbuf_t *eb)
 {
     cudaError_t e;
     ncclResult_t nr;
@@ -245,16 +246,16 @@ int ct__reduce_nccl_ready(ct_reducer_t *r, float *buf, const int64_t (*ranges)[2
             return ct_errbuf_set(eb, -ENOMEM, "gradient reduction: out of memory");
         g->early = e, g->cap_early = cap;
     }
-    if (!g->begun && (rc = ct__nred_begin(g, r->rank, eb)) != 0)
+    if (!g->begun && (rc = ct_reduce_nccl__nred_begin(g, r->rank, eb)) != 0)
         return rc;
-    if ((rc = ct__nred_launch(g, buf, ranges, n, eb)) != 0)
+    if ((rc = ct_reduce_nccl__nred_launch(g, buf, ranges, n, eb)) != 0)
         return rc;
     memcpy(g->early + g->n_early, ranges, (size_t)n * sizeof *ranges);
     g->n_early += n;
     return 0;
 }
 
-static int ct__cmp_range(const void *a, const void *b)
+static int ct_reduce_nccl__cmp_range(const void *a, const void *b)
 {
     const int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
     return (x > y) - (x < y);
@@ -265,11 +266,11 @@ int ct__reduce_nccl_sum(ct_reducer_t *r, float *buf, int64_t n, ct_errbuf_t *eb)
     ct__nred_t *g = r->nccl;
     cudaError_t e;
     int rc;
-    if (!g->begun && (rc = ct__nred_begin(g, r->rank, eb)) != 0)
+    if (!g->begun && (rc = ct_reduce_nccl__nred_begin(g, r->rank, eb)) != 0)
         return rc;
     /* what was not given early: the gaps between the early ranges, in buffer order */
     if (g->n_early > 1)
-        qsort(g->early, (size_t)g->n_early, sizeof *g->early, ct__cmp_range);
+        qsort(g->early, (size_t)g->n_early, sizeof *g->early, ct_reduce_nccl__cmp_range);
     int64_t(*rest)[2] = malloc((size_t)(g->n_early + 1) * sizeof *rest);
     if (!rest)
         return ct_errbuf_set(eb, -ENOMEM, "gradient reduction: out of memory");
@@ -284,7 +285,7 @@ int ct__reduce_nccl_sum(ct_reducer_t *r, float *buf, int64_t n, ct_errbuf_t *eb)
     }
     if (at < n)
         rest[nrest][0] = at, rest[nrest][1] = n - at, nrest++;
-    rc = ct__nred_launch(g, buf, (const int64_t(*)[2])rest, nrest, eb);
+    rc = ct_reduce_nccl__nred_launch(g, buf, (const int64_t(*)[2])rest, nrest, eb);
     free(rest);
     g->n_early = 0;
     g->begun = false;
@@ -300,7 +301,7 @@ int ct__reduce_nccl_sum(ct_reducer_t *r, float *buf, int64_t n, ct_errbuf_t *eb)
     return 0;
 }
 
-static void ct__nred_free(ct__nred_t *g)
+static void ct_reduce_nccl__nred_free(ct__nred_t *g)
 {
     if (g->watching) {
         pthread_mutex_lock(&g->mu);
@@ -326,7 +327,7 @@ static void ct__nred_free(ct__nred_t *g)
 void ct__reduce_nccl_close(ct_reducer_t *r)
 {
     if (r->nccl)
-        ct__nred_free(r->nccl);
+        ct_reduce_nccl__nred_free(r->nccl);
     r->nccl = NULL;
 }
 
@@ -371,12 +372,12 @@ int ct__reduce_nccl_open(ct_reducer_t *r, const ct_reducer_device_t *dev, ct_err
         (e = cudaStreamCreateWithFlags(&g->cstream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming)) != cudaSuccess) {
-        ct__nred_free(g);
+        ct_reduce_nccl__nred_free(g);
         return ct_errbuf_set(eb, CT_ECUDA, "the NCCL gradient reduction: %s",
                              cudaGetErrorString(e));
     }
-    if (pthread_create(&g->watchdog, NULL, ct__watchdog, g) != 0) {
-        ct__nred_free(g);
+    if (pthread_create(&g->watchdog, NULL, ct_reduce_nccl__watchdog, g) != 0) {
+        ct_reduce_nccl__nred_free(g);
         return ct_errbuf_set(eb, -EAGAIN, "the NCCL gradient reduction: no watchdog thread");
     }
     g->watching = true;

@@ -16,12 +16,12 @@
 enum { CT__PURPOSE_TRAIN_NEG = 1, CT__PURPOSE_EVAL_NEG = 2, CT__PURPOSE_ROW_NEG = 3 };
 #define CT__MAX_REDRAWS 32
 
-static uint32_t ct__draw(uint64_t seed, uint64_t stream, uint64_t index)
+static uint32_t ctrain_batch__draw(uint64_t seed, uint64_t stream, uint64_t index)
 {
     return ct_philox_block_at(seed, stream, index / 4).v[index % 4];
 }
 
-static int32_t ct__item_of(uint32_t x, int32_t num_items)
+static int32_t ctrain_batch__item_of(uint32_t x, int32_t num_items)
 {
     return 1 + (int32_t)(((uint64_t)x * (uint64_t)num_items) >> 32);
 }
@@ -80,8 +80,8 @@ void ctrain_batch_clear_row(ctrain_batch_t *b, int r)
 }
 
 /* Copies items[from..to) (and their scaled times) right-aligned into row r of seq/tseq. */
-static void ct__place(ctrain_batch_t *b, int r, const ctrain_dataset_t *ds, int64_t from,
-                      int64_t to, int32_t *dst)
+static void ctrain_batch__place(ctrain_batch_t *b, int r, const ctrain_dataset_t *ds, int64_t from,
+                                int64_t to, int32_t *dst)
 {
     int64_t L = b->L;
     int64_t n = to - from;
@@ -106,8 +106,8 @@ void ctrain_batch_fill_train(ctrain_batch_t *b, int r, const ctrain_dataset_t *d
     int64_t m = ds->train_len[u];
     if (m < 2)
         return;
-    ct__place(b, r, ds, s, s + m - 1, b->seq);
-    ct__place(b, r, ds, s + 1, s + m, b->pos);
+    ctrain_batch__place(b, r, ds, s, s + m - 1, b->seq);
+    ctrain_batch__place(b, r, ds, s + 1, s + m, b->pos);
 
     const int64_t L = b->L;
     const int K = b->num_neg;
@@ -121,7 +121,8 @@ void ctrain_batch_fill_train(ctrain_batch_t *b, int r, const ctrain_dataset_t *d
             uint64_t base = ((uint64_t)t * (uint64_t)K + (uint64_t)j) * CT__MAX_REDRAWS;
             int32_t item = 0;
             for (int k = 0; k < CT__MAX_REDRAWS; k++) {
-                item = ct__item_of(ct__draw(seed, stream, base + (uint64_t)k), ds->num_items);
+                item = ctrain_batch__item_of(ctrain_batch__draw(seed, stream, base + (uint64_t)k),
+                                             ds->num_items);
                 if (!ctrain_data_in_train(ds, u, item))
                     break;
             }
@@ -141,7 +142,8 @@ void ctrain_batch_fill_train(ctrain_batch_t *b, int r, const ctrain_dataset_t *d
             uint64_t base = (uint64_t)j * CT__MAX_REDRAWS;
             int32_t item = 0;
             for (int k = 0; k < CT__MAX_REDRAWS; k++) {
-                item = ct__item_of(ct__draw(seed, rs, base + (uint64_t)k), ds->num_items);
+                item = ctrain_batch__item_of(ctrain_batch__draw(seed, rs, base + (uint64_t)k),
+                                             ds->num_items);
                 if (!ctrain_data_in_train(ds, u, item))
                     break;
             }
@@ -165,13 +167,13 @@ void ctrain_batch_fill_eval(ctrain_batch_t *b, int r, const ctrain_dataset_t *ds
     b->user[r] = u;
     int64_t s = ds->user_start[u];
     int64_t m = ds->train_len[u] + (which == CTRAIN_EVAL_TEST && ds->valid_item[u] != 0 ? 1 : 0);
-    ct__place(b, r, ds, s, s + m, b->seq);
+    ctrain_batch__place(b, r, ds, s, s + m, b->seq);
 }
 
 /* Items the evaluation input holds (training items; on the test split also the valid item) are
  * never negatives; with exclude_target neither is the target. */
-static bool ct__excluded(const ctrain_dataset_t *ds, int32_t u, int32_t item,
-                         ctrain_eval_split_t which, bool exclude_target)
+static bool ctrain_batch__excluded(const ctrain_dataset_t *ds, int32_t u, int32_t item,
+                                   ctrain_eval_split_t which, bool exclude_target)
 {
     if (ctrain_data_in_train(ds, u, item))
         return true;
@@ -191,14 +193,14 @@ void ctrain_eval_candidates(int32_t *cand, int num_neg, const ctrain_dataset_t *
         int32_t item = 0;
         bool found = false;
         for (int k = 0; k < 1000 && !found; k++) {
-            item = ct__item_of(ct__draw(seed, stream, next++), ds->num_items);
-            found = !ct__excluded(ds, u, item, which, exclude_target);
+            item = ctrain_batch__item_of(ctrain_batch__draw(seed, stream, next++), ds->num_items);
+            found = !ctrain_batch__excluded(ds, u, item, which, exclude_target);
         }
         /* A user who has seen (nearly) the whole catalogue: walk upward to an unseen item. If
          * there is none at all, the last draw stands, so the list is always filled. */
         for (int32_t tries = 0; !found && tries < ds->num_items; tries++) {
             item = item % ds->num_items + 1;
-            found = !ct__excluded(ds, u, item, which, exclude_target);
+            found = !ctrain_batch__excluded(ds, u, item, which, exclude_target);
         }
         cand[j] = item;
     }

@@ -33,7 +33,7 @@ typedef struct ct__rows {
     size_t n, cap;
 } ct__rows_t;
 
-static int ct__rows_push(ct__rows_t *r, ct__row_t row)
+static int ctrain_data__rows_push(ct__rows_t *r, ct__row_t row)
 {
     if (r->n == r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 65536;
@@ -67,7 +67,7 @@ int ctrain_data_parse_format(const char *text, ctrain_data_format_t *out, ct_err
 }
 
 /* A decimal integer spanning exactly [s, s+len): optional '-', digits, within int64. */
-static bool ct__int_field(const char *s, size_t len, int64_t *out)
+static bool ctrain_data__int_field(const char *s, size_t len, int64_t *out)
 {
     size_t i = 0;
     bool neg = false;
@@ -88,7 +88,7 @@ static bool ct__int_field(const char *s, size_t len, int64_t *out)
 }
 
 /* A decimal number (the rating column): digits with at most one '.', optional sign. */
-static bool ct__num_field(const char *s, size_t len)
+static bool ctrain_data__num_field(const char *s, size_t len)
 {
     size_t i = (len > 0 && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
     bool digit = false, dot = false;
@@ -110,7 +110,8 @@ typedef struct ct__field {
 
 /* Splits [s, e) at sep ("\t", "::") or, with sep NULL, at runs of blanks. Returns the number of
  * fields found (at most max + 1, so "too many" can be reported). */
-static int ct__split_fields(const char *s, const char *e, const char *sep, ct__field_t *f, int max)
+static int ctrain_data__split_fields(const char *s, const char *e, const char *sep, ct__field_t *f,
+                                     int max)
 {
     int n = 0;
     if (sep == NULL) {
@@ -149,7 +150,7 @@ static int ct__split_fields(const char *s, const char *e, const char *sep, ct__f
 }
 
 /* The format of a file whose first line is [s, e): "::" -> ML1M, a tab -> TSV, else SASREC. */
-static ctrain_data_format_t ct__detect(const char *s, const char *e)
+static ctrain_data_format_t ctrain_data__detect(const char *s, const char *e)
 {
     size_t n = (size_t)(e - s);
     for (size_t i = 0; i + 1 < n; i++) {
@@ -162,7 +163,7 @@ static ctrain_data_format_t ct__detect(const char *s, const char *e)
 }
 
 /* One line [p, e) (no newline) of the file, number `line`, into rows. */
-static int ct__parse_line(const char *path, int64_t line, const char *p, const char *e,
+static int ctrain_data__parse_line(const char *path, int64_t line, const char *p, const char *e,
                           ctrain_data_format_t fmt, ct__rows_t *rows, ct_errbuf_t *eb)
 {
     const char *sep = fmt == CTRAIN_DATA_TSV ? "\t" : fmt == CTRAIN_DATA_ML1M ? "::" : NULL;
@@ -175,7 +176,7 @@ static int ct__parse_line(const char *path, int64_t line, const char *p, const c
                              (long long)line);
 
     ct__field_t f[5];
-    int nf = ct__split_fields(p, e, sep, f, 4);
+    int nf = ctrain_data__split_fields(p, e, sep, f, 4);
     ct__row_t row = {.line = line};
     if (fmt == CTRAIN_DATA_SASREC) {
         if (nf != 2)
@@ -197,7 +198,7 @@ static int ct__parse_line(const char *path, int64_t line, const char *p, const c
     int64_t ids[2];
     for (int k = 0; k < 2; k++) {
         int64_t lo = fmt == CTRAIN_DATA_SASREC ? 1 : 0;
-        if (!ct__int_field(f[k].p, f[k].len, &ids[k]) || ids[k] < lo || ids[k] > INT32_MAX)
+        if (!ctrain_data__int_field(f[k].p, f[k].len, &ids[k]) || ids[k] < lo || ids[k] > INT32_MAX)
             return ct_errbuf_set(eb, CT_EPARSE,
                                  "%s:%lld: %s id \"%.*s\" is not an integer in %lld..%d", path,
                                  (long long)line, what[k], (int)(f[k].len > 40 ? 40 : f[k].len),
@@ -207,15 +208,15 @@ static int ct__parse_line(const char *path, int64_t line, const char *p, const c
     row.item = ids[1];
     if (fmt != CTRAIN_DATA_SASREC) {
         ct__field_t ts = f[nf - 1];
-        if (nf == 4 && !ct__num_field(f[2].p, f[2].len))
+        if (nf == 4 && !ctrain_data__num_field(f[2].p, f[2].len))
             return ct_errbuf_set(eb, CT_EPARSE, "%s:%lld: rating \"%.*s\" is not a number", path,
                                  (long long)line, (int)(f[2].len > 40 ? 40 : f[2].len), f[2].p);
-        if (!ct__int_field(ts.p, ts.len, &row.time))
+        if (!ctrain_data__int_field(ts.p, ts.len, &row.time))
             return ct_errbuf_set(eb, CT_EPARSE,
                                  "%s:%lld: timestamp \"%.*s\" is not an integer (Unix seconds)",
                                  path, (long long)line, (int)(ts.len > 40 ? 40 : ts.len), ts.p);
     }
-    if (ct__rows_push(rows, row) != 0)
+    if (ctrain_data__rows_push(rows, row) != 0)
         return ct_errbuf_set(eb, -ENOMEM, "%s: out of memory", path);
     return 0;
 }
@@ -223,7 +224,7 @@ static int ct__parse_line(const char *path, int64_t line, const char *p, const c
 /* Streams path through a buffer of CT__DATA_CHUNK + CT__DATA_LINE_MAX bytes, parsing each line
  * as soon as it is complete; *fmt (CTRAIN_DATA_AUTO: decided from the first line) is the format
  * used. Stops at the first bad line, having read only the chunks up to it. */
-static int ct__read_rows(const char *path, ctrain_data_format_t *fmt, ct__rows_t *rows,
+static int ctrain_data__read_rows(const char *path, ctrain_data_format_t *fmt, ct__rows_t *rows,
                          ct_errbuf_t *eb)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -275,8 +276,8 @@ static int ct__read_rows(const char *path, ctrain_data_format_t *fmt, ct__rows_t
         const char *e = nl != NULL ? nl : buf + end;
         line++;
         if (*fmt == CTRAIN_DATA_AUTO)
-            *fmt = ct__detect(buf + start, e);
-        if ((rc = ct__parse_line(path, line, buf + start, e, *fmt, rows, eb)) != 0)
+            *fmt = ctrain_data__detect(buf + start, e);
+        if ((rc = ctrain_data__parse_line(path, line, buf + start, e, *fmt, rows, eb)) != 0)
             break;
         start = (size_t)(e - buf) + (nl != NULL);
     }
@@ -287,16 +288,16 @@ static int ct__read_rows(const char *path, ctrain_data_format_t *fmt, ct__rows_t
     return rc;
 }
 
-static int ct__cmp_i64(const void *a, const void *b)
+static int ctrain_data__cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
 }
 
 /* Sorted unique values of ids[0..n); returns the count. */
-static size_t ct__unique(int64_t *ids, size_t n)
+static size_t ctrain_data__unique(int64_t *ids, size_t n)
 {
-    qsort(ids, n, sizeof *ids, ct__cmp_i64);
+    qsort(ids, n, sizeof *ids, ctrain_data__cmp_i64);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         if (m == 0 || ids[m - 1] != ids[i])
@@ -305,7 +306,7 @@ static size_t ct__unique(int64_t *ids, size_t n)
     return m;
 }
 
-static int64_t ct__index_of(const int64_t *sorted, size_t n, int64_t v)
+static int64_t ctrain_data__index_of(const int64_t *sorted, size_t n, int64_t v)
 {
     size_t lo = 0, hi = n;
     while (lo < hi) {
@@ -319,7 +320,7 @@ static int64_t ct__index_of(const int64_t *sorted, size_t n, int64_t v)
 }
 
 /* Re-indexes rows' users and items to 1..N in ascending original order. */
-static int ct__reindex(ct__rows_t *rows, int32_t *num_users, int32_t *num_items)
+static int ctrain_data__reindex(ct__rows_t *rows, int32_t *num_users, int32_t *num_items)
 {
     int64_t *u = malloc(rows->n * sizeof *u);
     int64_t *it = malloc(rows->n * sizeof *it);
@@ -332,10 +333,10 @@ static int ct__reindex(ct__rows_t *rows, int32_t *num_users, int32_t *num_items)
         u[i] = rows->v[i].user;
         it[i] = rows->v[i].item;
     }
-    size_t nu = ct__unique(u, rows->n), ni = ct__unique(it, rows->n);
+    size_t nu = ctrain_data__unique(u, rows->n), ni = ctrain_data__unique(it, rows->n);
     for (size_t i = 0; i < rows->n; i++) {
-        rows->v[i].user = ct__index_of(u, nu, rows->v[i].user) + 1;
-        rows->v[i].item = ct__index_of(it, ni, rows->v[i].item) + 1;
+        rows->v[i].user = ctrain_data__index_of(u, nu, rows->v[i].user) + 1;
+        rows->v[i].item = ctrain_data__index_of(it, ni, rows->v[i].item) + 1;
     }
     free(u);
     free(it);
@@ -346,10 +347,10 @@ static int ct__reindex(ct__rows_t *rows, int32_t *num_users, int32_t *num_items)
 
 /* One counting pass, then drop rows whose user or item has fewer than min_count rows (the
  * rule of SASRec's and TiSASRec's preprocessing; not an iterative k-core). */
-static int ct__filter(ct__rows_t *rows, int min_count)
+static int ctrain_data__filter(ct__rows_t *rows, int min_count)
 {
     int32_t nu, ni;
-    int rc = ct__reindex(rows, &nu, &ni);
+    int rc = ctrain_data__reindex(rows, &nu, &ni);
     if (rc != 0)
         return rc;
     int64_t *cu = calloc((size_t)nu + 1, sizeof *cu);
@@ -374,7 +375,7 @@ static int ct__filter(ct__rows_t *rows, int min_count)
     return 0;
 }
 
-static int ct__cmp_time_then_line(const void *a, const void *b)
+static int ctrain_data__cmp_time_then_line(const void *a, const void *b)
 {
     const ct__row_t *x = a, *y = b;
     if (x->time != y->time)
@@ -395,7 +396,7 @@ void ctrain_data_free(ctrain_dataset_t *ds)
     memset(ds, 0, sizeof *ds);
 }
 
-static int ct__cmp_i32(const void *a, const void *b)
+static int ctrain_data__cmp_i32(const void *a, const void *b)
 {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
@@ -404,7 +405,7 @@ static int ct__cmp_i32(const void *a, const void *b)
 /* TiSASRec's per-user time scaling (sasrec-spec.md §3.1): t' = round((t - min_u) / s_u) + 1
  * with s_u the smallest non-zero gap between consecutive timestamps (1 if none); Python's
  * round() rounds half to even, as rint() does in the default rounding mode. */
-static void ct__scale_times(ctrain_dataset_t *ds)
+static void ctrain_data__scale_times(ctrain_dataset_t *ds)
 {
     for (int32_t u = 1; u <= ds->num_users; u++) {
         int64_t s = ds->user_start[u], e = ds->user_start[u + 1];
@@ -426,7 +427,7 @@ static void ct__scale_times(ctrain_dataset_t *ds)
 }
 
 /* Builds the split and the sorted train copies once the CSR arrays are filled. */
-static int ct__make_split(ctrain_dataset_t *ds, int min_eval_len)
+static int ctrain_data__make_split(ctrain_dataset_t *ds, int min_eval_len)
 {
     free(ds->train_len);
     free(ds->valid_item);
@@ -452,14 +453,16 @@ static int ct__make_split(ctrain_dataset_t *ds, int min_eval_len)
             ds->train_len[u] = (int32_t)n;
         }
         memcpy(ds->train_sorted + s, ds->items + s, (size_t)ds->train_len[u] * sizeof(int32_t));
-        qsort(ds->train_sorted + s, (size_t)ds->train_len[u], sizeof(int32_t), ct__cmp_i32);
+        qsort(ds->train_sorted + s, (size_t)ds->train_len[u], sizeof(int32_t),
+              ctrain_data__cmp_i32);
     }
     return 0;
 }
 
 /* Fills ds from rows already numbered 1..num_users / 1..num_items: a stable counting sort by
  * user, then (with time) a stable sort by timestamp within each user. */
-static int ct__build(ctrain_dataset_t *ds, ct__rows_t *rows, bool with_time, int min_eval_len)
+static int ctrain_data__build(ctrain_dataset_t *ds, ct__rows_t *rows, bool with_time,
+                              int min_eval_len)
 {
     size_t n = rows->n;
     ds->num_interactions = (int64_t)n;
@@ -488,7 +491,7 @@ static int ct__build(ctrain_dataset_t *ds, ct__rows_t *rows, bool with_time, int
     if (with_time) {
         for (int32_t u = 1; u <= ds->num_users; u++) {
             int64_t s = ds->user_start[u], e = ds->user_start[u + 1];
-            qsort(sorted + s, (size_t)(e - s), sizeof *sorted, ct__cmp_time_then_line);
+            qsort(sorted + s, (size_t)(e - s), sizeof *sorted, ctrain_data__cmp_time_then_line);
         }
         ds->times = malloc((n + 1) * sizeof *ds->times);
         if (ds->times == NULL) {
@@ -512,9 +515,9 @@ int ctrain_data_finish(ctrain_dataset_t *ds, int min_eval_len)
             ds->time_scaled = malloc(((size_t)ds->num_interactions + 1) * sizeof *ds->time_scaled);
         if (ds->time_scaled == NULL)
             return -ENOMEM;
-        ct__scale_times(ds);
+        ctrain_data__scale_times(ds);
     }
-    return ct__make_split(ds, min_eval_len);
+    return ctrain_data__make_split(ds, min_eval_len);
 }
 
 int ctrain_data_load(ctrain_dataset_t *ds, const char *path, ctrain_data_format_t format,
@@ -527,7 +530,7 @@ int ctrain_data_load(ctrain_dataset_t *ds, const char *path, ctrain_data_format_
     snprintf(ds->source, sizeof ds->source, "%s", path);
 
     ct__rows_t rows = {0};
-    int rc = ct__read_rows(path, &format, &rows, eb);
+    int rc = ctrain_data__read_rows(path, &format, &rows, eb);
     if (rc != 0)
         goto out;
 
@@ -542,9 +545,9 @@ int ctrain_data_load(ctrain_dataset_t *ds, const char *path, ctrain_data_format_
         }
         ds->num_users = (int32_t)mu;
         ds->num_items = (int32_t)mi;
-        rc = ct__build(ds, &rows, false, o.min_eval_len);
+        rc = ctrain_data__build(ds, &rows, false, o.min_eval_len);
     } else {
-        rc = ct__filter(&rows, o.min_count);
+        rc = ctrain_data__filter(&rows, o.min_count);
         if (rc == 0 && rows.n == 0) {
             rc = ct_errbuf_set(eb, CT_EFORMAT,
                                "%s: no interactions left after dropping users and items with "
@@ -553,9 +556,9 @@ int ctrain_data_load(ctrain_dataset_t *ds, const char *path, ctrain_data_format_
             goto out;
         }
         if (rc == 0)
-            rc = ct__reindex(&rows, &ds->num_users, &ds->num_items);
+            rc = ctrain_data__reindex(&rows, &ds->num_users, &ds->num_items);
         if (rc == 0)
-            rc = ct__build(ds, &rows, true, o.min_eval_len);
+            rc = ctrain_data__build(ds, &rows, true, o.min_eval_len);
     }
     if (rc == -ENOMEM)
         ct_errbuf_set(eb, rc, "%s: out of memory building the dataset", path);

@@ -33,26 +33,26 @@ typedef struct ct__draws {
     uint64_t seed, stream, next;
 } ct__draws_t;
 
-static uint32_t ct__u32(ct__draws_t *d)
+static uint32_t ctrain_synth__u32(ct__draws_t *d)
 {
     uint64_t k = d->next++;
     return ct_philox_block_at(d->seed, d->stream, k / 4).v[k % 4];
 }
 
 /* Uniform in [0, 1) with 53 random bits. */
-static double ct__unit(ct__draws_t *d)
+static double ctrain_synth__unit(ct__draws_t *d)
 {
-    uint64_t hi = ct__u32(d) >> 5, lo = ct__u32(d) >> 6;
+    uint64_t hi = ctrain_synth__u32(d) >> 5, lo = ctrain_synth__u32(d) >> 6;
     return ((double)hi * 67108864.0 + (double)lo) * (1.0 / 9007199254740992.0);
 }
 
 /* Uniform integer in [0, n) without modulo bias (rejection). */
-static uint32_t ct__below(ct__draws_t *d, uint32_t n)
+static uint32_t ctrain_synth__below(ct__draws_t *d, uint32_t n)
 {
     uint32_t limit = UINT32_MAX - UINT32_MAX % n;
     uint32_t x;
     do {
-        x = ct__u32(d);
+        x = ctrain_synth__u32(d);
     } while (x >= limit);
     return x % n;
 }
@@ -141,7 +141,7 @@ int ctrain_data_synthetic(ctrain_dataset_t *ds, const ctrain_synth_opts_t *opts,
     for (int32_t i = 0; i < o.num_items; i++)
         order[i] = i + 1;
     for (int32_t i = o.num_items - 1; i > 0; i--) {
-        int32_t j = (int32_t)ct__below(&dc, (uint32_t)i + 1);
+        int32_t j = (int32_t)ctrain_synth__below(&dc, (uint32_t)i + 1);
         int32_t t = order[i];
         order[i] = order[j];
         order[j] = t;
@@ -154,7 +154,7 @@ int ctrain_data_synthetic(ctrain_dataset_t *ds, const ctrain_synth_opts_t *opts,
     for (int32_t i = 0; i < o.num_items; i++)
         pop_item[i] = i + 1;
     for (int32_t i = o.num_items - 1; i > 0; i--) {
-        int32_t j = (int32_t)ct__below(&dp, (uint32_t)i + 1);
+        int32_t j = (int32_t)ctrain_synth__below(&dp, (uint32_t)i + 1);
         int32_t t = pop_item[i];
         pop_item[i] = pop_item[j];
         pop_item[j] = t;
@@ -169,7 +169,7 @@ int ctrain_data_synthetic(ctrain_dataset_t *ds, const ctrain_synth_opts_t *opts,
     int64_t total = 0;
     for (int32_t u = 1; u <= o.num_users; u++) {
         ct__draws_t du = {o.seed, ((uint64_t)u << 8) | CT__STREAM_USER, 0};
-        double x = -log(1.0 - ct__unit(&du)) * (double)(o.mean_len - 5);
+        double x = -log(1.0 - ctrain_synth__unit(&du)) * (double)(o.mean_len - 5);
         double cap = 8.0 * o.mean_len;
         lens[u] = 5 + (int32_t)(x < cap ? x : cap);
         total += lens[u];
@@ -188,13 +188,13 @@ int ctrain_data_synthetic(ctrain_dataset_t *ds, const ctrain_synth_opts_t *opts,
     for (int32_t u = 1; u <= o.num_users; u++) {
         ct__draws_t du = {o.seed, ((uint64_t)u << 8) | CT__STREAM_USER, 2};
         int64_t s = ds->user_start[u];
-        int64_t t = 1600000000 + (int64_t)ct__below(&du, 10000000);
+        int64_t t = 1600000000 + (int64_t)ctrain_synth__below(&du, 10000000);
         bool last_gap_long = false;
         int32_t cur = 0;
         for (int32_t k = 0; k < lens[u]; k++) {
             int32_t next;
-            if (k == 0 || ct__unit(&du) < o.noise) {
-                double r = ct__unit(&du) * acc;
+            if (k == 0 || ctrain_synth__unit(&du) < o.noise) {
+                double r = ctrain_synth__unit(&du) * acc;
                 int32_t lo = 0, hi = o.num_items - 1;
                 while (lo < hi) {
                     int32_t mid = (lo + hi) / 2;
@@ -213,9 +213,9 @@ int ctrain_data_synthetic(ctrain_dataset_t *ds, const ctrain_synth_opts_t *opts,
                 last_gap_long = false;
                 t += 60;
             } else if (k > 1) {
-                last_gap_long = ct__below(&du, 2) == 1;
-                t += 60 * (last_gap_long ? 30 + (int64_t)ct__below(&du, 200)
-                                         : 1 + (int64_t)ct__below(&du, 5));
+                last_gap_long = ctrain_synth__below(&du, 2) == 1;
+                t += 60 * (last_gap_long ? 30 + (int64_t)ctrain_synth__below(&du, 200)
+                                         : 1 + (int64_t)ctrain_synth__below(&du, 5));
             }
             ds->items[s + k] = next;
             ds->times[s + k] = t;

@@ -164,7 +164,7 @@ const float *ctrain_model_item_table(const ctrain_model_t *m)
 
 /* A standard normal from two 32-bit draws (Box-Muller in double; u1 in (0, 1] so the log is
  * finite). */
-static double ct__normal(ct_rng_t *r)
+static double ctrain_model__normal(ct_rng_t *r)
 {
     double u1 = ((double)ct_rng_u32(r) + 1.0) / 4294967296.0;
     double u2 = (double)ct_rng_u32(r) / 4294967296.0;
@@ -173,7 +173,7 @@ static double ct__normal(ct_rng_t *r)
 
 /* fan_in + fan_out as torch.nn.init._calculate_fan_in_and_fan_out counts them: dims 2.. are
  * the receptive field. */
-static double ct__fans(const ctrain_param_t *p)
+static double ctrain_model__fans(const ctrain_param_t *p)
 {
     double rf = 1.0;
     for (int i = 2; i < p->ndim; i++)
@@ -182,7 +182,7 @@ static double ct__fans(const ctrain_param_t *p)
 }
 
 /* An mHC layer's biases (K = 2n + n^2: pre, post, res; see ctrain_model_init_params). */
-static void ct__mhc_bias(float *w, int n, int layer)
+static void ctrain_model__mhc_bias(float *w, int n, int layer)
 {
     /* H^pre = sigmoid(b): 0.97 on the chosen stream and 0.01 on the n - 1 others sums to 1 at
      * n = 4; for other n the others share 0.03 so the sum stays 1. */
@@ -197,19 +197,19 @@ static void ct__mhc_bias(float *w, int n, int layer)
             w[2 * n + i * n + j] = i == j ? 0.0f : -8.0f;
 }
 
-static void ct__init_tensor(float *w, const ctrain_param_t *p, uint64_t seed, int index)
+static void ctrain_model__init_tensor(float *w, const ctrain_param_t *p, uint64_t seed, int index)
 {
     ct_rng_t r;
     ct_rng_init(&r, seed, CT_RNG_STREAM(CTRAIN_RNG_PURPOSE_INIT, (uint64_t)index), 0);
     switch (p->init) {
     case CTRAIN_INIT_XAVIER_NORMAL: {
-        double std = sqrt(2.0 / ct__fans(p));
+        double std = sqrt(2.0 / ctrain_model__fans(p));
         for (size_t i = 0; i < p->numel; i++)
-            w[i] = (float)(std * ct__normal(&r));
+            w[i] = (float)(std * ctrain_model__normal(&r));
         break;
     }
     case CTRAIN_INIT_XAVIER_UNIFORM: {
-        double bound = sqrt(6.0 / ct__fans(p));
+        double bound = sqrt(6.0 / ctrain_model__fans(p));
         for (size_t i = 0; i < p->numel; i++)
             w[i] = (float)((2.0 * (double)ct_rng_uniform(&r) - 1.0) * bound);
         break;
@@ -222,7 +222,7 @@ static void ct__init_tensor(float *w, const ctrain_param_t *p, uint64_t seed, in
         int n = 1;
         while (CT_MHC_COEFFS(n) < (int)p->numel)
             n++;
-        ct__mhc_bias(w, n, p->init_index);
+        ctrain_model__mhc_bias(w, n, p->init_index);
         break;
     }
     case CTRAIN_INIT_FANIN_UNIFORM: {
@@ -249,7 +249,7 @@ int ctrain_model_init_params(ctrain_model_t *m, uint64_t seed)
     size_t P = m->num_params;
     float *host = o->host_memory ? m->params_mem : m->host_mirror;
     for (int i = 0; i < m->n_params; i++)
-        ct__init_tensor(host + m->params[i].offset, &m->params[i], seed, i);
+        ctrain_model__init_tensor(host + m->params[i].offset, &m->params[i], seed, i);
     if (!o->host_memory)
         o->copy(o, m->params_mem, host, P * sizeof(float), CT_COPY_H2D);
     o->zero(o, m->m_mem, P * sizeof(float));
@@ -357,7 +357,7 @@ int ctrain_model_from_host(ctrain_model_t *m)
 
 /* ---- loading a state dict -------------------------------------------------------------------- */
 
-static void ct__shape_text(char *buf, size_t size, int ndim, const int64_t *shape)
+static void ctrain_model__shape_text(char *buf, size_t size, int ndim, const int64_t *shape)
 {
     size_t k = (size_t)snprintf(buf, size, "(");
     for (int i = 0; i < ndim && k < size; i++)
@@ -390,8 +390,8 @@ int ctrain_model_load_params(ctrain_model_t *m, const char *path, ct_errbuf_t *e
                                path, views[i].name, ctrain_model_title(&m->cfg));
             goto out;
         }
-        ct__shape_text(want, sizeof want, views[i].ndim, views[i].shape);
-        ct__shape_text(got, sizeof got, t->ndim, t->shape);
+        ctrain_model__shape_text(want, sizeof want, views[i].ndim, views[i].shape);
+        ctrain_model__shape_text(got, sizeof got, t->ndim, t->shape);
         if (t->dtype != CT_DTYPE_F32) {
             rc = ct_errbuf_set(eb, CT_EMISMATCH, "%s: tensor \"%s\" is %s, expected F32", path,
                                views[i].name, ct_dtype_name(t->dtype));

@@ -118,7 +118,7 @@ int ctrain_loss_parse(const char *text, ctrain_loss_t *out, ct_errbuf_t *eb);
 
 /* Positional-id rule and timeline masking of a layout (SASRec's rules). */
 ct_pos_mode_t ctrain_layout_pos_mode(ctrain_layout_t layout);
-bool ctrain_layout_timeline(ctrain_layout_t layout);
+
 /* Whether the model zeroes padding rows after the embedding and every block: the 2020 SASRec
  * layout, and TiSASRec always. */
 bool ctrain_model_timeline(const ctrain_model_cfg_t *cfg);
@@ -178,10 +178,6 @@ typedef struct ctrain_family {
 
 /* The family of a kind, or NULL for an unknown kind. */
 const ctrain_family_t *ctrain_family(ctrain_model_kind_t kind);
-/* The family named name (the --model spelling), or NULL. */
-const ctrain_family_t *ctrain_family_find(const char *name);
-/* "sasrec or tisasrec": the names, for messages. */
-const char *ctrain_family_names(void);
 
 /* ---- the parameter table ---------------------------------------------------------------- */
 

@@ -23,16 +23,14 @@ const ctrain_family_t *ctrain_family(ctrain_model_kind_t kind)
 {
     return (unsigned)kind < CTRAIN_REGISTRY__N ? ctrain_registry__table[kind] : NULL;
 }
-
-const ctrain_family_t *ctrain_family_find(const char *name)
+static const ctrain_family_t *ctrain_family_find(const char *name)
 {
     for (size_t i = 0; i < CTRAIN_REGISTRY__N; i++)
         if (strcmp(ctrain_registry__table[i]->name, name) == 0)
             return ctrain_registry__table[i];
     return NULL;
 }
-
-const char *ctrain_family_names(void)
+static const char *ctrain_family_names(void)
 {
     static char names[256];
     if (names[0] == '\0') {

@@ -146,7 +146,7 @@ typedef struct ct__pass {
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
-static ct_dropout_t ct__drop(const ct__pass_t *p, int site, int64_t per_row)
+static ct_dropout_t ctrain_sasrec__drop(const ct__pass_t *p, int site, int64_t per_row)
 {
     if (!p->train || p->m->cfg.dropout == 0.0f) {
         ct_dropout_t none = {0.0f, 0, 0, 0};
@@ -155,21 +155,21 @@ static ct_dropout_t ct__drop(const ct__pass_t *p, int site, int64_t per_row)
     return ctrain_model_dropout_site(p->m->cfg.dropout, p->seed, p->step, site, p->row0, per_row);
 }
 
-static int ct__site_attn(int l)
+static int ctrain_sasrec__site_attn(int l)
 {
     return 1 + 3 * l;
 }
-static int ct__site_ffn1(int l)
+static int ctrain_sasrec__site_ffn1(int l)
 {
     return 2 + 3 * l;
 }
-static int ct__site_ffn2(int l)
+static int ctrain_sasrec__site_ffn2(int l)
 {
     return 3 + 3 * l;
 }
 
 /* The query mask of block l's attention (NULL: every query row). */
-static const int32_t *ct__qmask(const ct__pass_t *p, int l)
+static const int32_t *ctrain_sasrec__qmask(const ct__pass_t *p, int l)
 {
     const ctrain_model_cfg_t *c = &p->m->cfg;
     if (c->no_skip)
@@ -182,7 +182,7 @@ static const int32_t *ct__qmask(const ct__pass_t *p, int l)
     return NULL;
 }
 
-static void ct__dropout(const ct__pass_t *p, float *x, int64_t n, ct_dropout_t d)
+static void ctrain_sasrec__dropout(const ct__pass_t *p, float *x, int64_t n, ct_dropout_t d)
 {
     if (d.p > 0.0f)
         p->o->dropout(p->o, x, x, n, d);
@@ -190,24 +190,24 @@ static void ct__dropout(const ct__pass_t *p, float *x, int64_t n, ct_dropout_t d
 
 /* ---- sub-layers ---------------------------------------------------------------------------- */
 
-static ct_dropout_t ct__drop_att(const ct__pass_t *p, int l)
+static ct_dropout_t ctrain_sasrec__drop_att(const ct__pass_t *p, int l)
 {
-    return ct__drop(p, ct__site_attn(l), (int64_t)p->NH * p->L * p->L);
+    return ctrain_sasrec__drop(p, ctrain_sasrec__site_attn(l), (int64_t)p->NH * p->L * p->L);
 }
 
 /* The interval tensors' dropout masks of this pass (NULL when there is no dropout). */
-static const uint32_t *ct__mask_rk(const ct__pass_t *p)
+static const uint32_t *ctrain_sasrec__mask_rk(const ct__pass_t *p)
 {
     return p->train && p->m->cfg.dropout > 0.0f ? p->s->mask_rk : NULL;
 }
-static const uint32_t *ct__mask_rv(const ct__pass_t *p)
+static const uint32_t *ctrain_sasrec__mask_rv(const ct__pass_t *p)
 {
     return p->train && p->m->cfg.dropout > 0.0f ? p->s->mask_rv : NULL;
 }
 
 /* s1 = res + A(xq, xkv); res may be NULL (mHC: s1 is the branch alone). */
-static void ct__attn_forward(const ct__pass_t *p, int l, const float *xq, const float *xkv,
-                             const float *res)
+static void ctrain_sasrec__attn_forward(const ct__pass_t *p, int l, const float *xq,
+                                        const float *xkv, const float *res)
 {
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__blk_acts_t *a = &p->s->act[l];
@@ -221,13 +221,15 @@ static void ct__attn_forward(const ct__pass_t *p, int l, const float *xq, const 
         o->linear_forward(o, v, xkv, p->W + w->vw, p->W + w->vb, p->N, p->C, p->C);
         o->residual_forward(o, v, v, s->pvd, p->NC);
         o->tisas_attention_forward(o, a->s1, a->att, s->att_fwd_scratch, q, k, v, p->W + s->rk,
-                                   p->W + s->rv, s->tseq, ct__qmask(p, l), p->B, p->L, p->C, p->NH,
-                                   p->m->cfg.time_span, ct__drop_att(p, l), ct__mask_rk(p),
-                                   ct__mask_rv(p), p->m->cfg.dropout);
+                                   p->W + s->rv, s->tseq, ctrain_sasrec__qmask(p, l), p->B, p->L,
+                                   p->C, p->NH, p->m->cfg.time_span, ctrain_sasrec__drop_att(p, l),
+                                   ctrain_sasrec__mask_rk(p), ctrain_sasrec__mask_rv(p),
+                                   p->m->cfg.dropout);
     } else {
         o->qkv_forward(o, a->qkv, xq, xkv, p->W + w->in_w, p->W + w->in_b, p->N, p->C);
-        o->attention_forward(o, a->ao, a->att, s->att_fwd_scratch, a->qkv, ct__qmask(p, l), p->B,
-                             p->L, p->C, p->NH, ct__drop_att(p, l));
+        o->attention_forward(o, a->ao, a->att, s->att_fwd_scratch, a->qkv,
+                             ctrain_sasrec__qmask(p, l), p->B, p->L, p->C, p->NH,
+                             ctrain_sasrec__drop_att(p, l));
         o->linear_forward(o, a->s1, a->ao, p->W + w->out_w, p->W + w->out_b, p->N, p->C, p->C);
     }
     if (res)
@@ -235,8 +237,8 @@ static void ct__attn_forward(const ct__pass_t *p, int l, const float *xq, const 
 }
 
 /* ga: d(attention branch output), read only; adds into dxq and dxkv (which may be equal). */
-static void ct__attn_backward(const ct__pass_t *p, int l, const float *ga, const float *xq,
-                              const float *xkv, float *dxq, float *dxkv)
+static void ctrain_sasrec__attn_backward(const ct__pass_t *p, int l, const float *ga,
+                                         const float *xq, const float *xkv, float *dxq, float *dxkv)
 {
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__blk_acts_t *a = &p->s->act[l];
@@ -247,11 +249,11 @@ static void ct__attn_backward(const ct__pass_t *p, int l, const float *ga, const
         const float *q = a->qkv, *k = a->qkv + p->NC, *v = a->qkv + 2 * p->NC;
         float *dq = s->g_qkv, *dk = s->g_qkv + p->NC, *dv = s->g_qkv + 2 * p->NC;
         o->zero(o, s->g_qkv, 3 * nb);
-        o->tisas_attention_backward(o, dq, dk, dv, p->G + s->rk, p->G + s->rv, s->att_bwd_scratch,
-                                    ga, a->att, q, k, v, p->W + s->rk, p->W + s->rv, s->tseq,
-                                    ct__qmask(p, l), p->B, p->L, p->C, p->NH, p->m->cfg.time_span,
-                                    ct__drop_att(p, l), ct__mask_rk(p), ct__mask_rv(p),
-                                    p->m->cfg.dropout);
+        o->tisas_attention_backward(
+            o, dq, dk, dv, p->G + s->rk, p->G + s->rv, s->att_bwd_scratch, ga, a->att, q, k, v,
+            p->W + s->rk, p->W + s->rv, s->tseq, ctrain_sasrec__qmask(p, l), p->B, p->L, p->C,
+            p->NH, p->m->cfg.time_span, ctrain_sasrec__drop_att(p, l), ctrain_sasrec__mask_rk(p),
+            ctrain_sasrec__mask_rv(p), p->m->cfg.dropout);
         /* k = K_w xkv + P^K: the position rows collect d k from every block */
         o->residual_forward(o, s->g_pk, s->g_pk, dk, p->NC);
         o->residual_forward(o, s->g_pv, s->g_pv, dv, p->NC);
@@ -267,28 +269,32 @@ static void ct__attn_backward(const ct__pass_t *p, int l, const float *ga, const
     o->linear_backward(o, s->g_ao, p->G + w->out_w, p->G + w->out_b, ga, a->ao, p->W + w->out_w,
                        p->N, p->C, p->C);
     o->zero(o, s->g_qkv, 3 * nb);
-    o->attention_backward(o, s->g_qkv, s->att_bwd_scratch, s->g_ao, a->att, a->qkv, ct__qmask(p, l),
-                          p->B, p->L, p->C, p->NH, ct__drop_att(p, l));
+    o->attention_backward(o, s->g_qkv, s->att_bwd_scratch, s->g_ao, a->att, a->qkv,
+                          ctrain_sasrec__qmask(p, l), p->B, p->L, p->C, p->NH,
+                          ctrain_sasrec__drop_att(p, l));
     o->qkv_backward(o, dxq, dxkv, p->G + w->in_w, p->G + w->in_b, s->g_qkv, xq, xkv, p->W + w->in_w,
                     p->N, p->C);
 }
 
 /* f = FFN(y) */
-static void ct__ffn_forward(const ct__pass_t *p, int l, const float *y, float *f)
+static void ctrain_sasrec__ffn_forward(const ct__pass_t *p, int l, const float *y, float *f)
 {
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__blk_acts_t *a = &p->s->act[l];
     ct_ops_t *o = p->o;
     int64_t per_row = (int64_t)p->L * p->C;
     o->linear_forward(o, a->h, y, p->W + w->c1_w, p->W + w->c1_b, p->N, p->C, p->C);
-    ct__dropout(p, a->h, p->NC, ct__drop(p, ct__site_ffn1(l), per_row));
+    ctrain_sasrec__dropout(p, a->h, p->NC,
+                           ctrain_sasrec__drop(p, ctrain_sasrec__site_ffn1(l), per_row));
     o->relu_forward(o, a->h, a->h, p->NC);
     o->linear_forward(o, f, a->h, p->W + w->c2_w, p->W + w->c2_b, p->N, p->C, p->C);
-    ct__dropout(p, f, p->NC, ct__drop(p, ct__site_ffn2(l), per_row));
+    ctrain_sasrec__dropout(p, f, p->NC,
+                           ctrain_sasrec__drop(p, ctrain_sasrec__site_ffn2(l), per_row));
 }
 
 /* gf: d(f), overwritten; adds d(y) into gy. */
-static void ct__ffn_backward(const ct__pass_t *p, int l, const float *y, float *gf, float *gy)
+static void ctrain_sasrec__ffn_backward(const ct__pass_t *p, int l, const float *y, float *gf,
+                                        float *gy)
 {
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__blk_acts_t *a = &p->s->act[l];
@@ -296,26 +302,29 @@ static void ct__ffn_backward(const ct__pass_t *p, int l, const float *y, float *
     ct_ops_t *o = p->o;
     size_t nb = (size_t)p->NC * sizeof(float);
     int64_t per_row = (int64_t)p->L * p->C;
-    ct__dropout(p, gf, p->NC, ct__drop(p, ct__site_ffn2(l), per_row));
+    ctrain_sasrec__dropout(p, gf, p->NC,
+                           ctrain_sasrec__drop(p, ctrain_sasrec__site_ffn2(l), per_row));
     o->zero(o, s->g_h, nb);
     o->linear_backward(o, s->g_h, p->G + w->c2_w, p->G + w->c2_b, gf, a->h, p->W + w->c2_w, p->N,
                        p->C, p->C);
     o->zero(o, s->g_hp, nb);
     o->relu_backward(o, s->g_hp, s->g_h, a->h, p->NC);
-    ct__dropout(p, s->g_hp, p->NC, ct__drop(p, ct__site_ffn1(l), per_row));
+    ctrain_sasrec__dropout(p, s->g_hp, p->NC,
+                           ctrain_sasrec__drop(p, ctrain_sasrec__site_ffn1(l), per_row));
     o->linear_backward(o, gy, p->G + w->c1_w, p->G + w->c1_b, s->g_hp, y, p->W + w->c1_w, p->N,
                        p->C, p->C);
 }
 
-static void ct__ln_forward(const ct__pass_t *p, float *out, float *mean, float *rstd,
-                           const float *x, size_t w, size_t b)
+static void ctrain_sasrec__ln_forward(const ct__pass_t *p, float *out, float *mean, float *rstd,
+                                      const float *x, size_t w, size_t b)
 {
     p->o->layernorm_forward(p->o, out, mean, rstd, x, p->W + w, p->W + b, p->N, p->C,
                             CT_SASREC_LN_EPS);
 }
 
-static void ct__ln_backward(const ct__pass_t *p, float *dx, const float *dout, const float *x,
-                            size_t w, size_t b, const float *mean, const float *rstd)
+static void ctrain_sasrec__ln_backward(const ct__pass_t *p, float *dx, const float *dout,
+                                       const float *x, size_t w, size_t b, const float *mean,
+                                       const float *rstd)
 {
     p->o->layernorm_backward(p->o, dx, p->G + w, p->G + b, dout, x, p->W + w, mean, rstd, p->N,
                              p->C);
@@ -323,19 +332,20 @@ static void ct__ln_backward(const ct__pass_t *p, float *dx, const float *dout, c
 
 /* ---- the block layouts ----------------------------------------------------------------------- */
 
-static void ct__post_ln_forward(const ct__pass_t *p, int l, const float *x)
+static void ctrain_sasrec__post_ln_forward(const ct__pass_t *p, int l, const float *x)
 {
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__blk_acts_t *a = &p->s->act[l];
-    ct__attn_forward(p, l, x, x, x); /* s1 = x + A(x,x) */
-    ct__ln_forward(p, a->ln1, a->ln1_mean, a->ln1_rstd, a->s1, w->ln1_w, w->ln1_b); /* y */
-    ct__ffn_forward(p, l, a->ln1, a->s2);
+    ctrain_sasrec__attn_forward(p, l, x, x, x); /* s1 = x + A(x,x) */
+    ctrain_sasrec__ln_forward(p, a->ln1, a->ln1_mean, a->ln1_rstd, a->s1, w->ln1_w,
+                              w->ln1_b); /* y */
+    ctrain_sasrec__ffn_forward(p, l, a->ln1, a->s2);
     p->o->residual_forward(p->o, a->s2, a->ln1, a->s2, p->NC); /* s2 = y + FFN(y) */
-    ct__ln_forward(p, a->out, a->ln2_mean, a->ln2_rstd, a->s2, w->ln2_w, w->ln2_b);
+    ctrain_sasrec__ln_forward(p, a->out, a->ln2_mean, a->ln2_rstd, a->s2, w->ln2_w, w->ln2_b);
 }
 
-static void ct__post_ln_backward(const ct__pass_t *p, int l, const float *x, float *gout,
-                                 float *gin)
+static void ctrain_sasrec__post_ln_backward(const ct__pass_t *p, int l, const float *x, float *gout,
+                                            float *gin)
 {
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__blk_acts_t *a = &p->s->act[l];
@@ -344,29 +354,31 @@ static void ct__post_ln_backward(const ct__pass_t *p, int l, const float *x, flo
     size_t nb = (size_t)p->NC * sizeof(float);
     float *gs2 = s->g_a, *gy = s->g_b, *gs1 = s->g_a;
     o->zero(o, gs2, nb);
-    ct__ln_backward(p, gs2, gout, a->s2, w->ln2_w, w->ln2_b, a->ln2_mean, a->ln2_rstd);
-    o->copy(o, gy, gs2, nb, CT_COPY_D2D);    /* s2 = y + f: d(y) starts as d(s2) ... */
-    ct__ffn_backward(p, l, a->ln1, gs2, gy); /* ... and d(f) = d(s2) */
+    ctrain_sasrec__ln_backward(p, gs2, gout, a->s2, w->ln2_w, w->ln2_b, a->ln2_mean, a->ln2_rstd);
+    o->copy(o, gy, gs2, nb, CT_COPY_D2D);               /* s2 = y + f: d(y) starts as d(s2) ... */
+    ctrain_sasrec__ffn_backward(p, l, a->ln1, gs2, gy); /* ... and d(f) = d(s2) */
     o->zero(o, gs1, nb);
-    ct__ln_backward(p, gs1, gy, a->s1, w->ln1_w, w->ln1_b, a->ln1_mean, a->ln1_rstd);
+    ctrain_sasrec__ln_backward(p, gs1, gy, a->s1, w->ln1_w, w->ln1_b, a->ln1_mean, a->ln1_rstd);
     o->residual_forward(o, gin, gin, gs1, p->NC); /* s1 = x + attn: d(x) += d(s1) */
-    ct__attn_backward(p, l, gs1, x, x, gin, gin);
+    ctrain_sasrec__attn_backward(p, l, gs1, x, x, gin, gin);
 }
 
-static void ct__pre_ln_forward(const ct__pass_t *p, int l, const float *x)
+static void ctrain_sasrec__pre_ln_forward(const ct__pass_t *p, int l, const float *x)
 {
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__blk_acts_t *a = &p->s->act[l];
-    ct__ln_forward(p, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b); /* xn */
-    ct__attn_forward(p, l, a->ln1, a->ln1, x); /* s1 = x + A(xn,xn) */
-    ct__ln_forward(p, a->ln2, a->ln2_mean, a->ln2_rstd, a->s1, w->ln2_w, w->ln2_b); /* y */
-    ct__ffn_forward(p, l, a->ln2, a->out);
+    ctrain_sasrec__ln_forward(p, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b); /* xn */
+    ctrain_sasrec__attn_forward(p, l, a->ln1, a->ln1, x); /* s1 = x + A(xn,xn) */
+    ctrain_sasrec__ln_forward(p, a->ln2, a->ln2_mean, a->ln2_rstd, a->s1, w->ln2_w,
+                              w->ln2_b); /* y */
+    ctrain_sasrec__ffn_forward(p, l, a->ln2, a->out);
     p->o->residual_forward(p->o, a->out, a->s1, a->out, p->NC); /* out = s1 + FFN(y) */
     if (p->timeline)
         p->o->timeline_mask(p->o, a->out, a->out, p->s->seq, p->N, p->C);
 }
 
-static void ct__pre_ln_backward(const ct__pass_t *p, int l, const float *x, float *gout, float *gin)
+static void ctrain_sasrec__pre_ln_backward(const ct__pass_t *p, int l, const float *x, float *gout,
+                                           float *gin)
 {
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__blk_acts_t *a = &p->s->act[l];
@@ -378,29 +390,30 @@ static void ct__pre_ln_backward(const ct__pass_t *p, int l, const float *x, floa
         o->timeline_mask(o, gout, gout, s->seq, p->N, p->C);
     o->copy(o, gs1, gout, nb, CT_COPY_D2D); /* out = s1 + f: d(s1) starts as d(out) */
     o->zero(o, gy, nb);
-    ct__ffn_backward(p, l, a->ln2, gout, gy); /* d(f) = d(out) */
-    ct__ln_backward(p, gs1, gy, a->s1, w->ln2_w, w->ln2_b, a->ln2_mean, a->ln2_rstd);
+    ctrain_sasrec__ffn_backward(p, l, a->ln2, gout, gy); /* d(f) = d(out) */
+    ctrain_sasrec__ln_backward(p, gs1, gy, a->s1, w->ln2_w, w->ln2_b, a->ln2_mean, a->ln2_rstd);
     o->residual_forward(o, gin, gin, gs1, p->NC); /* s1 = x + attn */
     o->zero(o, gxn, nb);
-    ct__attn_backward(p, l, gs1, a->ln1, a->ln1, gxn, gxn);
-    ct__ln_backward(p, gin, gxn, x, w->ln1_w, w->ln1_b, a->ln1_mean, a->ln1_rstd);
+    ctrain_sasrec__attn_backward(p, l, gs1, a->ln1, a->ln1, gxn, gxn);
+    ctrain_sasrec__ln_backward(p, gin, gxn, x, w->ln1_w, w->ln1_b, a->ln1_mean, a->ln1_rstd);
 }
 
-static void ct__original_forward(const ct__pass_t *p, int l, const float *x)
+static void ctrain_sasrec__original_forward(const ct__pass_t *p, int l, const float *x)
 {
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__blk_acts_t *a = &p->s->act[l];
-    ct__ln_forward(p, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b); /* q */
-    ct__attn_forward(p, l, a->ln1, x, a->ln1); /* s1 = q + A(q,x) */
-    ct__ln_forward(p, a->ln2, a->ln2_mean, a->ln2_rstd, a->s1, w->ln2_w, w->ln2_b); /* y */
-    ct__ffn_forward(p, l, a->ln2, a->out);
+    ctrain_sasrec__ln_forward(p, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b); /* q */
+    ctrain_sasrec__attn_forward(p, l, a->ln1, x, a->ln1); /* s1 = q + A(q,x) */
+    ctrain_sasrec__ln_forward(p, a->ln2, a->ln2_mean, a->ln2_rstd, a->s1, w->ln2_w,
+                              w->ln2_b); /* y */
+    ctrain_sasrec__ffn_forward(p, l, a->ln2, a->out);
     p->o->residual_forward(p->o, a->out, a->ln2, a->out, p->NC); /* out = y + FFN(y) */
     if (p->timeline)
         p->o->timeline_mask(p->o, a->out, a->out, p->s->seq, p->N, p->C);
 }
 
-static void ct__original_backward(const ct__pass_t *p, int l, const float *x, float *gout,
-                                  float *gin)
+static void ctrain_sasrec__original_backward(const ct__pass_t *p, int l, const float *x,
+                                             float *gout, float *gin)
 {
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__blk_acts_t *a = &p->s->act[l];
@@ -411,18 +424,18 @@ static void ct__original_backward(const ct__pass_t *p, int l, const float *x, fl
     if (p->timeline)
         o->timeline_mask(o, gout, gout, s->seq, p->N, p->C);
     o->copy(o, gy, gout, nb, CT_COPY_D2D); /* out = y + f */
-    ct__ffn_backward(p, l, a->ln2, gout, gy);
+    ctrain_sasrec__ffn_backward(p, l, a->ln2, gout, gy);
     o->zero(o, gs1, nb);
-    ct__ln_backward(p, gs1, gy, a->s1, w->ln2_w, w->ln2_b, a->ln2_mean, a->ln2_rstd);
+    ctrain_sasrec__ln_backward(p, gs1, gy, a->s1, w->ln2_w, w->ln2_b, a->ln2_mean, a->ln2_rstd);
     o->copy(o, gq, gs1, nb, CT_COPY_D2D); /* s1 = q + attn: d(q) starts as d(s1) */
-    ct__attn_backward(p, l, gs1, a->ln1, x, gq, gin);
-    ct__ln_backward(p, gin, gq, x, w->ln1_w, w->ln1_b, a->ln1_mean, a->ln1_rstd);
+    ctrain_sasrec__attn_backward(p, l, gs1, a->ln1, x, gq, gin);
+    ctrain_sasrec__ln_backward(p, gin, gq, x, w->ln1_w, w->ln1_b, a->ln1_mean, a->ln1_rstd);
 }
 
 /* ---- mHC (pre_ln with n residual streams) ---------------------------------------------------- */
 
 /* The coefficients of mHC layer k of block l from its input streams X, and u = H^pre X. */
-static void ct__hc_in_forward(const ct__pass_t *p, int l, int k, const float *X)
+static void ctrain_sasrec__hc_in_forward(const ct__pass_t *p, int l, int k, const float *X)
 {
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__hc_acts_t *h = &p->s->act[l].hc[k];
@@ -433,10 +446,10 @@ static void ct__hc_in_forward(const ct__pass_t *p, int l, int k, const float *X)
     o->mhc_pre_forward(o, h->u, X, h->hpre, p->N, p->n, p->C);
 }
 
-/* The backward of ct__hc_in_forward: du (N,C) read; adds into dX; uses the g_h* buffers, which
- * hold d(hpost), d(hres) from the layer's post backward and get d(hpre) here. */
-static void ct__hc_in_backward(const ct__pass_t *p, int l, int k, const float *X, const float *du,
-                               float *dX)
+/* The backward of ctrain_sasrec__hc_in_forward: du (N,C) read; adds into dX; uses the g_h* buffers,
+ * which hold d(hpost), d(hres) from the layer's post backward and get d(hpre) here. */
+static void ctrain_sasrec__hc_in_backward(const ct__pass_t *p, int l, int k, const float *X,
+                                          const float *du, float *dX)
 {
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__hc_acts_t *h = &p->s->act[l].hc[k];
@@ -452,8 +465,8 @@ static void ct__hc_in_backward(const ct__pass_t *p, int l, int k, const float *X
 
 /* Y = H^res X + H^post^T f's backward: reads dY; adds into dX; writes d f into df (zeroed
  * here) and d(hpost), d(hres) into the g_h* buffers. */
-static void ct__hc_out_backward(const ct__pass_t *p, int l, int k, const float *X, const float *f,
-                                const float *dY, float *dX, float *df)
+static void ctrain_sasrec__hc_out_backward(const ct__pass_t *p, int l, int k, const float *X,
+                                           const float *f, const float *dY, float *dX, float *df)
 {
     ct__hc_acts_t *h = &p->s->act[l].hc[k];
     ct__sasrec_t *s = p->s;
@@ -466,27 +479,28 @@ static void ct__hc_out_backward(const ct__pass_t *p, int l, int k, const float *
 }
 
 /* X: the block's input streams (N,n,C); the output streams land in act[l].hc[1].Y. */
-static void ct__mhc_forward(const ct__pass_t *p, int l, const float *X)
+static void ctrain_sasrec__mhc_forward(const ct__pass_t *p, int l, const float *X)
 {
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__blk_acts_t *a = &p->s->act[l];
     ct_ops_t *o = p->o;
     /* attention sub-layer: f_a = A(LNa(u), LNa(u)) */
-    ct__hc_in_forward(p, l, 0, X);
-    ct__ln_forward(p, a->ln1, a->ln1_mean, a->ln1_rstd, a->hc[0].u, w->ln1_w, w->ln1_b);
-    ct__attn_forward(p, l, a->ln1, a->ln1, NULL);
+    ctrain_sasrec__hc_in_forward(p, l, 0, X);
+    ctrain_sasrec__ln_forward(p, a->ln1, a->ln1_mean, a->ln1_rstd, a->hc[0].u, w->ln1_w, w->ln1_b);
+    ctrain_sasrec__attn_forward(p, l, a->ln1, a->ln1, NULL);
     o->mhc_post_forward(o, a->hc[0].Y, X, a->s1, a->hc[0].hres, a->hc[0].hpost, p->N, p->n, p->C);
     /* FFN sub-layer: f_f = FFN(LNf(u1)) */
-    ct__hc_in_forward(p, l, 1, a->hc[0].Y);
-    ct__ln_forward(p, a->ln2, a->ln2_mean, a->ln2_rstd, a->hc[1].u, w->ln2_w, w->ln2_b);
-    ct__ffn_forward(p, l, a->ln2, a->out);
+    ctrain_sasrec__hc_in_forward(p, l, 1, a->hc[0].Y);
+    ctrain_sasrec__ln_forward(p, a->ln2, a->ln2_mean, a->ln2_rstd, a->hc[1].u, w->ln2_w, w->ln2_b);
+    ctrain_sasrec__ffn_forward(p, l, a->ln2, a->out);
     o->mhc_post_forward(o, a->hc[1].Y, a->hc[0].Y, a->out, a->hc[1].hres, a->hc[1].hpost, p->N,
                         p->n, p->C);
     if (p->timeline)
         o->timeline_mask(o, a->hc[1].Y, a->hc[1].Y, p->s->seq, p->N, p->n * p->C);
 }
 
-static void ct__mhc_backward(const ct__pass_t *p, int l, const float *X, float *gout, float *gin)
+static void ctrain_sasrec__mhc_backward(const ct__pass_t *p, int l, const float *X, float *gout,
+                                        float *gin)
 {
     const ct__blk_params_t *w = &p->s->blk[l];
     ct__blk_acts_t *a = &p->s->act[l];
@@ -498,19 +512,19 @@ static void ct__mhc_backward(const ct__pass_t *p, int l, const float *X, float *
         o->timeline_mask(o, gout, gout, s->seq, p->N, p->n * p->C);
     /* FFN sub-layer */
     o->zero(o, gmid, (size_t)p->NS * sizeof(float));
-    ct__hc_out_backward(p, l, 1, a->hc[0].Y, a->out, gout, gmid, gf);
+    ctrain_sasrec__hc_out_backward(p, l, 1, a->hc[0].Y, a->out, gout, gmid, gf);
     o->zero(o, gy, nb);
-    ct__ffn_backward(p, l, a->ln2, gf, gy);
+    ctrain_sasrec__ffn_backward(p, l, a->ln2, gf, gy);
     o->zero(o, gu, nb);
-    ct__ln_backward(p, gu, gy, a->hc[1].u, w->ln2_w, w->ln2_b, a->ln2_mean, a->ln2_rstd);
-    ct__hc_in_backward(p, l, 1, a->hc[0].Y, gu, gmid);
+    ctrain_sasrec__ln_backward(p, gu, gy, a->hc[1].u, w->ln2_w, w->ln2_b, a->ln2_mean, a->ln2_rstd);
+    ctrain_sasrec__hc_in_backward(p, l, 1, a->hc[0].Y, gu, gmid);
     /* attention sub-layer */
-    ct__hc_out_backward(p, l, 0, X, a->s1, gmid, gin, gf);
+    ctrain_sasrec__hc_out_backward(p, l, 0, X, a->s1, gmid, gin, gf);
     o->zero(o, gy, nb);
-    ct__attn_backward(p, l, gf, a->ln1, a->ln1, gy, gy);
+    ctrain_sasrec__attn_backward(p, l, gf, a->ln1, a->ln1, gy, gy);
     o->zero(o, gu, nb);
-    ct__ln_backward(p, gu, gy, a->hc[0].u, w->ln1_w, w->ln1_b, a->ln1_mean, a->ln1_rstd);
-    ct__hc_in_backward(p, l, 0, X, gu, gin);
+    ctrain_sasrec__ln_backward(p, gu, gy, a->hc[0].u, w->ln1_w, w->ln1_b, a->ln1_mean, a->ln1_rstd);
+    ctrain_sasrec__hc_in_backward(p, l, 0, X, gu, gin);
 }
 
 typedef void (*ct__blk_fwd_fn)(const ct__pass_t *p, int l, const float *x);
@@ -520,31 +534,32 @@ static const struct {
     ct__blk_fwd_fn fwd;
     ct__blk_bwd_fn bwd;
 } ct__layouts[CTRAIN_LAYOUT_COUNT] = {
-    [CTRAIN_LAYOUT_POST_LN] = {ct__post_ln_forward, ct__post_ln_backward},
-    [CTRAIN_LAYOUT_PRE_LN] = {ct__pre_ln_forward, ct__pre_ln_backward},
-    [CTRAIN_LAYOUT_ORIGINAL] = {ct__original_forward, ct__original_backward},
-    [CTRAIN_LAYOUT_ORIGINAL2020] = {ct__original_forward, ct__original_backward},
+    [CTRAIN_LAYOUT_POST_LN] = {ctrain_sasrec__post_ln_forward, ctrain_sasrec__post_ln_backward},
+    [CTRAIN_LAYOUT_PRE_LN] = {ctrain_sasrec__pre_ln_forward, ctrain_sasrec__pre_ln_backward},
+    [CTRAIN_LAYOUT_ORIGINAL] = {ctrain_sasrec__original_forward, ctrain_sasrec__original_backward},
+    [CTRAIN_LAYOUT_ORIGINAL2020] = {ctrain_sasrec__original_forward,
+                                    ctrain_sasrec__original_backward},
 };
 
-static ct__blk_fwd_fn ct__fwd_of(const ct__pass_t *p)
+static ct__blk_fwd_fn ctrain_sasrec__fwd_of(const ct__pass_t *p)
 {
-    return p->mhc ? ct__mhc_forward : ct__layouts[p->m->cfg.layout].fwd;
+    return p->mhc ? ctrain_sasrec__mhc_forward : ct__layouts[p->m->cfg.layout].fwd;
 }
 
-static ct__blk_bwd_fn ct__bwd_of(const ct__pass_t *p)
+static ct__blk_bwd_fn ctrain_sasrec__bwd_of(const ct__pass_t *p)
 {
-    return p->mhc ? ct__mhc_backward : ct__layouts[p->m->cfg.layout].bwd;
+    return p->mhc ? ctrain_sasrec__mhc_backward : ct__layouts[p->m->cfg.layout].bwd;
 }
 
 /* Block l's output: streams with mHC, else the (N,C) stream. */
-static const float *ct__blk_out(const ct__pass_t *p, int l)
+static const float *ctrain_sasrec__blk_out(const ct__pass_t *p, int l)
 {
     return p->mhc ? p->s->act[l].hc[1].Y : p->s->act[l].out;
 }
 
 /* ---- whole passes ---------------------------------------------------------------------------- */
 
-static void ct__pass_init(ct__pass_t *p, ctrain_model_t *m, int B, bool train)
+static void ctrain_sasrec__pass_init(ct__pass_t *p, ctrain_model_t *m, int B, bool train)
 {
     const ctrain_model_cfg_t *c = &m->cfg;
     *p = (ct__pass_t){.m = m,
@@ -567,7 +582,7 @@ static void ct__pass_init(ct__pass_t *p, ctrain_model_t *m, int B, bool train)
 }
 
 /* Embedding, blocks, final LayerNorm: s->lnf. Returns the final LayerNorm's input. */
-static const float *ct__forward(const ct__pass_t *p)
+static const float *ctrain_sasrec__forward(const ct__pass_t *p)
 {
     const ctrain_model_cfg_t *c = &p->m->cfg;
     ct__sasrec_t *s = p->s;
@@ -575,23 +590,23 @@ static const float *ct__forward(const ct__pass_t *p)
     const int64_t lc = (int64_t)p->L * p->C;
     o->embed_forward(o, s->x0, p->W + s->wte, p->ti ? NULL : p->W + s->wpe, s->seq, p->B, p->L,
                      p->C, sqrtf((float)p->C), ctrain_layout_pos_mode(c->layout));
-    ct__dropout(p, s->x0, p->NC, ct__drop(p, 0, lc));
+    ctrain_sasrec__dropout(p, s->x0, p->NC, ctrain_sasrec__drop(p, 0, lc));
     if (p->timeline)
         o->timeline_mask(o, s->x0, s->x0, s->seq, p->N, p->C);
     if (p->ti) {
         /* the pass's absolute-position rows, each tensor with its own dropout */
         o->rows_broadcast_forward(o, s->pkd, p->W + s->pk, p->B, p->L, p->C);
-        ct__dropout(p, s->pkd, p->NC, ct__drop(p, CTRAIN_SITE_ABS_POS_K, lc));
+        ctrain_sasrec__dropout(p, s->pkd, p->NC, ctrain_sasrec__drop(p, CTRAIN_SITE_ABS_POS_K, lc));
         o->rows_broadcast_forward(o, s->pvd, p->W + s->pv, p->B, p->L, p->C);
-        ct__dropout(p, s->pvd, p->NC, ct__drop(p, CTRAIN_SITE_ABS_POS_V, lc));
-        if (ct__mask_rk(p)) {
+        ctrain_sasrec__dropout(p, s->pvd, p->NC, ctrain_sasrec__drop(p, CTRAIN_SITE_ABS_POS_V, lc));
+        if (ctrain_sasrec__mask_rk(p)) {
             /* the interval masks, for the query rows every block computes (under the timeline
              * mask: the real items; all rows without skipping) */
             const int32_t *rows = c->no_skip ? NULL : s->seq;
             o->tisas_mask(o, s->mask_rk, rows, p->B, p->L, p->C,
-                          ct__drop(p, CTRAIN_SITE_TIME_K, lc * p->L));
+                          ctrain_sasrec__drop(p, CTRAIN_SITE_TIME_K, lc * p->L));
             o->tisas_mask(o, s->mask_rv, rows, p->B, p->L, p->C,
-                          ct__drop(p, CTRAIN_SITE_TIME_V, lc * p->L));
+                          ctrain_sasrec__drop(p, CTRAIN_SITE_TIME_V, lc * p->L));
         }
     }
     const float *x = s->x0;
@@ -599,21 +614,21 @@ static const float *ct__forward(const ct__pass_t *p)
         o->mhc_expand_forward(o, s->X0, s->x0, p->N, p->n, p->C);
         x = s->X0;
     }
-    ct__blk_fwd_fn fwd = ct__fwd_of(p);
+    ct__blk_fwd_fn fwd = ctrain_sasrec__fwd_of(p);
     for (int l = 0; l < c->num_blocks; l++) {
         fwd(p, l, x);
-        x = ct__blk_out(p, l);
+        x = ctrain_sasrec__blk_out(p, l);
     }
     if (p->mhc) {
         o->mhc_collapse_forward(o, s->xc, x, p->N, p->n, p->C);
         x = s->xc;
     }
-    ct__ln_forward(p, s->lnf, s->lnf_mean, s->lnf_rstd, x, s->lnf_w, s->lnf_b);
+    ctrain_sasrec__ln_forward(p, s->lnf, s->lnf_mean, s->lnf_rstd, x, s->lnf_w, s->lnf_b);
     return x;
 }
 
 /* The loss of the final features; writes d(lnf) into s->g_cur (zeroed here first). */
-static void ct__loss_forward_backward(const ct__pass_t *p, float count)
+static void ctrain_sasrec__loss_forward_backward(const ct__pass_t *p, float count)
 {
     const ctrain_model_cfg_t *c = &p->m->cfg;
     ct__sasrec_t *s = p->s;
@@ -644,11 +659,11 @@ static void ct__loss_forward_backward(const ct__pass_t *p, float count)
     }
 }
 
-static int ct__forward_backward(ctrain_model_t *m, const ctrain_model_batch_t *b, float count,
-                                uint64_t seed, int64_t step, float *loss)
+static int ctrain_sasrec__forward_backward(ctrain_model_t *m, const ctrain_model_batch_t *b,
+                                           float count, uint64_t seed, int64_t step, float *loss)
 {
     ct__pass_t p;
-    ct__pass_init(&p, m, b->B, true);
+    ctrain_sasrec__pass_init(&p, m, b->B, true);
     p.seed = seed, p.step = step, p.row0 = b->row0;
     ct__sasrec_t *s = p.s;
     ct_ops_t *o = p.o;
@@ -670,13 +685,14 @@ static int ct__forward_backward(ctrain_model_t *m, const ctrain_model_batch_t *b
         o->copy(o, s->tseq, b->tseq, (size_t)p.N * sizeof(int64_t), CT_COPY_H2D);
 
     /* ---- forward and loss ---- */
-    const float *x_last = ct__forward(&p);
-    ct__loss_forward_backward(&p, count);
+    const float *x_last = ctrain_sasrec__forward(&p);
+    ctrain_sasrec__loss_forward_backward(&p, count);
 
     /* ---- backward ---- */
     const int64_t lc = (int64_t)p.L * p.C;
     o->zero(o, s->g_in, nb);
-    ct__ln_backward(&p, s->g_in, s->g_cur, x_last, s->lnf_w, s->lnf_b, s->lnf_mean, s->lnf_rstd);
+    ctrain_sasrec__ln_backward(&p, s->g_in, s->g_cur, x_last, s->lnf_w, s->lnf_b, s->lnf_mean,
+                               s->lnf_rstd);
     float *gcur = s->g_in, *gin = s->g_cur;
     if (p.mhc) {
         o->zero(o, gin, (size_t)p.NS * sizeof(float));
@@ -689,9 +705,9 @@ static int ct__forward_backward(ctrain_model_t *m, const ctrain_model_batch_t *b
         o->zero(o, s->g_pk, nb);
         o->zero(o, s->g_pv, nb);
     }
-    ct__blk_bwd_fn bwd = ct__bwd_of(&p);
+    ct__blk_bwd_fn bwd = ctrain_sasrec__bwd_of(&p);
     for (int l = c->num_blocks - 1; l >= 0; l--) {
-        const float *xin = l > 0 ? ct__blk_out(&p, l - 1) : (p.mhc ? s->X0 : s->x0);
+        const float *xin = l > 0 ? ctrain_sasrec__blk_out(&p, l - 1) : (p.mhc ? s->X0 : s->x0);
         o->zero(o, gin, (size_t)p.NS * sizeof(float));
         bwd(&p, l, xin, gcur, gin);
         ctrain_model_grads_ready(m, l); /* and the final LayerNorm's, with the last block's */
@@ -706,39 +722,42 @@ static int ct__forward_backward(ctrain_model_t *m, const ctrain_model_batch_t *b
     }
     if (p.timeline)
         o->timeline_mask(o, gcur, gcur, s->seq, p.N, p.C);
-    ct__dropout(&p, gcur, p.NC, ct__drop(&p, 0, lc));
+    ctrain_sasrec__dropout(&p, gcur, p.NC, ctrain_sasrec__drop(&p, 0, lc));
     o->embed_backward(o, p.G + s->wte, p.ti ? NULL : p.G + s->wpe, gcur, s->seq, p.B, p.L, p.C,
                       sqrtf((float)p.C), ctrain_layout_pos_mode(c->layout));
     if (p.ti) {
-        ct__dropout(&p, s->g_pk, p.NC, ct__drop(&p, CTRAIN_SITE_ABS_POS_K, lc));
+        ctrain_sasrec__dropout(&p, s->g_pk, p.NC,
+                               ctrain_sasrec__drop(&p, CTRAIN_SITE_ABS_POS_K, lc));
         o->rows_broadcast_backward(o, p.G + s->pk, s->g_pk, p.B, p.L, p.C);
-        ct__dropout(&p, s->g_pv, p.NC, ct__drop(&p, CTRAIN_SITE_ABS_POS_V, lc));
+        ctrain_sasrec__dropout(&p, s->g_pv, p.NC,
+                               ctrain_sasrec__drop(&p, CTRAIN_SITE_ABS_POS_V, lc));
         o->rows_broadcast_backward(o, p.G + s->pv, s->g_pv, p.B, p.L, p.C);
     }
     o->copy(o, loss, s->loss, sizeof *loss, CT_COPY_D2H);
     return o->sync(o);
 }
 
-static int ct__forward_features(ctrain_model_t *m, const int32_t *seq, const int64_t *tseq, int B,
-                                const float **feats, int *ldf)
+static int ctrain_sasrec__forward_features(ctrain_model_t *m, const int32_t *seq,
+                                           const int64_t *tseq, int B, const float **feats,
+                                           int *ldf)
 {
     ct__pass_t p;
     if (B < 1 || B > m->max_batch)
         return -EINVAL;
-    ct__pass_init(&p, m, B, false);
+    ctrain_sasrec__pass_init(&p, m, B, false);
     if (p.ti && !tseq)
         return -EINVAL; /* TiSASRec needs the times of the window */
     ct_ops_t *o = p.o;
     o->copy(o, p.s->seq, seq, (size_t)p.N * sizeof(int32_t), CT_COPY_H2D);
     if (p.ti)
         o->copy(o, p.s->tseq, tseq, (size_t)p.N * sizeof(int64_t), CT_COPY_H2D);
-    ct__forward(&p);
+    ctrain_sasrec__forward(&p);
     *feats = p.s->lnf + (size_t)(p.L - 1) * p.C;
     *ldf = p.L * p.C;
     return o->sync(o);
 }
 
-static int ct__logits(ctrain_model_t *m, float *pos_logits, float *neg_logits, int64_t n)
+static int ctrain_sasrec__logits(ctrain_model_t *m, float *pos_logits, float *neg_logits, int64_t n)
 {
     ct__sasrec_t *s = m->impl;
     ct_ops_t *o = m->ops;
@@ -750,7 +769,7 @@ static int ct__logits(ctrain_model_t *m, float *pos_logits, float *neg_logits, i
     return o->sync(o);
 }
 
-static void ct__destroy(ctrain_model_t *m)
+static void ctrain_sasrec__destroy(ctrain_model_t *m)
 {
     ct__sasrec_t *s = m->impl;
     if (!s)
@@ -761,16 +780,17 @@ static void ct__destroy(ctrain_model_t *m)
 }
 
 static const ctrain_model_vtbl_t ct__sasrec_vtbl = {
-    .forward_backward = ct__forward_backward,
-    .forward_features = ct__forward_features,
-    .logits = ct__logits,
-    .destroy = ct__destroy,
+    .forward_backward = ctrain_sasrec__forward_backward,
+    .forward_features = ctrain_sasrec__forward_features,
+    .logits = ctrain_sasrec__logits,
+    .destroy = ctrain_sasrec__destroy,
 };
 
 /* ---- building -------------------------------------------------------------------------------- */
 
 /* Assigns (or, with c->base == NULL, measures) every arena buffer. */
-static void ct__carve_arena(ct__sasrec_t *s, const ctrain_model_t *m, ctrain_model__carve_t *c)
+static void ctrain_sasrec__carve_arena(ct__sasrec_t *s, const ctrain_model_t *m,
+                                       ctrain_model__carve_t *c)
 {
     const ctrain_model_cfg_t *cfg = &m->cfg;
     const bool ti = cfg->kind == CTRAIN_MODEL_TISASREC, mhc = cfg->mhc_streams > 0;
@@ -876,8 +896,8 @@ static void ct__carve_arena(ct__sasrec_t *s, const ctrain_model_t *m, ctrain_mod
     } while (0)
 
 /* The LayerNorms, FFNs and the final LayerNorm (both kinds); a is the attention's part. */
-static int ct__table_blocks(ctrain_model_t *m, ct__sasrec_t *s,
-                            int (*attn)(ctrain_model_t *, ct__sasrec_t *, int))
+static int ctrain_sasrec__table_blocks(ctrain_model_t *m, ct__sasrec_t *s,
+                                       int (*attn)(ctrain_model_t *, ct__sasrec_t *, int))
 {
     const ctrain_model_cfg_t *c = &m->cfg;
     const int64_t C = c->hidden;
@@ -928,7 +948,7 @@ static int ct__table_blocks(ctrain_model_t *m, ct__sasrec_t *s,
 
 /* SASRec.pytorch's attention module: packed in_proj, out_proj (biases start at 0,
  * MultiheadAttention's _reset_parameters). */
-static int ct__table_mha(ctrain_model_t *m, ct__sasrec_t *s, int l)
+static int ctrain_sasrec__table_mha(ctrain_model_t *m, ct__sasrec_t *s, int l)
 {
     const int64_t C = m->cfg.hidden;
     char name[CTRAIN_PARAM_NAME_MAX];
@@ -950,7 +970,7 @@ static int ct__table_mha(ctrain_model_t *m, ct__sasrec_t *s, int l)
 
 /* TiSASRec.pytorch's TimeAwareMultiHeadAttention: three nn.Linear (biases keep PyTorch's
  * default U(+-1/sqrt(C)); the reference's xavier loop skips 1-d tensors). */
-static int ct__table_tisas(ctrain_model_t *m, ct__sasrec_t *s, int l)
+static int ctrain_sasrec__table_tisas(ctrain_model_t *m, ct__sasrec_t *s, int l)
 {
     const int64_t C = m->cfg.hidden;
     char name[CTRAIN_PARAM_NAME_MAX];
@@ -971,7 +991,7 @@ static int ct__table_tisas(ctrain_model_t *m, ct__sasrec_t *s, int l)
 }
 
 /* mHC's tensors, after the reference's own (names of ours: the references have no mHC). */
-static int ct__table_mhc(ctrain_model_t *m, ct__sasrec_t *s)
+static int ctrain_sasrec__table_mhc(ctrain_model_t *m, ct__sasrec_t *s)
 {
     const ctrain_model_cfg_t *c = &m->cfg;
     const int64_t n = c->mhc_streams, D = n * c->hidden, K = CT_MHC_COEFFS(n);
@@ -996,7 +1016,7 @@ static int ct__table_mhc(ctrain_model_t *m, ct__sasrec_t *s)
 }
 
 /* The table, in the reference's state_dict order (module registration order), mHC after it. */
-static int ct__build_table(ctrain_model_t *m, ct__sasrec_t *s)
+static int ctrain_sasrec__build_table(ctrain_model_t *m, ct__sasrec_t *s)
 {
     const ctrain_model_cfg_t *c = &m->cfg;
     const int64_t C = c->hidden, V = (int64_t)c->num_items + 1;
@@ -1015,7 +1035,7 @@ static int ct__build_table(ctrain_model_t *m, ct__sasrec_t *s)
         t->l2 = true, s->rk = t->offset;
         CT__ADD("time_matrix_V_emb.weight", 2, CTRAIN_INIT_XAVIER_UNIFORM, T1, C);
         t->l2 = true, s->rv = t->offset;
-        if (ct__table_blocks(m, s, ct__table_tisas) != 0)
+        if (ctrain_sasrec__table_blocks(m, s, ctrain_sasrec__table_tisas) != 0)
             return -ENOMEM;
     } else {
         const int64_t P = ctrain_model_pos_rows(c);
@@ -1023,10 +1043,10 @@ static int ct__build_table(ctrain_model_t *m, ct__sasrec_t *s)
         t->zero_row0 = true, t->l2 = true, s->wte = t->offset;
         CT__ADD("pos_emb.weight", 2, CTRAIN_INIT_XAVIER_NORMAL, P, C);
         t->zero_row0 = ctrain_layout_pos_mode(c->layout) == CT_POS_PADDED, s->wpe = t->offset;
-        if (ct__table_blocks(m, s, ct__table_mha) != 0)
+        if (ctrain_sasrec__table_blocks(m, s, ctrain_sasrec__table_mha) != 0)
             return -ENOMEM;
     }
-    if (c->mhc_streams > 0 && ct__table_mhc(m, s) != 0)
+    if (c->mhc_streams > 0 && ctrain_sasrec__table_mhc(m, s) != 0)
         return -ENOMEM;
     return 0;
 }
@@ -1039,12 +1059,12 @@ static int ctrain_sasrec__build(ctrain_model_t *m, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     m->impl = s;
     m->vt = &ct__sasrec_vtbl;
-    if (ct__build_table(m, s) != 0)
+    if (ctrain_sasrec__build_table(m, s) != 0)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
 
     ct_ops_t *o = m->ops;
     ctrain_model__carve_t c = {NULL, 0};
-    ct__carve_arena(s, m, &c);
+    ctrain_sasrec__carve_arena(s, m, &c);
     size_t bytes = c.used;
     if (o->alloc(o, &s->arena, bytes) != 0)
         return ct_errbuf_set(eb, -ENOMEM,
@@ -1052,7 +1072,7 @@ static int ctrain_sasrec__build(ctrain_model_t *m, ct_errbuf_t *eb)
                              "--batch_size or --maxlen)",
                              (double)bytes / 1e6);
     c = (ctrain_model__carve_t){s->arena, 0};
-    ct__carve_arena(s, m, &c);
+    ctrain_sasrec__carve_arena(s, m, &c);
 
     /* The evaluation query mask: column L-1 of every row. */
     size_t N = (size_t)m->max_batch * (size_t)m->cfg.maxlen;

@@ -66,8 +66,7 @@ ct_pos_mode_t ctrain_layout_pos_mode(ctrain_layout_t layout)
 {
     return layout == CTRAIN_LAYOUT_ORIGINAL2020 ? CT_POS_ABSOLUTE : CT_POS_PADDED;
 }
-
-bool ctrain_layout_timeline(ctrain_layout_t layout)
+static bool ctrain_layout_timeline(ctrain_layout_t layout)
 {
     return layout == CTRAIN_LAYOUT_ORIGINAL2020;
 }
