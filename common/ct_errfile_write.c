@@ -58,14 +58,14 @@ void ct_errfile_target_close(ct_errfile_target_t *t)
 
 /* ---- a buffered, signal-safe output stream ------------------------------------------------ */
 
-typedef struct ct__out {
+typedef struct ct_errfile_write__out {
     int fd;
     int err; /* first write error (negated errno), sticky */
     size_t len;
     char buf[1024];
-} ct__out_t;
+} ct_errfile_write__out_t;
 
-static void ct_errfile_write__out_flush(ct__out_t *o)
+static void ct_errfile_write__out_flush(ct_errfile_write__out_t *o)
 {
     const char *p = o->buf;
     size_t left = o->len;
@@ -82,20 +82,20 @@ static void ct_errfile_write__out_flush(ct__out_t *o)
     o->len = 0;
 }
 
-static void ct_errfile_write__out_char(ct__out_t *o, char c)
+static void ct_errfile_write__out_char(ct_errfile_write__out_t *o, char c)
 {
     if (o->len == sizeof o->buf)
         ct_errfile_write__out_flush(o);
     o->buf[o->len++] = c;
 }
 
-static void ct_errfile_write__out_str(ct__out_t *o, const char *s)
+static void ct_errfile_write__out_str(ct_errfile_write__out_t *o, const char *s)
 {
     while (*s != '\0')
         ct_errfile_write__out_char(o, *s++);
 }
 
-static void ct_errfile_write__out_u64(ct__out_t *o, uint64_t v)
+static void ct_errfile_write__out_u64(ct_errfile_write__out_t *o, uint64_t v)
 {
     char digits[24];
     int n = 0;
@@ -107,7 +107,7 @@ static void ct_errfile_write__out_u64(ct__out_t *o, uint64_t v)
         ct_errfile_write__out_char(o, digits[--n]);
 }
 
-static void ct_errfile_write__out_u16_escape(ct__out_t *o, unsigned cp)
+static void ct_errfile_write__out_u16_escape(ct_errfile_write__out_t *o, unsigned cp)
 {
     static const char hex[] = "0123456789abcdef";
     ct_errfile_write__out_str(o, "\\u");
@@ -157,7 +157,7 @@ static size_t ct_errfile_write__utf8_decode(const unsigned char *s, size_t n, un
 }
 
 /* A JSON string literal in Python's ensure_ascii style. */
-static void ct_errfile_write__out_json_string(ct__out_t *o, const char *text)
+static void ct_errfile_write__out_json_string(ct_errfile_write__out_t *o, const char *text)
 {
     const unsigned char *s = (const unsigned char *)(text != NULL ? text : "");
     size_t n = strlen((const char *)s);
@@ -226,7 +226,7 @@ int ct_errfile_write(const ct_errfile_target_t *t, const char *message, const ch
     if (fd < 0)
         return -errno;
 
-    ct__out_t o;
+    ct_errfile_write__out_t o;
     o.fd = fd;
     o.err = 0;
     o.len = 0;

@@ -20,7 +20,7 @@ const ct_store_limits_t ct_store_default_limits = {
 /* ---- op tables ------------------------------------------------------------------------ */
 
 /* Wire codes per op, -1 where the dialect lacks it (tcpstore-protocol.md §2.1). */
-static const int8_t ct__v1_code[CT_STORE_OP_COUNT] = {
+static const int8_t ct_store_codec__v1_code[CT_STORE_OP_COUNT] = {
     [CT_STORE_OP_VALIDATE] = -1,   [CT_STORE_OP_SET] = 0,          [CT_STORE_OP_COMPARE_SET] = 1,
     [CT_STORE_OP_GET] = 2,         [CT_STORE_OP_ADD] = 3,          [CT_STORE_OP_CHECK] = 4,
     [CT_STORE_OP_WAIT] = 5,        [CT_STORE_OP_GETNUMKEYS] = 6,   [CT_STORE_OP_WATCH_KEY] = 7,
@@ -29,7 +29,7 @@ static const int8_t ct__v1_code[CT_STORE_OP_COUNT] = {
     [CT_STORE_OP_QUEUE_PUSH] = -1, [CT_STORE_OP_QUEUE_POP] = -1,   [CT_STORE_OP_QUEUE_LEN] = -1,
     [CT_STORE_OP_LIST_KEYS] = -1,  [CT_STORE_OP_BARRIER] = -1,
 };
-static const int8_t ct__v2_code[CT_STORE_OP_COUNT] = {
+static const int8_t ct_store_codec__v2_code[CT_STORE_OP_COUNT] = {
     [CT_STORE_OP_VALIDATE] = 0,    [CT_STORE_OP_SET] = 1,          [CT_STORE_OP_COMPARE_SET] = 2,
     [CT_STORE_OP_GET] = 3,         [CT_STORE_OP_ADD] = 4,          [CT_STORE_OP_CHECK] = 5,
     [CT_STORE_OP_WAIT] = 6,        [CT_STORE_OP_GETNUMKEYS] = 7,   [CT_STORE_OP_WATCH_KEY] = -1,
@@ -38,7 +38,7 @@ static const int8_t ct__v2_code[CT_STORE_OP_COUNT] = {
     [CT_STORE_OP_QUEUE_PUSH] = 14, [CT_STORE_OP_QUEUE_POP] = 15,   [CT_STORE_OP_QUEUE_LEN] = 16,
     [CT_STORE_OP_LIST_KEYS] = 17,  [CT_STORE_OP_BARRIER] = 18,
 };
-static const char *const ct__op_names[CT_STORE_OP_COUNT] = {
+static const char *const ct_store_codec__op_names[CT_STORE_OP_COUNT] = {
     "VALIDATE",   "SET",        "COMPARE_SET", "GET",       "ADD",       "CHECK",     "WAIT",
     "GETNUMKEYS", "WATCH_KEY",  "DELETE_KEY",  "APPEND",    "MULTI_GET", "MULTI_SET", "CANCEL_WAIT",
     "PING",       "QUEUE_PUSH", "QUEUE_POP",   "QUEUE_LEN", "LIST_KEYS", "BARRIER",
@@ -49,15 +49,17 @@ int ct_store_op_code(ct_store_dialect_t d, ct_store_op_t op)
     if ((unsigned)op >= CT_STORE_OP_COUNT)
         return -1;
     if (d == CT_STORE_V1)
-        return ct__v1_code[op];
+        return ct_store_codec__v1_code[op];
     if (d == CT_STORE_V2)
-        return ct__v2_code[op];
+        return ct_store_codec__v2_code[op];
     return -1;
 }
 
 bool ct_store_op_from_code(ct_store_dialect_t d, uint8_t code, ct_store_op_t *op)
 {
-    const int8_t *table = d == CT_STORE_V1 ? ct__v1_code : d == CT_STORE_V2 ? ct__v2_code : NULL;
+    const int8_t *table = d == CT_STORE_V1   ? ct_store_codec__v1_code
+                          : d == CT_STORE_V2 ? ct_store_codec__v2_code
+                                             : NULL;
     if (table == NULL)
         return false;
     for (int i = 0; i < CT_STORE_OP_COUNT; i++) {
@@ -71,7 +73,7 @@ bool ct_store_op_from_code(ct_store_dialect_t d, uint8_t code, ct_store_op_t *op
 
 const char *ct_store_op_name(ct_store_op_t op)
 {
-    return (unsigned)op < CT_STORE_OP_COUNT ? ct__op_names[op] : "?";
+    return (unsigned)op < CT_STORE_OP_COUNT ? ct_store_codec__op_names[op] : "?";
 }
 
 bool ct_store_op_has_reply(ct_store_op_t op)
@@ -174,7 +176,7 @@ int ct_store_detect_dialect(const void *buf, size_t len, ct_store_dialect_t *out
 
 /* ---- the reader ----------------------------------------------------------------------- */
 
-typedef struct ct__rd {
+typedef struct ct_store_codec__rd {
     const uint8_t *b;
     size_t len, pos;
     size_t need; /* set when a field is incomplete */
@@ -182,11 +184,11 @@ typedef struct ct__rd {
     ct_errbuf_t *eb;
     const char *op;   /* "SET", "GET": with `kind`, the subject of error messages */
     const char *kind; /* "request", "reply", "event" */
-} ct__rd_t;
+} ct_store_codec__rd_t;
 
 /* 1: n bytes are available at pos; 0: not yet (need recorded); < 0: the message would exceed
  * the whole-message cap. */
-static int ct_store_codec__rd_have(ct__rd_t *r, uint64_t n, const char *field)
+static int ct_store_codec__rd_have(ct_store_codec__rd_t *r, uint64_t n, const char *field)
 {
     uint64_t max = r->lim->max_message_len;
     if (n > max || (uint64_t)r->pos + n > max) /* n first: pos + n could wrap */
@@ -201,7 +203,7 @@ static int ct_store_codec__rd_have(ct__rd_t *r, uint64_t n, const char *field)
     return 1;
 }
 
-static int ct_store_codec__rd_u8(ct__rd_t *r, uint8_t *v, const char *field)
+static int ct_store_codec__rd_u8(ct_store_codec__rd_t *r, uint8_t *v, const char *field)
 {
     int rc = ct_store_codec__rd_have(r, 1, field);
     if (rc <= 0)
@@ -210,7 +212,7 @@ static int ct_store_codec__rd_u8(ct__rd_t *r, uint8_t *v, const char *field)
     return 1;
 }
 
-static int ct_store_codec__rd_u32(ct__rd_t *r, uint32_t *v, const char *field)
+static int ct_store_codec__rd_u32(ct_store_codec__rd_t *r, uint32_t *v, const char *field)
 {
     int rc = ct_store_codec__rd_have(r, 4, field);
     if (rc <= 0)
@@ -220,7 +222,7 @@ static int ct_store_codec__rd_u32(ct__rd_t *r, uint32_t *v, const char *field)
     return 1;
 }
 
-static int ct_store_codec__rd_u64(ct__rd_t *r, uint64_t *v, const char *field)
+static int ct_store_codec__rd_u64(ct_store_codec__rd_t *r, uint64_t *v, const char *field)
 {
     int rc = ct_store_codec__rd_have(r, 8, field);
     if (rc <= 0)
@@ -231,7 +233,7 @@ static int ct_store_codec__rd_u64(ct__rd_t *r, uint64_t *v, const char *field)
 }
 
 /* A u64 length and that many bytes, the length checked against max before the bytes. */
-static int ct_store_codec__rd_str(ct__rd_t *r, ct_store_bytes_t *out, uint64_t max,
+static int ct_store_codec__rd_str(ct_store_codec__rd_t *r, ct_store_bytes_t *out, uint64_t max,
                                   const char *field)
 {
     uint64_t n;
@@ -256,8 +258,8 @@ static int ct_store_codec__rd_str(ct__rd_t *r, ct_store_bytes_t *out, uint64_t m
 }
 
 /* n list items starting at pos (keys, or key/value pairs), resuming from the cursor. */
-static int ct_store_codec__rd_list(ct__rd_t *r, uint64_t n, bool pairs, bool values_only,
-                                   ct_store_cursor_t *cur, ct_store_list_t *out)
+static int ct_store_codec__rd_list(ct_store_codec__rd_t *r, uint64_t n, bool pairs,
+                                   bool values_only, ct_store_cursor_t *cur, ct_store_list_t *out)
 {
     size_t start = r->pos;
     uint64_t done = 0;
@@ -290,7 +292,7 @@ static int ct_store_codec__rd_list(ct__rd_t *r, uint64_t n, bool pairs, bool val
     return 1;
 }
 
-static int ct_store_codec__rd_count(ct__rd_t *r, uint64_t *n, const char *field)
+static int ct_store_codec__rd_count(ct_store_codec__rd_t *r, uint64_t *n, const char *field)
 {
     int rc = ct_store_codec__rd_u64(r, n, field);
     if (rc <= 0)
@@ -302,7 +304,7 @@ static int ct_store_codec__rd_count(ct__rd_t *r, uint64_t *n, const char *field)
     return 1;
 }
 
-static ssize_t ct_store_codec__rd_finish(ct__rd_t *r, int rc, size_t *need)
+static ssize_t ct_store_codec__rd_finish(ct_store_codec__rd_t *r, int rc, size_t *need)
 {
     if (rc < 0)
         return rc;
@@ -320,12 +322,12 @@ ssize_t ct_store_decode_request(ct_store_dialect_t d, const void *buf, size_t le
                                 const ct_store_limits_t *lim, ct_store_req_t *req,
                                 ct_store_cursor_t *cursor, size_t *need, ct_errbuf_t *eb)
 {
-    ct__rd_t r = {.b = buf,
-                  .len = len,
-                  .lim = lim ? lim : &ct_store_default_limits,
-                  .eb = eb,
-                  .op = "?",
-                  .kind = "request"};
+    ct_store_codec__rd_t r = {.b = buf,
+                              .len = len,
+                              .lim = lim ? lim : &ct_store_default_limits,
+                              .eb = eb,
+                              .op = "?",
+                              .kind = "request"};
     memset(req, 0, sizeof *req);
     if (len == 0) {
         if (need != NULL)
@@ -407,12 +409,12 @@ ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *b
                                  ct_store_cursor_t *cursor, size_t *need, ct_errbuf_t *eb)
 {
     const char *name = ct_store_op_name(op);
-    ct__rd_t r = {.b = buf,
-                  .len = len,
-                  .lim = lim ? lim : &ct_store_default_limits,
-                  .eb = eb,
-                  .op = name,
-                  .kind = "reply"};
+    ct_store_codec__rd_t r = {.b = buf,
+                              .len = len,
+                              .lim = lim ? lim : &ct_store_default_limits,
+                              .eb = eb,
+                              .op = name,
+                              .kind = "reply"};
     memset(resp, 0, sizeof *resp);
     resp->op = op;
     int rc = 1;
@@ -491,12 +493,12 @@ ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *b
 ssize_t ct_store_decode_watch_event(const void *buf, size_t len, const ct_store_limits_t *lim,
                                     ct_store_watch_event_t *ev, size_t *need, ct_errbuf_t *eb)
 {
-    ct__rd_t r = {.b = buf,
-                  .len = len,
-                  .lim = lim ? lim : &ct_store_default_limits,
-                  .eb = eb,
-                  .op = "watch",
-                  .kind = "event"};
+    ct_store_codec__rd_t r = {.b = buf,
+                              .len = len,
+                              .lim = lim ? lim : &ct_store_default_limits,
+                              .eb = eb,
+                              .op = "watch",
+                              .kind = "event"};
     memset(ev, 0, sizeof *ev);
     uint8_t kind = 0;
     int rc = ct_store_codec__rd_u8(&r, &kind, "kind");
@@ -515,41 +517,41 @@ ssize_t ct_store_decode_watch_event(const void *buf, size_t len, const ct_store_
 /* ---- encoding ------------------------------------------------------------------------- */
 
 /* A writer that counts always and copies only while the output fits. */
-typedef struct ct__wr {
+typedef struct ct_store_codec__wr {
     uint8_t *out;
     size_t cap, pos;
-} ct__wr_t;
+} ct_store_codec__wr_t;
 
-static void ct_store_codec__wr_raw(ct__wr_t *w, const void *p, size_t n)
+static void ct_store_codec__wr_raw(ct_store_codec__wr_t *w, const void *p, size_t n)
 {
     if (w->pos + n <= w->cap && n > 0)
         memcpy(w->out + w->pos, p, n);
     w->pos += n;
 }
 
-static void ct_store_codec__wr_u8(ct__wr_t *w, uint8_t v)
+static void ct_store_codec__wr_u8(ct_store_codec__wr_t *w, uint8_t v)
 {
     ct_store_codec__wr_raw(w, &v, 1);
 }
 
-static void ct_store_codec__wr_u32(ct__wr_t *w, uint32_t v)
+static void ct_store_codec__wr_u32(ct_store_codec__wr_t *w, uint32_t v)
 {
     ct_store_codec__wr_raw(w, &v, 4);
 }
 
-static void ct_store_codec__wr_u64(ct__wr_t *w, uint64_t v)
+static void ct_store_codec__wr_u64(ct_store_codec__wr_t *w, uint64_t v)
 {
     ct_store_codec__wr_raw(w, &v, 8);
 }
 
-static void ct_store_codec__wr_str(ct__wr_t *w, ct_store_bytes_t s)
+static void ct_store_codec__wr_str(ct_store_codec__wr_t *w, ct_store_bytes_t s)
 {
     ct_store_codec__wr_u64(w, s.len);
     ct_store_codec__wr_raw(w, s.data, (size_t)s.len);
 }
 
 /* Items from arrays, or an already encoded list when the arrays are absent. */
-static void ct_store_codec__wr_list(ct__wr_t *w, const ct_store_bytes_t *keys,
+static void ct_store_codec__wr_list(ct_store_codec__wr_t *w, const ct_store_bytes_t *keys,
                                     const ct_store_bytes_t *values, uint64_t n,
                                     const ct_store_list_t *encoded, bool with_count)
 {
@@ -577,7 +579,7 @@ ssize_t ct_store_encode_request(ct_store_dialect_t d, const ct_store_req_t *req,
     if (code < 0)
         return ct_errbuf_set(eb, CT_EPROTOCOL, "%s does not exist in the %s dialect",
                              ct_store_op_name(req->op), d == CT_STORE_V1 ? "v1" : "v2");
-    ct__wr_t w = {.out = out, .cap = out != NULL ? cap : 0};
+    ct_store_codec__wr_t w = {.out = out, .cap = out != NULL ? cap : 0};
     ct_store_codec__wr_u8(&w, (uint8_t)code);
     switch (req->op) {
     case CT_STORE_OP_VALIDATE:
@@ -628,7 +630,7 @@ ssize_t ct_store_encode_request(ct_store_dialect_t d, const ct_store_req_t *req,
 ssize_t ct_store_encode_response(const ct_store_resp_t *resp, void *out, size_t cap,
                                  ct_errbuf_t *eb)
 {
-    ct__wr_t w = {.out = out, .cap = out != NULL ? cap : 0};
+    ct_store_codec__wr_t w = {.out = out, .cap = out != NULL ? cap : 0};
     switch (resp->op) {
     case CT_STORE_OP_GET:
     case CT_STORE_OP_COMPARE_SET:
@@ -670,7 +672,7 @@ ssize_t ct_store_encode_response(const ct_store_resp_t *resp, void *out, size_t 
 
 size_t ct_store_encode_watch_event(const ct_store_watch_event_t *ev, void *out, size_t cap)
 {
-    ct__wr_t w = {.out = out, .cap = out != NULL ? cap : 0};
+    ct_store_codec__wr_t w = {.out = out, .cap = out != NULL ? cap : 0};
     ct_store_codec__wr_u8(&w, (uint8_t)ev->kind);
     ct_store_codec__wr_str(&w, ev->key);
     ct_store_codec__wr_str(&w, ev->old_value);
@@ -680,13 +682,13 @@ size_t ct_store_encode_watch_event(const ct_store_watch_event_t *ev, void *out, 
 
 /* ---- authentication messages ---------------------------------------------------------- */
 
-static const uint8_t ct__auth_magic[4] = {'C', 'T', 'S', 'A'};
+static const uint8_t ct_store_codec__auth_magic[4] = {'C', 'T', 'S', 'A'};
 
 size_t ct_store_encode_auth_hello(const uint8_t nonce[CT_STORE_AUTH_NONCE_LEN], void *out)
 {
     uint8_t *p = out;
     p[0] = CT_STORE_AUTH_HELLO;
-    memcpy(p + 1, ct__auth_magic, 4);
+    memcpy(p + 1, ct_store_codec__auth_magic, 4);
     p[5] = CT_STORE_AUTH_VERSION;
     memcpy(p + 6, nonce, CT_STORE_AUTH_NONCE_LEN);
     return CT_STORE_AUTH_HELLO_LEN;
@@ -702,7 +704,7 @@ ssize_t ct_store_decode_auth_hello(const void *buf, size_t len,
         return ct_errbuf_set(eb, CT_EAUTH, "expected an authentication hello, got type 0x%02x",
                              b[0]);
     size_t have = len < 5 ? len : 5;
-    if (have > 1 && memcmp(b + 1, ct__auth_magic, have - 1) != 0)
+    if (have > 1 && memcmp(b + 1, ct_store_codec__auth_magic, have - 1) != 0)
         return ct_errbuf_set(eb, CT_EAUTH, "authentication hello with a wrong magic");
     if (len >= 6 && b[5] != CT_STORE_AUTH_VERSION)
         return ct_errbuf_set(eb, CT_EAUTH, "authentication version %u (this build speaks %u)", b[5],

@@ -18,7 +18,8 @@
  */
 #include "ct_cuda_common.h"
 
-__global__ void ct__bias_fill_kernel(float *out, int ldo, const float *bias, int64_t n, int OC)
+__global__ void ct_cuda_linear__bias_fill_kernel(float *out, int ldo, const float *bias, int64_t n,
+                                                 int OC)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -31,8 +32,8 @@ __global__ void ct__bias_fill_kernel(float *out, int ldo, const float *bias, int
 /* Column sums of x (N rows of OC columns, ld apart) over rows [p*R, p*R + R): a block of 32
  * columns by 8 row lanes, the 8 lanes' sums added in lane order. direct: add into dst[c]
  * (one part covers all rows); otherwise write dst[p*OC + c]. */
-__global__ void ct__colsum_part_kernel(float *dst, int direct, const float *x, int ld, int N,
-                                       int OC, int R)
+__global__ void ct_cuda_linear__colsum_part_kernel(float *dst, int direct, const float *x, int ld,
+                                                   int N, int OC, int R)
 {
     __shared__ float sh[8][33];
     const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
@@ -57,7 +58,8 @@ __global__ void ct__colsum_part_kernel(float *dst, int direct, const float *x, i
     }
 }
 
-__global__ void ct__colsum_final_kernel(float *dbias, const float *part, int parts, int OC)
+__global__ void ct_cuda_linear__colsum_final_kernel(float *dbias, const float *part, int parts,
+                                                    int OC)
 {
     const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (c >= OC)
@@ -85,15 +87,16 @@ static int ct_cuda_linear__colsum(float *dbias, const float *x, int ld, int N, i
     dim3 grid((unsigned)CT_CEIL_DIV(OC, 32), (unsigned)parts);
     dim3 block(32, 8);
     if (parts == 1) {
-        CT_LAUNCH(ct__colsum_part_kernel, grid, block, 0, ctx->stream, dbias, 1, x, ld, N, OC, R);
+        CT_LAUNCH(ct_cuda_linear__colsum_part_kernel, grid, block, 0, ctx->stream, dbias, 1, x, ld,
+                  N, OC, R);
         CT_CUDA_CHECK_LAUNCH();
         return 0;
     }
-    CT_LAUNCH(ct__colsum_part_kernel, grid, block, 0, ctx->stream, ctx->scratch, 0, x, ld, N, OC,
-              R);
+    CT_LAUNCH(ct_cuda_linear__colsum_part_kernel, grid, block, 0, ctx->stream, ctx->scratch, 0, x,
+              ld, N, OC, R);
     CT_CUDA_CHECK_LAUNCH();
-    CT_LAUNCH(ct__colsum_final_kernel, (unsigned)CT_CEIL_DIV(OC, 128), 128, 0, ctx->stream, dbias,
-              ctx->scratch, (int)parts, OC);
+    CT_LAUNCH(ct_cuda_linear__colsum_final_kernel, (unsigned)CT_CEIL_DIV(OC, 128), 128, 0,
+              ctx->stream, dbias, ctx->scratch, (int)parts, OC);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -108,8 +111,8 @@ static int ct_cuda_linear__linear_fwd(float *out, int ldo, const float *inp, int
     float alpha = 1.0f, beta = 0.0f;
     if (bias) {
         const int64_t n = (int64_t)N * OC;
-        CT_LAUNCH(ct__bias_fill_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, ctx->stream,
-                  out, ldo, bias, n, OC);
+        CT_LAUNCH(ct_cuda_linear__bias_fill_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0,
+                  ctx->stream, out, ldo, bias, n, OC);
         CT_CUDA_CHECK_LAUNCH();
         beta = 1.0f;
     }

@@ -28,18 +28,18 @@
 #include "ct_cuda_common.h"
 #include "ct_ops.h"
 
-typedef struct ct__cuda_ops {
+typedef struct ct_cuda_ops__cuda_ops {
     int device;
     cudaStream_t stream;
     ct_cuda_ctx_t ctx;
     double *partials; /* CT_REDUCE_CUDA_PARTS doubles for the reductions */
     void *scratch;    /* general scratch, grown on demand */
     size_t scratch_nbytes;
-} ct__cuda_ops_t;
+} ct_cuda_ops__cuda_ops_t;
 
-static ct__cuda_ops_t *ct_cuda_ops__st(ct_ops_t *o)
+static ct_cuda_ops__cuda_ops_t *ct_cuda_ops__st(ct_ops_t *o)
 {
-    return (ct__cuda_ops_t *)o->impl;
+    return (ct_cuda_ops__cuda_ops_t *)o->impl;
 }
 
 static void ct_cuda_ops__latch(ct_ops_t *o, int rc)
@@ -59,7 +59,7 @@ static void ct_cuda_ops__latch_cuda(ct_ops_t *o, cudaError_t e, const char *what
 /* The general scratch, at least nbytes; NULL (and a latched error) when it cannot grow. */
 static void *ct_cuda_ops__scratch(ct_ops_t *o, size_t nbytes)
 {
-    ct__cuda_ops_t *st = ct_cuda_ops__st(o);
+    ct_cuda_ops__cuda_ops_t *st = ct_cuda_ops__st(o);
     if (nbytes <= st->scratch_nbytes)
         return st->scratch;
     if (st->scratch) {
@@ -156,7 +156,7 @@ static size_t ct_cuda_ops__scratch_size(ct_ops_t *o, ct_scratch_op_t op, int64_t
 
 static void ct_cuda_ops__close(ct_ops_t *o)
 {
-    ct__cuda_ops_t *st = ct_cuda_ops__st(o);
+    ct_cuda_ops__cuda_ops_t *st = ct_cuda_ops__st(o);
     if (!st)
         return;
     ct_cuda_ctx_close(&st->ctx); /* waits for the stream */
@@ -510,7 +510,7 @@ extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp)
         ct_log_error("CUDA backend: device %d asked for, %d visible", device, count);
         return CT_ENOGPU;
     }
-    ct__cuda_ops_t *st = (ct__cuda_ops_t *)calloc(1, sizeof *st);
+    ct_cuda_ops__cuda_ops_t *st = (ct_cuda_ops__cuda_ops_t *)calloc(1, sizeof *st);
     if (!st)
         return -ENOMEM;
     st->device = device;

@@ -37,10 +37,10 @@
 #define CT__RAW_MAX    16384 /* backtrace_symbols_fd output kept */
 #define CT__TEXT_MAX   20480 /* the formatted callstack */
 
-static const int ct__fatal_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
-static const char *const ct__fatal_names[] = {"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL",
+static const int ct_fatal__fatal_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+static const char *const ct_fatal__fatal_names[] = {"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL",
                                               "SIGABRT"};
-#define CT__NSIGS ((int)(sizeof ct__fatal_sigs / sizeof ct__fatal_sigs[0]))
+#define CT__NSIGS ((int)(sizeof ct_fatal__fatal_sigs / sizeof ct_fatal__fatal_sigs[0]))
 
 static struct {
     bool installed;
@@ -52,16 +52,16 @@ static struct {
     int dump_memfd;
     pid_t main_tid;
     struct sigaction old_dump;
-} ct__fatal = {.memfd = -1, .dump_memfd = -1, .target = {.dirfd = -1}};
+} ct_fatal__fatal = {.memfd = -1, .dump_memfd = -1, .target = {.dirfd = -1}};
 
-static volatile sig_atomic_t ct__in_dump;
-static char ct__dump_raw[CT__RAW_MAX];
-static char ct__dump_text[CT__TEXT_MAX];
+static volatile sig_atomic_t ct_fatal__in_dump;
+static char ct_fatal__dump_raw[CT__RAW_MAX];
+static char ct_fatal__dump_text[CT__TEXT_MAX];
 
-static volatile sig_atomic_t ct__in_handler;
-static char ct__altstack[64 * 1024];
-static char ct__sig_raw[CT__RAW_MAX];
-static char ct__sig_text[CT__TEXT_MAX];
+static volatile sig_atomic_t ct_fatal__in_handler;
+static char ct_fatal__altstack[64 * 1024];
+static char ct_fatal__sig_raw[CT__RAW_MAX];
+static char ct_fatal__sig_text[CT__TEXT_MAX];
 
 /* ---- async-signal-safe text building ------------------------------------------------------ */
 
@@ -142,13 +142,14 @@ static void ct_fatal__fatal_reraise(int sig, int idx)
     /* Hand the signal on: to a handler that was there before us (a sanitizer's, say), else to
      * the default action. It is blocked while we run, so it is delivered when we return. */
     struct sigaction next;
-    if (idx >= 0 && !(ct__fatal.old[idx].sa_flags & SA_SIGINFO) &&
-        (ct__fatal.old[idx].sa_handler == SIG_DFL || ct__fatal.old[idx].sa_handler == SIG_IGN)) {
+    if (idx >= 0 && !(ct_fatal__fatal.old[idx].sa_flags & SA_SIGINFO) &&
+        (ct_fatal__fatal.old[idx].sa_handler == SIG_DFL ||
+         ct_fatal__fatal.old[idx].sa_handler == SIG_IGN)) {
         memset(&next, 0, sizeof next);
         next.sa_handler = SIG_DFL;
         sigemptyset(&next.sa_mask);
     } else if (idx >= 0) {
-        next = ct__fatal.old[idx];
+        next = ct_fatal__fatal.old[idx];
     } else {
         memset(&next, 0, sizeof next);
         next.sa_handler = SIG_DFL;
@@ -163,13 +164,13 @@ static void ct_fatal__fatal_handler(int sig, siginfo_t *info, void *uctx)
     (void)uctx;
     int idx = -1;
     for (int i = 0; i < CT__NSIGS; i++)
-        if (ct__fatal_sigs[i] == sig)
+        if (ct_fatal__fatal_sigs[i] == sig)
             idx = i;
-    if (ct__in_handler) {
+    if (ct_fatal__in_handler) {
         ct_fatal__fatal_reraise(sig, idx);
         return;
     }
-    ct__in_handler = 1;
+    ct_fatal__in_handler = 1;
     int saved_errno = errno;
 
     char msg[160];
@@ -178,14 +179,15 @@ static void ct_fatal__fatal_handler(int sig, siginfo_t *info, void *uctx)
     ct_fatal__append(msg, sizeof msg, &mlen, "Signal ");
     ct_fatal__append_u64(msg, sizeof msg, &mlen, (uint64_t)sig);
     ct_fatal__append(msg, sizeof msg, &mlen, " (");
-    ct_fatal__append(msg, sizeof msg, &mlen, idx >= 0 ? ct__fatal_names[idx] : "?");
+    ct_fatal__append(msg, sizeof msg, &mlen, idx >= 0 ? ct_fatal__fatal_names[idx] : "?");
     ct_fatal__append(msg, sizeof msg, &mlen, ") received by PID ");
     ct_fatal__append_u64(msg, sizeof msg, &mlen, (uint64_t)getpid());
 
     void *frames[CT__MAX_FRAMES];
     int n = backtrace(frames, CT__MAX_FRAMES);
-    size_t tlen = ct_fatal__format_backtrace(ct__fatal.memfd, frames, n, ct__sig_raw,
-                                       sizeof ct__sig_raw, ct__sig_text, sizeof ct__sig_text);
+    size_t tlen = ct_fatal__format_backtrace(ct_fatal__fatal.memfd, frames, n, ct_fatal__sig_raw,
+                                             sizeof ct_fatal__sig_raw, ct_fatal__sig_text,
+                                             sizeof ct_fatal__sig_text);
 
     char line[256];
     size_t llen = 0;
@@ -199,10 +201,10 @@ static void ct_fatal__fatal_handler(int sig, siginfo_t *info, void *uctx)
     ct_fatal__append(line, sizeof line, &llen, msg);
     ct_fatal__append(line, sizeof line, &llen, "\n");
     ct_fatal__write_stderr(line, llen);
-    ct_fatal__write_stderr(ct__sig_text, tlen);
+    ct_fatal__write_stderr(ct_fatal__sig_text, tlen);
 
-    if (ct__fatal.target.dirfd >= 0)
-        ct_errfile_write(&ct__fatal.target, msg, ct__sig_text, (int64_t)time(NULL), 0);
+    if (ct_fatal__fatal.target.dirfd >= 0)
+        ct_errfile_write(&ct_fatal__fatal.target, msg, ct_fatal__sig_text, (int64_t)time(NULL), 0);
     errno = saved_errno;
     ct_fatal__fatal_reraise(sig, idx);
 }
@@ -212,12 +214,12 @@ static void ct_fatal__dump_handler(int sig, siginfo_t *info, void *uctx)
 {
     (void)info;
     (void)uctx;
-    if (ct__in_dump) /* another thread is printing; one stack at a time */
+    if (ct_fatal__in_dump) /* another thread is printing; one stack at a time */
         return;
-    ct__in_dump = 1;
+    ct_fatal__in_dump = 1;
     int saved_errno = errno;
     pid_t tid = (pid_t)syscall(SYS_gettid);
-    bool main_thread = tid == ct__fatal.main_tid;
+    bool main_thread = tid == ct_fatal__fatal.main_tid;
     char line[256];
     size_t llen = 0;
     line[0] = '\0';
@@ -237,13 +239,14 @@ static void ct_fatal__dump_handler(int sig, siginfo_t *info, void *uctx)
     ct_fatal__append(line, sizeof line, &llen, "\n");
     void *frames[CT__MAX_FRAMES];
     int n = backtrace(frames, CT__MAX_FRAMES);
-    size_t tlen = ct_fatal__format_backtrace(ct__fatal.dump_memfd, frames, n, ct__dump_raw,
-                                       sizeof ct__dump_raw, ct__dump_text, sizeof ct__dump_text);
+    size_t tlen = ct_fatal__format_backtrace(ct_fatal__fatal.dump_memfd, frames, n,
+                                             ct_fatal__dump_raw, sizeof ct_fatal__dump_raw,
+                                             ct_fatal__dump_text, sizeof ct_fatal__dump_text);
     ct_fatal__write_stderr(line, llen);
-    ct_fatal__write_stderr(ct__dump_text, tlen);
-    ct__in_dump = 0;
-    if (!main_thread && ct__fatal.main_tid > 0)
-        syscall(SYS_tgkill, getpid(), ct__fatal.main_tid, sig);
+    ct_fatal__write_stderr(ct_fatal__dump_text, tlen);
+    ct_fatal__in_dump = 0;
+    if (!main_thread && ct_fatal__fatal.main_tid > 0)
+        syscall(SYS_tgkill, getpid(), ct_fatal__fatal.main_tid, sig);
     errno = saved_errno;
 }
 
@@ -254,8 +257,8 @@ static void ct_fatal__dump_install(void)
     if (sigaction(CT_WORKER_DUMP_SIGNAL, NULL, &cur) != 0 || (cur.sa_flags & SA_SIGINFO) ||
         cur.sa_handler != SIG_DFL)
         return;
-    ct__fatal.dump_memfd = memfd_create("ct-stackdump", MFD_CLOEXEC);
-    ct__fatal.main_tid = (pid_t)syscall(SYS_gettid);
+    ct_fatal__fatal.dump_memfd = memfd_create("ct-stackdump", MFD_CLOEXEC);
+    ct_fatal__fatal.main_tid = (pid_t)syscall(SYS_gettid);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = ct_fatal__dump_handler;
@@ -264,34 +267,35 @@ static void ct_fatal__dump_install(void)
     /* The launcher stops the worker right after asking for the dump: the stop waits until
      * the stack is printed. */
     sigaddset(&sa.sa_mask, SIGTERM);
-    if (sigaction(CT_WORKER_DUMP_SIGNAL, &sa, &ct__fatal.old_dump) == 0) {
-        ct__fatal.dump_installed = true;
-    } else if (ct__fatal.dump_memfd >= 0) {
-        close(ct__fatal.dump_memfd);
-        ct__fatal.dump_memfd = -1;
+    if (sigaction(CT_WORKER_DUMP_SIGNAL, &sa, &ct_fatal__fatal.old_dump) == 0) {
+        ct_fatal__fatal.dump_installed = true;
+    } else if (ct_fatal__fatal.dump_memfd >= 0) {
+        close(ct_fatal__fatal.dump_memfd);
+        ct_fatal__fatal.dump_memfd = -1;
     }
 }
 
 int ct_worker_catch_fatal_signals(ct_errbuf_t *eb)
 {
-    if (ct__fatal.installed)
+    if (ct_fatal__fatal.installed)
         return 0;
     const char *path = ct__runtime_error_file();
     if (path == NULL)
         path = getenv("TORCHELASTIC_ERROR_FILE");
     if (path != NULL && path[0] != '\0') {
-        int rc = ct_errfile_target_open(&ct__fatal.target, path, eb);
+        int rc = ct_errfile_target_open(&ct_fatal__fatal.target, path, eb);
         if (rc != 0)
             return ct_errbuf_wrap(eb, rc, "fatal-signal handler");
     }
-    ct__fatal.memfd = memfd_create("ct-backtrace", MFD_CLOEXEC);
+    ct_fatal__fatal.memfd = memfd_create("ct-backtrace", MFD_CLOEXEC);
     void *warm[2];
     backtrace(warm, 2); /* loads libgcc_s now rather than inside the handler */
 
     stack_t cur;
     if (sigaltstack(NULL, &cur) == 0 && (cur.ss_flags & SS_DISABLE)) {
-        stack_t ss = {.ss_sp = ct__altstack, .ss_size = sizeof ct__altstack, .ss_flags = 0};
-        ct__fatal.own_stack = sigaltstack(&ss, NULL) == 0;
+        stack_t ss = {
+            .ss_sp = ct_fatal__altstack, .ss_size = sizeof ct_fatal__altstack, .ss_flags = 0};
+        ct_fatal__fatal.own_stack = sigaltstack(&ss, NULL) == 0;
     }
 
     struct sigaction sa;
@@ -300,46 +304,46 @@ int ct_worker_catch_fatal_signals(ct_errbuf_t *eb)
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     for (int i = 0; i < CT__NSIGS; i++)
-        sigaddset(&sa.sa_mask, ct__fatal_sigs[i]);
+        sigaddset(&sa.sa_mask, ct_fatal__fatal_sigs[i]);
     for (int i = 0; i < CT__NSIGS; i++) {
-        if (sigaction(ct__fatal_sigs[i], &sa, &ct__fatal.old[i]) != 0) {
+        if (sigaction(ct_fatal__fatal_sigs[i], &sa, &ct_fatal__fatal.old[i]) != 0) {
             int rc = -errno;
             for (int j = 0; j < i; j++)
-                sigaction(ct__fatal_sigs[j], &ct__fatal.old[j], NULL);
-            ct__fatal.installed = true; /* so that restore releases the rest */
+                sigaction(ct_fatal__fatal_sigs[j], &ct_fatal__fatal.old[j], NULL);
+            ct_fatal__fatal.installed = true; /* so that restore releases the rest */
             ct__fatal_signals_restore();
             return ct_errbuf_set(eb, rc, "fatal-signal handler: sigaction(%s): %s",
-                                 ct__fatal_names[i], ct_strerror(rc));
+                                 ct_fatal__fatal_names[i], ct_strerror(rc));
         }
     }
-    ct__in_handler = 0;
-    ct__fatal.installed = true;
+    ct_fatal__in_handler = 0;
+    ct_fatal__fatal.installed = true;
     ct_fatal__dump_install();
     return 0;
 }
 
 void ct__fatal_signals_restore(void)
 {
-    if (!ct__fatal.installed)
+    if (!ct_fatal__fatal.installed)
         return;
-    if (ct__fatal.dump_installed)
-        sigaction(CT_WORKER_DUMP_SIGNAL, &ct__fatal.old_dump, NULL);
-    ct__fatal.dump_installed = false;
-    if (ct__fatal.dump_memfd >= 0)
-        close(ct__fatal.dump_memfd);
-    ct__fatal.dump_memfd = -1;
+    if (ct_fatal__fatal.dump_installed)
+        sigaction(CT_WORKER_DUMP_SIGNAL, &ct_fatal__fatal.old_dump, NULL);
+    ct_fatal__fatal.dump_installed = false;
+    if (ct_fatal__fatal.dump_memfd >= 0)
+        close(ct_fatal__fatal.dump_memfd);
+    ct_fatal__fatal.dump_memfd = -1;
     for (int i = 0; i < CT__NSIGS; i++)
-        sigaction(ct__fatal_sigs[i], &ct__fatal.old[i], NULL);
-    if (ct__fatal.own_stack) {
+        sigaction(ct_fatal__fatal_sigs[i], &ct_fatal__fatal.old[i], NULL);
+    if (ct_fatal__fatal.own_stack) {
         stack_t off = {.ss_sp = NULL, .ss_size = 0, .ss_flags = SS_DISABLE};
         sigaltstack(&off, NULL);
-        ct__fatal.own_stack = false;
+        ct_fatal__fatal.own_stack = false;
     }
-    ct_errfile_target_close(&ct__fatal.target);
-    if (ct__fatal.memfd >= 0)
-        close(ct__fatal.memfd);
-    ct__fatal.memfd = -1;
-    ct__fatal.installed = false;
+    ct_errfile_target_close(&ct_fatal__fatal.target);
+    if (ct_fatal__fatal.memfd >= 0)
+        close(ct_fatal__fatal.memfd);
+    ct_fatal__fatal.memfd = -1;
+    ct_fatal__fatal.installed = false;
 }
 
 /* ---- ct_worker_fail ---------------------------------------------------------------------------

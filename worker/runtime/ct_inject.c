@@ -30,9 +30,9 @@ static struct {
     ct_inject_ckpt_phase_t phase;
     int64_t ckpt_step; /* step of the checkpoint being written, -1 outside ct_ckpt_save */
     char text[64];     /* CTRUN_INJECT as given, for the log line */
-} ct__inject = {.kind = CT_INJECT_NONE, .ckpt_step = -1};
+} ct_inject__inject = {.kind = CT_INJECT_NONE, .ckpt_step = -1};
 
-static const char *const ct__phase_names[] = {
+static const char *const ct_inject__phase_names[] = {
     [CT_INJECT_PHASE_DATA] = "data",
     [CT_INJECT_PHASE_FILE] = "file",
     [CT_INJECT_PHASE_LATEST] = "latest",
@@ -79,7 +79,7 @@ int ct_inject_parse(const char *text, ct_inject_t *f, ct_errbuf_t *eb)
                                  text);
         bool found = false;
         for (int p = 0; p < 3; p++)
-            if (strcmp(colon + 1, ct__phase_names[p]) == 0) {
+            if (strcmp(colon + 1, ct_inject__phase_names[p]) == 0) {
                 f->phase = (ct_inject_ckpt_phase_t)p;
                 found = true;
             }
@@ -97,29 +97,29 @@ int ct_inject_parse(const char *text, ct_inject_t *f, ct_errbuf_t *eb)
 
 int ct__inject_setup(const char *text, ct_errbuf_t *eb)
 {
-    ct__inject.kind = CT_INJECT_NONE;
-    ct__inject.ckpt_step = -1;
+    ct_inject__inject.kind = CT_INJECT_NONE;
+    ct_inject__inject.ckpt_step = -1;
     ct_inject_t f;
     int rc = ct_inject_parse(text, &f, eb);
     if (rc != 0)
         return rc;
-    ct__inject.kind = f.kind;
-    ct__inject.step = f.step;
-    ct__inject.phase = f.phase;
-    snprintf(ct__inject.text, sizeof ct__inject.text, "%s", text ? text : "");
+    ct_inject__inject.kind = f.kind;
+    ct_inject__inject.step = f.step;
+    ct_inject__inject.phase = f.phase;
+    snprintf(ct_inject__inject.text, sizeof ct_inject__inject.text, "%s", text ? text : "");
     return 0;
 }
 
 void ct__inject_reset(void)
 {
-    ct__inject.kind = CT_INJECT_NONE;
-    ct__inject.ckpt_step = -1;
+    ct_inject__inject.kind = CT_INJECT_NONE;
+    ct_inject__inject.ckpt_step = -1;
 }
 
 static void ct_inject__inject_fire(uint64_t step, int sig, const char *what)
 {
     ct__runtime_beat_now(step);
-    ct_log_warn("fault injection (CTRUN_INJECT=%s): %s at step %llu", ct__inject.text, what,
+    ct_log_warn("fault injection (CTRUN_INJECT=%s): %s at step %llu", ct_inject__inject.text, what,
                 (unsigned long long)step);
     fflush(stdout);
     fflush(stderr);
@@ -128,36 +128,36 @@ static void ct_inject__inject_fire(uint64_t step, int sig, const char *what)
 
 void ct__inject_progress(uint64_t step)
 {
-    if (ct__inject.kind != CT_INJECT_KILL && ct__inject.kind != CT_INJECT_STOP)
+    if (ct_inject__inject.kind != CT_INJECT_KILL && ct_inject__inject.kind != CT_INJECT_STOP)
         return;
-    if ((int64_t)step < ct__inject.step)
+    if ((int64_t)step < ct_inject__inject.step)
         return;
-    if (ct__inject.kind == CT_INJECT_KILL) {
+    if (ct_inject__inject.kind == CT_INJECT_KILL) {
         ct_inject__inject_fire(step, SIGKILL, "SIGKILL");
         return;
     }
     /* A stop fires once: after SIGCONT the worker goes on (the launcher is stopping it). */
-    ct__inject.kind = CT_INJECT_NONE;
+    ct_inject__inject.kind = CT_INJECT_NONE;
     ct_inject__inject_fire(step, SIGSTOP, "SIGSTOP (a hang)");
 }
 
 void ct__inject_ckpt_begin(int64_t step)
 {
-    ct__inject.ckpt_step = step;
+    ct_inject__inject.ckpt_step = step;
 }
 
 void ct__inject_ckpt_end(void)
 {
-    ct__inject.ckpt_step = -1;
+    ct_inject__inject.ckpt_step = -1;
 }
 
 void ct__inject_ckpt_point(ct_inject_ckpt_phase_t phase)
 {
-    if (ct__inject.kind != CT_INJECT_TORN || ct__inject.ckpt_step < ct__inject.step ||
-        phase != ct__inject.phase)
+    if (ct_inject__inject.kind != CT_INJECT_TORN ||
+        ct_inject__inject.ckpt_step < ct_inject__inject.step || phase != ct_inject__inject.phase)
         return;
     char what[96];
     snprintf(what, sizeof what, "SIGKILL inside the checkpoint write (phase %s)",
-             ct__phase_names[phase]);
-    ct_inject__inject_fire((uint64_t)ct__inject.ckpt_step, SIGKILL, what);
+             ct_inject__phase_names[phase]);
+    ct_inject__inject_fire((uint64_t)ct_inject__inject.ckpt_step, SIGKILL, what);
 }

@@ -16,7 +16,7 @@
 
 _Static_assert(CT_WORKER_HOST_MAX == CT_HOST_MAX, "master_addr must hold any valid host");
 
-static const char *const ct__rank_vars[4] = {"RANK", "WORLD_SIZE", "LOCAL_RANK",
+static const char *const ct_worker_env__rank_vars[4] = {"RANK", "WORLD_SIZE", "LOCAL_RANK",
                                              "LOCAL_WORLD_SIZE"};
 
 /* RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE: all four or none. */
@@ -24,7 +24,7 @@ static int ct_worker_env__read_ranks(ct_worker_env_t *env, ct_errbuf_t *eb)
 {
     int present = -1, missing = -1;
     for (int i = 0; i < 4; i++) {
-        if (ct_env_is_set(ct__rank_vars[i]))
+        if (ct_env_is_set(ct_worker_env__rank_vars[i]))
             present = present < 0 ? i : present;
         else
             missing = missing < 0 ? i : missing;
@@ -35,7 +35,7 @@ static int ct_worker_env__read_ranks(ct_worker_env_t *env, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, CT_ESTATE,
                              "environment variable %s is not set but %s is (RANK, WORLD_SIZE, "
                              "LOCAL_RANK and LOCAL_WORLD_SIZE go together, as torchrun sets them)",
-                             ct__rank_vars[missing], ct__rank_vars[present]);
+                             ct_worker_env__rank_vars[missing], ct_worker_env__rank_vars[present]);
 
     int rc;
     const int max = CT_WORKER_MAX_WORLD;

@@ -91,7 +91,7 @@ const char *ctrain_lr_scale_name(ctrain_lr_scale_t s)
 
 /* ---- the flag table ----------------------------------------------------------------------- */
 
-typedef enum ct__kind {
+typedef enum ctrain_cfg__kind {
     CT__INT,    /* int, [min, max] */
     CT__INT64,  /* int64_t, [min, max] */
     CT__U64,    /* uint64_t, [0, max] */
@@ -99,19 +99,19 @@ typedef enum ct__kind {
     CT__BOOL,   /* bool; may stand alone */
     CT__PATH,   /* char[CTRAIN_TRAIN_PATH_MAX] */
     CT__ENUM,   /* special-cased by name: one of the listed words */
-} ct__kind_t;
+} ctrain_cfg__kind_t;
 
-typedef struct ct__flag {
+typedef struct ctrain_cfg__flag {
     const char *name; /* with underscores */
-    ct__kind_t kind;
+    ctrain_cfg__kind_t kind;
     size_t off;
     double min, max;
     const char *help;
-} ct__flag_t;
+} ctrain_cfg__flag_t;
 
 #define CT__OFF(f) offsetof(ctrain_cfg_t, f)
 
-static const ct__flag_t ct__flags[] = {
+static const ctrain_cfg__flag_t ctrain_cfg__flags[] = {
     {"dataset", CT__PATH, CT__OFF(dataset), 0, 0,
      "FILE|synthetic[:users=N,items=N,len=N,noise=X,seed=N]  interactions (default synthetic)"},
     {"model", CT__ENUM, CT__OFF(model), 0, 0,
@@ -203,7 +203,7 @@ static const ct__flag_t ct__flags[] = {
      "[true|false]  NCCL: reduce each block's gradients while the earlier blocks' backward "
      "runs (default true)"},
 };
-#define CT__NFLAGS (sizeof ct__flags / sizeof ct__flags[0])
+#define CT__NFLAGS (sizeof ctrain_cfg__flags / sizeof ctrain_cfg__flags[0])
 
 void ctrain_args_usage(FILE *out)
 {
@@ -212,7 +212,7 @@ void ctrain_args_usage(FILE *out)
                  "without mHC residual streams, on the CPU.\n"
                  "Flags may be spelled with '_' or '-'.\n\n");
     for (size_t i = 0; i < CT__NFLAGS; i++)
-        fprintf(out, "  --%-18s %s\n", ct__flags[i].name, ct__flags[i].help);
+        fprintf(out, "  --%-18s %s\n", ctrain_cfg__flags[i].name, ctrain_cfg__flags[i].help);
     fprintf(out, "  --%-18s %s\n  --%-18s %s\n", "help", "this text", "version",
             "print the version");
 }
@@ -244,7 +244,7 @@ static int ctrain_cfg__enum(const char *v, const char *const *words, int n, int 
     return ct_errbuf_set(eb, CT_EPARSE, "\"%.80s\" is not one of %s", v, list);
 }
 
-static int ctrain_cfg__set_enum(ctrain_cfg_t *c, const ct__flag_t *f, const char *v,
+static int ctrain_cfg__set_enum(ctrain_cfg_t *c, const ctrain_cfg__flag_t *f, const char *v,
                                 ct_errbuf_t *eb)
 {
     int k = 0, rc;
@@ -295,7 +295,8 @@ static int ctrain_cfg__set_enum(ctrain_cfg_t *c, const ct__flag_t *f, const char
     }
 }
 
-static int ctrain_cfg__set(ctrain_cfg_t *c, const ct__flag_t *f, const char *v, ct_errbuf_t *eb)
+static int ctrain_cfg__set(ctrain_cfg_t *c, const ctrain_cfg__flag_t *f, const char *v,
+                           ct_errbuf_t *eb)
 {
     char *base = (char *)c + f->off;
     int rc = 0;
@@ -510,10 +511,10 @@ int ctrain_args_parse(ctrain_cfg_t *c, int argc, char **argv, ctrain_args_action
             *action = CTRAIN_ARGS_VERSION;
             return 0;
         }
-        const ct__flag_t *f = NULL;
+        const ctrain_cfg__flag_t *f = NULL;
         for (size_t k = 0; k < CT__NFLAGS && !f; k++)
-            if (ctrain_cfg__name_eq(name, len, ct__flags[k].name))
-                f = &ct__flags[k];
+            if (ctrain_cfg__name_eq(name, len, ctrain_cfg__flags[k].name))
+                f = &ctrain_cfg__flags[k];
         if (!f)
             return ct_errbuf_set(eb, CT_EPARSE, "unknown flag --%.*s (see ctrain --help)",
                                  (int)(len > 80 ? 80 : len), name);

@@ -110,9 +110,9 @@ void ctrain_evaluator_close(ctrain_evaluator_t *ev)
 
 /* Sums over users: [hr, ndcg, full_hr, full_ndcg, users, users with a non-finite score] per
  * split. */
-typedef struct ct__sums {
+typedef struct ctrain_eval__sums {
     double v[2][6];
-} ct__sums_t;
+} ctrain_eval__sums_t;
 
 /* True when all n scores are finite. */
 static bool ctrain_eval__all_finite(const float *s, size_t n)
@@ -133,7 +133,8 @@ static void ctrain_eval__history(const ctrain_dataset_t *ds, int32_t u, ctrain_e
     *extra = which == CTRAIN_EVAL_TEST ? ds->valid_item[u] : 0;
 }
 
-static void ctrain_eval__add(ct__sums_t *s, ctrain_eval_split_t which, int metric, int64_t rank)
+static void ctrain_eval__add(ctrain_eval__sums_t *s, ctrain_eval_split_t which, int metric,
+                             int64_t rank)
 {
     s->v[which][metric] +=
         ctrain_eval_hr((int)(rank < INT32_MAX ? rank : INT32_MAX), CTRAIN_EVAL_TOPK);
@@ -143,7 +144,7 @@ static void ctrain_eval__add(ct__sums_t *s, ctrain_eval_split_t which, int metri
 
 /* One chunk of users for one split. model NULL: the popularity baseline. */
 static int ctrain_eval__chunk(ctrain_evaluator_t *ev, ctrain_model_t *m, const int32_t *users,
-                              int n, ctrain_eval_split_t which, ct__sums_t *s)
+                              int n, ctrain_eval_split_t which, ctrain_eval__sums_t *s)
 {
     const ctrain_dataset_t *ds = ev->ds;
     ct_ops_t *o = ev->ops;
@@ -211,7 +212,7 @@ static int ctrain_eval__chunk(ctrain_evaluator_t *ev, ctrain_model_t *m, const i
 static int ctrain_eval__run(ctrain_evaluator_t *ev, ctrain_model_t *m, ct_reducer_t *red,
                             ctrain_eval_result_t *out, ct_errbuf_t *eb)
 {
-    ct__sums_t s;
+    ctrain_eval__sums_t s;
     memset(&s, 0, sizeof s);
     for (int w = 0; w < 2; w++) {
         ctrain_eval_split_t which = w == 0 ? CTRAIN_EVAL_VALID : CTRAIN_EVAL_TEST;

@@ -11,24 +11,24 @@
 #include "ct_time.h"
 
 /* CRC32C with the reflected polynomial 0x82F63B78, one table computed on first use. */
-static uint32_t ct__crc_table[256];
-static int ct__crc_ready;
+static uint32_t ctrain_tboard__crc_table[256];
+static int ctrain_tboard__crc_ready;
 
 uint32_t ctrain_tboard_crc32c(const void *data, size_t n)
 {
-    if (!ct__crc_ready) {
+    if (!ctrain_tboard__crc_ready) {
         for (uint32_t i = 0; i < 256; i++) {
             uint32_t c = i;
             for (int k = 0; k < 8; k++)
                 c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-            ct__crc_table[i] = c;
+            ctrain_tboard__crc_table[i] = c;
         }
-        ct__crc_ready = 1;
+        ctrain_tboard__crc_ready = 1;
     }
     const unsigned char *p = data;
     uint32_t crc = 0xFFFFFFFFu;
     for (size_t i = 0; i < n; i++)
-        crc = ct__crc_table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+        crc = ctrain_tboard__crc_table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
     return crc ^ 0xFFFFFFFFu;
 }
 
@@ -41,12 +41,12 @@ static uint32_t ctrain_tboard__masked_crc(const void *data, size_t n)
 
 /* ---- protobuf encoding ------------------------------------------------------------------ */
 
-typedef struct ct__pb {
+typedef struct ctrain_tboard__pb {
     unsigned char buf[1200];
     size_t n;
-} ct__pb_t;
+} ctrain_tboard__pb_t;
 
-static void ctrain_tboard__pb_varint(ct__pb_t *pb, uint64_t v)
+static void ctrain_tboard__pb_varint(ctrain_tboard__pb_t *pb, uint64_t v)
 {
     do {
         unsigned char b = v & 0x7F;
@@ -55,12 +55,13 @@ static void ctrain_tboard__pb_varint(ct__pb_t *pb, uint64_t v)
     } while (v);
 }
 
-static void ctrain_tboard__pb_key(ct__pb_t *pb, unsigned field, unsigned wire)
+static void ctrain_tboard__pb_key(ctrain_tboard__pb_t *pb, unsigned field, unsigned wire)
 {
     ctrain_tboard__pb_varint(pb, (uint64_t)field << 3 | wire);
 }
 
-static void ctrain_tboard__pb_bytes(ct__pb_t *pb, unsigned field, const void *data, size_t n)
+static void ctrain_tboard__pb_bytes(ctrain_tboard__pb_t *pb, unsigned field, const void *data,
+                                    size_t n)
 {
     ctrain_tboard__pb_key(pb, field, 2);
     ctrain_tboard__pb_varint(pb, n);
@@ -68,14 +69,14 @@ static void ctrain_tboard__pb_bytes(ct__pb_t *pb, unsigned field, const void *da
     pb->n += n;
 }
 
-static void ctrain_tboard__pb_double(ct__pb_t *pb, unsigned field, double v)
+static void ctrain_tboard__pb_double(ctrain_tboard__pb_t *pb, unsigned field, double v)
 {
     ctrain_tboard__pb_key(pb, field, 1);
     memcpy(pb->buf + pb->n, &v, 8); /* little-endian host, as the wire format */
     pb->n += 8;
 }
 
-static void ctrain_tboard__pb_float(ct__pb_t *pb, unsigned field, float v)
+static void ctrain_tboard__pb_float(ctrain_tboard__pb_t *pb, unsigned field, float v)
 {
     ctrain_tboard__pb_key(pb, field, 5);
     memcpy(pb->buf + pb->n, &v, 4);
@@ -118,7 +119,7 @@ int ctrain_tboard_open(ctrain_tboard_t *tb, const char *dir, ct_errbuf_t *eb)
     }
     if (tb->f == NULL)
         return ct_errbuf_set(eb, -errno, "%s: %s", tb->path, strerror(errno));
-    ct__pb_t pb = {.n = 0};
+    ctrain_tboard__pb_t pb = {.n = 0};
     ctrain_tboard__pb_double(&pb, 1, now);
     ctrain_tboard__pb_bytes(&pb, 3, "brain.Event:2", 13);
     int rc = ctrain_tboard__write_record(tb, pb.buf, pb.n, eb);
@@ -137,7 +138,7 @@ int ctrain_tboard_scalar(ctrain_tboard_t *tb, const char *tag, int64_t step, dou
         return ct_errbuf_set(eb, CT_ELIMIT, "summary tag longer than 512 bytes");
     /* Summary.Value{tag = 1, simple_value = 2} inside Summary{value = 1} inside
      * Event{wall_time = 1, step = 2, summary = 5}. */
-    ct__pb_t val = {.n = 0}, summary = {.n = 0}, event = {.n = 0};
+    ctrain_tboard__pb_t val = {.n = 0}, summary = {.n = 0}, event = {.n = 0};
     ctrain_tboard__pb_bytes(&val, 1, tag, tag_len);
     ctrain_tboard__pb_float(&val, 2, (float)value);
     ctrain_tboard__pb_bytes(&summary, 1, val.buf, val.n);

@@ -30,7 +30,7 @@
 #define CT__STEP_PREFIX "step_"
 #define CT__SUFFIX      ".safetensors"
 
-static const char *const ct__kind_names[] = {"step", "best", "final"};
+static const char *const ct_ckpt__kind_names[] = {"step", "best", "final"};
 
 int ct_ckpt_file_name(ct_ckpt_kind_t kind, int64_t step, char *buf, size_t size)
 {
@@ -301,7 +301,7 @@ int ct_ckpt_save(ct_ckpt_dir_t *d, ct_ckpt_kind_t kind, const ct_tensor_view_t *
     snprintf(world, sizeof world, "%d", meta->world_size);
     snprintf(metric, sizeof metric, "%.17g", meta->metric);
     ct_st_kv_t kv[8] = {
-        {"format", "pt"}, {"ctrun_kind", ct__kind_names[kind]}, {"step", step},
+        {"format", "pt"}, {"ctrun_kind", ct_ckpt__kind_names[kind]}, {"step", step},
         {"epoch", epoch}, {"data_position", pos},               {"world_size", world},
     };
     size_t nkv = 6;
@@ -498,14 +498,14 @@ static int ct_ckpt__final_step(ct_ckpt_dir_t *d, int64_t *step, ct_errbuf_t *eb)
 
 /* Fallback bookkeeping: one warning line per damaged file, and the newest damage kept for the
  * error when nothing loads. */
-typedef struct ct__fallback {
+typedef struct ct_ckpt__fallback {
     int damaged;
     int last_rc;
     char newest[CT_ERRBUF_SIZE];
-} ct__fallback_t;
+} ct_ckpt__fallback_t;
 
 static void ct_ckpt__damaged(ct_ckpt_dir_t *d, const char *name, int rc, const ct_errbuf_t *eb,
-                        ct__fallback_t *fb)
+                        ct_ckpt__fallback_t *fb)
 {
     const char *msg = eb != NULL ? eb->msg : ct_strerror(rc);
     ct_log_warn("checkpoint %s/%s is damaged (%s); trying the previous one", d->path, name, msg);
@@ -520,7 +520,7 @@ int ct_ckpt_load_latest(ct_ckpt_dir_t *d, const ct_tensor_view_t *views, size_t 
     char first[CT_CKPT_NAME_MAX], why[160] = "";
     int64_t bound = INT64_MAX; /* only checkpoints of a smaller step are candidates */
     bool final_tried = false;
-    ct__fallback_t fb = {0};
+    ct_ckpt__fallback_t fb = {0};
 
     const int latest = ct_ckpt__read_latest(d, first, sizeof first, why, sizeof why);
     if (latest == 1) {

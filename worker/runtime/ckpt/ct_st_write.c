@@ -23,16 +23,16 @@
 #error "safetensors data are little-endian; this code writes memory without conversion"
 #endif
 
-typedef struct ct__order {
+typedef struct ct_st_write__order {
     size_t idx;
     size_t esize;
-} ct__order_t;
+} ct_st_write__order_t;
 
 /* Larger elements first, so every tensor starts aligned to its element size; the view order
  * is kept within a size class. */
 static int ct_st_write__cmp_order(const void *a, const void *b)
 {
-    const ct__order_t *x = a, *y = b;
+    const ct_st_write__order_t *x = a, *y = b;
     if (x->esize != y->esize)
         return x->esize > y->esize ? -1 : 1;
     return x->idx < y->idx ? -1 : x->idx > y->idx;
@@ -59,8 +59,8 @@ static int ct_st_write__check_meta(const ct_st_kv_t *meta, size_t n_meta, ct_err
  * file order. */
 static int ct_st_write__build_header(const ct_tensor_view_t *views, size_t n,
                                      const ct_st_kv_t *meta, size_t n_meta,
-                                     const ct__order_t *order, json_t **out_root, json_t **crcs,
-                                     ct_errbuf_t *eb)
+                                     const ct_st_write__order_t *order, json_t **out_root,
+                                     json_t **crcs, ct_errbuf_t *eb)
 {
     json_t *root = json_object(), *m = json_object();
     if (root == NULL || m == NULL || json_object_set_new(root, "__metadata__", m) != 0) {
@@ -119,7 +119,7 @@ static int ct_st_write__build_header(const ct_tensor_view_t *views, size_t n,
 
 /* Writes the tensors after the header, computing their CRCs into the placeholders. */
 static int ct_st_write__write_data(int fd, uint64_t start, const ct_tensor_view_t *views, size_t n,
-                          const ct__order_t *order, json_t **crcs)
+                          const ct_st_write__order_t *order, json_t **crcs)
 {
     uint64_t pos = start;
     for (size_t k = 0; k < n; k++) {
@@ -154,7 +154,7 @@ int ct_st_save_at(int dirfd, const char *name, const ct_tensor_view_t *views, si
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "%s", name);
 
-    ct__order_t *order = calloc(n + 1, sizeof *order);
+    ct_st_write__order_t *order = calloc(n + 1, sizeof *order);
     json_t **crcs = calloc(n + 1, sizeof *crcs);
     json_t *root = NULL;
     char *dump = NULL, *hdr = NULL;
@@ -166,7 +166,7 @@ int ct_st_save_at(int dirfd, const char *name, const ct_tensor_view_t *views, si
         goto out;
     }
     for (size_t i = 0; i < n; i++)
-        order[i] = (ct__order_t){.idx = i, .esize = ct_dtype_size(views[i].dtype)};
+        order[i] = (ct_st_write__order_t){.idx = i, .esize = ct_dtype_size(views[i].dtype)};
     qsort(order, n, sizeof *order, ct_st_write__cmp_order);
     if ((rc = ct_st_write__build_header(views, n, meta, n_meta, order, &root, crcs, eb)) != 0) {
         rc = ct_errbuf_wrap(eb, rc, "%s", name);

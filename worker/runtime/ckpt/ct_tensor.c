@@ -14,7 +14,7 @@
 static const struct {
     const char *name;
     size_t size;
-} ct__dtypes[CT_DTYPE_COUNT] = {
+} ct_tensor__dtypes[CT_DTYPE_COUNT] = {
     [CT_DTYPE_BOOL] = {"BOOL", 1},   [CT_DTYPE_U8] = {"U8", 1},
     [CT_DTYPE_I8] = {"I8", 1},       [CT_DTYPE_F8_E4M3] = {"F8_E4M3", 1},
     [CT_DTYPE_F8_E5M2] = {"F8_E5M2", 1}, [CT_DTYPE_I16] = {"I16", 2},
@@ -27,18 +27,18 @@ static const struct {
 
 size_t ct_dtype_size(ct_dtype_t dtype)
 {
-    return (unsigned)dtype < CT_DTYPE_COUNT ? ct__dtypes[dtype].size : 0;
+    return (unsigned)dtype < CT_DTYPE_COUNT ? ct_tensor__dtypes[dtype].size : 0;
 }
 
 const char *ct_dtype_name(ct_dtype_t dtype)
 {
-    return (unsigned)dtype < CT_DTYPE_COUNT ? ct__dtypes[dtype].name : "?";
+    return (unsigned)dtype < CT_DTYPE_COUNT ? ct_tensor__dtypes[dtype].name : "?";
 }
 
 int ct_dtype_parse(const char *text, ct_dtype_t *out)
 {
     for (int i = 0; i < CT_DTYPE_COUNT; i++) {
-        if (strcmp(text, ct__dtypes[i].name) == 0) {
+        if (strcmp(text, ct_tensor__dtypes[i].name) == 0) {
             *out = (ct_dtype_t)i;
             return 0;
         }

@@ -33,14 +33,14 @@
 
 _Static_assert(sizeof(ncclUniqueId) == NCCL_UNIQUE_ID_BYTES, "the ID is 128 raw bytes");
 
-typedef struct ct__nccl {
+typedef struct ct_comm_nccl__nccl {
     ncclComm_t comm;
     cudaStream_t stream;
     int device;
     void *scratch; /* device staging for host buffers */
     size_t scratch_bytes;
     bool aborted;
-} ct__nccl_t;
+} ct_comm_nccl__nccl_t;
 
 /* An NCCL result other than success / in-progress, with the text NCCL keeps for it. */
 static int ct_comm_nccl__nccl_error(ct_errbuf_t *eb, ncclResult_t r, ncclComm_t comm,
@@ -54,13 +54,14 @@ static int ct_comm_nccl__nccl_error(ct_errbuf_t *eb, ncclResult_t r, ncclComm_t 
 
 /* NCCL's check: on failure, rc gets the code (message in eb) and control goes to label. CUDA's
  * are ct_cuda_check.h's. */
-#define CT_NCCL_CHECK_GOTO(call, comm, rc, eb, label)                                        \
-    do {                                                                                     \
-        ncclResult_t ct__r = (call);                                                         \
-        if (ct__r != ncclSuccess && ct__r != ncclInProgress) {                               \
-            (rc) = ct_comm_nccl__nccl_error((eb), ct__r, (comm), #call, __FILE__, __LINE__); \
-            goto label;                                                                      \
-        }                                                                                    \
+#define CT_NCCL_CHECK_GOTO(call, comm, rc, eb, label)                                       \
+    do {                                                                                    \
+        ncclResult_t ct_comm_nccl__r = (call);                                              \
+        if (ct_comm_nccl__r != ncclSuccess && ct_comm_nccl__r != ncclInProgress) {          \
+            (rc) = ct_comm_nccl__nccl_error((eb), ct_comm_nccl__r, (comm), #call, __FILE__, \
+                                            __LINE__);                                      \
+            goto label;                                                                     \
+        }                                                                                   \
     } while (0)
 
 int ct__comm_gpu_count(void)
@@ -74,7 +75,7 @@ int ct__comm_gpu_count(void)
 }
 
 /* Polls the communicator until it is no longer in progress (or the deadline passes). */
-static int ct_comm_nccl__wait_comm(ct__nccl_t *g, int64_t deadline, const char *what,
+static int ct_comm_nccl__wait_comm(ct_comm_nccl__nccl_t *g, int64_t deadline, const char *what,
                                    ct_errbuf_t *eb)
 {
     for (;;) {
@@ -94,7 +95,7 @@ static int ct_comm_nccl__wait_comm(ct__nccl_t *g, int64_t deadline, const char *
 }
 
 /* Polls the stream (and the communicator's asynchronous error) until the work is done. */
-static int ct_comm_nccl__wait_stream(ct__nccl_t *g, int64_t deadline, const char *what,
+static int ct_comm_nccl__wait_stream(ct_comm_nccl__nccl_t *g, int64_t deadline, const char *what,
                                      ct_errbuf_t *eb)
 {
     for (int spins = 0;; spins++) {
@@ -118,7 +119,7 @@ static int ct_comm_nccl__wait_stream(ct__nccl_t *g, int64_t deadline, const char
     }
 }
 
-static int ct_comm_nccl__scratch(ct__nccl_t *g, size_t nbytes, ct_errbuf_t *eb)
+static int ct_comm_nccl__scratch(ct_comm_nccl__nccl_t *g, size_t nbytes, ct_errbuf_t *eb)
 {
     if (nbytes <= g->scratch_bytes)
         return 0;
@@ -161,7 +162,7 @@ static ncclDataType_t ct_comm_nccl__nccl_type(ct_dtype_t dt)
 static int ct_comm_nccl__nccl_allreduce(ct_comm_t *c, void *buf, int64_t count, ct_dtype_t dtype,
                                         ct_comm_op_t op, int64_t deadline, ct_errbuf_t *eb)
 {
-    ct__nccl_t *g = c->impl;
+    ct_comm_nccl__nccl_t *g = c->impl;
     size_t nbytes = (size_t)count * ct_dtype_size(dtype);
     bool host = count > 0 && ct_comm_nccl__is_host(buf);
     void *dev = buf;
@@ -189,7 +190,7 @@ out:
 static int ct_comm_nccl__nccl_broadcast(ct_comm_t *c, void *buf, size_t nbytes, int root,
                                         int64_t deadline, ct_errbuf_t *eb)
 {
-    ct__nccl_t *g = c->impl;
+    ct_comm_nccl__nccl_t *g = c->impl;
     bool host = nbytes > 0 && ct_comm_nccl__is_host(buf);
     void *dev = buf;
     int rc = 0;
@@ -215,7 +216,7 @@ out:
 static int ct_comm_nccl__nccl_allgather(ct_comm_t *c, const void *sendbuf, void *recvbuf,
                                         size_t nbytes, int64_t deadline, ct_errbuf_t *eb)
 {
-    ct__nccl_t *g = c->impl;
+    ct_comm_nccl__nccl_t *g = c->impl;
     size_t total = nbytes * (size_t)c->world;
     bool host = nbytes > 0 && (ct_comm_nccl__is_host(sendbuf) || ct_comm_nccl__is_host(recvbuf));
     const void *dsend = sendbuf;
@@ -245,7 +246,7 @@ out:
 /* An allreduce of one float on the device, as PyTorch's barrier on NCCL does. */
 static int ct_comm_nccl__nccl_barrier(ct_comm_t *c, int64_t deadline, ct_errbuf_t *eb)
 {
-    ct__nccl_t *g = c->impl;
+    ct_comm_nccl__nccl_t *g = c->impl;
     int rc = ct_comm_nccl__scratch(g, sizeof(float), eb);
     if (rc != 0)
         return rc;
@@ -260,7 +261,7 @@ out:
 
 void *ct__comm_nccl_handle(ct_comm_t *c, int *device)
 {
-    ct__nccl_t *g = c->impl;
+    ct_comm_nccl__nccl_t *g = c->impl;
     if (g == NULL || g->comm == NULL || g->aborted)
         return NULL;
     *device = g->device;
@@ -307,7 +308,7 @@ bool ct__comm_nccl_abort_bounded(void *nccl_comm, int64_t wait_ms)
 
 static void ct_comm_nccl__nccl_abort(ct_comm_t *c)
 {
-    ct__nccl_t *g = c->impl;
+    ct_comm_nccl__nccl_t *g = c->impl;
     if (g->comm != NULL && !g->aborted) {
         ct__comm_nccl_abort_bounded(g->comm, CT__COMM_NCCL_ABORT_WAIT_MS);
         g->aborted = true;
@@ -317,7 +318,7 @@ static void ct_comm_nccl__nccl_abort(ct_comm_t *c)
 
 static void ct_comm_nccl__nccl_destroy(ct_comm_t *c)
 {
-    ct__nccl_t *g = c->impl;
+    ct_comm_nccl__nccl_t *g = c->impl;
     if (g == NULL)
         return;
     if (g->comm != NULL) {
@@ -342,7 +343,7 @@ static void ct_comm_nccl__nccl_destroy(ct_comm_t *c)
     c->impl = NULL;
 }
 
-static const ct__comm_ops_t ct__nccl_ops = {
+static const ct__comm_ops_t ct_comm_nccl__nccl_ops = {
     .allreduce = ct_comm_nccl__nccl_allreduce,
     .broadcast = ct_comm_nccl__nccl_broadcast,
     .allgather = ct_comm_nccl__nccl_allgather,
@@ -409,12 +410,12 @@ int ct__comm_nccl_create(ct_comm_t **out, const ct__comm_cfg_t *cfg, ct_errbuf_t
             eb, CT_ERANGE_VALUE,
             "LOCAL_RANK=%d but only %d GPUs are visible (CUDA_VISIBLE_DEVICES=%s)", cfg->local_rank,
             ngpu, getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "(unset)");
-    ct__nccl_t *g = calloc(1, sizeof *g);
+    ct_comm_nccl__nccl_t *g = calloc(1, sizeof *g);
     if (g == NULL)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     g->device = device;
     ct_comm_t *c = NULL;
-    int rc = ct__comm_alloc(&c, &ct__nccl_ops, CT_COMM_NCCL, cfg, g, eb);
+    int rc = ct__comm_alloc(&c, &ct_comm_nccl__nccl_ops, CT_COMM_NCCL, cfg, g, eb);
     if (rc != 0) {
         free(g);
         return rc;

@@ -57,13 +57,13 @@
 
 enum { CT__K_ALLREDUCE = 1, CT__K_BROADCAST = 2, CT__K_ALLGATHER = 3, CT__K_BARRIER = 4 };
 
-typedef struct ct__ring {
+typedef struct ct_comm_ring__ring {
     int left_fd, right_fd; /* receive from the left neighbour, send to the right one */
     int left, right;       /* their ranks */
     size_t chunk;          /* reduction chunk, a multiple of 8 bytes */
     uint8_t *stage;        /* chunk bytes of scratch */
     char left_addr[CT_HOST_MAX + 8], right_addr[CT_HOST_MAX + 8];
-} ct__ring_t;
+} ct_comm_ring__ring_t;
 
 /* ---- little-endian wire helpers ------------------------------------------------------------ */
 
@@ -97,7 +97,7 @@ static uint64_t ct_comm_ring__get64(const uint8_t *p)
 
 /* ---- a collective as phases ---------------------------------------------------------------- */
 
-typedef struct ct__plan {
+typedef struct ct_comm_ring__plan {
     int kind;
     int rank, world;
     uint8_t *buf;   /* allreduce/broadcast: the buffer; allgather: the receive buffer */
@@ -109,7 +109,7 @@ typedef struct ct__plan {
     uint64_t seq;
     int nsend, nrecv; /* phases */
     int shift;        /* outgoing phase p carries incoming phase p - shift */
-} ct__plan_t;
+} ct_comm_ring__plan_t;
 
 static int ct_comm_ring__mod(long long a, int w)
 {
@@ -127,8 +127,8 @@ static void ct_comm_ring__segment(uint64_t n, int w, int k, uint64_t *off, uint6
 
 /* The byte range of outgoing (send = true) or incoming phase p; *reduce for incoming ranges
  * that are added rather than copied. */
-static void ct_comm_ring__phase(const ct__plan_t *pl, bool send, int p, size_t *off, size_t *len,
-                                bool *reduce)
+static void ct_comm_ring__phase(const ct_comm_ring__plan_t *pl, bool send, int p, size_t *off,
+                                size_t *len, bool *reduce)
 {
     const int r = pl->rank, w = pl->world;
     int blk = 0;
@@ -179,7 +179,7 @@ static const char *ct_comm_ring__kind_name(int kind)
     return "an unknown collective";
 }
 
-static void ct_comm_ring__encode_header(const ct__plan_t *pl, uint8_t *h)
+static void ct_comm_ring__encode_header(const ct_comm_ring__plan_t *pl, uint8_t *h)
 {
     memset(h, 0, CT__RING_MSG);
     ct_comm_ring__put32(h, CT__RING_COLL_MAGIC);
@@ -216,8 +216,9 @@ static void ct_comm_ring__describe(char *buf, size_t size, int kind, int dtype, 
     }
 }
 
-static int ct_comm_ring__check_header(const ct__plan_t *pl, const ct__ring_t *ring,
-                                      const uint8_t *got, ct_errbuf_t *eb)
+static int ct_comm_ring__check_header(const ct_comm_ring__plan_t *pl,
+                                      const ct_comm_ring__ring_t *ring, const uint8_t *got,
+                                      ct_errbuf_t *eb)
 {
     uint8_t want[CT__RING_MSG];
     ct_comm_ring__encode_header(pl, want);
@@ -239,9 +240,9 @@ static int ct_comm_ring__check_header(const ct__plan_t *pl, const ct__ring_t *ri
 
 /* ---- the engine ---------------------------------------------------------------------------- */
 
-typedef struct ct__xfer {
-    const ct__plan_t *pl;
-    ct__ring_t *ring;
+typedef struct ct_comm_ring__xfer {
+    const ct_comm_ring__plan_t *pl;
+    ct_comm_ring__ring_t *ring;
     uint8_t shdr[CT__RING_MSG], rhdr[CT__RING_MSG];
     size_t shdr_done, rhdr_done;
     int sp;       /* outgoing phase */
@@ -249,20 +250,20 @@ typedef struct ct__xfer {
     int rp;       /* incoming phase */
     size_t ro;    /* bytes of it received */
     size_t rdone; /* bytes of it received and added in (what may be forwarded) */
-} ct__xfer_t;
+} ct_comm_ring__xfer_t;
 
-static bool ct_comm_ring__send_pending(const ct__xfer_t *x)
+static bool ct_comm_ring__send_pending(const ct_comm_ring__xfer_t *x)
 {
     return x->pl->nsend > 0 && (x->shdr_done < CT__RING_MSG || x->sp < x->pl->nsend);
 }
 
-static bool ct_comm_ring__recv_pending(const ct__xfer_t *x)
+static bool ct_comm_ring__recv_pending(const ct_comm_ring__xfer_t *x)
 {
     return x->pl->nrecv > 0 && (x->rhdr_done < CT__RING_MSG || x->rp < x->pl->nrecv);
 }
 
 /* Skips empty phases (segments of a short allreduce). */
-static void ct_comm_ring__skip_empty(ct__xfer_t *x)
+static void ct_comm_ring__skip_empty(ct_comm_ring__xfer_t *x)
 {
     size_t off, len;
     bool red;
@@ -281,7 +282,7 @@ static void ct_comm_ring__skip_empty(ct__xfer_t *x)
 }
 
 /* How many bytes of the current outgoing phase may be sent now. */
-static size_t ct_comm_ring__send_limit(const ct__xfer_t *x, size_t len)
+static size_t ct_comm_ring__send_limit(const ct_comm_ring__xfer_t *x, size_t len)
 {
     int sp = x->sp;
     if (sp < x->pl->shift)
@@ -294,7 +295,8 @@ static size_t ct_comm_ring__send_limit(const ct__xfer_t *x, size_t len)
     return 0;
 }
 
-static int ct_comm_ring__peer_closed(const ct__ring_t *ring, bool left, int err, ct_errbuf_t *eb)
+static int ct_comm_ring__peer_closed(const ct_comm_ring__ring_t *ring, bool left, int err,
+                                     ct_errbuf_t *eb)
 {
     int peer = left ? ring->left : ring->right;
     const char *addr = left ? ring->left_addr : ring->right_addr;
@@ -315,10 +317,10 @@ static int ct_comm_ring__peer_closed(const ct__ring_t *ring, bool left, int err,
 
 /* Receives what is available. Returns 1 when bytes moved, 0 when it would block, < 0 on
  * error. */
-static int ct_comm_ring__recv_some(ct__xfer_t *x, ct_errbuf_t *eb)
+static int ct_comm_ring__recv_some(ct_comm_ring__xfer_t *x, ct_errbuf_t *eb)
 {
-    const ct__plan_t *pl = x->pl;
-    ct__ring_t *ring = x->ring;
+    const ct_comm_ring__plan_t *pl = x->pl;
+    ct_comm_ring__ring_t *ring = x->ring;
     uint8_t *dst;
     size_t want;
     size_t off = 0, len = 0, cstart = 0, cend = 0;
@@ -387,10 +389,10 @@ static int ct_comm_ring__recv_some(ct__xfer_t *x, ct_errbuf_t *eb)
 
 /* Sends what may be sent. Returns 1 when bytes moved, 0 when it would block or nothing is
  * ready, < 0 on error. */
-static int ct_comm_ring__send_some(ct__xfer_t *x, ct_errbuf_t *eb)
+static int ct_comm_ring__send_some(ct_comm_ring__xfer_t *x, ct_errbuf_t *eb)
 {
-    const ct__plan_t *pl = x->pl;
-    ct__ring_t *ring = x->ring;
+    const ct_comm_ring__plan_t *pl = x->pl;
+    ct_comm_ring__ring_t *ring = x->ring;
     const uint8_t *src;
     size_t avail;
     size_t off = 0, len = 0;
@@ -429,7 +431,7 @@ static int ct_comm_ring__send_some(ct__xfer_t *x, ct_errbuf_t *eb)
 
 /* The right neighbour sends nothing during a collective; readable means it closed (or broke
  * the protocol). */
-static int ct_comm_ring__check_right(ct__ring_t *ring, ct_errbuf_t *eb)
+static int ct_comm_ring__check_right(ct_comm_ring__ring_t *ring, ct_errbuf_t *eb)
 {
     uint8_t b;
     ssize_t n = recv(ring->right_fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
@@ -445,13 +447,14 @@ static int ct_comm_ring__check_right(ct__ring_t *ring, ct_errbuf_t *eb)
                          ring->right_addr);
 }
 
-static int ct_comm_ring__run(ct_comm_t *c, ct__plan_t *pl, int64_t deadline, ct_errbuf_t *eb)
+static int ct_comm_ring__run(ct_comm_t *c, ct_comm_ring__plan_t *pl, int64_t deadline,
+                             ct_errbuf_t *eb)
 {
-    ct__ring_t *ring = c->impl;
+    ct_comm_ring__ring_t *ring = c->impl;
     pl->rank = c->rank;
     pl->world = c->world;
     pl->seq = c->seq;
-    ct__xfer_t x = {.pl = pl, .ring = ring};
+    ct_comm_ring__xfer_t x = {.pl = pl, .ring = ring};
     ct_comm_ring__encode_header(pl, x.shdr);
     if (pl->nsend == 0)
         x.shdr_done = CT__RING_MSG;
@@ -530,15 +533,15 @@ static int ct_comm_ring__ring_allreduce(ct_comm_t *c, void *buf, int64_t count, 
 {
     const int w = c->world;
     if (w > 1) {
-        ct__plan_t pl = {.kind = CT__K_ALLREDUCE,
-                         .buf = buf,
-                         .esize = ct_dtype_size(dtype),
-                         .count = (uint64_t)count,
-                         .dtype = dtype,
-                         .op = op,
-                         .nsend = 2 * (w - 1),
-                         .nrecv = 2 * (w - 1),
-                         .shift = 1};
+        ct_comm_ring__plan_t pl = {.kind = CT__K_ALLREDUCE,
+                                   .buf = buf,
+                                   .esize = ct_dtype_size(dtype),
+                                   .count = (uint64_t)count,
+                                   .dtype = dtype,
+                                   .op = op,
+                                   .nsend = 2 * (w - 1),
+                                   .nrecv = 2 * (w - 1),
+                                   .shift = 1};
         int rc = ct_comm_ring__run(c, &pl, deadline, eb);
         if (rc != 0)
             return rc;
@@ -566,14 +569,14 @@ static int ct_comm_ring__ring_broadcast(ct_comm_t *c, void *buf, size_t nbytes, 
     if (w == 1)
         return 0;
     bool last = ct_comm_ring__mod((long long)root - 1, w) == r; /* receives, forwards nothing */
-    ct__plan_t pl = {.kind = CT__K_BROADCAST,
-                     .buf = buf,
-                     .esize = 1,
-                     .count = nbytes,
-                     .root = root,
-                     .nsend = last ? 0 : 1,
-                     .nrecv = r == root ? 0 : 1,
-                     .shift = r == root ? 1 : 0};
+    ct_comm_ring__plan_t pl = {.kind = CT__K_BROADCAST,
+                               .buf = buf,
+                               .esize = 1,
+                               .count = nbytes,
+                               .root = root,
+                               .nsend = last ? 0 : 1,
+                               .nrecv = r == root ? 0 : 1,
+                               .shift = r == root ? 1 : 0};
     return ct_comm_ring__run(c, &pl, deadline, eb);
 }
 
@@ -586,13 +589,13 @@ static int ct_comm_ring__ring_allgather(ct_comm_t *c, const void *sendbuf, void 
         memmove(mine, sendbuf, nbytes);
     if (w == 1)
         return 0;
-    ct__plan_t pl = {.kind = CT__K_ALLGATHER,
-                     .buf = recvbuf,
-                     .esize = 1,
-                     .count = nbytes,
-                     .nsend = w - 1,
-                     .nrecv = w - 1,
-                     .shift = 1};
+    ct_comm_ring__plan_t pl = {.kind = CT__K_ALLGATHER,
+                               .buf = recvbuf,
+                               .esize = 1,
+                               .count = nbytes,
+                               .nsend = w - 1,
+                               .nrecv = w - 1,
+                               .shift = 1};
     return ct_comm_ring__run(c, &pl, deadline, eb);
 }
 
@@ -608,13 +611,13 @@ static int ct_comm_ring__ring_barrier(ct_comm_t *c, int64_t deadline, ct_errbuf_
     if (bytes == NULL)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     bytes[c->rank] = 1;
-    ct__plan_t pl = {.kind = CT__K_BARRIER,
-                     .buf = bytes,
-                     .esize = 1,
-                     .count = 1,
-                     .nsend = w - 1,
-                     .nrecv = w - 1,
-                     .shift = 1};
+    ct_comm_ring__plan_t pl = {.kind = CT__K_BARRIER,
+                               .buf = bytes,
+                               .esize = 1,
+                               .count = 1,
+                               .nsend = w - 1,
+                               .nrecv = w - 1,
+                               .shift = 1};
     int rc = ct_comm_ring__run(c, &pl, deadline, eb);
     if (bytes != small)
         free(bytes);
@@ -632,14 +635,14 @@ static void ct_comm_ring__close_fd(int *fd)
 
 static void ct_comm_ring__ring_abort(ct_comm_t *c)
 {
-    ct__ring_t *ring = c->impl;
+    ct_comm_ring__ring_t *ring = c->impl;
     ct_comm_ring__close_fd(&ring->left_fd);
     ct_comm_ring__close_fd(&ring->right_fd);
 }
 
 static void ct_comm_ring__ring_destroy(ct_comm_t *c)
 {
-    ct__ring_t *ring = c->impl;
+    ct_comm_ring__ring_t *ring = c->impl;
     if (ring == NULL)
         return;
     /* A plain close: after a completed collective nothing is left unread, so the peers see
@@ -653,7 +656,7 @@ static void ct_comm_ring__ring_destroy(ct_comm_t *c)
     c->impl = NULL;
 }
 
-static const ct__comm_ops_t ct__ring_ops = {
+static const ct__comm_ops_t ct_comm_ring__ring_ops = {
     .allreduce = ct_comm_ring__ring_allreduce,
     .broadcast = ct_comm_ring__ring_broadcast,
     .allgather = ct_comm_ring__ring_allgather,
@@ -664,13 +667,13 @@ static const ct__comm_ops_t ct__ring_ops = {
 
 /* ---- set-up: addresses, connections, hello ------------------------------------------------- */
 
-typedef struct ct__addr {
+typedef struct ct_comm_ring__addr {
     struct sockaddr_storage ss;
     socklen_t len;
-} ct__addr_t;
+} ct_comm_ring__addr_t;
 
 /* IPv4-mapped IPv6 (what a dual-stack store connection reports) as plain IPv4. */
-static void ct_comm_ring__unmap(ct__addr_t *a)
+static void ct_comm_ring__unmap(ct_comm_ring__addr_t *a)
 {
     if (a->ss.ss_family != AF_INET6)
         return;
@@ -684,7 +687,7 @@ static void ct_comm_ring__unmap(ct__addr_t *a)
     a->len = sizeof s4;
 }
 
-static bool ct_comm_ring__is_loopback(const ct__addr_t *a)
+static bool ct_comm_ring__is_loopback(const ct_comm_ring__addr_t *a)
 {
     if (a->ss.ss_family == AF_INET) {
         const struct sockaddr_in *s4 = (const struct sockaddr_in *)&a->ss;
@@ -695,7 +698,8 @@ static bool ct_comm_ring__is_loopback(const ct__addr_t *a)
 }
 
 /* "host:port" (IPv6 bracketed, zone kept) of a socket address. */
-static int ct_comm_ring__format(const ct__addr_t *a, char *buf, size_t size, ct_errbuf_t *eb)
+static int ct_comm_ring__format(const ct_comm_ring__addr_t *a, char *buf, size_t size,
+                                ct_errbuf_t *eb)
 {
     char host[NI_MAXHOST], serv[NI_MAXSERV];
     int g = getnameinfo((const struct sockaddr *)&a->ss, a->len, host, sizeof host, serv,
@@ -710,8 +714,8 @@ static int ct_comm_ring__format(const ct__addr_t *a, char *buf, size_t size, ct_
 }
 
 /* Resolves a numeric or named host (and port) to one socket address. */
-static int ct_comm_ring__resolve(const char *host, int port, bool passive, ct__addr_t *out,
-                                 ct_errbuf_t *eb)
+static int ct_comm_ring__resolve(const char *host, int port, bool passive,
+                                 ct_comm_ring__addr_t *out, ct_errbuf_t *eb)
 {
     char serv[16];
     snprintf(serv, sizeof serv, "%d", port);
@@ -816,7 +820,8 @@ static bool ct_comm_ring__check_hello(const uint8_t *m, uint32_t magic, int worl
 
 /* The address this rank listens on: cfg->listen_addr, or the local end of the store
  * connection (the interface that reaches MASTER_ADDR). */
-static int ct_comm_ring__listen_addr(const ct__comm_cfg_t *cfg, ct__addr_t *a, ct_errbuf_t *eb)
+static int ct_comm_ring__listen_addr(const ct__comm_cfg_t *cfg, ct_comm_ring__addr_t *a,
+                                     ct_errbuf_t *eb)
 {
     if (cfg->listen_addr != NULL && cfg->listen_addr[0] != '\0') {
         int rc = ct_comm_ring__resolve(cfg->listen_addr, 0, true, a, eb);
@@ -850,7 +855,7 @@ static int ct_comm_ring__listen_addr(const ct__comm_cfg_t *cfg, ct__addr_t *a, c
 static int ct_comm_ring__listen(const ct__comm_cfg_t *cfg, int *fd_out, char *pub, size_t pub_size,
                                 ct_errbuf_t *eb)
 {
-    ct__addr_t a;
+    ct_comm_ring__addr_t a;
     int rc = ct_comm_ring__listen_addr(cfg, &a, eb);
     if (rc != 0)
         return rc;
@@ -865,7 +870,7 @@ static int ct_comm_ring__listen(const ct__comm_cfg_t *cfg, int *fd_out, char *pu
         close(fd);
         return ct_errbuf_set(eb, rc, "cannot listen on %s: %s", txt, strerror(-rc));
     }
-    ct__addr_t bound = {.len = sizeof bound.ss};
+    ct_comm_ring__addr_t bound = {.len = sizeof bound.ss};
     if (getsockname(fd, (struct sockaddr *)&bound.ss, &bound.len) != 0) {
         rc = ct_errbuf_set(eb, -errno, "getsockname of the ring listener: %s", strerror(errno));
         close(fd);
@@ -881,7 +886,7 @@ static int ct_comm_ring__listen(const ct__comm_cfg_t *cfg, int *fd_out, char *pu
 }
 
 /* Connects to the right neighbour at text ("host:port") and sends the hello. */
-static int ct_comm_ring__connect_right(const ct__comm_cfg_t *cfg, ct__ring_t *ring,
+static int ct_comm_ring__connect_right(const ct__comm_cfg_t *cfg, ct_comm_ring__ring_t *ring,
                                        const char *text, uint64_t ns, int64_t deadline,
                                        ct_errbuf_t *eb)
 {
@@ -889,7 +894,7 @@ static int ct_comm_ring__connect_right(const ct__comm_cfg_t *cfg, ct__ring_t *ri
     int rc = ct_hostport_parse(text, -1, false, &hp, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "address of rank %d in the store", ring->right);
-    ct__addr_t a;
+    ct_comm_ring__addr_t a;
     if ((rc = ct_comm_ring__resolve(hp.host, hp.port, false, &a, eb)) != 0)
         return ct_errbuf_wrap(eb, rc, "address of rank %d", ring->right);
     int fd = socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -922,7 +927,7 @@ static int ct_comm_ring__connect_right(const ct__comm_cfg_t *cfg, ct__ring_t *ri
 }
 
 /* Accepts connections until the left neighbour's hello arrives; strays are closed. */
-static int ct_comm_ring__accept_left(const ct__comm_cfg_t *cfg, ct__ring_t *ring, int lfd,
+static int ct_comm_ring__accept_left(const ct__comm_cfg_t *cfg, ct_comm_ring__ring_t *ring, int lfd,
                                      uint64_t ns, int64_t deadline, ct_errbuf_t *eb)
 {
     for (;;) {
@@ -933,7 +938,7 @@ static int ct_comm_ring__accept_left(const ct__comm_cfg_t *cfg, ct__ring_t *ring
                                  ring->left, (long long)cfg->timeout_ms);
         if (rc != 0)
             return ct_errbuf_set(eb, rc, "waiting for rank %d: %s", ring->left, ct_strerror(rc));
-        ct__addr_t peer = {.len = sizeof peer.ss};
+        ct_comm_ring__addr_t peer = {.len = sizeof peer.ss};
         int fd = accept4(lfd, (struct sockaddr *)&peer.ss, &peer.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
@@ -982,7 +987,8 @@ static int64_t ct_comm_ring__left_ms(int64_t deadline)
     return left > 0 ? left : 1;
 }
 
-static int ct_comm_ring__ring_connect(const ct__comm_cfg_t *cfg, ct__ring_t *ring, ct_errbuf_t *eb)
+static int ct_comm_ring__ring_connect(const ct__comm_cfg_t *cfg, ct_comm_ring__ring_t *ring,
+                                      ct_errbuf_t *eb)
 {
     const int64_t deadline = ct_deadline_after_ms(cfg->timeout_ms);
     const uint64_t ns = ct__comm_fingerprint(cfg->key_prefix);
@@ -1068,7 +1074,7 @@ out:
 int ct__comm_ring_create(ct_comm_t **out, const ct__comm_cfg_t *cfg, ct_errbuf_t *eb)
 {
     *out = NULL;
-    ct__ring_t *ring = calloc(1, sizeof *ring);
+    ct_comm_ring__ring_t *ring = calloc(1, sizeof *ring);
     if (ring == NULL)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     ring->left_fd = ring->right_fd = -1;
@@ -1079,7 +1085,7 @@ int ct__comm_ring_create(ct_comm_t **out, const ct__comm_cfg_t *cfg, ct_errbuf_t
     snprintf(ring->left_addr, sizeof ring->left_addr, "?");
     snprintf(ring->right_addr, sizeof ring->right_addr, "?");
     ct_comm_t *c = NULL;
-    int rc = ct__comm_alloc(&c, &ct__ring_ops, CT_COMM_CPU, cfg, ring, eb);
+    int rc = ct__comm_alloc(&c, &ct_comm_ring__ring_ops, CT_COMM_CPU, cfg, ring, eb);
     if (rc != 0) {
         free(ring);
         return rc;

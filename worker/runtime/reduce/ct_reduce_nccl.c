@@ -84,11 +84,11 @@ struct ct_reduce_nccl {
     uint64_t launches;      /* bucket groups launched (early and final); `done` follows the last */
     uint64_t launched;      /* reductions launched completely (ct_reducer_sum_f32 calls) */
 };
-typedef struct ct_reduce_nccl ct__nred_t;
+typedef struct ct_reduce_nccl ct_reduce_nccl__nred_t;
 
 static void *ct_reduce_nccl__watchdog(void *arg)
 {
-    ct__nred_t *g = arg;
+    ct_reduce_nccl__nred_t *g = arg;
     /* events and the communicator belong to this device; the thread must make it current */
     (void)cudaSetDevice(g->device);
     pthread_mutex_lock(&g->mu);
@@ -165,7 +165,7 @@ static void CUDART_CB ct_reduce_nccl__stall_host_fn(void *arg)
 
 /* The first launch of a reduction: the test hooks, then the communication stream waits for the
  * compute stream's work so far. */
-static int ct_reduce_nccl__nred_begin(ct__nred_t *g, int rank, ct_errbuf_t *eb)
+static int ct_reduce_nccl__nred_begin(ct_reduce_nccl__nred_t *g, int rank, ct_errbuf_t *eb)
 {
     cudaError_t e;
     pthread_mutex_lock(&g->mu);
@@ -189,8 +189,8 @@ static int ct_reduce_nccl__nred_begin(ct__nred_t *g, int rank, ct_errbuf_t *eb)
 
 /* All-reduces the ranges of buf on the communication stream after the compute stream's work so
  * far, in buckets of at most bucket_floats, as one NCCL group. */
-static int ct_reduce_nccl__nred_launch(ct__nred_t *g, float *buf, const int64_t (*ranges)[2], int n,
-                                       ct_errbuf_t *eb)
+static int ct_reduce_nccl__nred_launch(ct_reduce_nccl__nred_t *g, float *buf,
+                                       const int64_t (*ranges)[2], int n, ct_errbuf_t *eb)
 {
     cudaError_t e;
     ncclResult_t nr;
@@ -233,7 +233,7 @@ static int ct_reduce_nccl__nred_launch(ct__nred_t *g, float *buf, const int64_t 
 int ct__reduce_nccl_ready(ct_reducer_t *r, float *buf, const int64_t (*ranges)[2], int n,
                           ct_errbuf_t *eb)
 {
-    ct__nred_t *g = r->nccl;
+    ct_reduce_nccl__nred_t *g = r->nccl;
     int rc;
     if (n <= 0)
         return 0;
@@ -263,7 +263,7 @@ static int ct_reduce_nccl__cmp_range(const void *a, const void *b)
 
 int ct__reduce_nccl_sum(ct_reducer_t *r, float *buf, int64_t n, ct_errbuf_t *eb)
 {
-    ct__nred_t *g = r->nccl;
+    ct_reduce_nccl__nred_t *g = r->nccl;
     cudaError_t e;
     int rc;
     if (!g->begun && (rc = ct_reduce_nccl__nred_begin(g, r->rank, eb)) != 0)
@@ -301,7 +301,7 @@ int ct__reduce_nccl_sum(ct_reducer_t *r, float *buf, int64_t n, ct_errbuf_t *eb)
     return 0;
 }
 
-static void ct_reduce_nccl__nred_free(ct__nred_t *g)
+static void ct_reduce_nccl__nred_free(ct_reduce_nccl__nred_t *g)
 {
     if (g->watching) {
         pthread_mutex_lock(&g->mu);
@@ -342,7 +342,7 @@ int ct__reduce_nccl_open(ct_reducer_t *r, const ct_reducer_device_t *dev, ct_err
         return ct_errbuf_set(eb, -EINVAL, "the NCCL gradient reduction needs an NCCL communicator");
     if (timeout_ms <= 0)
         timeout_ms = ct_comm_timeout(comm);
-    ct__nred_t *g = calloc(1, sizeof *g);
+    ct_reduce_nccl__nred_t *g = calloc(1, sizeof *g);
     if (!g)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     pthread_mutex_init(&g->mu, NULL);

@@ -23,21 +23,21 @@
 
 /* One parsed line: ids in the source's numbering, the timestamp (0 without time), and the
  * line number for messages. */
-typedef struct ct__row {
+typedef struct ctrain_data__row {
     int64_t user, item, time;
     int64_t line;
-} ct__row_t;
+} ctrain_data__row_t;
 
-typedef struct ct__rows {
-    ct__row_t *v;
+typedef struct ctrain_data__rows {
+    ctrain_data__row_t *v;
     size_t n, cap;
-} ct__rows_t;
+} ctrain_data__rows_t;
 
-static int ctrain_data__rows_push(ct__rows_t *r, ct__row_t row)
+static int ctrain_data__rows_push(ctrain_data__rows_t *r, ctrain_data__row_t row)
 {
     if (r->n == r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 65536;
-        ct__row_t *v = realloc(r->v, cap * sizeof *v);
+        ctrain_data__row_t *v = realloc(r->v, cap * sizeof *v);
         if (v == NULL)
             return -ENOMEM;
         r->v = v;
@@ -103,15 +103,15 @@ static bool ctrain_data__num_field(const char *s, size_t len)
     return digit;
 }
 
-typedef struct ct__field {
+typedef struct ctrain_data__field {
     const char *p;
     size_t len;
-} ct__field_t;
+} ctrain_data__field_t;
 
 /* Splits [s, e) at sep ("\t", "::") or, with sep NULL, at runs of blanks. Returns the number of
  * fields found (at most max + 1, so "too many" can be reported). */
-static int ctrain_data__split_fields(const char *s, const char *e, const char *sep, ct__field_t *f,
-                                     int max)
+static int ctrain_data__split_fields(const char *s, const char *e, const char *sep,
+                                     ctrain_data__field_t *f, int max)
 {
     int n = 0;
     if (sep == NULL) {
@@ -125,7 +125,7 @@ static int ctrain_data__split_fields(const char *s, const char *e, const char *s
             while (q < e && *q != ' ' && *q != '\t')
                 q++;
             if (n <= max)
-                f[n] = (ct__field_t){p, (size_t)(q - p)};
+                f[n] = (ctrain_data__field_t){p, (size_t)(q - p)};
             n++;
             p = q;
         }
@@ -140,7 +140,7 @@ static int ctrain_data__split_fields(const char *s, const char *e, const char *s
         if (q + sl > e)
             q = e;
         if (n <= max)
-            f[n] = (ct__field_t){p, (size_t)(q - p)};
+            f[n] = (ctrain_data__field_t){p, (size_t)(q - p)};
         n++;
         if (q == e)
             break;
@@ -164,7 +164,7 @@ static ctrain_data_format_t ctrain_data__detect(const char *s, const char *e)
 
 /* One line [p, e) (no newline) of the file, number `line`, into rows. */
 static int ctrain_data__parse_line(const char *path, int64_t line, const char *p, const char *e,
-                          ctrain_data_format_t fmt, ct__rows_t *rows, ct_errbuf_t *eb)
+                          ctrain_data_format_t fmt, ctrain_data__rows_t *rows, ct_errbuf_t *eb)
 {
     const char *sep = fmt == CTRAIN_DATA_TSV ? "\t" : fmt == CTRAIN_DATA_ML1M ? "::" : NULL;
     if (e > p && e[-1] == '\r')
@@ -175,9 +175,9 @@ static int ctrain_data__parse_line(const char *path, int64_t line, const char *p
         return ct_errbuf_set(eb, CT_EFORMAT, "%s:%lld: contains a NUL byte (not a text file)", path,
                              (long long)line);
 
-    ct__field_t f[5];
+    ctrain_data__field_t f[5];
     int nf = ctrain_data__split_fields(p, e, sep, f, 4);
-    ct__row_t row = {.line = line};
+    ctrain_data__row_t row = {.line = line};
     if (fmt == CTRAIN_DATA_SASREC) {
         if (nf != 2)
             return ct_errbuf_set(eb, CT_EPARSE, "%s:%lld: expected 2 fields \"user item\", got %d",
@@ -207,7 +207,7 @@ static int ctrain_data__parse_line(const char *path, int64_t line, const char *p
     row.user = ids[0];
     row.item = ids[1];
     if (fmt != CTRAIN_DATA_SASREC) {
-        ct__field_t ts = f[nf - 1];
+        ctrain_data__field_t ts = f[nf - 1];
         if (nf == 4 && !ctrain_data__num_field(f[2].p, f[2].len))
             return ct_errbuf_set(eb, CT_EPARSE, "%s:%lld: rating \"%.*s\" is not a number", path,
                                  (long long)line, (int)(f[2].len > 40 ? 40 : f[2].len), f[2].p);
@@ -224,8 +224,8 @@ static int ctrain_data__parse_line(const char *path, int64_t line, const char *p
 /* Streams path through a buffer of CT__DATA_CHUNK + CT__DATA_LINE_MAX bytes, parsing each line
  * as soon as it is complete; *fmt (CTRAIN_DATA_AUTO: decided from the first line) is the format
  * used. Stops at the first bad line, having read only the chunks up to it. */
-static int ctrain_data__read_rows(const char *path, ctrain_data_format_t *fmt, ct__rows_t *rows,
-                         ct_errbuf_t *eb)
+static int ctrain_data__read_rows(const char *path, ctrain_data_format_t *fmt,
+                                  ctrain_data__rows_t *rows, ct_errbuf_t *eb)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -320,7 +320,7 @@ static int64_t ctrain_data__index_of(const int64_t *sorted, size_t n, int64_t v)
 }
 
 /* Re-indexes rows' users and items to 1..N in ascending original order. */
-static int ctrain_data__reindex(ct__rows_t *rows, int32_t *num_users, int32_t *num_items)
+static int ctrain_data__reindex(ctrain_data__rows_t *rows, int32_t *num_users, int32_t *num_items)
 {
     int64_t *u = malloc(rows->n * sizeof *u);
     int64_t *it = malloc(rows->n * sizeof *it);
@@ -347,7 +347,7 @@ static int ctrain_data__reindex(ct__rows_t *rows, int32_t *num_users, int32_t *n
 
 /* One counting pass, then drop rows whose user or item has fewer than min_count rows (the
  * rule of SASRec's and TiSASRec's preprocessing; not an iterative k-core). */
-static int ctrain_data__filter(ct__rows_t *rows, int min_count)
+static int ctrain_data__filter(ctrain_data__rows_t *rows, int min_count)
 {
     int32_t nu, ni;
     int rc = ctrain_data__reindex(rows, &nu, &ni);
@@ -377,7 +377,7 @@ static int ctrain_data__filter(ct__rows_t *rows, int min_count)
 
 static int ctrain_data__cmp_time_then_line(const void *a, const void *b)
 {
-    const ct__row_t *x = a, *y = b;
+    const ctrain_data__row_t *x = a, *y = b;
     if (x->time != y->time)
         return (x->time > y->time) - (x->time < y->time);
     return (x->line > y->line) - (x->line < y->line); /* stable: file order breaks ties */
@@ -461,14 +461,14 @@ static int ctrain_data__make_split(ctrain_dataset_t *ds, int min_eval_len)
 
 /* Fills ds from rows already numbered 1..num_users / 1..num_items: a stable counting sort by
  * user, then (with time) a stable sort by timestamp within each user. */
-static int ctrain_data__build(ctrain_dataset_t *ds, ct__rows_t *rows, bool with_time,
+static int ctrain_data__build(ctrain_dataset_t *ds, ctrain_data__rows_t *rows, bool with_time,
                               int min_eval_len)
 {
     size_t n = rows->n;
     ds->num_interactions = (int64_t)n;
     ds->user_start = calloc((size_t)ds->num_users + 2, sizeof *ds->user_start);
     ds->items = malloc((n + 1) * sizeof *ds->items);
-    ct__row_t *sorted = malloc((n + 1) * sizeof *sorted);
+    ctrain_data__row_t *sorted = malloc((n + 1) * sizeof *sorted);
     if (ds->user_start == NULL || ds->items == NULL || sorted == NULL) {
         free(sorted);
         return -ENOMEM;
@@ -529,7 +529,7 @@ int ctrain_data_load(ctrain_dataset_t *ds, const char *path, ctrain_data_format_
     memset(ds, 0, sizeof *ds);
     snprintf(ds->source, sizeof ds->source, "%s", path);
 
-    ct__rows_t rows = {0};
+    ctrain_data__rows_t rows = {0};
     int rc = ctrain_data__read_rows(path, &format, &rows, eb);
     if (rc != 0)
         goto out;

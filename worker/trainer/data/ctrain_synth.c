@@ -29,25 +29,25 @@
 #include "ct_philox.h"
 
 /* Sequential draws from one Philox stream. */
-typedef struct ct__draws {
+typedef struct ctrain_synth__draws {
     uint64_t seed, stream, next;
-} ct__draws_t;
+} ctrain_synth__draws_t;
 
-static uint32_t ctrain_synth__u32(ct__draws_t *d)
+static uint32_t ctrain_synth__u32(ctrain_synth__draws_t *d)
 {
     uint64_t k = d->next++;
     return ct_philox_block_at(d->seed, d->stream, k / 4).v[k % 4];
 }
 
 /* Uniform in [0, 1) with 53 random bits. */
-static double ctrain_synth__unit(ct__draws_t *d)
+static double ctrain_synth__unit(ctrain_synth__draws_t *d)
 {
     uint64_t hi = ctrain_synth__u32(d) >> 5, lo = ctrain_synth__u32(d) >> 6;
     return ((double)hi * 67108864.0 + (double)lo) * (1.0 / 9007199254740992.0);
 }
 
 /* Uniform integer in [0, n) without modulo bias (rejection). */
-static uint32_t ctrain_synth__below(ct__draws_t *d, uint32_t n)
+static uint32_t ctrain_synth__below(ctrain_synth__draws_t *d, uint32_t n)
 {
     uint32_t limit = UINT32_MAX - UINT32_MAX % n;
     uint32_t x;
@@ -137,7 +137,7 @@ int ctrain_data_synthetic(ctrain_dataset_t *ds, const ctrain_synth_opts_t *opts,
         goto fail;
 
     /* The hidden cycle: a random order of all items, each pointing at the next. */
-    ct__draws_t dc = {o.seed, CT__STREAM_CYCLE, 0};
+    ctrain_synth__draws_t dc = {o.seed, CT__STREAM_CYCLE, 0};
     for (int32_t i = 0; i < o.num_items; i++)
         order[i] = i + 1;
     for (int32_t i = o.num_items - 1; i > 0; i--) {
@@ -150,7 +150,7 @@ int ctrain_data_synthetic(ctrain_dataset_t *ds, const ctrain_synth_opts_t *opts,
         succ[order[i]] = order[(i + 1) % o.num_items];
 
     /* Popularity: Zipf-like weights 1/(rank+10)^0.8 over another random order. */
-    ct__draws_t dp = {o.seed, CT__STREAM_POP, 0};
+    ctrain_synth__draws_t dp = {o.seed, CT__STREAM_POP, 0};
     for (int32_t i = 0; i < o.num_items; i++)
         pop_item[i] = i + 1;
     for (int32_t i = o.num_items - 1; i > 0; i--) {
@@ -168,7 +168,7 @@ int ctrain_data_synthetic(ctrain_dataset_t *ds, const ctrain_synth_opts_t *opts,
     /* Lengths first (their own stream per user), to size the arrays. */
     int64_t total = 0;
     for (int32_t u = 1; u <= o.num_users; u++) {
-        ct__draws_t du = {o.seed, ((uint64_t)u << 8) | CT__STREAM_USER, 0};
+        ctrain_synth__draws_t du = {o.seed, ((uint64_t)u << 8) | CT__STREAM_USER, 0};
         double x = -log(1.0 - ctrain_synth__unit(&du)) * (double)(o.mean_len - 5);
         double cap = 8.0 * o.mean_len;
         lens[u] = 5 + (int32_t)(x < cap ? x : cap);
@@ -186,7 +186,7 @@ int ctrain_data_synthetic(ctrain_dataset_t *ds, const ctrain_synth_opts_t *opts,
         ds->user_start[u + 1] = ds->user_start[u] + lens[u];
 
     for (int32_t u = 1; u <= o.num_users; u++) {
-        ct__draws_t du = {o.seed, ((uint64_t)u << 8) | CT__STREAM_USER, 2};
+        ctrain_synth__draws_t du = {o.seed, ((uint64_t)u << 8) | CT__STREAM_USER, 2};
         int64_t s = ds->user_start[u];
         int64_t t = 1600000000 + (int64_t)ctrain_synth__below(&du, 10000000);
         bool last_gap_long = false;

@@ -65,7 +65,7 @@
 #include "ctrain_model_internal.h"
 
 /* Offsets of one block's tensors in the flat buffers. */
-typedef struct ct__blk_params {
+typedef struct ctrain_sasrec__blk_params {
     size_t ln1_w, ln1_b; /* attention_layernorms.l */
     size_t in_w, in_b;   /* SASRec: attention_layers.l.in_proj_{weight (3C,C), bias (3C)} */
     size_t out_w, out_b; /* SASRec: attention_layers.l.out_proj.{weight (C,C), bias (C)} */
@@ -75,18 +75,18 @@ typedef struct ct__blk_params {
     size_t c2_w, c2_b;             /* forward_layers.l.conv2 */
     /* mHC: {attention,forward}_hc.l.{phi (nC,K), alpha (3), bias (K)}; [0] attention, [1] FFN */
     size_t hc_phi[2], hc_alpha[2], hc_bias[2];
-} ct__blk_params_t;
+} ctrain_sasrec__blk_params_t;
 
 /* One mHC layer's saved activations. */
-typedef struct ct__hc_acts {
+typedef struct ctrain_sasrec__hc_acts {
     float *u;                   /* (N,C) H^pre X, the sub-layer input */
     float *hpre, *hpost, *hres; /* (N,n), (N,n), (N,n,n) */
     float *proj, *rstd;         /* (N,K), (N) for the coefficients' backward */
     float *Y;                   /* (N,n,C) the layer's output streams */
-} ct__hc_acts_t;
+} ctrain_sasrec__hc_acts_t;
 
 /* One block's saved activations (N = max_batch * L rows each). */
-typedef struct ct__blk_acts {
+typedef struct ctrain_sasrec__blk_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N): y (post_ln), xn (pre_ln) or q */
     float *qkv;                       /* SASRec (N,3C) packed q|k|v; TiSASRec q, k, v (N,C) each */
     float *att;                       /* (B,NH,L,L) softmax probabilities before dropout */
@@ -97,13 +97,13 @@ typedef struct ct__blk_acts {
     float *h;                         /* (N,C) FFN hidden, after dropout and ReLU */
     float *s2;                        /* (N,C) post_ln only: y + FFN(y), LNf's input */
     float *out;                       /* (N,C) the block output (mHC: the FFN branch) */
-    ct__hc_acts_t hc[2];              /* mHC: around the attention (0) and the FFN (1) */
-} ct__blk_acts_t;
+    ctrain_sasrec__hc_acts_t hc[2];   /* mHC: around the attention (0) and the FFN (1) */
+} ctrain_sasrec__blk_acts_t;
 
-typedef struct ct__sasrec {
+typedef struct ctrain_sasrec__sasrec {
     size_t wte, wpe, lnf_w, lnf_b;
     size_t pk, pv, rk, rv; /* TiSASRec: abs_pos_{K,V}_emb, time_matrix_{K,V}_emb */
-    ct__blk_params_t blk[CTRAIN_MODEL_MAX_BLOCKS];
+    ctrain_sasrec__blk_params_t blk[CTRAIN_MODEL_MAX_BLOCKS];
 
     void *arena;
     int32_t *seq, *pos, *neg;    /* (B,L) inputs copied to the backend */
@@ -115,7 +115,7 @@ typedef struct ct__sasrec {
     float *xc;                   /* (N,C) mHC: the streams' average, the final LN's input */
     float *pkd, *pvd;            /* (N,C) TiSASRec: the pass's dropped absolute-position rows */
     uint32_t *mask_rk, *mask_rv; /* TiSASRec with dropout: the pass's interval masks as bits */
-    ct__blk_acts_t act[CTRAIN_MODEL_MAX_BLOCKS];
+    ctrain_sasrec__blk_acts_t act[CTRAIN_MODEL_MAX_BLOCKS];
     float *lnf, *lnf_mean, *lnf_rstd;             /* (N,C), (N), (N) final LayerNorm */
     float *pos_logits, *neg_logits, *dpos, *dneg; /* (N) */
     float *loss;                                  /* (1) */
@@ -128,12 +128,12 @@ typedef struct ct__sasrec {
     float *g_hpre, *g_hpost, *g_hres; /* mHC: (N,n), (N,n), (N,n,n) */
     float *att_fwd_scratch, *att_bwd_scratch, *mhc_scratch, *loss_scratch;
     int last_B; /* rows of the last forward_backward (for logits) */
-} ct__sasrec_t;
+} ctrain_sasrec__sasrec_t;
 
 /* Everything one pass (a training micro-batch or an evaluation batch) needs. */
-typedef struct ct__pass {
+typedef struct ctrain_sasrec__pass {
     ctrain_model_t *m;
-    ct__sasrec_t *s;
+    ctrain_sasrec__sasrec_t *s;
     ct_ops_t *o;
     const float *W; /* params */
     float *G;       /* grads */
@@ -142,11 +142,11 @@ typedef struct ct__pass {
     bool train, ti, mhc, timeline;
     uint64_t seed;
     int64_t step, row0;
-} ct__pass_t;
+} ctrain_sasrec__pass_t;
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
-static ct_dropout_t ctrain_sasrec__drop(const ct__pass_t *p, int site, int64_t per_row)
+static ct_dropout_t ctrain_sasrec__drop(const ctrain_sasrec__pass_t *p, int site, int64_t per_row)
 {
     if (!p->train || p->m->cfg.dropout == 0.0f) {
         ct_dropout_t none = {0.0f, 0, 0, 0};
@@ -169,7 +169,7 @@ static int ctrain_sasrec__site_ffn2(int l)
 }
 
 /* The query mask of block l's attention (NULL: every query row). */
-static const int32_t *ctrain_sasrec__qmask(const ct__pass_t *p, int l)
+static const int32_t *ctrain_sasrec__qmask(const ctrain_sasrec__pass_t *p, int l)
 {
     const ctrain_model_cfg_t *c = &p->m->cfg;
     if (c->no_skip)
@@ -182,7 +182,8 @@ static const int32_t *ctrain_sasrec__qmask(const ct__pass_t *p, int l)
     return NULL;
 }
 
-static void ctrain_sasrec__dropout(const ct__pass_t *p, float *x, int64_t n, ct_dropout_t d)
+static void ctrain_sasrec__dropout(const ctrain_sasrec__pass_t *p, float *x, int64_t n,
+                                   ct_dropout_t d)
 {
     if (d.p > 0.0f)
         p->o->dropout(p->o, x, x, n, d);
@@ -190,28 +191,28 @@ static void ctrain_sasrec__dropout(const ct__pass_t *p, float *x, int64_t n, ct_
 
 /* ---- sub-layers ---------------------------------------------------------------------------- */
 
-static ct_dropout_t ctrain_sasrec__drop_att(const ct__pass_t *p, int l)
+static ct_dropout_t ctrain_sasrec__drop_att(const ctrain_sasrec__pass_t *p, int l)
 {
     return ctrain_sasrec__drop(p, ctrain_sasrec__site_attn(l), (int64_t)p->NH * p->L * p->L);
 }
 
 /* The interval tensors' dropout masks of this pass (NULL when there is no dropout). */
-static const uint32_t *ctrain_sasrec__mask_rk(const ct__pass_t *p)
+static const uint32_t *ctrain_sasrec__mask_rk(const ctrain_sasrec__pass_t *p)
 {
     return p->train && p->m->cfg.dropout > 0.0f ? p->s->mask_rk : NULL;
 }
-static const uint32_t *ctrain_sasrec__mask_rv(const ct__pass_t *p)
+static const uint32_t *ctrain_sasrec__mask_rv(const ctrain_sasrec__pass_t *p)
 {
     return p->train && p->m->cfg.dropout > 0.0f ? p->s->mask_rv : NULL;
 }
 
 /* s1 = res + A(xq, xkv); res may be NULL (mHC: s1 is the branch alone). */
-static void ctrain_sasrec__attn_forward(const ct__pass_t *p, int l, const float *xq,
+static void ctrain_sasrec__attn_forward(const ctrain_sasrec__pass_t *p, int l, const float *xq,
                                         const float *xkv, const float *res)
 {
-    const ct__blk_params_t *w = &p->s->blk[l];
-    ct__blk_acts_t *a = &p->s->act[l];
-    ct__sasrec_t *s = p->s;
+    const ctrain_sasrec__blk_params_t *w = &p->s->blk[l];
+    ctrain_sasrec__blk_acts_t *a = &p->s->act[l];
+    ctrain_sasrec__sasrec_t *s = p->s;
     ct_ops_t *o = p->o;
     if (p->ti) {
         float *q = a->qkv, *k = a->qkv + p->NC, *v = a->qkv + 2 * p->NC;
@@ -237,12 +238,12 @@ static void ctrain_sasrec__attn_forward(const ct__pass_t *p, int l, const float 
 }
 
 /* ga: d(attention branch output), read only; adds into dxq and dxkv (which may be equal). */
-static void ctrain_sasrec__attn_backward(const ct__pass_t *p, int l, const float *ga,
+static void ctrain_sasrec__attn_backward(const ctrain_sasrec__pass_t *p, int l, const float *ga,
                                          const float *xq, const float *xkv, float *dxq, float *dxkv)
 {
-    const ct__blk_params_t *w = &p->s->blk[l];
-    ct__blk_acts_t *a = &p->s->act[l];
-    ct__sasrec_t *s = p->s;
+    const ctrain_sasrec__blk_params_t *w = &p->s->blk[l];
+    ctrain_sasrec__blk_acts_t *a = &p->s->act[l];
+    ctrain_sasrec__sasrec_t *s = p->s;
     ct_ops_t *o = p->o;
     size_t nb = (size_t)p->NC * sizeof(float);
     if (p->ti) {
@@ -277,10 +278,11 @@ static void ctrain_sasrec__attn_backward(const ct__pass_t *p, int l, const float
 }
 
 /* f = FFN(y) */
-static void ctrain_sasrec__ffn_forward(const ct__pass_t *p, int l, const float *y, float *f)
+static void ctrain_sasrec__ffn_forward(const ctrain_sasrec__pass_t *p, int l, const float *y,
+                                       float *f)
 {
-    const ct__blk_params_t *w = &p->s->blk[l];
-    ct__blk_acts_t *a = &p->s->act[l];
+    const ctrain_sasrec__blk_params_t *w = &p->s->blk[l];
+    ctrain_sasrec__blk_acts_t *a = &p->s->act[l];
     ct_ops_t *o = p->o;
     int64_t per_row = (int64_t)p->L * p->C;
     o->linear_forward(o, a->h, y, p->W + w->c1_w, p->W + w->c1_b, p->N, p->C, p->C);
@@ -293,12 +295,12 @@ static void ctrain_sasrec__ffn_forward(const ct__pass_t *p, int l, const float *
 }
 
 /* gf: d(f), overwritten; adds d(y) into gy. */
-static void ctrain_sasrec__ffn_backward(const ct__pass_t *p, int l, const float *y, float *gf,
-                                        float *gy)
+static void ctrain_sasrec__ffn_backward(const ctrain_sasrec__pass_t *p, int l, const float *y,
+                                        float *gf, float *gy)
 {
-    const ct__blk_params_t *w = &p->s->blk[l];
-    ct__blk_acts_t *a = &p->s->act[l];
-    ct__sasrec_t *s = p->s;
+    const ctrain_sasrec__blk_params_t *w = &p->s->blk[l];
+    ctrain_sasrec__blk_acts_t *a = &p->s->act[l];
+    ctrain_sasrec__sasrec_t *s = p->s;
     ct_ops_t *o = p->o;
     size_t nb = (size_t)p->NC * sizeof(float);
     int64_t per_row = (int64_t)p->L * p->C;
@@ -315,14 +317,14 @@ static void ctrain_sasrec__ffn_backward(const ct__pass_t *p, int l, const float 
                        p->C, p->C);
 }
 
-static void ctrain_sasrec__ln_forward(const ct__pass_t *p, float *out, float *mean, float *rstd,
-                                      const float *x, size_t w, size_t b)
+static void ctrain_sasrec__ln_forward(const ctrain_sasrec__pass_t *p, float *out, float *mean,
+                                      float *rstd, const float *x, size_t w, size_t b)
 {
     p->o->layernorm_forward(p->o, out, mean, rstd, x, p->W + w, p->W + b, p->N, p->C,
                             CT_SASREC_LN_EPS);
 }
 
-static void ctrain_sasrec__ln_backward(const ct__pass_t *p, float *dx, const float *dout,
+static void ctrain_sasrec__ln_backward(const ctrain_sasrec__pass_t *p, float *dx, const float *dout,
                                        const float *x, size_t w, size_t b, const float *mean,
                                        const float *rstd)
 {
@@ -332,10 +334,10 @@ static void ctrain_sasrec__ln_backward(const ct__pass_t *p, float *dx, const flo
 
 /* ---- the block layouts ----------------------------------------------------------------------- */
 
-static void ctrain_sasrec__post_ln_forward(const ct__pass_t *p, int l, const float *x)
+static void ctrain_sasrec__post_ln_forward(const ctrain_sasrec__pass_t *p, int l, const float *x)
 {
-    const ct__blk_params_t *w = &p->s->blk[l];
-    ct__blk_acts_t *a = &p->s->act[l];
+    const ctrain_sasrec__blk_params_t *w = &p->s->blk[l];
+    ctrain_sasrec__blk_acts_t *a = &p->s->act[l];
     ctrain_sasrec__attn_forward(p, l, x, x, x); /* s1 = x + A(x,x) */
     ctrain_sasrec__ln_forward(p, a->ln1, a->ln1_mean, a->ln1_rstd, a->s1, w->ln1_w,
                               w->ln1_b); /* y */
@@ -344,12 +346,12 @@ static void ctrain_sasrec__post_ln_forward(const ct__pass_t *p, int l, const flo
     ctrain_sasrec__ln_forward(p, a->out, a->ln2_mean, a->ln2_rstd, a->s2, w->ln2_w, w->ln2_b);
 }
 
-static void ctrain_sasrec__post_ln_backward(const ct__pass_t *p, int l, const float *x, float *gout,
-                                            float *gin)
+static void ctrain_sasrec__post_ln_backward(const ctrain_sasrec__pass_t *p, int l, const float *x,
+                                            float *gout, float *gin)
 {
-    const ct__blk_params_t *w = &p->s->blk[l];
-    ct__blk_acts_t *a = &p->s->act[l];
-    ct__sasrec_t *s = p->s;
+    const ctrain_sasrec__blk_params_t *w = &p->s->blk[l];
+    ctrain_sasrec__blk_acts_t *a = &p->s->act[l];
+    ctrain_sasrec__sasrec_t *s = p->s;
     ct_ops_t *o = p->o;
     size_t nb = (size_t)p->NC * sizeof(float);
     float *gs2 = s->g_a, *gy = s->g_b, *gs1 = s->g_a;
@@ -363,10 +365,10 @@ static void ctrain_sasrec__post_ln_backward(const ct__pass_t *p, int l, const fl
     ctrain_sasrec__attn_backward(p, l, gs1, x, x, gin, gin);
 }
 
-static void ctrain_sasrec__pre_ln_forward(const ct__pass_t *p, int l, const float *x)
+static void ctrain_sasrec__pre_ln_forward(const ctrain_sasrec__pass_t *p, int l, const float *x)
 {
-    const ct__blk_params_t *w = &p->s->blk[l];
-    ct__blk_acts_t *a = &p->s->act[l];
+    const ctrain_sasrec__blk_params_t *w = &p->s->blk[l];
+    ctrain_sasrec__blk_acts_t *a = &p->s->act[l];
     ctrain_sasrec__ln_forward(p, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b); /* xn */
     ctrain_sasrec__attn_forward(p, l, a->ln1, a->ln1, x); /* s1 = x + A(xn,xn) */
     ctrain_sasrec__ln_forward(p, a->ln2, a->ln2_mean, a->ln2_rstd, a->s1, w->ln2_w,
@@ -377,12 +379,12 @@ static void ctrain_sasrec__pre_ln_forward(const ct__pass_t *p, int l, const floa
         p->o->timeline_mask(p->o, a->out, a->out, p->s->seq, p->N, p->C);
 }
 
-static void ctrain_sasrec__pre_ln_backward(const ct__pass_t *p, int l, const float *x, float *gout,
-                                           float *gin)
+static void ctrain_sasrec__pre_ln_backward(const ctrain_sasrec__pass_t *p, int l, const float *x,
+                                           float *gout, float *gin)
 {
-    const ct__blk_params_t *w = &p->s->blk[l];
-    ct__blk_acts_t *a = &p->s->act[l];
-    ct__sasrec_t *s = p->s;
+    const ctrain_sasrec__blk_params_t *w = &p->s->blk[l];
+    ctrain_sasrec__blk_acts_t *a = &p->s->act[l];
+    ctrain_sasrec__sasrec_t *s = p->s;
     ct_ops_t *o = p->o;
     size_t nb = (size_t)p->NC * sizeof(float);
     float *gs1 = s->g_a, *gy = s->g_b, *gxn = s->g_b;
@@ -398,10 +400,10 @@ static void ctrain_sasrec__pre_ln_backward(const ct__pass_t *p, int l, const flo
     ctrain_sasrec__ln_backward(p, gin, gxn, x, w->ln1_w, w->ln1_b, a->ln1_mean, a->ln1_rstd);
 }
 
-static void ctrain_sasrec__original_forward(const ct__pass_t *p, int l, const float *x)
+static void ctrain_sasrec__original_forward(const ctrain_sasrec__pass_t *p, int l, const float *x)
 {
-    const ct__blk_params_t *w = &p->s->blk[l];
-    ct__blk_acts_t *a = &p->s->act[l];
+    const ctrain_sasrec__blk_params_t *w = &p->s->blk[l];
+    ctrain_sasrec__blk_acts_t *a = &p->s->act[l];
     ctrain_sasrec__ln_forward(p, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b); /* q */
     ctrain_sasrec__attn_forward(p, l, a->ln1, x, a->ln1); /* s1 = q + A(q,x) */
     ctrain_sasrec__ln_forward(p, a->ln2, a->ln2_mean, a->ln2_rstd, a->s1, w->ln2_w,
@@ -412,12 +414,12 @@ static void ctrain_sasrec__original_forward(const ct__pass_t *p, int l, const fl
         p->o->timeline_mask(p->o, a->out, a->out, p->s->seq, p->N, p->C);
 }
 
-static void ctrain_sasrec__original_backward(const ct__pass_t *p, int l, const float *x,
+static void ctrain_sasrec__original_backward(const ctrain_sasrec__pass_t *p, int l, const float *x,
                                              float *gout, float *gin)
 {
-    const ct__blk_params_t *w = &p->s->blk[l];
-    ct__blk_acts_t *a = &p->s->act[l];
-    ct__sasrec_t *s = p->s;
+    const ctrain_sasrec__blk_params_t *w = &p->s->blk[l];
+    ctrain_sasrec__blk_acts_t *a = &p->s->act[l];
+    ctrain_sasrec__sasrec_t *s = p->s;
     ct_ops_t *o = p->o;
     size_t nb = (size_t)p->NC * sizeof(float);
     float *gy = s->g_b, *gs1 = s->g_a, *gq = s->g_b;
@@ -435,10 +437,11 @@ static void ctrain_sasrec__original_backward(const ct__pass_t *p, int l, const f
 /* ---- mHC (pre_ln with n residual streams) ---------------------------------------------------- */
 
 /* The coefficients of mHC layer k of block l from its input streams X, and u = H^pre X. */
-static void ctrain_sasrec__hc_in_forward(const ct__pass_t *p, int l, int k, const float *X)
+static void ctrain_sasrec__hc_in_forward(const ctrain_sasrec__pass_t *p, int l, int k,
+                                         const float *X)
 {
-    const ct__blk_params_t *w = &p->s->blk[l];
-    ct__hc_acts_t *h = &p->s->act[l].hc[k];
+    const ctrain_sasrec__blk_params_t *w = &p->s->blk[l];
+    ctrain_sasrec__hc_acts_t *h = &p->s->act[l].hc[k];
     ct_ops_t *o = p->o;
     o->mhc_coeffs_forward(o, h->hpre, h->hpost, h->hres, h->proj, h->rstd, X, p->W + w->hc_phi[k],
                           p->W + w->hc_alpha[k], p->W + w->hc_bias[k], p->N, p->n, p->C,
@@ -448,12 +451,12 @@ static void ctrain_sasrec__hc_in_forward(const ct__pass_t *p, int l, int k, cons
 
 /* The backward of ctrain_sasrec__hc_in_forward: du (N,C) read; adds into dX; uses the g_h* buffers,
  * which hold d(hpost), d(hres) from the layer's post backward and get d(hpre) here. */
-static void ctrain_sasrec__hc_in_backward(const ct__pass_t *p, int l, int k, const float *X,
-                                          const float *du, float *dX)
+static void ctrain_sasrec__hc_in_backward(const ctrain_sasrec__pass_t *p, int l, int k,
+                                          const float *X, const float *du, float *dX)
 {
-    const ct__blk_params_t *w = &p->s->blk[l];
-    ct__hc_acts_t *h = &p->s->act[l].hc[k];
-    ct__sasrec_t *s = p->s;
+    const ctrain_sasrec__blk_params_t *w = &p->s->blk[l];
+    ctrain_sasrec__hc_acts_t *h = &p->s->act[l].hc[k];
+    ctrain_sasrec__sasrec_t *s = p->s;
     ct_ops_t *o = p->o;
     o->zero(o, s->g_hpre, (size_t)p->N * p->n * sizeof(float));
     o->mhc_pre_backward(o, dX, s->g_hpre, du, X, h->hpre, p->N, p->n, p->C);
@@ -465,11 +468,12 @@ static void ctrain_sasrec__hc_in_backward(const ct__pass_t *p, int l, int k, con
 
 /* Y = H^res X + H^post^T f's backward: reads dY; adds into dX; writes d f into df (zeroed
  * here) and d(hpost), d(hres) into the g_h* buffers. */
-static void ctrain_sasrec__hc_out_backward(const ct__pass_t *p, int l, int k, const float *X,
-                                           const float *f, const float *dY, float *dX, float *df)
+static void ctrain_sasrec__hc_out_backward(const ctrain_sasrec__pass_t *p, int l, int k,
+                                           const float *X, const float *f, const float *dY,
+                                           float *dX, float *df)
 {
-    ct__hc_acts_t *h = &p->s->act[l].hc[k];
-    ct__sasrec_t *s = p->s;
+    ctrain_sasrec__hc_acts_t *h = &p->s->act[l].hc[k];
+    ctrain_sasrec__sasrec_t *s = p->s;
     ct_ops_t *o = p->o;
     o->zero(o, df, (size_t)p->NC * sizeof(float));
     o->zero(o, s->g_hpost, (size_t)p->N * p->n * sizeof(float));
@@ -479,10 +483,10 @@ static void ctrain_sasrec__hc_out_backward(const ct__pass_t *p, int l, int k, co
 }
 
 /* X: the block's input streams (N,n,C); the output streams land in act[l].hc[1].Y. */
-static void ctrain_sasrec__mhc_forward(const ct__pass_t *p, int l, const float *X)
+static void ctrain_sasrec__mhc_forward(const ctrain_sasrec__pass_t *p, int l, const float *X)
 {
-    const ct__blk_params_t *w = &p->s->blk[l];
-    ct__blk_acts_t *a = &p->s->act[l];
+    const ctrain_sasrec__blk_params_t *w = &p->s->blk[l];
+    ctrain_sasrec__blk_acts_t *a = &p->s->act[l];
     ct_ops_t *o = p->o;
     /* attention sub-layer: f_a = A(LNa(u), LNa(u)) */
     ctrain_sasrec__hc_in_forward(p, l, 0, X);
@@ -499,12 +503,12 @@ static void ctrain_sasrec__mhc_forward(const ct__pass_t *p, int l, const float *
         o->timeline_mask(o, a->hc[1].Y, a->hc[1].Y, p->s->seq, p->N, p->n * p->C);
 }
 
-static void ctrain_sasrec__mhc_backward(const ct__pass_t *p, int l, const float *X, float *gout,
-                                        float *gin)
+static void ctrain_sasrec__mhc_backward(const ctrain_sasrec__pass_t *p, int l, const float *X,
+                                        float *gout, float *gin)
 {
-    const ct__blk_params_t *w = &p->s->blk[l];
-    ct__blk_acts_t *a = &p->s->act[l];
-    ct__sasrec_t *s = p->s;
+    const ctrain_sasrec__blk_params_t *w = &p->s->blk[l];
+    ctrain_sasrec__blk_acts_t *a = &p->s->act[l];
+    ctrain_sasrec__sasrec_t *s = p->s;
     ct_ops_t *o = p->o;
     size_t nb = (size_t)p->NC * sizeof(float);
     float *gf = s->g_a, *gy = s->g_b, *gu = s->g_u, *gmid = s->g_mid;
@@ -527,13 +531,14 @@ static void ctrain_sasrec__mhc_backward(const ct__pass_t *p, int l, const float 
     ctrain_sasrec__hc_in_backward(p, l, 0, X, gu, gin);
 }
 
-typedef void (*ct__blk_fwd_fn)(const ct__pass_t *p, int l, const float *x);
-typedef void (*ct__blk_bwd_fn)(const ct__pass_t *p, int l, const float *x, float *gout, float *gin);
+typedef void (*ctrain_sasrec__blk_fwd_fn)(const ctrain_sasrec__pass_t *p, int l, const float *x);
+typedef void (*ctrain_sasrec__blk_bwd_fn)(const ctrain_sasrec__pass_t *p, int l, const float *x,
+                                          float *gout, float *gin);
 
 static const struct {
-    ct__blk_fwd_fn fwd;
-    ct__blk_bwd_fn bwd;
-} ct__layouts[CTRAIN_LAYOUT_COUNT] = {
+    ctrain_sasrec__blk_fwd_fn fwd;
+    ctrain_sasrec__blk_bwd_fn bwd;
+} ctrain_sasrec__layouts[CTRAIN_LAYOUT_COUNT] = {
     [CTRAIN_LAYOUT_POST_LN] = {ctrain_sasrec__post_ln_forward, ctrain_sasrec__post_ln_backward},
     [CTRAIN_LAYOUT_PRE_LN] = {ctrain_sasrec__pre_ln_forward, ctrain_sasrec__pre_ln_backward},
     [CTRAIN_LAYOUT_ORIGINAL] = {ctrain_sasrec__original_forward, ctrain_sasrec__original_backward},
@@ -541,51 +546,51 @@ static const struct {
                                     ctrain_sasrec__original_backward},
 };
 
-static ct__blk_fwd_fn ctrain_sasrec__fwd_of(const ct__pass_t *p)
+static ctrain_sasrec__blk_fwd_fn ctrain_sasrec__fwd_of(const ctrain_sasrec__pass_t *p)
 {
-    return p->mhc ? ctrain_sasrec__mhc_forward : ct__layouts[p->m->cfg.layout].fwd;
+    return p->mhc ? ctrain_sasrec__mhc_forward : ctrain_sasrec__layouts[p->m->cfg.layout].fwd;
 }
 
-static ct__blk_bwd_fn ctrain_sasrec__bwd_of(const ct__pass_t *p)
+static ctrain_sasrec__blk_bwd_fn ctrain_sasrec__bwd_of(const ctrain_sasrec__pass_t *p)
 {
-    return p->mhc ? ctrain_sasrec__mhc_backward : ct__layouts[p->m->cfg.layout].bwd;
+    return p->mhc ? ctrain_sasrec__mhc_backward : ctrain_sasrec__layouts[p->m->cfg.layout].bwd;
 }
 
 /* Block l's output: streams with mHC, else the (N,C) stream. */
-static const float *ctrain_sasrec__blk_out(const ct__pass_t *p, int l)
+static const float *ctrain_sasrec__blk_out(const ctrain_sasrec__pass_t *p, int l)
 {
     return p->mhc ? p->s->act[l].hc[1].Y : p->s->act[l].out;
 }
 
 /* ---- whole passes ---------------------------------------------------------------------------- */
 
-static void ctrain_sasrec__pass_init(ct__pass_t *p, ctrain_model_t *m, int B, bool train)
+static void ctrain_sasrec__pass_init(ctrain_sasrec__pass_t *p, ctrain_model_t *m, int B, bool train)
 {
     const ctrain_model_cfg_t *c = &m->cfg;
-    *p = (ct__pass_t){.m = m,
-                      .s = m->impl,
-                      .o = m->ops,
-                      .W = m->params_mem,
-                      .G = m->grads_mem,
-                      .B = B,
-                      .L = c->maxlen,
-                      .C = c->hidden,
-                      .NH = c->num_heads,
-                      .N = B * c->maxlen,
-                      .n = c->mhc_streams > 0 ? c->mhc_streams : 1,
-                      .train = train,
-                      .ti = c->kind == CTRAIN_MODEL_TISASREC,
-                      .mhc = c->mhc_streams > 0,
-                      .timeline = ctrain_model_timeline(c)};
+    *p = (ctrain_sasrec__pass_t){.m = m,
+                                 .s = m->impl,
+                                 .o = m->ops,
+                                 .W = m->params_mem,
+                                 .G = m->grads_mem,
+                                 .B = B,
+                                 .L = c->maxlen,
+                                 .C = c->hidden,
+                                 .NH = c->num_heads,
+                                 .N = B * c->maxlen,
+                                 .n = c->mhc_streams > 0 ? c->mhc_streams : 1,
+                                 .train = train,
+                                 .ti = c->kind == CTRAIN_MODEL_TISASREC,
+                                 .mhc = c->mhc_streams > 0,
+                                 .timeline = ctrain_model_timeline(c)};
     p->NC = (int64_t)p->N * p->C;
     p->NS = p->NC * p->n;
 }
 
 /* Embedding, blocks, final LayerNorm: s->lnf. Returns the final LayerNorm's input. */
-static const float *ctrain_sasrec__forward(const ct__pass_t *p)
+static const float *ctrain_sasrec__forward(const ctrain_sasrec__pass_t *p)
 {
     const ctrain_model_cfg_t *c = &p->m->cfg;
-    ct__sasrec_t *s = p->s;
+    ctrain_sasrec__sasrec_t *s = p->s;
     ct_ops_t *o = p->o;
     const int64_t lc = (int64_t)p->L * p->C;
     o->embed_forward(o, s->x0, p->W + s->wte, p->ti ? NULL : p->W + s->wpe, s->seq, p->B, p->L,
@@ -614,7 +619,7 @@ static const float *ctrain_sasrec__forward(const ct__pass_t *p)
         o->mhc_expand_forward(o, s->X0, s->x0, p->N, p->n, p->C);
         x = s->X0;
     }
-    ct__blk_fwd_fn fwd = ctrain_sasrec__fwd_of(p);
+    ctrain_sasrec__blk_fwd_fn fwd = ctrain_sasrec__fwd_of(p);
     for (int l = 0; l < c->num_blocks; l++) {
         fwd(p, l, x);
         x = ctrain_sasrec__blk_out(p, l);
@@ -628,10 +633,10 @@ static const float *ctrain_sasrec__forward(const ct__pass_t *p)
 }
 
 /* The loss of the final features; writes d(lnf) into s->g_cur (zeroed here first). */
-static void ctrain_sasrec__loss_forward_backward(const ct__pass_t *p, float count)
+static void ctrain_sasrec__loss_forward_backward(const ctrain_sasrec__pass_t *p, float count)
 {
     const ctrain_model_cfg_t *c = &p->m->cfg;
-    ct__sasrec_t *s = p->s;
+    ctrain_sasrec__sasrec_t *s = p->s;
     ct_ops_t *o = p->o;
     const int V = c->num_items + 1;
     o->zero(o, s->g_cur, (size_t)p->NC * sizeof(float));
@@ -662,10 +667,10 @@ static void ctrain_sasrec__loss_forward_backward(const ct__pass_t *p, float coun
 static int ctrain_sasrec__forward_backward(ctrain_model_t *m, const ctrain_model_batch_t *b,
                                            float count, uint64_t seed, int64_t step, float *loss)
 {
-    ct__pass_t p;
+    ctrain_sasrec__pass_t p;
     ctrain_sasrec__pass_init(&p, m, b->B, true);
     p.seed = seed, p.step = step, p.row0 = b->row0;
-    ct__sasrec_t *s = p.s;
+    ctrain_sasrec__sasrec_t *s = p.s;
     ct_ops_t *o = p.o;
     const ctrain_model_cfg_t *c = &m->cfg;
     size_t ni = (size_t)p.N * sizeof(int32_t), nb = (size_t)p.NC * sizeof(float);
@@ -705,7 +710,7 @@ static int ctrain_sasrec__forward_backward(ctrain_model_t *m, const ctrain_model
         o->zero(o, s->g_pk, nb);
         o->zero(o, s->g_pv, nb);
     }
-    ct__blk_bwd_fn bwd = ctrain_sasrec__bwd_of(&p);
+    ctrain_sasrec__blk_bwd_fn bwd = ctrain_sasrec__bwd_of(&p);
     for (int l = c->num_blocks - 1; l >= 0; l--) {
         const float *xin = l > 0 ? ctrain_sasrec__blk_out(&p, l - 1) : (p.mhc ? s->X0 : s->x0);
         o->zero(o, gin, (size_t)p.NS * sizeof(float));
@@ -741,7 +746,7 @@ static int ctrain_sasrec__forward_features(ctrain_model_t *m, const int32_t *seq
                                            const int64_t *tseq, int B, const float **feats,
                                            int *ldf)
 {
-    ct__pass_t p;
+    ctrain_sasrec__pass_t p;
     if (B < 1 || B > m->max_batch)
         return -EINVAL;
     ctrain_sasrec__pass_init(&p, m, B, false);
@@ -759,7 +764,7 @@ static int ctrain_sasrec__forward_features(ctrain_model_t *m, const int32_t *seq
 
 static int ctrain_sasrec__logits(ctrain_model_t *m, float *pos_logits, float *neg_logits, int64_t n)
 {
-    ct__sasrec_t *s = m->impl;
+    ctrain_sasrec__sasrec_t *s = m->impl;
     ct_ops_t *o = m->ops;
     int64_t have = (int64_t)s->last_B * m->cfg.maxlen;
     if (n > have || m->cfg.loss != CTRAIN_LOSS_BCE)
@@ -771,7 +776,7 @@ static int ctrain_sasrec__logits(ctrain_model_t *m, float *pos_logits, float *ne
 
 static void ctrain_sasrec__destroy(ctrain_model_t *m)
 {
-    ct__sasrec_t *s = m->impl;
+    ctrain_sasrec__sasrec_t *s = m->impl;
     if (!s)
         return;
     m->ops->release(m->ops, s->arena);
@@ -779,7 +784,7 @@ static void ctrain_sasrec__destroy(ctrain_model_t *m)
     m->impl = NULL;
 }
 
-static const ctrain_model_vtbl_t ct__sasrec_vtbl = {
+static const ctrain_model_vtbl_t ctrain_sasrec__sasrec_vtbl = {
     .forward_backward = ctrain_sasrec__forward_backward,
     .forward_features = ctrain_sasrec__forward_features,
     .logits = ctrain_sasrec__logits,
@@ -789,7 +794,7 @@ static const ctrain_model_vtbl_t ct__sasrec_vtbl = {
 /* ---- building -------------------------------------------------------------------------------- */
 
 /* Assigns (or, with c->base == NULL, measures) every arena buffer. */
-static void ctrain_sasrec__carve_arena(ct__sasrec_t *s, const ctrain_model_t *m,
+static void ctrain_sasrec__carve_arena(ctrain_sasrec__sasrec_t *s, const ctrain_model_t *m,
                                        ctrain_model__carve_t *c)
 {
     const ctrain_model_cfg_t *cfg = &m->cfg;
@@ -816,7 +821,7 @@ static void ctrain_sasrec__carve_arena(ct__sasrec_t *s, const ctrain_model_t *m,
     s->mask_rk = masks ? (uint32_t *)ctrain_model__carve_take(c, mw * sizeof(uint32_t)) : NULL;
     s->mask_rv = masks ? (uint32_t *)ctrain_model__carve_take(c, mw * sizeof(uint32_t)) : NULL;
     for (int l = 0; l < cfg->num_blocks; l++) {
-        ct__blk_acts_t *a = &s->act[l];
+        ctrain_sasrec__blk_acts_t *a = &s->act[l];
         bool post = cfg->layout == CTRAIN_LAYOUT_POST_LN;
         a->ln1 = CTRAIN_MODEL__CARVE_F32(c, NC);
         a->ln1_mean = CTRAIN_MODEL__CARVE_F32(c, N);
@@ -832,7 +837,7 @@ static void ctrain_sasrec__carve_arena(ct__sasrec_t *s, const ctrain_model_t *m,
         a->s2 = post ? CTRAIN_MODEL__CARVE_F32(c, NC) : NULL;
         a->out = CTRAIN_MODEL__CARVE_F32(c, NC);
         for (int k = 0; k < 2 && mhc; k++) {
-            ct__hc_acts_t *h = &a->hc[k];
+            ctrain_sasrec__hc_acts_t *h = &a->hc[k];
             h->u = CTRAIN_MODEL__CARVE_F32(c, NC);
             h->hpre = CTRAIN_MODEL__CARVE_F32(c, N * n);
             h->hpost = CTRAIN_MODEL__CARVE_F32(c, N * n);
@@ -896,8 +901,9 @@ static void ctrain_sasrec__carve_arena(ct__sasrec_t *s, const ctrain_model_t *m,
     } while (0)
 
 /* The LayerNorms, FFNs and the final LayerNorm (both kinds); a is the attention's part. */
-static int ctrain_sasrec__table_blocks(ctrain_model_t *m, ct__sasrec_t *s,
-                                       int (*attn)(ctrain_model_t *, ct__sasrec_t *, int))
+static int ctrain_sasrec__table_blocks(ctrain_model_t *m, ctrain_sasrec__sasrec_t *s,
+                                       int (*attn)(ctrain_model_t *, ctrain_sasrec__sasrec_t *,
+                                                   int))
 {
     const ctrain_model_cfg_t *c = &m->cfg;
     const int64_t C = c->hidden;
@@ -948,7 +954,7 @@ static int ctrain_sasrec__table_blocks(ctrain_model_t *m, ct__sasrec_t *s,
 
 /* SASRec.pytorch's attention module: packed in_proj, out_proj (biases start at 0,
  * MultiheadAttention's _reset_parameters). */
-static int ctrain_sasrec__table_mha(ctrain_model_t *m, ct__sasrec_t *s, int l)
+static int ctrain_sasrec__table_mha(ctrain_model_t *m, ctrain_sasrec__sasrec_t *s, int l)
 {
     const int64_t C = m->cfg.hidden;
     char name[CTRAIN_PARAM_NAME_MAX];
@@ -970,7 +976,7 @@ static int ctrain_sasrec__table_mha(ctrain_model_t *m, ct__sasrec_t *s, int l)
 
 /* TiSASRec.pytorch's TimeAwareMultiHeadAttention: three nn.Linear (biases keep PyTorch's
  * default U(+-1/sqrt(C)); the reference's xavier loop skips 1-d tensors). */
-static int ctrain_sasrec__table_tisas(ctrain_model_t *m, ct__sasrec_t *s, int l)
+static int ctrain_sasrec__table_tisas(ctrain_model_t *m, ctrain_sasrec__sasrec_t *s, int l)
 {
     const int64_t C = m->cfg.hidden;
     char name[CTRAIN_PARAM_NAME_MAX];
@@ -991,7 +997,7 @@ static int ctrain_sasrec__table_tisas(ctrain_model_t *m, ct__sasrec_t *s, int l)
 }
 
 /* mHC's tensors, after the reference's own (names of ours: the references have no mHC). */
-static int ctrain_sasrec__table_mhc(ctrain_model_t *m, ct__sasrec_t *s)
+static int ctrain_sasrec__table_mhc(ctrain_model_t *m, ctrain_sasrec__sasrec_t *s)
 {
     const ctrain_model_cfg_t *c = &m->cfg;
     const int64_t n = c->mhc_streams, D = n * c->hidden, K = CT_MHC_COEFFS(n);
@@ -1016,7 +1022,7 @@ static int ctrain_sasrec__table_mhc(ctrain_model_t *m, ct__sasrec_t *s)
 }
 
 /* The table, in the reference's state_dict order (module registration order), mHC after it. */
-static int ctrain_sasrec__build_table(ctrain_model_t *m, ct__sasrec_t *s)
+static int ctrain_sasrec__build_table(ctrain_model_t *m, ctrain_sasrec__sasrec_t *s)
 {
     const ctrain_model_cfg_t *c = &m->cfg;
     const int64_t C = c->hidden, V = (int64_t)c->num_items + 1;
@@ -1054,11 +1060,11 @@ static int ctrain_sasrec__build_table(ctrain_model_t *m, ct__sasrec_t *s)
 
 static int ctrain_sasrec__build(ctrain_model_t *m, ct_errbuf_t *eb)
 {
-    ct__sasrec_t *s = calloc(1, sizeof *s);
+    ctrain_sasrec__sasrec_t *s = calloc(1, sizeof *s);
     if (!s)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     m->impl = s;
-    m->vt = &ct__sasrec_vtbl;
+    m->vt = &ctrain_sasrec__sasrec_vtbl;
     if (ctrain_sasrec__build_table(m, s) != 0)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
 

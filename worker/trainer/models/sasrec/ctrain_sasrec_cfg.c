@@ -13,7 +13,7 @@
 
 /* ---- configuration ------------------------------------------------------------------------- */
 
-static const char *const ct__layout_names[CTRAIN_LAYOUT_COUNT] = {
+static const char *const ctrain_sasrec_cfg__layout_names[CTRAIN_LAYOUT_COUNT] = {
     [CTRAIN_LAYOUT_POST_LN] = "post_ln",
     [CTRAIN_LAYOUT_PRE_LN] = "pre_ln",
     [CTRAIN_LAYOUT_ORIGINAL] = "original",
@@ -22,13 +22,13 @@ static const char *const ct__layout_names[CTRAIN_LAYOUT_COUNT] = {
 
 const char *ctrain_layout_name(ctrain_layout_t layout)
 {
-    return (unsigned)layout < CTRAIN_LAYOUT_COUNT ? ct__layout_names[layout] : "?";
+    return (unsigned)layout < CTRAIN_LAYOUT_COUNT ? ctrain_sasrec_cfg__layout_names[layout] : "?";
 }
 
 int ctrain_layout_parse(const char *text, ctrain_layout_t *out, ct_errbuf_t *eb)
 {
     for (int i = 0; i < CTRAIN_LAYOUT_COUNT; i++) {
-        if (strcmp(text, ct__layout_names[i]) == 0) {
+        if (strcmp(text, ctrain_sasrec_cfg__layout_names[i]) == 0) {
             *out = (ctrain_layout_t)i;
             return 0;
         }
@@ -39,7 +39,7 @@ int ctrain_layout_parse(const char *text, ctrain_layout_t *out, ct_errbuf_t *eb)
                          text);
 }
 
-static const char *const ct__loss_names[CTRAIN_LOSS_COUNT] = {
+static const char *const ctrain_sasrec_cfg__loss_names[CTRAIN_LOSS_COUNT] = {
     [CTRAIN_LOSS_BCE] = "bce",
     [CTRAIN_LOSS_CE] = "ce",
     [CTRAIN_LOSS_SAMPLED_CE] = "sampled_ce",
@@ -47,13 +47,13 @@ static const char *const ct__loss_names[CTRAIN_LOSS_COUNT] = {
 
 const char *ctrain_loss_name(ctrain_loss_t loss)
 {
-    return (unsigned)loss < CTRAIN_LOSS_COUNT ? ct__loss_names[loss] : "?";
+    return (unsigned)loss < CTRAIN_LOSS_COUNT ? ctrain_sasrec_cfg__loss_names[loss] : "?";
 }
 
 int ctrain_loss_parse(const char *text, ctrain_loss_t *out, ct_errbuf_t *eb)
 {
     for (int i = 0; i < CTRAIN_LOSS_COUNT; i++) {
-        if (strcmp(text, ct__loss_names[i]) == 0) {
+        if (strcmp(text, ctrain_sasrec_cfg__loss_names[i]) == 0) {
             *out = (ctrain_loss_t)i;
             return 0;
         }
