@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """step_bench.py - ctrain's training step on a GPU against the PyTorch reference
 (tests/ctrain/torch_ref.py) on the same GPU, same data and hyper-parameters, with the roofline
-estimate of sasrec-spec.md 6. Run by bench/gpu/run.sh; works without a network.
+estimate of docs/models.md §6. Run by bench/gpu/run.sh; works without a network.
 
     step_bench.py --ctrain build-gpu/worker/ctrain [--device cuda] [--steps N] [--reps R]
                   [--workload sasrec-ml1m|tisasrec-ml100k|all] [--out DIR]
@@ -22,7 +22,7 @@ difference of the steps, so the one-time set-up is left out (the 1-epoch figure,
 included, is kept in step_bench.json as *_first_epoch); fp32 and with --use_amp; PyTorch's epoch event (train_seconds / steps,
 after 3 untimed warm-up steps). Each is run --reps times and the median taken. The roofline
 column: SASRec 11.2 GFLOP per step (8.0 with causal skipping) and ~0.3-0.6 GB moved, so
-0.2-0.3 ms on an H100 (spec 6.4); TiSASRec at L = 50, 2.1 GFLOP (spec 6.3): ~0.03 ms of fp32
+0.2-0.3 ms on an H100 (docs/models.md §6.4); TiSASRec at L = 50, 2.1 GFLOP (§6.3): ~0.03 ms of fp32
 compute, memory-bound in practice.
 """
 
