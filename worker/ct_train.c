@@ -50,9 +50,9 @@ int ct_train_load_data(const ct_train_cfg_t *cfg, ct_dataset_t *ds, ct_errbuf_t 
     if (rc == 0 && ds->num_eval_users == 0) {
         ct_data_free(ds);
         return ct_errbuf_set(eb, CT_EFORMAT,
-                             "%s: no user has the 4 interactions a validation and a test item "
+                             "%s: no user has the %d interactions a validation and a test item "
                              "need",
-                             cfg->dataset);
+                             cfg->dataset, opts.min_eval_len);
     }
     return rc;
 }
