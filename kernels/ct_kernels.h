@@ -420,8 +420,10 @@ int64_t ct_count_nonzero_cpu(const int32_t *ids, int64_t n);
  *   CT_L2_NORM          lambda * sqrt(sum w^2)   (earlier SASRec.pytorch, TiSASRec.pytorch)
  *   CT_L2_HALF_SQUARED  lambda * sum w^2 / 2     (the TF originals' l2 regulariser)
  * It is part of the loss, not decoupled weight decay: its gradient goes into dw before Adam,
- * exactly as autograd would put it there. (In data-parallel runs every rank adds it and the
- * gradients are averaged, which keeps it counted once.)
+ * exactly as autograd would put it there. (In data-parallel runs the step's gradient reduction
+ * is a sum - each rank's gradients are already divided by the global target count - and the
+ * trainer adds this term once, after the reduction, on every rank to the same summed buffer,
+ * so it is counted once: ct__step, docs/models.md §5.1.)
  *   penalty: (1) written   dw: (n) +=   w: (n) */
 typedef enum ct_l2_mode {
     CT_L2_SQUARED = 0,
@@ -433,7 +435,8 @@ void ct_l2_penalty_cpu(float *penalty, float *dw, const float *w, int64_t n, flo
 
 /* ---- optimizer (kernels/cpu/adam.c) ----------------------------------------------------------
  * One Adam step over a flat buffer, as torch.optim.Adam (no weight decay, no amsgrad) computes
- * it, with g = grads * grad_scale (grad_scale folds in averaging over ranks or clipping):
+ * it, with g = grads * grad_scale (grad_scale folds in clipping; the reduced gradients are
+ * already those of the whole global batch, so no averaging over ranks is needed):
  *   m = lerp(m, g, 1 - beta1)      v = beta2 v + (1 - beta2) g^2
  *   params += -(lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
  * The scalars are formed in double and rounded to float once, the per-element work is float.
