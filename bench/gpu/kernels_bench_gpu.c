@@ -5,7 +5,7 @@
  * op names and order, so rows line up). Not a test: it asserts nothing but the launchers'
  * return codes, and CI does not run it at these sizes.
  *
- *   build/bench/gpu/kernels_bench_gpu [reps] [--size B,L] [--tf32]
+ *   build/bench/kernels_bench_gpu [reps] [--size B,L] [--tf32]
  *       reps      timed repetitions per row (default 50); each repetition times 20 back-to-back
  *                 calls between two CUDA events, and a row is the median per call
  *       --size    other batch and sequence sizes (the CPU emulator's smoke run uses tiny ones)
