@@ -517,7 +517,7 @@ static void test_man_page_documents_everything(void)
         "OMP_NUM_THREADS",
         "TORCHELASTIC_SIGNALS_TO_HANDLE",
         "CTRUN_HEARTBEAT_FD",
-        /* the sections of a torchrun-compatible manual page */
+        /* the sections ctrun.1 must keep */
         ".SH EXIT STATUS",
         ".SH EXAMPLES",
         ".SH DIFFERENCES FROM TORCHRUN",
