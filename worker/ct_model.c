@@ -135,8 +135,8 @@ int ct_model_cfg_check(const ct_model_cfg_t *c, ct_errbuf_t *eb)
     if (c->mhc_streams > 0 && c->layout != CT_LAYOUT_PRE_LN)
         return ct_errbuf_set(
             eb, -EINVAL,
-            "mHC wraps the sub-layers of the pre_ln layout, not %s (sasrec-spec.md "
-            "7.4: the other layouts have no clean identity path)",
+            "mHC wraps the sub-layers of the pre_ln layout, not %s (docs/models.md "
+            "§7.4: the other layouts have no clean identity path)",
             ct_layout_name(c->layout));
     if (c->kind == CT_MODEL_TISASREC) {
         if (c->layout != CT_LAYOUT_ORIGINAL2020 && c->layout != CT_LAYOUT_PRE_LN)

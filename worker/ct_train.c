@@ -25,7 +25,7 @@
 int ct_train_load_data(const ct_train_cfg_t *cfg, ct_dataset_t *ds, ct_errbuf_t *eb)
 {
     /* SASRec.pytorch HEAD splits users with >= 4 interactions, TiSASRec.pytorch those with >= 3
-     * (sasrec-spec.md 1.3). */
+     * (docs/models.md §1.3). */
     ct_data_opts_t opts = CT_DATA_OPTS_DEFAULT;
     opts.min_eval_len = cfg->model == CT_MODEL_TISASREC ? 3 : 4;
     opts.min_count = cfg->min_count;
@@ -50,9 +50,9 @@ int ct_train_load_data(const ct_train_cfg_t *cfg, ct_dataset_t *ds, ct_errbuf_t 
     if (rc == 0 && ds->num_eval_users == 0) {
         ct_data_free(ds);
         return ct_errbuf_set(eb, CT_EFORMAT,
-                             "%s: no user has the 4 interactions a validation and a test item "
+                             "%s: no user has the %d interactions a validation and a test item "
                              "need",
-                             cfg->dataset);
+                             cfg->dataset, opts.min_eval_len);
     }
     return rc;
 }
@@ -538,7 +538,7 @@ static int ct__step(ct_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
 /* ---- evaluation inside training -------------------------------------------------------------- */
 
 /* The number models are selected on: validation full-ranking NDCG@10 when full ranking is
- * evaluated (the spec's primary metric), else the sampled one. Never a test number. */
+ * evaluated (docs/models.md §4.3), else the sampled one. Never a test number. */
 static double ct__select_metric(const ct_train_cfg_t *c, const ct_eval_result_t *r)
 {
     return (c->eval & CT_EVAL_MODE_FULL) ? r->valid.full_ndcg : r->valid.ndcg;
