@@ -2,19 +2,19 @@
  * kernels_bench.c - times the CPU ops of one SASRec block, forward and backward, at ml-1m sizes
  * (B = 128, L = 200, d = 50, h = 1, dropout 0.2, post_ln: HEAD's default layout), plus the
  * per-step pieces outside the blocks, and compares the total with the FLOP count of
- * sasrec-spec.md 6.2. Not a test: it asserts nothing and CI does not run it.
+ * docs/models.md §6.2. Not a test: it asserts nothing and CI does not run it.
  *
  *   build/bench/kernels_bench [reps]      (default 5; each row is the fastest of reps runs)
  *
  * Output: '#' header lines (machine, BLAS, sizes), then one fixed-width row per op:
  *   op dir ms GFLOP GFLOP/s GB/s
- * GFLOP is the spec's count for the op (2 per multiply-add; attention counted dense, as the
- * spec does, so its GFLOP/s is "spec-equivalent" - the op itself skips the work above the
+ * GFLOP is the op's count in docs/models.md §6.2 (2 per multiply-add; attention counted dense,
+ * as there, so its GFLOP/s is "dense-equivalent" - the op itself skips the work above the
  * diagonal); element-wise ops show the bytes they move instead. Backward rows count 2x the
- * forward FLOPs (spec: forward + backward = 3x forward). The footer adds the rows up and
+ * forward FLOPs (forward + backward = 3x forward). The footer adds the rows up and
  * projects a training step (2 blocks + the rest) and an ml-1m epoch (48 steps).
  *
- * Deliberately not here: a PyTorch comparison (bench/train_bench, issue 8) and GPU timings.
+ * Deliberately not here: a PyTorch comparison (bench/train_bench) and GPU timings (bench/gpu/).
  */
 #include <math.h>
 #include <stdio.h>
@@ -95,7 +95,7 @@ static void print_header(void)
 #endif
     printf("# sizes: B=%d L=%d d=%d h=%d dropout=%.1f layout=post_ln items=%d, fastest of %d\n", B,
            L, C, NH, (double)PDROP, V - 1, reps);
-    printf("# GFLOP: sasrec-spec.md 6.2 counts (attention dense); backward = 2x forward\n");
+    printf("# GFLOP: docs/models.md §6.2 counts (attention dense); backward = 2x forward\n");
     printf("# %-22s %-4s %9s %8s %9s %7s\n", "op", "dir", "ms", "GFLOP", "GFLOP/s", "GB/s");
 }
 
@@ -279,15 +279,15 @@ int main(int argc, char **argv)
     print_rows(step_end, var_end, &v_ms, &v_gf);
 
     const double spec_block = 3 * 14.0e6 * B / 1e9; /* fwd+bwd, dense attention, per block */
-    const double spec_step = 11.2;                  /* sasrec-spec.md 6.2, per step */
+    const double spec_step = 11.2;                  /* docs/models.md §6.2, per step */
     double blk_ms = fwd_ms + bwd_ms;
     double step_ms = NBLOCKS * blk_ms + rest_ms;
     printf("# totals\n");
     printf("  %-27s %9.3f %8.3f %9.1f\n", "block fwd", fwd_ms, fwd_gf, fwd_gf / (fwd_ms / 1e3));
     printf("  %-27s %9.3f %8.3f %9.1f\n", "block bwd", bwd_ms, bwd_gf, bwd_gf / (bwd_ms / 1e3));
-    printf("  %-27s %9.3f %8.3f %9.1f   (spec: %.3f GFLOP per block fwd+bwd)\n", "block fwd+bwd",
+    printf("  %-27s %9.3f %8.3f %9.1f   (count: %.3f GFLOP per block fwd+bwd)\n", "block fwd+bwd",
            blk_ms, fwd_gf + bwd_gf, (fwd_gf + bwd_gf) / (blk_ms / 1e3), spec_block);
-    printf("  %-27s %9.3f %8.3f %9.1f   (spec: %.1f GFLOP per step)\n", "step (2 blocks + rest)",
+    printf("  %-27s %9.3f %8.3f %9.1f   (count: %.1f GFLOP per step)\n", "step (2 blocks + rest)",
            step_ms, spec_step, spec_step / (step_ms / 1e3), spec_step);
     printf("# projected: %.2f s per ml-1m epoch (%d steps), %.0f target positions/s "
            "(%lld real of %d slots per step)\n",

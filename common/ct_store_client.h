@@ -16,7 +16,7 @@
  * - get() and multi_get() WAIT for their keys first and then read them, as PyTorch does, so
  *   they block until the keys exist or the timeout passes (-ETIMEDOUT).
  * - A WAIT that times out in v2 sends CANCEL_WAIT and reads the reply exactly as PyTorch does
- *   (tcpstore-protocol.md §2.4), bounded by cancel_grace_ms; the connection stays usable. In
+ *   (docs/store-protocol.md §2.4), bounded by cancel_grace_ms; the connection stays usable. In
  *   v1 there is no cancel, and a late STOP_WAITING would desynchronise the stream (the 1.13
  *   bug), so the client drops the connection instead.
  * - After any failure that leaves the stream in an unknown state (a timeout mid-reply, the

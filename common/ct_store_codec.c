@@ -19,7 +19,7 @@ const ct_store_limits_t ct_store_default_limits = {
 
 /* ---- op tables ------------------------------------------------------------------------ */
 
-/* Wire codes per op, -1 where the dialect lacks it (tcpstore-protocol.md §2.1). */
+/* Wire codes per op, -1 where the dialect lacks it (docs/store-protocol.md §2.1). */
 static const int8_t ct_store_codec__v1_code[CT_STORE_OP_COUNT] = {
     [CT_STORE_OP_VALIDATE] = -1,   [CT_STORE_OP_SET] = 0,          [CT_STORE_OP_COMPARE_SET] = 1,
     [CT_STORE_OP_GET] = 2,         [CT_STORE_OP_ADD] = 3,          [CT_STORE_OP_CHECK] = 4,

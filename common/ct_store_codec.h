@@ -1,7 +1,7 @@
 /*
  * ct_store_codec.h - the wire format of PyTorch's TCPStore, in both dialects, as a pure codec.
  *
- * Owns: the byte layout of every request and response (spec: tcpstore-protocol.md §1-2), the
+ * Owns: the byte layout of every request and response (docs/store-protocol.md §1–2), the
  * mapping between wire type codes and dialect-neutral operations, telling the dialects apart
  * from the first bytes of a connection, the size limits, and the messages of ctrun's optional
  * authentication exchange. Server, client and fuzzers all go through this file, so there is one

@@ -63,7 +63,7 @@ void ct_rng_u32_cpu(uint32_t *out, int64_t n, uint64_t seed, uint64_t stream, ui
 /* out: (n) uniform floats in [0, 1). */
 void ct_rng_uniform_cpu(float *out, int64_t n, uint64_t seed, uint64_t stream, uint64_t offset);
 
-/* ---- defaults of the reference (sasrec-spec.md 2.1) -------------------------------------- */
+/* ---- defaults of the reference (docs/models.md §2.1) ------------------------------------- */
 #define CT_SASREC_LN_EPS     1e-8f /* every LayerNorm */
 #define CT_SASREC_ADAM_BETA1 0.9
 #define CT_SASREC_ADAM_BETA2 0.98
@@ -104,7 +104,7 @@ void ct_timeline_mask_cpu(float *out, const float *inp, const int32_t *seq, int 
 
 /* ---- embedding (kernels/cpu/embed.c) -------------------------------------------------------
  * out[b,t,:] = scale * wte[seq[b,t],:] + wpe[pid(b,t),:]   (SASRec: scale = sqrt(C))
- * The positional id pid(b,t) follows one of the two rules of sasrec-spec.md 2.1: */
+ * The positional id pid(b,t) follows one of the two rules of docs/models.md §2.1: */
 typedef enum ct_pos_mode {
     /* HEAD / 2024: P = L + 1 rows, row 0 = padding; pid = t + 1 where seq[b,t] != 0, else 0.
      * Padding positions add row 0, and row 0 gets no gradient (padding_idx = 0). */
@@ -180,7 +180,7 @@ void ct_qkv_backward_cpu(float *dxq, float *dxkv, float *dweight, float *dbias, 
 /* ---- causal multi-head attention (kernels/cpu/attention.c) -----------------------------------
  * For each sequence b and head h (head h = columns h*HS .. h*HS+HS-1 of q, k, v and out):
  *   S[i,j] = q_i . k_j / sqrt(HS) for j <= i   (causal mask; NO key-padding mask: real queries
- *            attend to padding keys, as in SASRec.pytorch, sasrec-spec.md 2.1)
+ *            attend to padding keys, as in SASRec.pytorch, docs/models.md §2.6)
  *   att[i,:] = softmax_j S[i,:]                (zeros above the diagonal)
  *   out_i = sum_j drop(att)[i,j] v_j           dropout on the probabilities, element
  *            (b,h,i,j) drawing index offset + ((b*NH + h)*L + i)*L + j
@@ -215,7 +215,7 @@ void ct_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, c
                                ct_dropout_t drop);
 
 /* ---- time-aware attention (kernels/cpu/tisas.c) ---------------------------------------------
- * TiSASRec's attention (sasrec-spec.md 3.3) for each sequence b and head h (head h = columns
+ * TiSASRec's attention (docs/models.md §3.3) for each sequence b and head h (head h = columns
  * h*HS .. h*HS+HS-1), with tau_ij = min(|tseq[b,i] - tseq[b,j]|, T):
  *   S[i,j] = (q_i . k_j + sum_c q_ic rk[tau_ij,c] fK[b,i,j,c]) / sqrt(HS)   for j <= i
  *   att[i,:] = softmax_j S[i,:]       (zeros above the diagonal)
@@ -273,7 +273,7 @@ void ct_tisas_mask_cpu(uint32_t *bits, const int32_t *qmask, int B, int L, int C
                        ct_dropout_t drop);
 
 /* ---- mHC residual streams (kernels/cpu/mhc.c) -------------------------------------------------
- * Manifold-constrained hyper-connections (sasrec-spec.md 7): every token carries n streams of
+ * Manifold-constrained hyper-connections (docs/models.md §7): every token carries n streams of
  * C channels, X (n,C) row-major, and each sub-layer F (with its own pre-norm) is wrapped as
  *   X' = H^res X + (H^post)^T F(H^pre X)
  * with per-token mappings computed from the flattened streams. */
@@ -296,7 +296,7 @@ void ct_sinkhorn_forward_cpu(float *out, const float *logits, int M, int n, int 
 void ct_sinkhorn_backward_cpu(float *dlogits, float *scratch, const float *dout,
                               const float *logits, int M, int n, int iters);
 
-/* The mappings of one mHC layer for N tokens (sasrec-spec.md 7.2). With D = n*C and
+/* The mappings of one mHC layer for N tokens (docs/models.md §7.2). With D = n*C and
  * xh = X_r / sqrt(mean(X_r^2) + eps) (RMSNorm of the flattened streams, no gain: phi carries
  * any scale) and proj = xh phi (K = CT_MHC_COEFFS(n) columns):
  *   hpre  = sigmoid(alpha[0] proj[0:n] + bias[0:n])
@@ -373,7 +373,7 @@ void ct_score_forward_cpu(float *logits, const float *feats, const float *wte, c
 void ct_score_backward_cpu(float *dfeats, float *dwte, const float *dlogits, const float *feats,
                            const float *wte, const int32_t *ids, int N, int C);
 
-/* SASRec's loss, BCE with logits and one negative per position (sasrec-spec.md 2.1):
+/* SASRec's loss, BCE with logits and one negative per position (docs/models.md §2.1):
  *   loss = ( sum_{r: pos[r] != 0} softplus(-pos_logits[r]) + softplus(neg_logits[r]) ) / count
  * which is the reference's mean over the positive terms plus the mean over the negative terms
  * (both means run over the same positions). count is the number of positions with pos != 0
@@ -420,8 +420,10 @@ int64_t ct_count_nonzero_cpu(const int32_t *ids, int64_t n);
  *   CT_L2_NORM          lambda * sqrt(sum w^2)   (earlier SASRec.pytorch, TiSASRec.pytorch)
  *   CT_L2_HALF_SQUARED  lambda * sum w^2 / 2     (the TF originals' l2 regulariser)
  * It is part of the loss, not decoupled weight decay: its gradient goes into dw before Adam,
- * exactly as autograd would put it there. (In data-parallel runs every rank adds it and the
- * gradients are averaged, which keeps it counted once.)
+ * exactly as autograd would put it there. (In data-parallel runs the step's gradient reduction
+ * is a sum - each rank's gradients are already divided by the global target count - and the
+ * trainer adds this term once, after the reduction, on every rank to the same summed buffer,
+ * so it is counted once: ct__step, docs/models.md §5.1.)
  *   penalty: (1) written   dw: (n) +=   w: (n) */
 typedef enum ct_l2_mode {
     CT_L2_SQUARED = 0,
@@ -433,7 +435,8 @@ void ct_l2_penalty_cpu(float *penalty, float *dw, const float *w, int64_t n, flo
 
 /* ---- optimizer (kernels/cpu/adam.c) ----------------------------------------------------------
  * One Adam step over a flat buffer, as torch.optim.Adam (no weight decay, no amsgrad) computes
- * it, with g = grads * grad_scale (grad_scale folds in averaging over ranks or clipping):
+ * it, with g = grads * grad_scale (grad_scale folds in clipping; the reduced gradients are
+ * already those of the whole global batch, so no averaging over ranks is needed):
  *   m = lerp(m, g, 1 - beta1)      v = beta2 v + (1 - beta2) g^2
  *   params += -(lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
  * The scalars are formed in double and rounded to float once, the per-element work is float.

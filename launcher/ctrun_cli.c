@@ -659,7 +659,7 @@ static int ctrun__workers(const ctrun__raw_t *raw, ctrun_config_t *cfg, const ch
                              "%s: not supported by ctrun (run the worker under numactl instead)",
                              raw->source[CTRUN__O_NUMA_BINDING]);
 
-    /* What to run: torchrun's flags, then the entry rule (.py or -m under Python). */
+    /* What to run: torchrun's flags, then ctrun's entry rule (.py or -m under Python). */
     if ((rc = ctrun__flag(raw, CTRUN__O_MODULE, &cfg->module, eb)) != 0 ||
         (rc = ctrun__flag(raw, CTRUN__O_NO_PYTHON, &cfg->no_python, eb)) != 0 ||
         (rc = ctrun__flag(raw, CTRUN__O_RUN_PATH, &cfg->run_path, eb)) != 0)
@@ -929,8 +929,8 @@ void ctrun_cli_help(FILE *out)
         ctrun__wrap(out, help, 8);
     }
     fputs("\nExit status: 0 when every worker succeeded; 1 when the job failed (a failure "
-          "report\nis printed); 2 for a bad option or value; 128+N when ctrun was stopped by "
-          "signal N.\n",
+          "report\nis printed); 2 for a bad option or value; 3 when --progress_guard stopped the "
+          "restarts;\n128+N when ctrun was stopped by signal N.\n",
           out);
 }
 

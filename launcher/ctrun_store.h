@@ -11,7 +11,8 @@
  * Not here: the wire format (ct_store_codec.h), the client (ct_store_client.h), command-line
  * handling (ctrun_store_main.c), rendezvous logic (the agent's, built on this API).
  *
- * Semantics are PyTorch's (tcpstore-protocol.md §2), with these chosen quirks:
+ * Semantics are PyTorch's (docs/store-protocol.md §2), with these chosen quirks (its §3.3
+ * compares them with PyTorch's two servers):
  * - GET and MULTI_GET of a missing key answer an empty value (libuv server), never close.
  * - Every write wakes waiters of its key: SET, ADD, APPEND, MULTI_SET, and a COMPARE_SET that
  *   creates or replaces the value (PyTorch 1.13 does not wake on compare_set at all; its libuv

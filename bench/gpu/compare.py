@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """compare.py - joins kernels_bench_gpu's table with torch_ops.py's (same op names, same order)
 and prints one table with the PyTorch / ctrun ratio per op, then the step lines: ctrun's ops as
-one CUDA graph against the PyTorch reference model's step and sasrec-spec.md 6.4's roofline
-estimate (0.2-0.3 ms per step at ml-1m sizes).
+one CUDA graph against the PyTorch reference model's step and the roofline
+estimate of docs/models.md §6.4 (0.2-0.3 ms per step at ml-1m sizes).
 
     python3 bench/gpu/compare.py kernels_bench_gpu.txt torch_ops.txt
 

@@ -5,7 +5,7 @@
  * op names and order, so rows line up). Not a test: it asserts nothing but the launchers'
  * return codes, and CI does not run it at these sizes.
  *
- *   build/bench/gpu/kernels_bench_gpu [reps] [--size B,L] [--tf32]
+ *   build/bench/kernels_bench_gpu [reps] [--size B,L] [--tf32]
  *       reps      timed repetitions per row (default 50); each repetition times 20 back-to-back
  *                 calls between two CUDA events, and a row is the median per call
  *       --size    other batch and sequence sizes (the CPU emulator's smoke run uses tiny ones)
@@ -20,7 +20,7 @@
  * datasheet (H100 SXM: 67 TFLOP/s without tensor cores), and %floor = floor / measured: how
  * close the op runs to its roofline. The footer adds the ops up per step (2 blocks + the rest),
  * then replays the same step captured as a CUDA graph, which removes the launch gaps, and
- * compares it with sasrec-spec.md 6.4's estimate of 0.2-0.3 ms per step.
+ * compares it with the estimate of docs/models.md §6.4, 0.2-0.3 ms per step.
  *
  * The variants section also times the ops of the other models at the same sizes: TiSASRec's
  * attention (with its interval masks), one mHC layer (n = 4) and the softmax losses.
@@ -129,7 +129,7 @@ static void *dev_bytes(size_t nbytes)
     return d;
 }
 
-/* The two ceilings of METHOD.md, measured once: a large device-to-device copy (bytes read plus
+/* The two ceilings of the roofline, measured once: a large device-to-device copy (bytes read plus
  * written, 1 GiB) and a large sgemm (cuBLAS through the all-item score op: 4096^3). Small
  * batches (smoke runs) measure small ones. */
 static void measure_ceilings(const ct_cuda_ctx_t *ctx, double *gemm_flops, int small)
@@ -638,7 +638,7 @@ int main(int argc, char **argv)
         double g_ms = 0, g_fl = 0;
         printf("# step as one CUDA graph (launch gaps removed)\n");
         print_rows(nrows - 1, nrows, &g_ms, &g_fl);
-        printf("# sasrec-spec.md 6.4 estimates 0.2-0.3 ms per step: %.2fx of 0.25 ms; the sum of "
+        printf("# docs/models.md §6.4 estimates 0.2-0.3 ms per step: %.2fx of 0.25 ms; the sum of "
                "the ops' floors is %.4f ms (%.1f%% of the graph's time)\n",
                r->ms / 0.25, step_floor, 100.0 * step_floor / r->ms);
         printf("# projected: %.3f s per ml-1m epoch (48 steps), %.0f target positions/s "

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench/gpu/run.sh - the one command of a GPU session (issue 10). In a copy of the work tree on a
-# GPU machine with nvcc, meson, ninja and PyTorch and no network, it:
+# bench/gpu/run.sh - the one command that checks and measures the GPU code. In a copy of the
+# work tree on a GPU machine with nvcc, meson, ninja and PyTorch and no network, it:
 #   1. configures a CUDA build in build-gpu/ (release, sm_90 + PTX) and builds it;
 #   2. runs the gpu test suite (every CUDA op against its CPU twin, ctrain's model on the CUDA
 #      op table against the CPU table, ctrain --device cuda / NCCL end to end), the multi-gpu
@@ -11,7 +11,7 @@
 #   4. times ctrain's own training step (--device cuda, fp32 and --use_amp) against the PyTorch
 #      reference (tests/worker/trainer/torch_ref.py --device cuda) on the same GPU for SASRec ml-1m-r
 #      (L=200, B=128) and TiSASRec ml-100k, with the roofline column (bench/gpu/step_bench.py;
-#      data from ../shared/data, else synthetic files of the same sizes).
+#      data from $CT_DATA_DIR, else synthetic files of the same sizes).
 #
 #   bench/gpu/run.sh [--reps N] [--skip-tests] [--sanitize]
 #
@@ -19,7 +19,7 @@
 #               uninitialised accesses; racecheck and synccheck: shared-memory races and
 #               barrier misuse), which sees what the CPU emulator cannot; slow, minutes
 #
-# Results go to $OUT when it is set (the device tool's output folder), else build-gpu/results/:
+# Results go to $OUT when it is set (a folder the caller collects), else build-gpu/results/:
 #   summary.txt  gpu-tests.log  cuda-args.log  kernels_bench_gpu.txt  torch_ops.txt
 #   step_bench.txt  step_bench.json  (+ logs)
 # Missing Debian development packages (libuv, jansson, zlib, OpenBLAS) can travel with the tree

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gpu/scaling.sh - data-parallel scaling of ctrain on GPUs (issue 11), run the way
+# bench/gpu/scaling.sh - data-parallel scaling of ctrain on GPUs, run the way
 # bench/gpu/run.sh is (a copy of the work tree on a GPU machine, no network; it builds
 # build-gpu/ when run.sh has not):
 #   - step time (ms) and throughput (target positions/s) of SASRec ml-1m-r (L=200, B=128 global)
@@ -16,7 +16,7 @@
 #   bench/gpu/scaling.sh [--epochs N]
 #
 # Results go to $OUT when set, else build-gpu/results/: scaling.txt (+ logs). Data from
-# ../shared/data (or $CT_DATA_DIR), else a synthetic file of ml-1m-r's size (step_bench.py).
+# $CT_DATA_DIR/ml-1m-r/ml-1m-r.txt, else a synthetic file of its size (step_bench.py).
 # Exit status 0 when every run finished; the numbers are reported, not judged.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """step_bench.py - ctrain's training step on a GPU against the PyTorch reference
 (tests/worker/trainer/torch_ref.py) on the same GPU, same data and hyper-parameters, with the roofline
-estimate of sasrec-spec.md 6. Run by bench/gpu/run.sh; works without a network.
+estimate of docs/models.md §6. Run by bench/gpu/run.sh; works without a network.
 
     step_bench.py --ctrain build-gpu/worker/ctrain [--device cuda] [--steps N] [--reps R]
                   [--workload sasrec-ml1m|tisasrec-ml100k|all] [--out DIR]
@@ -11,10 +11,11 @@ Workloads (the references' defaults, as bench/train_bench):
                    dropout 0.2, BCE; ctrain --no_time --no_mhc
   tisasrec-ml100k  TiSASRec on ml-100k, L = 50, B = 128, d = 50, 2 blocks, 1 head, dropout 0.2,
                    time_span 256, l2_emb 5e-5; ctrain --no_mhc
-Data: $CT_DATA_DIR, else ../shared/data or ../../shared/data from the repository root; when
-the file is not there, a synthetic file of the same size (users, items, interactions; random
-sequences, increasing times) is written under --out and both programs read it, so the
-comparison stays like for like.
+Data: the dataset files under $CT_DATA_DIR (ml-1m-r/ml-1m-r.txt, ml-100k/u.data; see
+docs/CONTRIBUTING.md, "Datasets"); when CT_DATA_DIR is unset or the file is not there, a
+synthetic file of the same size (users, items, interactions; random sequences, increasing times)
+is written under --out and both programs read it, so the comparison stays like for like (the
+"data" column says which).
 
 ms/step: ctrain's steady state, from its summaries (train_seconds, steps; evaluation and
 checkpoints excluded) of a 1-epoch and an 11-epoch run: the difference of the times over the
@@ -22,7 +23,7 @@ difference of the steps, so the one-time set-up is left out (the 1-epoch figure,
 included, is kept in step_bench.json as *_first_epoch); fp32 and with --use_amp; PyTorch's epoch event (train_seconds / steps,
 after 3 untimed warm-up steps). Each is run --reps times and the median taken. The roofline
 column: SASRec 11.2 GFLOP per step (8.0 with causal skipping) and ~0.3-0.6 GB moved, so
-0.2-0.3 ms on an H100 (spec 6.4); TiSASRec at L = 50, 2.1 GFLOP (spec 6.3): ~0.03 ms of fp32
+0.2-0.3 ms on an H100 (docs/models.md §6.4); TiSASRec at L = 50, 2.1 GFLOP (§6.3): ~0.03 ms of fp32
 compute, memory-bound in practice.
 """
 
@@ -43,15 +44,8 @@ EPOCHS_LONG = 11  # ctrain runs of 1 and of EPOCHS_LONG epochs; ms/step from the
 
 
 def data_dir():
-    if os.environ.get("CT_DATA_DIR"):
-        return os.environ["CT_DATA_DIR"]
-    for up in (1, 2):
-        d = TOP
-        for _ in range(up):
-            d = os.path.dirname(d)
-        if os.path.isdir(os.path.join(d, "shared", "data")):
-            return os.path.join(d, "shared", "data")
-    return os.path.join(os.path.dirname(TOP), "shared", "data")
+    """$CT_DATA_DIR, the one place the real datasets are looked for; None when unset."""
+    return os.environ.get("CT_DATA_DIR") or None
 
 
 WORKLOADS = {
@@ -100,9 +94,12 @@ def synthetic(path, users, items, interactions, timed, seed=7):
 
 
 def dataset(name, w, out):
-    p = os.path.join(data_dir(), *w["file"])
-    if os.path.isfile(p):
+    d = data_dir()
+    p = os.path.join(d, *w["file"]) if d else None
+    if p and os.path.isfile(p):
         return p, "file"
+    print("step_bench: %s: %s, using a synthetic file of the same size"
+          % (name, "%s not found" % p if p else "CT_DATA_DIR is not set"), file=sys.stderr)
     users, items, inter = w["size"]
     s = os.path.join(out, f"synthetic-{name}.txt")
     if not os.path.isfile(s):

@@ -84,7 +84,7 @@ class FeedForward(torch.nn.Module):
 
 
 class SASRec(torch.nn.Module):
-    """pmixer/SASRec.pytorch HEAD, norm_first=False (sasrec-spec.md 2.3 (a))."""
+    """pmixer/SASRec.pytorch HEAD, norm_first=False (docs/models.md §2.3 (a))."""
 
     def __init__(self, items, maxlen, c, blocks, heads, p):
         super().__init__()

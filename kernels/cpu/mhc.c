@@ -1,5 +1,5 @@
 /*
- * mhc.c - the ops of mHC residual streams (sasrec-spec.md 7; semantics in ct_kernels.h): the
+ * mhc.c - the ops of mHC residual streams (docs/models.md §7; semantics in ct_kernels.h): the
  * Sinkhorn-Knopp projection and its backward, the per-token mappings H^pre, H^post, H^res
  * (RMSNorm of the flattened streams, one sgemm for all three projections, the gates and biases,
  * sigmoid / 2 sigmoid / Sinkhorn), the stream mixing on either side of a sub-layer, and the

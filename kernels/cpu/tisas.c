@@ -13,7 +13,7 @@
  * into B*L*L*C bits - 1/32 of the float tensor, 2 MB per tensor at L = 50, B = 128 - and
  * reading the bits everywhere computes exactly the same masks at a quarter of the draws.
  *
- * Why the direct gather-dot and not the product-then-gather of sasrec-spec.md 3.6 (Q (R^K)^T
+ * Why the direct gather-dot and not the product-then-gather of docs/models.md §3.6 (Q (R^K)^T
  * once, then gather at tau): with dropout on the interval tensors the product cannot be
  * formed at all (every (i,j) pair has its own mask over c), and without dropout it costs
  * L (T+1) C multiply-adds per sequence against L^2 C / 2 for the gather-dot - more whenever

@@ -1,7 +1,7 @@
 /*
  * test_ct_store_client_pytorch.c - our C client against PyTorch's own TCPStore servers.
  *
- * Proves (case 27 and its v2 counterpart): every request of tcpstore-protocol.md §2.2 works
+ * Proves (case 27 and its v2 counterpart): every request of docs/store-protocol.md §2.2 works
  * byte-compatibly against the real PyTorch 1.13 server in the v1 dialect (including a get of a
  * missing key timing out on the client side, ADD on a non-numeric value dropping the
  * connection, and 1.13's compare_set that does not wake waiters), and every v2 request against

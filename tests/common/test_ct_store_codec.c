@@ -2,7 +2,7 @@
  * test_ct_store_codec.c - the store codec against hand-written bytes.
  *
  * Proves: every request and reply of both dialects decodes from, and encodes to, exactly the
- * bytes PyTorch puts on the wire (the 1.13 capture of tcpstore-protocol.md §2.3, and vectors
+ * bytes PyTorch puts on the wire (the 1.13 capture of docs/store-protocol.md §2.3, and vectors
  * written from §2.2 for v2); every prefix of every message asks for more bytes, with a `need`
  * that never overshoots; limits fire as soon as a length field is complete, before its bytes;
  * unknown codes, bad magic and garbage are errors, never crashes or over-reads.

@@ -3,7 +3,7 @@
 
     test_store_pytorch.py --torch pt13|pt2 --store-host EXE --store-cli EXE --ctrun-store EXE
 
-Runs the interoperability cases of tcpstore-protocol.md §6 that involve a PyTorch client and
+Runs the interoperability cases of docs/store-protocol.md §6 that involve a PyTorch client and
 our server: pt13 uses Debian's PyTorch 1.13 (the v1 dialect), pt2 a PyTorch >= 2.2 (v2). The
 interpreter comes from CTRUN_TORCH13_PYTHON (default /usr/bin/python3) or CTRUN_TORCH2_PYTHON
 (default ~/.venvs/torch2/bin/python); the script re-executes itself under it, and exits 77

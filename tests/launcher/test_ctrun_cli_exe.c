@@ -109,6 +109,8 @@ static void test_help_lists_every_option(void)
                                            "-m, --module"};
         for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
             CT_ASSERT_STR_CONTAINS(c.out, vars[i]);
+        /* every exit status of ctrun.1's EXIT STATUS, the no-progress guard's included */
+        CT_ASSERT_STR_CONTAINS(c.out, "3 when --progress_guard stopped the restarts");
         ct_child_close(&c);
     }
 }
@@ -515,7 +517,7 @@ static void test_man_page_documents_everything(void)
         "OMP_NUM_THREADS",
         "TORCHELASTIC_SIGNALS_TO_HANDLE",
         "CTRUN_HEARTBEAT_FD",
-        /* sections the issue asks for */
+        /* the sections ctrun.1 must keep */
         ".SH EXIT STATUS",
         ".SH EXAMPLES",
         ".SH DIFFERENCES FROM TORCHRUN",

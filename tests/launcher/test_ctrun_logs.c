@@ -1,6 +1,6 @@
 /*
  * test_ctrun_logs.c - the --redirects/--tee grammar, --local_ranks_filter, the per-stream
- * plan for every combination torchrun-compat.md §5 and checklist items 26, 27 and 33 name,
+ * plan for every combination docs/torchrun-compat.md §5 and its §7 items 26, 27 and 33 name,
  * tee prefixes, and the log folder layout: run folders made with mkdtemp semantics, attempt
  * folders wiped and recreated, /dev/null, and the clean-up of empty folders.
  */

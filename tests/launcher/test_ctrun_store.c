@@ -4,7 +4,7 @@
  * Requests are fed to test connections (ctrun_store_internal.h) and replies compared byte for
  * byte, so every case is deterministic and runs in microseconds. Proves: the captured 1.13
  * exchange replayed one byte at a time gives the captured replies (case 23); every semantic
- * of tcpstore-protocol.md §2 including the chosen quirks (WAIT counting, delete vs. waiters,
+ * of docs/store-protocol.md §2 with the chosen quirks of §3.3 (WAIT counting, delete vs. waiters,
  * COMPARE_SET creating wakes, ADD parsing and wrap-around, queues, BARRIER, pipelined WAITs,
  * CANCEL_WAIT and its race with a wake-up); v1 WATCH_KEY events; hostile input closes only
  * the offender; the memory cap, backpressure and the pushed-bytes cap; pipelined replies of 1 to

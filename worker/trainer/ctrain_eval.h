@@ -1,5 +1,5 @@
 /*
- * ctrain_eval.h - evaluation of next-item models (sasrec-spec.md 4): HR@10 and NDCG@10 on the
+ * ctrain_eval.h - evaluation of next-item models (docs/models.md §4): HR@10 and NDCG@10 on the
  * validation and test splits under two protocols, and the popularity baseline.
  *
  *   sampled  the target and 100 negatives drawn uniformly from 1..I with replacement, redrawn

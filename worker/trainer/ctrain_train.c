@@ -46,9 +46,9 @@ int ctrain_train_load_data(const ctrain_cfg_t *cfg, ctrain_dataset_t *ds, ct_err
     if (rc == 0 && ds->num_eval_users == 0) {
         ctrain_data_free(ds);
         return ct_errbuf_set(eb, CT_EFORMAT,
-                             "%s: no user has the 4 interactions a validation and a test item "
+                             "%s: no user has the %d interactions a validation and a test item "
                              "need",
-                             cfg->dataset);
+                             cfg->dataset, opts.min_eval_len);
     }
     return rc;
 }
@@ -486,7 +486,7 @@ static int ctrain_train__step(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *e
 /* ---- evaluation inside training -------------------------------------------------------------- */
 
 /* The number models are selected on: validation full-ranking NDCG@10 when full ranking is
- * evaluated (the spec's primary metric), else the sampled one. Never a test number. */
+ * evaluated (docs/models.md §4.3), else the sampled one. Never a test number. */
 static double ctrain_train__select_metric(const ctrain_cfg_t *c, const ctrain_eval_result_t *r)
 {
     return (c->eval & CTRAIN_EVAL_MODE_FULL) ? r->valid.full_ndcg : r->valid.ndcg;

@@ -842,6 +842,23 @@ static void test_run_errors_one_line(void)
     CT_ASSERT_MSG(count_lines(c.err) == 1, "want one line, got: %s", c.err);
     CT_ASSERT_STR_CONTAINS(c.err, "refusing to resume");
     ct_child_close(&c);
+
+    /* Nobody to evaluate: the line names the chosen model's minimum (TiSASRec 3, SASRec 4). */
+    dir_path(data, sizeof data, "two_each.tsv");
+    dir_path(dir, sizeof dir, "two_each");
+    f = fopen(data, "w");
+    CT_ASSERT(f != NULL);
+    fputs("1\t10\t100\n1\t11\t200\n2\t10\t100\n2\t11\t300\n", f);
+    fclose(f);
+    for (int sasrec = 0; sasrec < 2; sasrec++) {
+        run(&c, NULL, "--train_dir", dir, "--dataset", data, "--min_count", "1",
+            sasrec ? "--no_time" : NULL, NULL);
+        CT_ASSERT_EQ(c.exit_code, 1);
+        CT_ASSERT_MSG(count_lines(c.err) == 1, "want one line, got: %s", c.err);
+        CT_ASSERT_STR_CONTAINS(c.err, sasrec ? "no user has the 4 interactions"
+                                             : "no user has the 3 interactions");
+        ct_child_close(&c);
+    }
 }
 
 /* The progress line names the epoch of the last step done: after the only step of a

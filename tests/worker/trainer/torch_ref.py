@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""torch_ref.py - SASRec and TiSASRec in PyTorch, written from sasrec-spec.md op for op the way
+"""torch_ref.py - SASRec and TiSASRec in PyTorch, written from docs/models.md op for op the way
 pmixer/SASRec.pytorch (HEAD) and pmixer/TiSASRec.pytorch build them, with their data partition,
 batch construction, training step and sampled evaluation. It is the PyTorch side of two things:
 
@@ -155,7 +155,7 @@ class SASRec(torch.nn.Module):
 
 
 class TimeAwareMultiHeadAttention(torch.nn.Module):
-    """TiSASRec's attention (sasrec-spec.md 3.3): separate Q/K/V linears, logits
+    """TiSASRec's attention (docs/models.md §3.3): separate Q/K/V linears, logits
     q.(k + P^K + R^K[tau]) / sqrt(d_h), padding query rows and j > i set to -2^32+1 before the
     softmax, dropout on the probabilities, values v + P^V + R^V[tau], no output projection.
     Heads are stacked on the batch dimension, head-major, as the reference does."""
@@ -191,7 +191,7 @@ class TimeAwareMultiHeadAttention(torch.nn.Module):
 
 
 class TiSASRec(torch.nn.Module):
-    """TiSASRec.pytorch's model (sasrec-spec.md 3): no positional vector in the input; absolute
+    """TiSASRec.pytorch's model (docs/models.md §3): no positional vector in the input; absolute
     position key/value tables (L rows) and interval key/value tables (time_span + 1 rows), each
     gathered tensor with its own dropout; blocks q = LNa(x); x = q + attn(q, x); x = LNf(x);
     x = x + FFN(x); x *= timeline mask."""

@@ -2,7 +2,7 @@
  * ctrain_batch.h - turning users into model inputs: training examples with sampled negatives,
  * evaluation inputs, and the candidate lists of the sampled evaluation protocol.
  *
- * Layout (sasrec-spec.md §2.1-2.2): (B, L) int32 arrays, left-padded with 0, the most recent
+ * Layout (docs/models.md §2.1–2.2): (B, L) int32 arrays, left-padded with 0, the most recent
  * item in column L-1; only the last L interactions are kept. For a user with training list S
  * of length m, a training row is seq = S[0..m-2] and pos = S[1..m-1], right-aligned; every
  * column with a target gets num_neg negatives drawn uniformly from 1..I, redrawn while they

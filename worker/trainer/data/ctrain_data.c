@@ -1,7 +1,7 @@
 /*
  * ctrain_data.c - loading interaction files into the CSR dataset of ctrain_data.h, with the
  * filtering, re-indexing, chronological sort, leave-one-out split and TiSASRec time scaling
- * of sasrec-spec.md §1 and §3.1. The file is streamed through a fixed buffer and parsed line
+ * of docs/models.md §1 and §3.1. The file is streamed through a fixed buffer and parsed line
  * by line as it arrives, with a strict hand-written field parser (a million lines must load in
  * well under a second; sscanf/strtol would accept junk such as "12abc"): the first bad line
  * stops the load before the rest of the file is read, and the raw text is never held whole -
@@ -402,7 +402,7 @@ static int ctrain_data__cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* TiSASRec's per-user time scaling (sasrec-spec.md §3.1): t' = round((t - min_u) / s_u) + 1
+/* TiSASRec's per-user time scaling (docs/models.md §3.1): t' = round((t - min_u) / s_u) + 1
  * with s_u the smallest non-zero gap between consecutive timestamps (1 if none); Python's
  * round() rounds half to even, as rint() does in the default rounding mode. */
 static void ctrain_data__scale_times(ctrain_dataset_t *ds)

@@ -5,11 +5,11 @@
  * A dataset is a set of users, each with a chronological list of item ids (and, when the
  * source has them, timestamps), stored as one CSR structure: user u's interactions are
  * [user_start[u], user_start[u+1]) in items/times. Users are 1..num_users and items
- * 1..num_items; id 0 is padding and never an item. The split follows sasrec-spec.md §1.3:
+ * 1..num_items; id 0 is padding and never an item. The split follows docs/models.md §1.3:
  * for a user with n >= min_eval_len interactions, valid = S[n-2], test = S[n-1] and train =
  * S[0..n-3]; shorter users keep everything in train and are not evaluated.
  *
- * Sources (sasrec-spec.md §1):
+ * Sources (docs/models.md §1):
  *   CTRAIN_DATA_SASREC  "user item" per line, ids already 1-based and re-indexed (SASRec's
  *                   ml-1m.txt, Video.txt); file order is chronological; no filtering.
  *   CTRAIN_DATA_TSV     "user\titem\trating\ttimestamp" or "user\titem\ttimestamp" (TiSASRec,

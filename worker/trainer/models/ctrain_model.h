@@ -21,7 +21,7 @@
  * and time-interval keys and values); both are built by ctrain_sasrec.c, which shares the block
  * layouts between them. mHC residual streams (mhc_streams > 0) are a variant of the pre_ln
  * layout for either kind: every token carries n copies of the residual stream, mixed around
- * each sub-layer (sasrec-spec.md 7). The training loop never knows which it runs.
+ * each sub-layer (docs/models.md §7). The training loop never knows which it runs.
  *
  * Randomness: every dropout mask is a function of (seed, optimizer step, dropout site, element
  * index in the optimizer step's global batch) - ctrain_model_dropout_site - so a micro-batch that
@@ -52,7 +52,7 @@ extern "C" {
  * own code tells them apart (the SASRec family builds both). */
 typedef enum ctrain_model_kind {
     CTRAIN_MODEL_SASREC = 0,
-    CTRAIN_MODEL_TISASREC = 1, /* TiSASRec.pytorch (sasrec-spec.md 3) */
+    CTRAIN_MODEL_TISASREC = 1, /* TiSASRec.pytorch (docs/models.md §3) */
 } ctrain_model_kind_t;
 
 /* The training loss after the final LayerNorm. */
@@ -63,7 +63,7 @@ typedef enum ctrain_loss {
     CTRAIN_LOSS_COUNT
 } ctrain_loss_t;
 
-/* SASRec's block layouts (sasrec-spec.md 2.3). */
+/* SASRec's block layouts (docs/models.md §2.3). */
 typedef enum ctrain_layout {
     CTRAIN_LAYOUT_POST_LN = 0,  /* (a) HEAD's default: x = LNa(x + MHA(x)); x = LNf(x + FFN(x)) */
     CTRAIN_LAYOUT_PRE_LN = 1,   /* (a') --norm_first: x = x + MHA(LNa(x)); x = x + FFN(LNf(x)) */
@@ -92,7 +92,7 @@ typedef struct ctrain_model_cfg {
     int num_negatives; /* CTRAIN_LOSS_SAMPLED_CE: negatives per sequence (M) */
 } ctrain_model_cfg_t;
 
-/* mHC constants (sasrec-spec.md 7): Sinkhorn-Knopp iterations, the RMSNorm epsilon of the
+/* mHC constants (docs/models.md §7): Sinkhorn-Knopp iterations, the RMSNorm epsilon of the
  * flattened streams, and the initial gates alpha. */
 #define CTRAIN_MHC_ITERS      20
 #define CTRAIN_MHC_RMS_EPS    1e-6f
@@ -282,11 +282,11 @@ int ctrain_model_create(ctrain_model_t **out, const ctrain_model_cfg_t *cfg, ct_
 void ctrain_model_destroy(ctrain_model_t *m); /* NULL is fine */
 
 /* The references' initialisation drawn from Philox keyed by seed (one stream per tensor).
- * SASRec.pytorch (sasrec-spec.md 2.1): xavier_normal_ on every tensor with >= 2 dims, Conv1d
+ * SASRec.pytorch (docs/models.md §2.1): xavier_normal_ on every tensor with >= 2 dims, Conv1d
  * biases U(+-1/sqrt(C)), attention biases 0, LayerNorm 1 / 0, padding rows zeroed.
- * TiSASRec.pytorch (3.5): xavier_uniform_ on every tensor with >= 2 dims (the item table's
+ * TiSASRec.pytorch (§3.5): xavier_uniform_ on every tensor with >= 2 dims (the item table's
  * padding row included, as there), Linear and Conv1d biases U(+-1/sqrt(C)), LayerNorm 1 / 0.
- * mHC (7.3): phi 0, alpha 0.01, and biases that make every mHC layer start as the plain Pre-LN
+ * mHC (§7.3): phi 0, alpha 0.01, and biases that make every mHC layer start as the plain Pre-LN
  * residual it replaces: H^post = 2 sigmoid(0) = 1 for every stream, H^res = Sinkhorn of a
  * matrix with 0 on the diagonal and -8 off it (identity to 1e-3), and H^pre picking stream
  * (layer index mod n) - sigmoid values (0.97, 0.01, ...) that sum to exactly 1, so that while

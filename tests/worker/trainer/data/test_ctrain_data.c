@@ -3,8 +3,9 @@
  * stable chronological sort, TiSASRec time scaling, the leave-one-out split, and a file:line
  * error for every kind of malformed line; a large file with a bad third line is rejected
  * without being read whole (the peak memory of a child process that loads it is measured), as
- * is a file with no line break at all. Real datasets from ../shared/data are checked when
- * present (skipped cases say so), against statistics computed independently with Python.
+ * is a file with no line break at all. With `--real ml-1m-r` or `--real ml-100k` it checks only
+ * that real dataset under $CT_DATA_DIR against statistics computed independently with Python,
+ * and skips (77) with a message when CT_DATA_DIR is unset or the file is absent.
  */
 #include <stdio.h>
 #include <sys/wait.h>
@@ -307,59 +308,79 @@ static void test_large_file_bad_early(void)
     unlink(path);
 }
 
-static void test_real_datasets(void)
+/* The real datasets, found through CT_DATA_DIR only (docs/CONTRIBUTING.md, "Datasets"). Expected
+ * values computed independently (Python) from the files of the documented hashes. */
+static char real_path[512]; /* the file of --real NAME under $CT_DATA_DIR */
+
+static void test_real_ml1m_r(void)
 {
-    /* Expected values computed independently (Python) from the files of the documented
-     * hashes. CT_SHARED_DATA is ../shared/data beside the repository (set by meson). */
-    const char *dir = getenv("CT_SHARED_DATA");
-    if (dir == NULL)
-        dir = "../shared/data";
-    char ml1m[512], ml100k[512];
-    snprintf(ml1m, sizeof ml1m, "%s/ml-1m-r/ml-1m-r.txt", dir);
-    snprintf(ml100k, sizeof ml100k, "%s/ml-100k/u.data", dir);
     ctrain_dataset_t ds;
     ct_errbuf_t eb;
-    if (access(ml1m, R_OK) == 0) {
-        CT_ASSERT_MSG(ctrain_data_load(&ds, ml1m, CTRAIN_DATA_AUTO, NULL, &eb) == 0, "%s", eb.msg);
-        CT_ASSERT_EQ(ds.num_users, 6040);
-        CT_ASSERT_EQ(ds.num_items, 3416);
-        CT_ASSERT_EQ(ds.num_interactions, 994083);
-        CT_ASSERT_EQ(ds.num_eval_users, 6040);
-        CT_ASSERT_CLOSE(ctrain_data_mean_train_len(&ds), 162.58327814569537, 1e-9, 0);
-        CT_ASSERT_EQ(ds.valid_item[1], 77);
-        CT_ASSERT_EQ(ds.test_item[1], 79);
-        ctrain_data_free(&ds);
-    } else {
-        printf("# %s absent: skipping the ml-1m-r check\n", ml1m);
-    }
-    if (access(ml100k, R_OK) == 0) {
-        CT_ASSERT_MSG(ctrain_data_load(&ds, ml100k, CTRAIN_DATA_AUTO, NULL, &eb) == 0, "%s", eb.msg);
-        CT_ASSERT_EQ(ds.num_users, 943);
-        CT_ASSERT_EQ(ds.num_items, 1349);
-        CT_ASSERT_EQ(ds.num_interactions, 99287);
-        expect_prefix(&ds, 1, (int32_t[]){167, 171, 164, 155, 195}, 5);
-        CT_ASSERT_EQ(ds.user_start[2] - ds.user_start[1], 271);
-        CT_ASSERT_EQ(ds.valid_item[1], 74);
-        CT_ASSERT_EQ(ds.test_item[1], 102);
-        int64_t want[] = {1, 1, 41, 79, 200};
-        for (int k = 0; k < 5; k++)
-            CT_ASSERT_EQ(ds.time_scaled[k], want[k]);
-        CT_ASSERT_EQ(ds.time_scaled[270], 14786259);
-        ctrain_data_free(&ds);
-    } else {
-        printf("# %s absent: skipping the ml-100k check\n", ml100k);
-    }
+    CT_ASSERT_MSG(ctrain_data_load(&ds, real_path, CTRAIN_DATA_AUTO, NULL, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_EQ(ds.num_users, 6040);
+    CT_ASSERT_EQ(ds.num_items, 3416);
+    CT_ASSERT_EQ(ds.num_interactions, 994083);
+    CT_ASSERT_EQ(ds.num_eval_users, 6040);
+    CT_ASSERT_CLOSE(ctrain_data_mean_train_len(&ds), 162.58327814569537, 1e-9, 0);
+    CT_ASSERT_EQ(ds.valid_item[1], 77);
+    CT_ASSERT_EQ(ds.test_item[1], 79);
+    ctrain_data_free(&ds);
 }
 
-int main(void)
+static void test_real_ml100k(void)
 {
+    ctrain_dataset_t ds;
+    ct_errbuf_t eb;
+    CT_ASSERT_MSG(ctrain_data_load(&ds, real_path, CTRAIN_DATA_AUTO, NULL, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_EQ(ds.num_users, 943);
+    CT_ASSERT_EQ(ds.num_items, 1349);
+    CT_ASSERT_EQ(ds.num_interactions, 99287);
+    expect_prefix(&ds, 1, (int32_t[]){167, 171, 164, 155, 195}, 5);
+    CT_ASSERT_EQ(ds.user_start[2] - ds.user_start[1], 271);
+    CT_ASSERT_EQ(ds.valid_item[1], 74);
+    CT_ASSERT_EQ(ds.test_item[1], 102);
+    int64_t want[] = {1, 1, 41, 79, 200};
+    for (int k = 0; k < 5; k++)
+        CT_ASSERT_EQ(ds.time_scaled[k], want[k]);
+    CT_ASSERT_EQ(ds.time_scaled[270], 14786259);
+    ctrain_data_free(&ds);
+}
+
+/* `--real NAME`: that real dataset's check, or a skip (77) saying what is missing. */
+static int run_real(const char *name)
+{
+    bool is_ml1m = strcmp(name, "ml-1m-r") == 0;
+    if (!is_ml1m && strcmp(name, "ml-100k") != 0) {
+        fprintf(stderr, "test_ct_data: --real %s: unknown dataset (expected ml-1m-r or ml-100k)\n",
+                name);
+        return 2;
+    }
+    const char *dir = getenv("CT_DATA_DIR");
+    if (dir == NULL || dir[0] == '\0')
+        CT_SKIP("CT_DATA_DIR is not set: the %s check needs the real dataset (see "
+                "docs/CONTRIBUTING.md, \"Datasets\")",
+                name);
+    snprintf(real_path, sizeof real_path, "%s/%s", dir,
+             is_ml1m ? "ml-1m-r/ml-1m-r.txt" : "ml-100k/u.data");
+    if (access(real_path, R_OK) != 0)
+        CT_SKIP("%s absent (CT_DATA_DIR=%s): skipping the %s check", real_path, dir, name);
+    if (is_ml1m)
+        CT_RUN(test_real_ml1m_r);
+    else
+        CT_RUN(test_real_ml100k);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--real") == 0)
+        return run_real(argv[2]);
     CT_ASSERT(mkdtemp(tmpdir) != NULL);
     CT_RUN(test_sasrec_format);
     CT_RUN(test_tsv_filter_reindex_sort);
     CT_RUN(test_ml1m_format);
     CT_RUN(test_malformed_lines);
     CT_RUN(test_large_file_bad_early);
-    CT_RUN(test_real_datasets);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     CT_ASSERT_EQ(system(cmd), 0);

@@ -1,6 +1,6 @@
 /*
- * sasrec_ref64.c - the float64 reference model of sasrec_ref64.h, straight from the spec's
- * equations.
+ * sasrec_ref64.c - the float64 reference model of sasrec_ref64.h, straight from the equations
+ * of docs/models.md.
  */
 #include "sasrec_ref64.h"
 

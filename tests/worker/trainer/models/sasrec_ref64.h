@@ -1,13 +1,12 @@
 /*
  * sasrec_ref64.h - an independent float64 forward pass of SASRec, TiSASRec and their mHC
  * variants for the whole-model tests: the naive reference ops of tests/kernels/ref64.h composed
- * by the equations of sasrec-spec.md (2.3 block layouts, 3 TiSASRec as TiSASRec.pytorch
+ * by the equations of docs/models.md (§2.3 block layouts, §3 TiSASRec as TiSASRec.pytorch
  * computes it - materialised (B,L,L,C) interval tensors, padding query rows with uniform
- * weights - 7 mHC), reading the real model's parameters by their state_dict names (never by
+ * weights - §7 mHC), reading the real model's parameters by their state_dict names (never by
  * the model's internal offsets), with the dropout masks of ctrain_model_dropout_site. It shares no
- * code with worker/trainer/models/sasrec/ctrain_sasrec.c, so a gradient check of that file against
- * finite differences of this one tests the model, not a copy of it. Test code: allocates freely,
- * forward only.
+ * code with worker/ctrain_sasrec.c, so a gradient check of that file against finite differences of
+ * this one tests the model, not a copy of it. Test code: allocates freely, forward only.
  */
 #ifndef SASREC_REF64_H
 #define SASREC_REF64_H

@@ -1,7 +1,7 @@
 /*
- * ctrain_sasrec.c - the model kinds SASRec (sasrec-spec.md 2) and TiSASRec (3): their parameter
+ * ctrain_sasrec.c - the model kinds SASRec (docs/models.md §2) and TiSASRec (§3): their parameter
  * tables with the references' state_dict names, the activation arena, and the forward and
- * backward passes of the block layouts, the mHC variant of pre_ln (7) and the three losses,
+ * backward passes of the block layouts, the mHC variant of pre_ln (§7) and the three losses,
  * every op called through the dispatch table (ct_ops.h) so the same code runs on any backend.
  * The two kinds share everything but the embedding and the attention sub-layer, so one file
  * holds both and the layouts (and mHC) work for either.

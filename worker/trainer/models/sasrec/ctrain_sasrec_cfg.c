@@ -106,8 +106,8 @@ int ctrain_model_cfg_check(const ctrain_model_cfg_t *c, ct_errbuf_t *eb)
     if (c->mhc_streams > 0 && c->layout != CTRAIN_LAYOUT_PRE_LN)
         return ct_errbuf_set(
             eb, -EINVAL,
-            "mHC wraps the sub-layers of the pre_ln layout, not %s (sasrec-spec.md "
-            "7.4: the other layouts have no clean identity path)",
+            "mHC wraps the sub-layers of the pre_ln layout, not %s (docs/models.md "
+            "§7.4: the other layouts have no clean identity path)",
             ctrain_layout_name(c->layout));
     if (c->kind == CTRAIN_MODEL_TISASREC) {
         if (c->layout != CTRAIN_LAYOUT_ORIGINAL2020 && c->layout != CTRAIN_LAYOUT_PRE_LN)
