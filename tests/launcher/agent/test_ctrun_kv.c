@@ -1,5 +1,5 @@
 /*
- * test_ctrun_kv.c - the agent's store access (launcher/ctrun_kv.c), both backends against a
+ * test_ctrun_kv.c - the agent's store access (launcher/agent/ctrun_kv.c), both backends against a
  * store on the same loop: every request completes later, never inside the submitting call;
  * GET waits for a missing key; ADD, COMPARE_SET and APPEND answer as the store does; the remote
  * backend keeps order within its lanes, waits for a store that appears late (a node started

@@ -1,5 +1,5 @@
 /*
- * test_ctrun_proc.c - worker processes on a libuv loop (launcher/ctrun_proc.c), driving the
+ * test_ctrun_proc.c - worker processes on a libuv loop (launcher/agent/ctrun_proc.c), driving the
  * test worker (argv[1]): exit codes and signals arrive through the pidfd, output through the
  * sinks (raw to a file), heartbeat records through fd 3; exec failures come back from the spawn
  * call with the reason; the worker leads its own session and a group signal reaches its child;

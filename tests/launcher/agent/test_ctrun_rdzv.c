@@ -1,5 +1,5 @@
 /*
- * test_ctrun_rdzv.c - the rendezvous protocol (launcher/ctrun_rdzv.c) on one in-process store:
+ * test_ctrun_rdzv.c - the rendezvous protocol (launcher/agent/ctrun_rdzv.c) on one in-process store:
  * plan texts; two static agents with different worker counts agree on world size and rank
  * offsets; the coordinator wipes the workers' keys (and only those) before the next attempt;
  * a second agent with a taken node rank and an agent of another job are refused with a clear
