@@ -1,9 +1,12 @@
 /*
- * ctrun_agent_internal.h - the agent's data, shared by its two files: ctrun_agent.c (states,
- * events, the transition function, store and signals) and ctrun_group.c (the mechanics of one
+ * ctrun_agent_internal.h - the agent's data and the functions its files share:
+ * ctrun_agent.c (set-up, run, teardown), ctrun_agent_step.c (states, events, the transition
+ * function), ctrun_agent_outcome.c (an attempt's outcome and failure records in the store),
+ * ctrun_agent_end.c (report, exit barrier, closing), ctrun_agent_hb.c (heartbeats, watchdog,
+ * store loss), ctrun_agent_inject.c (fault injection) and ctrun_group.c (the mechanics of one
  * attempt's workers: environments, output sinks, spawning, signalling, freeing).
  *
- * Two explicit state machines, both changed only by ctrun__agent_step in ctrun_agent.c:
+ * Two explicit state machines:
  *
  *   agent:  INIT -> RENDEZVOUS -> RUNNING -> (SUCCEEDED | STOPPING) -> ... -> EXITING -> DONE
  *           (STOPPING -> RENDEZVOUS for the next attempt while restarts remain)
@@ -151,6 +154,94 @@ struct ctrun_agent {
     const char *entrypoint;
 };
 
+/* ---- events and kv requests (ctrun_agent_step.c) ---------------------------------------- */
+
+/* Kinds of the agent's own kv requests (the rendezvous has its own, see ctrun_rdzv.h). */
+enum {
+    CTRUN_AGENT__KV_OUTCOME = 1, /* GET /ctrun/a/<k>/outcome */
+    CTRUN_AGENT__KV_POST,        /* COMPARE_SET of the outcome */
+    CTRUN_AGENT__KV_APPEND,      /* APPEND a failure record */
+    CTRUN_AGENT__KV_OK,          /* ADD /ctrun/a/<k>/ok */
+    CTRUN_AGENT__KV_FAILURES,    /* GET /ctrun/a/<k>/failures */
+    CTRUN_AGENT__KV_LEFT,        /* ADD /ctrun/left */
+    CTRUN_AGENT__KV_HB,          /* ADD /ctrun/hb/<id> */
+};
+
+typedef enum ctrun_agent__event_kind {
+    CTRUN_AGENT__EV_START = 0,
+    CTRUN_AGENT__EV_KV,           /* reply */
+    CTRUN_AGENT__EV_RDZV_TIMEOUT, /* the round did not complete in time */
+    CTRUN_AGENT__EV_WORKER_EXIT,  /* worker, value = exit code */
+    CTRUN_AGENT__EV_WORKER_GONE,  /* worker */
+    CTRUN_AGENT__EV_WATCHDOG,     /* worker silent for --watchdog_timeout */
+    CTRUN_AGENT__EV_SIGNAL,       /* value = signal */
+    CTRUN_AGENT__EV_GRACE,        /* the grace period after SIGTERM is over */
+    CTRUN_AGENT__EV_LEFT,         /* host: value = agents that left, -1 = coordinator error */
+    CTRUN_AGENT__EV_BARRIER_TIMEOUT,
+    CTRUN_AGENT__EV_STORE_GONE, /* a heartbeat failed or got no reply in time (client agents) */
+    CTRUN_AGENT__EV_INJECT,     /* a time-triggered --inject spec is due */
+    CTRUN_AGENT__EV_RESTART,    /* --restart_backoff is over */
+} ctrun_agent__event_kind_t;
+
+typedef struct ctrun_agent__event {
+    ctrun_agent__event_kind_t kind;
+    int worker;
+    int value;
+    const ctrun_kv_reply_t *reply;
+} ctrun_agent__event_t;
+
+static inline uint64_t ctrun_agent__tag(const ctrun_agent_t *a, unsigned kind)
+{
+    return CTRUN_TAG(CTRUN_TAG_AGENT, a->attempt, kind);
+}
+
+/* ---- across the agent's files ------------------------------------------------------------ */
+
+/* ctrun_agent.c */
+const char *ctrun_agent__host(ctrun_agent_t *a);
+void ctrun_agent__print(ctrun_agent_t *a, const char *text);
+
+/* ctrun_agent_step.c */
+void ctrun_agent__step(ctrun_agent_t *a, const ctrun_agent__event_t *ev);
+void ctrun_agent__set_state(ctrun_agent_t *a, ctrun_agent_state_t s);
+void ctrun_agent__fail_attempt(ctrun_agent_t *a);
+double ctrun_agent__rdzv_timeout_s(const ctrun_agent_t *a);
+void ctrun_agent__kv_cb(void *data, const ctrun_kv_reply_t *reply);
+void ctrun_agent__left_cb(void *data, int left);
+void ctrun_agent__signal_cb(uv_signal_t *h, int sig);
+void ctrun_agent__grace_cb(uv_timer_t *t);
+void ctrun_agent__rdzv_timer_cb(uv_timer_t *t);
+void ctrun_agent__barrier_cb(uv_timer_t *t);
+void ctrun_agent__restart_cb(uv_timer_t *t);
+
+/* ctrun_agent_outcome.c */
+void ctrun_agent__note_outcome(ctrun_agent_t *a, const char *text);
+void ctrun_agent__post_outcome(ctrun_agent_t *a, const char *text);
+void ctrun_agent__post_failed(ctrun_agent_t *a);
+void ctrun_agent__record_failure(ctrun_agent_t *a, int i, int exitcode, const char *message,
+                                 const char *cause, int64_t detect_ns);
+
+/* ctrun_agent_end.c */
+void ctrun_agent__done(ctrun_agent_t *a, int exit_code);
+int ctrun_agent__barrier_target(const ctrun_agent_t *a);
+void ctrun_agent__finish(ctrun_agent_t *a, int exit_code);
+void ctrun_agent__report(ctrun_agent_t *a, const char *lines);
+void ctrun_agent__tidy_logs(const ctrun_logs_t *logs);
+void ctrun_agent__recovery_report(ctrun_agent_t *a);
+
+/* ctrun_agent_hb.c */
+void ctrun_agent__store_lost(ctrun_agent_t *a, const char *what);
+void ctrun_agent__kv(ctrun_agent_t *a, int rc);
+void ctrun_agent__on_watchdog(ctrun_agent_t *a, int i);
+void ctrun_agent__hb_cb(uv_timer_t *t);
+
+/* ctrun_agent_inject.c */
+void ctrun_agent__inject_schedule(ctrun_agent_t *a);
+void ctrun_agent__on_inject(ctrun_agent_t *a);
+void ctrun_agent__exit_cause(ctrun_agent_t *a, int i, int exitcode, char *cause, size_t size,
+                             int64_t *detect_ns);
+void ctrun_agent__inject_cb(uv_timer_t *t);
+
 /* ---- ctrun_group.c ---------------------------------------------------------------------- */
 
 /* Creates the attempt's worker array (all IDLE) and the log folder of the attempt. */
@@ -169,9 +260,9 @@ void ctrun_group_free(ctrun_agent_t *a);
 /* The INFO block of the attempt's rendezvous result (logged at INFO). */
 void ctrun_group_log_rendezvous(ctrun_agent_t *a);
 
-/* Called by the proc callbacks (in ctrun_agent.c). */
-void ctrun__agent_worker_exit(ctrun_agent_t *a, int i, int exitcode);
-void ctrun__agent_worker_gone(ctrun_agent_t *a, int i);
-void ctrun__agent_worker_heartbeat(ctrun_agent_t *a, int i, const ct_heartbeat_record_t *rec);
+/* Called by the proc callbacks (in ctrun_agent_step.c and ctrun_agent_hb.c). */
+void ctrun_agent__worker_exit(ctrun_agent_t *a, int i, int exitcode);
+void ctrun_agent__worker_gone(ctrun_agent_t *a, int i);
+void ctrun_agent__worker_heartbeat(ctrun_agent_t *a, int i, const ct_heartbeat_record_t *rec);
 
 #endif /* CTRUN_AGENT_INTERNAL_H */

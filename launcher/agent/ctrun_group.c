@@ -24,21 +24,21 @@ static void ctrun__on_exit(ctrun_proc_t *p, int exitcode, void *data)
 {
     ctrun_worker_t *w = data;
     (void)p;
-    ctrun__agent_worker_exit(w->agent, w->local_rank, exitcode);
+    ctrun_agent__worker_exit(w->agent, w->local_rank, exitcode);
 }
 
 static void ctrun__on_heartbeat(ctrun_proc_t *p, const ct_heartbeat_record_t *rec, void *data)
 {
     ctrun_worker_t *w = data;
     (void)p;
-    ctrun__agent_worker_heartbeat(w->agent, w->local_rank, rec);
+    ctrun_agent__worker_heartbeat(w->agent, w->local_rank, rec);
 }
 
 static void ctrun__on_done(ctrun_proc_t *p, void *data)
 {
     ctrun_worker_t *w = data;
     (void)p;
-    ctrun__agent_worker_gone(w->agent, w->local_rank);
+    ctrun_agent__worker_gone(w->agent, w->local_rank);
 }
 
 static const ctrun_proc_callbacks_t ctrun__proc_cb = {
