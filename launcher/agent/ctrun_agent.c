@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "ct_log.h"
+#include "ct_time.h"
 #include "ctrun_agent_internal.h"
 #include "ctrun_cmd.h"
 #include "ctrun_env.h"
@@ -44,6 +45,47 @@ void ctrun_agent__print(ctrun_agent_t *a, const char *text)
     fputs(text, stderr);
     fflush(stderr);
 }
+
+/* ---- rendezvous ------------------------------------------------------------------------------ */
+
+double ctrun_agent__rdzv_timeout_s(const ctrun_agent_t *a)
+{
+    return a->rdzv_kind == CTRUN_RDZV_KIND_STATIC ? a->cfg->rdzv_conf.timeout_s
+                                                  : a->cfg->rdzv_conf.join_timeout_s;
+}
+
+/* Why the rendezvous of the attempt timed out, as far as this node can tell. */
+void ctrun_agent__log_rdzv_timeout(ctrun_agent_t *a)
+{
+    int64_t since = 0;
+    /* Not a slow job when a connection has waited a while for the endpoint to answer the
+     * store handshake: whatever listens there is not answering as a store. */
+    if (ctrun_kv_unanswered(a->kv, &since) && ct_time_ms() - since >= 1000)
+        ct_log_error("rendezvous of attempt %d timed out after %g s: no answer from %s:%d "
+                     "in %.1f s: it accepted the connection but never answered the store "
+                     "handshake (is --rdzv_endpoint / --master_addr a ctrun store?)",
+                     a->attempt, ctrun_agent__rdzv_timeout_s(a), a->master_addr, a->master_port,
+                     (double)(ct_time_ms() - since) / 1000.0);
+    else if (a->rdzv.waited)
+        ct_log_error("rendezvous timed out after %g s: this node waited for a round with "
+                     "room for it (the job runs with --nnodes maximum %d; store %s:%d; see "
+                     "--rdzv_conf join_timeout=SECONDS)",
+                     ctrun_agent__rdzv_timeout_s(a), a->cfg->max_nodes, a->master_addr,
+                     a->master_port);
+    else
+        ct_log_error("rendezvous of attempt %d timed out after %g s: %s %d nodes joined "
+                     "(store %s:%d; see --rdzv_conf %s=SECONDS)",
+                     a->attempt, ctrun_agent__rdzv_timeout_s(a),
+                     a->rdzv_kind == CTRUN_RDZV_KIND_STATIC ||
+                             a->cfg->min_nodes == a->cfg->max_nodes
+                         ? "not all"
+                         : "fewer than",
+                     a->rdzv_kind == CTRUN_RDZV_KIND_STATIC ? a->cfg->max_nodes : a->cfg->min_nodes,
+                     a->master_addr, a->master_port,
+                     a->rdzv_kind == CTRUN_RDZV_KIND_STATIC ? "timeout" : "join_timeout");
+}
+
+/* ---- set-up ---------------------------------------------------------------------------------- */
 
 /* c10d: does the endpoint name this machine? (torchrun's is_host inference: loopback,
  * localhost, this host's names, --local_addr, or an address of one of its interfaces.) */
@@ -272,17 +314,16 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     }
 
     ct_errbuf_t seb = {{0}};
-    if (ctrun__setup(a, &seb) != 0) {
+    rc = ctrun__setup(a, &seb);
+    if (rc != 0)
         ct_log_error("%s", seb.msg);
-        ctrun_agent__done(a, CTRUN_EXIT_FAILED);
-    } else {
-        if (a->logs.run_dir != NULL)
-            ct_log_info("log directory set to: %s", a->logs.run_dir);
-        ctrun_agent__event_t ev = {.kind = CTRUN_AGENT__EV_START};
-        ctrun_agent__step(a, &ev);
-    }
+    else if (a->logs.run_dir != NULL)
+        ct_log_info("log directory set to: %s", a->logs.run_dir);
+    /* A failed set-up is DONE at once (the transition function says so). */
+    ctrun_agent__event_t ev = {.kind = CTRUN_AGENT__EV_START, .value = rc};
+    ctrun_agent__step(a, &ev);
     uv_run(&a->loop, UV_RUN_DEFAULT);
-    /* Everything was closed by ctrun_agent__done; anything left is a bug worth not hanging on. */
+    /* Everything was closed on the way to DONE; anything left is a bug worth not hanging on. */
     uv_walk(&a->loop, ctrun__walk_close, NULL);
     uv_run(&a->loop, UV_RUN_DEFAULT);
     uv_loop_close(&a->loop);

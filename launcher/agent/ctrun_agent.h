@@ -4,8 +4,9 @@
  * The agent hosts the rendezvous store (static node_rank 0, --standalone, or the c10d endpoint's
  * host) or reaches it as a client, meets the other agents (ctrun_rdzv.h), starts its workers
  * (ctrun_proc.h), supervises them, stops and restarts the whole job together with the other
- * nodes, prints the failure report, and returns the exit status. See ctrun_agent.c for the
- * states, events and the one transition function, and DESIGN.md §3 for the life of a job.
+ * nodes, prints the failure report, and returns the exit status. See ctrun_agent_step.c for
+ * the states, events and the transition code, and docs/torchrun-compat.md §4
+ * for the life of a job.
  *
  * Threads: the loop's thread does everything; a non-hosting agent has two more threads inside
  * its store client (ctrun_kv.h) that only ever block on the network.

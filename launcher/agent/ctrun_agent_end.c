@@ -1,9 +1,11 @@
 /*
- * ctrun_agent_end.c - the end of the job for this node: the failure report (every node's
- * records from the store, or this node's own), the exit barrier, closing every handle, and
- * after the loop the recovery table, report.json and the tidying of empty log folders.
+ * ctrun_agent_end.c - the actions at the end of the job for this node: the failure report
+ * (every node's records from the store, or this node's own) and the error file it copies, the
+ * exit barrier (a client's ADD of /ctrun/left, the host's bounded wait), closing every handle,
+ * and after the loop the recovery table, report.json and the tidying of empty log folders.
  *
- * Deliberately not here: deciding that the job is over (ctrun_agent_step.c).
+ * Deliberately not here: deciding that the job is over, with which exit status, and when the
+ * barrier is passed (ctrun_agent_step.c: EXITING and DONE are entered there).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,11 +29,9 @@ static void ctrun__store_closed(void *data)
     a->store = NULL;
 }
 
-/* Closes every handle; uv_run then returns. */
-void ctrun_agent__done(ctrun_agent_t *a, int exit_code)
+/* Closes every handle (whatever is still alive is killed first); uv_run then returns. */
+void ctrun_agent__close(ctrun_agent_t *a)
 {
-    a->exit_code = exit_code;
-    ctrun_agent__set_state(a, CTRUN_AGENT_DONE);
     uv_timer_stop(&a->grace_timer);
     uv_timer_stop(&a->rdzv_timer);
     uv_timer_stop(&a->watchdog_timer);
@@ -76,46 +76,42 @@ void ctrun_agent__done(ctrun_agent_t *a, int exit_code)
     uv_close((uv_handle_t *)&a->restart_timer, ctrun__close_cb);
 }
 
-/* How many other nodes the host waits for at the exit barrier: a lost node never comes. */
-int ctrun_agent__barrier_target(const ctrun_agent_t *a)
+/* The job is over for this node: nothing of the attempt may fire any more. */
+void ctrun_agent__end_timers(ctrun_agent_t *a)
 {
-    return a->plan.nnodes - 1 - (a->outcome == CTRUN_OUTCOME_LOST ? 1 : 0);
-}
-
-/* The job is over for this node: the exit barrier, then DONE. */
-void ctrun_agent__finish(ctrun_agent_t *a, int exit_code)
-{
-    a->exit_code = exit_code;
-    ctrun_agent__set_state(a, CTRUN_AGENT_EXITING);
     uv_timer_stop(&a->grace_timer);
     uv_timer_stop(&a->rdzv_timer);
     uv_timer_stop(&a->watchdog_timer);
     uv_timer_stop(&a->inject_timer);
     uv_timer_stop(&a->restart_timer);
     a->restart_pending = false;
-    if (a->store_lost || a->plan.nnodes <= 1) {
-        ctrun_agent__done(a, exit_code);
-        return;
-    }
-    if (!a->is_host) {
-        char key[CTRUN_RDZV_KEY_MAX];
-        ctrun_rdzv_key(key, "left");
-        int rc = ctrun_kv_add(a->kv, key, 1,
-                              CTRUN_TAG(CTRUN_TAG_AGENT, a->attempt, CTRUN_AGENT__KV_LEFT));
-        if (rc != 0)
-            ctrun_agent__done(a, exit_code);
-        return;
-    }
-    if (a->coord.left >= ctrun_agent__barrier_target(a)) {
-        ctrun_agent__done(a, exit_code);
-        return;
-    }
+}
+
+/* How many other nodes the host waits for at the exit barrier: a lost node never comes. */
+int ctrun_agent__barrier_target(const ctrun_agent_t *a)
+{
+    return a->plan.nnodes - 1 - (a->outcome == CTRUN_OUTCOME_LOST ? 1 : 0);
+}
+
+/* A client's side of the exit barrier: ADD /ctrun/left (its reply ends the wait). */
+int ctrun_agent__barrier_leave(ctrun_agent_t *a)
+{
+    char key[CTRUN_RDZV_KEY_MAX];
+    ctrun_rdzv_key(key, "left");
+    return ctrun_kv_add(a->kv, key, 1,
+                        CTRUN_TAG(CTRUN_TAG_AGENT, a->attempt, CTRUN_AGENT__KV_LEFT));
+}
+
+/* The host's side: waits for the others to leave, but not for ever. */
+void ctrun_agent__barrier_wait(ctrun_agent_t *a)
+{
     /* The others only have to stop their workers and read the outcome and the failures. */
     uint64_t ms = (uint64_t)((a->cfg->grace_period_s + 30.0) * 1000.0);
     uv_timer_start(&a->barrier_timer, a->barrier_timer.timer_cb, ms, 0);
 }
 
-/* Prints the failure report (records from every node when the store has them) and finishes. */
+/* Prints the failure report (records from every node when the store has them, else this node's
+ * own) and copies the root cause's error file to the launcher's own (TORCHELASTIC_ERROR_FILE). */
 void ctrun_agent__report(ctrun_agent_t *a, const char *lines)
 {
     ctrun_failure_t *list = NULL;
@@ -165,7 +161,6 @@ void ctrun_agent__report(ctrun_agent_t *a, const char *lines)
     for (size_t i = 0; i < n; i++)
         ctrun_failure_free(&list[i]);
     free(list);
-    ctrun_agent__finish(a, a->fail_exit);
 }
 
 /* Removes the run's empty log folders (all of them when no worker wrote a file). On some

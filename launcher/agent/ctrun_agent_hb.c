@@ -1,10 +1,12 @@
 /*
  * ctrun_agent_hb.c - heartbeats and the loss of the store: node heartbeats (an ADD per interval;
- * a client that gets no reply for the timeout has lost the store's host), worker heartbeats
- * (bookkeeping and the watchdog timer), what the watchdog does when a worker falls silent, and
- * marking the store lost when a request fails.
+ * a client that gets no reply for the timeout has lost the store's host, which becomes a
+ * STORE_GONE event), worker heartbeats (bookkeeping, and the watchdog timer whose expiry becomes
+ * a WATCHDOG event), whom the watchdog blames when a worker falls silent, and marking the store
+ * lost when a request cannot be made or fails.
  *
- * Deliberately not here: what the agent does once the store is lost (ctrun_agent_step.c).
+ * Deliberately not here: what the agent does about a silent worker or a lost store
+ * (ctrun_agent_step.c); changing any state.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -30,14 +32,13 @@ void ctrun_agent__kv(ctrun_agent_t *a, int rc)
 
 /* Worker i was silent for --watchdog_timeout. Every silent or stopped worker is asked for a
  * stack dump (CT_WORKER_DUMP_SIGNAL); the stuck rank - a stopped one if any, else i, the first
- * overdue - is recorded with its last step; then the attempt fails as for a crash. The stop's
- * SIGTERM comes after the dump signal, and a pending SIGUSR1 (10) is delivered before a
- * pending SIGTERM (15), so a stopped worker, once continued by the stop, prints its stack and
- * only then ends (libctworker's handler defers SIGTERM until it has printed). */
-void ctrun_agent__on_watchdog(ctrun_agent_t *a, int i)
+ * overdue - is recorded as failed with its last step (the transition function then fails the
+ * attempt as for a crash). The stop's SIGTERM comes after the dump signal, and a pending
+ * SIGUSR1 (10) is delivered before a pending SIGTERM (15), so a stopped worker, once continued
+ * by the stop, prints its stack and only then ends (libctworker's handler defers SIGTERM until
+ * it has printed). */
+void ctrun_agent__watchdog_blame(ctrun_agent_t *a, int i)
 {
-    if (a->state != CTRUN_AGENT_RUNNING || a->workers[i].state != CTRUN_WORKER_RUNNING)
-        return;
     uint64_t now = uv_now(&a->loop);
     uint64_t timeout = (uint64_t)(a->cfg->watchdog_timeout_s * 1000.0);
     int victim = i;
@@ -93,8 +94,6 @@ void ctrun_agent__on_watchdog(ctrun_agent_t *a, int i)
                      : hr > w->hb_time_ns                   ? (int64_t)(hr - w->hb_time_ns)
                                                             : -1;
     ctrun_agent__record_failure(a, victim, -SIGTERM, msg, cause, detect);
-    ctrun_agent__fail_attempt(a);
-    ctrun_agent__set_state(a, CTRUN_AGENT_STOPPING);
 }
 
 static void ctrun__watchdog_cb(uv_timer_t *t)
@@ -137,7 +136,7 @@ void ctrun_agent__worker_heartbeat(ctrun_agent_t *a, int i, const ct_heartbeat_r
                        (uint64_t)(a->cfg->watchdog_timeout_s * 1000.0), 0);
 }
 
-/* Node heartbeat: one SET per interval once this node is registered. A client agent that has
+/* Node heartbeat: one ADD per interval once this node is registered. A client agent that has
  * had no reply for the timeout has lost the store's host (a dead machine or a cut link answers
  * nothing, so a failed request alone would come too late). */
 void ctrun_agent__hb_cb(uv_timer_t *t)

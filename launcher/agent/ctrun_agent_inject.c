@@ -1,10 +1,13 @@
 /*
- * ctrun_agent_inject.c - the agent's side of --inject (ctrun_inject.h): the timer of the
- * time-triggered specs, firing them (SIGKILL or SIGSTOP to a worker, SIGKILL to this agent), and
+ * ctrun_agent_inject.c - the agent's side of --inject (ctrun_inject.h): per attempt, the
+ * every= counts and a warning for specs that name a missing rank; the timer of the
+ * time-triggered specs and firing them (SIGKILL or SIGSTOP to a worker, SIGKILL to this agent);
  * telling whether a worker's death was an injected fault. Step triggers are armed per worker in
  * ctrun_group.c and executed by the worker itself.
  *
- * Deliberately not here: parsing the specs (ctrun_inject.c, at parse time).
+ * Deliberately not here: parsing the specs (ctrun_inject.c, once, at parse time; the agent
+ * works on a copy of the parsed specs because it counts firings in them), and any state
+ * change (the transition function calls ctrun_agent__inject_fire in RUNNING only).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -27,6 +30,21 @@ static uint64_t ctrun__inject_due(const ctrun_agent_t *a, size_t i)
            (uint64_t)(s->seconds * 1000.0 * (double)(a->inject_in_attempt[i] + 1) + 0.5);
 }
 
+/* An attempt's workers are about to start: its every= periods count from now, and the host
+ * says which specs name a rank the attempt does not have. */
+void ctrun_agent__inject_attempt(ctrun_agent_t *a)
+{
+    for (size_t k = 0; k < a->inject.n; k++) {
+        a->inject_in_attempt[k] = 0;
+        int missing = ctrun_inject_missing_rank(&a->inject, k, a->plan.world_size);
+        if (missing >= 0 && a->plan.group_rank == 0)
+            ct_log_warn("fault injection: spec %zu (%s) names rank %d, but attempt %d has %d "
+                        "rank%s: it cannot fire in this attempt",
+                        k + 1, a->inject.specs[k].text, missing, a->attempt, a->plan.world_size,
+                        a->plan.world_size == 1 ? "" : "s");
+    }
+}
+
 /* Starts the injection timer for the next due time-triggered spec (RUNNING only). */
 void ctrun_agent__inject_schedule(ctrun_agent_t *a)
 {
@@ -46,12 +64,10 @@ void ctrun_agent__inject_schedule(ctrun_agent_t *a)
         uv_timer_start(&a->inject_timer, a->inject_timer.timer_cb, next, 0);
 }
 
-/* Fires every due time-triggered spec. Every agent of the job counts every firing (so their
- * seeded draws agree); the one that owns the target acts. */
-void ctrun_agent__on_inject(ctrun_agent_t *a)
+/* Fires every due time-triggered spec (RUNNING only). Every agent of the job counts every
+ * firing (so their seeded draws agree); the one that owns the target acts. */
+void ctrun_agent__inject_fire(ctrun_agent_t *a)
 {
-    if (a->state != CTRUN_AGENT_RUNNING)
-        return;
     uint64_t now = uv_now(&a->loop);
     for (size_t i = 0; i < a->inject.n; i++) {
         ctrun_inject_spec_t *s = &a->inject.specs[i];

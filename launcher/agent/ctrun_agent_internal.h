@@ -1,12 +1,14 @@
 /*
  * ctrun_agent_internal.h - the agent's data and the functions its files share:
- * ctrun_agent.c (set-up, run, teardown), ctrun_agent_step.c (states, events, the transition
- * function), ctrun_agent_outcome.c (an attempt's outcome and failure records in the store),
- * ctrun_agent_end.c (report, exit barrier, closing), ctrun_agent_hb.c (heartbeats, watchdog,
- * store loss), ctrun_agent_inject.c (fault injection) and ctrun_group.c (the mechanics of one
- * attempt's workers: environments, output sinks, spawning, signalling, freeing).
+ * ctrun_agent.c (set-up, run, teardown), ctrun_agent_step.c (events, the transition function
+ * and its decisions), ctrun_agent_outcome.c (an attempt's outcome and failure records in the
+ * store), ctrun_agent_end.c (report, exit barrier, closing), ctrun_agent_hb.c (heartbeats,
+ * watchdog, store loss), ctrun_agent_inject.c (fault injection) and ctrun_group.c (the
+ * mechanics of one attempt's workers: environments, output sinks, spawning, signalling,
+ * freeing).
  *
- * Two explicit state machines:
+ * Two explicit state machines, both changed only in ctrun_agent_step.c (the transition code;
+ * ctrun_group_prepare creates an attempt's workers IDLE):
  *
  *   agent:  INIT -> RENDEZVOUS -> RUNNING -> (SUCCEEDED | STOPPING) -> ... -> EXITING -> DONE
  *           (STOPPING -> RENDEZVOUS for the next attempt while restarts remain)
@@ -197,15 +199,15 @@ static inline uint64_t ctrun_agent__tag(const ctrun_agent_t *a, unsigned kind)
 
 /* ---- across the agent's files ------------------------------------------------------------ */
 
-/* ctrun_agent.c */
+/* ctrun_agent.c: set-up */
 const char *ctrun_agent__host(ctrun_agent_t *a);
+/* A block of text (a report) for ctrun's stderr, through the console queue. */
 void ctrun_agent__print(ctrun_agent_t *a, const char *text);
-
-/* ctrun_agent_step.c */
-void ctrun_agent__step(ctrun_agent_t *a, const ctrun_agent__event_t *ev);
-void ctrun_agent__set_state(ctrun_agent_t *a, ctrun_agent_state_t s);
-void ctrun_agent__fail_attempt(ctrun_agent_t *a);
 double ctrun_agent__rdzv_timeout_s(const ctrun_agent_t *a);
+void ctrun_agent__log_rdzv_timeout(ctrun_agent_t *a);
+
+/* ctrun_agent_step.c: the transition function, and the callbacks that feed it */
+void ctrun_agent__step(ctrun_agent_t *a, const ctrun_agent__event_t *ev);
 void ctrun_agent__kv_cb(void *data, const ctrun_kv_reply_t *reply);
 void ctrun_agent__left_cb(void *data, int left);
 void ctrun_agent__signal_cb(uv_signal_t *h, int sig);
@@ -214,30 +216,39 @@ void ctrun_agent__rdzv_timer_cb(uv_timer_t *t);
 void ctrun_agent__barrier_cb(uv_timer_t *t);
 void ctrun_agent__restart_cb(uv_timer_t *t);
 
-/* ctrun_agent_outcome.c */
+/* ctrun_agent_outcome.c: an attempt's end, through the store */
+void ctrun_agent__await_outcome(ctrun_agent_t *a);
 void ctrun_agent__note_outcome(ctrun_agent_t *a, const char *text);
+void ctrun_agent__log_outcome(const ctrun_agent_t *a);
 void ctrun_agent__post_outcome(ctrun_agent_t *a, const char *text);
 void ctrun_agent__post_failed(ctrun_agent_t *a);
+void ctrun_agent__post_stopped(ctrun_agent_t *a, int sig);
+void ctrun_agent__post_ok(ctrun_agent_t *a);
 void ctrun_agent__record_failure(ctrun_agent_t *a, int i, int exitcode, const char *message,
                                  const char *cause, int64_t detect_ns);
+void ctrun_agent__fetch_failures(ctrun_agent_t *a);
 
-/* ctrun_agent_end.c */
-void ctrun_agent__done(ctrun_agent_t *a, int exit_code);
-int ctrun_agent__barrier_target(const ctrun_agent_t *a);
-void ctrun_agent__finish(ctrun_agent_t *a, int exit_code);
+/* ctrun_agent_end.c: the end of the job */
 void ctrun_agent__report(ctrun_agent_t *a, const char *lines);
-void ctrun_agent__tidy_logs(const ctrun_logs_t *logs);
+void ctrun_agent__end_timers(ctrun_agent_t *a);
+int ctrun_agent__barrier_target(const ctrun_agent_t *a);
+int ctrun_agent__barrier_leave(ctrun_agent_t *a);
+void ctrun_agent__barrier_wait(ctrun_agent_t *a);
+void ctrun_agent__close(ctrun_agent_t *a);
 void ctrun_agent__recovery_report(ctrun_agent_t *a);
+void ctrun_agent__tidy_logs(const ctrun_logs_t *logs);
 
-/* ctrun_agent_hb.c */
+/* ctrun_agent_hb.c: heartbeats, watchdog, store loss */
 void ctrun_agent__store_lost(ctrun_agent_t *a, const char *what);
+/* A kv submission's result: anything but 0 loses the store. */
 void ctrun_agent__kv(ctrun_agent_t *a, int rc);
-void ctrun_agent__on_watchdog(ctrun_agent_t *a, int i);
+void ctrun_agent__watchdog_blame(ctrun_agent_t *a, int i);
 void ctrun_agent__hb_cb(uv_timer_t *t);
 
-/* ctrun_agent_inject.c */
+/* ctrun_agent_inject.c: fault injection */
+void ctrun_agent__inject_attempt(ctrun_agent_t *a);
 void ctrun_agent__inject_schedule(ctrun_agent_t *a);
-void ctrun_agent__on_inject(ctrun_agent_t *a);
+void ctrun_agent__inject_fire(ctrun_agent_t *a);
 void ctrun_agent__exit_cause(ctrun_agent_t *a, int i, int exitcode, char *cause, size_t size,
                              int64_t *detect_ns);
 void ctrun_agent__inject_cb(uv_timer_t *t);
@@ -253,6 +264,10 @@ int ctrun_group_spawn(ctrun_agent_t *a, int i, ct_errbuf_t *eb);
 
 /* Sends sig to worker i's process group; logs torchrun's line for SIGTERM. */
 void ctrun_group_signal(ctrun_agent_t *a, int i, int sig);
+
+/* The grace period is over: SIGKILL to every started worker's process group (torchrun's line
+ * for those still running) and to the job's cgroup. */
+void ctrun_group_kill(ctrun_agent_t *a);
 
 /* Frees the attempt's workers (every one must be GONE). */
 void ctrun_group_free(ctrun_agent_t *a);

@@ -1,7 +1,10 @@
 /*
- * ctrun_agent_outcome.c - how an attempt ended, through the store: the outcome key
- * /ctrun/a/<k>/outcome (parsed, noted, compare-set so that the first writer wins) and this
- * node's failure records (kept for the report, logged, appended to /ctrun/a/<k>/failures).
+ * ctrun_agent_outcome.c - how an attempt ends, through the store: the outcome key
+ * /ctrun/a/<k>/outcome (awaited from the start of RUNNING, parsed and noted, and compare-set
+ * so that the first writer wins: "failed <g>", "stopped <g> <sig>", "succeeded"), the
+ * /ctrun/a/<k>/ok count of nodes whose workers all exited 0, and this node's failure records
+ * (kept for the report, logged as torchrun does, appended to /ctrun/a/<k>/failures, and read
+ * back from every node for the report).
  *
  * Deliberately not here: deciding what an outcome leads to (ctrun_agent_step.c) and the report
  * itself (ctrun_agent_end.c).
@@ -125,4 +128,51 @@ void ctrun_agent__post_failed(ctrun_agent_t *a)
         snprintf(text, sizeof text, "failed %d", a->plan.group_rank);
         ctrun_agent__post_outcome(a, text);
     }
+}
+
+/* This node was stopped by a handled signal: tell the others. */
+void ctrun_agent__post_stopped(ctrun_agent_t *a, int sig)
+{
+    char text[64];
+    snprintf(text, sizeof text, "stopped %d %d", a->plan.group_rank, sig);
+    ctrun_agent__post_outcome(a, text);
+}
+
+/* Every local worker exited 0: count this node in /ctrun/a/<k>/ok (whoever brings it to the
+ * number of nodes writes "succeeded"). */
+void ctrun_agent__post_ok(ctrun_agent_t *a)
+{
+    char key[CTRUN_RDZV_KEY_MAX];
+    ctrun_rdzv_key(key, "a/%d/ok", a->attempt);
+    ctrun_agent__kv(a, ctrun_kv_add(a->kv, key, 1, ctrun_agent__tag(a, CTRUN_AGENT__KV_OK)));
+}
+
+/* The attempt's outcome, whoever writes it: a GET that waits for the key. */
+void ctrun_agent__await_outcome(ctrun_agent_t *a)
+{
+    char key[CTRUN_RDZV_KEY_MAX];
+    ctrun_rdzv_key(key, "a/%d/outcome", a->attempt);
+    ctrun_agent__kv(a, ctrun_kv_get(a->kv, key, ctrun_agent__tag(a, CTRUN_AGENT__KV_OUTCOME)));
+}
+
+/* Every node's failure records of the attempt, for the report. */
+void ctrun_agent__fetch_failures(ctrun_agent_t *a)
+{
+    char key[CTRUN_RDZV_KEY_MAX];
+    ctrun_rdzv_key(key, "a/%d/failures", a->attempt);
+    ctrun_agent__kv(a, ctrun_kv_get(a->kv, key, ctrun_agent__tag(a, CTRUN_AGENT__KV_FAILURES)));
+}
+
+/* Says why this node stops its workers for an outcome another node wrote. */
+void ctrun_agent__log_outcome(const ctrun_agent_t *a)
+{
+    if (a->outcome == CTRUN_OUTCOME_FAILED)
+        ct_log_warn("attempt %d failed on node %d; stopping this node's workers", a->attempt,
+                    a->outcome_node);
+    else if (a->outcome == CTRUN_OUTCOME_LOST)
+        ct_log_warn("node %d (%s) is lost (no heartbeat); stopping this node's workers",
+                    a->outcome_node, a->outcome_host);
+    else if (a->outcome == CTRUN_OUTCOME_REJOIN)
+        ct_log_info("node %d waits to join; stopping this node's workers to re-form the job",
+                    a->outcome_node);
 }

@@ -1,26 +1,49 @@
 /*
- * ctrun_agent_step.c - the agent's states, events and its transition function
- * (ctrun_agent__step).
+ * ctrun_agent_step.c - the agent's transition code: the one place where the agent's state
+ * (a->state) and its workers' states (w->state, with the nrunning/ngone counts) change.
  *
- * Every callback (kv replies, worker exits and closes, heartbeats, signals, timers) turns into
- * one ctrun_agent__event_t and goes through ctrun_agent__step. The states are listed in
- * ctrun_agent_internal.h. One attempt, as this node sees it:
+ * Every callback (kv replies, worker exits and closes, watchdog, heartbeat and injection timers,
+ * signals, the coordinator) turns into one ctrun_agent__event_t and goes through
+ * ctrun_agent__step. Its handlers enter a new state only through the ctrun__to_* functions
+ * below, and what follows the end of an attempt is chosen by ctrun__attempt_over, which calls
+ * one decision function per outcome. Everything they call elsewhere acts and returns: it
+ * signals workers (ctrun_group.c), submits store requests (ctrun_agent_outcome.c), prints
+ * (ctrun_agent_end.c), arms timers; none of it changes a state or calls back into the step.
+ * ctrun_group_prepare creates an attempt's workers, all IDLE.
  *
- *   RENDEZVOUS  ctrun_rdzv runs attempt k's round; its plan arrives as RDZV_REPLY -> COMPLETE.
- *   RUNNING     workers started; a GET of /ctrun/a/<k>/outcome is pending from the start.
- *               - a worker fails (non-zero, signal, spawn failure, watchdog): its record is
- *                 appended to /ctrun/a/<k>/failures, "failed <g>" is compare-set into the
- *                 outcome, every local worker gets SIGTERM -> STOPPING.
- *               - the outcome arrives first (another node failed or stopped) -> STOPPING.
- *               - a handled signal: forwarded to every worker, "stopped <g> <sig>" -> STOPPING.
- *               - every worker exited 0: ADD /ctrun/a/<k>/ok; whoever brings it to N writes
- *                 "succeeded" -> SUCCEEDED (waits for the outcome; a late failure elsewhere
- *                 still moves it to STOPPING, with nothing left to stop).
- *   STOPPING    grace timer -> SIGKILL. Once every worker is GONE and the outcome is known:
- *               restarts left -> RENDEZVOUS of k+1; otherwise the report (failures read from
- *               the store) -> EXITING.
- *   EXITING     exit barrier: a client ADDs /ctrun/left and leaves; the host waits (bounded)
- *               until the others have, so nobody loses the store while reading it -> DONE.
+ * One attempt, as this node sees it (the states are listed in ctrun_agent_internal.h):
+ *
+ *   RENDEZVOUS  ctrun_rdzv runs attempt k's round; its plan arrives as a kv reply ->
+ *               ctrun__to_running, which starts every local worker and sends a GET of
+ *               /ctrun/a/<k>/outcome that stays pending.
+ *   RUNNING     - a worker fails (non-zero exit, signal, spawn failure, watchdog): its record
+ *                 is appended to /ctrun/a/<k>/failures, "failed <g>" is compare-set into the
+ *                 outcome, every live worker gets SIGTERM -> STOPPING.
+ *               - the outcome arrives first (another node failed, was lost, or a node waits to
+ *                 join) -> every live worker gets SIGTERM -> STOPPING.
+ *               - a handled signal: forwarded to every live worker, "stopped <g> <sig>" ->
+ *                 STOPPING.
+ *               - a store request fails, or the store's host stops answering heartbeats ->
+ *                 SIGTERM -> STOPPING.
+ *               - every worker exited 0: ADD /ctrun/a/<k>/ok; whoever brings it to the number
+ *                 of nodes writes "succeeded" -> SUCCEEDED.
+ *   SUCCEEDED   waits for the outcome: "succeeded" -> EXITING with 0; any other outcome ->
+ *               STOPPING (nothing left to stop); the store lost -> EXITING with 1.
+ *   STOPPING    the grace timer ends in SIGKILL. Once every worker is GONE and the outcome is
+ *               known (or no longer matters), ctrun__attempt_over decides: stopped by a signal
+ *               here -> EXITING with 128+signal; store lost -> report -> EXITING with 1;
+ *               stopped by a signal on another node -> EXITING with 1; succeeded after all ->
+ *               EXITING with 0; a node waits to join -> RENDEZVOUS of k+1 (no restart used);
+ *               a node lost -> RENDEZVOUS of k+1 (c10d with restarts left) or EXITING with 1;
+ *               failed with restarts left -> RENDEZVOUS of k+1 (after --restart_backoff);
+ *               failed with none left -> EXITING, the report once every node's failure records
+ *               are read.
+ *   EXITING     exit barrier: a client ADDs /ctrun/left and leaves on the reply; the host waits
+ *               (bounded) until the others have, so nobody loses the store while reading it.
+ *               -> DONE. A signal here -> DONE with 128+signal.
+ *   DONE        every handle closes; uv_run returns.
+ *   A signal in INIT or RENDEZVOUS -> DONE with 128+signal; a rendezvous that fails or times
+ *   out, or a set-up that failed -> DONE with 1.
  *
  * The job-wide restart count is the attempt number the coordinator publishes in each plan;
  * --max_restarts is the host's (carried in the plan), so every node restarts the same number
@@ -29,11 +52,9 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "ct_log.h"
-#include "ct_time.h"
 #include "ctrun_agent_internal.h"
 #include "ctrun_signal.h"
 
@@ -44,12 +65,15 @@ static const char *const ctrun__state_names[] = {
     [CTRUN_AGENT_DONE] = "DONE",
 };
 
-void ctrun_agent__set_state(ctrun_agent_t *a, ctrun_agent_state_t s)
+/* The only write of a->state. */
+static void ctrun__enter(ctrun_agent_t *a, ctrun_agent_state_t s)
 {
     ct_log_debug("agent: %s -> %s (attempt %d)", ctrun__state_names[a->state],
                  ctrun__state_names[s], a->attempt);
     a->state = s;
 }
+
+/* ---- workers ------------------------------------------------------------------------------ */
 
 static int ctrun__live_workers(const ctrun_agent_t *a)
 {
@@ -60,7 +84,8 @@ static int ctrun__live_workers(const ctrun_agent_t *a)
     return n;
 }
 
-static void ctrun__signal_all(ctrun_agent_t *a, int sig)
+/* Every live worker gets sig and is STOPPING from now on. */
+static void ctrun__signal_workers(ctrun_agent_t *a, int sig)
 {
     for (int i = 0; i < a->nworkers; i++) {
         ctrun_worker_t *w = &a->workers[i];
@@ -74,11 +99,61 @@ static void ctrun__signal_all(ctrun_agent_t *a, int sig)
     }
 }
 
-/* Every live worker gets sig (SIGTERM for a failure, the handled signal otherwise) and the
- * grace period starts. */
-static void ctrun__stop_workers(ctrun_agent_t *a, int sig)
+/* ---- entering a state --------------------------------------------------------------------- */
+
+/* -> DONE: the exit status is known; every handle closes and uv_run returns. */
+static void ctrun__to_done(ctrun_agent_t *a, int exit_code)
 {
-    ctrun__signal_all(a, sig);
+    a->exit_code = exit_code;
+    ctrun__enter(a, CTRUN_AGENT_DONE);
+    ctrun_agent__close(a);
+}
+
+/* -> EXITING: the job is over for this node. Alone, or without a store, it is DONE at once;
+ * otherwise the exit barrier decides when. */
+static void ctrun__to_exiting(ctrun_agent_t *a, int exit_code)
+{
+    a->exit_code = exit_code;
+    ctrun__enter(a, CTRUN_AGENT_EXITING);
+    ctrun_agent__end_timers(a);
+    if (a->store_lost || a->plan.nnodes <= 1) {
+        ctrun__to_done(a, exit_code);
+        return;
+    }
+    if (!a->is_host) {
+        if (ctrun_agent__barrier_leave(a) != 0)
+            ctrun__to_done(a, exit_code);
+        return; /* DONE when the store answers */
+    }
+    if (a->coord.left >= ctrun_agent__barrier_target(a)) {
+        ctrun__to_done(a, exit_code);
+        return;
+    }
+    ctrun_agent__barrier_wait(a);
+}
+
+/* -> RENDEZVOUS of attempt k. */
+static void ctrun__to_rendezvous(ctrun_agent_t *a, int attempt)
+{
+    a->attempt = attempt;
+    a->outcome = CTRUN_OUTCOME_NONE;
+    a->failure_posted = false;
+    a->killed = false;
+    ctrun__enter(a, CTRUN_AGENT_RENDEZVOUS);
+    uv_timer_start(&a->rdzv_timer, a->rdzv_timer.timer_cb,
+                   (uint64_t)(ctrun_agent__rdzv_timeout_s(a) * 1000.0), 0);
+    int rc = ctrun_rdzv_start(&a->rdzv, attempt);
+    if (rc != 0) {
+        ct_log_error("%s", a->rdzv.error);
+        ctrun__to_done(a, CTRUN_EXIT_FAILED);
+    }
+}
+
+/* -> STOPPING: every live worker gets sig (SIGTERM for a failure, the handled signal
+ * otherwise) and the grace period starts; nothing of the attempt fires any more. */
+static void ctrun__to_stopping(ctrun_agent_t *a, int sig)
+{
+    ctrun__signal_workers(a, sig);
     uv_timer_stop(&a->watchdog_timer);
     uv_timer_stop(&a->inject_timer);
     /* One deadline per attempt: a later signal does not extend it. */
@@ -86,39 +161,19 @@ static void ctrun__stop_workers(ctrun_agent_t *a, int sig)
         uint64_t ms = (uint64_t)(a->cfg->grace_period_s * 1000.0 + 0.5);
         uv_timer_start(&a->grace_timer, a->grace_timer.timer_cb, ms, 0);
     }
+    ctrun__enter(a, CTRUN_AGENT_STOPPING);
 }
 
-/* This node's attempt failed first-hand: tell the others, stop the rest. */
-void ctrun_agent__fail_attempt(ctrun_agent_t *a)
+/* This node's attempt failed first-hand: tell the others, stop the rest -> STOPPING. */
+static void ctrun__fail_attempt(ctrun_agent_t *a)
 {
     ctrun_agent__post_failed(a);
-    ctrun__stop_workers(a, SIGTERM);
+    ctrun__to_stopping(a, SIGTERM);
 }
 
-double ctrun_agent__rdzv_timeout_s(const ctrun_agent_t *a)
-{
-    return a->rdzv_kind == CTRUN_RDZV_KIND_STATIC ? a->cfg->rdzv_conf.timeout_s
-                                                  : a->cfg->rdzv_conf.join_timeout_s;
-}
-
-static void ctrun__start_rendezvous(ctrun_agent_t *a, int attempt)
-{
-    a->attempt = attempt;
-    a->outcome = CTRUN_OUTCOME_NONE;
-    a->failure_posted = false;
-    a->killed = false;
-    ctrun_agent__set_state(a, CTRUN_AGENT_RENDEZVOUS);
-    uv_timer_start(&a->rdzv_timer, a->rdzv_timer.timer_cb,
-                   (uint64_t)(ctrun_agent__rdzv_timeout_s(a) * 1000.0), 0);
-    int rc = ctrun_rdzv_start(&a->rdzv, attempt);
-    if (rc != 0) {
-        ct_log_error("%s", a->rdzv.error);
-        ctrun_agent__done(a, CTRUN_EXIT_FAILED);
-    }
-}
-
-/* The plan of the attempt is known: start every local worker. */
-static void ctrun__start_workers(ctrun_agent_t *a)
+/* -> RUNNING: the plan of the attempt is known; every local worker starts. One that cannot
+ * start fails the attempt at once, as a crash would (-> STOPPING). */
+static void ctrun__to_running(ctrun_agent_t *a)
 {
     ct_errbuf_t eb = {{0}};
     uv_timer_stop(&a->rdzv_timer);
@@ -127,24 +182,14 @@ static void ctrun__start_workers(ctrun_agent_t *a)
     if (ctrun_group_prepare(a, &eb) != 0) {
         ct_log_error("preparing attempt %d: %s", a->attempt, eb.msg);
         ctrun_group_free(a);
-        ctrun_agent__done(a, CTRUN_EXIT_FAILED);
+        ctrun__to_done(a, CTRUN_EXIT_FAILED);
         return;
     }
     ctrun_group_log_rendezvous(a);
-    char key[CTRUN_RDZV_KEY_MAX];
-    ctrun_rdzv_key(key, "a/%d/outcome", a->attempt);
-    ctrun_agent__kv(a, ctrun_kv_get(a->kv, key, ctrun_agent__tag(a, CTRUN_AGENT__KV_OUTCOME)));
-    ctrun_agent__set_state(a, CTRUN_AGENT_RUNNING);
+    ctrun_agent__await_outcome(a);
+    ctrun__enter(a, CTRUN_AGENT_RUNNING);
     a->attempt_start_ms = uv_now(&a->loop);
-    for (size_t k = 0; k < a->inject.n; k++) {
-        a->inject_in_attempt[k] = 0;
-        int missing = ctrun_inject_missing_rank(&a->inject, k, a->plan.world_size);
-        if (missing >= 0 && a->plan.group_rank == 0)
-            ct_log_warn("fault injection: spec %zu (%s) names rank %d, but attempt %d has %d "
-                        "rank%s: it cannot fire in this attempt",
-                        k + 1, a->inject.specs[k].text, missing, a->attempt, a->plan.world_size,
-                        a->plan.world_size == 1 ? "" : "s");
-    }
+    ctrun_agent__inject_attempt(a);
     for (int i = 0; i < a->nworkers; i++) {
         ctrun_worker_t *w = &a->workers[i];
         ct_errbuf_clear(&eb);
@@ -169,12 +214,33 @@ static void ctrun__start_workers(ctrun_agent_t *a)
             wj->state = CTRUN_WORKER_GONE;
             a->ngone++;
         }
-        ctrun_agent__fail_attempt(a);
-        ctrun_agent__set_state(a, CTRUN_AGENT_STOPPING);
+        ctrun__fail_attempt(a);
         return;
     }
     ctrun_agent__inject_schedule(a);
 }
+
+/* -> SUCCEEDED: every local worker exited 0; this node counts itself in /ctrun/a/<k>/ok and
+ * waits for the attempt's outcome. */
+static void ctrun__to_succeeded(ctrun_agent_t *a)
+{
+    ctrun__enter(a, CTRUN_AGENT_SUCCEEDED);
+    uv_timer_stop(&a->watchdog_timer);
+    if (a->store_lost)
+        return;
+    ctrun_agent__post_ok(a);
+}
+
+/* The failure report (lines: every node's records, or NULL for this node's own), then
+ * EXITING with the failed job's status. */
+static void ctrun__report_and_exit(ctrun_agent_t *a, const char *lines)
+{
+    ctrun_agent__report(a, lines);
+    ctrun__to_exiting(a, a->fail_exit);
+    ctrun_group_free(a);
+}
+
+/* ---- decisions: what follows an attempt, once it is over ---------------------------------- */
 
 /* --restart_backoff: base * 2^(k-1) before restart k, at most max(60 s, base). */
 static double ctrun__backoff_s(double base, int k)
@@ -208,8 +274,117 @@ static bool ctrun__no_progress(ctrun_agent_t *a)
     return true;
 }
 
-/* STOPPING or SUCCEEDED: move on once every worker is gone and the outcome is known. */
-static void ctrun__progress(ctrun_agent_t *a)
+/* Stopped by a handled signal on this node: it leaves with 128 + the signal, whatever the
+ * other nodes decide. */
+static void ctrun__decide_stopped_by_signal(ctrun_agent_t *a)
+{
+    ctrun_group_free(a);
+    ctrun__to_exiting(a, 128 + a->stop_signal);
+}
+
+/* The store is lost: nobody can say how the job goes on. A node whose workers all succeeded
+ * fails without a report; a stopping one reports its own failures. */
+static void ctrun__decide_store_lost(ctrun_agent_t *a)
+{
+    if (a->state == CTRUN_AGENT_SUCCEEDED) {
+        ctrun__to_exiting(a, CTRUN_EXIT_FAILED);
+        return;
+    }
+    ctrun__report_and_exit(a, NULL);
+}
+
+/* Another node was stopped by a signal: this one stops too, as a failure. */
+static void ctrun__decide_peer_stopped(ctrun_agent_t *a)
+{
+    char sn[32];
+    ct_log_error("node %d was stopped by %s; stopping this node too", a->outcome_node,
+                 ctrun_signal_name(a->outcome_signal, sn, sizeof sn));
+    ctrun_group_free(a);
+    ctrun__to_exiting(a, CTRUN_EXIT_FAILED);
+}
+
+/* Every node's workers exited 0. A node that was stopping lost a race (its stop request came
+ * after the success was written): its workers are gone and freed now; a SUCCEEDED node keeps
+ * them until the end. */
+static void ctrun__decide_succeeded(ctrun_agent_t *a)
+{
+    if (a->state == CTRUN_AGENT_STOPPING)
+        ctrun_group_free(a);
+    ctrun__to_exiting(a, 0);
+}
+
+/* A node waits to join: torchrun's membership change, a restart that uses up nothing. */
+static void ctrun__decide_rejoin(ctrun_agent_t *a)
+{
+    ct_log_info("[%s] Detected new nodes (node %d waits to join); will restart worker group",
+                a->cfg->role, a->outcome_node);
+    ctrun_group_free(a);
+    ctrun__to_rendezvous(a, a->attempt + 1);
+}
+
+/* A node was lost (its heartbeats stopped): a c10d job with restarts left re-forms without it;
+ * otherwise (this node was the lost one, a static job, no restart left) the job fails. */
+static void ctrun__decide_node_lost(ctrun_agent_t *a, int left)
+{
+    if (a->outcome_node == a->rdzv.node_id) {
+        ct_log_error("this node (node %d) was declared lost by the rendezvous store's host: "
+                     "its heartbeats did not arrive within %g s; leaving the job",
+                     a->outcome_node, (double)a->hb_timeout_ms / 1000.0);
+    } else if (a->rdzv_kind == CTRUN_RDZV_KIND_STATIC) {
+        ct_log_error("node %d (%s) was lost; a static job cannot go on without it (the "
+                     "c10d backend with --nnodes MIN:MAX can)",
+                     a->outcome_node, a->outcome_host);
+    } else if (left > 0) {
+        ct_log_warn("node %d (%s) was lost; re-forming the job without it (%d/%d restarts "
+                    "left)",
+                    a->outcome_node, a->outcome_host, left, a->plan.max_restarts);
+        ctrun_group_free(a);
+        ctrun__to_rendezvous(a, a->attempt + 1);
+        return;
+    } else {
+        ct_log_error("node %d (%s) was lost and no restart is left (--max_restarts=%d); "
+                     "the job stops",
+                     a->outcome_node, a->outcome_host, a->plan.max_restarts);
+    }
+    ctrun_group_free(a);
+    ctrun__to_exiting(a, CTRUN_EXIT_FAILED);
+}
+
+/* The attempt failed and restarts are left: the next attempt, after --restart_backoff
+ * (STOPPING until the RESTART event). */
+static void ctrun__decide_restart(ctrun_agent_t *a, int left)
+{
+    ct_log_info("[%s] Worker group FAILED. %d/%d attempts left; will restart worker group",
+                a->cfg->role, left, a->plan.max_restarts);
+    ctrun_group_free(a);
+    double wait = ctrun__backoff_s(a->cfg->restart_backoff_s, a->attempt + 1);
+    if (wait > 0) {
+        ct_log_warn("restart %d in %.3g s (--restart_backoff)", a->attempt + 1, wait);
+        a->restart_pending = true;
+        uv_timer_start(&a->restart_timer, a->restart_timer.timer_cb,
+                       (uint64_t)(wait * 1000.0 + 0.5), 0);
+        return;
+    }
+    ctrun__to_rendezvous(a, a->attempt + 1);
+}
+
+/* The attempt failed and no restart is left: the report needs every node's records, read from
+ * the store (EXITING until they arrive; without a store, this node's own, at once). */
+static void ctrun__decide_failed(ctrun_agent_t *a)
+{
+    ctrun__enter(a, CTRUN_AGENT_EXITING);
+    ctrun_agent__fetch_failures(a);
+    if (a->store_lost)
+        ctrun__report_and_exit(a, NULL);
+}
+
+/*
+ * After every event that may complete an attempt (a worker gone, an outcome, a signal, a lost
+ * store): once every local worker is gone and the outcome is known - or no longer matters,
+ * after a signal here or without a store - picks the decision for how the attempt ended.
+ * SUCCEEDED and STOPPING only; while --restart_backoff is waited out, only a signal counts.
+ */
+static void ctrun__attempt_over(ctrun_agent_t *a)
 {
     if (a->restart_pending) {
         if (a->stop_signal == 0)
@@ -220,12 +395,16 @@ static void ctrun__progress(ctrun_agent_t *a)
     if (a->ngone < a->nworkers)
         return;
     if (a->state == CTRUN_AGENT_SUCCEEDED) {
-        if (a->outcome == CTRUN_OUTCOME_SUCCEEDED)
-            ctrun_agent__finish(a, 0);
-        else if (a->outcome != CTRUN_OUTCOME_NONE)
-            ctrun_agent__set_state(a, CTRUN_AGENT_STOPPING); /* handled just below */
-        else if (a->store_lost)
-            ctrun_agent__finish(a, CTRUN_EXIT_FAILED);
+        if (a->outcome == CTRUN_OUTCOME_SUCCEEDED) {
+            ctrun__decide_succeeded(a);
+            return;
+        }
+        if (a->outcome == CTRUN_OUTCOME_NONE) {
+            if (a->store_lost)
+                ctrun__decide_store_lost(a);
+            return;
+        }
+        ctrun__enter(a, CTRUN_AGENT_STOPPING); /* a late failure elsewhere: nothing to stop */
     }
     if (a->state != CTRUN_AGENT_STOPPING)
         return;
@@ -234,91 +413,66 @@ static void ctrun__progress(ctrun_agent_t *a)
         return;
     uv_timer_stop(&a->grace_timer);
     if (a->stop_signal != 0) {
-        ctrun_group_free(a);
-        ctrun_agent__finish(a, 128 + a->stop_signal);
+        ctrun__decide_stopped_by_signal(a);
         return;
     }
     if (a->store_lost) {
-        ctrun_agent__report(a, NULL);
-        ctrun_group_free(a);
+        ctrun__decide_store_lost(a);
         return;
     }
     if (a->outcome == CTRUN_OUTCOME_STOPPED) {
-        char sn[32];
-        ct_log_error("node %d was stopped by %s; stopping this node too", a->outcome_node,
-                     ctrun_signal_name(a->outcome_signal, sn, sizeof sn));
-        ctrun_group_free(a);
-        ctrun_agent__finish(a, CTRUN_EXIT_FAILED);
+        ctrun__decide_peer_stopped(a);
         return;
     }
-    if (a->outcome == CTRUN_OUTCOME_SUCCEEDED) { /* a stop request lost the race */
-        ctrun_group_free(a);
-        ctrun_agent__finish(a, 0);
+    if (a->outcome == CTRUN_OUTCOME_SUCCEEDED) {
+        ctrun__decide_succeeded(a);
         return;
     }
+    /* Failed, a node lost or one waiting to join: this attempt is over for good. */
     ctrun_recovery_end_attempt(&a->recovery, a->attempt);
     /* Every worker is gone; whatever they started and that left their process groups goes
      * now, before the next attempt. */
     ctrun_cgroup_kill(&a->cgroup);
     if (a->outcome == CTRUN_OUTCOME_REJOIN) {
-        /* torchrun's membership change: a restart that uses up nothing. */
-        ct_log_info("[%s] Detected new nodes (node %d waits to join); will restart worker group",
-                    a->cfg->role, a->outcome_node);
-        ctrun_group_free(a);
-        ctrun__start_rendezvous(a, a->attempt + 1);
+        ctrun__decide_rejoin(a);
         return;
     }
     int left = a->plan.max_restarts - a->plan.restarts;
     if (a->outcome == CTRUN_OUTCOME_LOST) {
-        if (a->outcome_node == a->rdzv.node_id) {
-            ct_log_error("this node (node %d) was declared lost by the rendezvous store's host: "
-                         "its heartbeats did not arrive within %g s; leaving the job",
-                         a->outcome_node, (double)a->hb_timeout_ms / 1000.0);
-        } else if (a->rdzv_kind == CTRUN_RDZV_KIND_STATIC) {
-            ct_log_error("node %d (%s) was lost; a static job cannot go on without it (the "
-                         "c10d backend with --nnodes MIN:MAX can)",
-                         a->outcome_node, a->outcome_host);
-        } else if (left > 0) {
-            ct_log_warn("node %d (%s) was lost; re-forming the job without it (%d/%d restarts "
-                        "left)",
-                        a->outcome_node, a->outcome_host, left, a->plan.max_restarts);
-            ctrun_group_free(a);
-            ctrun__start_rendezvous(a, a->attempt + 1);
-            return;
-        } else {
-            ct_log_error("node %d (%s) was lost and no restart is left (--max_restarts=%d); "
-                         "the job stops",
-                         a->outcome_node, a->outcome_host, a->plan.max_restarts);
-        }
-        ctrun_group_free(a);
-        ctrun_agent__finish(a, CTRUN_EXIT_FAILED);
+        ctrun__decide_node_lost(a, left);
         return;
     }
     if (left > 0 && ctrun__no_progress(a))
         left = 0;
-    if (left > 0) {
-        ct_log_info("[%s] Worker group FAILED. %d/%d attempts left; will restart worker group",
-                    a->cfg->role, left, a->plan.max_restarts);
-        ctrun_group_free(a);
-        double wait = ctrun__backoff_s(a->cfg->restart_backoff_s, a->attempt + 1);
-        if (wait > 0) {
-            ct_log_warn("restart %d in %.3g s (--restart_backoff)", a->attempt + 1, wait);
-            a->restart_pending = true;
-            uv_timer_start(&a->restart_timer, a->restart_timer.timer_cb,
-                           (uint64_t)(wait * 1000.0 + 0.5), 0);
-            return;
-        }
-        ctrun__start_rendezvous(a, a->attempt + 1);
+    if (left > 0)
+        ctrun__decide_restart(a, left);
+    else
+        ctrun__decide_failed(a);
+}
+
+/* ---- events ------------------------------------------------------------------------------- */
+
+/* The store's host is gone (or cut off): nobody can coordinate this node any more. */
+static void ctrun__on_store_gone(ctrun_agent_t *a)
+{
+    switch (a->state) {
+    case CTRUN_AGENT_INIT:
+    case CTRUN_AGENT_RENDEZVOUS:
+        ctrun__to_done(a, CTRUN_EXIT_FAILED);
         return;
-    }
-    /* The last attempt failed: the report needs every node's records. */
-    char key[CTRUN_RDZV_KEY_MAX];
-    ctrun_rdzv_key(key, "a/%d/failures", a->attempt);
-    ctrun_agent__set_state(a, CTRUN_AGENT_EXITING);
-    ctrun_agent__kv(a, ctrun_kv_get(a->kv, key, ctrun_agent__tag(a, CTRUN_AGENT__KV_FAILURES)));
-    if (a->store_lost) {
-        ctrun_agent__report(a, NULL);
-        ctrun_group_free(a);
+    case CTRUN_AGENT_RUNNING:
+    case CTRUN_AGENT_SUCCEEDED:
+        ctrun__to_stopping(a, SIGTERM);
+        ctrun__attempt_over(a);
+        return;
+    case CTRUN_AGENT_STOPPING:
+        ctrun__attempt_over(a);
+        return;
+    case CTRUN_AGENT_EXITING:
+        ctrun__to_done(a, a->exit_code);
+        return;
+    case CTRUN_AGENT_DONE:
+        return;
     }
 }
 
@@ -332,10 +486,10 @@ static void ctrun__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
             return;
         case CTRUN_RDZV_ERROR:
             ct_log_error("%s", a->rdzv.error);
-            ctrun_agent__done(a, CTRUN_EXIT_FAILED);
+            ctrun__to_done(a, CTRUN_EXIT_FAILED);
             return;
         case CTRUN_RDZV_COMPLETE:
-            ctrun__start_workers(a);
+            ctrun__to_running(a);
             return;
         }
         return;
@@ -345,15 +499,14 @@ static void ctrun__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
         if (r->rc == 0) {
             a->hb_ok_ms = uv_now(&a->loop);
         } else if (r->rc != -ECANCELED && a->state != CTRUN_AGENT_DONE) {
-            ctrun_agent__event_t ev = {.kind = CTRUN_AGENT__EV_STORE_GONE};
             ctrun_agent__store_lost(a, r->error);
-            ctrun_agent__step(a, &ev);
+            ctrun__on_store_gone(a);
         }
         return;
     }
     if (kind == CTRUN_AGENT__KV_LEFT) {
         if (a->state == CTRUN_AGENT_EXITING)
-            ctrun_agent__done(a, a->exit_code);
+            ctrun__to_done(a, a->exit_code);
         return;
     }
     if (CTRUN_TAG_ATTEMPT(r->tag) != a->attempt || a->state == CTRUN_AGENT_DONE)
@@ -362,17 +515,13 @@ static void ctrun__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
         if (r->rc == -ECANCELED)
             return;
         ctrun_agent__store_lost(a, r->error);
-        if (a->state == CTRUN_AGENT_RUNNING || a->state == CTRUN_AGENT_SUCCEEDED) {
-            /* Nobody can tell us how the job goes on: stop here. */
-            ctrun__stop_workers(a, SIGTERM);
-            ctrun_agent__set_state(a, CTRUN_AGENT_STOPPING);
-        }
+        if (a->state == CTRUN_AGENT_RUNNING || a->state == CTRUN_AGENT_SUCCEEDED)
+            ctrun__to_stopping(a, SIGTERM); /* nobody can tell us how the job goes on */
         if (a->state == CTRUN_AGENT_EXITING && kind == CTRUN_AGENT__KV_FAILURES) {
-            ctrun_agent__report(a, NULL);
-            ctrun_group_free(a);
+            ctrun__report_and_exit(a, NULL);
             return;
         }
-        ctrun__progress(a);
+        ctrun__attempt_over(a);
         return;
     }
     const char *value = (const char *)r->data;
@@ -382,30 +531,18 @@ static void ctrun__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
         ctrun_agent__note_outcome(a, value);
         if (a->state == CTRUN_AGENT_RUNNING && a->outcome != CTRUN_OUTCOME_NONE &&
             a->outcome != CTRUN_OUTCOME_SUCCEEDED) {
-            if (a->outcome == CTRUN_OUTCOME_FAILED)
-                ct_log_warn("attempt %d failed on node %d; stopping this node's workers",
-                            a->attempt, a->outcome_node);
-            else if (a->outcome == CTRUN_OUTCOME_LOST)
-                ct_log_warn("node %d (%s) is lost (no heartbeat); stopping this node's workers",
-                            a->outcome_node, a->outcome_host);
-            else if (a->outcome == CTRUN_OUTCOME_REJOIN)
-                ct_log_info("node %d waits to join; stopping this node's workers to re-form the "
-                            "job",
-                            a->outcome_node);
-            ctrun__stop_workers(a, SIGTERM);
-            ctrun_agent__set_state(a, CTRUN_AGENT_STOPPING);
+            ctrun_agent__log_outcome(a);
+            ctrun__to_stopping(a, SIGTERM);
         }
-        ctrun__progress(a);
+        ctrun__attempt_over(a);
         return;
     case CTRUN_AGENT__KV_OK:
         if (r->num == a->plan.nnodes)
             ctrun_agent__post_outcome(a, "succeeded");
         return;
     case CTRUN_AGENT__KV_FAILURES:
-        if (a->state == CTRUN_AGENT_EXITING) {
-            ctrun_agent__report(a, value);
-            ctrun_group_free(a);
-        }
+        if (a->state == CTRUN_AGENT_EXITING)
+            ctrun__report_and_exit(a, value);
         return;
     default:
         return;
@@ -434,22 +571,24 @@ static void ctrun__on_worker_exit(ctrun_agent_t *a, int i, int exitcode)
     }
     if (prev == CTRUN_WORKER_RUNNING && exitcode != 0) {
         ctrun_agent__record_failure(a, i, exitcode, NULL, cause, detect_ns);
-        if (a->state == CTRUN_AGENT_RUNNING || a->state == CTRUN_AGENT_STOPPING) {
-            ctrun_agent__fail_attempt(a);
-            ctrun_agent__set_state(a, CTRUN_AGENT_STOPPING);
-        }
+        if (a->state == CTRUN_AGENT_RUNNING || a->state == CTRUN_AGENT_STOPPING)
+            ctrun__fail_attempt(a);
         return;
     }
-    if (a->state == CTRUN_AGENT_RUNNING && a->nrunning == 0 && a->nfailures == 0) {
-        /* Every local worker exited 0. */
-        ctrun_agent__set_state(a, CTRUN_AGENT_SUCCEEDED);
-        uv_timer_stop(&a->watchdog_timer);
-        if (a->store_lost)
-            return;
-        char key[CTRUN_RDZV_KEY_MAX];
-        ctrun_rdzv_key(key, "a/%d/ok", a->attempt);
-        ctrun_agent__kv(a, ctrun_kv_add(a->kv, key, 1, ctrun_agent__tag(a, CTRUN_AGENT__KV_OK)));
+    if (a->state == CTRUN_AGENT_RUNNING && a->nrunning == 0 && a->nfailures == 0)
+        ctrun__to_succeeded(a); /* every local worker exited 0 */
+}
+
+static void ctrun__on_worker_gone(ctrun_agent_t *a, int i)
+{
+    ctrun_worker_t *w = &a->workers[i];
+    if (w->state != CTRUN_WORKER_GONE) {
+        w->state = CTRUN_WORKER_GONE;
+        a->ngone++;
     }
+    if (a->state == CTRUN_AGENT_DONE)
+        return;
+    ctrun__attempt_over(a);
 }
 
 static void ctrun__on_signal(ctrun_agent_t *a, int sig)
@@ -461,7 +600,7 @@ static void ctrun__on_signal(ctrun_agent_t *a, int sig)
     case CTRUN_AGENT_RENDEZVOUS:
         /* No worker exists yet. */
         ct_log_warn("Received %d death signal, shutting down (no worker was started)", sig);
-        ctrun_agent__done(a, 128 + sig);
+        ctrun__to_done(a, 128 + sig);
         return;
     case CTRUN_AGENT_RUNNING:
     case CTRUN_AGENT_SUCCEEDED:
@@ -469,14 +608,9 @@ static void ctrun__on_signal(ctrun_agent_t *a, int sig)
         a->stop_signal = sig;
         if (sig == SIGINT)
             a->sigint_count++;
-        {
-            char text[64];
-            snprintf(text, sizeof text, "stopped %d %d", a->plan.group_rank, sig);
-            ctrun_agent__post_outcome(a, text);
-        }
-        ctrun__stop_workers(a, sig);
-        ctrun_agent__set_state(a, CTRUN_AGENT_STOPPING);
-        ctrun__progress(a);
+        ctrun_agent__post_stopped(a, sig);
+        ctrun__to_stopping(a, sig);
+        ctrun__attempt_over(a);
         return;
     case CTRUN_AGENT_STOPPING:
         if (a->stop_signal == 0)
@@ -484,147 +618,81 @@ static void ctrun__on_signal(ctrun_agent_t *a, int sig)
         if (sig == SIGINT && ++a->sigint_count >= 2) {
             ct_log_warn("Received %s again: killing every worker now", sn);
             a->killed = true;
-            ctrun__signal_all(a, SIGKILL);
+            ctrun__signal_workers(a, SIGKILL);
         } else {
-            ctrun__signal_all(a, sig);
+            ctrun__signal_workers(a, sig);
         }
-        ctrun__progress(a);
+        ctrun__attempt_over(a);
         return;
     case CTRUN_AGENT_EXITING:
-        ctrun_agent__done(a, 128 + sig);
+        ctrun__to_done(a, 128 + sig);
         return;
     case CTRUN_AGENT_DONE:
         return;
     }
 }
 
-static void ctrun__on_grace(ctrun_agent_t *a)
-{
-    if (a->state != CTRUN_AGENT_STOPPING || a->killed)
-        return;
-    a->killed = true;
-    for (int i = 0; i < a->nworkers; i++) {
-        ctrun_worker_t *w = &a->workers[i];
-        if (w->state == CTRUN_WORKER_STOPPING || w->state == CTRUN_WORKER_RUNNING)
-            ct_log_warn("Unable to shutdown process %d via %s, forcefully exiting via SIGKILL",
-                        (int)w->proc.pid, a->stop_signal ? "the forwarded signal" : "SIGTERM");
-        /* Exited workers may have left children in their group; those go too. */
-        if (w->state != CTRUN_WORKER_IDLE && w->state != CTRUN_WORKER_GONE)
-            ctrun_proc_signal(&w->proc, SIGKILL);
-    }
-    ctrun_cgroup_kill(&a->cgroup); /* and those that left their group */
-}
-
-/* The store's host is gone (or cut off): nobody can coordinate this node any more. */
-static void ctrun__on_store_gone(ctrun_agent_t *a)
-{
-    switch (a->state) {
-    case CTRUN_AGENT_INIT:
-    case CTRUN_AGENT_RENDEZVOUS:
-        ctrun_agent__done(a, CTRUN_EXIT_FAILED);
-        return;
-    case CTRUN_AGENT_RUNNING:
-    case CTRUN_AGENT_SUCCEEDED:
-        ctrun__stop_workers(a, SIGTERM);
-        ctrun_agent__set_state(a, CTRUN_AGENT_STOPPING);
-        ctrun__progress(a);
-        return;
-    case CTRUN_AGENT_STOPPING:
-        ctrun__progress(a);
-        return;
-    case CTRUN_AGENT_EXITING:
-        ctrun_agent__done(a, a->exit_code);
-        return;
-    case CTRUN_AGENT_DONE:
-        return;
-    }
-}
-
+/* The transition function: every event of the agent goes through here. */
 void ctrun_agent__step(ctrun_agent_t *a, const ctrun_agent__event_t *ev)
 {
     switch (ev->kind) {
-    case CTRUN_AGENT__EV_START:
-        ctrun__start_rendezvous(a, 0);
+    case CTRUN_AGENT__EV_START: /* value: the set-up's result */
+        if (ev->value != 0)
+            ctrun__to_done(a, CTRUN_EXIT_FAILED);
+        else
+            ctrun__to_rendezvous(a, 0);
         return;
     case CTRUN_AGENT__EV_KV:
         ctrun__on_kv(a, ev->reply);
         return;
-    case CTRUN_AGENT__EV_RDZV_TIMEOUT: {
+    case CTRUN_AGENT__EV_RDZV_TIMEOUT:
         if (a->state != CTRUN_AGENT_RENDEZVOUS)
             return;
-        int64_t since = 0;
-        /* Not a slow job when a connection has waited a while for the endpoint to answer the
-         * store handshake: whatever listens there is not answering as a store. */
-        if (ctrun_kv_unanswered(a->kv, &since) && ct_time_ms() - since >= 1000)
-            ct_log_error("rendezvous of attempt %d timed out after %g s: no answer from %s:%d "
-                         "in %.1f s: it accepted the connection but never answered the store "
-                         "handshake (is --rdzv_endpoint / --master_addr a ctrun store?)",
-                         a->attempt, ctrun_agent__rdzv_timeout_s(a), a->master_addr, a->master_port,
-                         (double)(ct_time_ms() - since) / 1000.0);
-        else if (a->rdzv.waited)
-            ct_log_error("rendezvous timed out after %g s: this node waited for a round with "
-                         "room for it (the job runs with --nnodes maximum %d; store %s:%d; see "
-                         "--rdzv_conf join_timeout=SECONDS)",
-                         ctrun_agent__rdzv_timeout_s(a), a->cfg->max_nodes, a->master_addr,
-                         a->master_port);
-        else
-            ct_log_error(
-                "rendezvous of attempt %d timed out after %g s: %s %d nodes joined "
-                "(store %s:%d; see --rdzv_conf %s=SECONDS)",
-                a->attempt, ctrun_agent__rdzv_timeout_s(a),
-                a->rdzv_kind == CTRUN_RDZV_KIND_STATIC || a->cfg->min_nodes == a->cfg->max_nodes
-                    ? "not all"
-                    : "fewer than",
-                a->rdzv_kind == CTRUN_RDZV_KIND_STATIC ? a->cfg->max_nodes : a->cfg->min_nodes,
-                a->master_addr, a->master_port,
-                a->rdzv_kind == CTRUN_RDZV_KIND_STATIC ? "timeout" : "join_timeout");
-        ctrun_agent__done(a, CTRUN_EXIT_FAILED);
+        ctrun_agent__log_rdzv_timeout(a);
+        ctrun__to_done(a, CTRUN_EXIT_FAILED);
         return;
-    }
     case CTRUN_AGENT__EV_WORKER_EXIT:
         ctrun__on_worker_exit(a, ev->worker, ev->value);
-        ctrun__progress(a);
+        ctrun__attempt_over(a);
         return;
-    case CTRUN_AGENT__EV_WORKER_GONE: {
-        ctrun_worker_t *w = &a->workers[ev->worker];
-        if (w->state != CTRUN_WORKER_GONE) {
-            w->state = CTRUN_WORKER_GONE;
-            a->ngone++;
-        }
-        if (a->state == CTRUN_AGENT_DONE)
-            return;
-        ctrun__progress(a);
+    case CTRUN_AGENT__EV_WORKER_GONE:
+        ctrun__on_worker_gone(a, ev->worker);
         return;
-    }
     case CTRUN_AGENT__EV_WATCHDOG:
-        ctrun_agent__on_watchdog(a, ev->worker);
+        if (a->state != CTRUN_AGENT_RUNNING || a->workers[ev->worker].state != CTRUN_WORKER_RUNNING)
+            return;
+        ctrun_agent__watchdog_blame(a, ev->worker);
+        ctrun__fail_attempt(a);
         return;
     case CTRUN_AGENT__EV_INJECT:
-        ctrun_agent__on_inject(a);
+        if (a->state == CTRUN_AGENT_RUNNING)
+            ctrun_agent__inject_fire(a);
         return;
     case CTRUN_AGENT__EV_RESTART:
         if (!a->restart_pending)
             return;
         a->restart_pending = false;
         if (a->state == CTRUN_AGENT_STOPPING)
-            ctrun__start_rendezvous(a, a->attempt + 1);
+            ctrun__to_rendezvous(a, a->attempt + 1);
         return;
-
     case CTRUN_AGENT__EV_SIGNAL:
         ctrun__on_signal(a, ev->value);
         return;
     case CTRUN_AGENT__EV_GRACE:
-        ctrun__on_grace(a);
+        if (a->state != CTRUN_AGENT_STOPPING || a->killed)
+            return;
+        a->killed = true;
+        ctrun_group_kill(a);
         return;
     case CTRUN_AGENT__EV_LEFT:
         if (ev->value < 0) {
             ct_log_error("rendezvous coordinator: %s", a->coord.error);
             if (a->state == CTRUN_AGENT_RENDEZVOUS)
-                ctrun_agent__done(a, CTRUN_EXIT_FAILED);
+                ctrun__to_done(a, CTRUN_EXIT_FAILED);
             return;
         }
         if (a->state == CTRUN_AGENT_EXITING && ev->value >= ctrun_agent__barrier_target(a))
-            ctrun_agent__done(a, a->exit_code);
+            ctrun__to_done(a, a->exit_code);
         return;
     case CTRUN_AGENT__EV_STORE_GONE:
         ctrun__on_store_gone(a);
@@ -634,10 +702,12 @@ void ctrun_agent__step(ctrun_agent_t *a, const ctrun_agent__event_t *ev)
             return;
         ct_log_warn("exit barrier: %d of %d other nodes finished within %g s; exiting anyway",
                     a->coord.left, a->plan.nnodes - 1, a->cfg->grace_period_s + 30.0);
-        ctrun_agent__done(a, a->exit_code);
+        ctrun__to_done(a, a->exit_code);
         return;
     }
 }
+
+/* ---- callbacks into events ---------------------------------------------------------------- */
 
 void ctrun_agent__kv_cb(void *data, const ctrun_kv_reply_t *reply)
 {

@@ -193,6 +193,20 @@ void ctrun_group_signal(ctrun_agent_t *a, int i, int sig)
     ctrun_proc_signal(&w->proc, sig);
 }
 
+void ctrun_group_kill(ctrun_agent_t *a)
+{
+    for (int i = 0; i < a->nworkers; i++) {
+        ctrun_worker_t *w = &a->workers[i];
+        if (w->state == CTRUN_WORKER_STOPPING || w->state == CTRUN_WORKER_RUNNING)
+            ct_log_warn("Unable to shutdown process %d via %s, forcefully exiting via SIGKILL",
+                        (int)w->proc.pid, a->stop_signal ? "the forwarded signal" : "SIGTERM");
+        /* Exited workers may have left children in their group; those go too. */
+        if (w->state != CTRUN_WORKER_IDLE && w->state != CTRUN_WORKER_GONE)
+            ctrun_proc_signal(&w->proc, SIGKILL);
+    }
+    ctrun_cgroup_kill(&a->cgroup); /* and those that left their group */
+}
+
 void ctrun_group_free(ctrun_agent_t *a)
 {
     for (int i = 0; i < a->nworkers; i++) {

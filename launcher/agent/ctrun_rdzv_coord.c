@@ -12,7 +12,7 @@
  * the next (timers run before the loop reads the heartbeats that arrived during the stall).
  *
  * Deliberately not here: the agents' side (ctrun_rdzv.c), outcomes other than "lost" and
- * "rejoin", and what agents do about them (ctrun_agent.c).
+ * "rejoin", and what agents do about them (ctrun_agent_step.c).
  */
 #include <errno.h>
 #include <inttypes.h>
