@@ -175,7 +175,7 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
     a->rdzv_kind =
         cfg->rdzv_backend == CTRUN_RDZV_STATIC ? CTRUN_RDZV_KIND_STATIC : CTRUN_RDZV_KIND_C10D;
     a->entrypoint = ctrun_cmd_entrypoint_name(cfg);
-    a->prefix_template = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+    a->prefix_template = cfg->log_line_prefix_template;
 
     uv_timer_init(&a->loop, &a->grace_timer);
     uv_timer_init(&a->loop, &a->rdzv_timer);
@@ -197,8 +197,7 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
     a->start_ms = uv_now(&a->loop);
     a->fail_exit = CTRUN_EXIT_FAILED;
     a->cgroup.procs_fd = -1;
-    const char *cgmode = getenv("CTRUN_CGROUP");
-    if (cgmode == NULL || strcmp(cgmode, "off") != 0) {
+    if (cfg->cgroup) {
         ct_errbuf_t ceb = {{0}};
         if (ctrun_cgroup_create(&a->cgroup, NULL, NULL, &ceb) == 0)
             ct_log_debug("workers run in the cgroup %s", a->cgroup.path);
@@ -228,7 +227,7 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
                                  uv_strerror(rc));
     }
 
-    int rc = ctrun_logs_init(&a->logs, cfg->log_dir, cfg->run_id, eb);
+    int rc = ctrun_logs_init(&a->logs, cfg->log_dir, cfg->tmp_dir, cfg->run_id, eb);
     if (rc != 0)
         return rc;
     if ((rc = ctrun__setup_store(a, eb)) != 0)

@@ -151,7 +151,7 @@ void ctrun_agent__report(ctrun_agent_t *a, const char *lines)
         free(text);
         ct_errbuf_t eb = {{0}};
         const ctrun_failure_t *root = &shown[ctrun_report_root(shown, nshown)];
-        int rc = ctrun_report_propagate(root, getenv("TORCHELASTIC_ERROR_FILE"), &eb);
+        int rc = ctrun_report_propagate(root, a->cfg->error_file, &eb);
         if (rc == -ENOENT)
             ct_log_debug("no error file defined for parent, to copy child error file (%s)",
                          root->error_file ? root->error_file : "<N/A>");

@@ -151,7 +151,7 @@ struct ctrun_agent {
     /* output */
     ctrun_console_t *console; /* ctrun's stdout and stderr (ctrun_console.h); NULL: direct */
     ctrun_logs_t logs;
-    const char *prefix_template; /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE */
+    const char *prefix_template; /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (from the config) */
     char host[256];              /* this node's name (FQDN), for reports */
     const char *entrypoint;
 };

@@ -13,6 +13,9 @@
 
 #include "ctrun_cmd.h"
 
+/* The agent's own environment, read when a worker's is built: workers inherit it whole
+ * (torchrun's rule), so it is copied as it is at spawn time rather than captured at parse time
+ * with the variables ctrun itself acts on (ctrun_cli.h). */
 extern char **environ;
 
 static const char ctrun__omp_notice[] =

@@ -356,6 +356,9 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
     p->done = true; /* until a handle is open, a failure leaves nothing behind */
 
     char *path = NULL;
+    /* The agent's PATH as it is now, as execvp would use it: the one environment read outside
+     * the command line's parsing besides the workers' copy (ctrun_env.c), because the worker
+     * runs with that environment too. */
     int rc = ctrun_proc_resolve(opts->file, getenv("PATH"), &path, eb);
     if (rc != 0)
         return rc;

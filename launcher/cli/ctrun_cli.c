@@ -703,6 +703,23 @@ static int ctrun__inject(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf
     return cfg->inject == NULL ? -ENOMEM : 0;
 }
 
+/* The environment variables that the agent acts on, read now: their values never make a usage
+ * error (an unset or odd one keeps torchrun's behaviour), so they are taken as they are. */
+static int ctrun__agent_env(ctrun_config_t *cfg, const char *const *env)
+{
+    const char *tmpl = ctrun__getenv(env, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+    const char *error_file = ctrun__getenv(env, "TORCHELASTIC_ERROR_FILE");
+    const char *cgroup = ctrun__getenv(env, "CTRUN_CGROUP");
+    const char *tmp[] = {ctrun__getenv(env, "TMPDIR"), ctrun__getenv(env, "TEMP"),
+                         ctrun__getenv(env, "TMP")};
+    cfg->cgroup = cgroup == NULL || strcmp(cgroup, "off") != 0;
+    if ((tmpl != NULL && (cfg->log_line_prefix_template = strdup(tmpl)) == NULL) ||
+        (error_file != NULL && (cfg->error_file = strdup(error_file)) == NULL) ||
+        (cfg->tmp_dir = strdup(ctrun_logs_tmpdir(tmp, sizeof tmp / sizeof tmp[0]))) == NULL)
+        return -ENOMEM;
+    return 0;
+}
+
 /* Values that must name something that exists in this job, checked once nproc_per_node is
  * known: --inject targets and --local_ranks_filter ranks (a rank that does not exist would
  * silently never fire, or silently hide every line). Also CTRUN_CONSOLE_BUFFER. */
@@ -792,7 +809,7 @@ static int ctrun__convert(const ctrun__raw_t *raw, ctrun_config_t *cfg, const ch
                                  &cfg->nsignals, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN__O_SIGNALS_TO_HANDLE]);
-    if ((rc = ctrun__workers(raw, cfg, env, eb)) != 0)
+    if ((rc = ctrun__workers(raw, cfg, env, eb)) != 0 || (rc = ctrun__agent_env(cfg, env)) != 0)
         return rc;
     return ctrun__job_fit(raw, cfg, env, eb);
 }
@@ -844,7 +861,8 @@ void ctrun_config_free(ctrun_config_t *cfg)
     char **strings[] = {&cfg->rdzv_endpoint, &cfg->run_id,       &cfg->master_addr,
                         &cfg->local_addr,    &cfg->start_method, &cfg->signals_to_handle,
                         &cfg->role,          &cfg->log_dir,      &cfg->python,
-                        &cfg->script,        &cfg->inject};
+                        &cfg->script,        &cfg->inject,       &cfg->log_line_prefix_template,
+                        &cfg->tmp_dir,       &cfg->error_file};
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
         free(*strings[i]);
         *strings[i] = NULL;

@@ -7,7 +7,12 @@
  * before the training script; "--" may end them; everything after the script is passed to
  * it verbatim. Valued options fall back to PET_<NAME> (NAME in upper case with '_'), boolean
  * ones to bool(int(PET_<NAME>)); the command line wins. Values are validated here, so that a
- * bad flag or value is one line naming it and exit status 2, before anything starts.
+ * bad flag or value is one line naming it and exit status 2, before anything starts. Every
+ * other variable the agent acts on (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE,
+ * TORCHELASTIC_ERROR_FILE, CTRUN_CGROUP, TMPDIR/TEMP/TMP, CTRUN_CONSOLE_BUFFER, CTRUN_LIBCUDA) is
+ * read here too, once, so that the agent never reads its environment; only the copy of the
+ * environment each worker gets (ctrun_env.h) and the PATH lookup of the worker's program
+ * (ctrun_proc.h) use the agent's environment as it is when they run.
  *
  * Deliberately not here: anything that runs (the agent), worker environments (ctrun_env.h),
  * worker command lines (ctrun_cmd.h), and printing other than --help/--version text.
@@ -94,6 +99,15 @@ typedef struct ctrun_config {
     ctrun_rank_filter_t local_ranks_filter; /* local ranks of this node only */
     size_t console_buffer; /* CTRUN_CONSOLE_BUFFER: bytes of console output held for a slow
                             * reader, per destination (ctrun_console.h); 0 = the default */
+
+    /* the environment the agent acts on, read once here */
+    char *log_line_prefix_template; /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, or NULL */
+    char *tmp_dir;    /* where a run folder goes without --log_dir: TMPDIR, TEMP or TMP (the first
+                       * writable folder), else /tmp (ctrun_logs_tmpdir) */
+    char *error_file; /* TORCHELASTIC_ERROR_FILE: ctrun's own error file, which gets the root
+                       * cause's when the job fails; NULL when unset */
+    bool cgroup;      /* a cgroup v2 for the job's workers when possible: CTRUN_CGROUP is not
+                       * "off" (ctrun_cgroup.h) */
 
     /* what to run */
     bool module, no_python, run_path;

@@ -209,19 +209,18 @@ static int ctrun__mkdtemp(const char *dir, const char *prefix, char **out, ct_er
     return ct_errbuf_set(eb, -EEXIST, "cannot create a unique log folder under %s", dir);
 }
 
-/* The system temp folder as Python's tempfile.gettempdir picks it. */
-static const char *ctrun__tmpdir(void)
+const char *ctrun_logs_tmpdir(const char *const *candidates, size_t n)
 {
-    static const char *const names[] = {"TMPDIR", "TEMP", "TMP"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        const char *v = getenv(names[i]);
+    for (size_t i = 0; i < n; i++) {
+        const char *v = candidates[i];
         if (v != NULL && v[0] != '\0' && access(v, W_OK | X_OK) == 0)
             return v;
     }
     return "/tmp";
 }
 
-int ctrun_logs_init(ctrun_logs_t *logs, const char *log_dir, const char *run_id, ct_errbuf_t *eb)
+int ctrun_logs_init(ctrun_logs_t *logs, const char *log_dir, const char *tmp_dir,
+                    const char *run_id, ct_errbuf_t *eb)
 {
     memset(logs, 0, sizeof *logs);
     if (log_dir != NULL && strcmp(log_dir, "/dev/null") == 0) {
@@ -237,7 +236,7 @@ int ctrun_logs_init(ctrun_logs_t *logs, const char *log_dir, const char *run_id,
         if (rc == 0 && (logs->base_dir = realpath(log_dir, NULL)) == NULL)
             rc = ct_errbuf_set(eb, -errno, "log folder %s: %s", log_dir, strerror(errno));
     } else {
-        rc = ctrun__mkdtemp(ctrun__tmpdir(), "ctrun_", &logs->base_dir, eb);
+        rc = ctrun__mkdtemp(tmp_dir != NULL ? tmp_dir : "/tmp", "ctrun_", &logs->base_dir, eb);
         logs->base_created = rc == 0;
     }
     if (rc == 0) {

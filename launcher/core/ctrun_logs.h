@@ -106,11 +106,17 @@ typedef struct ctrun_logs {
     bool base_created; /* base_dir is a temp dir this agent made */
 } ctrun_logs_t;
 
+/* The folder a run folder goes into without --log_dir, as Python's tempfile.gettempdir picks
+ * it: the first of the n candidates (the values of TMPDIR, TEMP and TMP, NULL when unset) that
+ * is a folder this process may write to, else "/tmp". Returns one of the candidates or "/tmp". */
+const char *ctrun_logs_tmpdir(const char *const *candidates, size_t n);
+
 /* Creates the run folder: log_dir (made with its parents when missing) or, when log_dir is
- * NULL or empty, a new "$TMPDIR/ctrun_<8 chars>" folder; then "<run_id>_<8 chars>" inside it
- * (mode 0700, retried on collision). Errors: -errno with the path in eb, CT_EPARSE for a
- * run id with '/'. */
-int ctrun_logs_init(ctrun_logs_t *logs, const char *log_dir, const char *run_id, ct_errbuf_t *eb);
+ * NULL or empty, a new "<tmp_dir>/ctrun_<8 chars>" folder (tmp_dir NULL: /tmp); then
+ * "<run_id>_<8 chars>" inside it (mode 0700, retried on collision). Errors: -errno with the
+ * path in eb, CT_EPARSE for a run id with '/'. */
+int ctrun_logs_init(ctrun_logs_t *logs, const char *log_dir, const char *tmp_dir,
+                    const char *run_id, ct_errbuf_t *eb);
 
 /* Removes <run_dir>/attempt_<attempt> with everything in it, then creates it and one folder
  * per local rank 0..nproc-1. A no-op when disabled. */

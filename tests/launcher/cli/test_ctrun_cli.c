@@ -714,6 +714,48 @@ static void test_values_must_exist_in_the_job(void)
     CT_ASSERT_ERR(ct__parse(&c, big, &eb, "w.py", NULL), CT_ERANGE_VALUE);
 }
 
+/* The variables the agent acts on are read here, from the environment the parse is given, and
+ * never again: the agent takes them from the configuration. */
+static void test_agent_environment(void)
+{
+    ctrun_config_t c;
+    ct_errbuf_t eb = {{0}};
+    /* Set in this process, absent from the environment the parse is given: not read. */
+    setenv("TORCHELASTIC_ERROR_FILE", "/proc-env/error.json", 1);
+    setenv("CTRUN_CGROUP", "off", 1);
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "w.py", NULL));
+    CT_ASSERT(c.log_line_prefix_template == NULL);
+    CT_ASSERT(c.error_file == NULL);
+    CT_ASSERT(c.cgroup);
+    CT_ASSERT_STR_EQ(c.tmp_dir, "/tmp");
+    ctrun_config_free(&c);
+    unsetenv("TORCHELASTIC_ERROR_FILE");
+    unsetenv("CTRUN_CGROUP");
+
+    char tmp[] = "/tmp/ctrun_cli_tmp_XXXXXX";
+    CT_ASSERT(mkdtemp(tmp) != NULL);
+    char tmpdir[64], temp[64];
+    snprintf(tmpdir, sizeof tmpdir, "TMPDIR=%s", tmp);
+    snprintf(temp, sizeof temp, "TEMP=%s", tmp);
+    const char *env[] = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[${role_name}${rank}]: ",
+                         "TORCHELASTIC_ERROR_FILE=/job/error.json", "CTRUN_CGROUP=off", tmpdir,
+                         NULL};
+    CT_ASSERT_OK(ct__parse(&c, env, &eb, "w.py", NULL));
+    CT_ASSERT_STR_EQ(c.log_line_prefix_template, "[${role_name}${rank}]: ");
+    CT_ASSERT_STR_EQ(c.error_file, "/job/error.json");
+    CT_ASSERT(!c.cgroup);
+    CT_ASSERT_STR_EQ(c.tmp_dir, tmp);
+    ctrun_config_free(&c);
+    ctrun_config_free(&c); /* twice is fine */
+    /* An unusable TMPDIR gives way to TEMP; CTRUN_CGROUP other than "off" keeps the cgroup. */
+    const char *env2[] = {"TMPDIR=/nonexistent-ctrun-dir", temp, "CTRUN_CGROUP=on", NULL};
+    CT_ASSERT_OK(ct__parse(&c, env2, &eb, "w.py", NULL));
+    CT_ASSERT_STR_EQ(c.tmp_dir, tmp);
+    CT_ASSERT(c.cgroup);
+    ctrun_config_free(&c);
+    CT_ASSERT_EQ(rmdir(tmp), 0);
+}
+
 int main(void)
 {
     CT_RUN(test_defaults);
@@ -727,5 +769,6 @@ int main(void)
     CT_RUN(test_rdzv_conf);
     CT_RUN(test_entry_rule);
     CT_RUN(test_values_must_exist_in_the_job);
+    CT_RUN(test_agent_environment);
     return 0;
 }

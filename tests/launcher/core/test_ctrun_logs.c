@@ -162,8 +162,8 @@ static void test_layout(void)
     snprintf(log_dir, sizeof log_dir, "%s/deep/er", base); /* made with its parents */
     ct_errbuf_t eb = {{0}};
     ctrun_logs_t a, b;
-    CT_ASSERT_OK(ctrun_logs_init(&a, log_dir, "job", &eb));
-    CT_ASSERT_OK(ctrun_logs_init(&b, log_dir, "job", &eb));
+    CT_ASSERT_OK(ctrun_logs_init(&a, log_dir, NULL, "job", &eb));
+    CT_ASSERT_OK(ctrun_logs_init(&b, log_dir, NULL, "job", &eb));
     CT_ASSERT(!a.disabled && !a.base_created);
     CT_ASSERT_STR_EQ(a.base_dir, log_dir);
     /* <log_dir>/job_<8 chars of [a-z0-9_]>, a different one per agent (item 28). */
@@ -234,20 +234,20 @@ static void test_layout(void)
     char cwd[PATH_MAX];
     CT_ASSERT(getcwd(cwd, sizeof cwd) != NULL);
     CT_ASSERT_EQ(chdir(base), 0);
-    CT_ASSERT_OK(ctrun_logs_init(&a, "rel/logs", "none", &eb));
+    CT_ASSERT_OK(ctrun_logs_init(&a, "rel/logs", NULL, "none", &eb));
     snprintf(want, sizeof want, "%s/rel/logs/none_", base);
     CT_ASSERT_EQ(strncmp(a.run_dir, want, strlen(want)), 0);
     ctrun_logs_close(&a);
     CT_ASSERT_EQ(chdir(cwd), 0);
 
     /* Errors: a run id with '/', a log dir that is a file. */
-    CT_ASSERT_ERR(ctrun_logs_init(&a, log_dir, "a/b", &eb), CT_EPARSE);
+    CT_ASSERT_ERR(ctrun_logs_init(&a, log_dir, NULL, "a/b", &eb), CT_EPARSE);
     snprintf(want, sizeof want, "%s/file", base);
     close(open(want, O_CREAT | O_WRONLY, 0600));
-    CT_ASSERT_EQ(ctrun_logs_init(&a, want, "job", &eb), -ENOTDIR);
+    CT_ASSERT_EQ(ctrun_logs_init(&a, want, NULL, "job", &eb), -ENOTDIR);
     CT_ASSERT_STR_CONTAINS(eb.msg, want);
     snprintf(want, sizeof want, "%s/file/sub", base);
-    CT_ASSERT_EQ(ctrun_logs_init(&a, want, "job", &eb), -ENOTDIR);
+    CT_ASSERT_EQ(ctrun_logs_init(&a, want, NULL, "job", &eb), -ENOTDIR);
     CT_ASSERT_STR_CONTAINS(eb.msg, "cannot create log folder");
 
     char cmd[PATH_MAX + 16];
@@ -259,10 +259,16 @@ static void test_temp_and_disabled(void)
 {
     char tmp[] = "/tmp/ctrun_logs_tmp_XXXXXX";
     CT_ASSERT(mkdtemp(tmp) != NULL);
-    setenv("TMPDIR", tmp, 1);
+    /* TMPDIR, TEMP, TMP: the first writable folder, as Python's tempfile picks it. */
+    const char *none[] = {NULL, "", "/nonexistent-ctrun-dir"};
+    CT_ASSERT_STR_EQ(ctrun_logs_tmpdir(none, 3), "/tmp");
+    const char *third[] = {NULL, "/nonexistent-ctrun-dir", tmp};
+    CT_ASSERT_STR_EQ(ctrun_logs_tmpdir(third, 3), tmp);
+    const char *first[] = {tmp, "/tmp", NULL};
+    CT_ASSERT_STR_EQ(ctrun_logs_tmpdir(first, 3), tmp);
     ctrun_logs_t l;
     ct_errbuf_t eb = {{0}};
-    CT_ASSERT_OK(ctrun_logs_init(&l, NULL, "none", &eb));
+    CT_ASSERT_OK(ctrun_logs_init(&l, NULL, tmp, "none", &eb));
     CT_ASSERT(l.base_created);
     CT_ASSERT_EQ(strncmp(l.base_dir, tmp, strlen(tmp)), 0);
     CT_ASSERT_EQ(strncmp(l.base_dir + strlen(tmp), "/ctrun_", 7), 0);
@@ -271,14 +277,13 @@ static void test_temp_and_disabled(void)
     ctrun_logs_remove_empty(&l); /* nothing written: the temp base folder goes too */
     CT_ASSERT_EQ(ct__count_entries(tmp), 0);
     ctrun_logs_close(&l);
-    CT_ASSERT_OK(ctrun_logs_init(&l, "", "none", &eb)); /* "" is no log dir */
+    CT_ASSERT_OK(ctrun_logs_init(&l, "", tmp, "none", &eb)); /* "" is no log dir */
     CT_ASSERT(l.base_created);
     ctrun_logs_remove_empty(&l);
     ctrun_logs_close(&l);
-    unsetenv("TMPDIR");
     CT_ASSERT_EQ(rmdir(tmp), 0);
 
-    CT_ASSERT_OK(ctrun_logs_init(&l, "/dev/null", "none", &eb));
+    CT_ASSERT_OK(ctrun_logs_init(&l, "/dev/null", NULL, "none", &eb));
     CT_ASSERT(l.disabled && l.run_dir == NULL);
     CT_ASSERT_OK(ctrun_logs_attempt_prepare(&l, 0, 4, &eb));
     char p[64] = "junk";
