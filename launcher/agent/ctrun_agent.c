@@ -1,7 +1,9 @@
 /*
  * ctrun_agent.c - ctrun_agent_run: sets the agent up (console queue, timers, signal handlers,
  * job cgroup, log folder, the store - hosted or reached as a client - the kv, the rendezvous
- * and, on the host, its coordinator), runs the loop until the job is over, and tears down.
+ * and, on the host, its coordinator), hands the result to the transition function as the START
+ * event, runs the loop until the job is over, and tears down. Also this node's name, printing
+ * through the console queue, and what a node can say about a rendezvous that timed out.
  *
  * Deliberately not here: the states and what moves them (ctrun_agent_step.c), the job's end
  * (ctrun_agent_end.c), heartbeats (ctrun_agent_hb.c), fault injection (ctrun_agent_inject.c).
@@ -89,7 +91,7 @@ void ctrun_agent__log_rdzv_timeout(ctrun_agent_t *a)
 
 /* c10d: does the endpoint name this machine? (torchrun's is_host inference: loopback,
  * localhost, this host's names, --local_addr, or an address of one of its interfaces.) */
-static bool ctrun__endpoint_is_local(const ctrun_config_t *cfg, const char *fqdn)
+static bool ctrun_agent__endpoint_is_local(const ctrun_config_t *cfg, const char *fqdn)
 {
     const char *h = cfg->store_addr.host;
     char name[256] = "";
@@ -119,7 +121,7 @@ static bool ctrun__endpoint_is_local(const ctrun_config_t *cfg, const char *fqdn
     return found;
 }
 
-static int ctrun__setup_store(ctrun_agent_t *a, ct_errbuf_t *eb)
+static int ctrun_agent__setup_store(ctrun_agent_t *a, ct_errbuf_t *eb)
 {
     const ctrun_config_t *cfg = a->cfg;
     snprintf(a->master_addr, sizeof a->master_addr, "%s", cfg->store_addr.host);
@@ -132,7 +134,7 @@ static int ctrun__setup_store(ctrun_agent_t *a, ct_errbuf_t *eb)
     } else if (cfg->rdzv_conf.is_host >= 0) {
         want_host = cfg->rdzv_conf.is_host == 1;
     } else {
-        want_host = ctrun__endpoint_is_local(cfg, ctrun_agent__host(a));
+        want_host = ctrun_agent__endpoint_is_local(cfg, ctrun_agent__host(a));
         may_fall_back = true; /* another agent on this machine may host it (torchrun's rule) */
     }
     if (want_host) {
@@ -169,7 +171,7 @@ static int ctrun__setup_store(ctrun_agent_t *a, ct_errbuf_t *eb)
     return ctrun_kv_open_remote(&a->loop, &ko, ctrun_agent__kv_cb, a, &a->kv, eb);
 }
 
-static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
+static int ctrun_agent__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
 {
     const ctrun_config_t *cfg = a->cfg;
     a->rdzv_kind =
@@ -230,7 +232,7 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
     int rc = ctrun_logs_init(&a->logs, cfg->log_dir, cfg->tmp_dir, cfg->run_id, eb);
     if (rc != 0)
         return rc;
-    if ((rc = ctrun__setup_store(a, eb)) != 0)
+    if ((rc = ctrun_agent__setup_store(a, eb)) != 0)
         return rc;
     bool multi = cfg->max_nodes > 1;
     a->hb_interval_ms = (uint64_t)(cfg->rdzv_conf.node_hb_interval_s * 1000.0 + 0.5);
@@ -265,7 +267,7 @@ static int ctrun__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
 }
 
 /* ct_log lines of every thread of the agent go through the console queue. */
-static void ctrun__log_output(const char *line, size_t nbytes, void *arg)
+static void ctrun_agent__log_output(const char *line, size_t nbytes, void *arg)
 {
     struct iovec iov = {.iov_base = (void *)line, .iov_len = nbytes};
     ctrun_console_write(arg, STDERR_FILENO, &iov, 1, CTRUN_CONSOLE_OWN);
@@ -273,9 +275,9 @@ static void ctrun__log_output(const char *line, size_t nbytes, void *arg)
 
 /* How long the end of the job waits for a console reader that takes nothing: the job is over,
  * so ctrun waits as long as the reader makes progress, but not for one that never reads. */
-#define CTRUN__CONSOLE_EXIT_STALL_MS 10000
+#define CTRUN_AGENT__CONSOLE_EXIT_STALL_MS 10000
 
-static void ctrun__walk_close(uv_handle_t *h, void *arg)
+static void ctrun_agent__walk_close(uv_handle_t *h, void *arg)
 {
     (void)arg;
     if (!uv_is_closing(h))
@@ -301,7 +303,7 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     if (rc != 0)
         ct_log_warn("console queue: %s; writing the console directly", strerror(-rc));
     else
-        ct_log_set_output(ctrun__log_output, a->console);
+        ct_log_set_output(ctrun_agent__log_output, a->console);
 
     if (ctrun_env_omp_notice_needed(NULL, cfg->nproc_per_node))
         ct_log_warn("\n%s", ctrun_env_omp_notice());
@@ -313,7 +315,7 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     }
 
     ct_errbuf_t seb = {{0}};
-    rc = ctrun__setup(a, &seb);
+    rc = ctrun_agent__setup(a, &seb);
     if (rc != 0)
         ct_log_error("%s", seb.msg);
     else if (a->logs.run_dir != NULL)
@@ -323,7 +325,7 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     ctrun_agent__step(a, &ev);
     uv_run(&a->loop, UV_RUN_DEFAULT);
     /* Everything was closed on the way to DONE; anything left is a bug worth not hanging on. */
-    uv_walk(&a->loop, ctrun__walk_close, NULL);
+    uv_walk(&a->loop, ctrun_agent__walk_close, NULL);
     uv_run(&a->loop, UV_RUN_DEFAULT);
     uv_loop_close(&a->loop);
     ctrun_group_free(a);
@@ -336,7 +338,7 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     ctrun_logs_close(&a->logs);
     /* Every other thread is gone (the store's and the kv helpers'): logging goes direct again. */
     ct_log_set_output(NULL, NULL);
-    ctrun_console_destroy(a->console, CTRUN__CONSOLE_EXIT_STALL_MS);
+    ctrun_console_destroy(a->console, CTRUN_AGENT__CONSOLE_EXIT_STALL_MS);
     *exit_code = a->exit_code;
     free(a);
     return 0;

@@ -18,12 +18,12 @@
 #include "ct_log.h"
 #include "ctrun_agent_internal.h"
 
-static void ctrun__close_cb(uv_handle_t *h)
+static void ctrun_agent__close_cb(uv_handle_t *h)
 {
     (void)h;
 }
 
-static void ctrun__store_closed(void *data)
+static void ctrun_agent__store_closed(void *data)
 {
     ctrun_agent_t *a = data;
     a->store = NULL;
@@ -62,18 +62,18 @@ void ctrun_agent__close(ctrun_agent_t *a)
         a->store_closing = true;
         /* Clients may be mid-request: a node waiting for room, woken by the "closed" plan
          * just written, reads it in a second request. Serve them until they hang up. */
-        ctrun_store_close_gently(a->store, CTRUN_STORE_LINGER_MS, ctrun__store_closed, a);
+        ctrun_store_close_gently(a->store, CTRUN_STORE_LINGER_MS, ctrun_agent__store_closed, a);
     }
     for (int i = 0; i < a->nsignals; i++)
-        uv_close((uv_handle_t *)&a->signals[i], ctrun__close_cb);
+        uv_close((uv_handle_t *)&a->signals[i], ctrun_agent__close_cb);
     a->nsignals = 0;
-    uv_close((uv_handle_t *)&a->grace_timer, ctrun__close_cb);
-    uv_close((uv_handle_t *)&a->rdzv_timer, ctrun__close_cb);
-    uv_close((uv_handle_t *)&a->watchdog_timer, ctrun__close_cb);
-    uv_close((uv_handle_t *)&a->barrier_timer, ctrun__close_cb);
-    uv_close((uv_handle_t *)&a->hb_timer, ctrun__close_cb);
-    uv_close((uv_handle_t *)&a->inject_timer, ctrun__close_cb);
-    uv_close((uv_handle_t *)&a->restart_timer, ctrun__close_cb);
+    uv_close((uv_handle_t *)&a->grace_timer, ctrun_agent__close_cb);
+    uv_close((uv_handle_t *)&a->rdzv_timer, ctrun_agent__close_cb);
+    uv_close((uv_handle_t *)&a->watchdog_timer, ctrun_agent__close_cb);
+    uv_close((uv_handle_t *)&a->barrier_timer, ctrun_agent__close_cb);
+    uv_close((uv_handle_t *)&a->hb_timer, ctrun_agent__close_cb);
+    uv_close((uv_handle_t *)&a->inject_timer, ctrun_agent__close_cb);
+    uv_close((uv_handle_t *)&a->restart_timer, ctrun_agent__close_cb);
 }
 
 /* The job is over for this node: nothing of the attempt may fire any more. */

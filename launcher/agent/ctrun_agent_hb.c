@@ -96,7 +96,7 @@ void ctrun_agent__watchdog_blame(ctrun_agent_t *a, int i)
     ctrun_agent__record_failure(a, victim, -SIGTERM, msg, cause, detect);
 }
 
-static void ctrun__watchdog_cb(uv_timer_t *t)
+static void ctrun_agent__watchdog_cb(uv_timer_t *t)
 {
     ctrun_agent_t *a = t->data;
     uint64_t now = uv_now(&a->loop);
@@ -116,7 +116,7 @@ static void ctrun__watchdog_cb(uv_timer_t *t)
             next = due - now;
     }
     if (next != UINT64_MAX)
-        uv_timer_start(t, ctrun__watchdog_cb, next, 0);
+        uv_timer_start(t, ctrun_agent__watchdog_cb, next, 0);
 }
 
 void ctrun_agent__worker_heartbeat(ctrun_agent_t *a, int i, const ct_heartbeat_record_t *rec)
@@ -132,7 +132,7 @@ void ctrun_agent__worker_heartbeat(ctrun_agent_t *a, int i, const ct_heartbeat_r
         ctrun_recovery_heartbeat(&a->recovery, a->attempt, (int64_t)rec->step, uv_hrtime());
     if (a->cfg->watchdog_timeout_s > 0 && a->state == CTRUN_AGENT_RUNNING &&
         !uv_is_active((uv_handle_t *)&a->watchdog_timer))
-        uv_timer_start(&a->watchdog_timer, ctrun__watchdog_cb,
+        uv_timer_start(&a->watchdog_timer, ctrun_agent__watchdog_cb,
                        (uint64_t)(a->cfg->watchdog_timeout_s * 1000.0), 0);
 }
 

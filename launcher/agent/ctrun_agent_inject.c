@@ -16,12 +16,12 @@
 #include "ct_log.h"
 #include "ctrun_agent_internal.h"
 
-static bool ctrun__inject_timed(const ctrun_inject_spec_t *s)
+static bool ctrun_agent__inject_timed(const ctrun_inject_spec_t *s)
 {
     return s->trigger == CTRUN_INJECT_AT_TIME || s->trigger == CTRUN_INJECT_EVERY;
 }
 
-static uint64_t ctrun__inject_due(const ctrun_agent_t *a, size_t i)
+static uint64_t ctrun_agent__inject_due(const ctrun_agent_t *a, size_t i)
 {
     const ctrun_inject_spec_t *s = &a->inject.specs[i];
     if (s->trigger == CTRUN_INJECT_AT_TIME)
@@ -53,9 +53,9 @@ void ctrun_agent__inject_schedule(ctrun_agent_t *a)
         return;
     uint64_t now = uv_now(&a->loop), next = UINT64_MAX;
     for (size_t i = 0; i < a->inject.n; i++) {
-        if (!ctrun__inject_timed(&a->inject.specs[i]) || !ctrun_inject_pending(&a->inject, i))
+        if (!ctrun_agent__inject_timed(&a->inject.specs[i]) || !ctrun_inject_pending(&a->inject, i))
             continue;
-        uint64_t due = ctrun__inject_due(a, i);
+        uint64_t due = ctrun_agent__inject_due(a, i);
         uint64_t in = due > now ? due - now : 0;
         if (in < next)
             next = in;
@@ -71,8 +71,8 @@ void ctrun_agent__inject_fire(ctrun_agent_t *a)
     uint64_t now = uv_now(&a->loop);
     for (size_t i = 0; i < a->inject.n; i++) {
         ctrun_inject_spec_t *s = &a->inject.specs[i];
-        if (!ctrun__inject_timed(s) || !ctrun_inject_pending(&a->inject, i) ||
-            ctrun__inject_due(a, i) > now)
+        if (!ctrun_agent__inject_timed(s) || !ctrun_inject_pending(&a->inject, i) ||
+            ctrun_agent__inject_due(a, i) > now)
             continue;
         if (s->kind == CTRUN_INJECT_KILL_AGENT) {
             s->fired++;

@@ -17,7 +17,7 @@
 #include "ct_time.h"
 #include "ctrun_agent_internal.h"
 
-static ctrun_outcome_t ctrun__parse_outcome(const char *text, int *node, int *sig)
+static ctrun_outcome_t ctrun_agent__parse_outcome(const char *text, int *node, int *sig)
 {
     *node = -1;
     *sig = 0;
@@ -38,7 +38,7 @@ void ctrun_agent__note_outcome(ctrun_agent_t *a, const char *text)
 {
     if (a->outcome != CTRUN_OUTCOME_NONE)
         return;
-    a->outcome = ctrun__parse_outcome(text, &a->outcome_node, &a->outcome_signal);
+    a->outcome = ctrun_agent__parse_outcome(text, &a->outcome_node, &a->outcome_signal);
     snprintf(a->outcome_host, sizeof a->outcome_host, "?");
     if (a->outcome == CTRUN_OUTCOME_LOST)
         sscanf(text, "lost %*d %63s", a->outcome_host);

@@ -2,45 +2,47 @@
  * ctrun_agent_step.c - the agent's transition code: the one place where the agent's state
  * (a->state) and its workers' states (w->state, with the nrunning/ngone counts) change.
  *
- * Every callback (kv replies, worker exits and closes, watchdog, heartbeat and injection timers,
- * signals, the coordinator) turns into one ctrun_agent__event_t and goes through
- * ctrun_agent__step. Its handlers enter a new state only through the ctrun__to_* functions
- * below, and what follows the end of an attempt is chosen by ctrun__attempt_over, which calls
- * one decision function per outcome. Everything they call elsewhere acts and returns: it
- * signals workers (ctrun_group.c), submits store requests (ctrun_agent_outcome.c), prints
- * (ctrun_agent_end.c), arms timers; none of it changes a state or calls back into the step.
- * ctrun_group_prepare creates an attempt's workers, all IDLE.
+ * Every callback (kv replies, worker exits and closes, watchdog, heartbeat and injection
+ * timers, signals, the coordinator) turns into one ctrun_agent__event_t and goes through
+ * ctrun_agent__step. Its handlers enter a new state only through the ctrun_agent__to_*
+ * functions below, and what follows the end of an attempt is chosen by
+ * ctrun_agent__attempt_over, which calls one decision function per outcome. Everything they
+ * call elsewhere acts and returns: it signals workers (ctrun_group.c), submits store requests
+ * (ctrun_agent_outcome.c), prints (ctrun_agent_end.c), arms timers; none of it changes a state
+ * or calls back into the step. ctrun_group_prepare creates an attempt's workers, all IDLE.
  *
  * One attempt, as this node sees it (the states are listed in ctrun_agent_internal.h):
  *
  *   RENDEZVOUS  ctrun_rdzv runs attempt k's round; its plan arrives as a kv reply ->
- *               ctrun__to_running, which starts every local worker and sends a GET of
+ *               ctrun_agent__to_running, which starts every local worker and sends a GET of
  *               /ctrun/a/<k>/outcome that stays pending.
  *   RUNNING     - a worker fails (non-zero exit, signal, spawn failure, watchdog): its record
  *                 is appended to /ctrun/a/<k>/failures, "failed <g>" is compare-set into the
  *                 outcome, every live worker gets SIGTERM -> STOPPING.
- *               - the outcome arrives first (another node failed, was lost, or a node waits to
- *                 join) -> every live worker gets SIGTERM -> STOPPING.
+ *               - the outcome arrives first (another node failed, was lost, or a node waits
+ *                 to join) -> every live worker gets SIGTERM -> STOPPING.
  *               - a handled signal: forwarded to every live worker, "stopped <g> <sig>" ->
  *                 STOPPING.
  *               - a store request fails, or the store's host stops answering heartbeats ->
  *                 SIGTERM -> STOPPING.
- *               - every worker exited 0: ADD /ctrun/a/<k>/ok; whoever brings it to the number
- *                 of nodes writes "succeeded" -> SUCCEEDED.
+ *               - every worker exited 0: ADD /ctrun/a/<k>/ok; whoever brings it to the
+ *                 number of nodes writes "succeeded" -> SUCCEEDED.
  *   SUCCEEDED   waits for the outcome: "succeeded" -> EXITING with 0; any other outcome ->
  *               STOPPING (nothing left to stop); the store lost -> EXITING with 1.
- *   STOPPING    the grace timer ends in SIGKILL. Once every worker is GONE and the outcome is
- *               known (or no longer matters), ctrun__attempt_over decides: stopped by a signal
- *               here -> EXITING with 128+signal; store lost -> report -> EXITING with 1;
- *               stopped by a signal on another node -> EXITING with 1; succeeded after all ->
- *               EXITING with 0; a node waits to join -> RENDEZVOUS of k+1 (no restart used);
- *               a node lost -> RENDEZVOUS of k+1 (c10d with restarts left) or EXITING with 1;
- *               failed with restarts left -> RENDEZVOUS of k+1 (after --restart_backoff);
- *               failed with none left -> EXITING, the report once every node's failure records
- *               are read.
- *   EXITING     exit barrier: a client ADDs /ctrun/left and leaves on the reply; the host waits
- *               (bounded) until the others have, so nobody loses the store while reading it.
- *               -> DONE. A signal here -> DONE with 128+signal.
+ *   STOPPING    the grace timer ends in SIGKILL. Once every worker is GONE and the outcome
+ *               is known (or no longer matters), ctrun_agent__attempt_over decides:
+ *               - stopped by a signal here -> EXITING with 128+signal;
+ *               - store lost -> this node's report -> EXITING with 1;
+ *               - stopped by a signal on another node -> EXITING with 1;
+ *               - succeeded after all -> EXITING with 0;
+ *               - a node waits to join -> RENDEZVOUS of k+1 (no restart used);
+ *               - a node lost -> RENDEZVOUS of k+1 (c10d, restarts left) or EXITING with 1;
+ *               - failed, restarts left -> RENDEZVOUS of k+1 (after --restart_backoff);
+ *               - failed, none left -> EXITING; the report once every node's failure records
+ *                 are read.
+ *   EXITING     exit barrier: a client ADDs /ctrun/left and leaves on the reply; the host
+ *               waits (bounded) until the others have, so nobody loses the store while
+ *               reading it -> DONE. A signal here -> DONE with 128+signal.
  *   DONE        every handle closes; uv_run returns.
  *   A signal in INIT or RENDEZVOUS -> DONE with 128+signal; a rendezvous that fails or times
  *   out, or a set-up that failed -> DONE with 1.
@@ -58,7 +60,7 @@
 #include "ctrun_agent_internal.h"
 #include "ctrun_signal.h"
 
-static const char *const ctrun__state_names[] = {
+static const char *const ctrun_agent__state_names[] = {
     [CTRUN_AGENT_INIT] = "INIT",         [CTRUN_AGENT_RENDEZVOUS] = "RENDEZVOUS",
     [CTRUN_AGENT_RUNNING] = "RUNNING",   [CTRUN_AGENT_SUCCEEDED] = "SUCCEEDED",
     [CTRUN_AGENT_STOPPING] = "STOPPING", [CTRUN_AGENT_EXITING] = "EXITING",
@@ -66,16 +68,16 @@ static const char *const ctrun__state_names[] = {
 };
 
 /* The only write of a->state. */
-static void ctrun__enter(ctrun_agent_t *a, ctrun_agent_state_t s)
+static void ctrun_agent__enter(ctrun_agent_t *a, ctrun_agent_state_t s)
 {
-    ct_log_debug("agent: %s -> %s (attempt %d)", ctrun__state_names[a->state],
-                 ctrun__state_names[s], a->attempt);
+    ct_log_debug("agent: %s -> %s (attempt %d)", ctrun_agent__state_names[a->state],
+                 ctrun_agent__state_names[s], a->attempt);
     a->state = s;
 }
 
 /* ---- workers ------------------------------------------------------------------------------ */
 
-static int ctrun__live_workers(const ctrun_agent_t *a)
+static int ctrun_agent__live_workers(const ctrun_agent_t *a)
 {
     int n = 0;
     for (int i = 0; i < a->nworkers; i++)
@@ -85,7 +87,7 @@ static int ctrun__live_workers(const ctrun_agent_t *a)
 }
 
 /* Every live worker gets sig and is STOPPING from now on. */
-static void ctrun__signal_workers(ctrun_agent_t *a, int sig)
+static void ctrun_agent__signal_workers(ctrun_agent_t *a, int sig)
 {
     for (int i = 0; i < a->nworkers; i++) {
         ctrun_worker_t *w = &a->workers[i];
@@ -102,78 +104,78 @@ static void ctrun__signal_workers(ctrun_agent_t *a, int sig)
 /* ---- entering a state --------------------------------------------------------------------- */
 
 /* -> DONE: the exit status is known; every handle closes and uv_run returns. */
-static void ctrun__to_done(ctrun_agent_t *a, int exit_code)
+static void ctrun_agent__to_done(ctrun_agent_t *a, int exit_code)
 {
     a->exit_code = exit_code;
-    ctrun__enter(a, CTRUN_AGENT_DONE);
+    ctrun_agent__enter(a, CTRUN_AGENT_DONE);
     ctrun_agent__close(a);
 }
 
 /* -> EXITING: the job is over for this node. Alone, or without a store, it is DONE at once;
  * otherwise the exit barrier decides when. */
-static void ctrun__to_exiting(ctrun_agent_t *a, int exit_code)
+static void ctrun_agent__to_exiting(ctrun_agent_t *a, int exit_code)
 {
     a->exit_code = exit_code;
-    ctrun__enter(a, CTRUN_AGENT_EXITING);
+    ctrun_agent__enter(a, CTRUN_AGENT_EXITING);
     ctrun_agent__end_timers(a);
     if (a->store_lost || a->plan.nnodes <= 1) {
-        ctrun__to_done(a, exit_code);
+        ctrun_agent__to_done(a, exit_code);
         return;
     }
     if (!a->is_host) {
         if (ctrun_agent__barrier_leave(a) != 0)
-            ctrun__to_done(a, exit_code);
+            ctrun_agent__to_done(a, exit_code);
         return; /* DONE when the store answers */
     }
     if (a->coord.left >= ctrun_agent__barrier_target(a)) {
-        ctrun__to_done(a, exit_code);
+        ctrun_agent__to_done(a, exit_code);
         return;
     }
     ctrun_agent__barrier_wait(a);
 }
 
 /* -> RENDEZVOUS of attempt k. */
-static void ctrun__to_rendezvous(ctrun_agent_t *a, int attempt)
+static void ctrun_agent__to_rendezvous(ctrun_agent_t *a, int attempt)
 {
     a->attempt = attempt;
     a->outcome = CTRUN_OUTCOME_NONE;
     a->failure_posted = false;
     a->killed = false;
-    ctrun__enter(a, CTRUN_AGENT_RENDEZVOUS);
+    ctrun_agent__enter(a, CTRUN_AGENT_RENDEZVOUS);
     uv_timer_start(&a->rdzv_timer, a->rdzv_timer.timer_cb,
                    (uint64_t)(ctrun_agent__rdzv_timeout_s(a) * 1000.0), 0);
     int rc = ctrun_rdzv_start(&a->rdzv, attempt);
     if (rc != 0) {
         ct_log_error("%s", a->rdzv.error);
-        ctrun__to_done(a, CTRUN_EXIT_FAILED);
+        ctrun_agent__to_done(a, CTRUN_EXIT_FAILED);
     }
 }
 
 /* -> STOPPING: every live worker gets sig (SIGTERM for a failure, the handled signal
  * otherwise) and the grace period starts; nothing of the attempt fires any more. */
-static void ctrun__to_stopping(ctrun_agent_t *a, int sig)
+static void ctrun_agent__to_stopping(ctrun_agent_t *a, int sig)
 {
-    ctrun__signal_workers(a, sig);
+    ctrun_agent__signal_workers(a, sig);
     uv_timer_stop(&a->watchdog_timer);
     uv_timer_stop(&a->inject_timer);
     /* One deadline per attempt: a later signal does not extend it. */
-    if (!uv_is_active((uv_handle_t *)&a->grace_timer) && ctrun__live_workers(a) > 0) {
+    if (!uv_is_active((uv_handle_t *)&a->grace_timer) && ctrun_agent__live_workers(a) > 0) {
         uint64_t ms = (uint64_t)(a->cfg->grace_period_s * 1000.0 + 0.5);
         uv_timer_start(&a->grace_timer, a->grace_timer.timer_cb, ms, 0);
     }
-    ctrun__enter(a, CTRUN_AGENT_STOPPING);
+    ctrun_agent__enter(a, CTRUN_AGENT_STOPPING);
 }
 
 /* This node's attempt failed first-hand: tell the others, stop the rest -> STOPPING. */
-static void ctrun__fail_attempt(ctrun_agent_t *a)
+static void ctrun_agent__fail_attempt(ctrun_agent_t *a)
 {
     ctrun_agent__post_failed(a);
-    ctrun__to_stopping(a, SIGTERM);
+    ctrun_agent__to_stopping(a, SIGTERM);
 }
 
 /* -> RUNNING: the plan of the attempt is known; every local worker starts. One that cannot
  * start fails the attempt at once, as a crash would (-> STOPPING). */
-static void ctrun__to_running(ctrun_agent_t *a)
+static void ctrun_agent__to_running(ctrun_agent_t *a)
 {
     ct_errbuf_t eb = {{0}};
     uv_timer_stop(&a->rdzv_timer);
@@ -182,12 +184,12 @@ static void ctrun__to_running(ctrun_agent_t *a)
     if (ctrun_group_prepare(a, &eb) != 0) {
         ct_log_error("preparing attempt %d: %s", a->attempt, eb.msg);
         ctrun_group_free(a);
-        ctrun__to_done(a, CTRUN_EXIT_FAILED);
+        ctrun_agent__to_done(a, CTRUN_EXIT_FAILED);
         return;
     }
     ctrun_group_log_rendezvous(a);
     ctrun_agent__await_outcome(a);
-    ctrun__enter(a, CTRUN_AGENT_RUNNING);
+    ctrun_agent__enter(a, CTRUN_AGENT_RUNNING);
     a->attempt_start_ms = uv_now(&a->loop);
     ctrun_agent__inject_attempt(a);
     for (int i = 0; i < a->nworkers; i++) {
@@ -214,7 +216,7 @@ static void ctrun__to_running(ctrun_agent_t *a)
             wj->state = CTRUN_WORKER_GONE;
             a->ngone++;
         }
-        ctrun__fail_attempt(a);
+        ctrun_agent__fail_attempt(a);
         return;
     }
     ctrun_agent__inject_schedule(a);
@@ -222,9 +224,9 @@ static void ctrun__to_running(ctrun_agent_t *a)
 
 /* -> SUCCEEDED: every local worker exited 0; this node counts itself in /ctrun/a/<k>/ok and
  * waits for the attempt's outcome. */
-static void ctrun__to_succeeded(ctrun_agent_t *a)
+static void ctrun_agent__to_succeeded(ctrun_agent_t *a)
 {
-    ctrun__enter(a, CTRUN_AGENT_SUCCEEDED);
+    ctrun_agent__enter(a, CTRUN_AGENT_SUCCEEDED);
     uv_timer_stop(&a->watchdog_timer);
     if (a->store_lost)
         return;
@@ -233,17 +235,17 @@ static void ctrun__to_succeeded(ctrun_agent_t *a)
 
 /* The failure report (lines: every node's records, or NULL for this node's own), then
  * EXITING with the failed job's status. */
-static void ctrun__report_and_exit(ctrun_agent_t *a, const char *lines)
+static void ctrun_agent__report_and_exit(ctrun_agent_t *a, const char *lines)
 {
     ctrun_agent__report(a, lines);
-    ctrun__to_exiting(a, a->fail_exit);
+    ctrun_agent__to_exiting(a, a->fail_exit);
     ctrun_group_free(a);
 }
 
 /* ---- decisions: what follows an attempt, once it is over ---------------------------------- */
 
 /* --restart_backoff: base * 2^(k-1) before restart k, at most max(60 s, base). */
-static double ctrun__backoff_s(double base, int k)
+static double ctrun_agent__backoff_s(double base, int k)
 {
     if (base <= 0)
         return 0;
@@ -256,7 +258,7 @@ static double ctrun__backoff_s(double base, int k)
 /* The no-progress guard: true (and logged, and the exit status set) when the last
  * --progress_guard attempts made no step progress. Only for jobs whose workers report steps:
  * without heartbeats nothing can be said. */
-static bool ctrun__no_progress(ctrun_agent_t *a)
+static bool ctrun_agent__no_progress(ctrun_agent_t *a)
 {
     int k = a->cfg->progress_guard;
     if (k <= 0 || !a->recovery.any_heartbeat)
@@ -276,55 +278,55 @@ static bool ctrun__no_progress(ctrun_agent_t *a)
 
 /* Stopped by a handled signal on this node: it leaves with 128 + the signal, whatever the
  * other nodes decide. */
-static void ctrun__decide_stopped_by_signal(ctrun_agent_t *a)
+static void ctrun_agent__decide_stopped_by_signal(ctrun_agent_t *a)
 {
     ctrun_group_free(a);
-    ctrun__to_exiting(a, 128 + a->stop_signal);
+    ctrun_agent__to_exiting(a, 128 + a->stop_signal);
 }
 
 /* The store is lost: nobody can say how the job goes on. A node whose workers all succeeded
  * fails without a report; a stopping one reports its own failures. */
-static void ctrun__decide_store_lost(ctrun_agent_t *a)
+static void ctrun_agent__decide_store_lost(ctrun_agent_t *a)
 {
     if (a->state == CTRUN_AGENT_SUCCEEDED) {
-        ctrun__to_exiting(a, CTRUN_EXIT_FAILED);
+        ctrun_agent__to_exiting(a, CTRUN_EXIT_FAILED);
         return;
     }
-    ctrun__report_and_exit(a, NULL);
+    ctrun_agent__report_and_exit(a, NULL);
 }
 
 /* Another node was stopped by a signal: this one stops too, as a failure. */
-static void ctrun__decide_peer_stopped(ctrun_agent_t *a)
+static void ctrun_agent__decide_peer_stopped(ctrun_agent_t *a)
 {
     char sn[32];
     ct_log_error("node %d was stopped by %s; stopping this node too", a->outcome_node,
                  ctrun_signal_name(a->outcome_signal, sn, sizeof sn));
     ctrun_group_free(a);
-    ctrun__to_exiting(a, CTRUN_EXIT_FAILED);
+    ctrun_agent__to_exiting(a, CTRUN_EXIT_FAILED);
 }
 
 /* Every node's workers exited 0. A node that was stopping lost a race (its stop request came
  * after the success was written): its workers are gone and freed now; a SUCCEEDED node keeps
  * them until the end. */
-static void ctrun__decide_succeeded(ctrun_agent_t *a)
+static void ctrun_agent__decide_succeeded(ctrun_agent_t *a)
 {
     if (a->state == CTRUN_AGENT_STOPPING)
         ctrun_group_free(a);
-    ctrun__to_exiting(a, 0);
+    ctrun_agent__to_exiting(a, 0);
 }
 
 /* A node waits to join: torchrun's membership change, a restart that uses up nothing. */
-static void ctrun__decide_rejoin(ctrun_agent_t *a)
+static void ctrun_agent__decide_rejoin(ctrun_agent_t *a)
 {
     ct_log_info("[%s] Detected new nodes (node %d waits to join); will restart worker group",
                 a->cfg->role, a->outcome_node);
     ctrun_group_free(a);
-    ctrun__to_rendezvous(a, a->attempt + 1);
+    ctrun_agent__to_rendezvous(a, a->attempt + 1);
 }
 
 /* A node was lost (its heartbeats stopped): a c10d job with restarts left re-forms without it;
  * otherwise (this node was the lost one, a static job, no restart left) the job fails. */
-static void ctrun__decide_node_lost(ctrun_agent_t *a, int left)
+static void ctrun_agent__decide_node_lost(ctrun_agent_t *a, int left)
 {
     if (a->outcome_node == a->rdzv.node_id) {
         ct_log_error("this node (node %d) was declared lost by the rendezvous store's host: "
@@ -339,7 +341,7 @@ static void ctrun__decide_node_lost(ctrun_agent_t *a, int left)
                     "left)",
                     a->outcome_node, a->outcome_host, left, a->plan.max_restarts);
         ctrun_group_free(a);
-        ctrun__to_rendezvous(a, a->attempt + 1);
+        ctrun_agent__to_rendezvous(a, a->attempt + 1);
         return;
     } else {
         ct_log_error("node %d (%s) was lost and no restart is left (--max_restarts=%d); "
@@ -347,17 +349,17 @@ static void ctrun__decide_node_lost(ctrun_agent_t *a, int left)
                      a->outcome_node, a->outcome_host, a->plan.max_restarts);
     }
     ctrun_group_free(a);
-    ctrun__to_exiting(a, CTRUN_EXIT_FAILED);
+    ctrun_agent__to_exiting(a, CTRUN_EXIT_FAILED);
 }
 
 /* The attempt failed and restarts are left: the next attempt, after --restart_backoff
  * (STOPPING until the RESTART event). */
-static void ctrun__decide_restart(ctrun_agent_t *a, int left)
+static void ctrun_agent__decide_restart(ctrun_agent_t *a, int left)
 {
     ct_log_info("[%s] Worker group FAILED. %d/%d attempts left; will restart worker group",
                 a->cfg->role, left, a->plan.max_restarts);
     ctrun_group_free(a);
-    double wait = ctrun__backoff_s(a->cfg->restart_backoff_s, a->attempt + 1);
+    double wait = ctrun_agent__backoff_s(a->cfg->restart_backoff_s, a->attempt + 1);
     if (wait > 0) {
         ct_log_warn("restart %d in %.3g s (--restart_backoff)", a->attempt + 1, wait);
         a->restart_pending = true;
@@ -365,17 +367,17 @@ static void ctrun__decide_restart(ctrun_agent_t *a, int left)
                        (uint64_t)(wait * 1000.0 + 0.5), 0);
         return;
     }
-    ctrun__to_rendezvous(a, a->attempt + 1);
+    ctrun_agent__to_rendezvous(a, a->attempt + 1);
 }
 
 /* The attempt failed and no restart is left: the report needs every node's records, read from
  * the store (EXITING until they arrive; without a store, this node's own, at once). */
-static void ctrun__decide_failed(ctrun_agent_t *a)
+static void ctrun_agent__decide_failed(ctrun_agent_t *a)
 {
-    ctrun__enter(a, CTRUN_AGENT_EXITING);
+    ctrun_agent__enter(a, CTRUN_AGENT_EXITING);
     ctrun_agent__fetch_failures(a);
     if (a->store_lost)
-        ctrun__report_and_exit(a, NULL);
+        ctrun_agent__report_and_exit(a, NULL);
 }
 
 /*
@@ -384,7 +386,7 @@ static void ctrun__decide_failed(ctrun_agent_t *a)
  * after a signal here or without a store - picks the decision for how the attempt ended.
  * SUCCEEDED and STOPPING only; while --restart_backoff is waited out, only a signal counts.
  */
-static void ctrun__attempt_over(ctrun_agent_t *a)
+static void ctrun_agent__attempt_over(ctrun_agent_t *a)
 {
     if (a->restart_pending) {
         if (a->stop_signal == 0)
@@ -396,15 +398,15 @@ static void ctrun__attempt_over(ctrun_agent_t *a)
         return;
     if (a->state == CTRUN_AGENT_SUCCEEDED) {
         if (a->outcome == CTRUN_OUTCOME_SUCCEEDED) {
-            ctrun__decide_succeeded(a);
+            ctrun_agent__decide_succeeded(a);
             return;
         }
         if (a->outcome == CTRUN_OUTCOME_NONE) {
             if (a->store_lost)
-                ctrun__decide_store_lost(a);
+                ctrun_agent__decide_store_lost(a);
             return;
         }
-        ctrun__enter(a, CTRUN_AGENT_STOPPING); /* a late failure elsewhere: nothing to stop */
+        ctrun_agent__enter(a, CTRUN_AGENT_STOPPING); /* a late failure elsewhere: nothing to stop */
     }
     if (a->state != CTRUN_AGENT_STOPPING)
         return;
@@ -413,19 +415,19 @@ static void ctrun__attempt_over(ctrun_agent_t *a)
         return;
     uv_timer_stop(&a->grace_timer);
     if (a->stop_signal != 0) {
-        ctrun__decide_stopped_by_signal(a);
+        ctrun_agent__decide_stopped_by_signal(a);
         return;
     }
     if (a->store_lost) {
-        ctrun__decide_store_lost(a);
+        ctrun_agent__decide_store_lost(a);
         return;
     }
     if (a->outcome == CTRUN_OUTCOME_STOPPED) {
-        ctrun__decide_peer_stopped(a);
+        ctrun_agent__decide_peer_stopped(a);
         return;
     }
     if (a->outcome == CTRUN_OUTCOME_SUCCEEDED) {
-        ctrun__decide_succeeded(a);
+        ctrun_agent__decide_succeeded(a);
         return;
     }
     /* Failed, a node lost or one waiting to join: this attempt is over for good. */
@@ -434,49 +436,49 @@ static void ctrun__attempt_over(ctrun_agent_t *a)
      * now, before the next attempt. */
     ctrun_cgroup_kill(&a->cgroup);
     if (a->outcome == CTRUN_OUTCOME_REJOIN) {
-        ctrun__decide_rejoin(a);
+        ctrun_agent__decide_rejoin(a);
         return;
     }
     int left = a->plan.max_restarts - a->plan.restarts;
     if (a->outcome == CTRUN_OUTCOME_LOST) {
-        ctrun__decide_node_lost(a, left);
+        ctrun_agent__decide_node_lost(a, left);
         return;
     }
-    if (left > 0 && ctrun__no_progress(a))
+    if (left > 0 && ctrun_agent__no_progress(a))
         left = 0;
     if (left > 0)
-        ctrun__decide_restart(a, left);
+        ctrun_agent__decide_restart(a, left);
     else
-        ctrun__decide_failed(a);
+        ctrun_agent__decide_failed(a);
 }
 
 /* ---- events ------------------------------------------------------------------------------- */
 
 /* The store's host is gone (or cut off): nobody can coordinate this node any more. */
-static void ctrun__on_store_gone(ctrun_agent_t *a)
+static void ctrun_agent__on_store_gone(ctrun_agent_t *a)
 {
     switch (a->state) {
     case CTRUN_AGENT_INIT:
     case CTRUN_AGENT_RENDEZVOUS:
-        ctrun__to_done(a, CTRUN_EXIT_FAILED);
+        ctrun_agent__to_done(a, CTRUN_EXIT_FAILED);
         return;
     case CTRUN_AGENT_RUNNING:
     case CTRUN_AGENT_SUCCEEDED:
-        ctrun__to_stopping(a, SIGTERM);
-        ctrun__attempt_over(a);
+        ctrun_agent__to_stopping(a, SIGTERM);
+        ctrun_agent__attempt_over(a);
         return;
     case CTRUN_AGENT_STOPPING:
-        ctrun__attempt_over(a);
+        ctrun_agent__attempt_over(a);
         return;
     case CTRUN_AGENT_EXITING:
-        ctrun__to_done(a, a->exit_code);
+        ctrun_agent__to_done(a, a->exit_code);
         return;
     case CTRUN_AGENT_DONE:
         return;
     }
 }
 
-static void ctrun__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
+static void ctrun_agent__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
 {
     if (CTRUN_TAG_OWNER(r->tag) == CTRUN_TAG_RDZV) {
         if (a->state != CTRUN_AGENT_RENDEZVOUS)
@@ -486,10 +488,10 @@ static void ctrun__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
             return;
         case CTRUN_RDZV_ERROR:
             ct_log_error("%s", a->rdzv.error);
-            ctrun__to_done(a, CTRUN_EXIT_FAILED);
+            ctrun_agent__to_done(a, CTRUN_EXIT_FAILED);
             return;
         case CTRUN_RDZV_COMPLETE:
-            ctrun__to_running(a);
+            ctrun_agent__to_running(a);
             return;
         }
         return;
@@ -500,13 +502,13 @@ static void ctrun__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
             a->hb_ok_ms = uv_now(&a->loop);
         } else if (r->rc != -ECANCELED && a->state != CTRUN_AGENT_DONE) {
             ctrun_agent__store_lost(a, r->error);
-            ctrun__on_store_gone(a);
+            ctrun_agent__on_store_gone(a);
         }
         return;
     }
     if (kind == CTRUN_AGENT__KV_LEFT) {
         if (a->state == CTRUN_AGENT_EXITING)
-            ctrun__to_done(a, a->exit_code);
+            ctrun_agent__to_done(a, a->exit_code);
         return;
     }
     if (CTRUN_TAG_ATTEMPT(r->tag) != a->attempt || a->state == CTRUN_AGENT_DONE)
@@ -516,12 +518,12 @@ static void ctrun__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
             return;
         ctrun_agent__store_lost(a, r->error);
         if (a->state == CTRUN_AGENT_RUNNING || a->state == CTRUN_AGENT_SUCCEEDED)
-            ctrun__to_stopping(a, SIGTERM); /* nobody can tell us how the job goes on */
+            ctrun_agent__to_stopping(a, SIGTERM); /* nobody can tell us how the job goes on */
         if (a->state == CTRUN_AGENT_EXITING && kind == CTRUN_AGENT__KV_FAILURES) {
-            ctrun__report_and_exit(a, NULL);
+            ctrun_agent__report_and_exit(a, NULL);
             return;
         }
-        ctrun__attempt_over(a);
+        ctrun_agent__attempt_over(a);
         return;
     }
     const char *value = (const char *)r->data;
@@ -532,9 +534,9 @@ static void ctrun__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
         if (a->state == CTRUN_AGENT_RUNNING && a->outcome != CTRUN_OUTCOME_NONE &&
             a->outcome != CTRUN_OUTCOME_SUCCEEDED) {
             ctrun_agent__log_outcome(a);
-            ctrun__to_stopping(a, SIGTERM);
+            ctrun_agent__to_stopping(a, SIGTERM);
         }
-        ctrun__attempt_over(a);
+        ctrun_agent__attempt_over(a);
         return;
     case CTRUN_AGENT__KV_OK:
         if (r->num == a->plan.nnodes)
@@ -542,14 +544,14 @@ static void ctrun__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
         return;
     case CTRUN_AGENT__KV_FAILURES:
         if (a->state == CTRUN_AGENT_EXITING)
-            ctrun__report_and_exit(a, value);
+            ctrun_agent__report_and_exit(a, value);
         return;
     default:
         return;
     }
 }
 
-static void ctrun__on_worker_exit(ctrun_agent_t *a, int i, int exitcode)
+static void ctrun_agent__on_worker_exit(ctrun_agent_t *a, int i, int exitcode)
 {
     ctrun_worker_t *w = &a->workers[i];
     ctrun_worker_state_t prev = w->state;
@@ -572,14 +574,14 @@ static void ctrun__on_worker_exit(ctrun_agent_t *a, int i, int exitcode)
     if (prev == CTRUN_WORKER_RUNNING && exitcode != 0) {
         ctrun_agent__record_failure(a, i, exitcode, NULL, cause, detect_ns);
         if (a->state == CTRUN_AGENT_RUNNING || a->state == CTRUN_AGENT_STOPPING)
-            ctrun__fail_attempt(a);
+            ctrun_agent__fail_attempt(a);
         return;
     }
     if (a->state == CTRUN_AGENT_RUNNING && a->nrunning == 0 && a->nfailures == 0)
-        ctrun__to_succeeded(a); /* every local worker exited 0 */
+        ctrun_agent__to_succeeded(a); /* every local worker exited 0 */
 }
 
-static void ctrun__on_worker_gone(ctrun_agent_t *a, int i)
+static void ctrun_agent__on_worker_gone(ctrun_agent_t *a, int i)
 {
     ctrun_worker_t *w = &a->workers[i];
     if (w->state != CTRUN_WORKER_GONE) {
@@ -588,10 +590,10 @@ static void ctrun__on_worker_gone(ctrun_agent_t *a, int i)
     }
     if (a->state == CTRUN_AGENT_DONE)
         return;
-    ctrun__attempt_over(a);
+    ctrun_agent__attempt_over(a);
 }
 
-static void ctrun__on_signal(ctrun_agent_t *a, int sig)
+static void ctrun_agent__on_signal(ctrun_agent_t *a, int sig)
 {
     char sn[32];
     ctrun_signal_name(sig, sn, sizeof sn);
@@ -600,7 +602,7 @@ static void ctrun__on_signal(ctrun_agent_t *a, int sig)
     case CTRUN_AGENT_RENDEZVOUS:
         /* No worker exists yet. */
         ct_log_warn("Received %d death signal, shutting down (no worker was started)", sig);
-        ctrun__to_done(a, 128 + sig);
+        ctrun_agent__to_done(a, 128 + sig);
         return;
     case CTRUN_AGENT_RUNNING:
     case CTRUN_AGENT_SUCCEEDED:
@@ -609,8 +611,8 @@ static void ctrun__on_signal(ctrun_agent_t *a, int sig)
         if (sig == SIGINT)
             a->sigint_count++;
         ctrun_agent__post_stopped(a, sig);
-        ctrun__to_stopping(a, sig);
-        ctrun__attempt_over(a);
+        ctrun_agent__to_stopping(a, sig);
+        ctrun_agent__attempt_over(a);
         return;
     case CTRUN_AGENT_STOPPING:
         if (a->stop_signal == 0)
@@ -618,14 +620,14 @@ static void ctrun__on_signal(ctrun_agent_t *a, int sig)
         if (sig == SIGINT && ++a->sigint_count >= 2) {
             ct_log_warn("Received %s again: killing every worker now", sn);
             a->killed = true;
-            ctrun__signal_workers(a, SIGKILL);
+            ctrun_agent__signal_workers(a, SIGKILL);
         } else {
-            ctrun__signal_workers(a, sig);
+            ctrun_agent__signal_workers(a, sig);
         }
-        ctrun__attempt_over(a);
+        ctrun_agent__attempt_over(a);
         return;
     case CTRUN_AGENT_EXITING:
-        ctrun__to_done(a, 128 + sig);
+        ctrun_agent__to_done(a, 128 + sig);
         return;
     case CTRUN_AGENT_DONE:
         return;
@@ -638,31 +640,31 @@ void ctrun_agent__step(ctrun_agent_t *a, const ctrun_agent__event_t *ev)
     switch (ev->kind) {
     case CTRUN_AGENT__EV_START: /* value: the set-up's result */
         if (ev->value != 0)
-            ctrun__to_done(a, CTRUN_EXIT_FAILED);
+            ctrun_agent__to_done(a, CTRUN_EXIT_FAILED);
         else
-            ctrun__to_rendezvous(a, 0);
+            ctrun_agent__to_rendezvous(a, 0);
         return;
     case CTRUN_AGENT__EV_KV:
-        ctrun__on_kv(a, ev->reply);
+        ctrun_agent__on_kv(a, ev->reply);
         return;
     case CTRUN_AGENT__EV_RDZV_TIMEOUT:
         if (a->state != CTRUN_AGENT_RENDEZVOUS)
             return;
         ctrun_agent__log_rdzv_timeout(a);
-        ctrun__to_done(a, CTRUN_EXIT_FAILED);
+        ctrun_agent__to_done(a, CTRUN_EXIT_FAILED);
         return;
     case CTRUN_AGENT__EV_WORKER_EXIT:
-        ctrun__on_worker_exit(a, ev->worker, ev->value);
-        ctrun__attempt_over(a);
+        ctrun_agent__on_worker_exit(a, ev->worker, ev->value);
+        ctrun_agent__attempt_over(a);
         return;
     case CTRUN_AGENT__EV_WORKER_GONE:
-        ctrun__on_worker_gone(a, ev->worker);
+        ctrun_agent__on_worker_gone(a, ev->worker);
         return;
     case CTRUN_AGENT__EV_WATCHDOG:
         if (a->state != CTRUN_AGENT_RUNNING || a->workers[ev->worker].state != CTRUN_WORKER_RUNNING)
             return;
         ctrun_agent__watchdog_blame(a, ev->worker);
-        ctrun__fail_attempt(a);
+        ctrun_agent__fail_attempt(a);
         return;
     case CTRUN_AGENT__EV_INJECT:
         if (a->state == CTRUN_AGENT_RUNNING)
@@ -673,10 +675,10 @@ void ctrun_agent__step(ctrun_agent_t *a, const ctrun_agent__event_t *ev)
             return;
         a->restart_pending = false;
         if (a->state == CTRUN_AGENT_STOPPING)
-            ctrun__to_rendezvous(a, a->attempt + 1);
+            ctrun_agent__to_rendezvous(a, a->attempt + 1);
         return;
     case CTRUN_AGENT__EV_SIGNAL:
-        ctrun__on_signal(a, ev->value);
+        ctrun_agent__on_signal(a, ev->value);
         return;
     case CTRUN_AGENT__EV_GRACE:
         if (a->state != CTRUN_AGENT_STOPPING || a->killed)
@@ -688,21 +690,21 @@ void ctrun_agent__step(ctrun_agent_t *a, const ctrun_agent__event_t *ev)
         if (ev->value < 0) {
             ct_log_error("rendezvous coordinator: %s", a->coord.error);
             if (a->state == CTRUN_AGENT_RENDEZVOUS)
-                ctrun__to_done(a, CTRUN_EXIT_FAILED);
+                ctrun_agent__to_done(a, CTRUN_EXIT_FAILED);
             return;
         }
         if (a->state == CTRUN_AGENT_EXITING && ev->value >= ctrun_agent__barrier_target(a))
-            ctrun__to_done(a, a->exit_code);
+            ctrun_agent__to_done(a, a->exit_code);
         return;
     case CTRUN_AGENT__EV_STORE_GONE:
-        ctrun__on_store_gone(a);
+        ctrun_agent__on_store_gone(a);
         return;
     case CTRUN_AGENT__EV_BARRIER_TIMEOUT:
         if (a->state != CTRUN_AGENT_EXITING)
             return;
         ct_log_warn("exit barrier: %d of %d other nodes finished within %g s; exiting anyway",
                     a->coord.left, a->plan.nnodes - 1, a->cfg->grace_period_s + 30.0);
-        ctrun__to_done(a, a->exit_code);
+        ctrun_agent__to_done(a, a->exit_code);
         return;
     }
 }

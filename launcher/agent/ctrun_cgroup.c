@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 /* The mount point of the cgroup2 file system from mountinfo ("... - cgroup2 ..."). */
-static int ctrun__cg_mount(const char *mountinfo, char *out, size_t size)
+static int ctrun_cgroup__mount(const char *mountinfo, char *out, size_t size)
 {
     FILE *f = fopen(mountinfo, "r");
     if (f == NULL)
@@ -42,7 +42,7 @@ static int ctrun__cg_mount(const char *mountinfo, char *out, size_t size)
 }
 
 /* The caller's cgroup v2 path ("0::/a/b" in /proc/self/cgroup). */
-static int ctrun__cg_self(const char *self_cgroup, char *out, size_t size)
+static int ctrun_cgroup__self(const char *self_cgroup, char *out, size_t size)
 {
     FILE *f = fopen(self_cgroup, "r");
     if (f == NULL)
@@ -67,7 +67,7 @@ static int ctrun__cg_self(const char *self_cgroup, char *out, size_t size)
 /* Folders ctrun-<pid> beside ours whose agent is dead (it was SIGKILLed and could not remove
  * its cgroup): what is left in them is an orphan of that job, so it is killed, and the folder
  * removed. A live agent's folder is never touched. */
-static void ctrun__cg_reap_stale(const char *parent)
+static void ctrun_cgroup__reap_stale(const char *parent)
 {
     DIR *d = opendir(parent);
     if (d == NULL)
@@ -95,10 +95,10 @@ int ctrun_cgroup_create(ctrun_cgroup_t *cg, const char *mountinfo, const char *s
     cg->path[0] = '\0';
     cg->procs_fd = -1;
     char mnt[PATH_MAX], self[PATH_MAX];
-    int rc = ctrun__cg_mount(mountinfo ? mountinfo : "/proc/self/mountinfo", mnt, sizeof mnt);
+    int rc = ctrun_cgroup__mount(mountinfo ? mountinfo : "/proc/self/mountinfo", mnt, sizeof mnt);
     if (rc != 0)
         return ct_errbuf_set(eb, rc, "no cgroup v2 hierarchy mounted");
-    rc = ctrun__cg_self(self_cgroup ? self_cgroup : "/proc/self/cgroup", self, sizeof self);
+    rc = ctrun_cgroup__self(self_cgroup ? self_cgroup : "/proc/self/cgroup", self, sizeof self);
     if (rc != 0)
         return ct_errbuf_set(eb, rc, "this process has no cgroup v2 path");
     char parent[PATH_MAX], path[PATH_MAX];
@@ -107,7 +107,7 @@ int ctrun_cgroup_create(ctrun_cgroup_t *cg, const char *mountinfo, const char *s
         (n = snprintf(path, sizeof path, "%s/ctrun-%d", parent, (int)getpid())) < 0 ||
         (size_t)n >= sizeof path)
         return ct_errbuf_set(eb, -ENAMETOOLONG, "cgroup path too long");
-    ctrun__cg_reap_stale(parent);
+    ctrun_cgroup__reap_stale(parent);
     if (mkdir(path, 0755) != 0 && errno != EEXIST) {
         rc = -errno;
         return ct_errbuf_set(eb, rc, "cannot create %s: %s", path, strerror(errno));

@@ -18,7 +18,7 @@
  * with the variables ctrun itself acts on (ctrun_cli.h). */
 extern char **environ;
 
-static const char ctrun__omp_notice[] =
+static const char ctrun_env__omp_notice[] =
     "*****************************************\n"
     "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to "
     "avoid your system being overloaded, please further tune the variable for optimal "
@@ -27,10 +27,10 @@ static const char ctrun__omp_notice[] =
 
 const char *ctrun_env_omp_notice(void)
 {
-    return ctrun__omp_notice;
+    return ctrun_env__omp_notice;
 }
 
-static const char *ctrun__lookup(const char *const *env, const char *name)
+static const char *ctrun_env__lookup(const char *const *env, const char *name)
 {
     size_t n = strlen(name);
     for (const char *const *e = env; *e != NULL; e++) {
@@ -44,7 +44,7 @@ bool ctrun_env_omp_notice_needed(const char *const *base, int local_world_size)
 {
     if (base == NULL)
         base = (const char *const *)environ;
-    return local_world_size > 1 && ctrun__lookup(base, "OMP_NUM_THREADS") == NULL;
+    return local_world_size > 1 && ctrun_env__lookup(base, "OMP_NUM_THREADS") == NULL;
 }
 
 void ctrun_worker_info_init(ctrun_worker_info_t *w, const ctrun_config_t *cfg)
@@ -64,18 +64,18 @@ void ctrun_worker_info_init(ctrun_worker_info_t *w, const ctrun_config_t *cfg)
     w->heartbeat_fd = -1;
 }
 
-#define CTRUN__OVERLAY_MAX 24
+#define CTRUN_ENV__OVERLAY_MAX 24
 
-typedef struct ctrun__overlay {
-    const char *name[CTRUN__OVERLAY_MAX];
-    char *entry[CTRUN__OVERLAY_MAX]; /* "NAME=value", or NULL: remove the variable */
-    bool used[CTRUN__OVERLAY_MAX];
+typedef struct ctrun_env__overlay {
+    const char *name[CTRUN_ENV__OVERLAY_MAX];
+    char *entry[CTRUN_ENV__OVERLAY_MAX]; /* "NAME=value", or NULL: remove the variable */
+    bool used[CTRUN_ENV__OVERLAY_MAX];
     int n;
     bool oom;
-} ctrun__overlay_t;
+} ctrun_env__overlay_t;
 
-__attribute__((format(printf, 3, 4))) static void ctrun__put(ctrun__overlay_t *o, const char *name,
-                                                             const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void
+ctrun_env__put(ctrun_env__overlay_t *o, const char *name, const char *fmt, ...)
 {
     char *value = NULL;
     if (fmt != NULL) {
@@ -97,7 +97,7 @@ __attribute__((format(printf, 3, 4))) static void ctrun__put(ctrun__overlay_t *o
     o->n++;
 }
 
-static int ctrun__find(const ctrun__overlay_t *o, const char *entry)
+static int ctrun_env__find(const ctrun_env__overlay_t *o, const char *entry)
 {
     for (int i = 0; i < o->n; i++) {
         size_t n = strlen(o->name[i]);
@@ -111,39 +111,39 @@ int ctrun_env_build(const char *const *base, const ctrun_worker_info_t *w, char 
 {
     if (base == NULL)
         base = (const char *const *)environ;
-    ctrun__overlay_t o = {.n = 0};
-    ctrun__put(&o, "LOCAL_RANK", "%d", w->local_rank);
-    ctrun__put(&o, "RANK", "%d", w->rank);
-    ctrun__put(&o, "GROUP_RANK", "%d", w->group_rank);
-    ctrun__put(&o, "ROLE_RANK", "%d", w->role_rank);
-    ctrun__put(&o, "ROLE_NAME", "%s", w->role_name);
-    ctrun__put(&o, "LOCAL_WORLD_SIZE", "%d", w->local_world_size);
-    ctrun__put(&o, "WORLD_SIZE", "%d", w->world_size);
-    ctrun__put(&o, "GROUP_WORLD_SIZE", "%d", w->group_world_size);
-    ctrun__put(&o, "ROLE_WORLD_SIZE", "%d", w->role_world_size);
-    ctrun__put(&o, "MASTER_ADDR", "%s", w->master_addr);
-    ctrun__put(&o, "MASTER_PORT", "%d", w->master_port);
-    ctrun__put(&o, "TORCHELASTIC_RESTART_COUNT", "%d", w->restart_count);
-    ctrun__put(&o, "TORCHELASTIC_MAX_RESTARTS", "%d", w->max_restarts);
-    ctrun__put(&o, "TORCHELASTIC_RUN_ID", "%s", w->run_id);
-    ctrun__put(&o, "TORCHELASTIC_USE_AGENT_STORE", "%s", "True");
-    ctrun__put(&o, "TORCHELASTIC_ERROR_FILE", "%s", w->error_file ? w->error_file : "");
-    if (ctrun__lookup(base, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == NULL)
-        ctrun__put(&o, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "%s", "1");
-    if (ctrun__lookup(base, "NCCL_ASYNC_ERROR_HANDLING") == NULL)
-        ctrun__put(&o, "NCCL_ASYNC_ERROR_HANDLING", "%s", "1");
+    ctrun_env__overlay_t o = {.n = 0};
+    ctrun_env__put(&o, "LOCAL_RANK", "%d", w->local_rank);
+    ctrun_env__put(&o, "RANK", "%d", w->rank);
+    ctrun_env__put(&o, "GROUP_RANK", "%d", w->group_rank);
+    ctrun_env__put(&o, "ROLE_RANK", "%d", w->role_rank);
+    ctrun_env__put(&o, "ROLE_NAME", "%s", w->role_name);
+    ctrun_env__put(&o, "LOCAL_WORLD_SIZE", "%d", w->local_world_size);
+    ctrun_env__put(&o, "WORLD_SIZE", "%d", w->world_size);
+    ctrun_env__put(&o, "GROUP_WORLD_SIZE", "%d", w->group_world_size);
+    ctrun_env__put(&o, "ROLE_WORLD_SIZE", "%d", w->role_world_size);
+    ctrun_env__put(&o, "MASTER_ADDR", "%s", w->master_addr);
+    ctrun_env__put(&o, "MASTER_PORT", "%d", w->master_port);
+    ctrun_env__put(&o, "TORCHELASTIC_RESTART_COUNT", "%d", w->restart_count);
+    ctrun_env__put(&o, "TORCHELASTIC_MAX_RESTARTS", "%d", w->max_restarts);
+    ctrun_env__put(&o, "TORCHELASTIC_RUN_ID", "%s", w->run_id);
+    ctrun_env__put(&o, "TORCHELASTIC_USE_AGENT_STORE", "%s", "True");
+    ctrun_env__put(&o, "TORCHELASTIC_ERROR_FILE", "%s", w->error_file ? w->error_file : "");
+    if (ctrun_env__lookup(base, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == NULL)
+        ctrun_env__put(&o, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "%s", "1");
+    if (ctrun_env__lookup(base, "NCCL_ASYNC_ERROR_HANDLING") == NULL)
+        ctrun_env__put(&o, "NCCL_ASYNC_ERROR_HANDLING", "%s", "1");
     if (ctrun_env_omp_notice_needed(base, w->local_world_size))
-        ctrun__put(&o, "OMP_NUM_THREADS", "%s", "1");
+        ctrun_env__put(&o, "OMP_NUM_THREADS", "%s", "1");
     if (w->signals_to_handle != NULL)
-        ctrun__put(&o, "TORCHELASTIC_SIGNALS_TO_HANDLE", "%s", w->signals_to_handle);
+        ctrun_env__put(&o, "TORCHELASTIC_SIGNALS_TO_HANDLE", "%s", w->signals_to_handle);
     if (w->heartbeat_fd >= 0)
-        ctrun__put(&o, "CTRUN_HEARTBEAT_FD", "%d", w->heartbeat_fd);
+        ctrun_env__put(&o, "CTRUN_HEARTBEAT_FD", "%d", w->heartbeat_fd);
     else
-        ctrun__put(&o, "CTRUN_HEARTBEAT_FD", NULL); /* an inherited one is not ours to give */
+        ctrun_env__put(&o, "CTRUN_HEARTBEAT_FD", NULL); /* an inherited one is not ours to give */
     if (w->fault != NULL && w->fault[0] != '\0')
-        ctrun__put(&o, "CTRUN_FAULT", "%s", w->fault);
+        ctrun_env__put(&o, "CTRUN_FAULT", "%s", w->fault);
     else
-        ctrun__put(&o, "CTRUN_FAULT", NULL); /* only the agent arms faults */
+        ctrun_env__put(&o, "CTRUN_FAULT", NULL); /* only the agent arms faults */
 
     size_t nbase = 0;
     while (base[nbase] != NULL)
@@ -151,7 +151,7 @@ int ctrun_env_build(const char *const *base, const ctrun_worker_info_t *w, char 
     char **envp = o.oom ? NULL : calloc(nbase + (size_t)o.n + 1, sizeof *envp);
     size_t k = 0;
     for (size_t i = 0; envp != NULL && i < nbase; i++) {
-        int idx = ctrun__find(&o, base[i]);
+        int idx = ctrun_env__find(&o, base[i]);
         const char *src = base[i];
         if (idx >= 0) {
             if (o.used[idx] || o.entry[idx] == NULL)

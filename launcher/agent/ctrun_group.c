@@ -20,31 +20,31 @@
 #include "ctrun_info.h"
 #include "ctrun_signal.h"
 
-static void ctrun__on_exit(ctrun_proc_t *p, int exitcode, void *data)
+static void ctrun_group__on_exit(ctrun_proc_t *p, int exitcode, void *data)
 {
     ctrun_worker_t *w = data;
     (void)p;
     ctrun_agent__worker_exit(w->agent, w->local_rank, exitcode);
 }
 
-static void ctrun__on_heartbeat(ctrun_proc_t *p, const ct_heartbeat_record_t *rec, void *data)
+static void ctrun_group__on_heartbeat(ctrun_proc_t *p, const ct_heartbeat_record_t *rec, void *data)
 {
     ctrun_worker_t *w = data;
     (void)p;
     ctrun_agent__worker_heartbeat(w->agent, w->local_rank, rec);
 }
 
-static void ctrun__on_done(ctrun_proc_t *p, void *data)
+static void ctrun_group__on_done(ctrun_proc_t *p, void *data)
 {
     ctrun_worker_t *w = data;
     (void)p;
     ctrun_agent__worker_gone(w->agent, w->local_rank);
 }
 
-static const ctrun_proc_callbacks_t ctrun__proc_cb = {
-    .on_exit = ctrun__on_exit,
-    .on_heartbeat = ctrun__on_heartbeat,
-    .on_done = ctrun__on_done,
+static const ctrun_proc_callbacks_t ctrun_group__proc_cb = {
+    .on_exit = ctrun_group__on_exit,
+    .on_heartbeat = ctrun_group__on_heartbeat,
+    .on_done = ctrun_group__on_done,
 };
 
 int ctrun_group_prepare(ctrun_agent_t *a, ct_errbuf_t *eb)
@@ -74,8 +74,8 @@ int ctrun_group_prepare(ctrun_agent_t *a, ct_errbuf_t *eb)
     return ctrun_logs_attempt_prepare(&a->logs, a->plan.restarts, n, eb);
 }
 
-static void ctrun__worker_info(const ctrun_agent_t *a, const ctrun_worker_t *w,
-                               ctrun_worker_info_t *wi)
+static void ctrun_group__worker_info(const ctrun_agent_t *a, const ctrun_worker_t *w,
+                                     ctrun_worker_info_t *wi)
 {
     ctrun_worker_info_init(wi, a->cfg);
     wi->local_rank = w->local_rank;
@@ -96,8 +96,8 @@ static void ctrun__worker_info(const ctrun_agent_t *a, const ctrun_worker_t *w,
 }
 
 /* The sink of one stream, or NULL when the stream is discarded. */
-static int ctrun__sink(ctrun_agent_t *a, ctrun_worker_t *w, ctrun_stream_t stream,
-                       ctrun_sink_t **out, ct_errbuf_t *eb)
+static int ctrun_group__sink(ctrun_agent_t *a, ctrun_worker_t *w, ctrun_stream_t stream,
+                             ctrun_sink_t **out, ct_errbuf_t *eb)
 {
     const ctrun_config_t *cfg = a->cfg;
     *out = NULL;
@@ -131,7 +131,7 @@ static int ctrun__sink(ctrun_agent_t *a, ctrun_worker_t *w, ctrun_stream_t strea
     return 0;
 }
 
-static void ctrun__release_outputs(ctrun_worker_t *w)
+static void ctrun_group__release_outputs(ctrun_worker_t *w)
 {
     if (w->out_sink_used)
         ctrun_sink_close(&w->out_sink);
@@ -149,7 +149,7 @@ int ctrun_group_spawn(ctrun_agent_t *a, int i, ct_errbuf_t *eb)
 {
     ctrun_worker_t *w = &a->workers[i];
     ctrun_worker_info_t wi;
-    ctrun__worker_info(a, w, &wi);
+    ctrun_group__worker_info(a, w, &wi);
     char **argv = NULL, **envp = NULL;
     ctrun_sink_t *out = NULL, *err = NULL;
     int rc = ctrun_cmd_argv(a->cfg, i, &argv);
@@ -159,8 +159,8 @@ int ctrun_group_spawn(ctrun_agent_t *a, int i, ct_errbuf_t *eb)
         ct_errbuf_set(eb, rc, "out of memory");
         goto out;
     }
-    if ((rc = ctrun__sink(a, w, CTRUN_STREAM_STDOUT, &out, eb)) != 0 ||
-        (rc = ctrun__sink(a, w, CTRUN_STREAM_STDERR, &err, eb)) != 0)
+    if ((rc = ctrun_group__sink(a, w, CTRUN_STREAM_STDOUT, &out, eb)) != 0 ||
+        (rc = ctrun_group__sink(a, w, CTRUN_STREAM_STDERR, &err, eb)) != 0)
         goto out;
     ctrun_proc_opts_t po = {
         .file = argv[0],
@@ -171,12 +171,12 @@ int ctrun_group_spawn(ctrun_agent_t *a, int i, ct_errbuf_t *eb)
         .heartbeat = true,
         .cgroup_fd = a->cgroup.procs_fd,
     };
-    rc = ctrun_proc_spawn(&w->proc, &a->loop, &po, &ctrun__proc_cb, w, eb);
+    rc = ctrun_proc_spawn(&w->proc, &a->loop, &po, &ctrun_group__proc_cb, w, eb);
 out:
     ctrun_argv_free(argv);
     ctrun_argv_free(envp);
     if (rc != 0 && (w->proc.done || w->proc.pid <= 0))
-        ctrun__release_outputs(w);
+        ctrun_group__release_outputs(w);
     return rc;
 }
 
@@ -215,7 +215,7 @@ void ctrun_group_free(ctrun_agent_t *a)
          * shell's children) goes with it, also when it exited 0. */
         if (w->proc.pid > 0)
             killpg(w->proc.pid, SIGKILL);
-        ctrun__release_outputs(w);
+        ctrun_group__release_outputs(w);
     }
     free(a->workers);
     a->workers = NULL;
@@ -236,7 +236,7 @@ void ctrun_group_log_rendezvous(ctrun_agent_t *a)
     if (wi == NULL)
         return;
     for (int i = 0; i < a->nworkers; i++)
-        ctrun__worker_info(a, &a->workers[i], &wi[i]);
+        ctrun_group__worker_info(a, &a->workers[i], &wi[i]);
     if (ctrun_info_rendezvous(wi, (size_t)a->nworkers, &text) == 0)
         ct_log_info("%s", text);
     free(text);

@@ -15,7 +15,7 @@
 #include "ctrun_cmd.h"
 
 /* A str's repr in the common case: single quotes, with ' and \ escaped. */
-static void ctrun__repr(FILE *f, const char *s)
+static void ctrun_info__repr(FILE *f, const char *s)
 {
     fputc('\'', f);
     for (; *s != '\0'; s++) {
@@ -26,7 +26,7 @@ static void ctrun__repr(FILE *f, const char *s)
     fputc('\'', f);
 }
 
-static int ctrun__finish(FILE *f, char **buf, char **out)
+static int ctrun_info__finish(FILE *f, char **buf, char **out)
 {
     if (fclose(f) != 0) {
         free(*buf);
@@ -61,13 +61,13 @@ int ctrun_info_launch_config(const ctrun_config_t *cfg, char **out)
     for (size_t i = 0; i < cfg->rdzv_conf.count; i++) {
         const ctrun_kv_t *kv = &cfg->rdzv_conf.items[i];
         fputs(i ? ", " : "", f);
-        ctrun__repr(f, kv->key);
+        ctrun_info__repr(f, kv->key);
         fputs(": ", f);
         if (is_static && strcmp(kv->key, "rank") == 0) {
             fprintf(f, "%d", cfg->node_rank); /* torchrun overwrites it with --node_rank */
             has_rank = true;
         } else {
-            ctrun__repr(f, kv->value);
+            ctrun_info__repr(f, kv->value);
         }
         has_timeout = has_timeout || strcmp(kv->key, "timeout") == 0;
     }
@@ -81,11 +81,11 @@ int ctrun_info_launch_config(const ctrun_config_t *cfg, char **out)
     fprintf(f, "  monitor_interval : %g\n", cfg->monitor_interval_s);
     fprintf(f, "  log_dir          : %s\n", cfg->log_dir ? cfg->log_dir : "None");
     fprintf(f, "  metrics_cfg      : {}");
-    return ctrun__finish(f, &buf, out);
+    return ctrun_info__finish(f, &buf, out);
 }
 
-static void ctrun__list(FILE *f, const char *label, const ctrun_worker_info_t *w, size_t n,
-                        size_t offset)
+static void ctrun_info__list(FILE *f, const char *label, const ctrun_worker_info_t *w, size_t n,
+                             size_t offset)
 {
     fprintf(f, "\n  %s=[", label);
     for (size_t i = 0; i < n; i++) {
@@ -109,10 +109,12 @@ int ctrun_info_rendezvous(const ctrun_worker_info_t *workers, size_t n, char **o
     fprintf(f, "  master_port=%d\n", w0 ? w0->master_port : 0);
     fprintf(f, "  group_rank=%d\n", w0 ? w0->group_rank : 0);
     fprintf(f, "  group_world_size=%d", w0 ? w0->group_world_size : 0);
-    ctrun__list(f, "local_ranks", workers, n, offsetof(ctrun_worker_info_t, local_rank));
-    ctrun__list(f, "role_ranks", workers, n, offsetof(ctrun_worker_info_t, role_rank));
-    ctrun__list(f, "global_ranks", workers, n, offsetof(ctrun_worker_info_t, rank));
-    ctrun__list(f, "role_world_sizes", workers, n, offsetof(ctrun_worker_info_t, role_world_size));
-    ctrun__list(f, "global_world_sizes", workers, n, offsetof(ctrun_worker_info_t, world_size));
-    return ctrun__finish(f, &buf, out);
+    ctrun_info__list(f, "local_ranks", workers, n, offsetof(ctrun_worker_info_t, local_rank));
+    ctrun_info__list(f, "role_ranks", workers, n, offsetof(ctrun_worker_info_t, role_rank));
+    ctrun_info__list(f, "global_ranks", workers, n, offsetof(ctrun_worker_info_t, rank));
+    ctrun_info__list(f, "role_world_sizes", workers, n,
+                     offsetof(ctrun_worker_info_t, role_world_size));
+    ctrun_info__list(f, "global_world_sizes", workers, n,
+                     offsetof(ctrun_worker_info_t, world_size));
+    return ctrun_info__finish(f, &buf, out);
 }

@@ -17,9 +17,9 @@
 
 #include "ct_store_client.h"
 
-typedef struct ctrun__req ctrun__req_t;
-struct ctrun__req {
-    ctrun__req_t *next;
+typedef struct ctrun_kv__req ctrun_kv__req_t;
+struct ctrun_kv__req {
+    ctrun_kv__req_t *next;
     ctrun_kv_t *kv;
     ctrun_kv_op_t op;
     uint64_t tag;
@@ -36,11 +36,11 @@ struct ctrun__req {
     ctrun_store_watch_t *watch; /* local GET waiting for its key */
 };
 
-typedef struct ctrun__fifo {
-    ctrun__req_t *head, *tail;
-} ctrun__fifo_t;
+typedef struct ctrun_kv__fifo {
+    ctrun_kv__req_t *head, *tail;
+} ctrun_kv__fifo_t;
 
-static void ctrun__push(ctrun__fifo_t *q, ctrun__req_t *r)
+static void ctrun_kv__push(ctrun_kv__fifo_t *q, ctrun_kv__req_t *r)
 {
     r->next = NULL;
     if (q->tail != NULL)
@@ -50,9 +50,9 @@ static void ctrun__push(ctrun__fifo_t *q, ctrun__req_t *r)
     q->tail = r;
 }
 
-static ctrun__req_t *ctrun__pop(ctrun__fifo_t *q)
+static ctrun_kv__req_t *ctrun_kv__pop(ctrun_kv__fifo_t *q)
 {
-    ctrun__req_t *r = q->head;
+    ctrun_kv__req_t *r = q->head;
     if (r != NULL) {
         q->head = r->next;
         if (q->head == NULL)
@@ -62,7 +62,7 @@ static ctrun__req_t *ctrun__pop(ctrun__fifo_t *q)
     return r;
 }
 
-static void ctrun__req_free(ctrun__req_t *r)
+static void ctrun_kv__req_free(ctrun_kv__req_t *r)
 {
     if (r == NULL)
         return;
@@ -74,17 +74,17 @@ static void ctrun__req_free(ctrun__req_t *r)
 }
 
 /* One helper thread with its own connection. */
-typedef struct ctrun__lane {
+typedef struct ctrun_kv__lane {
     ctrun_kv_t *kv;
     pthread_t thread;
     bool started;
-    ctrun__fifo_t queue; /* guarded by kv->mutex */
+    ctrun_kv__fifo_t queue; /* guarded by kv->mutex */
     pthread_cond_t cond;
     ct_store_client_t client;
     ct_store_client_progress_t progress; /* its client's connecting, read from the loop */
     bool connected;
     bool waits; /* this lane runs GETs */
-} ctrun__lane_t;
+} ctrun_kv__lane_t;
 
 struct ctrun_kv {
     uv_loop_t *loop;
@@ -92,33 +92,33 @@ struct ctrun_kv {
     void *cb_data;
     uv_async_t async;
     bool closing;
-    ctrun__fifo_t done; /* completions for the loop; guarded by mutex when remote */
+    ctrun_kv__fifo_t done; /* completions for the loop; guarded by mutex when remote */
     /* local */
     ctrun_store_t *store;
-    ctrun__req_t *watching; /* local GETs registered as watches (linked through next) */
+    ctrun_kv__req_t *watching; /* local GETs registered as watches (linked through next) */
     /* remote */
     bool remote;
     pthread_mutex_t mutex;
     bool stop; /* guarded by mutex */
     int cancel_fd;
-    ctrun__lane_t lanes[2];
+    ctrun_kv__lane_t lanes[2];
     ctrun_kv_remote_opts_t opts;
     char *host, *token;
 };
 
 /* ---- completion delivery (loop thread) -------------------------------------------------- */
 
-static void ctrun__deliver(uv_async_t *h)
+static void ctrun_kv__deliver(uv_async_t *h)
 {
     ctrun_kv_t *kv = h->data;
     for (;;) {
         if (kv->remote)
             pthread_mutex_lock(&kv->mutex);
-        ctrun__req_t *r = ctrun__pop(&kv->done);
+        ctrun_kv__req_t *r = ctrun_kv__pop(&kv->done);
         if (kv->remote)
             pthread_mutex_unlock(&kv->mutex);
         if (r == NULL || kv->closing) {
-            ctrun__req_free(r);
+            ctrun_kv__req_free(r);
             if (r == NULL)
                 return;
             continue;
@@ -134,11 +134,11 @@ static void ctrun__deliver(uv_async_t *h)
             .len = r->out_len,
         };
         kv->cb(kv->cb_data, &reply);
-        ctrun__req_free(r);
+        ctrun_kv__req_free(r);
     }
 }
 
-static void ctrun__set_out(ctrun__req_t *r, const void *data, size_t len)
+static void ctrun_kv__set_out(ctrun_kv__req_t *r, const void *data, size_t len)
 {
     r->out = malloc(len + 1);
     if (r->out == NULL) {
@@ -155,15 +155,15 @@ static void ctrun__set_out(ctrun__req_t *r, const void *data, size_t len)
 
 /* ---- local backend ------------------------------------------------------------------------ */
 
-static void ctrun__local_complete(ctrun_kv_t *kv, ctrun__req_t *r)
+static void ctrun_kv__local_complete(ctrun_kv_t *kv, ctrun_kv__req_t *r)
 {
-    ctrun__push(&kv->done, r);
+    ctrun_kv__push(&kv->done, r);
     uv_async_send(&kv->async);
 }
 
-static void ctrun__local_unlink(ctrun_kv_t *kv, ctrun__req_t *r)
+static void ctrun_kv__local_unlink(ctrun_kv_t *kv, ctrun_kv__req_t *r)
 {
-    for (ctrun__req_t **p = &kv->watching; *p != NULL; p = &(*p)->next) {
+    for (ctrun_kv__req_t **p = &kv->watching; *p != NULL; p = &(*p)->next) {
         if (*p == r) {
             *p = r->next;
             r->next = NULL;
@@ -172,20 +172,20 @@ static void ctrun__local_unlink(ctrun_kv_t *kv, ctrun__req_t *r)
     }
 }
 
-static void ctrun__local_watch_cb(ctrun_store_t *s, const ctrun_store_event_t *ev, void *data)
+static void ctrun_kv__local_watch_cb(ctrun_store_t *s, const ctrun_store_event_t *ev, void *data)
 {
-    ctrun__req_t *r = data;
+    ctrun_kv__req_t *r = data;
     if (ev->kind == CT_STORE_WATCH_DELETED)
         return;
     ctrun_kv_t *kv = r->kv;
     ctrun_store_unwatch(s, r->watch);
     r->watch = NULL;
-    ctrun__local_unlink(kv, r);
-    ctrun__set_out(r, ev->value.data, ev->value.len);
-    ctrun__local_complete(kv, r);
+    ctrun_kv__local_unlink(kv, r);
+    ctrun_kv__set_out(r, ev->value.data, ev->value.len);
+    ctrun_kv__local_complete(kv, r);
 }
 
-static void ctrun__local_run(ctrun_kv_t *kv, ctrun__req_t *r)
+static void ctrun_kv__local_run(ctrun_kv_t *kv, ctrun_kv__req_t *r)
 {
     ct_errbuf_t eb = {{0}};
     ct_store_bytes_t cur = {0};
@@ -200,7 +200,7 @@ static void ctrun__local_run(ctrun_kv_t *kv, ctrun__req_t *r)
         r->rc = ctrun_store_compare_set(kv->store, r->key, r->value, r->len, r->desired,
                                         r->desired_len, &cur, &eb);
         if (r->rc == 0)
-            ctrun__set_out(r, cur.data, cur.len);
+            ctrun_kv__set_out(r, cur.data, cur.len);
         break;
     case CTRUN_KV_APPEND: {
         /* No in-process append: get + set is atomic here, since the store only changes on this
@@ -224,12 +224,12 @@ static void ctrun__local_run(ctrun_kv_t *kv, ctrun__req_t *r)
     case CTRUN_KV_GET:
         r->rc = ctrun_store_get(kv->store, r->key, &cur);
         if (r->rc == 0) {
-            ctrun__set_out(r, cur.data, cur.len);
+            ctrun_kv__set_out(r, cur.data, cur.len);
             break;
         }
         /* Missing: complete when it is written. */
-        r->rc =
-            ctrun_store_watch(kv->store, r->key, false, ctrun__local_watch_cb, r, &r->watch, &eb);
+        r->rc = ctrun_store_watch(kv->store, r->key, false, ctrun_kv__local_watch_cb, r, &r->watch,
+                                  &eb);
         if (r->rc == 0) {
             r->next = kv->watching;
             kv->watching = r;
@@ -239,12 +239,12 @@ static void ctrun__local_run(ctrun_kv_t *kv, ctrun__req_t *r)
     }
     if (r->rc != 0)
         snprintf(r->error, sizeof r->error, "%s", eb.msg[0] ? eb.msg : ct_strerror(r->rc));
-    ctrun__local_complete(kv, r);
+    ctrun_kv__local_complete(kv, r);
 }
 
 /* ---- remote backend ----------------------------------------------------------------------- */
 
-static void ctrun__remote_run(ctrun__lane_t *lane, ctrun__req_t *r)
+static void ctrun_kv__remote_run(ctrun_kv__lane_t *lane, ctrun_kv__req_t *r)
 {
     ctrun_kv_t *kv = lane->kv;
     ct_errbuf_t eb = {{0}};
@@ -281,7 +281,7 @@ static void ctrun__remote_run(ctrun__lane_t *lane, ctrun__req_t *r)
         r->rc = ct_store_compare_set(c, r->key, r->value, r->len, r->desired, r->desired_len, &cur,
                                      &eb);
         if (r->rc == 0)
-            ctrun__set_out(r, cur.data, cur.len);
+            ctrun_kv__set_out(r, cur.data, cur.len);
         break;
     case CTRUN_KV_APPEND:
         r->rc = ct_store_append(c, r->key, r->value, r->len, &eb);
@@ -289,16 +289,16 @@ static void ctrun__remote_run(ctrun__lane_t *lane, ctrun__req_t *r)
     case CTRUN_KV_GET:
         r->rc = ct_store_get(c, r->key, &cur, &eb);
         if (r->rc == 0)
-            ctrun__set_out(r, cur.data, cur.len);
+            ctrun_kv__set_out(r, cur.data, cur.len);
         break;
     }
     if (r->rc != 0 && r->error[0] == '\0')
         snprintf(r->error, sizeof r->error, "%s", eb.msg[0] ? eb.msg : ct_strerror(r->rc));
 }
 
-static void *ctrun__lane_main(void *arg)
+static void *ctrun_kv__lane_main(void *arg)
 {
-    ctrun__lane_t *lane = arg;
+    ctrun_kv__lane_t *lane = arg;
     ctrun_kv_t *kv = lane->kv;
     pthread_mutex_lock(&kv->mutex);
     for (;;) {
@@ -306,11 +306,11 @@ static void *ctrun__lane_main(void *arg)
             pthread_cond_wait(&lane->cond, &kv->mutex);
         if (kv->stop)
             break;
-        ctrun__req_t *r = ctrun__pop(&lane->queue);
+        ctrun_kv__req_t *r = ctrun_kv__pop(&lane->queue);
         pthread_mutex_unlock(&kv->mutex);
-        ctrun__remote_run(lane, r);
+        ctrun_kv__remote_run(lane, r);
         pthread_mutex_lock(&kv->mutex);
-        ctrun__push(&kv->done, r);
+        ctrun_kv__push(&kv->done, r);
         uv_async_send(&kv->async);
     }
     pthread_mutex_unlock(&kv->mutex);
@@ -320,8 +320,8 @@ static void *ctrun__lane_main(void *arg)
 
 /* ---- common ------------------------------------------------------------------------------- */
 
-static int ctrun__open(uv_loop_t *loop, ctrun_kv_cb cb, void *data, ctrun_kv_t **out,
-                       ct_errbuf_t *eb)
+static int ctrun_kv__open(uv_loop_t *loop, ctrun_kv_cb cb, void *data, ctrun_kv_t **out,
+                          ct_errbuf_t *eb)
 {
     ctrun_kv_t *kv = calloc(1, sizeof *kv);
     if (kv == NULL)
@@ -330,7 +330,7 @@ static int ctrun__open(uv_loop_t *loop, ctrun_kv_cb cb, void *data, ctrun_kv_t *
     kv->cb = cb;
     kv->cb_data = data;
     kv->cancel_fd = -1;
-    int rc = uv_async_init(loop, &kv->async, ctrun__deliver);
+    int rc = uv_async_init(loop, &kv->async, ctrun_kv__deliver);
     if (rc != 0) {
         free(kv);
         return ct_errbuf_set(eb, rc, "uv_async_init: %s", uv_strerror(rc));
@@ -343,13 +343,13 @@ static int ctrun__open(uv_loop_t *loop, ctrun_kv_cb cb, void *data, ctrun_kv_t *
 int ctrun_kv_open_local(uv_loop_t *loop, ctrun_store_t *store, ctrun_kv_cb cb, void *data,
                         ctrun_kv_t **out, ct_errbuf_t *eb)
 {
-    int rc = ctrun__open(loop, cb, data, out, eb);
+    int rc = ctrun_kv__open(loop, cb, data, out, eb);
     if (rc == 0)
         (*out)->store = store;
     return rc;
 }
 
-static void ctrun__free_cb(uv_handle_t *h)
+static void ctrun_kv__free_cb(uv_handle_t *h)
 {
     ctrun_kv_t *kv = h->data;
     free(kv->host);
@@ -360,7 +360,7 @@ static void ctrun__free_cb(uv_handle_t *h)
     free(kv);
 }
 
-static void ctrun__stop_lanes(ctrun_kv_t *kv)
+static void ctrun_kv__stop_lanes(ctrun_kv_t *kv)
 {
     pthread_mutex_lock(&kv->mutex);
     kv->stop = true;
@@ -375,9 +375,9 @@ static void ctrun__stop_lanes(ctrun_kv_t *kv)
         if (kv->lanes[i].started)
             pthread_join(kv->lanes[i].thread, NULL);
         kv->lanes[i].started = false;
-        ctrun__req_t *r;
-        while ((r = ctrun__pop(&kv->lanes[i].queue)) != NULL)
-            ctrun__req_free(r);
+        ctrun_kv__req_t *r;
+        while ((r = ctrun_kv__pop(&kv->lanes[i].queue)) != NULL)
+            ctrun_kv__req_free(r);
         pthread_cond_destroy(&kv->lanes[i].cond);
     }
     close(kv->cancel_fd);
@@ -389,7 +389,7 @@ int ctrun_kv_open_remote(uv_loop_t *loop, const ctrun_kv_remote_opts_t *opts, ct
                          void *data, ctrun_kv_t **out, ct_errbuf_t *eb)
 {
     ctrun_kv_t *kv = NULL;
-    int rc = ctrun__open(loop, cb, data, &kv, eb);
+    int rc = ctrun_kv__open(loop, cb, data, &kv, eb);
     if (rc != 0)
         return rc;
     kv->remote = true;
@@ -401,7 +401,7 @@ int ctrun_kv_open_remote(uv_loop_t *loop, const ctrun_kv_remote_opts_t *opts, ct
         rc = kv->cancel_fd < 0 ? -errno : -ENOMEM;
         if (kv->cancel_fd >= 0)
             close(kv->cancel_fd);
-        uv_close((uv_handle_t *)&kv->async, ctrun__free_cb);
+        uv_close((uv_handle_t *)&kv->async, ctrun_kv__free_cb);
         return ct_errbuf_set(eb, rc, "opening the store client: %s", ct_strerror(rc));
     }
     pthread_mutex_init(&kv->mutex, NULL);
@@ -410,36 +410,38 @@ int ctrun_kv_open_remote(uv_loop_t *loop, const ctrun_kv_remote_opts_t *opts, ct
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     for (int i = 0; i < 2; i++) {
-        ctrun__lane_t *lane = &kv->lanes[i];
+        ctrun_kv__lane_t *lane = &kv->lanes[i];
         lane->kv = kv;
         lane->waits = i == 1;
         lane->client.fd = -1;
         pthread_cond_init(&lane->cond, NULL);
     }
     for (int i = 0; i < 2; i++) {
-        ctrun__lane_t *lane = &kv->lanes[i];
-        rc = -pthread_create(&lane->thread, NULL, ctrun__lane_main, lane);
+        ctrun_kv__lane_t *lane = &kv->lanes[i];
+        rc = -pthread_create(&lane->thread, NULL, ctrun_kv__lane_main, lane);
         lane->started = rc == 0;
         if (rc != 0)
             break;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
-        ctrun__stop_lanes(kv);
-        uv_close((uv_handle_t *)&kv->async, ctrun__free_cb);
+        ctrun_kv__stop_lanes(kv);
+        uv_close((uv_handle_t *)&kv->async, ctrun_kv__free_cb);
         return ct_errbuf_set(eb, rc, "starting a store client thread: %s", ct_strerror(rc));
     }
     *out = kv;
     return 0;
 }
 
-int ctrun_kv_submit(ctrun_kv_t *kv, ctrun_kv_op_t op, const char *key, const void *value,
-                    size_t len, const void *desired, size_t desired_len, int64_t delta,
-                    uint64_t tag)
+/* Submits one request (key NUL-terminated; value/desired copied). Returns 0, -ENOMEM, or
+ * CT_ESTATE after close. */
+static int ctrun_kv__submit(ctrun_kv_t *kv, ctrun_kv_op_t op, const char *key, const void *value,
+                            size_t len, const void *desired, size_t desired_len, int64_t delta,
+                            uint64_t tag)
 {
     if (kv->closing)
         return CT_ESTATE;
-    ctrun__req_t *r = calloc(1, sizeof *r);
+    ctrun_kv__req_t *r = calloc(1, sizeof *r);
     if (r == NULL)
         return -ENOMEM;
     r->kv = kv;
@@ -452,7 +454,7 @@ int ctrun_kv_submit(ctrun_kv_t *kv, ctrun_kv_op_t op, const char *key, const voi
     r->value = malloc(len ? len : 1);
     r->desired = malloc(desired_len ? desired_len : 1);
     if (r->key == NULL || r->value == NULL || r->desired == NULL) {
-        ctrun__req_free(r);
+        ctrun_kv__req_free(r);
         return -ENOMEM;
     }
     if (len > 0)
@@ -460,12 +462,12 @@ int ctrun_kv_submit(ctrun_kv_t *kv, ctrun_kv_op_t op, const char *key, const voi
     if (desired_len > 0)
         memcpy(r->desired, desired, desired_len);
     if (!kv->remote) {
-        ctrun__local_run(kv, r);
+        ctrun_kv__local_run(kv, r);
         return 0;
     }
-    ctrun__lane_t *lane = &kv->lanes[op == CTRUN_KV_GET ? 1 : 0];
+    ctrun_kv__lane_t *lane = &kv->lanes[op == CTRUN_KV_GET ? 1 : 0];
     pthread_mutex_lock(&kv->mutex);
-    ctrun__push(&lane->queue, r);
+    ctrun_kv__push(&lane->queue, r);
     pthread_cond_signal(&lane->cond);
     pthread_mutex_unlock(&kv->mutex);
     return 0;
@@ -473,29 +475,29 @@ int ctrun_kv_submit(ctrun_kv_t *kv, ctrun_kv_op_t op, const char *key, const voi
 
 int ctrun_kv_set(ctrun_kv_t *kv, const char *key, const char *value, uint64_t tag)
 {
-    return ctrun_kv_submit(kv, CTRUN_KV_SET, key, value, strlen(value), NULL, 0, 0, tag);
+    return ctrun_kv__submit(kv, CTRUN_KV_SET, key, value, strlen(value), NULL, 0, 0, tag);
 }
 
 int ctrun_kv_add(ctrun_kv_t *kv, const char *key, int64_t delta, uint64_t tag)
 {
-    return ctrun_kv_submit(kv, CTRUN_KV_ADD, key, NULL, 0, NULL, 0, delta, tag);
+    return ctrun_kv__submit(kv, CTRUN_KV_ADD, key, NULL, 0, NULL, 0, delta, tag);
 }
 
 int ctrun_kv_cas(ctrun_kv_t *kv, const char *key, const char *expected, const char *desired,
                  uint64_t tag)
 {
-    return ctrun_kv_submit(kv, CTRUN_KV_CAS, key, expected, strlen(expected), desired,
-                           strlen(desired), 0, tag);
+    return ctrun_kv__submit(kv, CTRUN_KV_CAS, key, expected, strlen(expected), desired,
+                            strlen(desired), 0, tag);
 }
 
 int ctrun_kv_get(ctrun_kv_t *kv, const char *key, uint64_t tag)
 {
-    return ctrun_kv_submit(kv, CTRUN_KV_GET, key, NULL, 0, NULL, 0, 0, tag);
+    return ctrun_kv__submit(kv, CTRUN_KV_GET, key, NULL, 0, NULL, 0, 0, tag);
 }
 
 int ctrun_kv_append(ctrun_kv_t *kv, const char *key, const char *value, uint64_t tag)
 {
-    return ctrun_kv_submit(kv, CTRUN_KV_APPEND, key, value, strlen(value), NULL, 0, 0, tag);
+    return ctrun_kv__submit(kv, CTRUN_KV_APPEND, key, value, strlen(value), NULL, 0, 0, tag);
 }
 
 bool ctrun_kv_unanswered(const ctrun_kv_t *kv, int64_t *since_ms)
@@ -524,17 +526,17 @@ void ctrun_kv_close(ctrun_kv_t *kv)
         return;
     kv->closing = true;
     if (kv->remote) {
-        ctrun__stop_lanes(kv);
+        ctrun_kv__stop_lanes(kv);
     } else {
-        ctrun__req_t *r;
+        ctrun_kv__req_t *r;
         while ((r = kv->watching) != NULL) {
             kv->watching = r->next;
             ctrun_store_unwatch(kv->store, r->watch);
-            ctrun__req_free(r);
+            ctrun_kv__req_free(r);
         }
     }
-    ctrun__req_t *r;
-    while ((r = ctrun__pop(&kv->done)) != NULL)
-        ctrun__req_free(r);
-    uv_close((uv_handle_t *)&kv->async, ctrun__free_cb);
+    ctrun_kv__req_t *r;
+    while ((r = ctrun_kv__pop(&kv->done)) != NULL)
+        ctrun_kv__req_free(r);
+    uv_close((uv_handle_t *)&kv->async, ctrun_kv__free_cb);
 }

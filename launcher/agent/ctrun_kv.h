@@ -80,13 +80,8 @@ typedef struct ctrun_kv_remote_opts {
 int ctrun_kv_open_remote(uv_loop_t *loop, const ctrun_kv_remote_opts_t *opts, ctrun_kv_cb cb,
                          void *data, ctrun_kv_t **out, ct_errbuf_t *eb);
 
-/* Submits one request (key NUL-terminated; value/desired copied). Returns 0, -ENOMEM, or
+/* Submit one request each (key NUL-terminated; values copied). Return 0, -ENOMEM, or
  * CT_ESTATE after close. */
-int ctrun_kv_submit(ctrun_kv_t *kv, ctrun_kv_op_t op, const char *key, const void *value,
-                    size_t len, const void *desired, size_t desired_len, int64_t delta,
-                    uint64_t tag);
-
-/* Shorthands. */
 int ctrun_kv_set(ctrun_kv_t *kv, const char *key, const char *value, uint64_t tag);
 int ctrun_kv_add(ctrun_kv_t *kv, const char *key, int64_t delta, uint64_t tag);
 int ctrun_kv_cas(ctrun_kv_t *kv, const char *key, const char *expected, const char *desired,

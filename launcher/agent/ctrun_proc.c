@@ -32,8 +32,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define CTRUN__DRAIN_MS_DEFAULT 1000
-#define CTRUN__CHILD_STACK      (64 * 1024)
+#define CTRUN_PROC__DRAIN_MS_DEFAULT 1000
+#define CTRUN_PROC__CHILD_STACK      (64 * 1024)
 
 int ctrun_proc_resolve(const char *file, const char *path_env, char **out, ct_errbuf_t *eb)
 {
@@ -73,25 +73,25 @@ int ctrun_proc_resolve(const char *file, const char *path_env, char **out, ct_er
 /* ---- the child, between clone and exec -------------------------------------------------- */
 
 /* Moves fd to a number >= 4, so that the dup2 calls onto 1..3 cannot overwrite a source. */
-static int ctrun__lift(int fd)
+static int ctrun_proc__lift(int fd)
 {
     if (fd < 0 || fd > 3)
         return fd;
     return fcntl(fd, F_DUPFD, 4);
 }
 
-typedef struct ctrun__child_args {
+typedef struct ctrun_proc__child_args {
     const char *path;
     char *const *argv, *const *envp;
     int out_fd, err_fd, hb_fd;
     int cgroup_fd; /* cgroup.procs to join, -1 none */
     pid_t parent;
     int err; /* written by the child when a step before or at execve fails */
-} ctrun__child_args_t;
+} ctrun_proc__child_args_t;
 
-static int ctrun__child(void *arg)
+static int ctrun_proc__child(void *arg)
 {
-    ctrun__child_args_t *a = arg;
+    ctrun_proc__child_args_t *a = arg;
     /* Handlers the agent installed (libuv's signal handles) must not run here; ignored
      * SIGPIPE/SIGXFSZ go back to the default, as Python's subprocess does (restore_signals). */
     for (int sig = 1; sig < NSIG; sig++) {
@@ -123,9 +123,9 @@ static int ctrun__child(void *arg)
         err = errno;
     if (err == 0 && getppid() != a->parent)
         _exit(127); /* the agent died before the death signal was armed */
-    int out_fd = ctrun__lift(a->out_fd);
-    int err_fd = ctrun__lift(a->err_fd);
-    int hb_fd = ctrun__lift(a->hb_fd);
+    int out_fd = ctrun_proc__lift(a->out_fd);
+    int err_fd = ctrun_proc__lift(a->err_fd);
+    int hb_fd = ctrun_proc__lift(a->hb_fd);
     if (err == 0 && (out_fd < 0 || dup2(out_fd, 1) < 0))
         err = errno ? errno : EBADF;
     if (err == 0 && (err_fd < 0 || dup2(err_fd, 2) < 0))
@@ -152,9 +152,9 @@ static int ctrun__child(void *arg)
 
 /* ---- handles ------------------------------------------------------------------------------ */
 
-static void ctrun__maybe_finish(ctrun_proc_t *p);
+static void ctrun_proc__maybe_finish(ctrun_proc_t *p);
 
-static void ctrun__handle_closed(uv_handle_t *h)
+static void ctrun_proc__handle_closed(uv_handle_t *h)
 {
     ctrun_proc_t *p = h->data;
     p->open_handles--;
@@ -169,44 +169,45 @@ static void ctrun__handle_closed(uv_handle_t *h)
     }
 }
 
-static void ctrun__close_handle(ctrun_proc_t *p, uv_handle_t *h, bool *open)
+static void ctrun_proc__close_handle(ctrun_proc_t *p, uv_handle_t *h, bool *open)
 {
     if (!*open)
         return;
     *open = false;
     h->data = p;
-    uv_close(h, ctrun__handle_closed);
+    uv_close(h, ctrun_proc__handle_closed);
 }
 
-static void ctrun__close_stream(ctrun_proc_t *p, uv_pipe_t *pipe, bool *open, ctrun_sink_t *sink)
+static void ctrun_proc__close_stream(ctrun_proc_t *p, uv_pipe_t *pipe, bool *open,
+                                     ctrun_sink_t *sink)
 {
     if (!*open)
         return;
     if (sink != NULL)
         ctrun_sink_finish(sink);
-    ctrun__close_handle(p, (uv_handle_t *)pipe, open);
+    ctrun_proc__close_handle(p, (uv_handle_t *)pipe, open);
 }
 
-static void ctrun__drain_hb(ctrun_proc_t *p);
+static void ctrun_proc__drain_hb(ctrun_proc_t *p);
 
-static void ctrun__close_all(ctrun_proc_t *p)
+static void ctrun_proc__close_all(ctrun_proc_t *p)
 {
-    ctrun__drain_hb(p);
-    ctrun__close_stream(p, &p->out_pipe, &p->out_open, p->out_sink);
-    ctrun__close_stream(p, &p->err_pipe, &p->err_open, p->err_sink);
-    ctrun__close_handle(p, (uv_handle_t *)&p->hb_pipe, &p->hb_open);
-    ctrun__close_handle(p, (uv_handle_t *)&p->exit_poll, &p->poll_open);
-    ctrun__close_handle(p, (uv_handle_t *)&p->drain_timer, &p->timer_open);
+    ctrun_proc__drain_hb(p);
+    ctrun_proc__close_stream(p, &p->out_pipe, &p->out_open, p->out_sink);
+    ctrun_proc__close_stream(p, &p->err_pipe, &p->err_open, p->err_sink);
+    ctrun_proc__close_handle(p, (uv_handle_t *)&p->hb_pipe, &p->hb_open);
+    ctrun_proc__close_handle(p, (uv_handle_t *)&p->exit_poll, &p->poll_open);
+    ctrun_proc__close_handle(p, (uv_handle_t *)&p->drain_timer, &p->timer_open);
 }
 
 /* After the exit: done once both output streams reached end-of-file. */
-static void ctrun__maybe_finish(ctrun_proc_t *p)
+static void ctrun_proc__maybe_finish(ctrun_proc_t *p)
 {
     if (p->exited && !p->out_open && !p->err_open)
-        ctrun__close_all(p);
+        ctrun_proc__close_all(p);
 }
 
-static void ctrun__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void ctrun_proc__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     ctrun_proc_t *p = h->data;
     (void)suggested;
@@ -217,7 +218,7 @@ static void ctrun__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(p->read_buf, sizeof p->read_buf);
 }
 
-static void ctrun__read_out(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+static void ctrun_proc__read_out(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     ctrun_proc_t *p = s->data;
     bool is_out = s == (uv_stream_t *)&p->out_pipe;
@@ -230,18 +231,18 @@ static void ctrun__read_out(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         return;
     /* End of file, or a read error: either way this stream is over. */
     if (is_out)
-        ctrun__close_stream(p, &p->out_pipe, &p->out_open, sink);
+        ctrun_proc__close_stream(p, &p->out_pipe, &p->out_open, sink);
     else
-        ctrun__close_stream(p, &p->err_pipe, &p->err_open, sink);
-    ctrun__maybe_finish(p);
+        ctrun_proc__close_stream(p, &p->err_pipe, &p->err_open, sink);
+    ctrun_proc__maybe_finish(p);
 }
 
-static void ctrun__read_hb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+static void ctrun_proc__read_hb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     ctrun_proc_t *p = s->data;
     (void)buf;
     if (n < 0) {
-        ctrun__close_handle(p, (uv_handle_t *)&p->hb_pipe, &p->hb_open);
+        ctrun_proc__close_handle(p, (uv_handle_t *)&p->hb_pipe, &p->hb_open);
         return;
     }
     p->hb_len += (size_t)n;
@@ -253,7 +254,7 @@ static void ctrun__read_hb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     if (rec.magic != CT_HEARTBEAT_MAGIC || rec.version != CT_HEARTBEAT_VERSION ||
         rec.size != sizeof rec) {
         /* Not our record format: whatever writes there is not libctworker; stop listening. */
-        ctrun__close_handle(p, (uv_handle_t *)&p->hb_pipe, &p->hb_open);
+        ctrun_proc__close_handle(p, (uv_handle_t *)&p->hb_pipe, &p->hb_open);
         return;
     }
     if (p->cb->on_heartbeat != NULL)
@@ -265,7 +266,7 @@ static void ctrun__read_hb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
  * last one (libctworker writes one right before an injected fault), and closing the pipe must
  * not drop them. The pipe is non-blocking (libuv made it so): this stops at EAGAIN; libuv's
  * own reader finds end-of-file later. */
-static void ctrun__drain_hb(ctrun_proc_t *p)
+static void ctrun_proc__drain_hb(ctrun_proc_t *p)
 {
     uv_os_fd_t fd;
     while (p->hb_open && uv_fileno((uv_handle_t *)&p->hb_pipe, &fd) == 0) {
@@ -275,18 +276,18 @@ static void ctrun__drain_hb(ctrun_proc_t *p)
         if (n <= 0)
             return;
         uv_buf_t none = uv_buf_init(NULL, 0);
-        ctrun__read_hb((uv_stream_t *)&p->hb_pipe, n, &none);
+        ctrun_proc__read_hb((uv_stream_t *)&p->hb_pipe, n, &none);
     }
 }
 
-static void ctrun__drain_expired(uv_timer_t *t)
+static void ctrun_proc__drain_expired(uv_timer_t *t)
 {
     ctrun_proc_t *p = t->data;
     /* Something the worker started still holds its output pipes: stop reading them. */
-    ctrun__close_all(p);
+    ctrun_proc__close_all(p);
 }
 
-static void ctrun__exit_ready(uv_poll_t *h, int status, int events)
+static void ctrun_proc__exit_ready(uv_poll_t *h, int status, int events)
 {
     ctrun_proc_t *p = h->data;
     (void)status;
@@ -298,8 +299,8 @@ static void ctrun__exit_ready(uv_poll_t *h, int status, int events)
     } while (r < 0 && errno == EINTR);
     if (r == 0)
         return; /* not yet (a spurious wake-up) */
-    ctrun__close_handle(p, (uv_handle_t *)&p->exit_poll, &p->poll_open);
-    ctrun__drain_hb(p);
+    ctrun_proc__close_handle(p, (uv_handle_t *)&p->exit_poll, &p->poll_open);
+    ctrun_proc__drain_hb(p);
     p->exited = true;
     if (r < 0)
         p->exitcode = -SIGKILL; /* ECHILD: only if someone else reaped it; report it as killed */
@@ -316,12 +317,13 @@ static void ctrun__exit_ready(uv_poll_t *h, int status, int events)
         p->open_handles++;
         uv_timer_init(p->loop, &p->drain_timer);
         p->drain_timer.data = p;
-        uv_timer_start(&p->drain_timer, ctrun__drain_expired, (uint64_t)p->drain_ms, 0);
+        uv_timer_start(&p->drain_timer, ctrun_proc__drain_expired, (uint64_t)p->drain_ms, 0);
     }
-    ctrun__maybe_finish(p);
+    ctrun_proc__maybe_finish(p);
 }
 
-static int ctrun__open_pipe(ctrun_proc_t *p, uv_pipe_t *pipe, int fd, bool *open, uv_read_cb cb)
+static int ctrun_proc__open_pipe(ctrun_proc_t *p, uv_pipe_t *pipe, int fd, bool *open,
+                                 uv_read_cb cb)
 {
     int rc = uv_pipe_init(p->loop, pipe, 0);
     if (rc != 0)
@@ -331,10 +333,10 @@ static int ctrun__open_pipe(ctrun_proc_t *p, uv_pipe_t *pipe, int fd, bool *open
     *open = true;
     if ((rc = uv_pipe_open(pipe, fd)) != 0)
         return rc;
-    return uv_read_start((uv_stream_t *)pipe, ctrun__alloc, cb);
+    return uv_read_start((uv_stream_t *)pipe, ctrun_proc__alloc, cb);
 }
 
-static void ctrun__close_fd(int *fd)
+static void ctrun_proc__close_fd(int *fd)
 {
     if (*fd >= 0)
         close(*fd);
@@ -352,7 +354,7 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
     p->pid = -1;
     p->out_sink = opts->out;
     p->err_sink = opts->err;
-    p->drain_ms = opts->drain_ms > 0 ? opts->drain_ms : CTRUN__DRAIN_MS_DEFAULT;
+    p->drain_ms = opts->drain_ms > 0 ? opts->drain_ms : CTRUN_PROC__DRAIN_MS_DEFAULT;
     p->done = true; /* until a handle is open, a failure leaves nothing behind */
 
     char *path = NULL;
@@ -382,7 +384,7 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         goto fail_fds;
     }
 
-    ctrun__child_args_t ca = {
+    ctrun_proc__child_args_t ca = {
         .path = path,
         .argv = opts->argv,
         .envp = opts->envp,
@@ -392,30 +394,31 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         .cgroup_fd = opts->cgroup_fd > 0 ? opts->cgroup_fd : -1,
         .parent = getpid(),
     };
-    void *stack = mmap(NULL, CTRUN__CHILD_STACK, PROT_READ | PROT_WRITE,
+    void *stack = mmap(NULL, CTRUN_PROC__CHILD_STACK, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (stack == MAP_FAILED) {
         rc = -errno;
-        ct_errbuf_set(eb, rc, "mmap of a %d-byte stack: %s", CTRUN__CHILD_STACK, strerror(errno));
+        ct_errbuf_set(eb, rc, "mmap of a %d-byte stack: %s", CTRUN_PROC__CHILD_STACK,
+                      strerror(errno));
         goto fail_fds;
     }
     /* No signal may reach the child before it has reset the handlers it inherited. */
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t pid = clone(ctrun__child, (char *)stack + CTRUN__CHILD_STACK,
+    pid_t pid = clone(ctrun_proc__child, (char *)stack + CTRUN_PROC__CHILD_STACK,
                       CLONE_VM | CLONE_VFORK | SIGCHLD, &ca);
     int clone_errno = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    munmap(stack, CTRUN__CHILD_STACK);
+    munmap(stack, CTRUN_PROC__CHILD_STACK);
     if (pid < 0) {
         rc = ct_errbuf_set(eb, -clone_errno, "clone: %s", strerror(clone_errno));
         goto fail_fds;
     }
-    ctrun__close_fd(&outp[1]);
-    ctrun__close_fd(&errp[1]);
-    ctrun__close_fd(&hbp[1]);
-    ctrun__close_fd(&devnull);
+    ctrun_proc__close_fd(&outp[1]);
+    ctrun_proc__close_fd(&errp[1]);
+    ctrun_proc__close_fd(&hbp[1]);
+    ctrun_proc__close_fd(&devnull);
     if (ca.err != 0) {
         /* The child got no further than execve: reap it and report why. */
         int st;
@@ -448,20 +451,20 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         p->exit_poll.data = p;
         p->poll_open = true;
         p->open_handles++;
-        rc = uv_poll_start(&p->exit_poll, UV_READABLE, ctrun__exit_ready);
+        rc = uv_poll_start(&p->exit_poll, UV_READABLE, ctrun_proc__exit_ready);
     }
     if (rc == 0 && opts->out != NULL) {
-        rc = ctrun__open_pipe(p, &p->out_pipe, outp[0], &p->out_open, ctrun__read_out);
+        rc = ctrun_proc__open_pipe(p, &p->out_pipe, outp[0], &p->out_open, ctrun_proc__read_out);
         if (p->out_open)
             outp[0] = -1; /* the handle owns it now */
     }
     if (rc == 0 && opts->err != NULL) {
-        rc = ctrun__open_pipe(p, &p->err_pipe, errp[0], &p->err_open, ctrun__read_out);
+        rc = ctrun_proc__open_pipe(p, &p->err_pipe, errp[0], &p->err_open, ctrun_proc__read_out);
         if (p->err_open)
             errp[0] = -1;
     }
     if (rc == 0 && opts->heartbeat) {
-        rc = ctrun__open_pipe(p, &p->hb_pipe, hbp[0], &p->hb_open, ctrun__read_hb);
+        rc = ctrun_proc__open_pipe(p, &p->hb_pipe, hbp[0], &p->hb_open, ctrun_proc__read_hb);
         if (p->hb_open)
             hbp[0] = -1;
     }
@@ -473,25 +476,25 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         }
         p->exited = true;
         p->closing = true;
-        ctrun__close_fd(&outp[0]);
-        ctrun__close_fd(&errp[0]);
-        ctrun__close_fd(&hbp[0]);
-        ctrun__close_all(p);
+        ctrun_proc__close_fd(&outp[0]);
+        ctrun_proc__close_fd(&errp[0]);
+        ctrun_proc__close_fd(&hbp[0]);
+        ctrun_proc__close_all(p);
         return rc;
     }
     return 0;
 
 fail_fds:
     free(path);
-    ctrun__close_fd(&outp[0]);
-    ctrun__close_fd(&outp[1]);
-    ctrun__close_fd(&errp[0]);
-    ctrun__close_fd(&errp[1]);
-    ctrun__close_fd(&hbp[0]);
-    ctrun__close_fd(&hbp[1]);
-    ctrun__close_fd(&devnull);
+    ctrun_proc__close_fd(&outp[0]);
+    ctrun_proc__close_fd(&outp[1]);
+    ctrun_proc__close_fd(&errp[0]);
+    ctrun_proc__close_fd(&errp[1]);
+    ctrun_proc__close_fd(&hbp[0]);
+    ctrun_proc__close_fd(&hbp[1]);
+    ctrun_proc__close_fd(&devnull);
     if (p->pidfd >= 0)
-        ctrun__close_fd(&p->pidfd);
+        ctrun_proc__close_fd(&p->pidfd);
     return rc;
 }
 
@@ -507,5 +510,5 @@ void ctrun_proc_close(ctrun_proc_t *p)
     if (p->closing || p->done)
         return;
     p->closing = true;
-    ctrun__close_all(p);
+    ctrun_proc__close_all(p);
 }

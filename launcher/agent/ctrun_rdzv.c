@@ -50,13 +50,13 @@ void ctrun_rdzv_init(ctrun_rdzv_t *r, ctrun_kv_t *kv, const ctrun_rdzv_params_t 
              nonce, params->host ? params->host : "?");
 }
 
-static uint64_t ctrun__tag(const ctrun_rdzv_t *r, ctrun_rdzv_state_t step)
+static uint64_t ctrun_rdzv__tag(const ctrun_rdzv_t *r, ctrun_rdzv_state_t step)
 {
     return CTRUN_TAG(CTRUN_TAG_RDZV, r->attempt, step);
 }
 
 /* Enters state s and makes its request. */
-static int ctrun__enter(ctrun_rdzv_t *r, ctrun_rdzv_state_t s)
+static int ctrun_rdzv__enter(ctrun_rdzv_t *r, ctrun_rdzv_state_t s)
 {
     char key[CTRUN_RDZV_KEY_MAX], line[64];
     int rc = 0;
@@ -64,28 +64,28 @@ static int ctrun__enter(ctrun_rdzv_t *r, ctrun_rdzv_state_t s)
     switch (s) {
     case CTRUN_RDZV_JOB:
         ctrun_rdzv_key(key, "job");
-        rc = ctrun_kv_get(r->kv, key, ctrun__tag(r, s));
+        rc = ctrun_kv_get(r->kv, key, ctrun_rdzv__tag(r, s));
         break;
     case CTRUN_RDZV_RANK:
         ctrun_rdzv_key(key, "joined");
-        rc = ctrun_kv_add(r->kv, key, 1, ctrun__tag(r, s));
+        rc = ctrun_kv_add(r->kv, key, 1, ctrun_rdzv__tag(r, s));
         break;
     case CTRUN_RDZV_NODE:
         ctrun_rdzv_key(key, "node/%d", r->node_id);
-        rc = ctrun_kv_cas(r->kv, key, "", r->token, ctrun__tag(r, s));
+        rc = ctrun_kv_cas(r->kv, key, "", r->token, ctrun_rdzv__tag(r, s));
         break;
     case CTRUN_RDZV_ROUND:
         ctrun_rdzv_key(key, "round");
-        rc = ctrun_kv_get(r->kv, key, ctrun__tag(r, s));
+        rc = ctrun_kv_get(r->kv, key, ctrun_rdzv__tag(r, s));
         break;
     case CTRUN_RDZV_READY:
         ctrun_rdzv_key(key, "a/%d/ready", r->attempt);
         snprintf(line, sizeof line, "%d %d\n", r->node_id, r->nproc);
-        rc = ctrun_kv_append(r->kv, key, line, ctrun__tag(r, s));
+        rc = ctrun_kv_append(r->kv, key, line, ctrun_rdzv__tag(r, s));
         break;
     case CTRUN_RDZV_GO:
         ctrun_rdzv_key(key, "a/%d/go", r->attempt);
-        rc = ctrun_kv_get(r->kv, key, ctrun__tag(r, s));
+        rc = ctrun_kv_get(r->kv, key, ctrun_rdzv__tag(r, s));
         break;
     case CTRUN_RDZV_IDLE:
     case CTRUN_RDZV_DONE:
@@ -104,12 +104,12 @@ int ctrun_rdzv_start(ctrun_rdzv_t *r, int attempt)
     r->attempt = attempt;
     r->error[0] = '\0';
     if (!r->registered)
-        return ctrun__enter(r, CTRUN_RDZV_JOB);
-    return ctrun__enter(r, CTRUN_RDZV_READY);
+        return ctrun_rdzv__enter(r, CTRUN_RDZV_JOB);
+    return ctrun_rdzv__enter(r, CTRUN_RDZV_READY);
 }
 
-__attribute__((format(printf, 2, 3))) static ctrun_rdzv_result_t ctrun__fail(ctrun_rdzv_t *r,
-                                                                             const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static ctrun_rdzv_result_t
+ctrun_rdzv__fail(ctrun_rdzv_t *r, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -120,7 +120,7 @@ __attribute__((format(printf, 2, 3))) static ctrun_rdzv_result_t ctrun__fail(ctr
 }
 
 /* A request failed because the store's end of the connection went away. */
-static bool ctrun__is_disconnect(int rc)
+static bool ctrun_rdzv__is_disconnect(int rc)
 {
     return rc == CT_EPEER || rc == -ECONNRESET || rc == -ECONNREFUSED || rc == -EPIPE;
 }
@@ -130,33 +130,34 @@ ctrun_rdzv_result_t ctrun_rdzv_on_reply(ctrun_rdzv_t *r, const ctrun_kv_reply_t 
     if (CTRUN_TAG_ATTEMPT(reply->tag) != r->attempt ||
         CTRUN_TAG_KIND(reply->tag) != (unsigned)r->state)
         return CTRUN_RDZV_PENDING; /* a stale reply */
-    if (reply->rc != 0 && r->waited && ctrun__is_disconnect(reply->rc))
+    if (reply->rc != 0 && r->waited && ctrun_rdzv__is_disconnect(reply->rc))
         /* The store's host ends the job by writing "closed" where a waiting node reads next,
          * and keeps serving until it is read; a disconnect still means the job is over for
          * this node, but it cannot tell whether the job finished or its host was lost. */
-        return ctrun__fail(r,
-                           "the rendezvous store went away while this node waited for room in "
-                           "the job (%s): the job has ended (finished, stopped, or lost its "
-                           "store's host) without this node",
-                           reply->error);
+        return ctrun_rdzv__fail(r,
+                                "the rendezvous store went away while this node waited for room in "
+                                "the job (%s): the job has ended (finished, stopped, or lost its "
+                                "store's host) without this node",
+                                reply->error);
     if (reply->rc != 0)
-        return ctrun__fail(r, "rendezvous (%s): %s", reply->key, reply->error);
+        return ctrun_rdzv__fail(r, "rendezvous (%s): %s", reply->key, reply->error);
     const char *value = (const char *)reply->data;
     ctrun_rdzv_state_t next = CTRUN_RDZV_FAILED;
     switch (r->state) {
     case CTRUN_RDZV_JOB:
         if (strcmp(value, r->job) != 0)
-            return ctrun__fail(r,
-                               "the store belongs to another job: it has \"%s\", this node was "
-                               "started with \"%s\" (check --rdzv_id, --nnodes, --rdzv_backend "
-                               "and the port)",
-                               value, r->job);
+            return ctrun_rdzv__fail(
+                r,
+                "the store belongs to another job: it has \"%s\", this node was "
+                "started with \"%s\" (check --rdzv_id, --nnodes, --rdzv_backend "
+                "and the port)",
+                value, r->job);
         next = r->kind == CTRUN_RDZV_KIND_C10D ? CTRUN_RDZV_RANK : CTRUN_RDZV_NODE;
         break;
     case CTRUN_RDZV_RANK:
         if (reply->num < 1 || reply->num > CTRUN_RDZV_MAX_NODES * 16)
-            return ctrun__fail(r, "the rendezvous has handed out %" PRId64 " node ids; no more",
-                               reply->num);
+            return ctrun_rdzv__fail(
+                r, "the rendezvous has handed out %" PRId64 " node ids; no more", reply->num);
         r->node_id = (int)reply->num - 1;
         next = CTRUN_RDZV_NODE;
         break;
@@ -166,10 +167,10 @@ ctrun_rdzv_result_t ctrun_rdzv_on_reply(ctrun_rdzv_t *r, const ctrun_kv_reply_t 
             int nproc = 0, pid = 0;
             char nonce[32] = "", host[256] = "?";
             sscanf(value, "%d %d %31s %255s", &nproc, &pid, nonce, host);
-            return ctrun__fail(r,
-                               "group rank %d is already taken by the agent with pid %d on %s "
-                               "(two nodes were started with --node_rank=%d)",
-                               r->node_id, pid, host, r->node_id);
+            return ctrun_rdzv__fail(r,
+                                    "group rank %d is already taken by the agent with pid %d on %s "
+                                    "(two nodes were started with --node_rank=%d)",
+                                    r->node_id, pid, host, r->node_id);
         }
         r->registered = true;
         next = CTRUN_RDZV_ROUND;
@@ -177,7 +178,8 @@ ctrun_rdzv_result_t ctrun_rdzv_on_reply(ctrun_rdzv_t *r, const ctrun_kv_reply_t 
     case CTRUN_RDZV_ROUND: {
         int round = -1;
         if (sscanf(value, "%d", &round) != 1 || round < 0)
-            return ctrun__fail(r, "rendezvous: /ctrun/round holds \"%.64s\", not a round", value);
+            return ctrun_rdzv__fail(r, "rendezvous: /ctrun/round holds \"%.64s\", not a round",
+                                    value);
         r->attempt = round;
         next = CTRUN_RDZV_READY;
         break;
@@ -189,9 +191,9 @@ ctrun_rdzv_result_t ctrun_rdzv_on_reply(ctrun_rdzv_t *r, const ctrun_kv_reply_t 
         ct_errbuf_t eb = {{0}};
         int rc = ctrun_rdzv_plan_parse(value, r->node_id, &r->plan, &eb);
         if (rc == CT_ESTATE)
-            return ctrun__fail(r, "the rendezvous is closed: %s", eb.msg);
+            return ctrun_rdzv__fail(r, "the rendezvous is closed: %s", eb.msg);
         if (rc != 0)
-            return ctrun__fail(r, "rendezvous plan of round %d: %s", r->attempt, eb.msg);
+            return ctrun_rdzv__fail(r, "rendezvous plan of round %d: %s", r->attempt, eb.msg);
         if (r->plan.group_rank < 0) {
             /* The round closed without this node (it came late, or the round was full):
              * wait for the next one, where the coordinator counts it in. */
@@ -201,8 +203,8 @@ ctrun_rdzv_result_t ctrun_rdzv_on_reply(ctrun_rdzv_t *r, const ctrun_kv_reply_t 
             break;
         }
         if (r->plan.local_world_size != r->nproc)
-            return ctrun__fail(r, "rendezvous plan gives node %d %d workers, not %d", r->node_id,
-                               r->plan.local_world_size, r->nproc);
+            return ctrun_rdzv__fail(r, "rendezvous plan gives node %d %d workers, not %d",
+                                    r->node_id, r->plan.local_world_size, r->nproc);
         r->state = CTRUN_RDZV_DONE;
         return CTRUN_RDZV_COMPLETE;
     }
@@ -211,7 +213,7 @@ ctrun_rdzv_result_t ctrun_rdzv_on_reply(ctrun_rdzv_t *r, const ctrun_kv_reply_t 
     case CTRUN_RDZV_FAILED:
         return CTRUN_RDZV_PENDING;
     }
-    if (ctrun__enter(r, next) != 0)
+    if (ctrun_rdzv__enter(r, next) != 0)
         return CTRUN_RDZV_ERROR;
     return CTRUN_RDZV_PENDING;
 }
@@ -241,8 +243,8 @@ int ctrun_rdzv_plan_text(int attempt, int restarts, int nnodes, int max_restarts
 }
 
 /* Reads nnodes comma-separated integers in [lo, hi] at *p; returns false on bad input. */
-static bool ctrun__int_list(const char **p, int nnodes, long lo, long hi, int *out_at, int want,
-                            int *found, long long *sum)
+static bool ctrun_rdzv__int_list(const char **p, int nnodes, long lo, long hi, int *out_at,
+                                 int want, int *found, long long *sum)
 {
     const char *q = *p;
     for (int i = 0; i < nnodes; i++) {
@@ -287,13 +289,14 @@ int ctrun_rdzv_plan_parse(const char *text, int node_id, ctrun_rdzv_plan_t *plan
     long long sum = 0;
     int at = -1;
     int rc = 0;
-    if (!ctrun__int_list(&p, plan->nnodes, 1, 1000000, nproc, 0, NULL, &sum)) {
+    if (!ctrun_rdzv__int_list(&p, plan->nnodes, 1, 1000000, nproc, 0, NULL, &sum)) {
         rc = ct_errbuf_set(eb, CT_EPARSE, "bad nproc list in plan \"%.128s\"", text);
     } else if (strncmp(p, " ids=", 5) != 0) {
         rc = ct_errbuf_set(eb, CT_EPARSE, "no ids in plan \"%.128s\"", text);
     } else {
         p += 5;
-        if (!ctrun__int_list(&p, plan->nnodes, 0, 1L << 30, NULL, node_id, &at, NULL) || *p != '\0')
+        if (!ctrun_rdzv__int_list(&p, plan->nnodes, 0, 1L << 30, NULL, node_id, &at, NULL) ||
+            *p != '\0')
             rc = ct_errbuf_set(eb, CT_EPARSE, "bad id list in plan \"%.128s\"", text);
         else if (sum != world || world > 1 << 30)
             rc = ct_errbuf_set(eb, CT_EMISMATCH, "plan \"%.128s\" does not add up", text);

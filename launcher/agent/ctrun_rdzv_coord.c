@@ -32,19 +32,19 @@ struct ctrun_rdzv_node {
 };
 
 /* Parsed offsets of the ready lists, by round (rounds are few: restarts plus rejoins). */
-typedef struct ctrun__coord_priv {
+typedef struct ctrun_rdzv_coord__priv {
     size_t *parsed;
     int nrounds;
-} ctrun__coord_priv_t;
+} ctrun_rdzv_coord__priv_t;
 
-static ctrun__coord_priv_t *ctrun__priv(ctrun_rdzv_coord_t *c)
+static ctrun_rdzv_coord__priv_t *ctrun_rdzv_coord__priv_of(ctrun_rdzv_coord_t *c)
 {
-    return (ctrun__coord_priv_t *)c->priv;
+    return (ctrun_rdzv_coord__priv_t *)c->priv;
 }
 
-static void ctrun__coord_evaluate(ctrun_rdzv_coord_t *c);
+static void ctrun_rdzv_coord__evaluate(ctrun_rdzv_coord_t *c);
 
-static void ctrun__fail(ctrun_rdzv_coord_t *c, const char *what)
+static void ctrun_rdzv_coord__fail(ctrun_rdzv_coord_t *c, const char *what)
 {
     snprintf(c->error, sizeof c->error, "%s", what);
     c->failed = true;
@@ -52,7 +52,7 @@ static void ctrun__fail(ctrun_rdzv_coord_t *c, const char *what)
         c->on_left(c->data, -1);
 }
 
-static int64_t ctrun__num(ct_store_bytes_t v)
+static int64_t ctrun_rdzv_coord__num(ct_store_bytes_t v)
 {
     char buf[32];
     size_t n = v.len < sizeof buf - 1 ? v.len : sizeof buf - 1;
@@ -62,7 +62,7 @@ static int64_t ctrun__num(ct_store_bytes_t v)
 }
 
 /* The key of an event as a C string (truncated to the key limit). */
-static void ctrun__key(const ctrun_store_event_t *ev, char *key)
+static void ctrun_rdzv_coord__key(const ctrun_store_event_t *ev, char *key)
 {
     size_t n = ev->key.len < CTRUN_RDZV_KEY_MAX - 1 ? ev->key.len : CTRUN_RDZV_KEY_MAX - 1;
     memcpy(key, ev->key.data, n);
@@ -70,7 +70,7 @@ static void ctrun__key(const ctrun_store_event_t *ev, char *key)
 }
 
 /* The node with id, grown on demand; NULL for an id out of range or no memory. */
-static ctrun_rdzv_node_t *ctrun__node(ctrun_rdzv_coord_t *c, int id)
+static ctrun_rdzv_node_t *ctrun_rdzv_coord__find_node(ctrun_rdzv_coord_t *c, int id)
 {
     if (id < 0 || id >= CTRUN_RDZV_MAX_NODES * 16)
         return NULL;
@@ -90,13 +90,13 @@ static ctrun_rdzv_node_t *ctrun__node(ctrun_rdzv_coord_t *c, int id)
     return &c->nodes[id];
 }
 
-static bool ctrun__alive(const ctrun_rdzv_node_t *n)
+static bool ctrun_rdzv_coord__alive(const ctrun_rdzv_node_t *n)
 {
     return n->registered && !n->dead;
 }
 
 /* Writes "closed <reason>" as the plan of round k unless it has one. */
-static void ctrun__close_round(ctrun_rdzv_coord_t *c, int round, const char *reason)
+static void ctrun_rdzv_coord__close_round(ctrun_rdzv_coord_t *c, int round, const char *reason)
 {
     char key[CTRUN_RDZV_KEY_MAX], text[CT_ERRBUF_SIZE + 16];
     ctrun_rdzv_key(key, "a/%d/go", round);
@@ -114,11 +114,11 @@ void ctrun_rdzv_coord_shut(ctrun_rdzv_coord_t *c, const char *reason)
     c->closed = true;
     if (c->timers_open)
         uv_timer_stop(&c->last_call_timer);
-    ctrun__close_round(c, c->running ? c->round + 1 : c->round, reason);
+    ctrun_rdzv_coord__close_round(c, c->running ? c->round + 1 : c->round, reason);
 }
 
 /* Round c->round closes with the ready live nodes (at most nnodes, lowest ids first). */
-static void ctrun__coord_go(ctrun_rdzv_coord_t *c)
+static void ctrun_rdzv_coord__go(ctrun_rdzv_coord_t *c)
 {
     int *ids = malloc((size_t)c->nnodes * sizeof *ids);
     int *nproc = malloc((size_t)c->nnodes * sizeof *nproc);
@@ -129,14 +129,14 @@ static void ctrun__coord_go(ctrun_rdzv_coord_t *c)
         free(ids);
         free(nproc);
         free(text);
-        ctrun__fail(c, "out of memory for a rendezvous plan");
+        ctrun_rdzv_coord__fail(c, "out of memory for a rendezvous plan");
         return;
     }
     int n = 0;
     for (int id = 0; id < c->nnode_slots; id++) {
         ctrun_rdzv_node_t *nd = &c->nodes[id];
         nd->member = false;
-        if (n < c->nnodes && ctrun__alive(nd) && nd->ready_round >= c->round) {
+        if (n < c->nnodes && ctrun_rdzv_coord__alive(nd) && nd->ready_round >= c->round) {
             nd->member = true;
             ids[n] = id;
             nproc[n] = nd->nproc;
@@ -152,7 +152,7 @@ static void ctrun__coord_go(ctrun_rdzv_coord_t *c)
     ct_errbuf_t eb = {{0}};
     if (ctrun_rdzv_plan_text(c->round, c->restarts, n, c->max_restarts, nproc, ids, text,
                              text_size) != 0) {
-        ctrun__fail(c, "a rendezvous plan does not fit its buffer");
+        ctrun_rdzv_coord__fail(c, "a rendezvous plan does not fit its buffer");
     } else {
         ctrun_rdzv_key(key, "a/%d/go", c->round);
         c->running = true;
@@ -161,7 +161,7 @@ static void ctrun__coord_go(ctrun_rdzv_coord_t *c)
         if (ctrun_store_set(c->store, key, text, strlen(text), &eb) != 0) {
             char msg[CT_ERRBUF_SIZE];
             snprintf(msg, sizeof msg, "publishing the plan of round %d: %.400s", c->round, eb.msg);
-            ctrun__fail(c, msg);
+            ctrun_rdzv_coord__fail(c, msg);
         }
     }
     free(ids);
@@ -170,14 +170,14 @@ static void ctrun__coord_go(ctrun_rdzv_coord_t *c)
 }
 
 /* Decides what the current round needs now. */
-static void ctrun__coord_evaluate(ctrun_rdzv_coord_t *c)
+static void ctrun_rdzv_coord__evaluate(ctrun_rdzv_coord_t *c)
 {
     if (c->closed || c->failed)
         return;
     int ready = 0, wanting = 0, waiting_id = -1;
     for (int id = 0; id < c->nnode_slots; id++) {
         const ctrun_rdzv_node_t *nd = &c->nodes[id];
-        if (!ctrun__alive(nd) || !nd->wants)
+        if (!ctrun_rdzv_coord__alive(nd) || !nd->wants)
             continue;
         wanting++;
         if (nd->ready_round >= c->round)
@@ -199,13 +199,13 @@ static void ctrun__coord_evaluate(ctrun_rdzv_coord_t *c)
         return;
     }
     if (ready >= c->nnodes || (c->round > 0 && ready == wanting && ready >= c->min_nodes)) {
-        ctrun__coord_go(c);
+        ctrun_rdzv_coord__go(c);
         return;
     }
     if (ready >= c->min_nodes && !c->last_call) {
         c->last_call = true;
         if (c->last_call_ms <= 0) {
-            ctrun__coord_go(c);
+            ctrun_rdzv_coord__go(c);
             return;
         }
         ct_log_debug("rendezvous: round %d has %d nodes (minimum %d); last call in %" PRId64 " ms",
@@ -215,34 +215,34 @@ static void ctrun__coord_evaluate(ctrun_rdzv_coord_t *c)
     }
 }
 
-static void ctrun__last_call_cb(uv_timer_t *t)
+static void ctrun_rdzv_coord__last_call_cb(uv_timer_t *t)
 {
     ctrun_rdzv_coord_t *c = t->data;
     if (c->running || c->closed || c->failed)
         return;
     int ready = 0;
     for (int id = 0; id < c->nnode_slots; id++)
-        ready += ctrun__alive(&c->nodes[id]) && c->nodes[id].wants &&
+        ready += ctrun_rdzv_coord__alive(&c->nodes[id]) && c->nodes[id].wants &&
                  c->nodes[id].ready_round >= c->round;
     if (ready >= c->min_nodes)
-        ctrun__coord_go(c);
+        ctrun_rdzv_coord__go(c);
     else
         c->last_call = false; /* someone died meanwhile: the next MIN-th node restarts it */
 }
 
 /* Live nodes that want to be in the job. */
-static int ctrun__wanting(const ctrun_rdzv_coord_t *c)
+static int ctrun_rdzv_coord__wanting(const ctrun_rdzv_coord_t *c)
 {
     int n = 0;
     for (int id = 0; id < c->nnode_slots; id++)
-        n += ctrun__alive(&c->nodes[id]) && c->nodes[id].wants;
+        n += ctrun_rdzv_coord__alive(&c->nodes[id]) && c->nodes[id].wants;
     return n;
 }
 
-static void ctrun__too_few(ctrun_rdzv_coord_t *c, const char *why)
+static void ctrun_rdzv_coord__too_few(ctrun_rdzv_coord_t *c, const char *why)
 {
     char msg[CT_ERRBUF_SIZE];
-    int n = ctrun__wanting(c);
+    int n = ctrun_rdzv_coord__wanting(c);
     snprintf(msg, sizeof msg, "%s; %d node%s left, fewer than the minimum of %d (--nnodes)", why, n,
              n == 1 ? " is" : "s are", c->min_nodes);
     ct_log_error("rendezvous: %s", msg);
@@ -250,7 +250,7 @@ static void ctrun__too_few(ctrun_rdzv_coord_t *c, const char *why)
 }
 
 /* Round c->round ended with text: open the next one, or close the rendezvous. */
-static void ctrun__coord_outcome(ctrun_rdzv_coord_t *c, const char *text)
+static void ctrun_rdzv_coord__outcome(ctrun_rdzv_coord_t *c, const char *text)
 {
     c->running = false;
     bool counted = strncmp(text, "failed ", 7) == 0 || strncmp(text, "lost ", 5) == 0;
@@ -275,23 +275,23 @@ static void ctrun__coord_outcome(ctrun_rdzv_coord_t *c, const char *text)
     snprintf(num, sizeof num, "%d", c->round);
     ct_errbuf_t eb = {{0}};
     ctrun_store_set(c->store, key, num, strlen(num), &eb);
-    if (ctrun__wanting(c) < c->min_nodes) {
+    if (ctrun_rdzv_coord__wanting(c) < c->min_nodes) {
         int id = -1;
         char host[64] = "?";
         if (sscanf(text, "lost %d %63s", &id, host) == 2) {
             char why[160];
             snprintf(why, sizeof why, "node %d (%s) was lost", id, host);
-            ctrun__too_few(c, why);
+            ctrun_rdzv_coord__too_few(c, why);
         } else {
-            ctrun__too_few(c, "nodes were lost");
+            ctrun_rdzv_coord__too_few(c, "nodes were lost");
         }
         return;
     }
-    ctrun__coord_evaluate(c);
+    ctrun_rdzv_coord__evaluate(c);
 }
 
 /* A node's heartbeats stopped. */
-static void ctrun__coord_lost(ctrun_rdzv_coord_t *c, int id, uint64_t silent_ms)
+static void ctrun_rdzv_coord__lost(ctrun_rdzv_coord_t *c, int id, uint64_t silent_ms)
 {
     ctrun_rdzv_node_t *nd = &c->nodes[id];
     nd->dead = true;
@@ -312,16 +312,16 @@ static void ctrun__coord_lost(ctrun_rdzv_coord_t *c, int id, uint64_t silent_ms)
         ctrun_store_compare_set(c->store, key, "", 0, text, strlen(text), &cur, &eb);
         return;
     }
-    if (c->round > 0 && nd->wants && ctrun__wanting(c) < c->min_nodes) {
+    if (c->round > 0 && nd->wants && ctrun_rdzv_coord__wanting(c) < c->min_nodes) {
         char why[160];
         snprintf(why, sizeof why, "node %d (%s) was lost", id, nd->host);
-        ctrun__too_few(c, why);
+        ctrun_rdzv_coord__too_few(c, why);
         return;
     }
-    ctrun__coord_evaluate(c);
+    ctrun_rdzv_coord__evaluate(c);
 }
 
-static void ctrun__check_cb(uv_timer_t *t)
+static void ctrun_rdzv_coord__check_cb(uv_timer_t *t)
 {
     ctrun_rdzv_coord_t *c = t->data;
     uint64_t now = uv_now(c->loop);
@@ -341,22 +341,22 @@ static void ctrun__check_cb(uv_timer_t *t)
         return;
     for (int id = 0; id < c->nnode_slots; id++) {
         ctrun_rdzv_node_t *nd = &c->nodes[id];
-        if (ctrun__alive(nd) && now - nd->last_seen > (uint64_t)c->heartbeat_timeout_ms)
-            ctrun__coord_lost(c, id, now - nd->last_seen);
+        if (ctrun_rdzv_coord__alive(nd) && now - nd->last_seen > (uint64_t)c->heartbeat_timeout_ms)
+            ctrun_rdzv_coord__lost(c, id, now - nd->last_seen);
     }
 }
 
 /* ---- watches ------------------------------------------------------------------------------ */
 
 /* "/ctrun/a/<k>/ready" (new lines only) and "/ctrun/a/<k>/outcome". */
-static void ctrun__coord_a(ctrun_store_t *s, const ctrun_store_event_t *ev, void *data)
+static void ctrun_rdzv_coord__on_a(ctrun_store_t *s, const ctrun_store_event_t *ev, void *data)
 {
     ctrun_rdzv_coord_t *c = data;
     (void)s;
     if (ev->kind == CT_STORE_WATCH_DELETED)
         return;
     char key[CTRUN_RDZV_KEY_MAX], what[16] = "";
-    ctrun__key(ev, key);
+    ctrun_rdzv_coord__key(ev, key);
     int round = -1, used = 0;
     if (sscanf(key, CTRUN_RDZV_PREFIX "a/%d/%15[a-z]%n", &round, what, &used) != 2 ||
         key[used] != '\0' || round < 0)
@@ -367,20 +367,20 @@ static void ctrun__coord_a(ctrun_store_t *s, const ctrun_store_event_t *ev, void
             size_t n = ev->value.len < sizeof text - 1 ? ev->value.len : sizeof text - 1;
             memcpy(text, ev->value.data, n);
             text[n] = '\0';
-            ctrun__coord_outcome(c, text);
+            ctrun_rdzv_coord__outcome(c, text);
         }
         return;
     }
     if (strcmp(what, "ready") != 0)
         return;
-    ctrun__coord_priv_t *pv = ctrun__priv(c);
+    ctrun_rdzv_coord__priv_t *pv = ctrun_rdzv_coord__priv_of(c);
     if (round >= pv->nrounds) {
         int n = pv->nrounds ? pv->nrounds : 8;
         while (n <= round)
             n *= 2;
         size_t *g = realloc(pv->parsed, (size_t)n * sizeof *g);
         if (g == NULL) {
-            ctrun__fail(c, "out of memory in the rendezvous coordinator");
+            ctrun_rdzv_coord__fail(c, "out of memory in the rendezvous coordinator");
             return;
         }
         memset(g + pv->nrounds, 0, (size_t)(n - pv->nrounds) * sizeof *g);
@@ -404,7 +404,7 @@ static void ctrun__coord_a(ctrun_store_t *s, const ctrun_store_event_t *ev, void
             int id = -1, nproc = 0;
             ctrun_rdzv_node_t *nd = NULL;
             if (sscanf(line, "%d %d", &id, &nproc) == 2 && nproc >= 1 &&
-                (nd = ctrun__node(c, id)) != NULL && nd->registered && !nd->dead) {
+                (nd = ctrun_rdzv_coord__find_node(c, id)) != NULL && nd->registered && !nd->dead) {
                 nd->wants = true;
                 nd->nproc = nproc;
                 if (round > nd->ready_round)
@@ -414,22 +414,22 @@ static void ctrun__coord_a(ctrun_store_t *s, const ctrun_store_event_t *ev, void
         at = (size_t)(nl - v) + 1;
     }
     pv->parsed[round] = at;
-    ctrun__coord_evaluate(c);
+    ctrun_rdzv_coord__evaluate(c);
 }
 
 /* "/ctrun/node/<id>": "<nproc> <pid> <nonce> <host>". */
-static void ctrun__coord_node(ctrun_store_t *s, const ctrun_store_event_t *ev, void *data)
+static void ctrun_rdzv_coord__on_node(ctrun_store_t *s, const ctrun_store_event_t *ev, void *data)
 {
     ctrun_rdzv_coord_t *c = data;
     (void)s;
     if (ev->kind == CT_STORE_WATCH_DELETED)
         return;
     char key[CTRUN_RDZV_KEY_MAX], val[256];
-    ctrun__key(ev, key);
+    ctrun_rdzv_coord__key(ev, key);
     int id = -1, used = 0;
     if (sscanf(key, CTRUN_RDZV_PREFIX "node/%d%n", &id, &used) != 1 || key[used] != '\0')
         return;
-    ctrun_rdzv_node_t *nd = ctrun__node(c, id);
+    ctrun_rdzv_node_t *nd = ctrun_rdzv_coord__find_node(c, id);
     if (nd == NULL || nd->registered)
         return;
     size_t n = ev->value.len < sizeof val - 1 ? ev->value.len : sizeof val - 1;
@@ -446,27 +446,27 @@ static void ctrun__coord_node(ctrun_store_t *s, const ctrun_store_event_t *ev, v
 }
 
 /* "/ctrun/hb/<id>". */
-static void ctrun__coord_hb(ctrun_store_t *s, const ctrun_store_event_t *ev, void *data)
+static void ctrun_rdzv_coord__on_hb(ctrun_store_t *s, const ctrun_store_event_t *ev, void *data)
 {
     ctrun_rdzv_coord_t *c = data;
     (void)s;
     char key[CTRUN_RDZV_KEY_MAX];
-    ctrun__key(ev, key);
+    ctrun_rdzv_coord__key(ev, key);
     int id = -1, used = 0;
     if (sscanf(key, CTRUN_RDZV_PREFIX "hb/%d%n", &id, &used) != 1 || key[used] != '\0' || id < 0 ||
         id >= c->nnode_slots)
         return;
-    if (ctrun__alive(&c->nodes[id]))
+    if (ctrun_rdzv_coord__alive(&c->nodes[id]))
         c->nodes[id].last_seen = uv_now(c->loop);
 }
 
-static void ctrun__coord_left(ctrun_store_t *s, const ctrun_store_event_t *ev, void *data)
+static void ctrun_rdzv_coord__on_left(ctrun_store_t *s, const ctrun_store_event_t *ev, void *data)
 {
     ctrun_rdzv_coord_t *c = data;
     (void)s;
     if (ev->kind == CT_STORE_WATCH_DELETED)
         return;
-    c->left = (int)ctrun__num(ev->value);
+    c->left = (int)ctrun_rdzv_coord__num(ev->value);
     if (c->on_left != NULL)
         c->on_left(c->data, c->left);
 }
@@ -476,7 +476,7 @@ int ctrun_rdzv_coord_init(ctrun_rdzv_coord_t *c, uv_loop_t *loop, ctrun_store_t 
                           void *data, ct_errbuf_t *eb)
 {
     memset(c, 0, sizeof *c);
-    c->priv = calloc(1, sizeof(ctrun__coord_priv_t));
+    c->priv = calloc(1, sizeof(ctrun_rdzv_coord__priv_t));
     if (c->priv == NULL)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     c->store = store;
@@ -494,7 +494,7 @@ int ctrun_rdzv_coord_init(ctrun_rdzv_coord_t *c, uv_loop_t *loop, ctrun_store_t 
     uv_timer_init(loop, &c->last_call_timer);
     uv_timer_init(loop, &c->check_timer);
     c->last_call_timer.data = c->check_timer.data = c;
-    c->last_call_timer.timer_cb = ctrun__last_call_cb;
+    c->last_call_timer.timer_cb = ctrun_rdzv_coord__last_call_cb;
     c->timers_open = true;
 
     char key[CTRUN_RDZV_KEY_MAX], job[512];
@@ -511,10 +511,10 @@ int ctrun_rdzv_coord_init(ctrun_rdzv_coord_t *c, uv_loop_t *loop, ctrun_store_t 
         ctrun_store_watch_cb cb;
         ctrun_store_watch_t **out;
     } watches[] = {
-        {"node/", true, ctrun__coord_node, &c->node_watch},
-        {"hb/", true, ctrun__coord_hb, &c->hb_watch},
-        {"a/", true, ctrun__coord_a, &c->ready_watch},
-        {"left", false, ctrun__coord_left, &c->left_watch},
+        {"node/", true, ctrun_rdzv_coord__on_node, &c->node_watch},
+        {"hb/", true, ctrun_rdzv_coord__on_hb, &c->hb_watch},
+        {"a/", true, ctrun_rdzv_coord__on_a, &c->ready_watch},
+        {"left", false, ctrun_rdzv_coord__on_left, &c->left_watch},
     };
     for (size_t i = 0; rc == 0 && i < sizeof watches / sizeof watches[0]; i++) {
         ctrun_rdzv_key(key, "%s", watches[i].name);
@@ -527,14 +527,14 @@ int ctrun_rdzv_coord_init(ctrun_rdzv_coord_t *c, uv_loop_t *loop, ctrun_store_t 
             period = 50;
         if (period > 250)
             period = 250;
-        uv_timer_start(&c->check_timer, ctrun__check_cb, period, period);
+        uv_timer_start(&c->check_timer, ctrun_rdzv_coord__check_cb, period, period);
     }
     if (rc != 0)
         ctrun_rdzv_coord_close(c);
     return rc;
 }
 
-static void ctrun__coord_timer_closed(uv_handle_t *h)
+static void ctrun_rdzv_coord__timer_closed(uv_handle_t *h)
 {
     (void)h;
 }
@@ -548,14 +548,14 @@ void ctrun_rdzv_coord_close(ctrun_rdzv_coord_t *c)
         *ws[i] = NULL;
     }
     if (c->timers_open) {
-        uv_close((uv_handle_t *)&c->last_call_timer, ctrun__coord_timer_closed);
-        uv_close((uv_handle_t *)&c->check_timer, ctrun__coord_timer_closed);
+        uv_close((uv_handle_t *)&c->last_call_timer, ctrun_rdzv_coord__timer_closed);
+        uv_close((uv_handle_t *)&c->check_timer, ctrun_rdzv_coord__timer_closed);
         c->timers_open = false;
     }
     free(c->nodes);
     c->nodes = NULL;
     c->nnode_slots = 0;
-    ctrun__coord_priv_t *pv = c->priv;
+    ctrun_rdzv_coord__priv_t *pv = c->priv;
     if (pv != NULL) {
         free(pv->parsed);
         free(pv);

@@ -21,45 +21,45 @@
 #include "ctrun_inject.h"
 
 enum {
-    CTRUN__O_NNODES,
-    CTRUN__O_NPROC_PER_NODE,
-    CTRUN__O_RDZV_BACKEND,
-    CTRUN__O_RDZV_ENDPOINT,
-    CTRUN__O_RDZV_ID,
-    CTRUN__O_RDZV_CONF,
-    CTRUN__O_STANDALONE,
-    CTRUN__O_NODE_RANK,
-    CTRUN__O_MASTER_ADDR,
-    CTRUN__O_MASTER_PORT,
-    CTRUN__O_LOCAL_ADDR,
-    CTRUN__O_MAX_RESTARTS,
-    CTRUN__O_MONITOR_INTERVAL,
-    CTRUN__O_START_METHOD,
-    CTRUN__O_SIGNALS_TO_HANDLE,
-    CTRUN__O_GRACE_PERIOD,
-    CTRUN__O_WATCHDOG_TIMEOUT,
-    CTRUN__O_RESTART_BACKOFF,
-    CTRUN__O_PROGRESS_GUARD,
-    CTRUN__O_INJECT,
-    CTRUN__O_INJECT_SEED,
-    CTRUN__O_EVENT_LOG_HANDLER,
-    CTRUN__O_ROLE,
-    CTRUN__O_MODULE,
-    CTRUN__O_NO_PYTHON,
-    CTRUN__O_RUN_PATH,
-    CTRUN__O_PYTHON,
-    CTRUN__O_LOG_DIR,
-    CTRUN__O_REDIRECTS,
-    CTRUN__O_TEE,
-    CTRUN__O_LOCAL_RANKS_FILTER,
-    CTRUN__O_LOGS_SPECS,
-    CTRUN__O_NUMA_BINDING,
-    CTRUN__O_HELP,
-    CTRUN__O_VERSION,
-    CTRUN__O_COUNT
+    CTRUN_CLI__O_NNODES,
+    CTRUN_CLI__O_NPROC_PER_NODE,
+    CTRUN_CLI__O_RDZV_BACKEND,
+    CTRUN_CLI__O_RDZV_ENDPOINT,
+    CTRUN_CLI__O_RDZV_ID,
+    CTRUN_CLI__O_RDZV_CONF,
+    CTRUN_CLI__O_STANDALONE,
+    CTRUN_CLI__O_NODE_RANK,
+    CTRUN_CLI__O_MASTER_ADDR,
+    CTRUN_CLI__O_MASTER_PORT,
+    CTRUN_CLI__O_LOCAL_ADDR,
+    CTRUN_CLI__O_MAX_RESTARTS,
+    CTRUN_CLI__O_MONITOR_INTERVAL,
+    CTRUN_CLI__O_START_METHOD,
+    CTRUN_CLI__O_SIGNALS_TO_HANDLE,
+    CTRUN_CLI__O_GRACE_PERIOD,
+    CTRUN_CLI__O_WATCHDOG_TIMEOUT,
+    CTRUN_CLI__O_RESTART_BACKOFF,
+    CTRUN_CLI__O_PROGRESS_GUARD,
+    CTRUN_CLI__O_INJECT,
+    CTRUN_CLI__O_INJECT_SEED,
+    CTRUN_CLI__O_EVENT_LOG_HANDLER,
+    CTRUN_CLI__O_ROLE,
+    CTRUN_CLI__O_MODULE,
+    CTRUN_CLI__O_NO_PYTHON,
+    CTRUN_CLI__O_RUN_PATH,
+    CTRUN_CLI__O_PYTHON,
+    CTRUN_CLI__O_LOG_DIR,
+    CTRUN_CLI__O_REDIRECTS,
+    CTRUN_CLI__O_TEE,
+    CTRUN_CLI__O_LOCAL_RANKS_FILTER,
+    CTRUN_CLI__O_LOGS_SPECS,
+    CTRUN_CLI__O_NUMA_BINDING,
+    CTRUN_CLI__O_HELP,
+    CTRUN_CLI__O_VERSION,
+    CTRUN_CLI__O_COUNT
 };
 
-typedef struct ctrun__opt {
+typedef struct ctrun_cli__opt {
     const char *group;   /* help section that starts at this option, or NULL */
     const char *name;    /* canonical spelling, words joined by '_' */
     char short_name;     /* single-dash form, or 0 */
@@ -67,143 +67,143 @@ typedef struct ctrun__opt {
     const char *env[2];  /* fallback variables, the first set one wins */
     const char *metavar; /* for --help */
     const char *help;    /* for --help */
-} ctrun__opt_t;
+} ctrun_cli__opt_t;
 
-#define CTRUN__SIGNALS_DEFAULT "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+#define CTRUN_CLI__SIGNALS_DEFAULT "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 
 /* One row per option; rows read better unwrapped than in clang-format's one-field-per-line. */
 /* clang-format off */
-static const ctrun__opt_t ctrun__opts[CTRUN__O_COUNT] = {
-    [CTRUN__O_NNODES] = {"Nodes and workers", "nnodes", 0, false, {"PET_NNODES"}, "N|MIN:MAX",
+static const ctrun_cli__opt_t ctrun_cli__opts[CTRUN_CLI__O_COUNT] = {
+    [CTRUN_CLI__O_NNODES] = {"Nodes and workers", "nnodes", 0, false, {"PET_NNODES"}, "N|MIN:MAX",
                          "Number of nodes, or the elastic range MIN:MAX (default 1:1)."},
-    [CTRUN__O_NPROC_PER_NODE] = {NULL, "nproc_per_node", 0, false, {"PET_NPROC_PER_NODE"},
+    [CTRUN_CLI__O_NPROC_PER_NODE] = {NULL, "nproc_per_node", 0, false, {"PET_NPROC_PER_NODE"},
                                  "N|auto|cpu|gpu",
                                  "Workers per node: a number, cpu (one per CPU), gpu (one per "
                                  "visible CUDA device) or auto (gpu when there are GPUs, else "
                                  "cpu) (default 1)."},
-    [CTRUN__O_RDZV_BACKEND] = {"Rendezvous", "rdzv_backend", 0, false, {"PET_RDZV_BACKEND"},
+    [CTRUN_CLI__O_RDZV_BACKEND] = {"Rendezvous", "rdzv_backend", 0, false, {"PET_RDZV_BACKEND"},
                                "static|c10d",
                                "static: fixed --nnodes, group rank = --node_rank; c10d: "
                                "dynamic membership through the store at --rdzv_endpoint "
                                "(default static)."},
-    [CTRUN__O_RDZV_ENDPOINT] = {NULL, "rdzv_endpoint", 0, false, {"PET_RDZV_ENDPOINT"},
+    [CTRUN_CLI__O_RDZV_ENDPOINT] = {NULL, "rdzv_endpoint", 0, false, {"PET_RDZV_ENDPOINT"},
                                 "HOST[:PORT]",
                                 "Store address; IPv6 in brackets, [::1]:29400. static: "
                                 "overrides --master_addr/--master_port; c10d: default port "
                                 "29400."},
-    [CTRUN__O_RDZV_ID] = {NULL, "rdzv_id", 0, false, {"PET_RDZV_ID"}, "ID",
+    [CTRUN_CLI__O_RDZV_ID] = {NULL, "rdzv_id", 0, false, {"PET_RDZV_ID"}, "ID",
                           "Job id: TORCHELASTIC_RUN_ID and the log folder prefix (default "
                           "none)."},
-    [CTRUN__O_RDZV_CONF] = {NULL, "rdzv_conf", 0, false, {"PET_RDZV_CONF"}, "K=V,...",
+    [CTRUN_CLI__O_RDZV_CONF] = {NULL, "rdzv_conf", 0, false, {"PET_RDZV_CONF"}, "K=V,...",
                             "Rendezvous options: timeout, join_timeout, last_call_timeout, "
                             "close_timeout, read_timeout, heartbeat_timeout, "
                             "keep_alive_interval, keep_alive_max_attempt, is_host, "
                             "store_type, store_token."},
-    [CTRUN__O_STANDALONE] = {NULL, "standalone", 0, true, {"PET_STANDALONE"}, NULL,
+    [CTRUN_CLI__O_STANDALONE] = {NULL, "standalone", 0, true, {"PET_STANDALONE"}, NULL,
                              "Single-node job with its own store on a kernel-chosen port and "
                              "a random run id; --rdzv_backend/--rdzv_endpoint/--rdzv_id are "
                              "ignored."},
-    [CTRUN__O_NODE_RANK] = {NULL, "node_rank", 0, false, {"PET_NODE_RANK"}, "N",
+    [CTRUN_CLI__O_NODE_RANK] = {NULL, "node_rank", 0, false, {"PET_NODE_RANK"}, "N",
                             "This node's rank, static backend only (default 0)."},
-    [CTRUN__O_MASTER_ADDR] = {NULL, "master_addr", 0, false, {"PET_MASTER_ADDR"}, "HOST",
+    [CTRUN_CLI__O_MASTER_ADDR] = {NULL, "master_addr", 0, false, {"PET_MASTER_ADDR"}, "HOST",
                               "Address of node 0's store, static backend only (default "
                               "127.0.0.1)."},
-    [CTRUN__O_MASTER_PORT] = {NULL, "master_port", 0, false, {"PET_MASTER_PORT"}, "PORT",
+    [CTRUN_CLI__O_MASTER_PORT] = {NULL, "master_port", 0, false, {"PET_MASTER_PORT"}, "PORT",
                               "Port of node 0's store, static backend only; 0 picks a free "
                               "port on a single node (default 29500)."},
-    [CTRUN__O_LOCAL_ADDR] = {NULL, "local_addr", 0, false, {"PET_LOCAL_ADDR"}, "HOST",
+    [CTRUN_CLI__O_LOCAL_ADDR] = {NULL, "local_addr", 0, false, {"PET_LOCAL_ADDR"}, "HOST",
                              "This node's address as other nodes reach it (default: its "
                              "fully qualified host name)."},
-    [CTRUN__O_MAX_RESTARTS] = {"Supervision", "max_restarts", 0, false, {"PET_MAX_RESTARTS"},
+    [CTRUN_CLI__O_MAX_RESTARTS] = {"Supervision", "max_restarts", 0, false, {"PET_MAX_RESTARTS"},
                                "N",
                                "Restarts of the whole job after a worker failure, counted for "
                                "the job (default 0)."},
-    [CTRUN__O_MONITOR_INTERVAL] = {NULL, "monitor_interval", 0, false,
+    [CTRUN_CLI__O_MONITOR_INTERVAL] = {NULL, "monitor_interval", 0, false,
                                    {"PET_MONITOR_INTERVAL"}, "SECONDS",
                                    "Accepted for compatibility; ctrun sees worker exits at "
                                    "once (default 0.1)."},
-    [CTRUN__O_START_METHOD] = {NULL, "start_method", 0, false, {"PET_START_METHOD"},
+    [CTRUN_CLI__O_START_METHOD] = {NULL, "start_method", 0, false, {"PET_START_METHOD"},
                                "spawn|fork|forkserver",
                                "Accepted for compatibility; workers are always new processes "
                                "(default spawn)."},
-    [CTRUN__O_SIGNALS_TO_HANDLE] = {NULL, "signals_to_handle", 0, false,
+    [CTRUN_CLI__O_SIGNALS_TO_HANDLE] = {NULL, "signals_to_handle", 0, false,
                                     {"PET_SIGNALS_TO_HANDLE"}, "SIG,...",
                                     "Signals forwarded to the workers (default "
-                                    CTRUN__SIGNALS_DEFAULT ")."},
-    [CTRUN__O_GRACE_PERIOD] = {NULL, "grace_period", 0, false,
+                                    CTRUN_CLI__SIGNALS_DEFAULT ")."},
+    [CTRUN_CLI__O_GRACE_PERIOD] = {NULL, "grace_period", 0, false,
                                {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT"}, "SECONDS",
                                "Time between SIGTERM and SIGKILL when workers are stopped "
                                "(default 30)."},
-    [CTRUN__O_WATCHDOG_TIMEOUT] = {NULL, "watchdog_timeout", 0, false,
+    [CTRUN_CLI__O_WATCHDOG_TIMEOUT] = {NULL, "watchdog_timeout", 0, false,
                                    {"CTRUN_WATCHDOG_TIMEOUT"}, "SECONDS",
                                    "Heartbeat watchdog for libctworker workers: a worker "
                                    "silent this long fails the attempt, after asking it "
                                    "for a stack dump; 0 turns it off (default 120; workers "
                                    "without heartbeats are never watched)."},
-    [CTRUN__O_RESTART_BACKOFF] = {NULL, "restart_backoff", 0, false,
+    [CTRUN_CLI__O_RESTART_BACKOFF] = {NULL, "restart_backoff", 0, false,
                                   {"CTRUN_RESTART_BACKOFF"}, "SECONDS",
                                   "Wait before restart k: SECONDS * 2^(k-1), at most "
                                   "max(60, SECONDS) (default 0: restart at once)."},
-    [CTRUN__O_PROGRESS_GUARD] = {NULL, "progress_guard", 0, false,
+    [CTRUN_CLI__O_PROGRESS_GUARD] = {NULL, "progress_guard", 0, false,
                                   {"CTRUN_PROGRESS_GUARD"}, "K",
                                   "Stop restarting (exit 3) when the last K attempts of "
                                   "heartbeating workers made no step progress; 0 turns the "
                                   "guard off (default 3)."},
-    [CTRUN__O_INJECT] = {NULL, "inject", 0, false, {"CTRUN_INJECT"}, "SPEC[;SPEC...]",
+    [CTRUN_CLI__O_INJECT] = {NULL, "inject", 0, false, {"CTRUN_INJECT"}, "SPEC[;SPEC...]",
                          "Fault injection, e.g. kill:rank=1:at=step=50, "
                          "kill:rank=any:every=30s, hang:rank=0:at=step=80, "
                          "torn_ckpt:at=step=100, kill_agent:node=1:at=time=5s (see ctrun(1))."},
-    [CTRUN__O_INJECT_SEED] = {NULL, "inject_seed", 0, false, {"CTRUN_INJECT_SEED"}, "N",
+    [CTRUN_CLI__O_INJECT_SEED] = {NULL, "inject_seed", 0, false, {"CTRUN_INJECT_SEED"}, "N",
                               "Seed of the injection's random choices (rank=any, phase=any; "
                               "default 0)."},
-    [CTRUN__O_EVENT_LOG_HANDLER] = {NULL, "event_log_handler", 0, false,
+    [CTRUN_CLI__O_EVENT_LOG_HANDLER] = {NULL, "event_log_handler", 0, false,
                                     {"PET_EVENT_LOG_HANDLER"}, "null",
                                     "Accepted for compatibility; only null (default null)."},
-    [CTRUN__O_ROLE] = {"Workers", "role", 0, false, {"PET_ROLE"}, "NAME",
+    [CTRUN_CLI__O_ROLE] = {"Workers", "role", 0, false, {"PET_ROLE"}, "NAME",
                        "Worker role: ROLE_NAME and the tee prefix [<role><local_rank>]: "
                        "(default default)."},
-    [CTRUN__O_MODULE] = {NULL, "module", 'm', true, {"PET_MODULE"}, NULL,
+    [CTRUN_CLI__O_MODULE] = {NULL, "module", 'm', true, {"PET_MODULE"}, NULL,
                          "Run the script as a Python module: <python> -u -m MODULE."},
-    [CTRUN__O_NO_PYTHON] = {NULL, "no_python", 0, true, {"PET_NO_PYTHON"}, NULL,
+    [CTRUN_CLI__O_NO_PYTHON] = {NULL, "no_python", 0, true, {"PET_NO_PYTHON"}, NULL,
                             "Execute the script directly, even a .py file."},
-    [CTRUN__O_RUN_PATH] = {NULL, "run_path", 0, true, {"PET_RUN_PATH"}, NULL,
+    [CTRUN_CLI__O_RUN_PATH] = {NULL, "run_path", 0, true, {"PET_RUN_PATH"}, NULL,
                            "Run the script with the Python interpreter whatever its name; "
                            "wins over --no_python."},
-    [CTRUN__O_PYTHON] = {NULL, "python", 0, false, {"CTRUN_PYTHON", "PYTHON_EXEC"}, "PATH",
+    [CTRUN_CLI__O_PYTHON] = {NULL, "python", 0, false, {"CTRUN_PYTHON", "PYTHON_EXEC"}, "PATH",
                          "Interpreter for .py scripts and -m (default python3 from PATH)."},
-    [CTRUN__O_LOG_DIR] = {"Output", "log_dir", 0, false, {"PET_LOG_DIR"}, "DIR",
+    [CTRUN_CLI__O_LOG_DIR] = {"Output", "log_dir", 0, false, {"PET_LOG_DIR"}, "DIR",
                           "Base folder for <run_id>_<random>/attempt_<k>/<local_rank>/ logs "
                           "(default: a new temp folder; /dev/null: no files)."},
-    [CTRUN__O_REDIRECTS] = {NULL, "redirects", 'r', false, {"PET_REDIRECTS"}, "0-3|LR:V,...",
+    [CTRUN_CLI__O_REDIRECTS] = {NULL, "redirects", 'r', false, {"PET_REDIRECTS"}, "0-3|LR:V,...",
                             "Send streams to the log files only: 0 none, 1 stdout, 2 stderr, "
                             "3 both, for all local ranks or per rank as 0:1,1:2 (default 0)."},
-    [CTRUN__O_TEE] = {NULL, "tee", 't', false, {"PET_TEE"}, "0-3|LR:V,...",
+    [CTRUN_CLI__O_TEE] = {NULL, "tee", 't', false, {"PET_TEE"}, "0-3|LR:V,...",
                       "Write streams to the log files and to the console with the "
                       "[<role><local_rank>]: prefix; same values as --redirects (default 0)."},
-    [CTRUN__O_LOCAL_RANKS_FILTER] = {NULL, "local_ranks_filter", 0, false,
+    [CTRUN_CLI__O_LOCAL_RANKS_FILTER] = {NULL, "local_ranks_filter", 0, false,
                                      {"PET_LOCAL_RANKS_FILTER"}, "LR,...",
                                      "Show only these local ranks' output on the console; "
                                      "files are unaffected."},
-    [CTRUN__O_LOGS_SPECS] = {NULL, "logs_specs", 0, false, {NULL}, "NAME",
+    [CTRUN_CLI__O_LOGS_SPECS] = {NULL, "logs_specs", 0, false, {NULL}, "NAME",
                              "Not supported (torchrun loads Python log-spec plugins)."},
-    [CTRUN__O_NUMA_BINDING] = {NULL, "numa_binding", 0, false, {NULL}, "MODE",
+    [CTRUN_CLI__O_NUMA_BINDING] = {NULL, "numa_binding", 0, false, {NULL}, "MODE",
                                "Not supported (run the worker under numactl instead)."},
-    [CTRUN__O_HELP] = {"Information", "help", 'h', true, {NULL}, NULL,
+    [CTRUN_CLI__O_HELP] = {"Information", "help", 'h', true, {NULL}, NULL,
                        "Show this help and exit."},
-    [CTRUN__O_VERSION] = {NULL, "version", 0, true, {NULL}, NULL,
+    [CTRUN_CLI__O_VERSION] = {NULL, "version", 0, true, {NULL}, NULL,
                           "Show the version and exit."},
 };
 /* clang-format on */
 
 /* What the scanner collected before conversion. */
-typedef struct ctrun__raw {
-    const char *value[CTRUN__O_COUNT];
-    char source[CTRUN__O_COUNT][72]; /* "--nnodes", "-r" or "PET_NNODES", for messages */
-    bool given[CTRUN__O_COUNT];      /* on the command line or from the environment */
-    bool on_cli[CTRUN__O_COUNT];
-} ctrun__raw_t;
+typedef struct ctrun_cli__raw {
+    const char *value[CTRUN_CLI__O_COUNT];
+    char source[CTRUN_CLI__O_COUNT][72]; /* "--nnodes", "-r" or "PET_NNODES", for messages */
+    bool given[CTRUN_CLI__O_COUNT];      /* on the command line or from the environment */
+    bool on_cli[CTRUN_CLI__O_COUNT];
+} ctrun_cli__raw_t;
 
-static const char *ctrun__getenv(const char *const *env, const char *name)
+static const char *ctrun_cli__getenv(const char *const *env, const char *name)
 {
     if (env == NULL)
         return getenv(name);
@@ -218,7 +218,7 @@ static const char *ctrun__getenv(const char *const *env, const char *name)
 /* ---- scanning -------------------------------------------------------------------------------- */
 
 /* argparse: "-1" and "-.5" are values, not options, when no option looks like a number. */
-static bool ctrun__negative_number(const char *a)
+static bool ctrun_cli__negative_number(const char *a)
 {
     if (a[0] != '-' || a[1] == '\0')
         return false;
@@ -234,12 +234,12 @@ static bool ctrun__negative_number(const char *a)
 }
 
 /* True when argument a would be taken as an option rather than as a value. */
-static bool ctrun__looks_like_option(const char *a)
+static bool ctrun_cli__looks_like_option(const char *a)
 {
-    return a[0] == '-' && a[1] != '\0' && !ctrun__negative_number(a) && strchr(a, ' ') == NULL;
+    return a[0] == '-' && a[1] != '\0' && !ctrun_cli__negative_number(a) && strchr(a, ' ') == NULL;
 }
 
-static int ctrun__find_long(const char *arg, size_t len, int *id, ct_errbuf_t *eb)
+static int ctrun_cli__find_long(const char *arg, size_t len, int *id, ct_errbuf_t *eb)
 {
     char norm[64];
     if (len == 0 || len >= sizeof norm)
@@ -250,15 +250,15 @@ static int ctrun__find_long(const char *arg, size_t len, int *id, ct_errbuf_t *e
     norm[len] = '\0';
     int found = -1, matches = 0;
     char cands[256] = "";
-    for (int o = 0; o < CTRUN__O_COUNT; o++) {
-        if (strcmp(ctrun__opts[o].name, norm) == 0) {
+    for (int o = 0; o < CTRUN_CLI__O_COUNT; o++) {
+        if (strcmp(ctrun_cli__opts[o].name, norm) == 0) {
             *id = o;
             return 0;
         }
-        if (strncmp(ctrun__opts[o].name, norm, len) == 0) {
+        if (strncmp(ctrun_cli__opts[o].name, norm, len) == 0) {
             size_t used = strlen(cands);
             snprintf(cands + used, sizeof cands - used, "%s--%s", matches ? ", " : "",
-                     ctrun__opts[o].name);
+                     ctrun_cli__opts[o].name);
             found = o;
             matches++;
         }
@@ -273,7 +273,7 @@ static int ctrun__find_long(const char *arg, size_t len, int *id, ct_errbuf_t *e
                          arg);
 }
 
-static void ctrun__set(ctrun__raw_t *raw, int id, const char *value, const char *source)
+static void ctrun_cli__set(ctrun_cli__raw_t *raw, int id, const char *value, const char *source)
 {
     raw->value[id] = value;
     raw->given[id] = true;
@@ -283,8 +283,8 @@ static void ctrun__set(ctrun__raw_t *raw, int id, const char *value, const char 
 
 /* Scans options up to the script; *script_index is the script's index in argv (argc when
  * there is none). Stops early for --help/--version, setting *action. */
-static int ctrun__scan(int argc, char *const argv[], ctrun__raw_t *raw, int *script_index,
-                       ctrun_cli_action_t *action, ct_errbuf_t *eb)
+static int ctrun_cli__scan(int argc, char *const argv[], ctrun_cli__raw_t *raw, int *script_index,
+                           ctrun_cli_action_t *action, ct_errbuf_t *eb)
 {
     int i = 1;
     for (; i < argc; i++) {
@@ -293,17 +293,17 @@ static int ctrun__scan(int argc, char *const argv[], ctrun__raw_t *raw, int *scr
             i++;
             break;
         }
-        if (!ctrun__looks_like_option(a))
+        if (!ctrun_cli__looks_like_option(a))
             break;
         if (a[1] == '-') {
             const char *name = a + 2;
             const char *eq = strchr(name, '=');
             size_t len = eq ? (size_t)(eq - name) : strlen(name);
             int id = 0;
-            int rc = ctrun__find_long(name, len, &id, eb);
+            int rc = ctrun_cli__find_long(name, len, &id, eb);
             if (rc != 0)
                 return rc;
-            const ctrun__opt_t *o = &ctrun__opts[id];
+            const ctrun_cli__opt_t *o = &ctrun_cli__opts[id];
             char source[72];
             bool full = strlen(o->name) == len;
             snprintf(source, sizeof source, "--%.*s", (int)(full ? len : 64),
@@ -312,11 +312,11 @@ static int ctrun__scan(int argc, char *const argv[], ctrun__raw_t *raw, int *scr
                 if (eq != NULL)
                     return ct_errbuf_set(eb, CT_EPARSE, "%s takes no value (got '%.64s')", source,
                                          a);
-                ctrun__set(raw, id, "1", source);
+                ctrun_cli__set(raw, id, "1", source);
             } else if (eq != NULL) {
-                ctrun__set(raw, id, eq + 1, source);
-            } else if (i + 1 < argc && !ctrun__looks_like_option(argv[i + 1])) {
-                ctrun__set(raw, id, argv[++i], source);
+                ctrun_cli__set(raw, id, eq + 1, source);
+            } else if (i + 1 < argc && !ctrun_cli__looks_like_option(argv[i + 1])) {
+                ctrun_cli__set(raw, id, argv[++i], source);
             } else {
                 return ct_errbuf_set(eb, CT_EPARSE, "%s: missing value", source);
             }
@@ -324,8 +324,8 @@ static int ctrun__scan(int argc, char *const argv[], ctrun__raw_t *raw, int *scr
             /* A cluster of short options, argparse style: -m, -r3, -r=3, -mr 3. */
             for (const char *c = a + 1; *c != '\0'; c++) {
                 int id = -1;
-                for (int o = 0; o < CTRUN__O_COUNT; o++) {
-                    if (ctrun__opts[o].short_name == *c)
+                for (int o = 0; o < CTRUN_CLI__O_COUNT; o++) {
+                    if (ctrun_cli__opts[o].short_name == *c)
                         id = o;
                 }
                 if (id < 0)
@@ -334,24 +334,24 @@ static int ctrun__scan(int argc, char *const argv[], ctrun__raw_t *raw, int *scr
                         c == a + 1 ? "" : " in '", c == a + 1 ? "" : a, c == a + 1 ? "" : "'");
                 char source[8];
                 snprintf(source, sizeof source, "-%c", *c);
-                if (ctrun__opts[id].flag) {
-                    ctrun__set(raw, id, "1", source);
-                    if (id == CTRUN__O_HELP)
+                if (ctrun_cli__opts[id].flag) {
+                    ctrun_cli__set(raw, id, "1", source);
+                    if (id == CTRUN_CLI__O_HELP)
                         break;
                     continue;
                 }
                 const char *rest = c[1] == '=' ? c + 2 : c + 1;
                 if (*rest != '\0')
-                    ctrun__set(raw, id, rest, source);
-                else if (i + 1 < argc && !ctrun__looks_like_option(argv[i + 1]))
-                    ctrun__set(raw, id, argv[++i], source);
+                    ctrun_cli__set(raw, id, rest, source);
+                else if (i + 1 < argc && !ctrun_cli__looks_like_option(argv[i + 1]))
+                    ctrun_cli__set(raw, id, argv[++i], source);
                 else
                     return ct_errbuf_set(eb, CT_EPARSE, "%s: missing value", source);
                 break;
             }
         }
-        if (raw->given[CTRUN__O_HELP] || raw->given[CTRUN__O_VERSION]) {
-            *action = raw->given[CTRUN__O_HELP] ? CTRUN_CLI_HELP : CTRUN_CLI_VERSION;
+        if (raw->given[CTRUN_CLI__O_HELP] || raw->given[CTRUN_CLI__O_VERSION]) {
+            *action = raw->given[CTRUN_CLI__O_HELP] ? CTRUN_CLI_HELP : CTRUN_CLI_VERSION;
             return 0;
         }
     }
@@ -360,17 +360,17 @@ static int ctrun__scan(int argc, char *const argv[], ctrun__raw_t *raw, int *scr
 }
 
 /* Fills what the command line left out from the fallback variables. */
-static void ctrun__env_fallbacks(const char *const *env, ctrun__raw_t *raw)
+static void ctrun_cli__env_fallbacks(const char *const *env, ctrun_cli__raw_t *raw)
 {
-    for (int o = 0; o < CTRUN__O_COUNT; o++) {
+    for (int o = 0; o < CTRUN_CLI__O_COUNT; o++) {
         if (raw->given[o])
             continue;
-        for (int k = 0; k < 2 && ctrun__opts[o].env[k] != NULL; k++) {
-            const char *v = ctrun__getenv(env, ctrun__opts[o].env[k]);
+        for (int k = 0; k < 2 && ctrun_cli__opts[o].env[k] != NULL; k++) {
+            const char *v = ctrun_cli__getenv(env, ctrun_cli__opts[o].env[k]);
             if (v != NULL) {
                 raw->value[o] = v;
                 raw->given[o] = true;
-                snprintf(raw->source[o], sizeof raw->source[o], "%s", ctrun__opts[o].env[k]);
+                snprintf(raw->source[o], sizeof raw->source[o], "%s", ctrun_cli__opts[o].env[k]);
                 break;
             }
         }
@@ -379,8 +379,8 @@ static void ctrun__env_fallbacks(const char *const *env, ctrun__raw_t *raw)
 
 /* ---- conversion ------------------------------------------------------------------------------ */
 
-__attribute__((format(printf, 2, 3))) static int ctrun__warn(ctrun_config_t *cfg, const char *fmt,
-                                                             ...)
+__attribute__((format(printf, 2, 3))) static int ctrun_cli__warn(ctrun_config_t *cfg,
+                                                                 const char *fmt, ...)
 {
     char buf[512];
     va_list ap;
@@ -398,7 +398,7 @@ __attribute__((format(printf, 2, 3))) static int ctrun__warn(ctrun_config_t *cfg
 }
 
 /* A boolean flag: on the command line, or bool(int(PET_X)) as torchrun's check_env does. */
-static int ctrun__flag(const ctrun__raw_t *raw, int id, bool *out, ct_errbuf_t *eb)
+static int ctrun_cli__flag(const ctrun_cli__raw_t *raw, int id, bool *out, ct_errbuf_t *eb)
 {
     *out = false;
     if (!raw->given[id])
@@ -415,8 +415,8 @@ static int ctrun__flag(const ctrun__raw_t *raw, int id, bool *out, ct_errbuf_t *
     return 0;
 }
 
-static int ctrun__int(const ctrun__raw_t *raw, int id, int dflt, int min, int max, int *out,
-                      ct_errbuf_t *eb)
+static int ctrun_cli__int(const ctrun_cli__raw_t *raw, int id, int dflt, int min, int max, int *out,
+                          ct_errbuf_t *eb)
 {
     *out = dflt;
     if (!raw->given[id])
@@ -425,8 +425,8 @@ static int ctrun__int(const ctrun__raw_t *raw, int id, int dflt, int min, int ma
     return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "%s", raw->source[id]);
 }
 
-static int ctrun__seconds(const ctrun__raw_t *raw, int id, double dflt, double *out,
-                          ct_errbuf_t *eb)
+static int ctrun_cli__seconds(const ctrun_cli__raw_t *raw, int id, double dflt, double *out,
+                              ct_errbuf_t *eb)
 {
     *out = dflt;
     if (!raw->given[id])
@@ -436,15 +436,15 @@ static int ctrun__seconds(const ctrun__raw_t *raw, int id, double dflt, double *
 }
 
 /* A copy of the value, or of dflt (never NULL). */
-static int ctrun__str(const ctrun__raw_t *raw, int id, const char *dflt, char **out)
+static int ctrun_cli__str(const ctrun_cli__raw_t *raw, int id, const char *dflt, char **out)
 {
     *out = strdup(raw->given[id] ? raw->value[id] : dflt);
     return *out == NULL ? -ENOMEM : 0;
 }
 
 /* A host name or address as given, IPv6 possibly in brackets; stored without them. */
-static int ctrun__host(const ctrun__raw_t *raw, int id, const char *dflt, char **out,
-                       ct_errbuf_t *eb)
+static int ctrun_cli__host(const ctrun_cli__raw_t *raw, int id, const char *dflt, char **out,
+                           ct_errbuf_t *eb)
 {
     const char *v = raw->given[id] ? raw->value[id] : dflt;
     *out = NULL;
@@ -468,10 +468,10 @@ static int ctrun__host(const ctrun__raw_t *raw, int id, const char *dflt, char *
     return 0;
 }
 
-static int ctrun__nnodes(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
+static int ctrun_cli__nnodes(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
 {
-    const char *text = raw->given[CTRUN__O_NNODES] ? raw->value[CTRUN__O_NNODES] : "1:1";
-    const char *src = raw->source[CTRUN__O_NNODES];
+    const char *text = raw->given[CTRUN_CLI__O_NNODES] ? raw->value[CTRUN_CLI__O_NNODES] : "1:1";
+    const char *src = raw->source[CTRUN_CLI__O_NNODES];
     const char *colon = strchr(text, ':');
     if (colon != NULL && strchr(colon + 1, ':') != NULL)
         return ct_errbuf_set(eb, CT_EPARSE, "%s: \"%.64s\" is not in \"MIN:MAX\" format", src,
@@ -500,7 +500,7 @@ static int ctrun__nnodes(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf
 }
 
 /* xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx, as Python's uuid.uuid4(). */
-static int ctrun__uuid4(char **out)
+static int ctrun_cli__uuid4(char **out)
 {
     unsigned char b[16];
     if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b)
@@ -516,7 +516,7 @@ static int ctrun__uuid4(char **out)
 }
 
 /* Backend, endpoint, run id and the store address, after --standalone's rewrite. */
-static int ctrun__rendezvous(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
+static int ctrun_cli__rendezvous(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
 {
     int rc;
     if (cfg->standalone) {
@@ -525,23 +525,24 @@ static int ctrun__rendezvous(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_er
                                  "--standalone runs a single-node job, but --nnodes asks for at "
                                  "least %d nodes",
                                  cfg->min_nodes);
-        if (raw->on_cli[CTRUN__O_RDZV_BACKEND] || raw->on_cli[CTRUN__O_RDZV_ENDPOINT] ||
-            raw->on_cli[CTRUN__O_RDZV_ID]) {
-            if ((rc = ctrun__warn(cfg, "--standalone: the given --rdzv_backend, --rdzv_endpoint "
-                                       "and --rdzv_id are ignored")) != 0)
+        if (raw->on_cli[CTRUN_CLI__O_RDZV_BACKEND] || raw->on_cli[CTRUN_CLI__O_RDZV_ENDPOINT] ||
+            raw->on_cli[CTRUN_CLI__O_RDZV_ID]) {
+            if ((rc =
+                     ctrun_cli__warn(cfg, "--standalone: the given --rdzv_backend, --rdzv_endpoint "
+                                          "and --rdzv_id are ignored")) != 0)
                 return rc;
         }
         cfg->rdzv_backend = CTRUN_RDZV_C10D;
         if ((cfg->rdzv_endpoint = strdup("localhost:0")) == NULL)
             return -ENOMEM;
-        if ((rc = ctrun__uuid4(&cfg->run_id)) != 0)
+        if ((rc = ctrun_cli__uuid4(&cfg->run_id)) != 0)
             return rc;
         return ct_hostport_parse("localhost:0", -1, true, &cfg->store_addr, eb);
     }
 
     const char *backend =
-        raw->given[CTRUN__O_RDZV_BACKEND] ? raw->value[CTRUN__O_RDZV_BACKEND] : "static";
-    const char *src = raw->source[CTRUN__O_RDZV_BACKEND];
+        raw->given[CTRUN_CLI__O_RDZV_BACKEND] ? raw->value[CTRUN_CLI__O_RDZV_BACKEND] : "static";
+    const char *src = raw->source[CTRUN_CLI__O_RDZV_BACKEND];
     if (strcmp(backend, "static") == 0)
         cfg->rdzv_backend = CTRUN_RDZV_STATIC;
     else if (strcmp(backend, "c10d") == 0)
@@ -554,17 +555,18 @@ static int ctrun__rendezvous(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_er
         return ct_errbuf_set(
             eb, CT_EPARSE, "%s: unknown backend \"%.64s\" (expected static or c10d)", src, backend);
 
-    if ((rc = ctrun__str(raw, CTRUN__O_RDZV_ID, "none", &cfg->run_id)) != 0 || cfg->run_id == NULL)
+    if ((rc = ctrun_cli__str(raw, CTRUN_CLI__O_RDZV_ID, "none", &cfg->run_id)) != 0 ||
+        cfg->run_id == NULL)
         return -ENOMEM;
     if (strchr(cfg->run_id, '/') != NULL)
         return ct_errbuf_set(eb, CT_EPARSE, "%s: \"%.64s\" contains '/' (it names log folders)",
-                             raw->source[CTRUN__O_RDZV_ID], cfg->run_id);
-    if ((rc = ctrun__str(raw, CTRUN__O_RDZV_ENDPOINT, "", &cfg->rdzv_endpoint)) != 0 ||
+                             raw->source[CTRUN_CLI__O_RDZV_ID], cfg->run_id);
+    if ((rc = ctrun_cli__str(raw, CTRUN_CLI__O_RDZV_ENDPOINT, "", &cfg->rdzv_endpoint)) != 0 ||
         cfg->rdzv_endpoint == NULL)
         return -ENOMEM;
 
     bool is_static = cfg->rdzv_backend == CTRUN_RDZV_STATIC;
-    const char *ep_src = raw->source[CTRUN__O_RDZV_ENDPOINT];
+    const char *ep_src = raw->source[CTRUN_CLI__O_RDZV_ENDPOINT];
     if (cfg->rdzv_endpoint[0] != '\0') {
         /* static needs the port (torchrun: "Port is missing in endpoint"); port 0 only works
          * where nobody else has to find the store. */
@@ -583,37 +585,37 @@ static int ctrun__rendezvous(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_er
             return rc;
     }
     if (!is_static && cfg->rdzv_endpoint[0] == '\0' &&
-        (raw->on_cli[CTRUN__O_MASTER_ADDR] || raw->on_cli[CTRUN__O_MASTER_PORT])) {
-        if ((rc = ctrun__warn(cfg, "--master_addr/--master_port are only used by the static "
-                                   "backend when --rdzv_endpoint is not given")) != 0)
+        (raw->on_cli[CTRUN_CLI__O_MASTER_ADDR] || raw->on_cli[CTRUN_CLI__O_MASTER_PORT])) {
+        if ((rc = ctrun_cli__warn(cfg, "--master_addr/--master_port are only used by the static "
+                                       "backend when --rdzv_endpoint is not given")) != 0)
             return rc;
     }
     if (is_static && cfg->min_nodes != cfg->max_nodes) {
-        if ((rc = ctrun__warn(cfg, "static rendezvous waits for all %d nodes of --nnodes=%d:%d",
-                              cfg->max_nodes, cfg->min_nodes, cfg->max_nodes)) != 0)
+        if ((rc = ctrun_cli__warn(cfg, "static rendezvous waits for all %d nodes of --nnodes=%d:%d",
+                                  cfg->max_nodes, cfg->min_nodes, cfg->max_nodes)) != 0)
             return rc;
     }
     return 0;
 }
 
-static int ctrun__rdzv_conf(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
+static int ctrun_cli__rdzv_conf(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
 {
-    const char *text = raw->given[CTRUN__O_RDZV_CONF] ? raw->value[CTRUN__O_RDZV_CONF] : "";
+    const char *text = raw->given[CTRUN_CLI__O_RDZV_CONF] ? raw->value[CTRUN_CLI__O_RDZV_CONF] : "";
     int rc = ctrun_rdzv_conf_parse(text, &cfg->rdzv_conf, eb);
     if (rc != 0)
-        return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN__O_RDZV_CONF]);
+        return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN_CLI__O_RDZV_CONF]);
     for (size_t i = 0; i < cfg->rdzv_conf.count; i++) {
         const char *key = cfg->rdzv_conf.items[i].key;
         if (!ctrun_rdzv_conf_known(key) &&
-            (rc = ctrun__warn(cfg, "%s: unknown key \"%.64s\" is ignored",
-                              raw->source[CTRUN__O_RDZV_CONF], key)) != 0)
+            (rc = ctrun_cli__warn(cfg, "%s: unknown key \"%.64s\" is ignored",
+                                  raw->source[CTRUN_CLI__O_RDZV_CONF], key)) != 0)
             return rc;
     }
     return 0;
 }
 
-static int ctrun__choice(const ctrun__raw_t *raw, int id, const char *dflt,
-                         const char *const *choices, char **out, ct_errbuf_t *eb)
+static int ctrun_cli__choice(const ctrun_cli__raw_t *raw, int id, const char *dflt,
+                             const char *const *choices, char **out, ct_errbuf_t *eb)
 {
     const char *v = raw->given[id] ? raw->value[id] : dflt;
     char list[128] = "";
@@ -629,89 +631,92 @@ static int ctrun__choice(const ctrun__raw_t *raw, int id, const char *dflt,
                          raw->source[id], v, list);
 }
 
-static int ctrun__workers(const ctrun__raw_t *raw, ctrun_config_t *cfg, const char *const *env,
-                          ct_errbuf_t *eb)
+static int ctrun_cli__workers(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
+                              const char *const *env, ct_errbuf_t *eb)
 {
     int rc;
-    if ((rc = ctrun__str(raw, CTRUN__O_ROLE, "default", &cfg->role)) != 0)
+    if ((rc = ctrun_cli__str(raw, CTRUN_CLI__O_ROLE, "default", &cfg->role)) != 0)
         return rc;
-    const char *log_dir = raw->given[CTRUN__O_LOG_DIR] ? raw->value[CTRUN__O_LOG_DIR] : NULL;
+    const char *log_dir =
+        raw->given[CTRUN_CLI__O_LOG_DIR] ? raw->value[CTRUN_CLI__O_LOG_DIR] : NULL;
     if (log_dir != NULL && log_dir[0] != '\0' && (cfg->log_dir = strdup(log_dir)) == NULL)
         return -ENOMEM;
-    static const int std_ids[2] = {CTRUN__O_REDIRECTS, CTRUN__O_TEE};
+    static const int std_ids[2] = {CTRUN_CLI__O_REDIRECTS, CTRUN_CLI__O_TEE};
     ctrun_std_spec_t *std_out[2] = {&cfg->redirects, &cfg->tee};
     for (int k = 0; k < 2; k++) {
         int id = std_ids[k];
         if ((rc = ctrun_std_parse(raw->given[id] ? raw->value[id] : "0", std_out[k], eb)) != 0)
             return ct_errbuf_wrap(eb, rc, "%s", raw->source[id]);
     }
-    const char *filter =
-        raw->given[CTRUN__O_LOCAL_RANKS_FILTER] ? raw->value[CTRUN__O_LOCAL_RANKS_FILTER] : "";
+    const char *filter = raw->given[CTRUN_CLI__O_LOCAL_RANKS_FILTER]
+                             ? raw->value[CTRUN_CLI__O_LOCAL_RANKS_FILTER]
+                             : "";
     if ((rc = ctrun_rank_filter_parse(filter, &cfg->local_ranks_filter, eb)) != 0)
-        return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN__O_LOCAL_RANKS_FILTER]);
-    if (raw->given[CTRUN__O_LOGS_SPECS])
+        return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN_CLI__O_LOCAL_RANKS_FILTER]);
+    if (raw->given[CTRUN_CLI__O_LOGS_SPECS])
         return ct_errbuf_set(eb, CT_EPARSE,
                              "%s: not supported by ctrun (log-spec plugins are Python entry "
                              "points; ctrun writes torchrun's default layout)",
-                             raw->source[CTRUN__O_LOGS_SPECS]);
-    if (raw->given[CTRUN__O_NUMA_BINDING])
+                             raw->source[CTRUN_CLI__O_LOGS_SPECS]);
+    if (raw->given[CTRUN_CLI__O_NUMA_BINDING])
         return ct_errbuf_set(eb, CT_EPARSE,
                              "%s: not supported by ctrun (run the worker under numactl instead)",
-                             raw->source[CTRUN__O_NUMA_BINDING]);
+                             raw->source[CTRUN_CLI__O_NUMA_BINDING]);
 
     /* What to run: torchrun's flags, then the entry rule (.py or -m under Python). */
-    if ((rc = ctrun__flag(raw, CTRUN__O_MODULE, &cfg->module, eb)) != 0 ||
-        (rc = ctrun__flag(raw, CTRUN__O_NO_PYTHON, &cfg->no_python, eb)) != 0 ||
-        (rc = ctrun__flag(raw, CTRUN__O_RUN_PATH, &cfg->run_path, eb)) != 0)
+    if ((rc = ctrun_cli__flag(raw, CTRUN_CLI__O_MODULE, &cfg->module, eb)) != 0 ||
+        (rc = ctrun_cli__flag(raw, CTRUN_CLI__O_NO_PYTHON, &cfg->no_python, eb)) != 0 ||
+        (rc = ctrun_cli__flag(raw, CTRUN_CLI__O_RUN_PATH, &cfg->run_path, eb)) != 0)
         return rc;
     if (cfg->module && cfg->no_python && !cfg->run_path)
         return ct_errbuf_set(eb, CT_EPARSE, "--no_python and --module cannot be used together");
     size_t slen = strlen(cfg->script);
     bool dot_py = slen >= 3 && strcmp(cfg->script + slen - 3, ".py") == 0;
     cfg->use_python = cfg->run_path || (!cfg->no_python && (cfg->module || dot_py));
-    if ((rc = ctrun__str(raw, CTRUN__O_PYTHON, "python3", &cfg->python)) != 0 ||
+    if ((rc = ctrun_cli__str(raw, CTRUN_CLI__O_PYTHON, "python3", &cfg->python)) != 0 ||
         cfg->python == NULL)
         return -ENOMEM;
     if (cfg->use_python && cfg->python[0] == '\0')
         return ct_errbuf_set(eb, CT_EPARSE, "%s: empty interpreter path",
-                             raw->source[CTRUN__O_PYTHON]);
+                             raw->source[CTRUN_CLI__O_PYTHON]);
 
     const char *nproc =
-        raw->given[CTRUN__O_NPROC_PER_NODE] ? raw->value[CTRUN__O_NPROC_PER_NODE] : "1";
-    rc = ctrun_nproc_resolve(nproc, ctrun__getenv(env, "CTRUN_LIBCUDA"), &cfg->nproc_kind,
+        raw->given[CTRUN_CLI__O_NPROC_PER_NODE] ? raw->value[CTRUN_CLI__O_NPROC_PER_NODE] : "1";
+    rc = ctrun_nproc_resolve(nproc, ctrun_cli__getenv(env, "CTRUN_LIBCUDA"), &cfg->nproc_kind,
                              &cfg->nproc_per_node, eb);
-    return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN__O_NPROC_PER_NODE]);
+    return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN_CLI__O_NPROC_PER_NODE]);
 }
 
-/* --inject is parsed here (a bad spec is a usage error); ctrun__job_fit checks that every spec
+/* --inject is parsed here (a bad spec is a usage error); ctrun_cli__job_fit checks that every spec
  * can fire once the job's size is known. */
-static int ctrun__inject(const ctrun__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
+static int ctrun_cli__inject(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
 {
     int rc;
-    if (raw->given[CTRUN__O_INJECT_SEED]) {
+    if (raw->given[CTRUN_CLI__O_INJECT_SEED]) {
         int64_t seed;
-        if ((rc = ct_parse_int64(raw->value[CTRUN__O_INJECT_SEED], 0, INT64_MAX, &seed, eb)) != 0)
-            return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN__O_INJECT_SEED]);
+        if ((rc = ct_parse_int64(raw->value[CTRUN_CLI__O_INJECT_SEED], 0, INT64_MAX, &seed, eb)) !=
+            0)
+            return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN_CLI__O_INJECT_SEED]);
         cfg->inject_seed = (uint64_t)seed;
     }
-    if (!raw->given[CTRUN__O_INJECT] || raw->value[CTRUN__O_INJECT][0] == '\0')
+    if (!raw->given[CTRUN_CLI__O_INJECT] || raw->value[CTRUN_CLI__O_INJECT][0] == '\0')
         return 0;
-    if ((rc = ctrun_inject_parse(raw->value[CTRUN__O_INJECT], cfg->inject_seed, &cfg->inject_specs,
-                                 eb)) != 0)
+    if ((rc = ctrun_inject_parse(raw->value[CTRUN_CLI__O_INJECT], cfg->inject_seed,
+                                 &cfg->inject_specs, eb)) != 0)
         return rc;
-    cfg->inject = strdup(raw->value[CTRUN__O_INJECT]);
+    cfg->inject = strdup(raw->value[CTRUN_CLI__O_INJECT]);
     return cfg->inject == NULL ? -ENOMEM : 0;
 }
 
 /* The environment variables that the agent acts on, read now: their values never make a usage
  * error (an unset or odd one keeps torchrun's behaviour), so they are taken as they are. */
-static int ctrun__agent_env(ctrun_config_t *cfg, const char *const *env)
+static int ctrun_cli__agent_env(ctrun_config_t *cfg, const char *const *env)
 {
-    const char *tmpl = ctrun__getenv(env, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
-    const char *error_file = ctrun__getenv(env, "TORCHELASTIC_ERROR_FILE");
-    const char *cgroup = ctrun__getenv(env, "CTRUN_CGROUP");
-    const char *tmp[] = {ctrun__getenv(env, "TMPDIR"), ctrun__getenv(env, "TEMP"),
-                         ctrun__getenv(env, "TMP")};
+    const char *tmpl = ctrun_cli__getenv(env, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+    const char *error_file = ctrun_cli__getenv(env, "TORCHELASTIC_ERROR_FILE");
+    const char *cgroup = ctrun_cli__getenv(env, "CTRUN_CGROUP");
+    const char *tmp[] = {ctrun_cli__getenv(env, "TMPDIR"), ctrun_cli__getenv(env, "TEMP"),
+                         ctrun_cli__getenv(env, "TMP")};
     cfg->cgroup = cgroup == NULL || strcmp(cgroup, "off") != 0;
     if ((tmpl != NULL && (cfg->log_line_prefix_template = strdup(tmpl)) == NULL) ||
         (error_file != NULL && (cfg->error_file = strdup(error_file)) == NULL) ||
@@ -723,8 +728,8 @@ static int ctrun__agent_env(ctrun_config_t *cfg, const char *const *env)
 /* Values that must name something that exists in this job, checked once nproc_per_node is
  * known: --inject targets and --local_ranks_filter ranks (a rank that does not exist would
  * silently never fire, or silently hide every line). Also CTRUN_CONSOLE_BUFFER. */
-static int ctrun__job_fit(const ctrun__raw_t *raw, ctrun_config_t *cfg, const char *const *env,
-                          ct_errbuf_t *eb)
+static int ctrun_cli__job_fit(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
+                              const char *const *env, ct_errbuf_t *eb)
 {
     /* One node: its workers are the whole job. Several: another node may run more workers than
      * this one (ranks add up over the nodes), so ranks wait for the rendezvous (the agent says
@@ -739,10 +744,10 @@ static int ctrun__job_fit(const ctrun__raw_t *raw, ctrun_config_t *cfg, const ch
             return ct_errbuf_set(eb, CT_ERANGE_VALUE,
                                  "%s: local rank %d does not exist on this node (--nproc_per_node "
                                  "%d: local ranks 0..%d)",
-                                 raw->source[CTRUN__O_LOCAL_RANKS_FILTER], f->ranks[i],
+                                 raw->source[CTRUN_CLI__O_LOCAL_RANKS_FILTER], f->ranks[i],
                                  cfg->nproc_per_node, cfg->nproc_per_node - 1);
     }
-    const char *buffer = ctrun__getenv(env, "CTRUN_CONSOLE_BUFFER");
+    const char *buffer = ctrun_cli__getenv(env, "CTRUN_CONSOLE_BUFFER");
     if (buffer != NULL) {
         uint64_t v = 0;
         if ((rc = ct_parse_size(buffer, (uint64_t)1 << 30, &v, eb)) != 0)
@@ -756,51 +761,56 @@ static int ctrun__job_fit(const ctrun__raw_t *raw, ctrun_config_t *cfg, const ch
     return 0;
 }
 
-static int ctrun__convert(const ctrun__raw_t *raw, ctrun_config_t *cfg, const char *const *env,
-                          ct_errbuf_t *eb)
+static int ctrun_cli__convert(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
+                              const char *const *env, ct_errbuf_t *eb)
 {
     static const char *const start_methods[] = {"spawn", "fork", "forkserver", NULL};
     static const char *const log_handlers[] = {"null", NULL};
     int rc;
     char *handler = NULL;
-    if ((rc = ctrun__nnodes(raw, cfg, eb)) != 0 ||
-        (rc = ctrun__flag(raw, CTRUN__O_STANDALONE, &cfg->standalone, eb)) != 0 ||
-        (rc = ctrun__host(raw, CTRUN__O_MASTER_ADDR, "127.0.0.1", &cfg->master_addr, eb)) != 0 ||
-        (rc = ctrun__int(raw, CTRUN__O_MASTER_PORT, CTRUN_DEFAULT_MASTER_PORT, 0, 65535,
-                         &cfg->master_port, eb)) != 0 ||
-        (rc = ctrun__host(raw, CTRUN__O_LOCAL_ADDR, NULL, &cfg->local_addr, eb)) != 0 ||
-        (rc = ctrun__int(raw, CTRUN__O_NODE_RANK, 0, 0, INT_MAX, &cfg->node_rank, eb)) != 0)
+    if ((rc = ctrun_cli__nnodes(raw, cfg, eb)) != 0 ||
+        (rc = ctrun_cli__flag(raw, CTRUN_CLI__O_STANDALONE, &cfg->standalone, eb)) != 0 ||
+        (rc = ctrun_cli__host(raw, CTRUN_CLI__O_MASTER_ADDR, "127.0.0.1", &cfg->master_addr, eb)) !=
+            0 ||
+        (rc = ctrun_cli__int(raw, CTRUN_CLI__O_MASTER_PORT, CTRUN_DEFAULT_MASTER_PORT, 0, 65535,
+                             &cfg->master_port, eb)) != 0 ||
+        (rc = ctrun_cli__host(raw, CTRUN_CLI__O_LOCAL_ADDR, NULL, &cfg->local_addr, eb)) != 0 ||
+        (rc = ctrun_cli__int(raw, CTRUN_CLI__O_NODE_RANK, 0, 0, INT_MAX, &cfg->node_rank, eb)) != 0)
         return rc;
     if (cfg->master_port == 0 && cfg->max_nodes > 1)
         return ct_errbuf_set(eb, CT_ERANGE_VALUE,
                              "%s: port 0 (a kernel-chosen port) only works with --nnodes=1",
-                             raw->source[CTRUN__O_MASTER_PORT]);
-    if ((rc = ctrun__rendezvous(raw, cfg, eb)) != 0 || (rc = ctrun__rdzv_conf(raw, cfg, eb)) != 0)
+                             raw->source[CTRUN_CLI__O_MASTER_PORT]);
+    if ((rc = ctrun_cli__rendezvous(raw, cfg, eb)) != 0 ||
+        (rc = ctrun_cli__rdzv_conf(raw, cfg, eb)) != 0)
         return rc;
     if (cfg->rdzv_backend == CTRUN_RDZV_STATIC && cfg->node_rank >= cfg->max_nodes)
-        return ct_errbuf_set(
-            eb, CT_ERANGE_VALUE, "%s: %d is out of range for --nnodes=%d (expected 0..%d)",
-            raw->source[CTRUN__O_NODE_RANK], cfg->node_rank, cfg->max_nodes, cfg->max_nodes - 1);
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "%s: %d is out of range for --nnodes=%d (expected 0..%d)",
+                             raw->source[CTRUN_CLI__O_NODE_RANK], cfg->node_rank, cfg->max_nodes,
+                             cfg->max_nodes - 1);
 
-    if ((rc = ctrun__int(raw, CTRUN__O_MAX_RESTARTS, 0, 0, INT_MAX, &cfg->max_restarts, eb)) != 0 ||
-        (rc = ctrun__seconds(raw, CTRUN__O_MONITOR_INTERVAL, 0.1, &cfg->monitor_interval_s, eb)) !=
+    if ((rc = ctrun_cli__int(raw, CTRUN_CLI__O_MAX_RESTARTS, 0, 0, INT_MAX, &cfg->max_restarts,
+                             eb)) != 0 ||
+        (rc = ctrun_cli__seconds(raw, CTRUN_CLI__O_MONITOR_INTERVAL, 0.1, &cfg->monitor_interval_s,
+                                 eb)) != 0 ||
+        (rc = ctrun_cli__choice(raw, CTRUN_CLI__O_START_METHOD, "spawn", start_methods,
+                                &cfg->start_method, eb)) != 0 ||
+        (rc = ctrun_cli__seconds(raw, CTRUN_CLI__O_GRACE_PERIOD, 30, &cfg->grace_period_s, eb)) !=
             0 ||
-        (rc = ctrun__choice(raw, CTRUN__O_START_METHOD, "spawn", start_methods, &cfg->start_method,
-                            eb)) != 0 ||
-        (rc = ctrun__seconds(raw, CTRUN__O_GRACE_PERIOD, 30, &cfg->grace_period_s, eb)) != 0 ||
-        (rc = ctrun__seconds(raw, CTRUN__O_WATCHDOG_TIMEOUT, CTRUN_DEFAULT_WATCHDOG_S,
-                             &cfg->watchdog_timeout_s, eb)) != 0 ||
-        (rc = ctrun__seconds(raw, CTRUN__O_RESTART_BACKOFF, 0, &cfg->restart_backoff_s, eb)) !=
-            0 ||
-        (rc = ctrun__int(raw, CTRUN__O_PROGRESS_GUARD, 3, 0, INT_MAX, &cfg->progress_guard,
-                         eb)) != 0 ||
-        (rc = ctrun__str(raw, CTRUN__O_SIGNALS_TO_HANDLE, CTRUN__SIGNALS_DEFAULT,
-                         &cfg->signals_to_handle)) != 0)
+        (rc = ctrun_cli__seconds(raw, CTRUN_CLI__O_WATCHDOG_TIMEOUT, CTRUN_DEFAULT_WATCHDOG_S,
+                                 &cfg->watchdog_timeout_s, eb)) != 0 ||
+        (rc = ctrun_cli__seconds(raw, CTRUN_CLI__O_RESTART_BACKOFF, 0, &cfg->restart_backoff_s,
+                                 eb)) != 0 ||
+        (rc = ctrun_cli__int(raw, CTRUN_CLI__O_PROGRESS_GUARD, 3, 0, INT_MAX, &cfg->progress_guard,
+                             eb)) != 0 ||
+        (rc = ctrun_cli__str(raw, CTRUN_CLI__O_SIGNALS_TO_HANDLE, CTRUN_CLI__SIGNALS_DEFAULT,
+                             &cfg->signals_to_handle)) != 0)
         return rc;
-    if ((rc = ctrun__choice(raw, CTRUN__O_EVENT_LOG_HANDLER, "null", log_handlers, &handler, eb)) !=
-        0)
+    if ((rc = ctrun_cli__choice(raw, CTRUN_CLI__O_EVENT_LOG_HANDLER, "null", log_handlers, &handler,
+                                eb)) != 0)
         return rc;
-    if ((rc = ctrun__inject(raw, cfg, eb)) != 0) {
+    if ((rc = ctrun_cli__inject(raw, cfg, eb)) != 0) {
         free(handler);
         return rc;
     }
@@ -808,10 +818,11 @@ static int ctrun__convert(const ctrun__raw_t *raw, ctrun_config_t *cfg, const ch
     rc = ctrun_signal_list_parse(cfg->signals_to_handle, cfg->signals, CTRUN_SIGNALS_MAX,
                                  &cfg->nsignals, eb);
     if (rc != 0)
-        return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN__O_SIGNALS_TO_HANDLE]);
-    if ((rc = ctrun__workers(raw, cfg, env, eb)) != 0 || (rc = ctrun__agent_env(cfg, env)) != 0)
+        return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN_CLI__O_SIGNALS_TO_HANDLE]);
+    if ((rc = ctrun_cli__workers(raw, cfg, env, eb)) != 0 ||
+        (rc = ctrun_cli__agent_env(cfg, env)) != 0)
         return rc;
-    return ctrun__job_fit(raw, cfg, env, eb);
+    return ctrun_cli__job_fit(raw, cfg, env, eb);
 }
 
 int ctrun_cli_parse(int argc, char *const argv[], const char *const *env, ctrun_config_t *cfg,
@@ -819,13 +830,13 @@ int ctrun_cli_parse(int argc, char *const argv[], const char *const *env, ctrun_
 {
     memset(cfg, 0, sizeof *cfg);
     *action = CTRUN_CLI_RUN;
-    ctrun__raw_t *raw = calloc(1, sizeof *raw);
+    ctrun_cli__raw_t *raw = calloc(1, sizeof *raw);
     if (raw == NULL)
         return -ENOMEM;
-    for (int o = 0; o < CTRUN__O_COUNT; o++) /* messages about defaults name the option */
-        snprintf(raw->source[o], sizeof raw->source[o], "--%s", ctrun__opts[o].name);
+    for (int o = 0; o < CTRUN_CLI__O_COUNT; o++) /* messages about defaults name the option */
+        snprintf(raw->source[o], sizeof raw->source[o], "--%s", ctrun_cli__opts[o].name);
     int script_index = argc;
-    int rc = ctrun__scan(argc, argv, raw, &script_index, action, eb);
+    int rc = ctrun_cli__scan(argc, argv, raw, &script_index, action, eb);
     if (rc == 0 && *action != CTRUN_CLI_RUN) {
         free(raw);
         return 0;
@@ -845,8 +856,8 @@ int ctrun_cli_parse(int argc, char *const argv[], const char *const *env, ctrun_
         }
     }
     if (rc == 0) {
-        ctrun__env_fallbacks(env, raw);
-        rc = ctrun__convert(raw, cfg, env, eb);
+        ctrun_cli__env_fallbacks(env, raw);
+        rc = ctrun_cli__convert(raw, cfg, env, eb);
     }
     free(raw);
     if (rc == -ENOMEM)
@@ -885,7 +896,7 @@ void ctrun_config_free(ctrun_config_t *cfg)
 /* ---- --help / --version ---------------------------------------------------------------------- */
 
 /* Prints text wrapped at 96 columns, each line indented by `indent` spaces. */
-static void ctrun__wrap(FILE *out, const char *text, int indent)
+static void ctrun_cli__wrap(FILE *out, const char *text, int indent)
 {
     int col = 0;
     const char *p = text;
@@ -911,18 +922,19 @@ static void ctrun__wrap(FILE *out, const char *text, int indent)
 void ctrun_cli_help(FILE *out)
 {
     fputs("usage: ctrun [options] training_script [training_script_args ...]\n\n", out);
-    ctrun__wrap(out,
-                "ctrun starts and supervises the workers of a distributed job, as torchrun does, "
-                "with torchrun's options and worker environment. Options come before the "
-                "training script; everything after the script is passed to it unchanged. A "
-                "script ending in .py, or -m MODULE, runs under <python> -u; anything else is "
-                "executed directly. Words in option names may be joined by '-' or '_', and a "
-                "unique prefix of a name is enough. When an option is not given, the variable "
-                "in brackets is read (PET_* as torchrun does; flags take 0 or 1); the command "
-                "line wins. See ctrun(1).",
-                0);
-    for (int o = 0; o < CTRUN__O_COUNT; o++) {
-        const ctrun__opt_t *opt = &ctrun__opts[o];
+    ctrun_cli__wrap(
+        out,
+        "ctrun starts and supervises the workers of a distributed job, as torchrun does, "
+        "with torchrun's options and worker environment. Options come before the "
+        "training script; everything after the script is passed to it unchanged. A "
+        "script ending in .py, or -m MODULE, runs under <python> -u; anything else is "
+        "executed directly. Words in option names may be joined by '-' or '_', and a "
+        "unique prefix of a name is enough. When an option is not given, the variable "
+        "in brackets is read (PET_* as torchrun does; flags take 0 or 1); the command "
+        "line wins. See ctrun(1).",
+        0);
+    for (int o = 0; o < CTRUN_CLI__O_COUNT; o++) {
+        const ctrun_cli__opt_t *opt = &ctrun_cli__opts[o];
         if (opt->group != NULL)
             fprintf(out, "\n%s:\n", opt->group);
         char names[160];
@@ -944,7 +956,7 @@ void ctrun_cli_help(FILE *out)
         if (opt->env[0] != NULL)
             snprintf(help + h, sizeof help - (size_t)h, " [%s%s%s]", opt->env[0],
                      opt->env[1] ? ", " : "", opt->env[1] ? opt->env[1] : "");
-        ctrun__wrap(out, help, 8);
+        ctrun_cli__wrap(out, help, 8);
     }
     fputs("\nExit status: 0 when every worker succeeded; 1 when the job failed (a failure "
           "report\nis printed); 2 for a bad option or value; 128+N when ctrun was stopped by "

@@ -13,23 +13,23 @@
 
 #include "ct_parse.h"
 
-static const char *const ctrun__kind_names[] = {
+static const char *const ctrun_inject__kind_names[] = {
     [CTRUN_INJECT_KILL] = "kill",
     [CTRUN_INJECT_HANG] = "hang",
     [CTRUN_INJECT_TORN] = "torn_ckpt",
     [CTRUN_INJECT_KILL_AGENT] = "kill_agent",
 };
 
-static const char *const ctrun__phase_names[] = {"data", "file", "latest"};
+static const char *const ctrun_inject__phase_names[] = {"data", "file", "latest"};
 
 const char *ctrun_inject_kind_name(ctrun_inject_kind_t kind)
 {
-    return (unsigned)kind < 4 ? ctrun__kind_names[kind] : "?";
+    return (unsigned)kind < 4 ? ctrun_inject__kind_names[kind] : "?";
 }
 
 /* splitmix64: a well-mixed 64-bit draw from (seed, spec, firing, purpose). Reproducible on
  * every node, which is all the seed promises. */
-static uint64_t ctrun__draw(uint64_t seed, uint64_t spec, uint64_t k, uint64_t purpose)
+static uint64_t ctrun_inject__draw(uint64_t seed, uint64_t spec, uint64_t k, uint64_t purpose)
 {
     uint64_t z = seed ^ (spec * 0x9E3779B97F4A7C15ull) ^ (k * 0xBF58476D1CE4E5B9ull) ^
                  (purpose * 0x94D049BB133111EBull);
@@ -43,7 +43,7 @@ static uint64_t ctrun__draw(uint64_t seed, uint64_t spec, uint64_t k, uint64_t p
 }
 
 /* "5", "2.5s", "500ms", "1m" -> seconds (> 0). */
-static int ctrun__seconds(const char *v, double *out, ct_errbuf_t *eb)
+static int ctrun_inject__seconds(const char *v, double *out, ct_errbuf_t *eb)
 {
     char num[48];
     size_t len = strlen(v);
@@ -72,7 +72,7 @@ static int ctrun__seconds(const char *v, double *out, ct_errbuf_t *eb)
 }
 
 /* One spec into *s; messages without the "--inject: spec N" frame (the caller adds it). */
-static int ctrun__parse_spec(char *text, ctrun_inject_spec_t *s, ct_errbuf_t *eb)
+static int ctrun_inject__parse_spec(char *text, ctrun_inject_spec_t *s, ct_errbuf_t *eb)
 {
     memset(s, 0, sizeof *s);
     s->rank = 0;
@@ -86,7 +86,7 @@ static int ctrun__parse_spec(char *text, ctrun_inject_spec_t *s, ct_errbuf_t *eb
         return ct_errbuf_set(eb, CT_EPARSE, "empty spec");
     int k = -1;
     for (int i = 0; i < 4; i++)
-        if (strcmp(kind, ctrun__kind_names[i]) == 0)
+        if (strcmp(kind, ctrun_inject__kind_names[i]) == 0)
             k = i;
     if (k < 0)
         return ct_errbuf_set(eb, CT_EPARSE,
@@ -121,7 +121,7 @@ static int ctrun__parse_spec(char *text, ctrun_inject_spec_t *s, ct_errbuf_t *eb
                     return ct_errbuf_wrap(eb, rc, "at=step");
             } else if (eq2 != NULL && strncmp(val, "time=", 5) == 0) {
                 s->trigger = CTRUN_INJECT_AT_TIME;
-                if ((rc = ctrun__seconds(eq2 + 1, &s->seconds, eb)) != 0)
+                if ((rc = ctrun_inject__seconds(eq2 + 1, &s->seconds, eb)) != 0)
                     return ct_errbuf_wrap(eb, rc, "at=time");
             } else {
                 return ct_errbuf_set(eb, CT_EPARSE,
@@ -130,7 +130,7 @@ static int ctrun__parse_spec(char *text, ctrun_inject_spec_t *s, ct_errbuf_t *eb
         } else if (strcmp(key, "every") == 0 && !have_every && !have_at) {
             have_every = true;
             s->trigger = CTRUN_INJECT_EVERY;
-            if ((rc = ctrun__seconds(val, &s->seconds, eb)) != 0)
+            if ((rc = ctrun_inject__seconds(val, &s->seconds, eb)) != 0)
                 return ct_errbuf_wrap(eb, rc, "every");
         } else if (strcmp(key, "count") == 0 && !have_count) {
             have_count = true;
@@ -142,7 +142,7 @@ static int ctrun__parse_spec(char *text, ctrun_inject_spec_t *s, ct_errbuf_t *eb
             if (strcmp(val, "any") == 0)
                 s->phase = CTRUN_INJECT_ANY;
             for (int p = 0; p < 3; p++)
-                if (strcmp(val, ctrun__phase_names[p]) == 0)
+                if (strcmp(val, ctrun_inject__phase_names[p]) == 0)
                     s->phase = p;
             if (s->phase == -2)
                 return ct_errbuf_set(eb, CT_EPARSE,
@@ -220,7 +220,7 @@ int ctrun_inject_parse(const char *text, uint64_t seed, ctrun_inject_t *inj, ct_
         char shown[CTRUN_INJECT_TEXT_MAX];
         snprintf(shown, sizeof shown, "%s", part);
         ct_errbuf_t seb = {{0}};
-        rc = ctrun__parse_spec(part, &inj->specs[inj->n], &seb);
+        rc = ctrun_inject__parse_spec(part, &inj->specs[inj->n], &seb);
         if (rc != 0) {
             ct_errbuf_set(eb, rc, "--inject: spec %zu \"%s\": %s", index, shown, seb.msg);
             break;
@@ -299,7 +299,7 @@ int ctrun_inject_rank(const ctrun_inject_t *inj, size_t i, int world_size)
         return s->rank;
     if (world_size < 1)
         return 0;
-    return (int)(ctrun__draw(inj->seed, i, (uint64_t)s->fired, 1) % (uint64_t)world_size);
+    return (int)(ctrun_inject__draw(inj->seed, i, (uint64_t)s->fired, 1) % (uint64_t)world_size);
 }
 
 int ctrun_inject_phase(const ctrun_inject_t *inj, size_t i)
@@ -307,7 +307,7 @@ int ctrun_inject_phase(const ctrun_inject_t *inj, size_t i)
     const ctrun_inject_spec_t *s = &inj->specs[i];
     if (s->phase != CTRUN_INJECT_ANY)
         return s->phase;
-    return (int)(ctrun__draw(inj->seed, i, (uint64_t)s->fired, 2) % 3u);
+    return (int)(ctrun_inject__draw(inj->seed, i, (uint64_t)s->fired, 2) % 3u);
 }
 
 int ctrun_inject_arm(const ctrun_inject_t *inj, int rank, int world_size, char *buf,
@@ -332,7 +332,7 @@ int ctrun_inject_arm(const ctrun_inject_t *inj, int rank, int world_size, char *
     case CTRUN_INJECT_HANG: snprintf(buf, size, "stop@%lld", (long long)s->step); break;
     default:
         snprintf(buf, size, "torn@%lld:%s", (long long)s->step,
-                 ctrun__phase_names[ctrun_inject_phase(inj, (size_t)best)]);
+                 ctrun_inject__phase_names[ctrun_inject_phase(inj, (size_t)best)]);
         break;
     }
     return best;

@@ -17,16 +17,16 @@
 
 #include "ct_parse.h"
 
-typedef int (*ctrun__cu_init_fn)(unsigned int flags);
-typedef int (*ctrun__cu_count_fn)(int *count);
+typedef int (*ctrun_nproc__cu_init_fn)(unsigned int flags);
+typedef int (*ctrun_nproc__cu_count_fn)(int *count);
 
 /* What the child sends: the count, or -1 and a reason. */
-typedef struct ctrun__probe_msg {
+typedef struct ctrun_nproc__probe_msg {
     int count;
     char reason[200];
-} ctrun__probe_msg_t;
+} ctrun_nproc__probe_msg_t;
 
-static void ctrun__probe(const char *lib, ctrun__probe_msg_t *m)
+static void ctrun_nproc__probe(const char *lib, ctrun_nproc__probe_msg_t *m)
 {
     m->count = -1;
     void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
@@ -34,8 +34,8 @@ static void ctrun__probe(const char *lib, ctrun__probe_msg_t *m)
         snprintf(m->reason, sizeof m->reason, "%s", dlerror());
         return;
     }
-    ctrun__cu_init_fn cu_init = (ctrun__cu_init_fn)dlsym(h, "cuInit");
-    ctrun__cu_count_fn cu_count = (ctrun__cu_count_fn)dlsym(h, "cuDeviceGetCount");
+    ctrun_nproc__cu_init_fn cu_init = (ctrun_nproc__cu_init_fn)dlsym(h, "cuInit");
+    ctrun_nproc__cu_count_fn cu_count = (ctrun_nproc__cu_count_fn)dlsym(h, "cuDeviceGetCount");
     if (cu_init == NULL || cu_count == NULL) {
         snprintf(m->reason, sizeof m->reason, "%s has no cuInit/cuDeviceGetCount", lib);
         return;
@@ -73,14 +73,14 @@ int ctrun_gpu_count(const char *lib, int *count, ct_errbuf_t *eb)
     }
     if (pid == 0) {
         close(fds[0]);
-        ctrun__probe_msg_t m;
+        ctrun_nproc__probe_msg_t m;
         memset(&m, 0, sizeof m);
-        ctrun__probe(lib, &m);
+        ctrun_nproc__probe(lib, &m);
         ssize_t w = write(fds[1], &m, sizeof m);
         _exit(w == (ssize_t)sizeof m ? 0 : 1);
     }
     close(fds[1]);
-    ctrun__probe_msg_t m;
+    ctrun_nproc__probe_msg_t m;
     size_t got = 0;
     while (got < sizeof m) {
         ssize_t r = read(fds[0], (char *)&m + got, sizeof m - got);

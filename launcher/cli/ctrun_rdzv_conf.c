@@ -13,7 +13,7 @@
 
 #include "ct_parse.h"
 
-static const char *const ctrun__known_keys[] = {
+static const char *const ctrun_rdzv_conf__known_keys[] = {
     "timeout",      "join_timeout",      "last_call_timeout",   "close_timeout",
     "read_timeout", "heartbeat_timeout", "keep_alive_interval", "keep_alive_max_attempt",
     "is_host",      "store_type",        "store_token",         "rank",
@@ -22,8 +22,9 @@ static const char *const ctrun__known_keys[] = {
 
 bool ctrun_rdzv_conf_known(const char *key)
 {
-    for (size_t i = 0; i < sizeof ctrun__known_keys / sizeof ctrun__known_keys[0]; i++) {
-        if (strcmp(key, ctrun__known_keys[i]) == 0)
+    for (size_t i = 0;
+         i < sizeof ctrun_rdzv_conf__known_keys / sizeof ctrun_rdzv_conf__known_keys[0]; i++) {
+        if (strcmp(key, ctrun_rdzv_conf__known_keys[i]) == 0)
             return true;
     }
     return false;
@@ -51,7 +52,7 @@ void ctrun_rdzv_conf_free(ctrun_rdzv_conf_t *conf)
 }
 
 /* A copy of [p, p+len) without surrounding blanks. */
-static char *ctrun__trimmed(const char *p, size_t len)
+static char *ctrun_rdzv_conf__trimmed(const char *p, size_t len)
 {
     while (len > 0 && isspace((unsigned char)*p)) {
         p++;
@@ -62,7 +63,7 @@ static char *ctrun__trimmed(const char *p, size_t len)
     return strndup(p, len);
 }
 
-static int ctrun__add(ctrun_rdzv_conf_t *c, char *key, char *value)
+static int ctrun_rdzv_conf__add(ctrun_rdzv_conf_t *c, char *key, char *value)
 {
     for (size_t i = 0; i < c->count; i++) {
         if (strcmp(c->items[i].key, key) == 0) {
@@ -83,8 +84,8 @@ static int ctrun__add(ctrun_rdzv_conf_t *c, char *key, char *value)
     return 0;
 }
 
-static int ctrun__seconds(const ctrun_rdzv_conf_t *c, const char *key, double dflt, double *out,
-                          ct_errbuf_t *eb)
+static int ctrun_rdzv_conf__seconds(const ctrun_rdzv_conf_t *c, const char *key, double dflt,
+                                    double *out, ct_errbuf_t *eb)
 {
     const char *v = ctrun_rdzv_conf_get(c, key);
     *out = dflt;
@@ -95,16 +96,19 @@ static int ctrun__seconds(const ctrun_rdzv_conf_t *c, const char *key, double df
 }
 
 /* Typed values of the known keys. */
-static int ctrun__typed(ctrun_rdzv_conf_t *c, ct_errbuf_t *eb)
+static int ctrun_rdzv_conf__typed(ctrun_rdzv_conf_t *c, ct_errbuf_t *eb)
 {
     int rc;
-    if ((rc = ctrun__seconds(c, "timeout", 900, &c->timeout_s, eb)) != 0 ||
-        (rc = ctrun__seconds(c, "join_timeout", 600, &c->join_timeout_s, eb)) != 0 ||
-        (rc = ctrun__seconds(c, "last_call_timeout", 30, &c->last_call_timeout_s, eb)) != 0 ||
-        (rc = ctrun__seconds(c, "close_timeout", 30, &c->close_timeout_s, eb)) != 0 ||
-        (rc = ctrun__seconds(c, "read_timeout", 60, &c->read_timeout_s, eb)) != 0 ||
-        (rc = ctrun__seconds(c, "heartbeat_timeout", 5, &c->heartbeat_timeout_s, eb)) != 0 ||
-        (rc = ctrun__seconds(c, "keep_alive_interval", 5, &c->keep_alive_interval_s, eb)) != 0)
+    if ((rc = ctrun_rdzv_conf__seconds(c, "timeout", 900, &c->timeout_s, eb)) != 0 ||
+        (rc = ctrun_rdzv_conf__seconds(c, "join_timeout", 600, &c->join_timeout_s, eb)) != 0 ||
+        (rc = ctrun_rdzv_conf__seconds(c, "last_call_timeout", 30, &c->last_call_timeout_s, eb)) !=
+            0 ||
+        (rc = ctrun_rdzv_conf__seconds(c, "close_timeout", 30, &c->close_timeout_s, eb)) != 0 ||
+        (rc = ctrun_rdzv_conf__seconds(c, "read_timeout", 60, &c->read_timeout_s, eb)) != 0 ||
+        (rc = ctrun_rdzv_conf__seconds(c, "heartbeat_timeout", 5, &c->heartbeat_timeout_s, eb)) !=
+            0 ||
+        (rc = ctrun_rdzv_conf__seconds(c, "keep_alive_interval", 5, &c->keep_alive_interval_s,
+                                       eb)) != 0)
         return rc;
     const char *v = ctrun_rdzv_conf_get(c, "keep_alive_max_attempt");
     c->keep_alive_max_attempt = 3;
@@ -166,8 +170,8 @@ int ctrun_rdzv_conf_parse(const char *text, ctrun_rdzv_conf_t *out, ct_errbuf_t 
         const char *comma = memchr(p, ',', (size_t)(end - p));
         const char *stop = comma ? comma : end;
         const char *eq = memchr(p, '=', (size_t)(stop - p));
-        char *key = ctrun__trimmed(p, (size_t)((eq ? eq : stop) - p));
-        char *value = eq ? ctrun__trimmed(eq + 1, (size_t)(stop - eq - 1)) : strdup("");
+        char *key = ctrun_rdzv_conf__trimmed(p, (size_t)((eq ? eq : stop) - p));
+        char *value = eq ? ctrun_rdzv_conf__trimmed(eq + 1, (size_t)(stop - eq - 1)) : strdup("");
         if (key == NULL || value == NULL) {
             free(key);
             free(value);
@@ -183,7 +187,7 @@ int ctrun_rdzv_conf_parse(const char *text, ctrun_rdzv_conf_t *out, ct_errbuf_t 
             free(key);
             free(value);
         } else {
-            rc = ctrun__add(&c, key, value);
+            rc = ctrun_rdzv_conf__add(&c, key, value);
         }
         p = comma ? comma + 1 : end;
         if (rc == 0 && comma != NULL && p == end)
@@ -192,7 +196,7 @@ int ctrun_rdzv_conf_parse(const char *text, ctrun_rdzv_conf_t *out, ct_errbuf_t 
                                text);
     }
     if (rc == 0)
-        rc = ctrun__typed(&c, eb);
+        rc = ctrun_rdzv_conf__typed(&c, eb);
     if (rc != 0) {
         ctrun_rdzv_conf_free(&c);
         return rc;

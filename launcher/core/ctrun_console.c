@@ -12,8 +12,8 @@
  * lane's writer only when it sleeps, once per call. The writer takes the first segment's
  * extent under the mutex and writes it without the mutex: producers append beyond the queued
  * bytes and never touch that extent, and only the writer moves the head. The last
- * CTRUN__NOTICE_ROOM bytes and CTRUN__NOTICE_SEGS segments of a lane are kept for the
- * notices, so a full queue can still say that it is dropping.
+ * CTRUN_CONSOLE__NOTICE_ROOM bytes and CTRUN_CONSOLE__NOTICE_SEGS segments of a lane are kept for
+ * the notices, so a full queue can still say that it is dropping.
  *
  * Lifetime: every writer thread counts itself in `alive`. ctrun_console_destroy joins the
  * threads when the queues went out; when it gives up on a stalled reader it detaches them and
@@ -36,17 +36,17 @@
 
 #include "ct_time.h"
 
-#define CTRUN__NOTICE_ROOM  512
-#define CTRUN__NOTICE_SEGS  4
-#define CTRUN__CAPACITY_MAX ((size_t)1 << 30)
-#define CTRUN__LINGER_NS    1000000L
+#define CTRUN_CONSOLE__NOTICE_ROOM  512
+#define CTRUN_CONSOLE__NOTICE_SEGS  4
+#define CTRUN_CONSOLE__CAPACITY_MAX ((size_t)1 << 30)
+#define CTRUN_CONSOLE__LINGER_NS    1000000L
 
-typedef struct ctrun__seg {
+typedef struct ctrun_console__seg {
     uint32_t len;
     uint32_t which; /* 0: out_fd, 1: err_fd */
-} ctrun__seg_t;
+} ctrun_console__seg_t;
 
-typedef struct ctrun__lane {
+typedef struct ctrun_console__lane {
     ctrun_console_t *c;
     pthread_t thread;
     bool started;
@@ -54,13 +54,13 @@ typedef struct ctrun__lane {
     const char *name;    /* "console", "stdout" or "stderr": for the notices */
     char *buf;
     size_t cap, head, used; /* bytes [head, head + used) modulo cap are queued */
-    ctrun__seg_t *segs;
+    ctrun_console__seg_t *segs;
     size_t seg_cap, seg_head, seg_n;
     uint64_t queued_total, done_total; /* bytes ever queued / written or discarded */
     bool idle;
     bool dropping;
     uint64_t ep_lines, ep_bytes; /* dropped in the current episode */
-} ctrun__lane_t;
+} ctrun_console__lane_t;
 
 struct ctrun_console {
     pthread_mutex_t mu;
@@ -68,7 +68,7 @@ struct ctrun_console {
     int fd[2];
     int err[2];     /* first write error of each fd (negative errno), 0 while healthy */
     int lane_of[2]; /* fd index -> lane index, -1 for an fd of -1 */
-    ctrun__lane_t lane[2];
+    ctrun_console__lane_t lane[2];
     int nlanes, alive;
     int64_t progress_ms; /* when a writer last finished a write (ct_time_ms) */
     bool stop, abandoned;
@@ -77,7 +77,7 @@ struct ctrun_console {
     uint64_t lines_dropped, bytes_dropped, bytes_written;
 };
 
-static void ctrun__console_free(ctrun_console_t *c)
+static void ctrun_console__free(ctrun_console_t *c)
 {
     for (int i = 0; i < c->nlanes; i++) {
         pthread_cond_destroy(&c->lane[i].work);
@@ -91,7 +91,7 @@ static void ctrun__console_free(ctrun_console_t *c)
 
 /* Appends total bytes from iov for fd `which` when they fit under limit bytes and seg_limit
  * segments. Mutex held. */
-static bool ctrun__console_put(ctrun__lane_t *l, unsigned which, const struct iovec *iov,
+static bool ctrun_console__put(ctrun_console__lane_t *l, unsigned which, const struct iovec *iov,
                                int iovcnt, size_t total, size_t limit, size_t seg_limit)
 {
     size_t tail = (l->seg_head + l->seg_n + l->seg_cap - 1) % l->seg_cap;
@@ -116,7 +116,7 @@ static bool ctrun__console_put(ctrun__lane_t *l, unsigned which, const struct io
         l->segs[tail].len += (uint32_t)total;
     } else {
         size_t at = (l->seg_head + l->seg_n) % l->seg_cap;
-        l->segs[at] = (ctrun__seg_t){.len = (uint32_t)total, .which = which};
+        l->segs[at] = (ctrun_console__seg_t){.len = (uint32_t)total, .which = which};
         l->seg_n++;
     }
     l->used += total;
@@ -126,7 +126,7 @@ static bool ctrun__console_put(ctrun__lane_t *l, unsigned which, const struct io
 
 /* Wakes the lanes' writers that sleep with something to write: once per call of the API, not
  * per line (a wake-up is a system call). Mutex held. */
-static void ctrun__console_wake(ctrun_console_t *c)
+static void ctrun_console__wake(ctrun_console_t *c)
 {
     for (int i = 0; i < c->nlanes; i++) {
         if (c->lane[i].idle && c->lane[i].seg_n > 0)
@@ -135,7 +135,7 @@ static void ctrun__console_wake(ctrun_console_t *c)
 }
 
 /* Queues a notice on err_fd, using the room kept for notices. Mutex held. */
-__attribute__((format(printf, 2, 3))) static void ctrun__console_notice(ctrun_console_t *c,
+__attribute__((format(printf, 2, 3))) static void ctrun_console__notice(ctrun_console_t *c,
                                                                         const char *fmt, ...)
 {
     if (!c->notices || c->lane_of[1] < 0 || c->err[1] != 0)
@@ -150,13 +150,14 @@ __attribute__((format(printf, 2, 3))) static void ctrun__console_notice(ctrun_co
     size_t len = strlen(line);
     line[len++] = '\n';
     struct iovec iov = {.iov_base = line, .iov_len = len};
-    ctrun__lane_t *l = &c->lane[c->lane_of[1]];
-    ctrun__console_put(l, 1, &iov, 1, len, l->cap, l->seg_cap);
+    ctrun_console__lane_t *l = &c->lane[c->lane_of[1]];
+    ctrun_console__put(l, 1, &iov, 1, len, l->cap, l->seg_cap);
 }
 
-static void ctrun__console_count_notice(ctrun_console_t *c, ctrun__lane_t *l, const char *how)
+static void ctrun_console__count_notice(ctrun_console_t *c, ctrun_console__lane_t *l,
+                                        const char *how)
 {
-    ctrun__console_notice(c, "the %s reader %s: %llu %s line%s (%llu bytes) were dropped", l->name,
+    ctrun_console__notice(c, "the %s reader %s: %llu %s line%s (%llu bytes) were dropped", l->name,
                           how, (unsigned long long)l->ep_lines, l->name,
                           l->ep_lines == 1 ? "" : "s", (unsigned long long)l->ep_bytes);
     l->ep_lines = l->ep_bytes = 0;
@@ -165,7 +166,7 @@ static void ctrun__console_count_notice(ctrun_console_t *c, ctrun__lane_t *l, co
 
 /* Writes some of the ring extent [start, start + len) to fd: the number of bytes written, or
  * 0 with *err set. Blocks as long as the reader makes it (this is the only place that may). */
-static size_t ctrun__console_write_some(int fd, const char *buf, size_t cap, size_t start,
+static size_t ctrun_console__write_some(int fd, const char *buf, size_t cap, size_t start,
                                         size_t len, int *err)
 {
     struct iovec iov[2];
@@ -194,7 +195,7 @@ static size_t ctrun__console_write_some(int fd, const char *buf, size_t cap, siz
     }
 }
 
-static void ctrun__console_sleep_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t ns)
+static void ctrun_console__sleep_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t ns)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -207,9 +208,9 @@ static void ctrun__console_sleep_until(pthread_cond_t *cond, pthread_mutex_t *mu
     pthread_cond_timedwait(cond, mu, &ts);
 }
 
-static void *ctrun__console_writer(void *arg)
+static void *ctrun_console__writer(void *arg)
 {
-    ctrun__lane_t *l = arg;
+    ctrun_console__lane_t *l = arg;
     ctrun_console_t *c = l->c;
     bool lingered = false;
     pthread_mutex_lock(&c->mu);
@@ -219,7 +220,7 @@ static void *ctrun__console_writer(void *arg)
                 /* Found the queue empty: look again in a millisecond before sleeping for good,
                  * without being woken. Under a flood the producers then never pay for a
                  * wake-up; the cost is up to 1 ms of latency on the console. */
-                ctrun__console_sleep_until(&l->work, &c->mu, CTRUN__LINGER_NS);
+                ctrun_console__sleep_until(&l->work, &c->mu, CTRUN_CONSOLE__LINGER_NS);
                 lingered = true;
                 continue;
             }
@@ -230,14 +231,14 @@ static void *ctrun__console_writer(void *arg)
         lingered = false;
         if (l->seg_n == 0)
             break; /* stopped and drained */
-        ctrun__seg_t *s = &l->segs[l->seg_head];
+        ctrun_console__seg_t *s = &l->segs[l->seg_head];
         unsigned which = s->which;
         size_t len = s->len, start = l->head;
         int fd = c->fd[which], err = c->err[which];
         pthread_mutex_unlock(&c->mu);
         size_t n = len; /* a failed fd's bytes are discarded */
         if (err == 0)
-            n = ctrun__console_write_some(fd, l->buf, l->cap, start, len, &err);
+            n = ctrun_console__write_some(fd, l->buf, l->cap, start, len, &err);
         pthread_mutex_lock(&c->mu);
         if (err != 0) {
             if (c->err[which] == 0)
@@ -261,12 +262,12 @@ static void *ctrun__console_writer(void *arg)
     bool free_it = c->abandoned && c->alive == 0;
     pthread_mutex_unlock(&c->mu);
     if (free_it)
-        ctrun__console_free(c);
+        ctrun_console__free(c);
     return NULL;
 }
 
 /* Whether two fds write to the same file (then one lane keeps their lines in order). */
-static bool ctrun__console_same_file(int a, int b)
+static bool ctrun_console__same_file(int a, int b)
 {
     struct stat sa, sb;
     return a >= 0 && b >= 0 && fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
@@ -281,8 +282,8 @@ int ctrun_console_create(int out_fd, int err_fd, size_t capacity, const char *no
         capacity = CTRUN_CONSOLE_CAPACITY_DEFAULT;
     if (capacity < CTRUN_CONSOLE_CAPACITY_MIN)
         capacity = CTRUN_CONSOLE_CAPACITY_MIN;
-    if (capacity > CTRUN__CAPACITY_MAX)
-        capacity = CTRUN__CAPACITY_MAX;
+    if (capacity > CTRUN_CONSOLE__CAPACITY_MAX)
+        capacity = CTRUN_CONSOLE__CAPACITY_MAX;
     ctrun_console_t *c = calloc(1, sizeof *c);
     if (c == NULL)
         return -ENOMEM;
@@ -293,7 +294,7 @@ int ctrun_console_create(int out_fd, int err_fd, size_t capacity, const char *no
         snprintf(c->prefix, sizeof c->prefix, "%.40s ", notice_prefix);
     c->progress_ms = ct_time_ms();
     c->lane_of[0] = c->lane_of[1] = -1;
-    bool shared = ctrun__console_same_file(out_fd, err_fd);
+    bool shared = ctrun_console__same_file(out_fd, err_fd);
     static const char *const names[2] = {"stdout", "stderr"};
     for (int k = 0; k < 2; k++) {
         if (c->fd[k] < 0)
@@ -304,7 +305,7 @@ int ctrun_console_create(int out_fd, int err_fd, size_t capacity, const char *no
             continue;
         }
         c->lane_of[k] = c->nlanes;
-        ctrun__lane_t *l = &c->lane[c->nlanes++];
+        ctrun_console__lane_t *l = &c->lane[c->nlanes++];
         l->c = c;
         l->name = names[k];
         l->cap = capacity;
@@ -331,7 +332,7 @@ int ctrun_console_create(int out_fd, int err_fd, size_t capacity, const char *no
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     for (int i = 0; rc == 0 && i < c->nlanes; i++) {
-        int e = pthread_create(&c->lane[i].thread, NULL, ctrun__console_writer, &c->lane[i]);
+        int e = pthread_create(&c->lane[i].thread, NULL, ctrun_console__writer, &c->lane[i]);
         c->lane[i].started = e == 0;
         c->alive += e == 0;
         rc = -e;
@@ -347,7 +348,7 @@ int ctrun_console_create(int out_fd, int err_fd, size_t capacity, const char *no
             if (c->lane[i].started)
                 pthread_join(c->lane[i].thread, NULL);
         }
-        ctrun__console_free(c);
+        ctrun_console__free(c);
         return rc;
     }
     *out = c;
@@ -356,24 +357,26 @@ int ctrun_console_create(int out_fd, int err_fd, size_t capacity, const char *no
 
 /* One line (or block of lines) into the lane of fd index `which`, or counted as dropped.
  * Mutex held. */
-static int ctrun__console_put_line(ctrun_console_t *c, unsigned which, const struct iovec *iov,
+static int ctrun_console__put_line(ctrun_console_t *c, unsigned which, const struct iovec *iov,
                                    int iovcnt, ctrun_console_origin_t origin)
 {
     if (c->err[which] != 0)
         return c->err[which];
-    ctrun__lane_t *l = &c->lane[c->lane_of[which]];
+    ctrun_console__lane_t *l = &c->lane[c->lane_of[which]];
     size_t total = 0;
     for (int i = 0; i < iovcnt; i++)
         total += iov[i].iov_len;
     if (l->dropping && l->used <= l->cap / 2)
-        ctrun__console_count_notice(c, l, "caught up");
+        ctrun_console__count_notice(c, l, "caught up");
     /* Relayed lines leave the last eighth to ctrun's own; notices have the rest. */
-    size_t limit = l->cap - CTRUN__NOTICE_ROOM - (origin == CTRUN_CONSOLE_RELAY ? l->cap / 8 : 0);
-    if (ctrun__console_put(l, which, iov, iovcnt, total, limit, l->seg_cap - CTRUN__NOTICE_SEGS))
+    size_t limit =
+        l->cap - CTRUN_CONSOLE__NOTICE_ROOM - (origin == CTRUN_CONSOLE_RELAY ? l->cap / 8 : 0);
+    if (ctrun_console__put(l, which, iov, iovcnt, total, limit,
+                           l->seg_cap - CTRUN_CONSOLE__NOTICE_SEGS))
         return 0;
     if (!l->dropping) {
         l->dropping = true;
-        ctrun__console_notice(c,
+        ctrun_console__notice(c,
                               "the %s reader is too slow: dropping %s lines until it catches up "
                               "(log files are written in full)",
                               l->name, l->name);
@@ -394,7 +397,7 @@ static int ctrun__console_put_line(ctrun_console_t *c, unsigned which, const str
     return -EAGAIN;
 }
 
-static int ctrun__console_which(const ctrun_console_t *c, int fd)
+static int ctrun_console__which(const ctrun_console_t *c, int fd)
 {
     return fd >= 0 && fd == c->fd[0] ? 0 : fd >= 0 && fd == c->fd[1] ? 1 : -1;
 }
@@ -402,12 +405,12 @@ static int ctrun__console_which(const ctrun_console_t *c, int fd)
 int ctrun_console_write(ctrun_console_t *c, int fd, const struct iovec *iov, int iovcnt,
                         ctrun_console_origin_t origin)
 {
-    int which = ctrun__console_which(c, fd);
+    int which = ctrun_console__which(c, fd);
     if (which < 0)
         return -EINVAL;
     pthread_mutex_lock(&c->mu);
-    int rc = ctrun__console_put_line(c, (unsigned)which, iov, iovcnt, origin);
-    ctrun__console_wake(c);
+    int rc = ctrun_console__put_line(c, (unsigned)which, iov, iovcnt, origin);
+    ctrun_console__wake(c);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -415,14 +418,14 @@ int ctrun_console_write(ctrun_console_t *c, int fd, const struct iovec *iov, int
 int ctrun_console_write_lines(ctrun_console_t *c, int fd, const struct iovec *iov,
                               const int *line_end, int nlines, ctrun_console_origin_t origin)
 {
-    int which = ctrun__console_which(c, fd);
+    int which = ctrun_console__which(c, fd);
     if (which < 0)
         return -EINVAL;
     int rc = 0, first = 0;
     pthread_mutex_lock(&c->mu);
     for (int k = 0; k < nlines; k++) {
         int r =
-            ctrun__console_put_line(c, (unsigned)which, iov + first, line_end[k] - first, origin);
+            ctrun_console__put_line(c, (unsigned)which, iov + first, line_end[k] - first, origin);
         first = line_end[k];
         if (r != 0 && r != -EAGAIN) {
             rc = r; /* the fd failed: the rest would be discarded too */
@@ -430,12 +433,12 @@ int ctrun_console_write_lines(ctrun_console_t *c, int fd, const struct iovec *io
         }
         rc = rc ? rc : r;
     }
-    ctrun__console_wake(c);
+    ctrun_console__wake(c);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
 
-static bool ctrun__console_done(const ctrun_console_t *c, const uint64_t *target)
+static bool ctrun_console__done(const ctrun_console_t *c, const uint64_t *target)
 {
     for (int i = 0; i < c->nlanes; i++) {
         if (c->lane[i].done_total < target[i])
@@ -452,7 +455,7 @@ int ctrun_console_flush(ctrun_console_t *c, int64_t stall_ms)
     for (int i = 0; i < c->nlanes; i++)
         target[i] = c->lane[i].queued_total;
     int64_t start = ct_time_ms();
-    while (!ctrun__console_done(c, target)) {
+    while (!ctrun_console__done(c, target)) {
         if (stall_ms < 0) {
             pthread_cond_wait(&c->progress, &c->mu);
             continue;
@@ -463,7 +466,7 @@ int ctrun_console_flush(ctrun_console_t *c, int64_t stall_ms)
             rc = -ETIMEDOUT;
             break;
         }
-        ctrun__console_sleep_until(&c->progress, &c->mu, (last + stall_ms - now) * 1000000L);
+        ctrun_console__sleep_until(&c->progress, &c->mu, (last + stall_ms - now) * 1000000L);
     }
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -488,9 +491,9 @@ int ctrun_console_destroy(ctrun_console_t *c, int64_t stall_ms)
     pthread_mutex_lock(&c->mu);
     for (int i = 0; i < c->nlanes; i++) {
         if (c->lane[i].dropping)
-            ctrun__console_count_notice(c, &c->lane[i], "was too slow");
+            ctrun_console__count_notice(c, &c->lane[i], "was too slow");
     }
-    ctrun__console_wake(c);
+    ctrun_console__wake(c);
     pthread_mutex_unlock(&c->mu);
     int rc = ctrun_console_flush(c, stall_ms);
     pthread_mutex_lock(&c->mu);
@@ -508,11 +511,11 @@ int ctrun_console_destroy(ctrun_console_t *c, int64_t stall_ms)
         for (int i = 0; i < n; i++)
             pthread_detach(threads[i]);
         if (free_now)
-            ctrun__console_free(c);
+            ctrun_console__free(c);
         return rc;
     }
     for (int i = 0; i < n; i++)
         pthread_join(threads[i], NULL);
-    ctrun__console_free(c);
+    ctrun_console__free(c);
     return 0;
 }

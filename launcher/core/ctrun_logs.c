@@ -158,7 +158,7 @@ int ctrun_logs_prefix(const char *tmpl, const char *role, int rank, int local_ra
 /* ---- folders --------------------------------------------------------------------------------- */
 
 /* mkdir -p with mode 0777 (the umask applies), like os.makedirs(exist_ok=True). */
-static int ctrun__mkdirs(const char *path, ct_errbuf_t *eb)
+static int ctrun_logs__mkdirs(const char *path, ct_errbuf_t *eb)
 {
     char buf[PATH_MAX];
     size_t len = strlen(path);
@@ -183,7 +183,7 @@ static int ctrun__mkdirs(const char *path, ct_errbuf_t *eb)
 
 /* Creates "<dir>/<prefix><8 random chars>" with mode 0700, as Python's tempfile.mkdtemp
  * does, and returns its path (malloc'd) in *out. */
-static int ctrun__mkdtemp(const char *dir, const char *prefix, char **out, ct_errbuf_t *eb)
+static int ctrun_logs__mkdtemp(const char *dir, const char *prefix, char **out, ct_errbuf_t *eb)
 {
     static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789_";
     char path[PATH_MAX];
@@ -231,18 +231,18 @@ int ctrun_logs_init(ctrun_logs_t *logs, const char *log_dir, const char *tmp_dir
         return ct_errbuf_set(eb, CT_EPARSE, "run id \"%.64s\" contains '/'", run_id);
     int rc;
     if (log_dir != NULL && log_dir[0] != '\0') {
-        rc = ctrun__mkdirs(log_dir, eb);
+        rc = ctrun_logs__mkdirs(log_dir, eb);
         /* Absolute, so that a worker that changes directory still finds its error file. */
         if (rc == 0 && (logs->base_dir = realpath(log_dir, NULL)) == NULL)
             rc = ct_errbuf_set(eb, -errno, "log folder %s: %s", log_dir, strerror(errno));
     } else {
-        rc = ctrun__mkdtemp(tmp_dir != NULL ? tmp_dir : "/tmp", "ctrun_", &logs->base_dir, eb);
+        rc = ctrun_logs__mkdtemp(tmp_dir != NULL ? tmp_dir : "/tmp", "ctrun_", &logs->base_dir, eb);
         logs->base_created = rc == 0;
     }
     if (rc == 0) {
         char prefix[NAME_MAX];
         snprintf(prefix, sizeof prefix, "%.200s_", run_id);
-        rc = ctrun__mkdtemp(logs->base_dir, prefix, &logs->run_dir, eb);
+        rc = ctrun_logs__mkdtemp(logs->base_dir, prefix, &logs->run_dir, eb);
     }
     if (rc != 0) {
         if (logs->base_created)
@@ -252,13 +252,13 @@ int ctrun_logs_init(ctrun_logs_t *logs, const char *log_dir, const char *tmp_dir
     return rc;
 }
 
-static int ctrun__attempt_dir(const ctrun_logs_t *logs, int attempt, char *buf, size_t size)
+static int ctrun_logs__attempt_dir(const ctrun_logs_t *logs, int attempt, char *buf, size_t size)
 {
     int n = snprintf(buf, size, "%s/attempt_%d", logs->run_dir, attempt);
     return (n < 0 || (size_t)n >= size) ? -ENAMETOOLONG : 0;
 }
 
-static int ctrun__rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+static int ctrun_logs__rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st;
     (void)ftw;
@@ -270,12 +270,12 @@ int ctrun_logs_attempt_prepare(const ctrun_logs_t *logs, int attempt, int nproc,
     if (logs->disabled)
         return 0;
     char dir[PATH_MAX];
-    if (ctrun__attempt_dir(logs, attempt, dir, sizeof dir) != 0)
+    if (ctrun_logs__attempt_dir(logs, attempt, dir, sizeof dir) != 0)
         return ct_errbuf_set(eb, -ENAMETOOLONG, "log folder under %.200s: path too long",
                              logs->run_dir);
     struct stat st;
     if (lstat(dir, &st) == 0 &&
-        nftw(dir, ctrun__rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
+        nftw(dir, ctrun_logs__rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
         return ct_errbuf_set(eb, -errno, "cannot remove old log folder %s: %s", dir,
                              strerror(errno));
     if (mkdir(dir, 0777) != 0)
@@ -324,7 +324,8 @@ int ctrun_logs_open(const ctrun_logs_t *logs, int attempt, int local_rank, ctrun
     return 0;
 }
 
-static int ctrun__rm_empty_dir(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+static int ctrun_logs__rm_empty_dir(const char *path, const struct stat *st, int flag,
+                                    struct FTW *ftw)
 {
     (void)st;
     (void)ftw;
@@ -337,7 +338,7 @@ void ctrun_logs_remove_empty(const ctrun_logs_t *logs)
 {
     if (logs->disabled || logs->run_dir == NULL)
         return;
-    nftw(logs->run_dir, ctrun__rm_empty_dir, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+    nftw(logs->run_dir, ctrun_logs__rm_empty_dir, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
     if (logs->base_created)
         rmdir(logs->base_dir);
 }

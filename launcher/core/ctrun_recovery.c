@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int ctrun__attempt(ctrun_recovery_t *r, int k, ctrun_recovery_attempt_t **out)
+static int ctrun_recovery__attempt(ctrun_recovery_t *r, int k, ctrun_recovery_attempt_t **out)
 {
     if (k < 0)
         return -EINVAL;
@@ -47,7 +47,7 @@ int ctrun_recovery_add(ctrun_recovery_t *r, int attempt, int rank, int local_ran
     row->failed_step = -1;
     row->resume_step = -1;
     ctrun_recovery_attempt_t *a;
-    if (ctrun__attempt(r, attempt, &a) == 0)
+    if (ctrun_recovery__attempt(r, attempt, &a) == 0)
         row->failed_step = a->max_step;
     return 0;
 }
@@ -55,7 +55,7 @@ int ctrun_recovery_add(ctrun_recovery_t *r, int attempt, int rank, int local_ran
 int ctrun_recovery_heartbeat(ctrun_recovery_t *r, int attempt, int64_t step, uint64_t now_ns)
 {
     ctrun_recovery_attempt_t *a;
-    int rc = ctrun__attempt(r, attempt, &a);
+    int rc = ctrun_recovery__attempt(r, attempt, &a);
     if (rc != 0)
         return rc;
     r->any_heartbeat = true;
@@ -92,7 +92,7 @@ bool ctrun_recovery_progressed(const ctrun_recovery_t *r, int attempt)
     return a->first_step >= 0 && a->max_step > a->first_step;
 }
 
-static void ctrun__ms(char *buf, size_t size, int64_t ns)
+static void ctrun_recovery__ms(char *buf, size_t size, int64_t ns)
 {
     if (ns < 0)
         snprintf(buf, size, "-");
@@ -119,8 +119,8 @@ int ctrun_recovery_format(const ctrun_recovery_t *r, int attempts, char **out)
     for (size_t i = 0; i < r->n && len < cap; i++) {
         const ctrun_recovery_row_t *row = &r->rows[i];
         char det[32], res[32], rep[96];
-        ctrun__ms(det, sizeof det, row->detect_ns);
-        ctrun__ms(res, sizeof res, row->resume_ns);
+        ctrun_recovery__ms(det, sizeof det, row->detect_ns);
+        ctrun_recovery__ms(res, sizeof res, row->resume_ns);
         if (row->failed_step >= 0 && row->resume_step >= 0)
             snprintf(rep, sizeof rep, "%lld (%lld -> %lld)",
                      (long long)(row->failed_step > row->resume_step
@@ -138,7 +138,7 @@ int ctrun_recovery_format(const ctrun_recovery_t *r, int attempts, char **out)
     return 0;
 }
 
-static json_t *ctrun__ms_json(int64_t ns)
+static json_t *ctrun_recovery__ms_json(int64_t ns)
 {
     return ns < 0 ? json_null() : json_real((double)ns / 1e6);
 }
@@ -161,8 +161,8 @@ int ctrun_recovery_json(const ctrun_recovery_t *r, int attempts, int exit_code, 
         json_object_set_new(o, "rank", json_integer(row->rank));
         json_object_set_new(o, "local_rank", json_integer(row->local_rank));
         json_object_set_new(o, "cause", json_string(row->cause));
-        json_object_set_new(o, "detection_latency_ms", ctrun__ms_json(row->detect_ns));
-        json_object_set_new(o, "time_to_resume_ms", ctrun__ms_json(row->resume_ns));
+        json_object_set_new(o, "detection_latency_ms", ctrun_recovery__ms_json(row->detect_ns));
+        json_object_set_new(o, "time_to_resume_ms", ctrun_recovery__ms_json(row->resume_ns));
         json_object_set_new(o, "failed_step",
                             row->failed_step >= 0 ? json_integer(row->failed_step) : json_null());
         json_object_set_new(o, "resume_step",

@@ -19,13 +19,14 @@
 #include "ct_errfile.h"
 #include "ctrun_signal.h"
 
-typedef struct ctrun__str {
+typedef struct ctrun_report__str {
     char *data;
     size_t len, cap;
     bool oom;
-} ctrun__str_t;
+} ctrun_report__str_t;
 
-__attribute__((format(printf, 2, 3))) static void ctrun__addf(ctrun__str_t *s, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void ctrun_report__addf(ctrun_report__str_t *s,
+                                                                     const char *fmt, ...)
 {
     if (s->oom)
         return;
@@ -176,7 +177,7 @@ size_t ctrun_report_root(const ctrun_failure_t *failures, size_t n)
 }
 
 /* Characters (UTF-8 code points) in the longest line of text, as Python's len() counts. */
-static size_t ctrun__widest_line(const char *text)
+static size_t ctrun_report__widest_line(const char *text)
 {
     size_t best = 0, cur = 0;
     for (const unsigned char *p = (const unsigned char *)text; *p != '\0'; p++) {
@@ -191,67 +192,69 @@ static size_t ctrun__widest_line(const char *text)
 }
 
 /* One "[idx]:" block, without a trailing newline. */
-static void ctrun__block(ctrun__str_t *s, size_t idx, const ctrun_failure_t *f)
+static void ctrun_report__block(ctrun_report__str_t *s, size_t idx, const ctrun_failure_t *f)
 {
     char when[32] = "";
     time_t t = (time_t)f->timestamp;
     struct tm tm;
     if (localtime_r(&t, &tm) != NULL)
         strftime(when, sizeof when, "%Y-%m-%d_%H:%M:%S", &tm);
-    ctrun__addf(s, "[%zu]:\n  time      : %s\n  host      : %s\n", idx, when, f->host);
-    ctrun__addf(s, "  rank      : %d (local_rank: %d)\n", f->rank, f->local_rank);
-    ctrun__addf(s, "  exitcode  : %d (pid: %d)\n", f->exitcode, f->pid);
-    ctrun__addf(s, "  error_file: %s\n  traceback : ", f->error_file ? f->error_file : "<N/A>");
+    ctrun_report__addf(s, "[%zu]:\n  time      : %s\n  host      : %s\n", idx, when, f->host);
+    ctrun_report__addf(s, "  rank      : %d (local_rank: %d)\n", f->rank, f->local_rank);
+    ctrun_report__addf(s, "  exitcode  : %d (pid: %d)\n", f->exitcode, f->pid);
+    ctrun_report__addf(s,
+                       "  error_file: %s\n  traceback : ", f->error_file ? f->error_file : "<N/A>");
     for (const char *p = f->message;;) {
         const char *nl = strchr(p, '\n');
         if (nl == NULL) {
-            ctrun__addf(s, "%s", p);
+            ctrun_report__addf(s, "%s", p);
             break;
         }
-        ctrun__addf(s, "%.*s\n  ", (int)(nl - p), p);
+        ctrun_report__addf(s, "%.*s\n  ", (int)(nl - p), p);
         p = nl + 1;
     }
 }
 
-static void ctrun__rule(ctrun__str_t *s, char c, size_t width)
+static void ctrun_report__rule(ctrun_report__str_t *s, char c, size_t width)
 {
     char line[64];
     memset(line, c, width);
     line[width] = '\0';
-    ctrun__addf(s, "%s\n", line);
+    ctrun_report__addf(s, "%s\n", line);
 }
 
 int ctrun_report_format(const char *name, const ctrun_failure_t *failures, size_t n, char **out)
 {
     size_t root = ctrun_report_root(failures, n);
-    ctrun__str_t title = {0}, others = {0}, rootfmt = {0}, text = {0};
-    ctrun__addf(&title, "%s FAILED", name);
-    size_t width = ctrun__widest_line(title.data ? title.data : "");
+    ctrun_report__str_t title = {0}, others = {0}, rootfmt = {0}, text = {0};
+    ctrun_report__addf(&title, "%s FAILED", name);
+    size_t width = ctrun_report__widest_line(title.data ? title.data : "");
     for (size_t i = 0; i < n; i++) {
-        ctrun__str_t block = {0};
-        ctrun__block(&block, i, &failures[i]);
+        ctrun_report__str_t block = {0};
+        ctrun_report__block(&block, i, &failures[i]);
         if (block.oom) {
             free(block.data);
             others.oom = true;
             break;
         }
-        size_t w = ctrun__widest_line(block.data);
+        size_t w = ctrun_report__widest_line(block.data);
         width = w > width ? w : width;
         if (i == root)
-            ctrun__addf(&rootfmt, "%s", block.data);
+            ctrun_report__addf(&rootfmt, "%s", block.data);
         else
-            ctrun__addf(&others, "%s%s", others.len ? "\n" : "", block.data);
+            ctrun_report__addf(&others, "%s%s", others.len ? "\n" : "", block.data);
         free(block.data);
     }
     width = width < 60 ? width : 60;
-    ctrun__rule(&text, '=', width);
-    ctrun__addf(&text, "%s\n", title.data ? title.data : "");
-    ctrun__rule(&text, '-', width);
-    ctrun__addf(&text, "Failures:\n%s\n", others.len ? others.data : "  <NO_OTHER_FAILURES>");
-    ctrun__rule(&text, '-', width);
-    ctrun__addf(&text, "Root Cause (first observed failure):\n%s\n",
-                rootfmt.data ? rootfmt.data : "");
-    ctrun__rule(&text, '=', width);
+    ctrun_report__rule(&text, '=', width);
+    ctrun_report__addf(&text, "%s\n", title.data ? title.data : "");
+    ctrun_report__rule(&text, '-', width);
+    ctrun_report__addf(&text, "Failures:\n%s\n",
+                       others.len ? others.data : "  <NO_OTHER_FAILURES>");
+    ctrun_report__rule(&text, '-', width);
+    ctrun_report__addf(&text, "Root Cause (first observed failure):\n%s\n",
+                       rootfmt.data ? rootfmt.data : "");
+    ctrun_report__rule(&text, '=', width);
     bool oom = title.oom || others.oom || rootfmt.oom || text.oom;
     free(title.data);
     free(others.data);

@@ -14,7 +14,7 @@
 #include "ct_parse.h"
 
 /* glibc names signal 29 POLL; Python (and kill -l on most shells) say IO. */
-static const char *ctrun__abbrev(int sig)
+static const char *ctrun_signal__abbrev(int sig)
 {
     if (sig == SIGIO)
         return "IO";
@@ -23,7 +23,7 @@ static const char *ctrun__abbrev(int sig)
 
 const char *ctrun_signal_name(int sig, char *buf, size_t size)
 {
-    const char *abbrev = ctrun__abbrev(sig);
+    const char *abbrev = ctrun_signal__abbrev(sig);
     if (abbrev != NULL)
         snprintf(buf, size, "SIG%s", abbrev);
     else if (sig == SIGRTMIN)

@@ -17,17 +17,17 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define CTRUN__IOV_MAX 192
+#define CTRUN_SINK__IOV_MAX 192
 
-typedef struct ctrun__batch {
-    struct iovec iov[CTRUN__IOV_MAX];
+typedef struct ctrun_sink__batch {
+    struct iovec iov[CTRUN_SINK__IOV_MAX];
     int n;
-    int line_end[CTRUN__IOV_MAX]; /* where each line's iovecs end (for the console queue) */
+    int line_end[CTRUN_SINK__IOV_MAX]; /* where each line's iovecs end (for the console queue) */
     int nlines;
-} ctrun__batch_t;
+} ctrun_sink__batch_t;
 
 /* Writes every byte of iov[0..n) to fd; the iovecs are consumed. Returns 0 or -errno. */
-static int ctrun__writev_all(int fd, struct iovec *iov, int n)
+static int ctrun_sink__writev_all(int fd, struct iovec *iov, int n)
 {
     while (n > 0) {
         ssize_t w = writev(fd, iov, n);
@@ -55,7 +55,7 @@ static int ctrun__writev_all(int fd, struct iovec *iov, int n)
     return 0;
 }
 
-static int ctrun__flush(ctrun_sink_t *s, ctrun__batch_t *b)
+static int ctrun_sink__flush(ctrun_sink_t *s, ctrun_sink__batch_t *b)
 {
     int rc = 0;
     if (b->n > 0 && s->console_err == 0 && s->console != NULL) {
@@ -66,7 +66,7 @@ static int ctrun__flush(ctrun_sink_t *s, ctrun__batch_t *b)
         if (rc != 0)
             s->console_err = rc;
     } else if (b->n > 0 && s->console_err == 0) {
-        rc = ctrun__writev_all(s->console_fd, b->iov, b->n);
+        rc = ctrun_sink__writev_all(s->console_fd, b->iov, b->n);
         if (rc != 0)
             s->console_err = rc;
     }
@@ -75,31 +75,31 @@ static int ctrun__flush(ctrun_sink_t *s, ctrun__batch_t *b)
     return rc;
 }
 
-static void ctrun__add(ctrun__batch_t *b, const void *p, size_t n)
+static void ctrun_sink__add(ctrun_sink__batch_t *b, const void *p, size_t n)
 {
     if (n > 0)
         b->iov[b->n++] = (struct iovec){.iov_base = (void *)p, .iov_len = n};
 }
 
 /* Queues one console line made of the prefix, a and b; flushes first when the batch is full. */
-static int ctrun__line(ctrun_sink_t *s, ctrun__batch_t *b, const char *a, size_t an, const char *c,
-                       size_t cn, bool add_nl)
+static int ctrun_sink__line(ctrun_sink_t *s, ctrun_sink__batch_t *b, const char *a, size_t an,
+                            const char *c, size_t cn, bool add_nl)
 {
     int rc = 0;
-    if (b->n + 4 > CTRUN__IOV_MAX)
-        rc = ctrun__flush(s, b);
-    ctrun__add(b, s->prefix, s->prefix_len);
-    ctrun__add(b, a, an);
-    ctrun__add(b, c, cn);
+    if (b->n + 4 > CTRUN_SINK__IOV_MAX)
+        rc = ctrun_sink__flush(s, b);
+    ctrun_sink__add(b, s->prefix, s->prefix_len);
+    ctrun_sink__add(b, a, an);
+    ctrun_sink__add(b, c, cn);
     if (add_nl)
-        ctrun__add(b, "\n", 1);
+        ctrun_sink__add(b, "\n", 1);
     b->line_end[b->nlines++] = b->n;
     return rc;
 }
 
 /* Where to cut a full buffer so that a UTF-8 character is not split: before a lead byte
  * whose character would not fit. */
-static size_t ctrun__utf8_cut(const unsigned char *p, size_t n)
+static size_t ctrun_sink__utf8_cut(const unsigned char *p, size_t n)
 {
     for (size_t back = 1; back <= 3 && back < n; back++) {
         unsigned char c = p[n - back];
@@ -137,12 +137,12 @@ int ctrun_sink_write(ctrun_sink_t *sink, const void *data, size_t nbytes)
 {
     if (sink->file_fd >= 0 && sink->file_err == 0 && nbytes > 0) {
         struct iovec iov = {.iov_base = (void *)data, .iov_len = nbytes};
-        sink->file_err = ctrun__writev_all(sink->file_fd, &iov, 1);
+        sink->file_err = ctrun_sink__writev_all(sink->file_fd, &iov, 1);
     }
     if (sink->console_fd < 0 || sink->console_err != 0)
         return sink->file_err ? sink->file_err : sink->console_err;
 
-    ctrun__batch_t b = {.n = 0, .nlines = 0};
+    ctrun_sink__batch_t b = {.n = 0, .nlines = 0};
     const char *p = data, *end = p + nbytes;
     if (sink->cut_pending && p < end) {
         if (*p == '\n' && sink->pending_len == 0)
@@ -155,20 +155,20 @@ int ctrun_sink_write(ctrun_sink_t *sink, const void *data, size_t nbytes)
         /* A line too long for the buffer goes out in pieces of line_max bytes. */
         while (sink->pending_len + seg > sink->line_max ||
                (nl == NULL && sink->pending_len + seg == sink->line_max)) {
-            ctrun__flush(sink, &b); /* the batch may point into pending */
+            ctrun_sink__flush(sink, &b); /* the batch may point into pending */
             size_t take = sink->line_max - sink->pending_len;
             memcpy(sink->pending + sink->pending_len, p, take);
             p += take;
             seg -= take;
-            size_t cut = ctrun__utf8_cut((unsigned char *)sink->pending, sink->line_max);
-            ctrun__line(sink, &b, sink->pending, cut, NULL, 0, true);
-            ctrun__flush(sink, &b);
+            size_t cut = ctrun_sink__utf8_cut((unsigned char *)sink->pending, sink->line_max);
+            ctrun_sink__line(sink, &b, sink->pending, cut, NULL, 0, true);
+            ctrun_sink__flush(sink, &b);
             sink->pending_len = sink->line_max - cut;
             memmove(sink->pending, sink->pending + cut, sink->pending_len);
             sink->cut_pending = sink->pending_len == 0 && seg == 0;
         }
         if (nl == NULL) {
-            ctrun__flush(sink, &b);
+            ctrun_sink__flush(sink, &b);
             memcpy(sink->pending + sink->pending_len, p, seg);
             sink->pending_len += seg;
             break;
@@ -176,15 +176,15 @@ int ctrun_sink_write(ctrun_sink_t *sink, const void *data, size_t nbytes)
         if (sink->cut_pending && seg == 0) {
             sink->cut_pending = false; /* the piece just written already ended the line */
         } else {
-            ctrun__line(sink, &b, sink->pending, sink->pending_len, p, seg + 1, false);
+            ctrun_sink__line(sink, &b, sink->pending, sink->pending_len, p, seg + 1, false);
             if (sink->pending_len > 0)
-                ctrun__flush(sink, &b);
+                ctrun_sink__flush(sink, &b);
         }
         sink->cut_pending = false;
         sink->pending_len = 0;
         p = nl + 1;
     }
-    ctrun__flush(sink, &b);
+    ctrun_sink__flush(sink, &b);
     return sink->file_err ? sink->file_err : sink->console_err;
 }
 
@@ -192,11 +192,11 @@ int ctrun_sink_finish(ctrun_sink_t *sink)
 {
     if (sink->console_fd < 0 || sink->console_err != 0 || sink->pending_len == 0)
         return sink->file_err ? sink->file_err : sink->console_err;
-    ctrun__batch_t b = {.n = 0, .nlines = 0};
-    ctrun__line(sink, &b, sink->pending, sink->pending_len, NULL, 0, true);
+    ctrun_sink__batch_t b = {.n = 0, .nlines = 0};
+    ctrun_sink__line(sink, &b, sink->pending, sink->pending_len, NULL, 0, true);
     sink->pending_len = 0;
     sink->cut_pending = false;
-    ctrun__flush(sink, &b);
+    ctrun_sink__flush(sink, &b);
     return sink->file_err ? sink->file_err : sink->console_err;
 }
 

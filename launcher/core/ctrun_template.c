@@ -10,13 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct ctrun__buf {
+typedef struct ctrun_template__buf {
     char *data;
     size_t len, cap;
     bool oom;
-} ctrun__buf_t;
+} ctrun_template__buf_t;
 
-static void ctrun__put(ctrun__buf_t *b, const char *s, size_t n)
+static void ctrun_template__put(ctrun_template__buf_t *b, const char *s, size_t n)
 {
     if (b->oom)
         return;
@@ -37,18 +37,18 @@ static void ctrun__put(ctrun__buf_t *b, const char *s, size_t n)
     b->data[b->len] = '\0';
 }
 
-static bool ctrun__id_start(char c)
+static bool ctrun_template__id_start(char c)
 {
     return c == '_' || isalpha((unsigned char)c);
 }
 
-static bool ctrun__id_char(char c)
+static bool ctrun_template__id_char(char c)
 {
     return c == '_' || isalnum((unsigned char)c);
 }
 
-static const char *ctrun__lookup(const ctrun_template_var_t *vars, size_t nvars, const char *id,
-                                 size_t len)
+static const char *ctrun_template__lookup(const ctrun_template_var_t *vars, size_t nvars,
+                                          const char *id, size_t len)
 {
     for (size_t i = 0; i < nvars; i++) {
         if (strlen(vars[i].name) == len && memcmp(vars[i].name, id, len) == 0)
@@ -60,41 +60,41 @@ static const char *ctrun__lookup(const ctrun_template_var_t *vars, size_t nvars,
 int ctrun_template_substitute(const char *text, const ctrun_template_var_t *vars, size_t nvars,
                               char **out)
 {
-    ctrun__buf_t b = {0};
-    ctrun__put(&b, "", 0);
+    ctrun_template__buf_t b = {0};
+    ctrun_template__put(&b, "", 0);
     const char *p = text;
     while (*p != '\0') {
         const char *dollar = strchr(p, '$');
         if (dollar == NULL) {
-            ctrun__put(&b, p, strlen(p));
+            ctrun_template__put(&b, p, strlen(p));
             break;
         }
-        ctrun__put(&b, p, (size_t)(dollar - p));
+        ctrun_template__put(&b, p, (size_t)(dollar - p));
         const char *q = dollar + 1;
         if (*q == '$') {
-            ctrun__put(&b, "$", 1);
+            ctrun_template__put(&b, "$", 1);
             p = q + 1;
             continue;
         }
         bool braced = *q == '{';
         const char *id = braced ? q + 1 : q;
         const char *e = id;
-        if (ctrun__id_start(*e)) {
-            while (ctrun__id_char(*e))
+        if (ctrun_template__id_start(*e)) {
+            while (ctrun_template__id_char(*e))
                 e++;
         }
         if (e == id || (braced && *e != '}')) {
             /* Not a placeholder: the '$' stays and scanning resumes right after it. */
-            ctrun__put(&b, "$", 1);
+            ctrun_template__put(&b, "$", 1);
             p = q;
             continue;
         }
         const char *end = braced ? e + 1 : e;
-        const char *value = ctrun__lookup(vars, nvars, id, (size_t)(e - id));
+        const char *value = ctrun_template__lookup(vars, nvars, id, (size_t)(e - id));
         if (value != NULL)
-            ctrun__put(&b, value, strlen(value));
+            ctrun_template__put(&b, value, strlen(value));
         else
-            ctrun__put(&b, dollar, (size_t)(end - dollar));
+            ctrun_template__put(&b, dollar, (size_t)(end - dollar));
         p = end;
     }
     if (b.oom) {

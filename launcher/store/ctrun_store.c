@@ -24,14 +24,14 @@
 
 /* ---- lifecycle -------------------------------------------------------------------------- */
 
-static void ctrun__free_state(ctrun_store_t *s)
+static void ctrun_store__free_state(ctrun_store_t *s)
 {
     for (size_t b = 0; s->tab != NULL && b <= s->tab_mask; b++) {
-        ctrun__entry_t *e = s->tab[b];
+        ctrun_store__entry_t *e = s->tab[b];
         while (e != NULL) {
-            ctrun__entry_t *next = e->hnext;
+            ctrun_store__entry_t *next = e->hnext;
             while (e->qhead != NULL) {
-                ctrun__item_t *it = e->qhead;
+                ctrun_store__item_t *it = e->qhead;
                 e->qhead = it->next;
                 free(it);
             }
@@ -57,23 +57,23 @@ static void ctrun__free_state(ctrun_store_t *s)
         close(s->spare_fd);
 }
 
-void ctrun__maybe_finish(ctrun_store_t *s)
+void ctrun_store__maybe_finish(ctrun_store_t *s)
 {
     if (!s->closing || s->open_handles > 0)
         return;
     void (*cb)(void *) = s->close_cb;
     void *data = s->close_data;
-    ctrun__free_state(s);
+    ctrun_store__free_state(s);
     free(s);
     if (cb != NULL)
         cb(data);
 }
 
-static void ctrun__on_handle_closed(uv_handle_t *h)
+static void ctrun_store__on_handle_closed(uv_handle_t *h)
 {
     ctrun_store_t *s = h->data;
     s->open_handles--;
-    ctrun__maybe_finish(s);
+    ctrun_store__maybe_finish(s);
 }
 
 int ctrun_store_create(uv_loop_t *loop, const ctrun_store_opts_t *opts, ctrun_store_t **out,
@@ -103,7 +103,7 @@ int ctrun_store_create(uv_loop_t *loop, const ctrun_store_opts_t *opts, ctrun_st
     s->max_bytes = opts->max_bytes ? opts->max_bytes : CTRUN_STORE_DEFAULT_MAX_BYTES;
     s->tab_mask = 1023;
     s->tab = calloc(s->tab_mask + 1, sizeof *s->tab);
-    s->rbuf = malloc(CTRUN__READ_CHUNK);
+    s->rbuf = malloc(CTRUN_STORE__READ_CHUNK);
     if (opts->token != NULL) {
         s->token_len = strlen(opts->token);
         s->token = malloc(s->token_len + 1);
@@ -111,7 +111,7 @@ int ctrun_store_create(uv_loop_t *loop, const ctrun_store_opts_t *opts, ctrun_st
             memcpy(s->token, opts->token, s->token_len + 1);
     }
     if (s->tab == NULL || s->rbuf == NULL || (opts->token != NULL && s->token == NULL)) {
-        ctrun__free_state(s);
+        ctrun_store__free_state(s);
         free(s);
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     }
@@ -125,21 +125,21 @@ int ctrun_store_create(uv_loop_t *loop, const ctrun_store_opts_t *opts, ctrun_st
         signal(SIGPIPE, SIG_IGN);
         ct_log_debug("store: SIGPIPE set to SIG_IGN");
     }
-    int rc = ctrun__listen(s, opts->host, opts->port, eb);
+    int rc = ctrun_store__listen(s, opts->host, opts->port, eb);
     if (rc == 0 && s->token != NULL) {
         rc = uv_timer_init(loop, &s->auth_timer);
         if (rc == 0) {
             s->has_timer = true;
             s->open_handles++;
             s->auth_timer.data = s;
-            rc = uv_timer_start(&s->auth_timer, ctrun__on_auth_timer, 1000, 1000);
+            rc = uv_timer_start(&s->auth_timer, ctrun_store__on_auth_timer, 1000, 1000);
         }
         if (rc != 0)
             ct_errbuf_set(eb, rc, "store: timer: %s", uv_strerror(rc));
     }
     if (rc != 0) {
         if (s->open_handles == 0) {
-            ctrun__free_state(s);
+            ctrun_store__free_state(s);
             free(s);
         } else {
             /* Handles were opened: they must close through the loop before the memory goes. */
@@ -159,27 +159,27 @@ void ctrun_store_close(ctrun_store_t *s, void (*cb)(void *data), void *data)
     s->close_cb = cb;
     s->close_data = data;
     while (s->conns != NULL)
-        ctrun__conn_close(s->conns);
+        ctrun_store__conn_close(s->conns);
     s->dirty = NULL; /* closing connections are never flushed */
     if (s->has_listener) {
         s->listener.data = s;
-        uv_close((uv_handle_t *)&s->listener, ctrun__on_handle_closed);
+        uv_close((uv_handle_t *)&s->listener, ctrun_store__on_handle_closed);
     }
     if (s->has_accept_timer)
-        uv_close((uv_handle_t *)&s->accept_timer, ctrun__on_handle_closed);
+        uv_close((uv_handle_t *)&s->accept_timer, ctrun_store__on_handle_closed);
     s->has_accept_timer = false;
     if (s->has_timer)
-        uv_close((uv_handle_t *)&s->auth_timer, ctrun__on_handle_closed);
+        uv_close((uv_handle_t *)&s->auth_timer, ctrun_store__on_handle_closed);
     if (s->has_linger)
-        uv_close((uv_handle_t *)&s->linger_timer, ctrun__on_handle_closed);
+        uv_close((uv_handle_t *)&s->linger_timer, ctrun_store__on_handle_closed);
     s->has_linger = false;
     s->lingering = false;
     /* With nothing open (not even a listener), the memory can go now; cb still runs later
      * from the loop's point of view only if handles were open, so call it here. */
-    ctrun__maybe_finish(s);
+    ctrun_store__maybe_finish(s);
 }
 
-static void ctrun__on_linger_timer(uv_timer_t *t)
+static void ctrun_store__on_linger_timer(uv_timer_t *t)
 {
     ctrun_store_t *s = t->data;
     if (s->st.connections > 0)
@@ -203,7 +203,7 @@ void ctrun_store_close_gently(ctrun_store_t *s, uint64_t linger_ms, void (*cb)(v
     s->linger_cb = cb;
     s->linger_data = data;
     s->linger_timer.data = s;
-    uv_timer_start(&s->linger_timer, ctrun__on_linger_timer, linger_ms, 0);
+    uv_timer_start(&s->linger_timer, ctrun_store__on_linger_timer, linger_ms, 0);
 }
 
 int ctrun_store_port(const ctrun_store_t *s)
@@ -218,7 +218,8 @@ const char *ctrun_store_address(const ctrun_store_t *s)
 
 /* ---- in-process API --------------------------------------------------------------------- */
 
-static int ctrun__api_key(const ctrun_store_t *s, const char *key, size_t *klen, ct_errbuf_t *eb)
+static int ctrun_store__api_key(const ctrun_store_t *s, const char *key, size_t *klen,
+                                ct_errbuf_t *eb)
 {
     if (s->closing)
         return ct_errbuf_set(eb, CT_ESTATE, "store is closing");
@@ -235,25 +236,26 @@ int ctrun_store_set(ctrun_store_t *s, const char *key, const void *value, size_t
                     ct_errbuf_t *eb)
 {
     size_t klen = 0;
-    int rc = ctrun__api_key(s, key, &klen, eb);
+    int rc = ctrun_store__api_key(s, key, &klen, eb);
     if (rc != 0)
         return rc;
     if (len > s->limits.max_value_len)
         return ct_errbuf_set(eb, CT_ELIMIT, "value of %zu bytes exceeds the %llu-byte limit", len,
                              (unsigned long long)s->limits.max_value_len);
-    ctrun__ctx_t ctx = {.conn = NULL, .op = CT_STORE_OP_SET};
-    rc = ctrun__write(s, &ctx, (const uint8_t *)key, klen, value, len, false, CTRUN__WAKE_ALL, eb);
-    ctrun__flush_dirty(s);
+    ctrun_store__ctx_t ctx = {.conn = NULL, .op = CT_STORE_OP_SET};
+    rc = ctrun_store__write(s, &ctx, (const uint8_t *)key, klen, value, len, false,
+                            CTRUN_STORE__WAKE_ALL, eb);
+    ctrun_store__flush_dirty(s);
     return rc;
 }
 
 int ctrun_store_get(ctrun_store_t *s, const char *key, ct_store_bytes_t *value)
 {
     size_t klen = 0;
-    int rc = ctrun__api_key(s, key, &klen, NULL);
+    int rc = ctrun_store__api_key(s, key, &klen, NULL);
     if (rc != 0)
         return rc;
-    ctrun__entry_t *e = ctrun__lookup(s, (const uint8_t *)key, klen, NULL);
+    ctrun_store__entry_t *e = ctrun_store__lookup(s, (const uint8_t *)key, klen, NULL);
     if (e == NULL || !e->has_value)
         return -ENOENT;
     *value = (ct_store_bytes_t){.data = e->value, .len = e->vlen};
@@ -264,15 +266,16 @@ int ctrun_store_add(ctrun_store_t *s, const char *key, int64_t delta, int64_t *r
                     ct_errbuf_t *eb)
 {
     size_t klen = 0;
-    int rc = ctrun__api_key(s, key, &klen, eb);
+    int rc = ctrun_store__api_key(s, key, &klen, eb);
     if (rc != 0)
         return rc;
-    ctrun__ctx_t ctx = {.conn = NULL, .op = CT_STORE_OP_ADD};
+    ctrun_store__ctx_t ctx = {.conn = NULL, .op = CT_STORE_OP_ADD};
     int64_t v = 0;
-    rc = ctrun__add(s, &ctx, (const uint8_t *)key, klen, delta, CTRUN__WAKE_ALL, &v, eb);
+    rc =
+        ctrun_store__add(s, &ctx, (const uint8_t *)key, klen, delta, CTRUN_STORE__WAKE_ALL, &v, eb);
     if (rc == 0 && result != NULL)
         *result = v;
-    ctrun__flush_dirty(s);
+    ctrun_store__flush_dirty(s);
     return rc;
 }
 
@@ -281,39 +284,40 @@ int ctrun_store_compare_set(ctrun_store_t *s, const char *key, const void *expec
                             ct_store_bytes_t *current, ct_errbuf_t *eb)
 {
     size_t klen = 0;
-    int rc = ctrun__api_key(s, key, &klen, eb);
+    int rc = ctrun_store__api_key(s, key, &klen, eb);
     if (rc != 0)
         return rc;
     if (desired_len > s->limits.max_value_len)
         return ct_errbuf_set(eb, CT_ELIMIT, "value of %zu bytes exceeds the %llu-byte limit",
                              desired_len, (unsigned long long)s->limits.max_value_len);
-    ctrun__ctx_t ctx = {.conn = NULL, .op = CT_STORE_OP_COMPARE_SET};
+    ctrun_store__ctx_t ctx = {.conn = NULL, .op = CT_STORE_OP_COMPARE_SET};
     ct_store_bytes_t reply;
-    rc = ctrun__compare_set(s, &ctx, (const uint8_t *)key, klen,
-                            (ct_store_bytes_t){.data = expected, .len = expected_len},
-                            (ct_store_bytes_t){.data = desired, .len = desired_len}, &reply, eb);
+    rc = ctrun_store__compare_set(s, &ctx, (const uint8_t *)key, klen,
+                                  (ct_store_bytes_t){.data = expected, .len = expected_len},
+                                  (ct_store_bytes_t){.data = desired, .len = desired_len}, &reply,
+                                  eb);
     if (rc == 0 && current != NULL) {
         /* After a swap, point at the stored copy rather than at the caller's own buffer. */
-        ctrun__entry_t *e = ctrun__lookup(s, (const uint8_t *)key, klen, NULL);
+        ctrun_store__entry_t *e = ctrun_store__lookup(s, (const uint8_t *)key, klen, NULL);
         if (reply.data == desired && e != NULL && e->has_value)
             reply = (ct_store_bytes_t){.data = e->value, .len = e->vlen};
         *current = reply;
     }
-    ctrun__flush_dirty(s);
+    ctrun_store__flush_dirty(s);
     return rc;
 }
 
 int ctrun_store_delete(ctrun_store_t *s, const char *key, bool *deleted)
 {
     size_t klen = 0;
-    int rc = ctrun__api_key(s, key, &klen, NULL);
+    int rc = ctrun_store__api_key(s, key, &klen, NULL);
     if (rc != 0)
         return rc;
-    ctrun__ctx_t ctx = {.conn = NULL, .op = CT_STORE_OP_DELETE_KEY};
-    bool d = ctrun__delete(s, &ctx, (const uint8_t *)key, klen);
+    ctrun_store__ctx_t ctx = {.conn = NULL, .op = CT_STORE_OP_DELETE_KEY};
+    bool d = ctrun_store__delete(s, &ctx, (const uint8_t *)key, klen);
     if (deleted != NULL)
         *deleted = d;
-    ctrun__flush_dirty(s);
+    ctrun_store__flush_dirty(s);
     return 0;
 }
 
@@ -328,7 +332,7 @@ size_t ctrun_store_foreach(ctrun_store_t *s, const char *prefix,
 {
     size_t pl = prefix != NULL ? strlen(prefix) : 0, n = 0;
     for (size_t b = 0; b <= s->tab_mask; b++) {
-        for (ctrun__entry_t *e = s->tab[b]; e != NULL; e = e->hnext) {
+        for (ctrun_store__entry_t *e = s->tab[b]; e != NULL; e = e->hnext) {
             if (!e->has_value || e->klen < pl || (pl > 0 && memcmp(e->key, prefix, pl) != 0))
                 continue;
             n++;
@@ -346,8 +350,8 @@ int ctrun_store_wipe_prefix(ctrun_store_t *s, const char *prefix, size_t *ndelet
         return CT_ESTATE;
     if (prefix == NULL)
         return CT_EPARSE;
-    int rc = ctrun__wipe(s, &prefix, 1, false, ndeleted);
-    ctrun__flush_dirty(s);
+    int rc = ctrun_store__wipe(s, &prefix, 1, false, ndeleted);
+    ctrun_store__flush_dirty(s);
     return rc;
 }
 
@@ -359,8 +363,8 @@ int ctrun_store_wipe_except(ctrun_store_t *s, const char *const *keep, size_t nk
     for (size_t i = 0; i < nkeep; i++)
         if (keep[i] == NULL)
             return CT_EPARSE;
-    int rc = ctrun__wipe(s, keep, nkeep, true, ndeleted);
-    ctrun__flush_dirty(s);
+    int rc = ctrun_store__wipe(s, keep, nkeep, true, ndeleted);
+    ctrun_store__flush_dirty(s);
     return rc;
 }
 
@@ -368,7 +372,7 @@ int ctrun_store_watch(ctrun_store_t *s, const char *key, bool prefix, ctrun_stor
                       void *data, ctrun_store_watch_t **out, ct_errbuf_t *eb)
 {
     size_t klen = 0;
-    int rc = ctrun__api_key(s, key, &klen, eb);
+    int rc = ctrun_store__api_key(s, key, &klen, eb);
     if (rc != 0)
         return rc;
     if (cb == NULL)
@@ -397,7 +401,7 @@ void ctrun_store_unwatch(ctrun_store_t *s, ctrun_store_watch_t *w)
         return;
     w->dead = true;
     s->watches_dead = true;
-    ctrun__sweep_watches(s);
+    ctrun_store__sweep_watches(s);
 }
 
 void ctrun_store_stats(const ctrun_store_t *s, ctrun_store_stats_t *out)

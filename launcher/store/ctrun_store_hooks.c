@@ -10,17 +10,17 @@
 
 #include "ctrun_store_internal.h"
 
-ctrun__conn_t *ctrun__test_conn_open(ctrun_store_t *s)
+ctrun_store__conn_t *ctrun_store__test_conn_open(ctrun_store_t *s)
 {
-    ctrun__conn_t *c = ctrun__conn_new(s);
+    ctrun_store__conn_t *c = ctrun_store__conn_new(s);
     if (c == NULL)
         return NULL;
     c->is_virtual = true;
-    ctrun__conn_link(s, c);
+    ctrun_store__conn_link(s, c);
     return c;
 }
 
-int ctrun__test_conn_feed(ctrun__conn_t *c, const void *data, size_t len)
+int ctrun_store__test_conn_feed(ctrun_store__conn_t *c, const void *data, size_t len)
 {
     ctrun_store_t *s = c->s;
     if (c->closing || c->doomed)
@@ -29,42 +29,42 @@ int ctrun__test_conn_feed(ctrun__conn_t *c, const void *data, size_t len)
      * else appended to the connection's own buffer. */
     const uint8_t *p = data;
     while (len > 0 && !c->closing) {
-        size_t n = len < CTRUN__READ_CHUNK ? len : CTRUN__READ_CHUNK;
+        size_t n = len < CTRUN_STORE__READ_CHUNK ? len : CTRUN_STORE__READ_CHUNK;
         if (c->paused) {
-            if (ctrun__in_reserve(c, c->in_len + n) != 0) {
-                ctrun__drop(c, "no room to buffer input");
+            if (ctrun_store__in_reserve(c, c->in_len + n) != 0) {
+                ctrun_store__drop(c, "no room to buffer input");
                 break;
             }
             memcpy(c->in + c->in_len, p, n);
             c->in_len += n;
         } else if (c->in_len == 0) {
             memcpy(s->rbuf, p, n);
-            ctrun__process(c, s->rbuf, n, true);
+            ctrun_store__process(c, s->rbuf, n, true);
         } else {
-            if (ctrun__in_reserve(c, c->in_len + n) != 0) {
-                ctrun__drop(c, "no room to buffer input");
+            if (ctrun_store__in_reserve(c, c->in_len + n) != 0) {
+                ctrun_store__drop(c, "no room to buffer input");
                 break;
             }
             memcpy(c->in + c->in_len, p, n);
             c->in_len += n;
-            ctrun__process(c, c->in, c->in_len, false);
+            ctrun_store__process(c, c->in, c->in_len, false);
         }
         p += n;
         len -= n;
     }
-    ctrun__flush_dirty(s);
+    ctrun_store__flush_dirty(s);
     return c->closing ? CT_EPEER : 0;
 }
 
-void ctrun__test_conn_set_room(ctrun__conn_t *c, size_t nbytes)
+void ctrun_store__test_conn_set_room(ctrun_store__conn_t *c, size_t nbytes)
 {
     c->vroom = nbytes;
 }
 
 /* The peer reads: first what the pretend socket holds, then the in-flight write, whose end
- * completes it exactly as a network write completes (ctrun__write_done: the next flush, and
+ * completes it exactly as a network write completes (ctrun_store__write_done: the next flush, and
  * resuming a paused connection). Nothing here resumes a connection by itself. */
-size_t ctrun__test_conn_output(ctrun__conn_t *c, uint8_t *buf, size_t cap)
+size_t ctrun_store__test_conn_output(ctrun_store__conn_t *c, uint8_t *buf, size_t cap)
 {
     size_t got = 0;
     while (got < cap) {
@@ -87,39 +87,39 @@ size_t ctrun__test_conn_output(ctrun__conn_t *c, uint8_t *buf, size_t cap)
         got += k;
         if (c->inflight > 0)
             break;
-        ctrun__write_done(c, 0);
+        ctrun_store__write_done(c, 0);
     }
     return got;
 }
 
-bool ctrun__test_conn_closed(const ctrun__conn_t *c)
+bool ctrun_store__test_conn_closed(const ctrun_store__conn_t *c)
 {
     return c->closing || c->doomed;
 }
 
-void ctrun__test_conn_free(ctrun__conn_t *c)
+void ctrun_store__test_conn_free(ctrun_store__conn_t *c)
 {
     if (c == NULL)
         return;
     ctrun_store_t *s = c->s;
-    ctrun__conn_close(c);
+    ctrun_store__conn_close(c);
     /* Drop it from the dirty list before the memory goes. */
-    for (ctrun__conn_t **pp = &s->dirty; *pp != NULL; pp = &(*pp)->dnext) {
+    for (ctrun_store__conn_t **pp = &s->dirty; *pp != NULL; pp = &(*pp)->dnext) {
         if (*pp == c) {
             *pp = c->dnext;
             break;
         }
     }
-    ctrun__conn_free(c);
+    ctrun_store__conn_free(c);
 }
 
-int ctrun__test_check(const ctrun_store_t *s, ct_errbuf_t *eb)
+int ctrun_store__test_check(const ctrun_store_t *s, ct_errbuf_t *eb)
 {
     uint64_t keys = 0, queues = 0, regs = 0, waits = 0, entries = 0, mem = 0;
     for (size_t b = 0; b <= s->tab_mask; b++) {
-        for (const ctrun__entry_t *e = s->tab[b]; e != NULL; e = e->hnext) {
+        for (const ctrun_store__entry_t *e = s->tab[b]; e != NULL; e = e->hnext) {
             entries++;
-            mem += ctrun__entry_charge(e->klen);
+            mem += ctrun_store__entry_charge(e->klen);
             if ((e->hash & s->tab_mask) != b)
                 return ct_errbuf_set(eb, CT_ESTATE, "entry in the wrong bucket");
             if (!e->has_value && e->qlen == 0 && e->whead == NULL && e->watchers == NULL)
@@ -132,16 +132,16 @@ int ctrun__test_check(const ctrun_store_t *s, ct_errbuf_t *eb)
                 return ct_errbuf_set(eb, CT_ESTATE, "value length without a value");
             }
             uint64_t q = 0;
-            for (const ctrun__item_t *it = e->qhead; it != NULL; it = it->next) {
+            for (const ctrun_store__item_t *it = e->qhead; it != NULL; it = it->next) {
                 q++;
-                mem += sizeof *it + it->len + CTRUN__ENTRY_OVERHEAD;
+                mem += sizeof *it + it->len + CTRUN_STORE__ENTRY_OVERHEAD;
             }
             if (q != e->qlen)
                 return ct_errbuf_set(eb, CT_ESTATE, "queue length %llu, %llu items",
                                      (unsigned long long)e->qlen, (unsigned long long)q);
             queues += q > 0;
-            const ctrun__reg_t *prev = NULL;
-            for (const ctrun__reg_t *r = e->whead; r != NULL; prev = r, r = r->knext) {
+            const ctrun_store__reg_t *prev = NULL;
+            for (const ctrun_store__reg_t *r = e->whead; r != NULL; prev = r, r = r->knext) {
                 if (r->entry != e || r->kprev != prev)
                     return ct_errbuf_set(eb, CT_ESTATE, "waiter list of an entry is broken");
                 if (r->wait->conn->closing)
@@ -149,21 +149,21 @@ int ctrun__test_check(const ctrun_store_t *s, ct_errbuf_t *eb)
             }
             if (e->wtail != prev)
                 return ct_errbuf_set(eb, CT_ESTATE, "waiter list tail is wrong");
-            for (const ctrun__kwatch_t *k = e->watchers; k != NULL; k = k->enext)
-                mem += sizeof *k + CTRUN__ENTRY_OVERHEAD;
+            for (const ctrun_store__kwatch_t *k = e->watchers; k != NULL; k = k->enext)
+                mem += sizeof *k + CTRUN_STORE__ENTRY_OVERHEAD;
         }
     }
     uint64_t buffered = 0, shed = 0;
-    for (const ctrun__conn_t *c = s->conns; c != NULL; c = c->next) {
+    for (const ctrun_store__conn_t *c = s->conns; c != NULL; c = c->next) {
         buffered += c->in_cap;
         shed += c->shed_bytes;
         if (c->in_len > c->in_cap || (c->shed_bytes > 0 && !c->doomed))
             return ct_errbuf_set(eb, CT_ESTATE, "input buffer of a connection is inconsistent");
-        for (const ctrun__wait_t *w = c->waits; w != NULL; w = w->next) {
+        for (const ctrun_store__wait_t *w = c->waits; w != NULL; w = w->next) {
             waits++;
-            mem += sizeof *w + CTRUN__ENTRY_OVERHEAD;
+            mem += sizeof *w + CTRUN_STORE__ENTRY_OVERHEAD;
             uint64_t n = 0;
-            for (const ctrun__reg_t *r = w->regs; r != NULL; r = r->wnext) {
+            for (const ctrun_store__reg_t *r = w->regs; r != NULL; r = r->wnext) {
                 n++;
                 if (r->wait != w || r->entry->whead == NULL)
                     return ct_errbuf_set(eb, CT_ESTATE, "registration list of a wait is broken");
@@ -172,7 +172,7 @@ int ctrun__test_check(const ctrun_store_t *s, ct_errbuf_t *eb)
                 return ct_errbuf_set(eb, CT_ESTATE, "wait counts %llu but has %llu registrations",
                                      (unsigned long long)w->remaining, (unsigned long long)n);
             regs += n;
-            mem += n * (sizeof(ctrun__reg_t) + CTRUN__ENTRY_OVERHEAD);
+            mem += n * (sizeof(ctrun_store__reg_t) + CTRUN_STORE__ENTRY_OVERHEAD);
         }
     }
     if (buffered != s->st.buffered_bytes || shed != s->shed_bytes)

@@ -23,26 +23,26 @@
 
 /* ---- accepting -------------------------------------------------------------------------- */
 
-static void ctrun__on_listen_ready(uv_poll_t *h, int status, int events);
+static void ctrun_store__on_listen_ready(uv_poll_t *h, int status, int events);
 
-static void ctrun__on_accept_timer(uv_timer_t *t)
+static void ctrun_store__on_accept_timer(uv_timer_t *t)
 {
     ctrun_store_t *s = t->data;
     if (s->closing || !s->has_listener)
         return;
     if (s->spare_fd < 0)
         s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    uv_poll_start(&s->listener, UV_READABLE, ctrun__on_listen_ready);
+    uv_poll_start(&s->listener, UV_READABLE, ctrun_store__on_listen_ready);
 }
 
 /* Stops accepting for 100 ms: when pending connections can be neither accepted nor refused,
  * the listening socket stays readable and would otherwise spin the loop. */
-static void ctrun__accept_pause(ctrun_store_t *s)
+static void ctrun_store__accept_pause(ctrun_store_t *s)
 {
     if (!s->has_accept_timer)
         return;
     uv_poll_stop(&s->listener);
-    uv_timer_start(&s->accept_timer, ctrun__on_accept_timer, 100, 0);
+    uv_timer_start(&s->accept_timer, ctrun_store__on_accept_timer, 100, 0);
 }
 
 /*
@@ -52,7 +52,7 @@ static void ctrun__accept_pause(ctrun_store_t *s)
  * whole shortage (at most once a minute), with the limit. Accepting resumes by itself: the
  * next accept() that succeeds ends the shortage.
  */
-static void ctrun__refuse_for_fds(ctrun_store_t *s, int err)
+static void ctrun_store__refuse_for_fds(ctrun_store_t *s, int err)
 {
     uint64_t n = 0;
     if (s->spare_fd >= 0) {
@@ -93,21 +93,22 @@ static void ctrun__refuse_for_fds(ctrun_store_t *s, int err)
         }
     }
     if (s->spare_fd < 0) /* nothing to refuse them with: leave them waiting a moment */
-        ctrun__accept_pause(s);
+        ctrun_store__accept_pause(s);
 }
 
-#define CTRUN__ACCEPT_BATCH 128 /* per readiness event, so that clients get served meanwhile */
+/* Connections accepted per readiness event, so that clients get served meanwhile. */
+#define CTRUN_STORE__ACCEPT_BATCH 128
 
-static void ctrun__on_listen_ready(uv_poll_t *h, int status, int events)
+static void ctrun_store__on_listen_ready(uv_poll_t *h, int status, int events)
 {
     ctrun_store_t *s = h->data;
     (void)events;
     if (status < 0) {
-        ctrun__log_conn(s, "listening socket: %s", uv_strerror(status));
-        ctrun__accept_pause(s);
+        ctrun_store__log_conn(s, "listening socket: %s", uv_strerror(status));
+        ctrun_store__accept_pause(s);
         return;
     }
-    for (int i = 0; i < CTRUN__ACCEPT_BATCH && !s->closing; i++) {
+    for (int i = 0; i < CTRUN_STORE__ACCEPT_BATCH && !s->closing; i++) {
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
             if (s->fd_starved) {
@@ -117,7 +118,7 @@ static void ctrun__on_listen_ready(uv_poll_t *h, int status, int events)
                                 "want of file descriptors)",
                                 (unsigned long long)s->fd_refused);
             }
-            ctrun__accepted(s, fd);
+            ctrun_store__accepted(s, fd);
             continue;
         }
         int err = errno;
@@ -130,34 +131,35 @@ static void ctrun__on_listen_ready(uv_poll_t *h, int status, int events)
             err == EOPNOTSUPP || err == ENETUNREACH)
             continue;
         if (err == EMFILE || err == ENFILE) {
-            ctrun__refuse_for_fds(s, err);
+            ctrun_store__refuse_for_fds(s, err);
             break;
         }
-        ctrun__log_conn(s, "accept failed: %s", strerror(err));
-        ctrun__accept_pause(s);
+        ctrun_store__log_conn(s, "accept failed: %s", strerror(err));
+        ctrun_store__accept_pause(s);
         break;
     }
-    ctrun__flush_dirty(s);
+    ctrun_store__flush_dirty(s);
 }
 
 /* Closes connections that have not authenticated in time (only when a token is set). */
-void ctrun__on_auth_timer(uv_timer_t *t)
+void ctrun_store__on_auth_timer(uv_timer_t *t)
 {
     ctrun_store_t *s = t->data;
     uint64_t now = uv_now(s->loop);
-    ctrun__conn_t *c = s->conns;
+    ctrun_store__conn_t *c = s->conns;
     while (c != NULL) {
-        ctrun__conn_t *next = c->next;
-        if (c->state < CTRUN__DETECT && now - c->opened_ms >= CTRUN__AUTH_TIMEOUT_MS)
-            ctrun__drop(c, "did not authenticate within %d s", CTRUN__AUTH_TIMEOUT_MS / 1000);
+        ctrun_store__conn_t *next = c->next;
+        if (c->state < CTRUN_STORE__DETECT && now - c->opened_ms >= CTRUN_STORE__AUTH_TIMEOUT_MS)
+            ctrun_store__drop(c, "did not authenticate within %d s",
+                              CTRUN_STORE__AUTH_TIMEOUT_MS / 1000);
         c = next;
     }
-    ctrun__flush_dirty(s);
+    ctrun_store__flush_dirty(s);
 }
 
 /* ---- listening -------------------------------------------------------------------------- */
 
-static int ctrun__somaxconn(void)
+static int ctrun_store__somaxconn(void)
 {
     FILE *f = fopen("/proc/sys/net/core/somaxconn", "r");
     int v = 0;
@@ -169,7 +171,7 @@ static int ctrun__somaxconn(void)
     return v > 0 ? v : SOMAXCONN;
 }
 
-static int ctrun__bind_fd(int family, const struct sockaddr *sa, socklen_t len, int *out)
+static int ctrun_store__bind_fd(int family, const struct sockaddr *sa, socklen_t len, int *out)
 {
     int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -188,20 +190,20 @@ static int ctrun__bind_fd(int family, const struct sockaddr *sa, socklen_t len, 
     return 0;
 }
 
-int ctrun__listen(ctrun_store_t *s, const char *host, int port, ct_errbuf_t *eb)
+int ctrun_store__listen(ctrun_store_t *s, const char *host, int port, ct_errbuf_t *eb)
 {
     int fd = -1, rc;
     if (host == NULL || host[0] == '\0') {
         struct sockaddr_in6 a6 = {.sin6_family = AF_INET6,
                                   .sin6_port = htons((uint16_t)port),
                                   .sin6_addr = IN6ADDR_ANY_INIT};
-        rc = ctrun__bind_fd(AF_INET6, (struct sockaddr *)&a6, sizeof a6, &fd);
+        rc = ctrun_store__bind_fd(AF_INET6, (struct sockaddr *)&a6, sizeof a6, &fd);
         if (rc == -EAFNOSUPPORT || rc == -EADDRNOTAVAIL || rc == -EPROTONOSUPPORT) {
             ct_log_info("store: IPv6 unavailable (%s); listening on IPv4 only", ct_strerror(rc));
             struct sockaddr_in a4 = {.sin_family = AF_INET,
                                      .sin_port = htons((uint16_t)port),
                                      .sin_addr = {htonl(INADDR_ANY)}};
-            rc = ctrun__bind_fd(AF_INET, (struct sockaddr *)&a4, sizeof a4, &fd);
+            rc = ctrun_store__bind_fd(AF_INET, (struct sockaddr *)&a4, sizeof a4, &fd);
         }
         if (rc != 0)
             return ct_errbuf_set(eb, rc, "store: cannot listen on port %d: %s", port,
@@ -219,14 +221,14 @@ int ctrun__listen(ctrun_store_t *s, const char *host, int port, ct_errbuf_t *eb)
                                  host, gai_strerror(gai));
         rc = -EADDRNOTAVAIL;
         for (struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next)
-            rc = ctrun__bind_fd(ai->ai_family, ai->ai_addr, ai->ai_addrlen, &fd);
+            rc = ctrun_store__bind_fd(ai->ai_family, ai->ai_addr, ai->ai_addrlen, &fd);
         freeaddrinfo(res);
         if (fd < 0)
             return ct_errbuf_set(eb, rc, "store: cannot listen on %s:%d: %s", host, port,
                                  ct_strerror(rc));
     }
     s->listen_fd = fd; /* closed with the store's state, after the poll handle */
-    int backlog = ctrun__somaxconn();
+    int backlog = ctrun_store__somaxconn();
     if (listen(fd, backlog) != 0) {
         rc = -errno;
         return ct_errbuf_set(eb, rc, "store: listen on port %d: %s", port, ct_strerror(rc));
@@ -244,7 +246,7 @@ int ctrun__listen(ctrun_store_t *s, const char *host, int port, ct_errbuf_t *eb)
     s->has_accept_timer = true;
     s->open_handles++;
     s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    rc = uv_poll_start(&s->listener, UV_READABLE, ctrun__on_listen_ready);
+    rc = uv_poll_start(&s->listener, UV_READABLE, ctrun_store__on_listen_ready);
     if (rc != 0)
         return ct_errbuf_set(eb, rc, "store: listen on port %d: %s", port, uv_strerror(rc));
     struct sockaddr_storage ss;

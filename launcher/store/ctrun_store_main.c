@@ -21,7 +21,7 @@
 #include "ct_store_auth.h"
 #include "ctrun_store.h"
 
-static const char ctrun__usage[] =
+static const char ctrun_store_main__usage[] =
     "usage: ctrun-store --port P [--host H] [--max-connections N] [--max-bytes SIZE]\n"
     "                   [--token TOKEN | --token-file PATH]\n"
     "\n"
@@ -44,16 +44,16 @@ static const char ctrun__usage[] =
     "Environment: CTRUN_STORE_TOKEN (token when no option gives one), CT_LOG_LEVEL (debug,\n"
     "info, warn, error, off).\n";
 
-typedef struct ctrun__main {
+typedef struct ctrun_store_main__main {
     uv_loop_t loop;
     uv_signal_t sigint, sigterm;
     ctrun_store_t *store;
     int signal;
-} ctrun__main_t;
+} ctrun_store_main__main_t;
 
-static void ctrun__on_signal(uv_signal_t *h, int signum)
+static void ctrun_store_main__on_signal(uv_signal_t *h, int signum)
 {
-    ctrun__main_t *m = h->data;
+    ctrun_store_main__main_t *m = h->data;
     if (m->signal != 0)
         return;
     m->signal = signum;
@@ -64,7 +64,7 @@ static void ctrun__on_signal(uv_signal_t *h, int signum)
 }
 
 /* Takes the value of option `name` from "--name=value" or the next argument. */
-static const char *ctrun__optval(int argc, char **argv, int *i, const char *name)
+static const char *ctrun_store_main__optval(int argc, char **argv, int *i, const char *name)
 {
     const char *arg = argv[*i];
     size_t n = strlen(name);
@@ -78,13 +78,14 @@ static const char *ctrun__optval(int argc, char **argv, int *i, const char *name
     return NULL;
 }
 
-static bool ctrun__is_opt(const char *arg, const char *name)
+static bool ctrun_store_main__is_opt(const char *arg, const char *name)
 {
     size_t n = strlen(name);
     return strncmp(arg, name, n) == 0 && (arg[n] == '\0' || arg[n] == '=');
 }
 
-static int ctrun__read_token_file(const char *path, char *buf, size_t size, ct_errbuf_t *eb)
+static int ctrun_store_main__read_token_file(const char *path, char *buf, size_t size,
+                                             ct_errbuf_t *eb)
 {
     FILE *f = fopen(path, "r");
     if (f == NULL)
@@ -97,7 +98,7 @@ static int ctrun__read_token_file(const char *path, char *buf, size_t size, ct_e
 }
 
 /* Servers of many connections need many descriptors: take the hard limit. */
-static uint64_t ctrun__raise_nofile(void)
+static uint64_t ctrun_store_main__raise_nofile(void)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
@@ -123,40 +124,40 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v;
         int rc = 0;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(ctrun__usage, stdout);
+            fputs(ctrun_store_main__usage, stdout);
             return 0;
         } else if (strcmp(a, "--version") == 0) {
             printf("ctrun-store %s\n", CT_VERSION);
             return 0;
-        } else if (ctrun__is_opt(a, "--port")) {
-            if ((v = ctrun__optval(argc, argv, &i, "--port")) == NULL)
+        } else if (ctrun_store_main__is_opt(a, "--port")) {
+            if ((v = ctrun_store_main__optval(argc, argv, &i, "--port")) == NULL)
                 goto missing;
             rc = ct_port_parse(v, true, &port, &eb);
-        } else if (ctrun__is_opt(a, "--host")) {
-            if ((v = ctrun__optval(argc, argv, &i, "--host")) == NULL)
+        } else if (ctrun_store_main__is_opt(a, "--host")) {
+            if ((v = ctrun_store_main__optval(argc, argv, &i, "--host")) == NULL)
                 goto missing;
             ct_host_kind_t kind;
             host = v;
             rc = ct_host_validate(v, &kind, &eb);
-        } else if (ctrun__is_opt(a, "--max-connections")) {
-            if ((v = ctrun__optval(argc, argv, &i, "--max-connections")) == NULL)
+        } else if (ctrun_store_main__is_opt(a, "--max-connections")) {
+            if ((v = ctrun_store_main__optval(argc, argv, &i, "--max-connections")) == NULL)
                 goto missing;
             int64_t n;
             rc = ct_parse_int64(v, 1, INT64_MAX, &n, &eb);
             max_conn = (uint64_t)n;
-        } else if (ctrun__is_opt(a, "--max-bytes")) {
-            if ((v = ctrun__optval(argc, argv, &i, "--max-bytes")) == NULL)
+        } else if (ctrun_store_main__is_opt(a, "--max-bytes")) {
+            if ((v = ctrun_store_main__optval(argc, argv, &i, "--max-bytes")) == NULL)
                 goto missing;
             rc = ct_parse_size(v, UINT64_MAX / 2, &max_bytes, &eb);
             if (rc == 0 && max_bytes < (1u << 20))
                 rc = ct_errbuf_set(&eb, CT_ERANGE_VALUE, "\"%s\" is below the 1M minimum", v);
-        } else if (ctrun__is_opt(a, "--token")) {
-            if ((v = ctrun__optval(argc, argv, &i, "--token")) == NULL)
+        } else if (ctrun_store_main__is_opt(a, "--token")) {
+            if ((v = ctrun_store_main__optval(argc, argv, &i, "--token")) == NULL)
                 goto missing;
             token = v;
             rc = ct_store_auth_check_token(v, "--token", &eb);
-        } else if (ctrun__is_opt(a, "--token-file")) {
-            if ((v = ctrun__optval(argc, argv, &i, "--token-file")) == NULL)
+        } else if (ctrun_store_main__is_opt(a, "--token-file")) {
+            if ((v = ctrun_store_main__optval(argc, argv, &i, "--token-file")) == NULL)
                 goto missing;
             token_file = v;
         } else {
@@ -185,7 +186,8 @@ int main(int argc, char **argv)
     }
     static char file_token[CT_STORE_TOKEN_MAX + 2];
     if (token_file != NULL) {
-        if (ctrun__read_token_file(token_file, file_token, sizeof file_token, &eb) != 0) {
+        if (ctrun_store_main__read_token_file(token_file, file_token, sizeof file_token, &eb) !=
+            0) {
             fprintf(stderr, "ctrun-store: %s\n", eb.msg);
             return 2;
         }
@@ -201,13 +203,13 @@ int main(int argc, char **argv)
         }
     }
 
-    uint64_t nofile = ctrun__raise_nofile();
+    uint64_t nofile = ctrun_store_main__raise_nofile();
     uint64_t want_conn = max_conn ? max_conn : CTRUN_STORE_DEFAULT_MAX_CONNECTIONS;
     if (nofile != 0 && nofile < want_conn + 16)
         ct_log_info("store: the open-file limit (%llu) allows about %llu connections",
                     (unsigned long long)nofile, (unsigned long long)(nofile - 16));
 
-    ctrun__main_t m;
+    ctrun_store_main__main_t m;
     memset(&m, 0, sizeof m);
     int rc = uv_loop_init(&m.loop);
     if (rc != 0) {
@@ -229,8 +231,8 @@ int main(int argc, char **argv)
     uv_signal_init(&m.loop, &m.sigint);
     uv_signal_init(&m.loop, &m.sigterm);
     m.sigint.data = m.sigterm.data = &m;
-    uv_signal_start(&m.sigint, ctrun__on_signal, SIGINT);
-    uv_signal_start(&m.sigterm, ctrun__on_signal, SIGTERM);
+    uv_signal_start(&m.sigint, ctrun_store_main__on_signal, SIGINT);
+    uv_signal_start(&m.sigterm, ctrun_store_main__on_signal, SIGTERM);
 
     printf("%d\n", ctrun_store_port(m.store));
     fflush(stdout);

@@ -18,31 +18,31 @@
 
 /* ---- hashing ---------------------------------------------------------------------------- */
 
-static inline uint64_t ctrun__rotl(uint64_t x, int b)
+static inline uint64_t ctrun_store__rotl(uint64_t x, int b)
 {
     return (x << b) | (x >> (64 - b));
 }
 
-#define CTRUN__SIPROUND           \
-    do {                          \
-        v0 += v1;                 \
-        v1 = ctrun__rotl(v1, 13); \
-        v1 ^= v0;                 \
-        v0 = ctrun__rotl(v0, 32); \
-        v2 += v3;                 \
-        v3 = ctrun__rotl(v3, 16); \
-        v3 ^= v2;                 \
-        v0 += v3;                 \
-        v3 = ctrun__rotl(v3, 21); \
-        v3 ^= v0;                 \
-        v2 += v1;                 \
-        v1 = ctrun__rotl(v1, 17); \
-        v1 ^= v2;                 \
-        v2 = ctrun__rotl(v2, 32); \
+#define CTRUN_STORE__SIPROUND           \
+    do {                                \
+        v0 += v1;                       \
+        v1 = ctrun_store__rotl(v1, 13); \
+        v1 ^= v0;                       \
+        v0 = ctrun_store__rotl(v0, 32); \
+        v2 += v3;                       \
+        v3 = ctrun_store__rotl(v3, 16); \
+        v3 ^= v2;                       \
+        v0 += v3;                       \
+        v3 = ctrun_store__rotl(v3, 21); \
+        v3 ^= v0;                       \
+        v2 += v1;                       \
+        v1 = ctrun_store__rotl(v1, 17); \
+        v1 ^= v2;                       \
+        v2 = ctrun_store__rotl(v2, 32); \
     } while (0)
 
 /* SipHash-1-3 (Aumasson & Bernstein), the keyed hash that hash-flooding defences use. */
-static uint64_t ctrun__hash(const ctrun_store_t *s, const uint8_t *p, size_t n)
+static uint64_t ctrun_store__hash(const ctrun_store_t *s, const uint8_t *p, size_t n)
 {
     uint64_t k0 = s->sipkey[0], k1 = s->sipkey[1];
     uint64_t v0 = k0 ^ 0x736f6d6570736575ULL, v1 = k1 ^ 0x646f72616e646f6dULL;
@@ -52,45 +52,46 @@ static uint64_t ctrun__hash(const ctrun_store_t *s, const uint8_t *p, size_t n)
         uint64_t m;
         memcpy(&m, p + i, 8);
         v3 ^= m;
-        CTRUN__SIPROUND;
+        CTRUN_STORE__SIPROUND;
         v0 ^= m;
     }
     uint64_t b = (uint64_t)n << 56;
     for (size_t i = 0; i < (n & 7); i++)
         b |= (uint64_t)p[full + i] << (8 * i);
     v3 ^= b;
-    CTRUN__SIPROUND;
+    CTRUN_STORE__SIPROUND;
     v0 ^= b;
     v2 ^= 0xff;
-    CTRUN__SIPROUND;
-    CTRUN__SIPROUND;
-    CTRUN__SIPROUND;
+    CTRUN_STORE__SIPROUND;
+    CTRUN_STORE__SIPROUND;
+    CTRUN_STORE__SIPROUND;
     return v0 ^ v1 ^ v2 ^ v3;
 }
 
 /* ---- entries ---------------------------------------------------------------------------- */
 
-ctrun__entry_t *ctrun__lookup(ctrun_store_t *s, const uint8_t *key, size_t klen, uint64_t *hash_out)
+ctrun_store__entry_t *ctrun_store__lookup(ctrun_store_t *s, const uint8_t *key, size_t klen,
+                                          uint64_t *hash_out)
 {
-    uint64_t h = ctrun__hash(s, key, klen);
+    uint64_t h = ctrun_store__hash(s, key, klen);
     if (hash_out != NULL)
         *hash_out = h;
-    for (ctrun__entry_t *e = s->tab[h & s->tab_mask]; e != NULL; e = e->hnext)
+    for (ctrun_store__entry_t *e = s->tab[h & s->tab_mask]; e != NULL; e = e->hnext)
         if (e->hash == h && e->klen == klen && memcmp(e->key, key, klen) == 0)
             return e;
     return NULL;
 }
 
-static void ctrun__grow_table(ctrun_store_t *s)
+static void ctrun_store__grow_table(ctrun_store_t *s)
 {
     size_t ncap = (s->tab_mask + 1) * 2;
-    ctrun__entry_t **nt = calloc(ncap, sizeof *nt);
+    ctrun_store__entry_t **nt = calloc(ncap, sizeof *nt);
     if (nt == NULL)
         return; /* longer chains, still correct */
     for (size_t i = 0; i <= s->tab_mask; i++) {
-        ctrun__entry_t *e = s->tab[i];
+        ctrun_store__entry_t *e = s->tab[i];
         while (e != NULL) {
-            ctrun__entry_t *next = e->hnext;
+            ctrun_store__entry_t *next = e->hnext;
             size_t b = e->hash & (ncap - 1);
             e->hnext = nt[b];
             nt[b] = e;
@@ -102,30 +103,30 @@ static void ctrun__grow_table(ctrun_store_t *s)
     s->tab_mask = ncap - 1;
 }
 
-size_t ctrun__entry_charge(size_t klen)
+size_t ctrun_store__entry_charge(size_t klen)
 {
-    return sizeof(ctrun__entry_t) + klen + CTRUN__ENTRY_OVERHEAD;
+    return sizeof(ctrun_store__entry_t) + klen + CTRUN_STORE__ENTRY_OVERHEAD;
 }
 
 /* The entry of key, created empty if needed; NULL when the memory cap forbids it. */
-ctrun__entry_t *ctrun__obtain(ctrun_store_t *s, const uint8_t *key, size_t klen)
+ctrun_store__entry_t *ctrun_store__obtain(ctrun_store_t *s, const uint8_t *key, size_t klen)
 {
     uint64_t h;
-    ctrun__entry_t *e = ctrun__lookup(s, key, klen, &h);
+    ctrun_store__entry_t *e = ctrun_store__lookup(s, key, klen, &h);
     if (e != NULL)
         return e;
-    if (!ctrun__charge(s, ctrun__entry_charge(klen)))
+    if (!ctrun_store__charge(s, ctrun_store__entry_charge(klen)))
         return NULL;
     e = calloc(1, sizeof *e + klen);
     if (e == NULL) {
-        ctrun__uncharge(s, ctrun__entry_charge(klen));
+        ctrun_store__uncharge(s, ctrun_store__entry_charge(klen));
         return NULL;
     }
     e->hash = h;
     e->klen = (uint32_t)klen;
     memcpy(e->key, key, klen);
     if (s->nentries + 1 > s->tab_mask + 1)
-        ctrun__grow_table(s);
+        ctrun_store__grow_table(s);
     size_t b = h & s->tab_mask;
     e->hnext = s->tab[b];
     s->tab[b] = e;
@@ -134,16 +135,16 @@ ctrun__entry_t *ctrun__obtain(ctrun_store_t *s, const uint8_t *key, size_t klen)
 }
 
 /* Frees an entry nobody needs any more: no value, no queue, no waiter, no watcher. */
-void ctrun__release(ctrun_store_t *s, ctrun__entry_t *e)
+void ctrun_store__release(ctrun_store_t *s, ctrun_store__entry_t *e)
 {
     if (e->has_value || e->qlen > 0 || e->whead != NULL || e->watchers != NULL)
         return;
-    ctrun__entry_t **pp = &s->tab[e->hash & s->tab_mask];
+    ctrun_store__entry_t **pp = &s->tab[e->hash & s->tab_mask];
     while (*pp != e)
         pp = &(*pp)->hnext;
     *pp = e->hnext;
     s->nentries--;
-    ctrun__uncharge(s, ctrun__entry_charge(e->klen));
+    ctrun_store__uncharge(s, ctrun_store__entry_charge(e->klen));
     free(e->value);
     free(e);
 }
@@ -154,10 +155,11 @@ void ctrun__release(ctrun_store_t *s, ctrun__entry_t *e)
  * Writes (or, with append, extends) the value of key, wakes its waiters (wake_mode), sends v1
  * watch events and runs watch callbacks. CT_ELIMIT when the memory cap forbids it.
  */
-int ctrun__write(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8_t *key, size_t klen,
-                 const uint8_t *val, size_t vlen, bool append, int wake_mode, ct_errbuf_t *eb)
+int ctrun_store__write(ctrun_store_t *s, const ctrun_store__ctx_t *ctx, const uint8_t *key,
+                       size_t klen, const uint8_t *val, size_t vlen, bool append, int wake_mode,
+                       ct_errbuf_t *eb)
 {
-    ctrun__entry_t *e = ctrun__obtain(s, key, klen);
+    ctrun_store__entry_t *e = ctrun_store__obtain(s, key, klen);
     if (e == NULL)
         return ct_errbuf_set(eb, CT_ELIMIT, "store memory cap of %llu bytes reached",
                              (unsigned long long)s->max_bytes);
@@ -167,12 +169,12 @@ int ctrun__write(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8_t *key, 
     /* The new bytes are charged before the old ones are released: both exist for a moment. */
     size_t charge = new_len;
     if (new_len > s->limits.max_value_len) {
-        ctrun__release(s, e);
+        ctrun_store__release(s, e);
         return ct_errbuf_set(eb, CT_ELIMIT, "APPEND would make a %zu-byte value (limit %llu)",
                              new_len, (unsigned long long)s->limits.max_value_len);
     }
-    if (!ctrun__charge(s, charge)) {
-        ctrun__release(s, e);
+    if (!ctrun_store__charge(s, charge)) {
+        ctrun_store__release(s, e);
         return ct_errbuf_set(eb, CT_ELIMIT, "store memory cap of %llu bytes reached",
                              (unsigned long long)s->max_bytes);
     }
@@ -184,8 +186,8 @@ int ctrun__write(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8_t *key, 
                 ncap *= 2;
             uint8_t *nb = realloc(e->value, ncap);
             if (nb == NULL) {
-                ctrun__uncharge(s, charge);
-                ctrun__release(s, e);
+                ctrun_store__uncharge(s, charge);
+                ctrun_store__release(s, e);
                 return ct_errbuf_set(eb, -ENOMEM, "out of memory for a %zu-byte value", new_len);
             }
             e->value = nb;
@@ -196,8 +198,8 @@ int ctrun__write(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8_t *key, 
     } else {
         uint8_t *nb = NULL;
         if (vlen > 0 && (nb = malloc(vlen)) == NULL) {
-            ctrun__uncharge(s, charge);
-            ctrun__release(s, e);
+            ctrun_store__uncharge(s, charge);
+            ctrun_store__release(s, e);
             return ct_errbuf_set(eb, -ENOMEM, "out of memory for a %zu-byte value", vlen);
         }
         if (vlen > 0)
@@ -206,24 +208,25 @@ int ctrun__write(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8_t *key, 
         e->value = nb;
         e->vcap = vlen;
     }
-    ctrun__uncharge(s, old_len);
+    ctrun_store__uncharge(s, old_len);
     e->vlen = new_len;
     e->has_value = true;
     if (!had)
         s->st.keys++;
     ct_store_watch_kind_t kind = had ? CT_STORE_WATCH_UPDATED : CT_STORE_WATCH_CREATED;
-    ctrun__wake(s, e, wake_mode);
+    ctrun_store__wake(s, e, wake_mode);
     if (e->watchers != NULL)
-        ctrun__push_kwatch(s, e, kind, append ? e->value : old, old_len);
+        ctrun_store__push_kwatch(s, e, kind, append ? e->value : old, old_len);
     free(old);
     if (s->watches != NULL)
-        ctrun__notify(s, key, klen, kind, e->value, e->vlen, ctx->op, ctx->conn == NULL);
+        ctrun_store__notify(s, key, klen, kind, e->value, e->vlen, ctx->op, ctx->conn == NULL);
     return 0;
 }
 
-bool ctrun__delete(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8_t *key, size_t klen)
+bool ctrun_store__delete(ctrun_store_t *s, const ctrun_store__ctx_t *ctx, const uint8_t *key,
+                         size_t klen)
 {
-    ctrun__entry_t *e = ctrun__lookup(s, key, klen, NULL);
+    ctrun_store__entry_t *e = ctrun_store__lookup(s, key, klen, NULL);
     if (e == NULL || !e->has_value)
         return false;
     uint8_t *old = e->value;
@@ -232,19 +235,20 @@ bool ctrun__delete(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8_t *key
     e->vlen = e->vcap = 0;
     e->has_value = false;
     s->st.keys--;
-    ctrun__uncharge(s, old_len);
+    ctrun_store__uncharge(s, old_len);
     if (e->watchers != NULL)
-        ctrun__push_kwatch(s, e, CT_STORE_WATCH_DELETED, old, old_len);
+        ctrun_store__push_kwatch(s, e, CT_STORE_WATCH_DELETED, old, old_len);
     free(old);
-    ctrun__release(s, e);
+    ctrun_store__release(s, e);
     if (s->watches != NULL)
-        ctrun__notify(s, key, klen, CT_STORE_WATCH_DELETED, NULL, 0, ctx->op, ctx->conn == NULL);
+        ctrun_store__notify(s, key, klen, CT_STORE_WATCH_DELETED, NULL, 0, ctx->op,
+                            ctx->conn == NULL);
     return true;
 }
 
 /* std::stoll on the stored bytes: leading blanks, a sign, at least one digit, junk after the
  * digits ignored, int64 range. */
-int ctrun__parse_counter(const uint8_t *p, size_t n, int64_t *out)
+int ctrun_store__parse_counter(const uint8_t *p, size_t n, int64_t *out)
 {
     size_t i = 0;
     while (i < n && (p[i] == ' ' || (p[i] >= '\t' && p[i] <= '\r')))
@@ -266,13 +270,13 @@ int ctrun__parse_counter(const uint8_t *p, size_t n, int64_t *out)
 }
 
 /* ADD and BARRIER's counter: the new value, written as decimal text. */
-int ctrun__add(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8_t *key, size_t klen,
-               int64_t delta, int wake_mode, int64_t *result, ct_errbuf_t *eb)
+int ctrun_store__add(ctrun_store_t *s, const ctrun_store__ctx_t *ctx, const uint8_t *key,
+                     size_t klen, int64_t delta, int wake_mode, int64_t *result, ct_errbuf_t *eb)
 {
     int64_t cur = 0;
-    ctrun__entry_t *e = ctrun__lookup(s, key, klen, NULL);
+    ctrun_store__entry_t *e = ctrun_store__lookup(s, key, klen, NULL);
     if (e != NULL && e->has_value) {
-        int rc = ctrun__parse_counter(e->value, e->vlen, &cur);
+        int rc = ctrun_store__parse_counter(e->value, e->vlen, &cur);
         if (rc != 0)
             return ct_errbuf_set(eb, rc, "key \"%.*s\" holds %zu bytes that are %s",
                                  (int)(klen > 80 ? 80 : klen), (const char *)key, e->vlen,
@@ -282,8 +286,8 @@ int ctrun__add(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8_t *key, si
     int64_t v = (int64_t)((uint64_t)cur + (uint64_t)delta);
     char text[24];
     int n = snprintf(text, sizeof text, "%lld", (long long)v);
-    int rc =
-        ctrun__write(s, ctx, key, klen, (const uint8_t *)text, (size_t)n, false, wake_mode, eb);
+    int rc = ctrun_store__write(s, ctx, key, klen, (const uint8_t *)text, (size_t)n, false,
+                                wake_mode, eb);
     if (rc == 0)
         *result = v;
     return rc;
@@ -291,11 +295,11 @@ int ctrun__add(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8_t *key, si
 
 /* PyTorch's compare_set; *reply receives what the COMPARE_SET reply carries. The reply view
  * points at the request's bytes (desired or expected) or at the stored value. */
-int ctrun__compare_set(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8_t *key, size_t klen,
-                       ct_store_bytes_t expected, ct_store_bytes_t desired, ct_store_bytes_t *reply,
-                       ct_errbuf_t *eb)
+int ctrun_store__compare_set(ctrun_store_t *s, const ctrun_store__ctx_t *ctx, const uint8_t *key,
+                             size_t klen, ct_store_bytes_t expected, ct_store_bytes_t desired,
+                             ct_store_bytes_t *reply, ct_errbuf_t *eb)
 {
-    ctrun__entry_t *e = ctrun__lookup(s, key, klen, NULL);
+    ctrun_store__entry_t *e = ctrun_store__lookup(s, key, klen, NULL);
     bool swap;
     if (e == NULL || !e->has_value) {
         if (expected.len != 0) {
@@ -311,14 +315,15 @@ int ctrun__compare_set(ctrun_store_t *s, const ctrun__ctx_t *ctx, const uint8_t 
             return 0;
         }
     }
-    int rc = ctrun__write(s, ctx, key, klen, desired.data, desired.len, false, CTRUN__WAKE_ALL, eb);
+    int rc = ctrun_store__write(s, ctx, key, klen, desired.data, desired.len, false,
+                                CTRUN_STORE__WAKE_ALL, eb);
     if (rc == 0)
         *reply = desired;
     return rc;
 }
 
-static bool ctrun__wipe_match(const ctrun__entry_t *e, const char *const *prefixes, size_t n,
-                              bool except)
+static bool ctrun_store__wipe_match(const ctrun_store__entry_t *e, const char *const *prefixes,
+                                    size_t n, bool except)
 {
     bool hit = false;
     for (size_t i = 0; i < n && !hit; i++) {
@@ -330,17 +335,17 @@ static bool ctrun__wipe_match(const ctrun__entry_t *e, const char *const *prefix
 
 /* Deletes values and queues of matching keys. Entries are unlinked in a first pass, with no
  * user code running; watch callbacks run afterwards on saved keys. */
-int ctrun__wipe(ctrun_store_t *s, const char *const *prefixes, size_t n, bool except,
-                size_t *ndeleted)
+int ctrun_store__wipe(ctrun_store_t *s, const char *const *prefixes, size_t n, bool except,
+                      size_t *ndeleted)
 {
     size_t count = 0, cap = 0;
     uint8_t **deleted = NULL; /* keys (u32 length + bytes) for the watch callbacks */
     bool want_events = s->watches != NULL;
     for (size_t b = 0; b <= s->tab_mask; b++) {
-        ctrun__entry_t *e = s->tab[b];
+        ctrun_store__entry_t *e = s->tab[b];
         while (e != NULL) {
-            ctrun__entry_t *next = e->hnext;
-            if ((e->has_value || e->qlen > 0) && ctrun__wipe_match(e, prefixes, n, except)) {
+            ctrun_store__entry_t *next = e->hnext;
+            if ((e->has_value || e->qlen > 0) && ctrun_store__wipe_match(e, prefixes, n, except)) {
                 if (e->has_value) {
                     count++;
                     if (want_events) {
@@ -365,10 +370,10 @@ int ctrun__wipe(ctrun_store_t *s, const char *const *prefixes, size_t n, bool ex
                         uint8_t *old = e->value;
                         size_t old_len = e->vlen;
                         e->has_value = false;
-                        ctrun__push_kwatch(s, e, CT_STORE_WATCH_DELETED, old, old_len);
+                        ctrun_store__push_kwatch(s, e, CT_STORE_WATCH_DELETED, old, old_len);
                         e->has_value = true;
                     }
-                    ctrun__uncharge(s, e->vlen);
+                    ctrun_store__uncharge(s, e->vlen);
                     free(e->value);
                     e->value = NULL;
                     e->vlen = e->vcap = 0;
@@ -376,16 +381,16 @@ int ctrun__wipe(ctrun_store_t *s, const char *const *prefixes, size_t n, bool ex
                     s->st.keys--;
                 }
                 while (e->qhead != NULL) {
-                    ctrun__item_t *it = e->qhead;
+                    ctrun_store__item_t *it = e->qhead;
                     e->qhead = it->next;
-                    ctrun__uncharge(s, sizeof *it + it->len + CTRUN__ENTRY_OVERHEAD);
+                    ctrun_store__uncharge(s, sizeof *it + it->len + CTRUN_STORE__ENTRY_OVERHEAD);
                     free(it);
                 }
                 if (e->qlen > 0)
                     s->st.queues--;
                 e->qtail = NULL;
                 e->qlen = 0;
-                ctrun__release(s, e);
+                ctrun_store__release(s, e);
             }
             e = next;
         }
@@ -398,8 +403,8 @@ int ctrun__wipe(ctrun_store_t *s, const char *const *prefixes, size_t n, bool ex
                 continue;
             uint32_t kl;
             memcpy(&kl, deleted[i], 4);
-            ctrun__notify(s, deleted[i] + 4, kl, CT_STORE_WATCH_DELETED, NULL, 0,
-                          CT_STORE_OP_DELETE_KEY, true);
+            ctrun_store__notify(s, deleted[i] + 4, kl, CT_STORE_WATCH_DELETED, NULL, 0,
+                                CT_STORE_OP_DELETE_KEY, true);
             free(deleted[i]);
         }
         free(deleted);

@@ -5,7 +5,7 @@
  * WATCH_KEY subscriptions and their events, and the in-process watches of ctrun_store_watch.
  *
  * Deliberately not here: deciding when a key counts as written (the operations in
- * ctrun_store_table.c call ctrun__wake and the watch functions), and parsing WAIT, BARRIER or
+ * ctrun_store_table.c call ctrun_store__wake and the watch functions), and parsing WAIT, BARRIER or
  * WATCH_KEY requests (ctrun_store_req.c).
  */
 #include <stdlib.h>
@@ -16,9 +16,9 @@
 
 /* ---- waiters ---------------------------------------------------------------------------- */
 
-static void ctrun__reg_unlink(ctrun_store_t *s, ctrun__reg_t *r)
+static void ctrun_store__reg_unlink(ctrun_store_t *s, ctrun_store__reg_t *r)
 {
-    ctrun__entry_t *e = r->entry;
+    ctrun_store__entry_t *e = r->entry;
     if (r->kprev)
         r->kprev->knext = r->knext;
     else
@@ -27,7 +27,7 @@ static void ctrun__reg_unlink(ctrun_store_t *s, ctrun__reg_t *r)
         r->knext->kprev = r->kprev;
     else
         e->wtail = r->kprev;
-    ctrun__wait_t *w = r->wait;
+    ctrun_store__wait_t *w = r->wait;
     if (r->wprev)
         r->wprev->wnext = r->wnext;
     else
@@ -35,13 +35,13 @@ static void ctrun__reg_unlink(ctrun_store_t *s, ctrun__reg_t *r)
     if (r->wnext)
         r->wnext->wprev = r->wprev;
     s->st.wait_registrations--;
-    ctrun__uncharge(s, sizeof *r + CTRUN__ENTRY_OVERHEAD);
+    ctrun_store__uncharge(s, sizeof *r + CTRUN_STORE__ENTRY_OVERHEAD);
     free(r);
 }
 
-static void ctrun__wait_free(ctrun_store_t *s, ctrun__wait_t *w)
+static void ctrun_store__wait_free(ctrun_store_t *s, ctrun_store__wait_t *w)
 {
-    ctrun__conn_t *c = w->conn;
+    ctrun_store__conn_t *c = w->conn;
     if (w->prev)
         w->prev->next = w->next;
     else
@@ -49,18 +49,18 @@ static void ctrun__wait_free(ctrun_store_t *s, ctrun__wait_t *w)
     if (w->next)
         w->next->prev = w->prev;
     s->st.pending_waits--;
-    ctrun__uncharge(s, sizeof *w + CTRUN__ENTRY_OVERHEAD);
+    ctrun_store__uncharge(s, sizeof *w + CTRUN_STORE__ENTRY_OVERHEAD);
     free(w);
 }
 
-ctrun__wait_t *ctrun__wait_new(ctrun__conn_t *c)
+ctrun_store__wait_t *ctrun_store__wait_new(ctrun_store__conn_t *c)
 {
     ctrun_store_t *s = c->s;
-    if (!ctrun__charge(s, sizeof(ctrun__wait_t) + CTRUN__ENTRY_OVERHEAD))
+    if (!ctrun_store__charge(s, sizeof(ctrun_store__wait_t) + CTRUN_STORE__ENTRY_OVERHEAD))
         return NULL;
-    ctrun__wait_t *w = calloc(1, sizeof *w);
+    ctrun_store__wait_t *w = calloc(1, sizeof *w);
     if (w == NULL) {
-        ctrun__uncharge(s, sizeof *w + CTRUN__ENTRY_OVERHEAD);
+        ctrun_store__uncharge(s, sizeof *w + CTRUN_STORE__ENTRY_OVERHEAD);
         return NULL;
     }
     w->conn = c;
@@ -72,13 +72,14 @@ ctrun__wait_t *ctrun__wait_new(ctrun__conn_t *c)
     return w;
 }
 
-bool ctrun__reg_add(ctrun_store_t *s, ctrun__wait_t *w, ctrun__entry_t *e, bool barrier)
+bool ctrun_store__reg_add(ctrun_store_t *s, ctrun_store__wait_t *w, ctrun_store__entry_t *e,
+                          bool barrier)
 {
-    if (!ctrun__charge(s, sizeof(ctrun__reg_t) + CTRUN__ENTRY_OVERHEAD))
+    if (!ctrun_store__charge(s, sizeof(ctrun_store__reg_t) + CTRUN_STORE__ENTRY_OVERHEAD))
         return false;
-    ctrun__reg_t *r = calloc(1, sizeof *r);
+    ctrun_store__reg_t *r = calloc(1, sizeof *r);
     if (r == NULL) {
-        ctrun__uncharge(s, sizeof *r + CTRUN__ENTRY_OVERHEAD);
+        ctrun_store__uncharge(s, sizeof *r + CTRUN_STORE__ENTRY_OVERHEAD);
         return false;
     }
     r->entry = e;
@@ -100,25 +101,25 @@ bool ctrun__reg_add(ctrun_store_t *s, ctrun__wait_t *w, ctrun__entry_t *e, bool 
 }
 
 /* One awaited key was written: count the wait down and answer it at zero. */
-static void ctrun__reg_fire(ctrun_store_t *s, ctrun__reg_t *r)
+static void ctrun_store__reg_fire(ctrun_store_t *s, ctrun_store__reg_t *r)
 {
-    ctrun__wait_t *w = r->wait;
-    ctrun__reg_unlink(s, r);
+    ctrun_store__wait_t *w = r->wait;
+    ctrun_store__reg_unlink(s, r);
     if (--w->remaining == 0) {
-        ctrun__conn_t *c = w->conn;
-        ctrun__wait_free(s, w);
-        ctrun__reply_u8(c, CT_STORE_WAIT_STOP, true);
+        ctrun_store__conn_t *c = w->conn;
+        ctrun_store__wait_free(s, w);
+        ctrun_store__reply_u8(c, CT_STORE_WAIT_STOP, true);
     }
 }
 
-void ctrun__wake(ctrun_store_t *s, ctrun__entry_t *e, int mode)
+void ctrun_store__wake(ctrun_store_t *s, ctrun_store__entry_t *e, int mode)
 {
-    ctrun__reg_t *r = e->whead;
+    ctrun_store__reg_t *r = e->whead;
     while (r != NULL) {
-        ctrun__reg_t *next = r->knext;
-        if (mode != CTRUN__WAKE_NOT_BARRIER || !r->barrier) {
-            ctrun__reg_fire(s, r);
-            if (mode == CTRUN__WAKE_ONE)
+        ctrun_store__reg_t *next = r->knext;
+        if (mode != CTRUN_STORE__WAKE_NOT_BARRIER || !r->barrier) {
+            ctrun_store__reg_fire(s, r);
+            if (mode == CTRUN_STORE__WAKE_ONE)
                 return;
         }
         r = next;
@@ -126,46 +127,46 @@ void ctrun__wake(ctrun_store_t *s, ctrun__entry_t *e, int mode)
 }
 
 /* Drops every wait of a connection (CANCEL_WAIT, or the connection closing). */
-void ctrun__drop_waits(ctrun__conn_t *c)
+void ctrun_store__drop_waits(ctrun_store__conn_t *c)
 {
     ctrun_store_t *s = c->s;
     while (c->waits != NULL) {
-        ctrun__wait_t *w = c->waits;
+        ctrun_store__wait_t *w = c->waits;
         while (w->regs != NULL) {
-            ctrun__entry_t *e = w->regs->entry;
-            ctrun__reg_unlink(s, w->regs);
-            ctrun__release(s, e);
+            ctrun_store__entry_t *e = w->regs->entry;
+            ctrun_store__reg_unlink(s, w->regs);
+            ctrun_store__release(s, e);
         }
-        ctrun__wait_free(s, w);
+        ctrun_store__wait_free(s, w);
     }
 }
 
 /* ---- watches ---------------------------------------------------------------------------- */
 
-void ctrun__kwatch_free(ctrun_store_t *s, ctrun__kwatch_t *k)
+void ctrun_store__kwatch_free(ctrun_store_t *s, ctrun_store__kwatch_t *k)
 {
-    ctrun__entry_t *e = k->entry;
+    ctrun_store__entry_t *e = k->entry;
     if (k->eprev)
         k->eprev->enext = k->enext;
     else
         e->watchers = k->enext;
     if (k->enext)
         k->enext->eprev = k->eprev;
-    ctrun__conn_t *c = k->conn;
+    ctrun_store__conn_t *c = k->conn;
     if (k->cprev)
         k->cprev->cnext = k->cnext;
     else
         c->kwatches = k->cnext;
     if (k->cnext)
         k->cnext->cprev = k->cprev;
-    ctrun__uncharge(s, sizeof *k + CTRUN__ENTRY_OVERHEAD);
+    ctrun_store__uncharge(s, sizeof *k + CTRUN_STORE__ENTRY_OVERHEAD);
     free(k);
-    ctrun__release(s, e);
+    ctrun_store__release(s, e);
 }
 
 /* v1 watch events for the connections that sent WATCH_KEY on this entry. */
-void ctrun__push_kwatch(ctrun_store_t *s, ctrun__entry_t *e, ct_store_watch_kind_t kind,
-                        const uint8_t *old, size_t old_len)
+void ctrun_store__push_kwatch(ctrun_store_t *s, ctrun_store__entry_t *e, ct_store_watch_kind_t kind,
+                              const uint8_t *old, size_t old_len)
 {
     (void)s;
     ct_store_watch_event_t ev = {
@@ -175,17 +176,18 @@ void ctrun__push_kwatch(ctrun_store_t *s, ctrun__entry_t *e, ct_store_watch_kind
         .new_value = {.data = e->has_value ? e->value : NULL, .len = e->has_value ? e->vlen : 0},
     };
     size_t n = ct_store_encode_watch_event(&ev, NULL, 0);
-    ctrun__kwatch_t *k = e->watchers;
+    ctrun_store__kwatch_t *k = e->watchers;
     while (k != NULL) {
-        ctrun__kwatch_t *next = k->enext; /* a closing connection drops its subscriptions */
-        uint8_t *p = ctrun__out(k->conn, n, true);
+        ctrun_store__kwatch_t *next = k->enext; /* a closing connection drops its subscriptions */
+        uint8_t *p = ctrun_store__out(k->conn, n, true);
         if (p != NULL)
             ct_store_encode_watch_event(&ev, p, n);
         k = next;
     }
 }
 
-static bool ctrun__watch_matches(const ctrun_store_watch_t *w, const uint8_t *key, size_t klen)
+static bool ctrun_store__watch_matches(const ctrun_store_watch_t *w, const uint8_t *key,
+                                       size_t klen)
 {
     if (w->dead)
         return false;
@@ -194,7 +196,7 @@ static bool ctrun__watch_matches(const ctrun_store_watch_t *w, const uint8_t *ke
     return klen == w->klen && memcmp(key, w->key, klen) == 0;
 }
 
-void ctrun__sweep_watches(ctrun_store_t *s)
+void ctrun_store__sweep_watches(ctrun_store_t *s)
 {
     if (s->notify_depth > 0 || !s->watches_dead)
         return;
@@ -212,12 +214,13 @@ void ctrun__sweep_watches(ctrun_store_t *s)
 }
 
 /* In-process watch callbacks, on copies: a callback may change or delete this very key. */
-void ctrun__notify(ctrun_store_t *s, const uint8_t *key, size_t klen, ct_store_watch_kind_t kind,
-                   const uint8_t *value, size_t vlen, ct_store_op_t op, bool in_process)
+void ctrun_store__notify(ctrun_store_t *s, const uint8_t *key, size_t klen,
+                         ct_store_watch_kind_t kind, const uint8_t *value, size_t vlen,
+                         ct_store_op_t op, bool in_process)
 {
     bool any = false;
     for (ctrun_store_watch_t *w = s->watches; w != NULL && !any; w = w->next)
-        any = ctrun__watch_matches(w, key, klen);
+        any = ctrun_store__watch_matches(w, key, klen);
     if (!any)
         return;
     uint8_t *copy = malloc(klen + vlen + 1);
@@ -235,9 +238,9 @@ void ctrun__notify(ctrun_store_t *s, const uint8_t *key, size_t klen, ct_store_w
                               .in_process = in_process};
     s->notify_depth++;
     for (ctrun_store_watch_t *w = s->watches; w != NULL; w = w->next)
-        if (ctrun__watch_matches(w, copy, klen) && !s->closing)
+        if (ctrun_store__watch_matches(w, copy, klen) && !s->closing)
             w->cb(s, &ev, w->data);
     s->notify_depth--;
     free(copy);
-    ctrun__sweep_watches(s);
+    ctrun_store__sweep_watches(s);
 }

@@ -25,7 +25,7 @@ static const char *ct__get(char **envp, const char *name)
     return found;
 }
 
-static void ct__config(ctrun_config_t *cfg, int nargs, char **args, const char *const *env)
+static void ct__env_config(ctrun_config_t *cfg, int nargs, char **args, const char *const *env)
 {
     char *argv[16] = {"ctrun"};
     for (int i = 0; i < nargs; i++)
@@ -44,7 +44,7 @@ static void test_one_node_two_workers(void)
                           "PET_NPROC_PER_NODE=2", NULL};
     ctrun_config_t cfg;
     char *args[] = {"--no_python", "./w.sh"};
-    ct__config(&cfg, 2, args, base);
+    ct__env_config(&cfg, 2, args, base);
     for (int lr = 0; lr < 2; lr++) {
         ctrun_worker_info_t w;
         ctrun_worker_info_init(&w, &cfg);
@@ -107,7 +107,7 @@ static void test_two_nodes_different_nproc(void)
         snprintf(np, sizeof np, "--nproc_per_node=%d", nproc[node]);
         snprintf(nr, sizeof nr, "--node_rank=%d", node);
         char *args[] = {nn, np, nr, port, addr, restarts, s};
-        ct__config(&cfg, 7, args, base);
+        ct__env_config(&cfg, 7, args, base);
         for (int lr = 0; lr < nproc[node]; lr++) {
             ctrun_worker_info_t w;
             ctrun_worker_info_init(&w, &cfg);
@@ -157,7 +157,7 @@ static void test_presets_are_kept(void)
                           NULL};
     ctrun_config_t cfg;
     char *args[] = {"--nproc_per_node=4", "--role=trainer", "--rdzv_id=job", "x.py"};
-    ct__config(&cfg, 4, args, base);
+    ct__env_config(&cfg, 4, args, base);
     ctrun_worker_info_t w;
     ctrun_worker_info_init(&w, &cfg);
     w.rank = 3;
@@ -193,7 +193,7 @@ static void test_single_worker_has_no_omp(void)
     const char *base[] = {NULL};
     ctrun_config_t cfg;
     char *args[] = {"x.py"};
-    ct__config(&cfg, 1, args, base);
+    ct__env_config(&cfg, 1, args, base);
     ctrun_worker_info_t w;
     ctrun_worker_info_init(&w, &cfg);
     char **envp;

@@ -8,7 +8,7 @@
 #include "ct_test.h"
 #include "ctrun_info.h"
 
-static void ct__config(ctrun_config_t *cfg, int nargs, char **args)
+static void ct__info_config(ctrun_config_t *cfg, int nargs, char **args)
 {
     char *argv[16] = {"ctrun"};
     for (int i = 0; i < nargs; i++)
@@ -33,7 +33,7 @@ static void test_launch_config(void)
                     "--nnodes",
                     "2",
                     "w.py"};
-    ct__config(&cfg, 10, args);
+    ct__info_config(&cfg, 10, args);
     char *text = NULL;
     CT_ASSERT_OK(ctrun_info_launch_config(&cfg, &text));
     CT_ASSERT_STR_EQ(text, "Starting elastic_operator with launch configs:\n"
@@ -53,7 +53,7 @@ static void test_launch_config(void)
     ctrun_config_free(&cfg);
 
     char *args2[] = {"--standalone", "--log_dir=/l", "--rdzv_conf=timeout=20", "./bin"};
-    ct__config(&cfg, 4, args2);
+    ct__info_config(&cfg, 4, args2);
     CT_ASSERT_OK(ctrun_info_launch_config(&cfg, &text));
     CT_ASSERT_STR_CONTAINS(text, "  rdzv_backend     : c10d\n"
                                  "  rdzv_endpoint    : localhost:0\n"
@@ -68,7 +68,7 @@ static void test_rendezvous_result(void)
 {
     ctrun_config_t cfg;
     char *args[] = {"--nproc_per_node=2", "--nnodes=2", "--node_rank=1", "--role=trainer", "w.py"};
-    ct__config(&cfg, 5, args);
+    ct__info_config(&cfg, 5, args);
     ctrun_worker_info_t w[2];
     for (int i = 0; i < 2; i++) {
         ctrun_worker_info_init(&w[i], &cfg);

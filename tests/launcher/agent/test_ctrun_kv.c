@@ -30,7 +30,7 @@ typedef struct replies {
     char value[MAX_REPLIES][64];
 } replies_t;
 
-static void on_reply(void *data, const ctrun_kv_reply_t *r)
+static void kv_on_reply(void *data, const ctrun_kv_reply_t *r)
 {
     replies_t *rs = data;
     CT_ASSERT(!rs->in_submit);
@@ -119,7 +119,7 @@ static void test_local(void)
     CT_ASSERT_OK(ctrun_store_create(&loop, &so, &s, &eb));
     replies_t rs = {0};
     ctrun_kv_t *kv = NULL;
-    CT_ASSERT_OK(ctrun_kv_open_local(&loop, s, on_reply, &rs, &kv, &eb));
+    CT_ASSERT_OK(ctrun_kv_open_local(&loop, s, kv_on_reply, &rs, &kv, &eb));
     exercise(&loop, kv, &rs);
     /* A GET still waiting when the kv closes is dropped without a callback. */
     CT_ASSERT_OK(ctrun_kv_get(kv, "/never", 12));
@@ -146,7 +146,7 @@ static void test_remote(void)
                                  .connect_timeout_ms = 10000,
                                  .op_timeout_ms = 10000,
                                  .backoff_max_ms = 200};
-    CT_ASSERT_OK(ctrun_kv_open_remote(&loop, &ko, on_reply, &rs, &kv, &eb));
+    CT_ASSERT_OK(ctrun_kv_open_remote(&loop, &ko, kv_on_reply, &rs, &kv, &eb));
     exercise(&loop, kv, &rs);
     /* Close while a GET blocks in the server: returns at once (the cancel fd), no callback. */
     CT_ASSERT_OK(ctrun_kv_get(kv, "/never", 12));
@@ -176,7 +176,7 @@ static void test_remote_store_appears_late(void)
                                  .connect_timeout_ms = 30000,
                                  .op_timeout_ms = 10000,
                                  .backoff_max_ms = 100};
-    CT_ASSERT_OK(ctrun_kv_open_remote(&loop, &ko, on_reply, &rs, &kv, &eb));
+    CT_ASSERT_OK(ctrun_kv_open_remote(&loop, &ko, kv_on_reply, &rs, &kv, &eb));
     CT_ASSERT_OK(ctrun_kv_add(kv, "/early", 1, 1));
     CT_ASSERT_OK(ctrun_kv_get(kv, "/early", 2));
     ct_sleep_ms(300); /* the lanes are retrying refused connections by now */
@@ -208,7 +208,7 @@ static void test_remote_connect_fails(void)
                                  .connect_timeout_ms = 300,
                                  .op_timeout_ms = 300,
                                  .backoff_max_ms = 50};
-    CT_ASSERT_OK(ctrun_kv_open_remote(&loop, &ko, on_reply, &rs, &kv, &eb));
+    CT_ASSERT_OK(ctrun_kv_open_remote(&loop, &ko, kv_on_reply, &rs, &kv, &eb));
     CT_ASSERT_OK(ctrun_kv_set(kv, "/x", "1", 1));
     wait_replies(&loop, &rs, 1);
     CT_ASSERT_EQ(rs.rc[0], -ETIMEDOUT);

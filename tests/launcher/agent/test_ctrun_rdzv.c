@@ -1,6 +1,6 @@
 /*
- * test_ctrun_rdzv.c - the rendezvous protocol (launcher/agent/ctrun_rdzv.c) on one in-process store:
- * plan texts; two static agents with different worker counts agree on world size and rank
+ * test_ctrun_rdzv.c - the rendezvous protocol (launcher/agent/ctrun_rdzv.c) on one in-process
+ * store: plan texts; two static agents with different worker counts agree on world size and rank
  * offsets; the coordinator wipes the workers' keys (and only those) before the next attempt;
  * a second agent with a taken node rank and an agent of another job are refused with a clear
  * reason; c10d ranks follow join order and an agent beyond the node count waits for a round with
@@ -23,7 +23,7 @@ typedef struct party {
     ctrun_rdzv_result_t result;
 } party_t;
 
-static void on_reply(void *data, const ctrun_kv_reply_t *reply)
+static void rdzv_on_reply(void *data, const ctrun_kv_reply_t *reply)
 {
     party_t *p = data;
     CT_ASSERT_EQ(CTRUN_TAG_OWNER(reply->tag), CTRUN_TAG_RDZV);
@@ -71,9 +71,9 @@ static void party_open(world_t *w, party_t *p, const ctrun_rdzv_params_t *params
                                      .connect_timeout_ms = 10000,
                                      .op_timeout_ms = 10000,
                                      .backoff_max_ms = 100};
-        CT_ASSERT_OK(ctrun_kv_open_remote(&w->loop, &ko, on_reply, p, &p->kv, &eb));
+        CT_ASSERT_OK(ctrun_kv_open_remote(&w->loop, &ko, rdzv_on_reply, p, &p->kv, &eb));
     } else {
-        CT_ASSERT_OK(ctrun_kv_open_local(&w->loop, w->store, on_reply, p, &p->kv, &eb));
+        CT_ASSERT_OK(ctrun_kv_open_local(&w->loop, w->store, rdzv_on_reply, p, &p->kv, &eb));
     }
     ctrun_rdzv_init(&p->r, p->kv, params);
 }

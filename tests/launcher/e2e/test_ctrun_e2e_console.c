@@ -8,22 +8,6 @@
  */
 #include "ctrun_e2e.h"
 
-/* The only run folder under base, into buf. */
-static void run_dir(const char *base, char *buf, size_t size)
-{
-    DIR *d = opendir(base);
-    CT_ASSERT(d != NULL);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(buf, size, "%.500s/%.255s", base, e->d_name);
-        n++;
-    }
-    closedir(d);
-    CT_ASSERT_EQ(n, 1);
-}
-
 /* The worker's lines as a log file must hold them: "flood 0", "flood 1", ... every one, in
  * order, each whole (the last one too: a worker writes whole batches). Returns the count. */
 static long check_file_complete(const char *text)
@@ -117,7 +101,7 @@ static void test_failure_stops_flooder_while_console_stalls(void)
                                   "lines until it catches up");
     CT_ASSERT_STR_CONTAINS(c.err, "[ctrun] warn: the stdout reader was too slow: ");
     /* The file has every line; the console a part of them, each whole. */
-    run_dir(logs, rd, sizeof rd);
+    e2e_run_dir(logs, rd, sizeof rd);
     char *file = e2e_read("%s/attempt_0/0/stdout.log", rd);
     long in_file = check_file_complete(file);
     long on_console = check_console_whole(c.out, "[default0]:");

@@ -7,22 +7,6 @@
  */
 #include "ctrun_e2e.h"
 
-/* The only run folder under base (asserts there is exactly one), into buf. */
-static void run_dir(const char *base, char *buf, size_t size)
-{
-    DIR *d = opendir(base);
-    CT_ASSERT(d != NULL);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(buf, size, "%.500s/%.255s", base, e->d_name);
-        n++;
-    }
-    closedir(d);
-    CT_ASSERT_EQ(n, 1);
-}
-
 static void run_job(ct_child_t *c, const char *logs, const char *const *flags,
                     const char *const *worker_args, const char *const *env)
 {
@@ -53,7 +37,7 @@ static void test_redirect_all(void)
     run_job(&c, logs, flags, hello, NULL);
     CT_ASSERT_STR_NOT_CONTAINS(c.out, "hello");
     CT_ASSERT_STR_NOT_CONTAINS(c.err, "oops");
-    run_dir(logs, rd, sizeof rd);
+    e2e_run_dir(logs, rd, sizeof rd);
     CT_ASSERT_MSG(strncmp(strrchr(rd, '/') + 1, "job1_", 5) == 0 && strlen(strrchr(rd, '/')) == 14,
                   "run folder %s", rd);
     for (int r = 0; r < 2; r++) {
@@ -83,7 +67,7 @@ static void test_tee_stdout_with_role(void)
     /* stderr is neither tee'd nor redirected: plain console lines, no file. */
     CT_ASSERT_STR_CONTAINS(c.err, "\noops 0\n");
     CT_ASSERT_STR_CONTAINS(c.err, "\noops 1\n");
-    run_dir(logs, rd, sizeof rd);
+    e2e_run_dir(logs, rd, sizeof rd);
     char *out = e2e_read("%s/attempt_0/0/stdout.log", rd);
     CT_ASSERT_STR_EQ(out, "hello 0\n");
     free(out);
@@ -113,7 +97,7 @@ static void test_redirect_map(void)
     run_job(&c, logs, flags, hello, NULL);
     CT_ASSERT_STR_NOT_CONTAINS(c.out, "hello 0");
     CT_ASSERT_STR_CONTAINS(c.out, "hello 1\n");
-    run_dir(logs, rd, sizeof rd);
+    e2e_run_dir(logs, rd, sizeof rd);
     CT_ASSERT(e2e_exists("%s/attempt_0/0/stdout.log", rd));
     CT_ASSERT(!e2e_exists("%s/attempt_0/1/stdout.log", rd));
     ct_child_close(&c);
@@ -136,7 +120,7 @@ static void test_local_ranks_filter(void)
     run_job(&c, logs, flags2, hello, NULL);
     CT_ASSERT_STR_CONTAINS(c.out, "[default0]:hello 0\n");
     CT_ASSERT_STR_NOT_CONTAINS(c.out, "hello 1");
-    run_dir(logs, rd, sizeof rd);
+    e2e_run_dir(logs, rd, sizeof rd);
     char *out1 = e2e_read("%s/attempt_0/1/stdout.log", rd);
     CT_ASSERT_STR_EQ(out1, "hello 1\n");
     free(out1);
@@ -151,7 +135,7 @@ static void test_long_line_without_newline(void)
     const char *const wargs[] = {"--long", "200000", NULL};
     ct_child_t c;
     run_job(&c, logs, flags, wargs, NULL);
-    run_dir(logs, rd, sizeof rd);
+    e2e_run_dir(logs, rd, sizeof rd);
     for (int r = 0; r < 2; r++) {
         char *out = e2e_read("%s/attempt_0/%d/stdout.log", rd, r);
         CT_ASSERT(out != NULL);

@@ -75,7 +75,7 @@ static ctrun_store_t *store_new(const ctrun_store_opts_t *extra)
 static void check(ctrun_store_t *s)
 {
     ct_errbuf_t eb = {{0}};
-    int rc = ctrun__test_check(s, &eb);
+    int rc = ctrun_store__test_check(s, &eb);
     CT_ASSERT_MSG(rc == 0, "%s", eb.msg);
 }
 
@@ -92,18 +92,18 @@ static void store_free(ctrun_store_t *s)
 /* ---- a test connection that speaks through the codec ----------------------------------- */
 
 typedef struct tc {
-    ctrun__conn_t *c;
+    ctrun_store__conn_t *c;
     ct_store_dialect_t d;
 } tc_t;
 
 static tc_t tc_open(ctrun_store_t *s, ct_store_dialect_t d)
 {
-    tc_t t = {.c = ctrun__test_conn_open(s), .d = d};
+    tc_t t = {.c = ctrun_store__test_conn_open(s), .d = d};
     CT_ASSERT(t.c != NULL);
     if (d == CT_STORE_V2) {
         uint8_t v[5];
         hex("00 cef7853c", v, sizeof v);
-        CT_ASSERT_OK(ctrun__test_conn_feed(t.c, v, 5));
+        CT_ASSERT_OK(ctrun_store__test_conn_feed(t.c, v, 5));
     }
     return t;
 }
@@ -120,7 +120,7 @@ static int tc_req(tc_t *t, const ct_store_req_t *req)
     CT_ASSERT(n > 0);
     uint8_t *buf = malloc((size_t)n);
     CT_ASSERT(ct_store_encode_request(t->d, req, buf, (size_t)n, NULL) == n);
-    int rc = ctrun__test_conn_feed(t->c, buf, (size_t)n);
+    int rc = ctrun_store__test_conn_feed(t->c, buf, (size_t)n);
     free(buf);
     return rc;
 }
@@ -154,7 +154,7 @@ static void tc_simple(tc_t *t, ct_store_op_t op, const char *k)
 /* Takes all pending output. */
 static size_t tc_out(tc_t *t, uint8_t *buf, size_t cap)
 {
-    return ctrun__test_conn_output(t->c, buf, cap);
+    return ctrun_store__test_conn_output(t->c, buf, cap);
 }
 
 static void expect_hex(tc_t *t, const char *want_hex)
@@ -190,7 +190,7 @@ static void expect_bytes(tc_t *t, const char *v)
 
 static void tc_free(tc_t *t)
 {
-    ctrun__test_conn_free(t->c);
+    ctrun_store__test_conn_free(t->c);
     t->c = NULL;
 }
 
@@ -235,7 +235,7 @@ static void test_capture_replay_v1(void)
     uint8_t in[512], want[512], got[512];
     size_t n = hex(stream, in, sizeof in), wn = hex(replies, want, sizeof want), gn = 0;
     for (size_t i = 0; i < n; i++) {
-        CT_ASSERT_OK(ctrun__test_conn_feed(t.c, in + i, 1));
+        CT_ASSERT_OK(ctrun_store__test_conn_feed(t.c, in + i, 1));
         gn += tc_out(&t, got + gn, sizeof got - gn);
     }
     CT_ASSERT_EQ(gn, wn);
@@ -616,7 +616,7 @@ static void test_hostile_input(void)
             n = hex(cases[i].bytes, b, sizeof b);
         else
             memcpy(b, cases[i].text, n = strlen(cases[i].text));
-        int rc = ctrun__test_conn_feed(bad.c, b, n);
+        int rc = ctrun_store__test_conn_feed(bad.c, b, n);
         CT_ASSERT_MSG(rc == CT_EPEER, "%s was not closed", cases[i].what);
         tc_free(&bad);
         CT_ASSERT_EQ(tc_add(&good, "/alive", 1), (int64_t)i + 1);
@@ -624,7 +624,7 @@ static void test_hostile_input(void)
     /* Case 22: half a request stays pending without blocking anyone. */
     tc_t half = tc_open(s, CT_STORE_V1);
     n = hex("00 0a00000000000000 2f6b6579", b, sizeof b);
-    CT_ASSERT_OK(ctrun__test_conn_feed(half.c, b, n));
+    CT_ASSERT_OK(ctrun_store__test_conn_feed(half.c, b, n));
     expect_nothing(&half);
     CT_ASSERT_EQ(tc_add(&good, "/alive", 1), 9);
     ctrun_store_stats_t st;
@@ -679,7 +679,7 @@ static void test_memory_cap(void)
         ct_store_req_t wr = {.op = CT_STORE_OP_WAIT, .key_array = &kb, .nkeys = 1};
         uint8_t *wb = malloc(9000);
         ssize_t wn = ct_store_encode_request(CT_STORE_V2, &wr, wb, 9000, NULL);
-        if (ctrun__test_conn_feed(w.c, wb, (size_t)wn) != 0)
+        if (ctrun_store__test_conn_feed(w.c, wb, (size_t)wn) != 0)
             closed_at = j;
         free(wb);
     }
@@ -705,7 +705,7 @@ static void feed_half_set(tc_t *t, const char *key, size_t sent)
     uint8_t *buf = malloc((size_t)n);
     CT_ASSERT_EQ(ct_store_encode_request(t->d, &r, buf, (size_t)n, NULL), n);
     CT_ASSERT((ssize_t)sent < n);
-    CT_ASSERT_OK(ctrun__test_conn_feed(t->c, buf, sent));
+    CT_ASSERT_OK(ctrun_store__test_conn_feed(t->c, buf, sent));
     free(buf);
     free(v);
 }
@@ -734,10 +734,10 @@ static void test_memory_cap_charges_the_holder(void)
     tc_set(&good, "/one", "1");
     tc_simple(&good, CT_STORE_OP_GET, "/one");
     expect_bytes(&good, "1");
-    CT_ASSERT(!ctrun__test_conn_closed(good.c));
+    CT_ASSERT(!ctrun_store__test_conn_closed(good.c));
     int closed = 0;
     for (int i = 0; i < 4; i++)
-        closed += ctrun__test_conn_closed(half[i].c);
+        closed += ctrun_store__test_conn_closed(half[i].c);
     CT_ASSERT_EQ(closed, 1);
     ctrun_store_stats(s, &st);
     CT_ASSERT_EQ(st.dropped, 1);
@@ -753,21 +753,21 @@ static void test_memory_cap_charges_the_holder(void)
     ssize_t n = ct_store_encode_request(CT_STORE_V2, &r, NULL, 0, NULL);
     uint8_t *buf = malloc((size_t)n);
     CT_ASSERT_EQ(ct_store_encode_request(CT_STORE_V2, &r, buf, (size_t)n, NULL), n);
-    CT_ASSERT_ERR(ctrun__test_conn_feed(fifth.c, buf, 6u << 20), CT_EPEER);
+    CT_ASSERT_ERR(ctrun_store__test_conn_feed(fifth.c, buf, 6u << 20), CT_EPEER);
     tc_set(&good, "/two", "2");
     tc_simple(&good, CT_STORE_OP_GET, "/two");
     expect_bytes(&good, "2");
     /* A survivor sends the rest of its SET, which is stored. */
     int survivor = -1;
     for (int i = 0; i < 4 && survivor < 0; i++)
-        if (!ctrun__test_conn_closed(half[i].c))
+        if (!ctrun_store__test_conn_closed(half[i].c))
             survivor = i;
     char k[16];
     snprintf(k, sizeof k, "/h%d", survivor);
     ct_store_req_t full = {.op = CT_STORE_OP_SET, .key = B(k), .value = {v, vlen}};
     n = ct_store_encode_request(CT_STORE_V2, &full, buf, (size_t)n, NULL);
     size_t sent = (5u << 20) + 100u * (unsigned)survivor;
-    CT_ASSERT_OK(ctrun__test_conn_feed(half[survivor].c, buf + sent, (size_t)n - sent));
+    CT_ASSERT_OK(ctrun_store__test_conn_feed(half[survivor].c, buf + sent, (size_t)n - sent));
     ct_store_bytes_t got;
     CT_ASSERT_OK(ctrun_store_get(s, k, &got));
     CT_ASSERT_EQ(got.len, vlen);
@@ -790,7 +790,7 @@ static void feed_gets(tc_t *t, const char *key, int n)
     uint8_t *many = malloc(one * (size_t)n);
     for (int i = 0; i < n; i++)
         memcpy(many + (size_t)i * one, req, one);
-    CT_ASSERT_OK(ctrun__test_conn_feed(t->c, many, one * (size_t)n));
+    CT_ASSERT_OK(ctrun_store__test_conn_feed(t->c, many, one * (size_t)n));
     free(many);
 }
 
@@ -864,7 +864,7 @@ static void test_large_replies_any_socket(void)
         for (size_t r = 0; r < sizeof rooms / sizeof rooms[0]; r++) {
             for (int d = 0; d < 2; d++) {
                 tc_t t = tc_open(s, d == 0 ? CT_STORE_V1 : CT_STORE_V2);
-                ctrun__test_conn_set_room(t.c, rooms[r]);
+                ctrun_store__test_conn_set_room(t.c, rooms[r]);
                 /* PyTorch's get: WAIT then GET, one at a time, three times. */
                 for (int k = 0; k < 3; k++) {
                     tc_wait1(&t, "/big");
@@ -878,7 +878,7 @@ static void test_large_replies_any_socket(void)
                 ctrun_store_stats_t st;
                 ctrun_store_stats(s, &st);
                 CT_ASSERT_EQ(st.buffered_bytes, 0);
-                CT_ASSERT(!ctrun__test_conn_closed(t.c));
+                CT_ASSERT(!ctrun_store__test_conn_closed(t.c));
                 check(s);
                 tc_free(&t);
             }
@@ -1086,7 +1086,7 @@ static void test_pause_resume_fuzz(void)
         for (int i = 0; i < 3; i++) {
             fc[i].id = i;
             fc[i].t = tc_open(s, (fz_next(&rng) & 1) ? CT_STORE_V2 : CT_STORE_V1);
-            ctrun__test_conn_set_room(fc[i].t.c, rooms[fz_next(&rng) % 6]);
+            ctrun_store__test_conn_set_room(fc[i].t.c, rooms[fz_next(&rng) % 6]);
         }
         for (int step = 0; step < 400; step++) {
             fz_conn_t *f = &fc[fz_next(&rng) % 3];
@@ -1099,7 +1099,7 @@ static void test_pause_resume_fuzz(void)
                 size_t left = f->pending_in.len - f->fed;
                 if (left > 0) {
                     size_t n = fz_next(&rng) & 1 ? left : 1 + fz_next(&rng) % left;
-                    CT_ASSERT_OK(ctrun__test_conn_feed(f->t.c, f->pending_in.p + f->fed, n));
+                    CT_ASSERT_OK(ctrun_store__test_conn_feed(f->t.c, f->pending_in.p + f->fed, n));
                     f->fed += n;
                     if (f->fed == f->pending_in.len)
                         f->fed = f->pending_in.len = 0;
@@ -1112,18 +1112,19 @@ static void test_pause_resume_fuzz(void)
                                         : 16u << 20;
                 fz_read(f, max, scratch, (uint64_t)seed);
             } else {
-                ctrun__test_conn_set_room(f->t.c, rooms[fz_next(&rng) % 6]);
+                ctrun_store__test_conn_set_room(f->t.c, rooms[fz_next(&rng) % 6]);
             }
-            CT_ASSERT_MSG(!ctrun__test_conn_closed(f->t.c), "seed %d step %d: closed", seed, step);
+            CT_ASSERT_MSG(!ctrun_store__test_conn_closed(f->t.c), "seed %d step %d: closed", seed,
+                          step);
             ct_errbuf_t eb = {{0}};
-            int rc = ctrun__test_check(s, &eb);
+            int rc = ctrun_store__test_check(s, &eb);
             CT_ASSERT_MSG(rc == 0, "seed %d step %d: %s", seed, step, eb.msg);
         }
         /* Everything left is fed, and every reply must come. */
         for (int i = 0; i < 3; i++)
             if (fc[i].pending_in.len > fc[i].fed)
-                CT_ASSERT_OK(ctrun__test_conn_feed(fc[i].t.c, fc[i].pending_in.p + fc[i].fed,
-                                                   fc[i].pending_in.len - fc[i].fed));
+                CT_ASSERT_OK(ctrun_store__test_conn_feed(fc[i].t.c, fc[i].pending_in.p + fc[i].fed,
+                                                         fc[i].pending_in.len - fc[i].fed));
         for (int i = 0; i < 3; i++) {
             fz_conn_t *f = &fc[i];
             while (fz_read(f, 16u << 20, scratch, (uint64_t)seed) > 0) {
@@ -1169,9 +1170,9 @@ static void test_watch_key_v1(void)
     memset(v, 'x', lim.max_value_len);
     v[lim.max_value_len] = '\0';
     int i;
-    for (i = 0; i < 40 && !ctrun__test_conn_closed(w.c); i++)
+    for (i = 0; i < 40 && !ctrun_store__test_conn_closed(w.c); i++)
         CT_ASSERT_OK(ctrun_store_set(s, "/w", v, lim.max_value_len, NULL));
-    CT_ASSERT(ctrun__test_conn_closed(w.c));
+    CT_ASSERT(ctrun_store__test_conn_closed(w.c));
     CT_ASSERT_MSG(i >= 9 && i <= 12, "closed after %d events", i); /* 5 MiB / (old + new) */
     free(v);
     check(s);
@@ -1190,7 +1191,7 @@ static void test_doomed_during_wake(void)
     lim.max_value_len = 256u << 10;
     ctrun_store_opts_t o = {.limits = &lim};
     ctrun_store_t *s = store_new(&o);
-    const size_t cap = lim.max_message_len + (4u << 20); /* CTRUN__HIGH_WATER */
+    const size_t cap = lim.max_message_len + (4u << 20); /* CTRUN_STORE__HIGH_WATER */
     tc_t w = tc_open(s, CT_STORE_V1);
     tc_simple(&w, CT_STORE_OP_WATCH_KEY, "/w");
     expect_hex(&w, "03");
@@ -1213,12 +1214,12 @@ static void test_doomed_during_wake(void)
     CT_ASSERT_EQ(tc_out(&w, sink, k), k);
     free(sink);
     CT_ASSERT_OK(ctrun_store_set(s, "/w", v, lim.max_value_len, NULL));
-    CT_ASSERT(!ctrun__test_conn_closed(w.c));
+    CT_ASSERT(!ctrun_store__test_conn_closed(w.c));
     ctrun_store_stats_t st;
     ctrun_store_stats(s, &st);
     CT_ASSERT_EQ(st.wait_registrations, 2);
     CT_ASSERT_OK(ctrun_store_set(s, "/k", "1", 1, NULL)); /* the first wake-up exceeds the cap */
-    CT_ASSERT(ctrun__test_conn_closed(w.c));
+    CT_ASSERT(ctrun_store__test_conn_closed(w.c));
     ctrun_store_stats(s, &st);
     CT_ASSERT_EQ(st.wait_registrations, 0);
     CT_ASSERT_EQ(st.dropped, 1);
@@ -1422,16 +1423,16 @@ static void test_authentication(void)
     uint8_t cn[CT_STORE_AUTH_NONCE_LEN] = {1, 2, 3}, sn[CT_STORE_AUTH_NONCE_LEN];
     uint8_t msg[64], mac[CT_STORE_AUTH_MAC_LEN], want[CT_STORE_AUTH_MAC_LEN];
     for (int attempt = 0; attempt < 3; attempt++) {
-        tc_t t = {.c = ctrun__test_conn_open(s), .d = CT_STORE_V2};
+        tc_t t = {.c = ctrun_store__test_conn_open(s), .d = CT_STORE_V2};
         if (attempt == 2) { /* no hello at all: a stock client is closed at its first byte */
             uint8_t v[5];
             hex("00 cef7853c", v, sizeof v);
-            CT_ASSERT_ERR(ctrun__test_conn_feed(t.c, v, 5), CT_EPEER);
+            CT_ASSERT_ERR(ctrun_store__test_conn_feed(t.c, v, 5), CT_EPEER);
             tc_free(&t);
             continue;
         }
         size_t n = ct_store_encode_auth_hello(cn, msg);
-        CT_ASSERT_OK(ctrun__test_conn_feed(t.c, msg, n));
+        CT_ASSERT_OK(ctrun_store__test_conn_feed(t.c, msg, n));
         CT_ASSERT_EQ(tc_out(&t, msg, sizeof msg), CT_STORE_AUTH_HELLO_LEN);
         CT_ASSERT_EQ(ct_store_decode_auth_hello(msg, CT_STORE_AUTH_HELLO_LEN, sn, NULL),
                      CT_STORE_AUTH_HELLO_LEN);
@@ -1439,19 +1440,19 @@ static void test_authentication(void)
         CT_ASSERT_OK(ct_store_auth_mac(use, strlen(use), false, cn, sn, mac, NULL));
         n = ct_store_encode_auth_mac(CT_STORE_AUTH_PROOF, mac, msg);
         if (attempt == 0) {
-            CT_ASSERT_ERR(ctrun__test_conn_feed(t.c, msg, n), CT_EPEER);
+            CT_ASSERT_ERR(ctrun_store__test_conn_feed(t.c, msg, n), CT_EPEER);
             expect_nothing(&t);
             tc_free(&t);
             continue;
         }
-        CT_ASSERT_OK(ctrun__test_conn_feed(t.c, msg, n));
+        CT_ASSERT_OK(ctrun_store__test_conn_feed(t.c, msg, n));
         CT_ASSERT_EQ(tc_out(&t, msg, sizeof msg), CT_STORE_AUTH_PROOF_LEN);
         CT_ASSERT_EQ(msg[0], CT_STORE_AUTH_ACCEPT);
         CT_ASSERT_OK(ct_store_auth_mac(token, strlen(token), true, cn, sn, want, NULL));
         CT_ASSERT(ct_store_auth_mac_equal(msg + 1, want));
         uint8_t v[5];
         hex("00 cef7853c", v, sizeof v);
-        CT_ASSERT_OK(ctrun__test_conn_feed(t.c, v, 5));
+        CT_ASSERT_OK(ctrun_store__test_conn_feed(t.c, v, 5));
         CT_ASSERT_EQ(tc_add(&t, "/authed", 1), 1);
         tc_free(&t);
     }

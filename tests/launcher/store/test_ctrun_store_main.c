@@ -201,7 +201,7 @@ static int count_close_wait(int port)
     return n;
 }
 
-static int raw_connect(int port)
+static int main_raw_connect(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     CT_ASSERT(fd >= 0);
@@ -217,7 +217,7 @@ static int raw_connect(int port)
 /* Opens a raw connection in dialect d and sends n pipelined GETs of key in one go. */
 static int raw_pipeline_gets(int port, ct_store_dialect_t d, const char *key, int n)
 {
-    int fd = raw_connect(port);
+    int fd = main_raw_connect(port);
     uint8_t one[64];
     ct_store_req_t g = {.op = CT_STORE_OP_GET, .key = {(const uint8_t *)key, strlen(key)}};
     size_t len = (size_t)ct_store_encode_request(d, &g, one, sizeof one, NULL);
@@ -407,7 +407,7 @@ static void memory_cap_case(const char *cap, int expect_closed)
         ssize_t n = ct_store_encode_request(CT_STORE_V1, &r, NULL, 0, NULL);
         uint8_t *buf = malloc((size_t)n);
         CT_ASSERT_EQ(ct_store_encode_request(CT_STORE_V1, &r, buf, (size_t)n, NULL), n);
-        half[i] = raw_connect(port);
+        half[i] = main_raw_connect(port);
         size_t sent = (size_t)n / 2 + 1000u * (size_t)i;
         CT_ASSERT_EQ(send(half[i], buf, sent, MSG_NOSIGNAL), (ssize_t)sent);
         free(buf);
@@ -486,7 +486,7 @@ static void test_out_of_file_descriptors(void)
     size_t n = (size_t)ct_store_encode_request(CT_STORE_V2, &v, ping, sizeof ping, NULL);
     n += (size_t)ct_store_encode_request(CT_STORE_V2, &p, ping + n, sizeof ping - n, NULL);
     for (int i = 0; i < N; i++) {
-        fds[i] = raw_connect(port);
+        fds[i] = main_raw_connect(port);
         /* A refused connection may already be closed: its send may fail, its read tells. */
         (void)send(fds[i], ping, n, MSG_NOSIGNAL);
     }

@@ -50,7 +50,7 @@ static void client(ct_store_client_t *c, ct_store_dialect_t d, int64_t timeout_m
     CT_ASSERT_MSG(rc == 0, "%s", eb.msg);
 }
 
-static int raw_connect(int port)
+static int net_raw_connect(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     CT_ASSERT(fd >= 0);
@@ -335,7 +335,7 @@ static void test_hostile_clients(void)
     int64_t n = 0;
 
     /* 30: a waiter vanishes; its state is freed; a set afterwards is harmless. */
-    int w = raw_connect(st.port);
+    int w = net_raw_connect(st.port);
     uint8_t req[256];
     ct_store_bytes_t wk = {(const uint8_t *)"/gone", 5};
     ct_store_req_t wr = {.op = CT_STORE_OP_WAIT, .key_array = &wk, .nkeys = 1};
@@ -375,7 +375,7 @@ static void test_hostile_clients(void)
          18},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        int fd = raw_connect(st.port);
+        int fd = net_raw_connect(st.port);
         raw_send(fd, bad[i].bytes, bad[i].len);
         CT_ASSERT_MSG(raw_closed_within(fd, 5000), "%s was not closed", bad[i].what);
         close(fd);
@@ -385,7 +385,7 @@ static void test_hostile_clients(void)
      * connection that never sends anything: the good client does not notice them. */
     int idle[8];
     for (int i = 0; i < 8; i++) {
-        idle[i] = raw_connect(st.port);
+        idle[i] = net_raw_connect(st.port);
         if (i % 2 == 0)
             raw_send(idle[i], "\x00\x0a\x00\x00\x00\x00\x00\x00\x00key", 12);
     }
