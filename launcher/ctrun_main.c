@@ -16,7 +16,7 @@
 #include "ctrun_agent.h"
 #include "ctrun_cli.h"
 
-static void ctrun__log_level(void)
+static void ctrun_main__log_level(void)
 {
     if (getenv("CT_LOG_LEVEL") != NULL)
         return; /* ct_log_init read it */
@@ -36,7 +36,7 @@ int main(int argc, char **argv)
     ct_errbuf_t eb = {{0}};
     if (ct_log_init("[ctrun]", &eb) != 0)
         ct_log_warn("%s", eb.msg);
-    ctrun__log_level();
+    ctrun_main__log_level();
 
     ctrun_config_t cfg;
     ctrun_cli_action_t action;

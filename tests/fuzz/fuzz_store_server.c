@@ -8,8 +8,8 @@
  * bits 2-4 the action: feed the bytes, reconnect, stop or resume reading replies, an
  * in-process set / add / delete / wipe with the bytes as key, or resize the connection's
  * pretend socket (room for 2^(first byte % 24) unread bytes, none without bytes). After every
- * record the server's indexes and counters are recounted (ctrun__test_check); after every input all
- * connections go, the store is wiped, and it must hold no memory at all.
+ * record the server's indexes and counters are recounted (ctrun_store__test_check); after every
+ * input all connections go, the store is wiped, and it must hold no memory at all.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +69,7 @@ static void setup(void)
 static void check(void)
 {
     ct_errbuf_t eb;
-    FUZZ_CHECK(ctrun__test_check(store, &eb) == 0, "%s", eb.msg);
+    FUZZ_CHECK(ctrun_store__test_check(store, &eb) == 0, "%s", eb.msg);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -78,14 +78,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size == 0)
         return 0;
     enum { MAXC = 4 };
-    ctrun__conn_t *conns[MAXC] = {0};
+    ctrun_store__conn_t *conns[MAXC] = {0};
     bool stalled[MAXC] = {0};
     int n = 1 + (data[0] & 3);
     static const uint8_t validate[5] = {0x00, 0xCE, 0xF7, 0x85, 0x3C};
     for (int i = 0; i < n; i++) {
-        conns[i] = ctrun__test_conn_open(store);
+        conns[i] = ctrun_store__test_conn_open(store);
         if (data[0] & (4 << i))
-            ctrun__test_conn_feed(conns[i], validate, 5);
+            ctrun_store__test_conn_feed(conns[i], validate, 5);
     }
     size_t pos = 1;
     while (pos + 2 <= size) {
@@ -99,8 +99,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         snprintf(key, sizeof key, "%.*s", (int)(take > 70 ? 70 : take), (const char *)p);
         switch ((ctl >> 2) & 7) {
         case 1: /* the client goes away (mid-wait, mid-request...) and a new one comes */
-            ctrun__test_conn_free(conns[ci]);
-            conns[ci] = ctrun__test_conn_open(store);
+            ctrun_store__test_conn_free(conns[ci]);
+            conns[ci] = ctrun_store__test_conn_open(store);
             stalled[ci] = false;
             break;
         case 2:
@@ -123,20 +123,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         }
         case 7:
-            ctrun__test_conn_set_room(conns[ci], take == 0 ? 0 : (size_t)1 << (p[0] % 24));
+            ctrun_store__test_conn_set_room(conns[ci], take == 0 ? 0 : (size_t)1 << (p[0] % 24));
             break;
         default:
-            ctrun__test_conn_feed(conns[ci], p, take);
+            ctrun_store__test_conn_feed(conns[ci], p, take);
             break;
         }
         for (int i = 0; i < n; i++)
             if (!stalled[i])
-                while (ctrun__test_conn_output(conns[i], NULL, 1u << 20) > 0) {
+                while (ctrun_store__test_conn_output(conns[i], NULL, 1u << 20) > 0) {
                 }
         check();
     }
     for (int i = 0; i < n; i++)
-        ctrun__test_conn_free(conns[i]);
+        ctrun_store__test_conn_free(conns[i]);
     size_t wiped = 0;
     ctrun_store_wipe_except(store, NULL, 0, &wiped);
     check();

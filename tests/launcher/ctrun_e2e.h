@@ -271,6 +271,22 @@ __attribute__((unused)) static bool e2e_wait_starts(const char *dir, int n, int6
     return true;
 }
 
+/* The only run folder of a --log_dir (asserts there is exactly one), into buf. */
+__attribute__((unused)) static void e2e_run_dir(const char *base, char *buf, size_t size)
+{
+    DIR *d = opendir(base);
+    CT_ASSERT(d != NULL);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(buf, size, "%.500s/%.255s", base, e->d_name);
+        n++;
+    }
+    closedir(d);
+    CT_ASSERT_EQ(n, 1);
+}
+
 /* Counts non-overlapping occurrences of needle in hay. */
 __attribute__((unused)) static int e2e_count(const char *hay, const char *needle)
 {
