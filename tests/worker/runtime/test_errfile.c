@@ -55,13 +55,8 @@ static int child_main(const char *mode)
 
 static const char *python(void)
 {
-    const char *p = getenv("CTRUN_TORCH2_PYTHON");
-    if (p != NULL && p[0] != '\0')
-        return p;
-    static char venv[512];
-    const char *home = getenv("HOME");
-    snprintf(venv, sizeof venv, "%s/.venvs/torch2/bin/python", home ? home : "/root");
-    return access(venv, X_OK) == 0 ? venv : "python3";
+    const char *py = ct_test_torch2_python();
+    return getenv("CTRUN_TORCH2_PYTHON") != NULL || access(py, X_OK) == 0 ? py : "python3";
 }
 
 /* check_errfile.py on errpath, with PyTorch's reader when with_torch (importing torch takes

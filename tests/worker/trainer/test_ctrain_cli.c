@@ -356,13 +356,7 @@ static void test_store_unreachable(void)
  * tests/worker/trainer/test_ctrain_tboard.c). */
 static void check_event_file(const char *dir)
 {
-    const char *py = getenv("CTRUN_TORCH2_PYTHON");
-    char pybuf[512];
-    if (py == NULL) {
-        snprintf(pybuf, sizeof pybuf, "%s/.venvs/torch2/bin/python",
-                 getenv("HOME") ? getenv("HOME") : "");
-        py = pybuf;
-    }
+    const char *py = ct_test_torch2_python();
     if (access(py, X_OK) != 0) {
         printf("  # %s not found: the TensorBoard reader check of ctrain's event file is "
                "skipped\n",

@@ -64,13 +64,7 @@ static void test_framing(void)
     CT_ASSERT(memmem(buf, n, "valid/ndcg@10", 13) != NULL);
 
     /* TensorBoard's reader, when available. */
-    const char *py = getenv("CTRUN_TORCH2_PYTHON");
-    char pybuf[512];
-    if (py == NULL) {
-        snprintf(pybuf, sizeof pybuf, "%s/.venvs/torch2/bin/python",
-                 getenv("HOME") ? getenv("HOME") : "");
-        py = pybuf;
-    }
+    const char *py = ct_test_torch2_python();
     char script[2048];
     snprintf(
         script, sizeof script,

@@ -52,11 +52,7 @@ static bool imports_torch(const char *python)
 static void find_python(void)
 {
     const char *env = getenv("CTRUN_TORCH_PYTHON");
-    const char *home = getenv("HOME");
-    char venv[400] = "";
-    if (home)
-        snprintf(venv, sizeof venv, "%s/.venvs/torch2/bin/python", home);
-    const char *cands[] = {env, "/usr/bin/python3", venv};
+    const char *cands[] = {env, "/usr/bin/python3", ct_test_torch2_python()};
     for (size_t i = 0; i < 3; i++) {
         if (cands[i] && cands[i][0] && imports_torch(cands[i])) {
             snprintf(py, sizeof py, "%s", cands[i]);

@@ -19,7 +19,7 @@
 
 enum { BIG = 300000 };
 
-static char dir[256], path[512], py[512];
+static char dir[256], path[512], py[4096];
 static const char *script;
 
 /* Element j of the pattern tensor of dtype d (see st_interop.py), written at out. */
@@ -161,13 +161,9 @@ int main(int argc, char **argv)
 {
     CT_ASSERT_MSG(argc == 2, "usage: test_st_interop SCRIPT");
     script = argv[1];
-    const char *env = getenv("CTRUN_TORCH2_PYTHON");
-    const char *home = getenv("HOME");
-    if (env != NULL && env[0] != '\0')
-        snprintf(py, sizeof py, "%s", env);
-    else if (snprintf(py, sizeof py, "%s/.venvs/torch2/bin/python", home ? home : "/root"),
-             access(py, X_OK) != 0)
-        snprintf(py, sizeof py, "python3");
+    const char *t2 = ct_test_torch2_python();
+    snprintf(py, sizeof py, "%s",
+             getenv("CTRUN_TORCH2_PYTHON") != NULL || access(t2, X_OK) == 0 ? t2 : "python3");
     char *probe[] = {py, "-c", "import safetensors, numpy", NULL};
     ct_child_t c;
     int rc = ct_child_run(&c, probe, NULL, 60000);
