@@ -30,7 +30,7 @@ int ct_port_parse(const char *text, bool allow_zero, int *out, ct_errbuf_t *eb)
     return 0;
 }
 
-static bool ct__is_ipv6(const char *host)
+static bool ct_addr__is_ipv6(const char *host)
 {
     /* inet_pton does not know zone ids ("%eth0"); validate the address part only. */
     char buf[CT_HOST_MAX];
@@ -53,7 +53,7 @@ int ct_host_validate(const char *host, ct_host_kind_t *kind, ct_errbuf_t *eb)
     if (len >= CT_HOST_MAX)
         return ct_errbuf_set(eb, CT_EPARSE, "host name is %zu characters long (at most 253)", len);
     if (strchr(host, ':') != NULL) {
-        if (!ct__is_ipv6(host))
+        if (!ct_addr__is_ipv6(host))
             return ct_errbuf_set(eb, CT_EPARSE, "\"%.64s\" is not a valid IPv6 address", host);
         *kind = CT_HOST_IPV6;
         return 0;
@@ -73,16 +73,16 @@ int ct_host_validate(const char *host, ct_host_kind_t *kind, ct_errbuf_t *eb)
                 return ct_errbuf_set(eb, CT_EPARSE, "host \"%.64s\" has a label over 63 characters",
                                      host);
             if (host[i - 1] == '-' || host[i - label_len] == '-')
-                return ct_errbuf_set(eb, CT_EPARSE,
-                                     "host \"%.64s\" has a label that starts or ends with '-'", host);
+                return ct_errbuf_set(
+                    eb, CT_EPARSE, "host \"%.64s\" has a label that starts or ends with '-'", host);
             labels++;
             label_len = 0;
             continue;
         }
         if (!isalnum((unsigned char)c) && c != '-' && c != '_')
-            return ct_errbuf_set(eb, CT_EPARSE,
-                                 "host \"%.64s\" contains '%c', which is not allowed in a host name",
-                                 host, isprint((unsigned char)c) ? c : '?');
+            return ct_errbuf_set(
+                eb, CT_EPARSE, "host \"%.64s\" contains '%c', which is not allowed in a host name",
+                host, isprint((unsigned char)c) ? c : '?');
         if (!isdigit((unsigned char)c))
             all_numeric = false;
         label_len++;
@@ -121,7 +121,8 @@ int ct_hostport_parse(const char *text, int default_port, bool allow_port_zero,
         if (close[1] == ':')
             port_text = close + 2;
         else if (close[1] != '\0')
-            return ct_errbuf_set(eb, CT_EPARSE, "address \"%.80s\": unexpected text after ']'", text);
+            return ct_errbuf_set(eb, CT_EPARSE, "address \"%.80s\": unexpected text after ']'",
+                                 text);
         if (strchr(host, ':') == NULL)
             return ct_errbuf_set(eb, CT_EPARSE,
                                  "address \"%.80s\": brackets are only for IPv6 addresses", text);
@@ -129,7 +130,7 @@ int ct_hostport_parse(const char *text, int default_port, bool allow_port_zero,
         const char *colon = strchr(text, ':');
         if (colon != NULL && strchr(colon + 1, ':') != NULL) {
             /* Several colons without brackets: only a bare IPv6 address (no port) fits. */
-            if (!ct__is_ipv6(text))
+            if (!ct_addr__is_ipv6(text))
                 return ct_errbuf_set(eb, CT_EPARSE,
                                      "address \"%.80s\": write IPv6 addresses with a port as "
                                      "[addr]:port",
@@ -160,8 +161,8 @@ int ct_hostport_parse(const char *text, int default_port, bool allow_port_zero,
         hp.has_port = true;
     } else {
         if (default_port < 0)
-            return ct_errbuf_set(eb, CT_EPARSE, "address \"%.80s\": missing port (expected host:port)",
-                                 text);
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "address \"%.80s\": missing port (expected host:port)", text);
         hp.port = default_port;
         hp.has_port = false;
     }

@@ -20,7 +20,7 @@ bool ct_env_is_set(const char *name)
 
 /* Shared prologue: returns 1 when the variable is unset (default applies), 0 when a value is
  * there to parse. */
-static int ct__env_lookup(const char *name, const char **value, bool *found)
+static int ct_env__env_lookup(const char *name, const char **value, bool *found)
 {
     *value = getenv(name);
     if (found != NULL)
@@ -32,7 +32,7 @@ int ct_env_int64(const char *name, int64_t min, int64_t max, int64_t dflt, int64
                  bool *found, ct_errbuf_t *eb)
 {
     const char *value;
-    if (ct__env_lookup(name, &value, found)) {
+    if (ct_env__env_lookup(name, &value, found)) {
         *out = dflt;
         return 0;
     }
@@ -54,7 +54,7 @@ int ct_env_double(const char *name, double min, double max, double dflt, double 
                   bool *found, ct_errbuf_t *eb)
 {
     const char *value;
-    if (ct__env_lookup(name, &value, found)) {
+    if (ct_env__env_lookup(name, &value, found)) {
         *out = dflt;
         return 0;
     }
@@ -65,7 +65,7 @@ int ct_env_double(const char *name, double min, double max, double dflt, double 
 int ct_env_bool(const char *name, bool dflt, bool *out, bool *found, ct_errbuf_t *eb)
 {
     const char *value;
-    if (ct__env_lookup(name, &value, found)) {
+    if (ct_env__env_lookup(name, &value, found)) {
         *out = dflt;
         return 0;
     }

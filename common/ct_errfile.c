@@ -16,9 +16,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ct_fs.h"
 #include "ct_parse.h"
 
-static int ct__load(const char *path, json_t **root, ct_errbuf_t *eb)
+static int ct_errfile__load(const char *path, json_t **root, ct_errbuf_t *eb)
 {
     FILE *f = fopen(path, "r");
     if (f == NULL) {
@@ -40,7 +41,7 @@ static int ct__load(const char *path, json_t **root, ct_errbuf_t *eb)
     return 0;
 }
 
-static int64_t ct__timestamp(json_t *v)
+static int64_t ct_errfile__timestamp(json_t *v)
 {
     int64_t ts = 0;
     if (json_is_integer(v))
@@ -53,7 +54,7 @@ static int64_t ct__timestamp(json_t *v)
     return ts < 0 ? 0 : ts;
 }
 
-static char *ct__dup_string(json_t *v)
+static char *ct_errfile__dup_string(json_t *v)
 {
     return json_is_string(v) ? strdup(json_string_value(v)) : NULL;
 }
@@ -62,16 +63,16 @@ int ct_errfile_read(const char *path, ct_errfile_t *out, ct_errbuf_t *eb)
 {
     memset(out, 0, sizeof *out);
     json_t *root;
-    int rc = ct__load(path, &root, eb);
+    int rc = ct_errfile__load(path, &root, eb);
     if (rc != 0)
         return rc;
     json_t *msg = json_object_get(root, "message");
     if (json_is_object(msg)) {
         out->dict_form = true;
-        out->message = ct__dup_string(json_object_get(msg, "message"));
+        out->message = ct_errfile__dup_string(json_object_get(msg, "message"));
         json_t *extra = json_object_get(msg, "extraInfo");
-        out->traceback = ct__dup_string(json_object_get(extra, "py_callstack"));
-        out->timestamp = ct__timestamp(json_object_get(extra, "timestamp"));
+        out->traceback = ct_errfile__dup_string(json_object_get(extra, "py_callstack"));
+        out->timestamp = ct_errfile__timestamp(json_object_get(extra, "timestamp"));
         json_t *code = json_object_get(msg, "errorCode");
         if (json_is_integer(code) && json_integer_value(code) >= INT_MIN &&
             json_integer_value(code) <= INT_MAX) {
@@ -79,10 +80,10 @@ int ct_errfile_read(const char *path, ct_errfile_t *out, ct_errbuf_t *eb)
             out->error_code = (int)json_integer_value(code);
         }
     } else {
-        out->message = ct__dup_string(msg);
+        out->message = ct_errfile__dup_string(msg);
         if (out->message == NULL && !json_is_null(msg))
             out->message = json_dumps(msg, JSON_ENCODE_ANY);
-        out->timestamp = ct__timestamp(json_object_get(root, "timestamp"));
+        out->timestamp = ct_errfile__timestamp(json_object_get(root, "timestamp"));
     }
     json_decref(root);
     return 0;
@@ -96,63 +97,38 @@ void ct_errfile_free(ct_errfile_t *ef)
     ef->traceback = NULL;
 }
 
-/* Writes root to a temp file beside path, then renames it over path. */
-static int ct__save(const char *path, json_t *root, ct_errbuf_t *eb)
+/* Writes root as JSON over path, durably (ct_fs.h: a temporary file beside it, renamed). */
+static int ct_errfile__save(const char *path, json_t *root, ct_errbuf_t *eb)
 {
-    char tmp[PATH_MAX];
-    int n = snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
-    if (n < 0 || (size_t)n >= sizeof tmp)
-        return ct_errbuf_set(eb, -ENAMETOOLONG, "error file %.200s: path too long", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        return ct_errbuf_set(eb, -e, "error file %s: cannot create a temp file: %s", path,
-                             strerror(e));
-    }
     char *text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
-    int e = text == NULL ? ENOMEM : 0;
-    if (text != NULL) {
-        /* jansson writes \u00E9, Python \u00e9: lower-case the hex of every \u escape. */
-        for (char *p = text; *p != '\0'; p++) {
-            if (*p != '\\')
-                continue;
-            p++;
-            for (int k = 1; *p == 'u' && k <= 4 && p[k] != '\0'; k++)
-                p[k] = (char)tolower((unsigned char)p[k]);
-        }
-        size_t len = strlen(text), done = 0;
-        while (e == 0 && done < len) {
-            ssize_t w = write(fd, text + done, len - done);
-            if (w < 0 && errno != EINTR)
-                e = errno;
-            else if (w > 0)
-                done += (size_t)w;
-        }
-        free(text);
+    if (text == NULL)
+        return ct_errbuf_set(eb, -ENOMEM, "error file %s: out of memory", path);
+    /* jansson writes \u00E9, Python \u00e9: lower-case the hex of every \u escape. */
+    for (char *p = text; *p != '\0'; p++) {
+        if (*p != '\\')
+            continue;
+        p++;
+        for (int k = 1; *p == 'u' && k <= 4 && p[k] != '\0'; k++)
+            p[k] = (char)tolower((unsigned char)p[k]);
     }
-    if (e == 0 && fsync(fd) != 0)
-        e = errno;
-    if (close(fd) != 0 && e == 0)
-        e = errno;
-    if (e == 0 && rename(tmp, path) != 0)
-        e = errno;
-    if (e != 0) {
-        unlink(tmp);
-        return ct_errbuf_set(eb, -e, "error file %s: cannot write: %s", path, strerror(e));
-    }
+    ct_errbuf_t feb;
+    int rc = ct_fs_replace(path, text, strlen(text), &feb);
+    free(text);
+    if (rc != 0)
+        return ct_errbuf_set(eb, rc, "error file %s: cannot write: %s", path, feb.msg);
     return 0;
 }
 
 int ct_errfile_copy(const char *src, const char *dst, int error_code, ct_errbuf_t *eb)
 {
     json_t *root;
-    int rc = ct__load(src, &root, eb);
+    int rc = ct_errfile__load(src, &root, eb);
     if (rc != 0)
         return rc;
     json_t *msg = json_object_get(root, "message");
     if (error_code != 0 && json_is_object(msg))
         json_object_set_new(msg, "errorCode", json_integer(error_code));
-    rc = ct__save(dst, root, eb);
+    rc = ct_errfile__save(dst, root, eb);
     json_decref(root);
     return rc;
 }

@@ -58,14 +58,14 @@ void ct_errfile_target_close(ct_errfile_target_t *t)
 
 /* ---- a buffered, signal-safe output stream ------------------------------------------------ */
 
-typedef struct ct__out {
+typedef struct ct_errfile_write__out {
     int fd;
     int err; /* first write error (negated errno), sticky */
     size_t len;
     char buf[1024];
-} ct__out_t;
+} ct_errfile_write__out_t;
 
-static void ct__out_flush(ct__out_t *o)
+static void ct_errfile_write__out_flush(ct_errfile_write__out_t *o)
 {
     const char *p = o->buf;
     size_t left = o->len;
@@ -82,20 +82,20 @@ static void ct__out_flush(ct__out_t *o)
     o->len = 0;
 }
 
-static void ct__out_char(ct__out_t *o, char c)
+static void ct_errfile_write__out_char(ct_errfile_write__out_t *o, char c)
 {
     if (o->len == sizeof o->buf)
-        ct__out_flush(o);
+        ct_errfile_write__out_flush(o);
     o->buf[o->len++] = c;
 }
 
-static void ct__out_str(ct__out_t *o, const char *s)
+static void ct_errfile_write__out_str(ct_errfile_write__out_t *o, const char *s)
 {
     while (*s != '\0')
-        ct__out_char(o, *s++);
+        ct_errfile_write__out_char(o, *s++);
 }
 
-static void ct__out_u64(ct__out_t *o, uint64_t v)
+static void ct_errfile_write__out_u64(ct_errfile_write__out_t *o, uint64_t v)
 {
     char digits[24];
     int n = 0;
@@ -104,20 +104,20 @@ static void ct__out_u64(ct__out_t *o, uint64_t v)
         v /= 10;
     } while (v != 0);
     while (n > 0)
-        ct__out_char(o, digits[--n]);
+        ct_errfile_write__out_char(o, digits[--n]);
 }
 
-static void ct__out_u16_escape(ct__out_t *o, unsigned cp)
+static void ct_errfile_write__out_u16_escape(ct_errfile_write__out_t *o, unsigned cp)
 {
     static const char hex[] = "0123456789abcdef";
-    ct__out_str(o, "\\u");
+    ct_errfile_write__out_str(o, "\\u");
     for (int shift = 12; shift >= 0; shift -= 4)
-        ct__out_char(o, hex[(cp >> shift) & 0xF]);
+        ct_errfile_write__out_char(o, hex[(cp >> shift) & 0xF]);
 }
 
 /* Decodes one UTF-8 sequence at s (n bytes left). Returns its length, or 0 when s does not
  * start a valid sequence (overlong forms, surrogates and values above U+10FFFF are invalid). */
-static size_t ct__utf8_decode(const unsigned char *s, size_t n, unsigned *cp)
+static size_t ct_errfile_write__utf8_decode(const unsigned char *s, size_t n, unsigned *cp)
 {
     unsigned c = s[0];
     size_t len;
@@ -157,14 +157,14 @@ static size_t ct__utf8_decode(const unsigned char *s, size_t n, unsigned *cp)
 }
 
 /* A JSON string literal in Python's ensure_ascii style. */
-static void ct__out_json_string(ct__out_t *o, const char *text)
+static void ct_errfile_write__out_json_string(ct_errfile_write__out_t *o, const char *text)
 {
     const unsigned char *s = (const unsigned char *)(text != NULL ? text : "");
     size_t n = strlen((const char *)s);
-    ct__out_char(o, '"');
+    ct_errfile_write__out_char(o, '"');
     while (n > 0) {
         unsigned cp;
-        size_t len = ct__utf8_decode(s, n, &cp);
+        size_t len = ct_errfile_write__utf8_decode(s, n, &cp);
         if (len == 0) {
             cp = 0xFFFD;
             len = 1;
@@ -172,30 +172,30 @@ static void ct__out_json_string(ct__out_t *o, const char *text)
         s += len;
         n -= len;
         switch (cp) {
-        case '"': ct__out_str(o, "\\\""); continue;
-        case '\\': ct__out_str(o, "\\\\"); continue;
-        case '\n': ct__out_str(o, "\\n"); continue;
-        case '\r': ct__out_str(o, "\\r"); continue;
-        case '\t': ct__out_str(o, "\\t"); continue;
-        case '\b': ct__out_str(o, "\\b"); continue;
-        case '\f': ct__out_str(o, "\\f"); continue;
+        case '"': ct_errfile_write__out_str(o, "\\\""); continue;
+        case '\\': ct_errfile_write__out_str(o, "\\\\"); continue;
+        case '\n': ct_errfile_write__out_str(o, "\\n"); continue;
+        case '\r': ct_errfile_write__out_str(o, "\\r"); continue;
+        case '\t': ct_errfile_write__out_str(o, "\\t"); continue;
+        case '\b': ct_errfile_write__out_str(o, "\\b"); continue;
+        case '\f': ct_errfile_write__out_str(o, "\\f"); continue;
         default: break;
         }
         if (cp < 0x20 || (cp >= 0x80 && cp <= 0xFFFF)) {
-            ct__out_u16_escape(o, cp);
+            ct_errfile_write__out_u16_escape(o, cp);
         } else if (cp > 0xFFFF) {
             cp -= 0x10000;
-            ct__out_u16_escape(o, 0xD800 | (cp >> 10));
-            ct__out_u16_escape(o, 0xDC00 | (cp & 0x3FF));
+            ct_errfile_write__out_u16_escape(o, 0xD800 | (cp >> 10));
+            ct_errfile_write__out_u16_escape(o, 0xDC00 | (cp & 0x3FF));
         } else {
-            ct__out_char(o, (char)cp);
+            ct_errfile_write__out_char(o, (char)cp);
         }
     }
-    ct__out_char(o, '"');
+    ct_errfile_write__out_char(o, '"');
 }
 
 /* ".<name>.tmp.<pid>" into buf (big enough: name is at most 255 bytes). */
-static void ct__tmp_name(char *buf, const char *name)
+static void ct_errfile_write__tmp_name(char *buf, const char *name)
 {
     size_t n = 0;
     buf[n++] = '.';
@@ -221,31 +221,33 @@ int ct_errfile_write(const ct_errfile_target_t *t, const char *message, const ch
     if (t->dirfd < 0)
         return -EBADF;
     char tmp[CT_ERRFILE_NAME_MAX + 32];
-    ct__tmp_name(tmp, t->name);
+    ct_errfile_write__tmp_name(tmp, t->name);
     int fd = openat(t->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
 
-    ct__out_t o;
+    ct_errfile_write__out_t o;
     o.fd = fd;
     o.err = 0;
     o.len = 0;
-    ct__out_str(&o, "{\"message\": {\"message\": ");
-    ct__out_json_string(&o, message);
-    ct__out_str(&o, ", \"extraInfo\": {\"py_callstack\": ");
-    ct__out_json_string(&o, callstack);
-    ct__out_str(&o, ", \"timestamp\": \"");
-    ct__out_u64(&o, timestamp > 0 ? (uint64_t)timestamp : 0);
-    ct__out_str(&o, "\"}");
+    ct_errfile_write__out_str(&o, "{\"message\": {\"message\": ");
+    ct_errfile_write__out_json_string(&o, message);
+    ct_errfile_write__out_str(&o, ", \"extraInfo\": {\"py_callstack\": ");
+    ct_errfile_write__out_json_string(&o, callstack);
+    ct_errfile_write__out_str(&o, ", \"timestamp\": \"");
+    ct_errfile_write__out_u64(&o, timestamp > 0 ? (uint64_t)timestamp : 0);
+    ct_errfile_write__out_str(&o, "\"}");
     if (error_code != 0) {
         /* What a launcher adds when it copies a worker's file up (torchrun's errorCode). */
-        ct__out_str(&o, ", \"errorCode\": ");
+        ct_errfile_write__out_str(&o, ", \"errorCode\": ");
         if (error_code < 0)
-            ct__out_char(&o, '-');
-        ct__out_u64(&o, error_code < 0 ? (uint64_t)(-(int64_t)error_code) : (uint64_t)error_code);
+            ct_errfile_write__out_char(&o, '-');
+        ct_errfile_write__out_u64(&o, error_code < 0 ? (uint64_t)(-(int64_t)error_code)
+                                                     : (uint64_t)error_code);
     }
-    ct__out_str(&o, "}}"); /* no trailing newline: byte-identical to Python's json.dump */
-    ct__out_flush(&o);
+    ct_errfile_write__out_str(&o,
+                              "}}"); /* no trailing newline: byte-identical to Python's json.dump */
+    ct_errfile_write__out_flush(&o);
 
     int rc = o.err;
     if (close(fd) != 0 && rc == 0 && errno != EINTR)

@@ -13,29 +13,30 @@
 #include <unistd.h>
 
 int ct_log__threshold = CT_LOG_INFO;
-static char ct__log_prefix[64] = "";
-static ct_log_output_fn ct__log_output;
-static void *ct__log_output_arg;
+static char ct_log__log_prefix[64] = "";
+static ct_log_output_fn ct_log__log_output;
+static void *ct_log__log_output_arg;
 
-static const char *const ct__level_names[] = {"debug", "info", "warn", "error", "off"};
+static const char *const ct_log__level_names[] = {"debug", "info", "warn", "error", "off"};
 
 void ct_log_set_prefix(const char *prefix)
 {
-    snprintf(ct__log_prefix, sizeof ct__log_prefix, "%s", prefix != NULL ? prefix : "");
+    snprintf(ct_log__log_prefix, sizeof ct_log__log_prefix, "%s", prefix != NULL ? prefix : "");
 }
 
 void ct_log_set_output(ct_log_output_fn fn, void *arg)
 {
-    ct__log_output = fn;
-    ct__log_output_arg = arg;
+    ct_log__log_output = fn;
+    ct_log__log_output_arg = arg;
 }
 
 int ct_log_parse_level(const char *text, ct_log_level_t *out, ct_errbuf_t *eb)
 {
     if (text == NULL || text[0] == '\0')
-        return ct_errbuf_set(eb, CT_EPARSE, "empty log level (expected debug, info, warn, error or off)");
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "empty log level (expected debug, info, warn, error or off)");
     for (int i = 0; i <= CT_LOG_OFF; i++) {
-        if (strcasecmp(text, ct__level_names[i]) == 0) {
+        if (strcasecmp(text, ct_log__level_names[i]) == 0) {
             *out = (ct_log_level_t)i;
             return 0;
         }
@@ -48,8 +49,8 @@ int ct_log_parse_level(const char *text, ct_log_level_t *out, ct_errbuf_t *eb)
         *out = (ct_log_level_t)(text[0] - '0');
         return 0;
     }
-    return ct_errbuf_set(eb, CT_EPARSE,
-                         "unknown log level \"%s\" (expected debug, info, warn, error or off)", text);
+    return ct_errbuf_set(
+        eb, CT_EPARSE, "unknown log level \"%s\" (expected debug, info, warn, error or off)", text);
 }
 
 int ct_log_init(const char *prefix, ct_errbuf_t *eb)
@@ -87,8 +88,8 @@ void ct_log_write(int level, const char *fmt, ...)
     int saved_errno = errno; /* logging must not clobber the caller's errno */
     char line[4096];
     size_t cap = sizeof line - 1; /* room kept for the newline */
-    int n = snprintf(line, cap, "%s%s%s: ", ct__log_prefix, ct__log_prefix[0] ? " " : "",
-                     ct__level_names[level]);
+    int n = snprintf(line, cap, "%s%s%s: ", ct_log__log_prefix, ct_log__log_prefix[0] ? " " : "",
+                     ct_log__level_names[level]);
     size_t len = n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 
     va_list ap;
@@ -107,8 +108,8 @@ void ct_log_write(int level, const char *fmt, ...)
         len--; /* the message's own trailing newline would make an empty line */
     line[len++] = '\n';
 
-    if (ct__log_output != NULL) {
-        ct__log_output(line, len, ct__log_output_arg);
+    if (ct_log__log_output != NULL) {
+        ct_log__log_output(line, len, ct_log__log_output_arg);
         errno = saved_errno;
         return;
     }

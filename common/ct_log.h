@@ -8,7 +8,7 @@
  * comparison and never evaluates its arguments' formatting.
  *
  * stdout is reserved for data and results; nothing here writes to it. A program whose own output
- * must never block (ctrun's agent: launcher/ctrun_console.h) sets an output function, and every
+ * must never block (ctrun's agent: launcher/core/ctrun_console.h) sets an output function, and every
  * line goes there instead of to stderr.
  */
 #ifndef CT_LOG_H

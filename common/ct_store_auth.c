@@ -11,8 +11,8 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
-static const char ct__label_client[] = "ctrun-store-auth-v1 client";
-static const char ct__label_server[] = "ctrun-store-auth-v1 server";
+static const char ct_store_auth__label_client[] = "ctrun-store-auth-v1 client";
+static const char ct_store_auth__label_server[] = "ctrun-store-auth-v1 server";
 
 int ct_store_auth_nonce(uint8_t nonce[CT_STORE_AUTH_NONCE_LEN], ct_errbuf_t *eb)
 {
@@ -27,9 +27,9 @@ int ct_store_auth_mac(const void *token, size_t token_len, bool from_server,
                       const uint8_t server_nonce[CT_STORE_AUTH_NONCE_LEN],
                       uint8_t mac[CT_STORE_AUTH_MAC_LEN], ct_errbuf_t *eb)
 {
-    const char *label = from_server ? ct__label_server : ct__label_client;
+    const char *label = from_server ? ct_store_auth__label_server : ct_store_auth__label_client;
     size_t label_len = strlen(label);
-    uint8_t msg[sizeof ct__label_client + 2 * CT_STORE_AUTH_NONCE_LEN];
+    uint8_t msg[sizeof ct_store_auth__label_client + 2 * CT_STORE_AUTH_NONCE_LEN];
     memcpy(msg, label, label_len);
     memcpy(msg + label_len, client_nonce, CT_STORE_AUTH_NONCE_LEN);
     memcpy(msg + label_len + CT_STORE_AUTH_NONCE_LEN, server_nonce, CT_STORE_AUTH_NONCE_LEN);

@@ -30,7 +30,7 @@
 
 /* ---- small helpers -------------------------------------------------------------------- */
 
-static uint64_t ct__rand(ct_store_client_t *c)
+static uint64_t ct_store_client__rand(ct_store_client_t *c)
 {
     /* xorshift64*: jitter only needs to decorrelate clients, not to be unpredictable. */
     uint64_t x = c->rng;
@@ -41,12 +41,12 @@ static uint64_t ct__rand(ct_store_client_t *c)
     return x * 0x2545F4914F6CDD1DULL;
 }
 
-static int64_t ct__deadline(int64_t timeout_ms)
+static int64_t ct_store_client__deadline(int64_t timeout_ms)
 {
     return ct_deadline_after_ms(timeout_ms);
 }
 
-static void ct__drop(ct_store_client_t *c)
+static void ct_store_client__drop(ct_store_client_t *c)
 {
     if (c->fd >= 0)
         close(c->fd);
@@ -54,7 +54,7 @@ static void ct__drop(ct_store_client_t *c)
     c->rpos = c->rlen = 0;
 }
 
-static int ct__reserve(uint8_t **buf, size_t *cap, size_t want, ct_errbuf_t *eb)
+static int ct_store_client__reserve(uint8_t **buf, size_t *cap, size_t want, ct_errbuf_t *eb)
 {
     if (want <= *cap)
         return 0;
@@ -71,7 +71,7 @@ static int ct__reserve(uint8_t **buf, size_t *cap, size_t want, ct_errbuf_t *eb)
 
 /* Waits for events on fd (or only for the deadline when fd < 0) until the deadline, or until
  * the client's cancel fd becomes readable. 0: ready; -ETIMEDOUT; -ECANCELED; -errno. */
-static int ct__poll(const ct_store_client_t *c, int fd, short events, int64_t deadline)
+static int ct_store_client__poll(const ct_store_client_t *c, int fd, short events, int64_t deadline)
 {
     for (;;) {
         struct pollfd p[2] = {{.fd = fd, .events = events}, {.fd = c->cancel_fd, .events = POLLIN}};
@@ -88,8 +88,8 @@ static int ct__poll(const ct_store_client_t *c, int fd, short events, int64_t de
     }
 }
 
-static int ct__send_all(ct_store_client_t *c, const void *buf, size_t n, int64_t deadline,
-                        const char *what, ct_errbuf_t *eb)
+static int ct_store_client__send_all(ct_store_client_t *c, const void *buf, size_t n,
+                                     int64_t deadline, const char *what, ct_errbuf_t *eb)
 {
     const uint8_t *p = buf;
     while (n > 0) {
@@ -102,7 +102,7 @@ static int ct__send_all(ct_store_client_t *c, const void *buf, size_t n, int64_t
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int rc = ct__poll(c, c->fd, POLLOUT, deadline);
+            int rc = ct_store_client__poll(c, c->fd, POLLOUT, deadline);
             if (rc == -ETIMEDOUT)
                 return ct_errbuf_set(eb, -ETIMEDOUT, "%s: timed out sending to %s:%d", what,
                                      c->host, c->port);
@@ -122,8 +122,8 @@ static int ct__send_all(ct_store_client_t *c, const void *buf, size_t n, int64_t
 
 /* Makes at least `need` bytes available from rpos, reading at least once if they are not yet
  * there. */
-static int ct__fill(ct_store_client_t *c, size_t need, int64_t deadline, const char *what,
-                    ct_errbuf_t *eb)
+static int ct_store_client__fill(ct_store_client_t *c, size_t need, int64_t deadline,
+                                 const char *what, ct_errbuf_t *eb)
 {
     if (c->rpos > 0 && c->rpos == c->rlen) {
         c->rpos = c->rlen = 0;
@@ -132,7 +132,7 @@ static int ct__fill(ct_store_client_t *c, size_t need, int64_t deadline, const c
         c->rlen -= c->rpos;
         c->rpos = 0;
     }
-    int rc = ct__reserve(&c->rbuf, &c->rcap, c->rpos + need, eb);
+    int rc = ct_store_client__reserve(&c->rbuf, &c->rcap, c->rpos + need, eb);
     if (rc != 0)
         return rc;
     for (;;) {
@@ -150,7 +150,7 @@ static int ct__fill(ct_store_client_t *c, size_t need, int64_t deadline, const c
         if (errno == EINTR)
             continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            rc = ct__poll(c, c->fd, POLLIN, deadline);
+            rc = ct_store_client__poll(c, c->fd, POLLIN, deadline);
             if (rc == -ETIMEDOUT)
                 return ct_errbuf_set(eb, -ETIMEDOUT, "%s: no reply from %s:%d before the deadline",
                                      what, c->host, c->port);
@@ -166,8 +166,8 @@ static int ct__fill(ct_store_client_t *c, size_t need, int64_t deadline, const c
     }
 }
 
-static int ct__recv_resp(ct_store_client_t *c, ct_store_op_t op, uint64_t nkeys,
-                         ct_store_resp_t *resp, int64_t deadline, ct_errbuf_t *eb)
+static int ct_store_client__recv_resp(ct_store_client_t *c, ct_store_op_t op, uint64_t nkeys,
+                                      ct_store_resp_t *resp, int64_t deadline, ct_errbuf_t *eb)
 {
     ct_store_cursor_t cur = {0};
     for (;;) {
@@ -180,18 +180,18 @@ static int ct__recv_resp(ct_store_client_t *c, ct_store_op_t op, uint64_t nkeys,
         }
         if (n < 0)
             return ct_errbuf_wrap(eb, (int)n, "reply from %s:%d", c->host, c->port);
-        int rc = ct__fill(c, need, deadline, ct_store_op_name(op), eb);
+        int rc = ct_store_client__fill(c, need, deadline, ct_store_op_name(op), eb);
         if (rc != 0)
             return rc;
     }
 }
 
 /* Reads exactly n raw bytes (authentication messages). */
-static int ct__recv_exact(ct_store_client_t *c, uint8_t *out, size_t n, int64_t deadline,
-                          const char *what, ct_errbuf_t *eb)
+static int ct_store_client__recv_exact(ct_store_client_t *c, uint8_t *out, size_t n,
+                                       int64_t deadline, const char *what, ct_errbuf_t *eb)
 {
     while (c->rlen - c->rpos < n) {
-        int rc = ct__fill(c, n, deadline, what, eb);
+        int rc = ct_store_client__fill(c, n, deadline, what, eb);
         if (rc != 0)
             return rc;
     }
@@ -202,7 +202,7 @@ static int ct__recv_exact(ct_store_client_t *c, uint8_t *out, size_t n, int64_t 
 
 /* ---- connecting ----------------------------------------------------------------------- */
 
-static bool ct__retryable(int rc)
+static bool ct_store_client__retryable(int rc)
 {
     switch (rc) {
     case -ECONNREFUSED:
@@ -220,8 +220,8 @@ static bool ct__retryable(int rc)
 }
 
 /* One TCP connection attempt to one address. */
-static int ct__connect_addr(const ct_store_client_t *c, const struct addrinfo *ai, int64_t deadline,
-                            int *fd_out)
+static int ct_store_client__connect_addr(const ct_store_client_t *c, const struct addrinfo *ai,
+                                         int64_t deadline, int *fd_out)
 {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0)
@@ -233,7 +233,7 @@ static int ct__connect_addr(const ct_store_client_t *c, const struct addrinfo *a
             close(fd);
             return rc;
         }
-        rc = ct__poll(c, fd, POLLOUT, deadline);
+        rc = ct_store_client__poll(c, fd, POLLOUT, deadline);
         if (rc == 0) {
             int err = 0;
             socklen_t len = sizeof err;
@@ -253,7 +253,7 @@ static int ct__connect_addr(const ct_store_client_t *c, const struct addrinfo *a
 }
 
 /* Resolves and tries every address, IPv6 (with v4-mapped addresses) first, then IPv4. */
-static int ct__connect_tcp(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *eb)
+static int ct_store_client__connect_tcp(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *eb)
 {
     char port[16];
     snprintf(port, sizeof port, "%d", c->port);
@@ -272,7 +272,7 @@ static int ct__connect_tcp(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *
         resolved = true;
         for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
             int fd = -1;
-            int rc = ct__connect_addr(c, ai, deadline, &fd);
+            int rc = ct_store_client__connect_addr(c, ai, deadline, &fd);
             if (rc == 0) {
                 freeaddrinfo(res);
                 c->fd = fd;
@@ -289,7 +289,7 @@ static int ct__connect_tcp(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *
     return ct_errbuf_set(eb, last, "connect to %s:%d: %s", c->host, c->port, ct_strerror(last));
 }
 
-static int ct__authenticate(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *eb)
+static int ct_store_client__authenticate(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *eb)
 {
     uint8_t cn[CT_STORE_AUTH_NONCE_LEN], sn[CT_STORE_AUTH_NONCE_LEN];
     uint8_t msg[CT_STORE_AUTH_HELLO_LEN], mac[CT_STORE_AUTH_MAC_LEN], want[CT_STORE_AUTH_MAC_LEN];
@@ -297,10 +297,11 @@ static int ct__authenticate(ct_store_client_t *c, int64_t deadline, ct_errbuf_t 
     if (rc != 0)
         return rc;
     size_t n = ct_store_encode_auth_hello(cn, msg);
-    rc = ct__send_all(c, msg, n, deadline, "authentication", eb);
+    rc = ct_store_client__send_all(c, msg, n, deadline, "authentication", eb);
     if (rc != 0)
         return rc;
-    rc = ct__recv_exact(c, msg, CT_STORE_AUTH_HELLO_LEN, deadline, "authentication", eb);
+    rc = ct_store_client__recv_exact(c, msg, CT_STORE_AUTH_HELLO_LEN, deadline, "authentication",
+                                     eb);
     if (rc == CT_EPEER)
         return ct_errbuf_set(eb, CT_EAUTH,
                              "%s:%d closed the connection after the authentication hello: it "
@@ -314,10 +315,11 @@ static int ct__authenticate(ct_store_client_t *c, int64_t deadline, ct_errbuf_t 
     if (rc != 0)
         return rc;
     n = ct_store_encode_auth_mac(CT_STORE_AUTH_PROOF, mac, msg);
-    rc = ct__send_all(c, msg, n, deadline, "authentication", eb);
+    rc = ct_store_client__send_all(c, msg, n, deadline, "authentication", eb);
     if (rc != 0)
         return rc;
-    rc = ct__recv_exact(c, msg, CT_STORE_AUTH_PROOF_LEN, deadline, "authentication", eb);
+    rc = ct_store_client__recv_exact(c, msg, CT_STORE_AUTH_PROOF_LEN, deadline, "authentication",
+                                     eb);
     if (rc == CT_EPEER)
         return ct_errbuf_set(eb, CT_EAUTH, "%s:%d rejected the store token", c->host, c->port);
     if (rc != 0)
@@ -334,7 +336,7 @@ static int ct__authenticate(ct_store_client_t *c, int64_t deadline, ct_errbuf_t 
 
 /* ---- what is at the other end ------------------------------------------------------- */
 
-static void ct__progress(ct_store_client_t *c, ct_store_client_phase_t phase)
+static void ct_store_client__progress(ct_store_client_t *c, ct_store_client_phase_t phase)
 {
     if (c->progress == NULL)
         return;
@@ -344,7 +346,7 @@ static void ct__progress(ct_store_client_t *c, ct_store_client_phase_t phase)
 
 /* Up to max bytes of p as a quoted one-line excerpt: printable ASCII kept, the rest escaped,
  * cut at the first line break. */
-static void ct__excerpt(const uint8_t *p, size_t n, size_t max, char *out, size_t cap)
+static void ct_store_client__excerpt(const uint8_t *p, size_t n, size_t max, char *out, size_t cap)
 {
     size_t o = 0;
     out[o++] = '"';
@@ -364,10 +366,10 @@ static void ct__excerpt(const uint8_t *p, size_t n, size_t max, char *out, size_
 /* What the first bytes a peer sent in answer to the store handshake say about it: "it
  * answered like an HTTP server: ..." and so on. True when they are recognisably not a store's
  * (text, or a known protocol); false for unrecognised binary, still described in out. */
-static bool ct__describe_answer(const uint8_t *p, size_t n, char *out, size_t cap)
+static bool ct_store_client__describe_answer(const uint8_t *p, size_t n, char *out, size_t cap)
 {
     char ex[96];
-    ct__excerpt(p, n, 60, ex, sizeof ex);
+    ct_store_client__excerpt(p, n, 60, ex, sizeof ex);
     if (n >= 5 && memcmp(p, "HTTP/", 5) == 0) {
         snprintf(out, cap, "it answered like an HTTP server: %s", ex);
         return true;
@@ -395,10 +397,10 @@ static bool ct__describe_answer(const uint8_t *p, size_t n, char *out, size_t ca
 
 /* ---- connecting (continued) ---------------------------------------------------------- */
 
-static int ct__handshake_steps(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *eb)
+static int ct_store_client__handshake_steps(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *eb)
 {
     int rc;
-    if (c->token != NULL && (rc = ct__authenticate(c, deadline, eb)) != 0)
+    if (c->token != NULL && (rc = ct_store_client__authenticate(c, deadline, eb)) != 0)
         return rc;
     if (c->dialect != CT_STORE_V2)
         return 0;
@@ -407,15 +409,15 @@ static int ct__handshake_steps(ct_store_client_t *c, int64_t deadline, ct_errbuf
     ct_store_req_t req = {.op = CT_STORE_OP_VALIDATE, .num32 = CT_STORE_VALIDATE_MAGIC};
     ssize_t n = ct_store_encode_request(CT_STORE_V2, &req, msg, sizeof msg, NULL);
     if (!c->no_ping) {
-        c->ping_nonce = (uint32_t)ct__rand(c);
+        c->ping_nonce = (uint32_t)ct_store_client__rand(c);
         ct_store_req_t ping = {.op = CT_STORE_OP_PING, .num32 = c->ping_nonce};
         n += ct_store_encode_request(CT_STORE_V2, &ping, msg + n, sizeof msg - (size_t)n, NULL);
     }
-    rc = ct__send_all(c, msg, (size_t)n, deadline, "handshake", eb);
+    rc = ct_store_client__send_all(c, msg, (size_t)n, deadline, "handshake", eb);
     if (rc != 0 || c->no_ping)
         return rc;
     ct_store_resp_t resp;
-    rc = ct__recv_resp(c, CT_STORE_OP_PING, 0, &resp, deadline, eb);
+    rc = ct_store_client__recv_resp(c, CT_STORE_OP_PING, 0, &resp, deadline, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc,
                               "v2 handshake (a PyTorch 1.13 or 2.0 store needs the v1 dialect; "
@@ -433,8 +435,8 @@ static int ct__handshake_steps(ct_store_client_t *c, int64_t deadline, ct_errbuf
  * handshake had its full time: its own deadline, or the whole connect deadline on the first
  * attempt (a later attempt cut short by the connect deadline proves nothing).
  */
-static int ct__handshake(ct_store_client_t *c, int64_t deadline, bool first, bool *final,
-                         ct_errbuf_t *eb)
+static int ct_store_client__handshake(ct_store_client_t *c, int64_t deadline, bool first,
+                                      bool *final, ct_errbuf_t *eb)
 {
     *final = false;
     int64_t start = ct_time_ms();
@@ -444,8 +446,8 @@ static int ct__handshake(ct_store_client_t *c, int64_t deadline, bool first, boo
         if (d < deadline)
             hs_deadline = d;
     }
-    ct__progress(c, CT_STORE_PHASE_HANDSHAKE);
-    int rc = ct__handshake_steps(c, hs_deadline, eb);
+    ct_store_client__progress(c, CT_STORE_PHASE_HANDSHAKE);
+    int rc = ct_store_client__handshake_steps(c, hs_deadline, eb);
     if (rc == 0)
         return 0;
     /* The bytes received so far on this connection are all at the start of rbuf. */
@@ -463,7 +465,7 @@ static int ct__handshake(ct_store_client_t *c, int64_t deadline, bool first, boo
     if (ngot > 0 && (rc == CT_EPROTOCOL || rc == CT_EAUTH || rc == -ETIMEDOUT || rc == CT_EPEER)) {
         /* A ping answered with the wrong nonce is never a store's, nor is a short answer and
          * then silence; other failures are when the bytes are recognisably something else. */
-        bool foreign = ct__describe_answer(got, ngot, what, sizeof what);
+        bool foreign = ct_store_client__describe_answer(got, ngot, what, sizeof what);
         bool bad_ping = rc == CT_EPROTOCOL && c->token == NULL && c->dialect == CT_STORE_V2;
         bool stalled = rc == -ETIMEDOUT && full_wait;
         if (foreign || bad_ping || stalled) {
@@ -476,7 +478,7 @@ static int ct__handshake(ct_store_client_t *c, int64_t deadline, bool first, boo
 }
 
 /* Connects with backoff until deadline; the error of the last attempt explains a timeout. */
-static int ct__connect_loop(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *eb)
+static int ct_store_client__connect_loop(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *eb)
 {
     int64_t start = ct_time_ms();
     double interval = CT__BACKOFF_INITIAL_MS;
@@ -484,24 +486,24 @@ static int ct__connect_loop(ct_store_client_t *c, int64_t deadline, ct_errbuf_t 
     snprintf(last.msg, sizeof last.msg, "no attempt was made");
     for (int attempt = 1;; attempt++) {
         ct_errbuf_clear(&last);
-        ct__progress(c, CT_STORE_PHASE_CONNECTING);
+        ct_store_client__progress(c, CT_STORE_PHASE_CONNECTING);
         bool final = false;
-        int rc = ct__connect_tcp(c, deadline, &last);
+        int rc = ct_store_client__connect_tcp(c, deadline, &last);
         if (rc == 0) {
-            rc = ct__handshake(c, deadline, attempt == 1, &final, &last);
+            rc = ct_store_client__handshake(c, deadline, attempt == 1, &final, &last);
             if (rc != 0)
-                ct__drop(c);
+                ct_store_client__drop(c);
         }
         if (rc == 0) {
-            ct__progress(c, CT_STORE_PHASE_READY);
+            ct_store_client__progress(c, CT_STORE_PHASE_READY);
             return 0;
         }
         if (final) {
-            ct__progress(c, CT_STORE_PHASE_IDLE);
+            ct_store_client__progress(c, CT_STORE_PHASE_IDLE);
             return ct_errbuf_set(eb, rc, "%s", last.msg);
         }
-        if (!ct__retryable(rc) || ct_deadline_passed(deadline)) {
-            ct__progress(c, CT_STORE_PHASE_IDLE);
+        if (!ct_store_client__retryable(rc) || ct_deadline_passed(deadline)) {
+            ct_store_client__progress(c, CT_STORE_PHASE_IDLE);
             if (rc == -ETIMEDOUT || ct_deadline_passed(deadline))
                 return ct_errbuf_set(eb, -ETIMEDOUT,
                                      "store %s:%d not reachable after %lld ms and %d attempts; "
@@ -510,17 +512,17 @@ static int ct__connect_loop(ct_store_client_t *c, int64_t deadline, ct_errbuf_t 
                                      last.msg);
             return ct_errbuf_set(eb, rc, "%s", last.msg);
         }
-        ct__progress(c, CT_STORE_PHASE_CONNECTING);
+        ct_store_client__progress(c, CT_STORE_PHASE_CONNECTING);
         /* ExponentialBackoffWithJitter: the interval +-50 %, then x1.5 up to 60 s. */
-        double jitter = 0.5 + (double)(ct__rand(c) >> 11) / (double)(1ULL << 53);
+        double jitter = 0.5 + (double)(ct_store_client__rand(c) >> 11) / (double)(1ULL << 53);
         int64_t sleep_ms = (int64_t)(interval * jitter);
         int64_t left = ct_deadline_left_ms(deadline);
         if (sleep_ms > left)
             sleep_ms = left;
         ct_log_debug("store %s:%d: attempt %d failed (%s); retrying in %lld ms", c->host, c->port,
                      attempt, last.msg, (long long)sleep_ms);
-        if (ct__poll(c, -1, 0, ct_deadline_after_ms(sleep_ms)) == -ECANCELED) {
-            ct__progress(c, CT_STORE_PHASE_IDLE);
+        if (ct_store_client__poll(c, -1, 0, ct_deadline_after_ms(sleep_ms)) == -ECANCELED) {
+            ct_store_client__progress(c, CT_STORE_PHASE_IDLE);
             return ct_errbuf_set(eb, -ECANCELED, "connecting to store %s:%d: canceled", c->host,
                                  c->port);
         }
@@ -579,7 +581,7 @@ int ct_store_client_connect(ct_store_client_t *c, const char *host, int port,
         memcpy(c->token, token, c->token_len + 1);
     }
     int64_t t = opts->connect_timeout_ms != 0 ? opts->connect_timeout_ms : c->timeout_ms;
-    int rc = ct__connect_loop(c, ct__deadline(t), eb);
+    int rc = ct_store_client__connect_loop(c, ct_store_client__deadline(t), eb);
     return rc;
 }
 
@@ -587,7 +589,7 @@ void ct_store_client_close(ct_store_client_t *c)
 {
     if (c == NULL || !c->initialized)
         return;
-    ct__drop(c);
+    ct_store_client__drop(c);
     free(c->rbuf);
     free(c->wbuf);
     if (c->token != NULL) {
@@ -613,23 +615,23 @@ bool ct_store_client_connected(const ct_store_client_t *c)
 
 /* Before a request: reconnect if the last one broke the stream; bytes nobody asked for mean
  * the stream is out of step, so start over rather than misread them. */
-static int ct__begin(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *eb)
+static int ct_store_client__begin(ct_store_client_t *c, int64_t deadline, ct_errbuf_t *eb)
 {
     if (!c->initialized)
         return ct_errbuf_set(eb, CT_ESTATE, "store client used before ct_store_client_connect");
     if (c->fd >= 0 && c->rpos < c->rlen) {
         ct_log_warn("store %s:%d: %zu unexpected bytes from the server; reconnecting", c->host,
                     c->port, c->rlen - c->rpos);
-        ct__drop(c);
+        ct_store_client__drop(c);
     }
     c->rpos = c->rlen = 0;
     if (c->fd < 0)
-        return ct__connect_loop(c, deadline, eb);
+        return ct_store_client__connect_loop(c, deadline, eb);
     return 0;
 }
 
-static int ct__send_req(ct_store_client_t *c, const ct_store_req_t *req, int64_t deadline,
-                        ct_errbuf_t *eb)
+static int ct_store_client__send_req(ct_store_client_t *c, const ct_store_req_t *req,
+                                     int64_t deadline, ct_errbuf_t *eb)
 {
     ssize_t n = ct_store_encode_request(c->dialect, req, NULL, 0, eb);
     if (n < 0)
@@ -638,26 +640,28 @@ static int ct__send_req(ct_store_client_t *c, const ct_store_req_t *req, int64_t
         return ct_errbuf_set(eb, CT_ELIMIT, "%s request of %zd bytes exceeds the %llu-byte limit",
                              ct_store_op_name(req->op), n,
                              (unsigned long long)c->limits.max_message_len);
-    int rc = ct__reserve(&c->wbuf, &c->wcap, (size_t)n, eb);
+    int rc = ct_store_client__reserve(&c->wbuf, &c->wcap, (size_t)n, eb);
     if (rc != 0)
         return rc;
     ct_store_encode_request(c->dialect, req, c->wbuf, c->wcap, NULL);
-    return ct__send_all(c, c->wbuf, (size_t)n, deadline, ct_store_op_name(req->op), eb);
+    return ct_store_client__send_all(c, c->wbuf, (size_t)n, deadline, ct_store_op_name(req->op),
+                                     eb);
 }
 
 /* One request and its reply (if it has one); any failure drops the connection. */
-static int ct__roundtrip(ct_store_client_t *c, const ct_store_req_t *req, uint64_t nkeys,
-                         ct_store_resp_t *resp, int64_t deadline, ct_errbuf_t *eb)
+static int ct_store_client__roundtrip(ct_store_client_t *c, const ct_store_req_t *req,
+                                      uint64_t nkeys, ct_store_resp_t *resp, int64_t deadline,
+                                      ct_errbuf_t *eb)
 {
-    int rc = ct__send_req(c, req, deadline, eb);
+    int rc = ct_store_client__send_req(c, req, deadline, eb);
     if (rc == 0 && ct_store_op_has_reply(req->op))
-        rc = ct__recv_resp(c, req->op, nkeys, resp, deadline, eb);
+        rc = ct_store_client__recv_resp(c, req->op, nkeys, resp, deadline, eb);
     if (rc != 0 && rc != CT_ELIMIT)
-        ct__drop(c);
+        ct_store_client__drop(c);
     return rc;
 }
 
-static int ct__need_v2(ct_store_client_t *c, ct_store_op_t op, ct_errbuf_t *eb)
+static int ct_store_client__need_v2(ct_store_client_t *c, ct_store_op_t op, ct_errbuf_t *eb)
 {
     if (c->dialect == CT_STORE_V2)
         return 0;
@@ -665,23 +669,25 @@ static int ct__need_v2(ct_store_client_t *c, ct_store_op_t op, ct_errbuf_t *eb)
                          ct_store_op_name(op));
 }
 
-static ct_store_bytes_t ct__str(const char *s)
+static ct_store_bytes_t ct_store_client__str(const char *s)
 {
     return (ct_store_bytes_t){.data = (const uint8_t *)s, .len = s ? strlen(s) : 0};
 }
 
-static int ct__key_array(const char *const *keys, size_t n, ct_store_bytes_t **out, ct_errbuf_t *eb)
+static int ct_store_client__key_array(const char *const *keys, size_t n, ct_store_bytes_t **out,
+                                      ct_errbuf_t *eb)
 {
     *out = malloc((n ? n : 1) * sizeof **out);
     if (*out == NULL)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory for %zu keys", n);
     for (size_t i = 0; i < n; i++)
-        (*out)[i] = ct__str(keys[i]);
+        (*out)[i] = ct_store_client__str(keys[i]);
     return 0;
 }
 
 /* "/a, /b, ..." for messages. */
-static void ct__keys_text(const ct_store_bytes_t *keys, size_t n, char *buf, size_t size)
+static void ct_store_client__keys_text(const ct_store_bytes_t *keys, size_t n, char *buf,
+                                       size_t size)
 {
     size_t pos = 0;
     buf[0] = '\0';
@@ -701,54 +707,55 @@ static void ct__keys_text(const ct_store_bytes_t *keys, size_t n, char *buf, siz
  * On timeout in v2: CANCEL_WAIT, then read WAIT_CANCELED (possibly after a STOP_WAITING that
  * crossed the cancel on the wire), as PyTorch's doWait does; the connection stays in step.
  */
-static int ct__wait_req(ct_store_client_t *c, const ct_store_req_t *req,
-                        const ct_store_bytes_t *keys, size_t n, int64_t timeout_ms, ct_errbuf_t *eb)
+static int ct_store_client__wait_req(ct_store_client_t *c, const ct_store_req_t *req,
+                                     const ct_store_bytes_t *keys, size_t n, int64_t timeout_ms,
+                                     ct_errbuf_t *eb)
 {
     if (timeout_ms < 0)
         timeout_ms = c->timeout_ms;
-    int64_t deadline = ct__deadline(timeout_ms);
-    int rc = ct__begin(c, deadline, eb);
+    int64_t deadline = ct_store_client__deadline(timeout_ms);
+    int rc = ct_store_client__begin(c, deadline, eb);
     if (rc != 0)
         return rc;
-    rc = ct__send_req(c, req, deadline, eb);
+    rc = ct_store_client__send_req(c, req, deadline, eb);
     if (rc != 0) {
         if (rc != CT_ELIMIT)
-            ct__drop(c);
+            ct_store_client__drop(c);
         return rc;
     }
     ct_store_resp_t resp;
     ct_errbuf_t sub;
-    rc = ct__recv_resp(c, req->op, 0, &resp, deadline, &sub);
+    rc = ct_store_client__recv_resp(c, req->op, 0, &resp, deadline, &sub);
     if (rc == 0) {
         if (resp.code == CT_STORE_WAIT_STOP)
             return 0;
-        ct__drop(c);
+        ct_store_client__drop(c);
         return ct_errbuf_set(eb, CT_EPROTOCOL, "%s: WAIT_CANCELED without a cancel from %s:%d",
                              ct_store_op_name(req->op), c->host, c->port);
     }
     if (rc != -ETIMEDOUT) {
-        ct__drop(c);
+        ct_store_client__drop(c);
         return ct_errbuf_set(eb, rc, "%s", sub.msg);
     }
     char ktext[256];
-    ct__keys_text(keys, n, ktext, sizeof ktext);
+    ct_store_client__keys_text(keys, n, ktext, sizeof ktext);
     if (c->dialect == CT_STORE_V1) {
         /* No cancel in v1: a late STOP_WAITING would be read as the next reply. */
-        ct__drop(c);
+        ct_store_client__drop(c);
         return ct_errbuf_set(eb, -ETIMEDOUT, "%s timed out after %lld ms (keys: %s)",
                              ct_store_op_name(req->op), (long long)timeout_ms, ktext);
     }
-    int64_t grace = ct__deadline(c->cancel_grace_ms);
+    int64_t grace = ct_store_client__deadline(c->cancel_grace_ms);
     ct_store_req_t cancel = {.op = CT_STORE_OP_CANCEL_WAIT};
-    rc = ct__send_req(c, &cancel, grace, &sub);
+    rc = ct_store_client__send_req(c, &cancel, grace, &sub);
     if (rc == 0)
-        rc = ct__recv_resp(c, CT_STORE_OP_CANCEL_WAIT, 0, &resp, grace, &sub);
+        rc = ct_store_client__recv_resp(c, CT_STORE_OP_CANCEL_WAIT, 0, &resp, grace, &sub);
     if (rc == 0 && resp.code == CT_STORE_WAIT_STOP)
-        rc = ct__recv_resp(c, CT_STORE_OP_CANCEL_WAIT, 0, &resp, grace, &sub);
+        rc = ct_store_client__recv_resp(c, CT_STORE_OP_CANCEL_WAIT, 0, &resp, grace, &sub);
     if (rc == 0 && resp.code != CT_STORE_WAIT_CANCELED)
         rc = ct_errbuf_set(&sub, CT_EPROTOCOL, "second STOP_WAITING after CANCEL_WAIT");
     if (rc != 0) {
-        ct__drop(c);
+        ct_store_client__drop(c);
         return ct_errbuf_set(eb, -ETIMEDOUT,
                              "%s timed out after %lld ms (keys: %s), and CANCEL_WAIT failed: %s",
                              ct_store_op_name(req->op), (long long)timeout_ms, ktext, sub.msg);
@@ -757,22 +764,22 @@ static int ct__wait_req(ct_store_client_t *c, const ct_store_req_t *req,
                          ct_store_op_name(req->op), (long long)timeout_ms, ktext);
 }
 
-static int ct__wait_keys(ct_store_client_t *c, const ct_store_bytes_t *keys, size_t n,
-                         int64_t timeout_ms, ct_errbuf_t *eb)
+static int ct_store_client__wait_keys(ct_store_client_t *c, const ct_store_bytes_t *keys, size_t n,
+                                      int64_t timeout_ms, ct_errbuf_t *eb)
 {
     ct_store_req_t req = {.op = CT_STORE_OP_WAIT, .key_array = keys, .nkeys = n};
-    return ct__wait_req(c, &req, keys, n, timeout_ms, eb);
+    return ct_store_client__wait_req(c, &req, keys, n, timeout_ms, eb);
 }
 
 /* A request with a deadline from the client's timeout. */
-static int ct__simple(ct_store_client_t *c, const ct_store_req_t *req, uint64_t nkeys,
-                      ct_store_resp_t *resp, ct_errbuf_t *eb)
+static int ct_store_client__simple(ct_store_client_t *c, const ct_store_req_t *req, uint64_t nkeys,
+                                   ct_store_resp_t *resp, ct_errbuf_t *eb)
 {
-    int64_t deadline = ct__deadline(c->timeout_ms);
-    int rc = ct__begin(c, deadline, eb);
+    int64_t deadline = ct_store_client__deadline(c->timeout_ms);
+    int rc = ct_store_client__begin(c, deadline, eb);
     if (rc != 0)
         return rc;
-    return ct__roundtrip(c, req, nkeys, resp, deadline, eb);
+    return ct_store_client__roundtrip(c, req, nkeys, resp, deadline, eb);
 }
 
 /* ---- requests ------------------------------------------------------------------------- */
@@ -780,20 +787,21 @@ static int ct__simple(ct_store_client_t *c, const ct_store_req_t *req, uint64_t 
 int ct_store_set(ct_store_client_t *c, const char *key, const void *value, size_t len,
                  ct_errbuf_t *eb)
 {
-    ct_store_req_t req = {
-        .op = CT_STORE_OP_SET, .key = ct__str(key), .value = {.data = value, .len = len}};
-    return ct__simple(c, &req, 0, NULL, eb);
+    ct_store_req_t req = {.op = CT_STORE_OP_SET,
+                          .key = ct_store_client__str(key),
+                          .value = {.data = value, .len = len}};
+    return ct_store_client__simple(c, &req, 0, NULL, eb);
 }
 
 int ct_store_get(ct_store_client_t *c, const char *key, ct_store_bytes_t *value, ct_errbuf_t *eb)
 {
-    ct_store_bytes_t k = ct__str(key);
-    int rc = ct__wait_keys(c, &k, 1, -1, eb);
+    ct_store_bytes_t k = ct_store_client__str(key);
+    int rc = ct_store_client__wait_keys(c, &k, 1, -1, eb);
     if (rc != 0)
         return rc;
     ct_store_req_t req = {.op = CT_STORE_OP_GET, .key = k};
     ct_store_resp_t resp;
-    rc = ct__simple(c, &req, 0, &resp, eb);
+    rc = ct_store_client__simple(c, &req, 0, &resp, eb);
     if (rc == 0)
         *value = resp.value;
     return rc;
@@ -802,9 +810,9 @@ int ct_store_get(ct_store_client_t *c, const char *key, ct_store_bytes_t *value,
 int ct_store_add(ct_store_client_t *c, const char *key, int64_t delta, int64_t *result,
                  ct_errbuf_t *eb)
 {
-    ct_store_req_t req = {.op = CT_STORE_OP_ADD, .key = ct__str(key), .num = delta};
+    ct_store_req_t req = {.op = CT_STORE_OP_ADD, .key = ct_store_client__str(key), .num = delta};
     ct_store_resp_t resp;
-    int rc = ct__simple(c, &req, 0, &resp, eb);
+    int rc = ct_store_client__simple(c, &req, 0, &resp, eb);
     if (rc == 0 && result != NULL)
         *result = resp.num;
     return rc;
@@ -815,11 +823,11 @@ int ct_store_compare_set(ct_store_client_t *c, const char *key, const void *expe
                          ct_store_bytes_t *current, ct_errbuf_t *eb)
 {
     ct_store_req_t req = {.op = CT_STORE_OP_COMPARE_SET,
-                          .key = ct__str(key),
+                          .key = ct_store_client__str(key),
                           .value = {.data = expected, .len = expected_len},
                           .desired = {.data = desired, .len = desired_len}};
     ct_store_resp_t resp;
-    int rc = ct__simple(c, &req, 0, &resp, eb);
+    int rc = ct_store_client__simple(c, &req, 0, &resp, eb);
     if (rc == 0 && current != NULL)
         *current = resp.value;
     return rc;
@@ -829,12 +837,12 @@ int ct_store_check(ct_store_client_t *c, const char *const *keys, size_t n, bool
                    ct_errbuf_t *eb)
 {
     ct_store_bytes_t *arr;
-    int rc = ct__key_array(keys, n, &arr, eb);
+    int rc = ct_store_client__key_array(keys, n, &arr, eb);
     if (rc != 0)
         return rc;
     ct_store_req_t req = {.op = CT_STORE_OP_CHECK, .key_array = arr, .nkeys = n};
     ct_store_resp_t resp;
-    rc = ct__simple(c, &req, 0, &resp, eb);
+    rc = ct_store_client__simple(c, &req, 0, &resp, eb);
     free(arr);
     if (rc == 0)
         *ready = resp.code == CT_STORE_CHECK_READY;
@@ -845,10 +853,10 @@ int ct_store_wait(ct_store_client_t *c, const char *const *keys, size_t n, int64
                   ct_errbuf_t *eb)
 {
     ct_store_bytes_t *arr;
-    int rc = ct__key_array(keys, n, &arr, eb);
+    int rc = ct_store_client__key_array(keys, n, &arr, eb);
     if (rc != 0)
         return rc;
-    rc = ct__wait_keys(c, arr, n, timeout_ms, eb);
+    rc = ct_store_client__wait_keys(c, arr, n, timeout_ms, eb);
     free(arr);
     return rc;
 }
@@ -857,7 +865,7 @@ int ct_store_num_keys(ct_store_client_t *c, int64_t *n, ct_errbuf_t *eb)
 {
     ct_store_req_t req = {.op = CT_STORE_OP_GETNUMKEYS};
     ct_store_resp_t resp;
-    int rc = ct__simple(c, &req, 0, &resp, eb);
+    int rc = ct_store_client__simple(c, &req, 0, &resp, eb);
     if (rc == 0)
         *n = resp.num;
     return rc;
@@ -865,9 +873,9 @@ int ct_store_num_keys(ct_store_client_t *c, int64_t *n, ct_errbuf_t *eb)
 
 int ct_store_delete(ct_store_client_t *c, const char *key, bool *deleted, ct_errbuf_t *eb)
 {
-    ct_store_req_t req = {.op = CT_STORE_OP_DELETE_KEY, .key = ct__str(key)};
+    ct_store_req_t req = {.op = CT_STORE_OP_DELETE_KEY, .key = ct_store_client__str(key)};
     ct_store_resp_t resp;
-    int rc = ct__simple(c, &req, 0, &resp, eb);
+    int rc = ct_store_client__simple(c, &req, 0, &resp, eb);
     if (rc == 0 && deleted != NULL)
         *deleted = resp.num == 1;
     return rc;
@@ -876,28 +884,29 @@ int ct_store_delete(ct_store_client_t *c, const char *key, bool *deleted, ct_err
 int ct_store_append(ct_store_client_t *c, const char *key, const void *value, size_t len,
                     ct_errbuf_t *eb)
 {
-    int rc = ct__need_v2(c, CT_STORE_OP_APPEND, eb);
+    int rc = ct_store_client__need_v2(c, CT_STORE_OP_APPEND, eb);
     if (rc != 0)
         return rc;
-    ct_store_req_t req = {
-        .op = CT_STORE_OP_APPEND, .key = ct__str(key), .value = {.data = value, .len = len}};
-    return ct__simple(c, &req, 0, NULL, eb);
+    ct_store_req_t req = {.op = CT_STORE_OP_APPEND,
+                          .key = ct_store_client__str(key),
+                          .value = {.data = value, .len = len}};
+    return ct_store_client__simple(c, &req, 0, NULL, eb);
 }
 
 int ct_store_multi_get(ct_store_client_t *c, const char *const *keys, size_t n,
                        ct_store_bytes_t *values, ct_errbuf_t *eb)
 {
-    int rc = ct__need_v2(c, CT_STORE_OP_MULTI_GET, eb);
+    int rc = ct_store_client__need_v2(c, CT_STORE_OP_MULTI_GET, eb);
     if (rc != 0 || n == 0) /* no keys: PyTorch's exchange would carry no reply bytes */
         return rc;
     ct_store_bytes_t *arr;
-    if ((rc = ct__key_array(keys, n, &arr, eb)) != 0)
+    if ((rc = ct_store_client__key_array(keys, n, &arr, eb)) != 0)
         return rc;
-    rc = ct__wait_keys(c, arr, n, -1, eb);
+    rc = ct_store_client__wait_keys(c, arr, n, -1, eb);
     if (rc == 0) {
         ct_store_req_t req = {.op = CT_STORE_OP_MULTI_GET, .key_array = arr, .nkeys = n};
         ct_store_resp_t resp;
-        rc = ct__simple(c, &req, n, &resp, eb);
+        rc = ct_store_client__simple(c, &req, n, &resp, eb);
         if (rc == 0) {
             ct_store_list_iter_t it;
             ct_store_list_begin(&resp.list, &it);
@@ -912,30 +921,30 @@ int ct_store_multi_get(ct_store_client_t *c, const char *const *keys, size_t n,
 int ct_store_multi_set(ct_store_client_t *c, const char *const *keys,
                        const ct_store_bytes_t *values, size_t n, ct_errbuf_t *eb)
 {
-    int rc = ct__need_v2(c, CT_STORE_OP_MULTI_SET, eb);
+    int rc = ct_store_client__need_v2(c, CT_STORE_OP_MULTI_SET, eb);
     if (rc != 0)
         return rc;
     ct_store_bytes_t *arr;
-    if ((rc = ct__key_array(keys, n, &arr, eb)) != 0)
+    if ((rc = ct_store_client__key_array(keys, n, &arr, eb)) != 0)
         return rc;
     ct_store_req_t req = {
         .op = CT_STORE_OP_MULTI_SET, .key_array = arr, .value_array = values, .nkeys = n};
-    rc = ct__simple(c, &req, 0, NULL, eb);
+    rc = ct_store_client__simple(c, &req, 0, NULL, eb);
     free(arr);
     return rc;
 }
 
 int ct_store_ping(ct_store_client_t *c, ct_errbuf_t *eb)
 {
-    int rc = ct__need_v2(c, CT_STORE_OP_PING, eb);
+    int rc = ct_store_client__need_v2(c, CT_STORE_OP_PING, eb);
     if (rc != 0)
         return rc;
-    uint32_t nonce = (uint32_t)ct__rand(c);
+    uint32_t nonce = (uint32_t)ct_store_client__rand(c);
     ct_store_req_t req = {.op = CT_STORE_OP_PING, .num32 = nonce};
     ct_store_resp_t resp;
-    rc = ct__simple(c, &req, 0, &resp, eb);
+    rc = ct_store_client__simple(c, &req, 0, &resp, eb);
     if (rc == 0 && resp.num32 != nonce) {
-        ct__drop(c);
+        ct_store_client__drop(c);
         return ct_errbuf_set(eb, CT_EPROTOCOL, "ping returned 0x%08x, expected 0x%08x", resp.num32,
                              nonce);
     }
@@ -945,26 +954,27 @@ int ct_store_ping(ct_store_client_t *c, ct_errbuf_t *eb)
 int ct_store_queue_push(ct_store_client_t *c, const char *key, const void *value, size_t len,
                         ct_errbuf_t *eb)
 {
-    int rc = ct__need_v2(c, CT_STORE_OP_QUEUE_PUSH, eb);
+    int rc = ct_store_client__need_v2(c, CT_STORE_OP_QUEUE_PUSH, eb);
     if (rc != 0)
         return rc;
-    ct_store_req_t req = {
-        .op = CT_STORE_OP_QUEUE_PUSH, .key = ct__str(key), .value = {.data = value, .len = len}};
-    return ct__simple(c, &req, 0, NULL, eb);
+    ct_store_req_t req = {.op = CT_STORE_OP_QUEUE_PUSH,
+                          .key = ct_store_client__str(key),
+                          .value = {.data = value, .len = len}};
+    return ct_store_client__simple(c, &req, 0, NULL, eb);
 }
 
 int ct_store_queue_pop(ct_store_client_t *c, const char *key, bool block, ct_store_bytes_t *value,
                        ct_errbuf_t *eb)
 {
-    int rc = ct__need_v2(c, CT_STORE_OP_QUEUE_POP, eb);
+    int rc = ct_store_client__need_v2(c, CT_STORE_OP_QUEUE_POP, eb);
     if (rc != 0)
         return rc;
-    ct_store_bytes_t k = ct__str(key);
-    if (block && (rc = ct__wait_keys(c, &k, 1, -1, eb)) != 0)
+    ct_store_bytes_t k = ct_store_client__str(key);
+    if (block && (rc = ct_store_client__wait_keys(c, &k, 1, -1, eb)) != 0)
         return rc;
     ct_store_req_t req = {.op = CT_STORE_OP_QUEUE_POP, .key = k};
     ct_store_resp_t resp;
-    rc = ct__simple(c, &req, 0, &resp, eb);
+    rc = ct_store_client__simple(c, &req, 0, &resp, eb);
     if (rc != 0)
         return rc;
     if (resp.num <= 0)
@@ -975,12 +985,12 @@ int ct_store_queue_pop(ct_store_client_t *c, const char *key, bool block, ct_sto
 
 int ct_store_queue_len(ct_store_client_t *c, const char *key, int64_t *n, ct_errbuf_t *eb)
 {
-    int rc = ct__need_v2(c, CT_STORE_OP_QUEUE_LEN, eb);
+    int rc = ct_store_client__need_v2(c, CT_STORE_OP_QUEUE_LEN, eb);
     if (rc != 0)
         return rc;
-    ct_store_req_t req = {.op = CT_STORE_OP_QUEUE_LEN, .key = ct__str(key)};
+    ct_store_req_t req = {.op = CT_STORE_OP_QUEUE_LEN, .key = ct_store_client__str(key)};
     ct_store_resp_t resp;
-    rc = ct__simple(c, &req, 0, &resp, eb);
+    rc = ct_store_client__simple(c, &req, 0, &resp, eb);
     if (rc == 0)
         *n = resp.num;
     return rc;
@@ -988,12 +998,12 @@ int ct_store_queue_len(ct_store_client_t *c, const char *key, int64_t *n, ct_err
 
 int ct_store_list_keys(ct_store_client_t *c, ct_store_list_t *keys, ct_errbuf_t *eb)
 {
-    int rc = ct__need_v2(c, CT_STORE_OP_LIST_KEYS, eb);
+    int rc = ct_store_client__need_v2(c, CT_STORE_OP_LIST_KEYS, eb);
     if (rc != 0)
         return rc;
     ct_store_req_t req = {.op = CT_STORE_OP_LIST_KEYS};
     ct_store_resp_t resp;
-    rc = ct__simple(c, &req, 0, &resp, eb);
+    rc = ct_store_client__simple(c, &req, 0, &resp, eb);
     if (rc == 0)
         *keys = resp.list;
     return rc;
@@ -1002,10 +1012,10 @@ int ct_store_list_keys(ct_store_client_t *c, ct_store_list_t *keys, ct_errbuf_t 
 int ct_store_barrier(ct_store_client_t *c, const char *key, int64_t world_size, int64_t timeout_ms,
                      ct_errbuf_t *eb)
 {
-    int rc = ct__need_v2(c, CT_STORE_OP_BARRIER, eb);
+    int rc = ct_store_client__need_v2(c, CT_STORE_OP_BARRIER, eb);
     if (rc != 0)
         return rc;
-    ct_store_bytes_t k = ct__str(key);
+    ct_store_bytes_t k = ct_store_client__str(key);
     ct_store_req_t req = {.op = CT_STORE_OP_BARRIER, .key = k, .num = world_size};
-    return ct__wait_req(c, &req, &k, 1, timeout_ms, eb);
+    return ct_store_client__wait_req(c, &req, &k, 1, timeout_ms, eb);
 }

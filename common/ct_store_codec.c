@@ -20,7 +20,7 @@ const ct_store_limits_t ct_store_default_limits = {
 /* ---- op tables ------------------------------------------------------------------------ */
 
 /* Wire codes per op, -1 where the dialect lacks it (docs/store-protocol.md §2.1). */
-static const int8_t ct__v1_code[CT_STORE_OP_COUNT] = {
+static const int8_t ct_store_codec__v1_code[CT_STORE_OP_COUNT] = {
     [CT_STORE_OP_VALIDATE] = -1,   [CT_STORE_OP_SET] = 0,          [CT_STORE_OP_COMPARE_SET] = 1,
     [CT_STORE_OP_GET] = 2,         [CT_STORE_OP_ADD] = 3,          [CT_STORE_OP_CHECK] = 4,
     [CT_STORE_OP_WAIT] = 5,        [CT_STORE_OP_GETNUMKEYS] = 6,   [CT_STORE_OP_WATCH_KEY] = 7,
@@ -29,7 +29,7 @@ static const int8_t ct__v1_code[CT_STORE_OP_COUNT] = {
     [CT_STORE_OP_QUEUE_PUSH] = -1, [CT_STORE_OP_QUEUE_POP] = -1,   [CT_STORE_OP_QUEUE_LEN] = -1,
     [CT_STORE_OP_LIST_KEYS] = -1,  [CT_STORE_OP_BARRIER] = -1,
 };
-static const int8_t ct__v2_code[CT_STORE_OP_COUNT] = {
+static const int8_t ct_store_codec__v2_code[CT_STORE_OP_COUNT] = {
     [CT_STORE_OP_VALIDATE] = 0,    [CT_STORE_OP_SET] = 1,          [CT_STORE_OP_COMPARE_SET] = 2,
     [CT_STORE_OP_GET] = 3,         [CT_STORE_OP_ADD] = 4,          [CT_STORE_OP_CHECK] = 5,
     [CT_STORE_OP_WAIT] = 6,        [CT_STORE_OP_GETNUMKEYS] = 7,   [CT_STORE_OP_WATCH_KEY] = -1,
@@ -38,7 +38,7 @@ static const int8_t ct__v2_code[CT_STORE_OP_COUNT] = {
     [CT_STORE_OP_QUEUE_PUSH] = 14, [CT_STORE_OP_QUEUE_POP] = 15,   [CT_STORE_OP_QUEUE_LEN] = 16,
     [CT_STORE_OP_LIST_KEYS] = 17,  [CT_STORE_OP_BARRIER] = 18,
 };
-static const char *const ct__op_names[CT_STORE_OP_COUNT] = {
+static const char *const ct_store_codec__op_names[CT_STORE_OP_COUNT] = {
     "VALIDATE",   "SET",        "COMPARE_SET", "GET",       "ADD",       "CHECK",     "WAIT",
     "GETNUMKEYS", "WATCH_KEY",  "DELETE_KEY",  "APPEND",    "MULTI_GET", "MULTI_SET", "CANCEL_WAIT",
     "PING",       "QUEUE_PUSH", "QUEUE_POP",   "QUEUE_LEN", "LIST_KEYS", "BARRIER",
@@ -49,15 +49,17 @@ int ct_store_op_code(ct_store_dialect_t d, ct_store_op_t op)
     if ((unsigned)op >= CT_STORE_OP_COUNT)
         return -1;
     if (d == CT_STORE_V1)
-        return ct__v1_code[op];
+        return ct_store_codec__v1_code[op];
     if (d == CT_STORE_V2)
-        return ct__v2_code[op];
+        return ct_store_codec__v2_code[op];
     return -1;
 }
 
 bool ct_store_op_from_code(ct_store_dialect_t d, uint8_t code, ct_store_op_t *op)
 {
-    const int8_t *table = d == CT_STORE_V1 ? ct__v1_code : d == CT_STORE_V2 ? ct__v2_code : NULL;
+    const int8_t *table = d == CT_STORE_V1   ? ct_store_codec__v1_code
+                          : d == CT_STORE_V2 ? ct_store_codec__v2_code
+                                             : NULL;
     if (table == NULL)
         return false;
     for (int i = 0; i < CT_STORE_OP_COUNT; i++) {
@@ -71,7 +73,7 @@ bool ct_store_op_from_code(ct_store_dialect_t d, uint8_t code, ct_store_op_t *op
 
 const char *ct_store_op_name(ct_store_op_t op)
 {
-    return (unsigned)op < CT_STORE_OP_COUNT ? ct__op_names[op] : "?";
+    return (unsigned)op < CT_STORE_OP_COUNT ? ct_store_codec__op_names[op] : "?";
 }
 
 bool ct_store_op_has_reply(ct_store_op_t op)
@@ -174,7 +176,7 @@ int ct_store_detect_dialect(const void *buf, size_t len, ct_store_dialect_t *out
 
 /* ---- the reader ----------------------------------------------------------------------- */
 
-typedef struct ct__rd {
+typedef struct ct_store_codec__rd {
     const uint8_t *b;
     size_t len, pos;
     size_t need; /* set when a field is incomplete */
@@ -182,11 +184,11 @@ typedef struct ct__rd {
     ct_errbuf_t *eb;
     const char *op;   /* "SET", "GET": with `kind`, the subject of error messages */
     const char *kind; /* "request", "reply", "event" */
-} ct__rd_t;
+} ct_store_codec__rd_t;
 
 /* 1: n bytes are available at pos; 0: not yet (need recorded); < 0: the message would exceed
  * the whole-message cap. */
-static int ct__rd_have(ct__rd_t *r, uint64_t n, const char *field)
+static int ct_store_codec__rd_have(ct_store_codec__rd_t *r, uint64_t n, const char *field)
 {
     uint64_t max = r->lim->max_message_len;
     if (n > max || (uint64_t)r->pos + n > max) /* n first: pos + n could wrap */
@@ -201,18 +203,18 @@ static int ct__rd_have(ct__rd_t *r, uint64_t n, const char *field)
     return 1;
 }
 
-static int ct__rd_u8(ct__rd_t *r, uint8_t *v, const char *field)
+static int ct_store_codec__rd_u8(ct_store_codec__rd_t *r, uint8_t *v, const char *field)
 {
-    int rc = ct__rd_have(r, 1, field);
+    int rc = ct_store_codec__rd_have(r, 1, field);
     if (rc <= 0)
         return rc;
     *v = r->b[r->pos++];
     return 1;
 }
 
-static int ct__rd_u32(ct__rd_t *r, uint32_t *v, const char *field)
+static int ct_store_codec__rd_u32(ct_store_codec__rd_t *r, uint32_t *v, const char *field)
 {
-    int rc = ct__rd_have(r, 4, field);
+    int rc = ct_store_codec__rd_have(r, 4, field);
     if (rc <= 0)
         return rc;
     *v = ct_store_get_u32(r->b + r->pos);
@@ -220,9 +222,9 @@ static int ct__rd_u32(ct__rd_t *r, uint32_t *v, const char *field)
     return 1;
 }
 
-static int ct__rd_u64(ct__rd_t *r, uint64_t *v, const char *field)
+static int ct_store_codec__rd_u64(ct_store_codec__rd_t *r, uint64_t *v, const char *field)
 {
-    int rc = ct__rd_have(r, 8, field);
+    int rc = ct_store_codec__rd_have(r, 8, field);
     if (rc <= 0)
         return rc;
     *v = ct_store_get_u64(r->b + r->pos);
@@ -231,10 +233,11 @@ static int ct__rd_u64(ct__rd_t *r, uint64_t *v, const char *field)
 }
 
 /* A u64 length and that many bytes, the length checked against max before the bytes. */
-static int ct__rd_str(ct__rd_t *r, ct_store_bytes_t *out, uint64_t max, const char *field)
+static int ct_store_codec__rd_str(ct_store_codec__rd_t *r, ct_store_bytes_t *out, uint64_t max,
+                                  const char *field)
 {
     uint64_t n;
-    int rc = ct__rd_u64(r, &n, field);
+    int rc = ct_store_codec__rd_u64(r, &n, field);
     if (rc <= 0)
         return rc;
     if (n > max) {
@@ -243,7 +246,7 @@ static int ct__rd_str(ct__rd_t *r, ct_store_bytes_t *out, uint64_t max, const ch
                              "%s %s: %s length %llu exceeds the limit of %llu bytes", r->op,
                              r->kind, field, (unsigned long long)n, (unsigned long long)max);
     }
-    rc = ct__rd_have(r, n, field);
+    rc = ct_store_codec__rd_have(r, n, field);
     if (rc <= 0) {
         r->pos -= 8;
         return rc;
@@ -255,8 +258,8 @@ static int ct__rd_str(ct__rd_t *r, ct_store_bytes_t *out, uint64_t max, const ch
 }
 
 /* n list items starting at pos (keys, or key/value pairs), resuming from the cursor. */
-static int ct__rd_list(ct__rd_t *r, uint64_t n, bool pairs, bool values_only,
-                       ct_store_cursor_t *cur, ct_store_list_t *out)
+static int ct_store_codec__rd_list(ct_store_codec__rd_t *r, uint64_t n, bool pairs,
+                                   bool values_only, ct_store_cursor_t *cur, ct_store_list_t *out)
 {
     size_t start = r->pos;
     uint64_t done = 0;
@@ -267,11 +270,11 @@ static int ct__rd_list(ct__rd_t *r, uint64_t n, bool pairs, bool values_only,
     uint64_t key_max = values_only ? r->lim->max_value_len : r->lim->max_key_len;
     for (; done < n; done++) {
         ct_store_bytes_t k, v;
-        int rc = ct__rd_str(r, &k, key_max, values_only ? "value" : "key");
+        int rc = ct_store_codec__rd_str(r, &k, key_max, values_only ? "value" : "key");
         if (rc <= 0)
             return rc;
         if (pairs) {
-            rc = ct__rd_str(r, &v, r->lim->max_value_len, "value");
+            rc = ct_store_codec__rd_str(r, &v, r->lim->max_value_len, "value");
             if (rc <= 0) {
                 r->pos -= 8 + (size_t)k.len;
                 return rc;
@@ -289,9 +292,9 @@ static int ct__rd_list(ct__rd_t *r, uint64_t n, bool pairs, bool values_only,
     return 1;
 }
 
-static int ct__rd_count(ct__rd_t *r, uint64_t *n, const char *field)
+static int ct_store_codec__rd_count(ct_store_codec__rd_t *r, uint64_t *n, const char *field)
 {
-    int rc = ct__rd_u64(r, n, field);
+    int rc = ct_store_codec__rd_u64(r, n, field);
     if (rc <= 0)
         return rc;
     if (*n > r->lim->max_keys)
@@ -301,7 +304,7 @@ static int ct__rd_count(ct__rd_t *r, uint64_t *n, const char *field)
     return 1;
 }
 
-static ssize_t ct__rd_finish(ct__rd_t *r, int rc, size_t *need)
+static ssize_t ct_store_codec__rd_finish(ct_store_codec__rd_t *r, int rc, size_t *need)
 {
     if (rc < 0)
         return rc;
@@ -319,12 +322,12 @@ ssize_t ct_store_decode_request(ct_store_dialect_t d, const void *buf, size_t le
                                 const ct_store_limits_t *lim, ct_store_req_t *req,
                                 ct_store_cursor_t *cursor, size_t *need, ct_errbuf_t *eb)
 {
-    ct__rd_t r = {.b = buf,
-                  .len = len,
-                  .lim = lim ? lim : &ct_store_default_limits,
-                  .eb = eb,
-                  .op = "?",
-                  .kind = "request"};
+    ct_store_codec__rd_t r = {.b = buf,
+                              .len = len,
+                              .lim = lim ? lim : &ct_store_default_limits,
+                              .eb = eb,
+                              .op = "?",
+                              .kind = "request"};
     memset(req, 0, sizeof *req);
     if (len == 0) {
         if (need != NULL)
@@ -342,41 +345,42 @@ ssize_t ct_store_decode_request(ct_store_dialect_t d, const void *buf, size_t le
     uint64_t n = 0;
     switch (req->op) {
     case CT_STORE_OP_VALIDATE:
-        rc = ct__rd_u32(&r, &req->num32, "magic");
+        rc = ct_store_codec__rd_u32(&r, &req->num32, "magic");
         if (rc > 0 && req->num32 != CT_STORE_VALIDATE_MAGIC)
             rc = ct_errbuf_set(eb, CT_EPROTOCOL, "VALIDATE with wrong magic 0x%08x",
                                (unsigned)req->num32);
         break;
     case CT_STORE_OP_PING:
-        rc = ct__rd_u32(&r, &req->num32, "nonce");
+        rc = ct_store_codec__rd_u32(&r, &req->num32, "nonce");
         break;
     case CT_STORE_OP_SET:
     case CT_STORE_OP_APPEND:
     case CT_STORE_OP_QUEUE_PUSH:
-        rc = ct__rd_str(&r, &req->key, r.lim->max_key_len, "key");
+        rc = ct_store_codec__rd_str(&r, &req->key, r.lim->max_key_len, "key");
         if (rc > 0)
-            rc = ct__rd_str(&r, &req->value, r.lim->max_value_len, "value");
+            rc = ct_store_codec__rd_str(&r, &req->value, r.lim->max_value_len, "value");
         break;
     case CT_STORE_OP_COMPARE_SET:
-        rc = ct__rd_str(&r, &req->key, r.lim->max_key_len, "key");
+        rc = ct_store_codec__rd_str(&r, &req->key, r.lim->max_key_len, "key");
         if (rc > 0)
-            rc = ct__rd_str(&r, &req->value, r.lim->max_value_len, "expected value");
+            rc = ct_store_codec__rd_str(&r, &req->value, r.lim->max_value_len, "expected value");
         if (rc > 0)
-            rc = ct__rd_str(&r, &req->desired, r.lim->max_value_len, "desired value");
+            rc = ct_store_codec__rd_str(&r, &req->desired, r.lim->max_value_len, "desired value");
         break;
     case CT_STORE_OP_GET:
     case CT_STORE_OP_DELETE_KEY:
     case CT_STORE_OP_QUEUE_POP:
     case CT_STORE_OP_QUEUE_LEN:
     case CT_STORE_OP_WATCH_KEY:
-        rc = ct__rd_str(&r, &req->key, r.lim->max_key_len, "key");
+        rc = ct_store_codec__rd_str(&r, &req->key, r.lim->max_key_len, "key");
         break;
     case CT_STORE_OP_ADD:
     case CT_STORE_OP_BARRIER: {
         uint64_t v = 0;
-        rc = ct__rd_str(&r, &req->key, r.lim->max_key_len, "key");
+        rc = ct_store_codec__rd_str(&r, &req->key, r.lim->max_key_len, "key");
         if (rc > 0)
-            rc = ct__rd_u64(&r, &v, req->op == CT_STORE_OP_ADD ? "delta" : "world size");
+            rc =
+                ct_store_codec__rd_u64(&r, &v, req->op == CT_STORE_OP_ADD ? "delta" : "world size");
         req->num = (int64_t)v;
         break;
     }
@@ -384,9 +388,10 @@ ssize_t ct_store_decode_request(ct_store_dialect_t d, const void *buf, size_t le
     case CT_STORE_OP_WAIT:
     case CT_STORE_OP_MULTI_GET:
     case CT_STORE_OP_MULTI_SET:
-        rc = ct__rd_count(&r, &n, req->op == CT_STORE_OP_MULTI_SET ? "pairs" : "keys");
+        rc = ct_store_codec__rd_count(&r, &n, req->op == CT_STORE_OP_MULTI_SET ? "pairs" : "keys");
         if (rc > 0)
-            rc = ct__rd_list(&r, n, req->op == CT_STORE_OP_MULTI_SET, false, cursor, &req->keys);
+            rc = ct_store_codec__rd_list(&r, n, req->op == CT_STORE_OP_MULTI_SET, false, cursor,
+                                         &req->keys);
         break;
     case CT_STORE_OP_GETNUMKEYS:
     case CT_STORE_OP_CANCEL_WAIT:
@@ -394,7 +399,7 @@ ssize_t ct_store_decode_request(ct_store_dialect_t d, const void *buf, size_t le
     case CT_STORE_OP_COUNT:
         break;
     }
-    return ct__rd_finish(&r, rc, need);
+    return ct_store_codec__rd_finish(&r, rc, need);
 }
 
 /* ---- response decoding ---------------------------------------------------------------- */
@@ -404,12 +409,12 @@ ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *b
                                  ct_store_cursor_t *cursor, size_t *need, ct_errbuf_t *eb)
 {
     const char *name = ct_store_op_name(op);
-    ct__rd_t r = {.b = buf,
-                  .len = len,
-                  .lim = lim ? lim : &ct_store_default_limits,
-                  .eb = eb,
-                  .op = name,
-                  .kind = "reply"};
+    ct_store_codec__rd_t r = {.b = buf,
+                              .len = len,
+                              .lim = lim ? lim : &ct_store_default_limits,
+                              .eb = eb,
+                              .op = name,
+                              .kind = "reply"};
     memset(resp, 0, sizeof *resp);
     resp->op = op;
     int rc = 1;
@@ -417,13 +422,13 @@ ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *b
     switch (op) {
     case CT_STORE_OP_GET:
     case CT_STORE_OP_COMPARE_SET:
-        rc = ct__rd_str(&r, &resp->value, r.lim->max_value_len, "value");
+        rc = ct_store_codec__rd_str(&r, &resp->value, r.lim->max_value_len, "value");
         break;
     case CT_STORE_OP_ADD:
     case CT_STORE_OP_GETNUMKEYS:
     case CT_STORE_OP_DELETE_KEY:
     case CT_STORE_OP_QUEUE_LEN:
-        rc = ct__rd_u64(&r, &v, "number");
+        rc = ct_store_codec__rd_u64(&r, &v, "number");
         resp->num = (int64_t)v;
         break;
     case CT_STORE_OP_CHECK:
@@ -431,7 +436,7 @@ ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *b
     case CT_STORE_OP_CANCEL_WAIT:
     case CT_STORE_OP_BARRIER:
     case CT_STORE_OP_WATCH_KEY:
-        rc = ct__rd_u8(&r, &resp->code, "code");
+        rc = ct_store_codec__rd_u8(&r, &resp->code, "code");
         if (rc > 0) {
             bool ok;
             switch (op) {
@@ -451,7 +456,7 @@ ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *b
         }
         break;
     case CT_STORE_OP_PING:
-        rc = ct__rd_u32(&r, &resp->num32, "nonce");
+        rc = ct_store_codec__rd_u32(&r, &resp->num32, "nonce");
         break;
     case CT_STORE_OP_MULTI_GET:
         if (nkeys == 0) /* zero bytes: nothing to wait for, and 0 would read as NEED_MORE */
@@ -460,109 +465,110 @@ ssize_t ct_store_decode_response(ct_store_op_t op, uint64_t nkeys, const void *b
             return ct_errbuf_set(eb, CT_ELIMIT, "%s reply: %llu values exceed the limit of %llu",
                                  name, (unsigned long long)nkeys,
                                  (unsigned long long)r.lim->max_keys);
-        rc = ct__rd_list(&r, nkeys, false, true, cursor, &resp->list);
+        rc = ct_store_codec__rd_list(&r, nkeys, false, true, cursor, &resp->list);
         break;
     case CT_STORE_OP_QUEUE_POP:
-        rc = ct__rd_u64(&r, &v, "queue length");
+        rc = ct_store_codec__rd_u64(&r, &v, "queue length");
         resp->num = (int64_t)v;
         if (rc > 0 && resp->num > 0)
-            rc = ct__rd_str(&r, &resp->value, r.lim->max_value_len, "value");
+            rc = ct_store_codec__rd_str(&r, &resp->value, r.lim->max_value_len, "value");
         break;
     case CT_STORE_OP_LIST_KEYS: {
-        rc = ct__rd_u64(&r, &v, "key count");
+        rc = ct_store_codec__rd_u64(&r, &v, "key count");
         resp->num = (int64_t)v;
         if (rc > 0 && resp->num < 0)
             rc = ct_errbuf_set(eb, CT_EPROTOCOL, "%s reply: negative key count %lld", name,
                                (long long)resp->num);
         /* LIST has no key cap in PyTorch; the whole-message cap bounds it instead. */
         if (rc > 0)
-            rc = ct__rd_list(&r, v, false, false, cursor, &resp->list);
+            rc = ct_store_codec__rd_list(&r, v, false, false, cursor, &resp->list);
         break;
     }
     default:
         return ct_errbuf_set(eb, CT_EPROTOCOL, "%s request has no reply", ct_store_op_name(op));
     }
-    return ct__rd_finish(&r, rc, need);
+    return ct_store_codec__rd_finish(&r, rc, need);
 }
 
 ssize_t ct_store_decode_watch_event(const void *buf, size_t len, const ct_store_limits_t *lim,
                                     ct_store_watch_event_t *ev, size_t *need, ct_errbuf_t *eb)
 {
-    ct__rd_t r = {.b = buf,
-                  .len = len,
-                  .lim = lim ? lim : &ct_store_default_limits,
-                  .eb = eb,
-                  .op = "watch",
-                  .kind = "event"};
+    ct_store_codec__rd_t r = {.b = buf,
+                              .len = len,
+                              .lim = lim ? lim : &ct_store_default_limits,
+                              .eb = eb,
+                              .op = "watch",
+                              .kind = "event"};
     memset(ev, 0, sizeof *ev);
     uint8_t kind = 0;
-    int rc = ct__rd_u8(&r, &kind, "kind");
+    int rc = ct_store_codec__rd_u8(&r, &kind, "kind");
     if (rc > 0 && kind > CT_STORE_WATCH_DELETED)
         rc = ct_errbuf_set(eb, CT_EPROTOCOL, "watch event: unknown kind %u", kind);
     ev->kind = (ct_store_watch_kind_t)kind;
     if (rc > 0)
-        rc = ct__rd_str(&r, &ev->key, r.lim->max_key_len, "key");
+        rc = ct_store_codec__rd_str(&r, &ev->key, r.lim->max_key_len, "key");
     if (rc > 0)
-        rc = ct__rd_str(&r, &ev->old_value, r.lim->max_value_len, "old value");
+        rc = ct_store_codec__rd_str(&r, &ev->old_value, r.lim->max_value_len, "old value");
     if (rc > 0)
-        rc = ct__rd_str(&r, &ev->new_value, r.lim->max_value_len, "new value");
-    return ct__rd_finish(&r, rc, need);
+        rc = ct_store_codec__rd_str(&r, &ev->new_value, r.lim->max_value_len, "new value");
+    return ct_store_codec__rd_finish(&r, rc, need);
 }
 
 /* ---- encoding ------------------------------------------------------------------------- */
 
 /* A writer that counts always and copies only while the output fits. */
-typedef struct ct__wr {
+typedef struct ct_store_codec__wr {
     uint8_t *out;
     size_t cap, pos;
-} ct__wr_t;
+} ct_store_codec__wr_t;
 
-static void ct__wr_raw(ct__wr_t *w, const void *p, size_t n)
+static void ct_store_codec__wr_raw(ct_store_codec__wr_t *w, const void *p, size_t n)
 {
     if (w->pos + n <= w->cap && n > 0)
         memcpy(w->out + w->pos, p, n);
     w->pos += n;
 }
 
-static void ct__wr_u8(ct__wr_t *w, uint8_t v)
+static void ct_store_codec__wr_u8(ct_store_codec__wr_t *w, uint8_t v)
 {
-    ct__wr_raw(w, &v, 1);
+    ct_store_codec__wr_raw(w, &v, 1);
 }
 
-static void ct__wr_u32(ct__wr_t *w, uint32_t v)
+static void ct_store_codec__wr_u32(ct_store_codec__wr_t *w, uint32_t v)
 {
-    ct__wr_raw(w, &v, 4);
+    ct_store_codec__wr_raw(w, &v, 4);
 }
 
-static void ct__wr_u64(ct__wr_t *w, uint64_t v)
+static void ct_store_codec__wr_u64(ct_store_codec__wr_t *w, uint64_t v)
 {
-    ct__wr_raw(w, &v, 8);
+    ct_store_codec__wr_raw(w, &v, 8);
 }
 
-static void ct__wr_str(ct__wr_t *w, ct_store_bytes_t s)
+static void ct_store_codec__wr_str(ct_store_codec__wr_t *w, ct_store_bytes_t s)
 {
-    ct__wr_u64(w, s.len);
-    ct__wr_raw(w, s.data, (size_t)s.len);
+    ct_store_codec__wr_u64(w, s.len);
+    ct_store_codec__wr_raw(w, s.data, (size_t)s.len);
 }
 
 /* Items from arrays, or an already encoded list when the arrays are absent. */
-static void ct__wr_list(ct__wr_t *w, const ct_store_bytes_t *keys, const ct_store_bytes_t *values,
-                        uint64_t n, const ct_store_list_t *encoded, bool with_count)
+static void ct_store_codec__wr_list(ct_store_codec__wr_t *w, const ct_store_bytes_t *keys,
+                                    const ct_store_bytes_t *values, uint64_t n,
+                                    const ct_store_list_t *encoded, bool with_count)
 {
     if (keys == NULL && encoded->data != NULL) {
         if (with_count)
-            ct__wr_u64(w, encoded->n);
-        ct__wr_raw(w, encoded->data, encoded->nbytes);
+            ct_store_codec__wr_u64(w, encoded->n);
+        ct_store_codec__wr_raw(w, encoded->data, encoded->nbytes);
         return;
     }
     if (keys == NULL)
         n = 0;
     if (with_count)
-        ct__wr_u64(w, n);
+        ct_store_codec__wr_u64(w, n);
     for (uint64_t i = 0; i < n; i++) {
-        ct__wr_str(w, keys[i]);
+        ct_store_codec__wr_str(w, keys[i]);
         if (values != NULL)
-            ct__wr_str(w, values[i]);
+            ct_store_codec__wr_str(w, values[i]);
     }
 }
 
@@ -573,44 +579,44 @@ ssize_t ct_store_encode_request(ct_store_dialect_t d, const ct_store_req_t *req,
     if (code < 0)
         return ct_errbuf_set(eb, CT_EPROTOCOL, "%s does not exist in the %s dialect",
                              ct_store_op_name(req->op), d == CT_STORE_V1 ? "v1" : "v2");
-    ct__wr_t w = {.out = out, .cap = out != NULL ? cap : 0};
-    ct__wr_u8(&w, (uint8_t)code);
+    ct_store_codec__wr_t w = {.out = out, .cap = out != NULL ? cap : 0};
+    ct_store_codec__wr_u8(&w, (uint8_t)code);
     switch (req->op) {
     case CT_STORE_OP_VALIDATE:
     case CT_STORE_OP_PING:
-        ct__wr_u32(&w, req->num32);
+        ct_store_codec__wr_u32(&w, req->num32);
         break;
     case CT_STORE_OP_SET:
     case CT_STORE_OP_APPEND:
     case CT_STORE_OP_QUEUE_PUSH:
-        ct__wr_str(&w, req->key);
-        ct__wr_str(&w, req->value);
+        ct_store_codec__wr_str(&w, req->key);
+        ct_store_codec__wr_str(&w, req->value);
         break;
     case CT_STORE_OP_COMPARE_SET:
-        ct__wr_str(&w, req->key);
-        ct__wr_str(&w, req->value);
-        ct__wr_str(&w, req->desired);
+        ct_store_codec__wr_str(&w, req->key);
+        ct_store_codec__wr_str(&w, req->value);
+        ct_store_codec__wr_str(&w, req->desired);
         break;
     case CT_STORE_OP_GET:
     case CT_STORE_OP_DELETE_KEY:
     case CT_STORE_OP_QUEUE_POP:
     case CT_STORE_OP_QUEUE_LEN:
     case CT_STORE_OP_WATCH_KEY:
-        ct__wr_str(&w, req->key);
+        ct_store_codec__wr_str(&w, req->key);
         break;
     case CT_STORE_OP_ADD:
     case CT_STORE_OP_BARRIER:
-        ct__wr_str(&w, req->key);
-        ct__wr_u64(&w, (uint64_t)req->num);
+        ct_store_codec__wr_str(&w, req->key);
+        ct_store_codec__wr_u64(&w, (uint64_t)req->num);
         break;
     case CT_STORE_OP_CHECK:
     case CT_STORE_OP_WAIT:
     case CT_STORE_OP_MULTI_GET:
-        ct__wr_list(&w, req->key_array, NULL, req->nkeys, &req->keys, true);
+        ct_store_codec__wr_list(&w, req->key_array, NULL, req->nkeys, &req->keys, true);
         break;
     case CT_STORE_OP_MULTI_SET:
-        ct__wr_list(&w, req->key_array, req->key_array ? req->value_array : NULL, req->nkeys,
-                    &req->keys, true);
+        ct_store_codec__wr_list(&w, req->key_array, req->key_array ? req->value_array : NULL,
+                                req->nkeys, &req->keys, true);
         break;
     case CT_STORE_OP_GETNUMKEYS:
     case CT_STORE_OP_CANCEL_WAIT:
@@ -624,38 +630,38 @@ ssize_t ct_store_encode_request(ct_store_dialect_t d, const ct_store_req_t *req,
 ssize_t ct_store_encode_response(const ct_store_resp_t *resp, void *out, size_t cap,
                                  ct_errbuf_t *eb)
 {
-    ct__wr_t w = {.out = out, .cap = out != NULL ? cap : 0};
+    ct_store_codec__wr_t w = {.out = out, .cap = out != NULL ? cap : 0};
     switch (resp->op) {
     case CT_STORE_OP_GET:
     case CT_STORE_OP_COMPARE_SET:
-        ct__wr_str(&w, resp->value);
+        ct_store_codec__wr_str(&w, resp->value);
         break;
     case CT_STORE_OP_ADD:
     case CT_STORE_OP_GETNUMKEYS:
     case CT_STORE_OP_DELETE_KEY:
     case CT_STORE_OP_QUEUE_LEN:
-        ct__wr_u64(&w, (uint64_t)resp->num);
+        ct_store_codec__wr_u64(&w, (uint64_t)resp->num);
         break;
     case CT_STORE_OP_CHECK:
     case CT_STORE_OP_WAIT:
     case CT_STORE_OP_CANCEL_WAIT:
     case CT_STORE_OP_BARRIER:
     case CT_STORE_OP_WATCH_KEY:
-        ct__wr_u8(&w, resp->code);
+        ct_store_codec__wr_u8(&w, resp->code);
         break;
     case CT_STORE_OP_PING:
-        ct__wr_u32(&w, resp->num32);
+        ct_store_codec__wr_u32(&w, resp->num32);
         break;
     case CT_STORE_OP_MULTI_GET:
-        ct__wr_list(&w, resp->item_array, NULL, resp->nitems, &resp->list, false);
+        ct_store_codec__wr_list(&w, resp->item_array, NULL, resp->nitems, &resp->list, false);
         break;
     case CT_STORE_OP_QUEUE_POP:
-        ct__wr_u64(&w, (uint64_t)resp->num);
+        ct_store_codec__wr_u64(&w, (uint64_t)resp->num);
         if (resp->num > 0)
-            ct__wr_str(&w, resp->value);
+            ct_store_codec__wr_str(&w, resp->value);
         break;
     case CT_STORE_OP_LIST_KEYS:
-        ct__wr_list(&w, resp->item_array, NULL, resp->nitems, &resp->list, true);
+        ct_store_codec__wr_list(&w, resp->item_array, NULL, resp->nitems, &resp->list, true);
         break;
     default:
         return ct_errbuf_set(eb, CT_EPROTOCOL, "%s request has no reply",
@@ -666,23 +672,23 @@ ssize_t ct_store_encode_response(const ct_store_resp_t *resp, void *out, size_t 
 
 size_t ct_store_encode_watch_event(const ct_store_watch_event_t *ev, void *out, size_t cap)
 {
-    ct__wr_t w = {.out = out, .cap = out != NULL ? cap : 0};
-    ct__wr_u8(&w, (uint8_t)ev->kind);
-    ct__wr_str(&w, ev->key);
-    ct__wr_str(&w, ev->old_value);
-    ct__wr_str(&w, ev->new_value);
+    ct_store_codec__wr_t w = {.out = out, .cap = out != NULL ? cap : 0};
+    ct_store_codec__wr_u8(&w, (uint8_t)ev->kind);
+    ct_store_codec__wr_str(&w, ev->key);
+    ct_store_codec__wr_str(&w, ev->old_value);
+    ct_store_codec__wr_str(&w, ev->new_value);
     return w.pos;
 }
 
 /* ---- authentication messages ---------------------------------------------------------- */
 
-static const uint8_t ct__auth_magic[4] = {'C', 'T', 'S', 'A'};
+static const uint8_t ct_store_codec__auth_magic[4] = {'C', 'T', 'S', 'A'};
 
 size_t ct_store_encode_auth_hello(const uint8_t nonce[CT_STORE_AUTH_NONCE_LEN], void *out)
 {
     uint8_t *p = out;
     p[0] = CT_STORE_AUTH_HELLO;
-    memcpy(p + 1, ct__auth_magic, 4);
+    memcpy(p + 1, ct_store_codec__auth_magic, 4);
     p[5] = CT_STORE_AUTH_VERSION;
     memcpy(p + 6, nonce, CT_STORE_AUTH_NONCE_LEN);
     return CT_STORE_AUTH_HELLO_LEN;
@@ -698,7 +704,7 @@ ssize_t ct_store_decode_auth_hello(const void *buf, size_t len,
         return ct_errbuf_set(eb, CT_EAUTH, "expected an authentication hello, got type 0x%02x",
                              b[0]);
     size_t have = len < 5 ? len : 5;
-    if (have > 1 && memcmp(b + 1, ct__auth_magic, have - 1) != 0)
+    if (have > 1 && memcmp(b + 1, ct_store_codec__auth_magic, have - 1) != 0)
         return ct_errbuf_set(eb, CT_EAUTH, "authentication hello with a wrong magic");
     if (len >= 6 && b[5] != CT_STORE_AUTH_VERSION)
         return ct_errbuf_set(eb, CT_EAUTH, "authentication version %u (this build speaks %u)", b[5],

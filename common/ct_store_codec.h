@@ -249,11 +249,6 @@ size_t ct_store_encode_watch_event(const ct_store_watch_event_t *ev, void *out, 
 
 /* Primitive writers for code that assembles replies in place (the server): each writes at p and
  * returns the position after what it wrote. */
-static inline uint8_t *ct_store_put_u8(uint8_t *p, uint8_t v)
-{
-    *p = v;
-    return p + 1;
-}
 uint8_t *ct_store_put_u32(uint8_t *p, uint32_t v);
 uint8_t *ct_store_put_u64(uint8_t *p, uint64_t v);
 uint8_t *ct_store_put_bytes(uint8_t *p, const void *data, uint64_t len); /* u64 len + bytes */

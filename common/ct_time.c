@@ -7,7 +7,7 @@
 #include <limits.h>
 #include <time.h>
 
-static int64_t ct__clock_ns(clockid_t clock)
+static int64_t ct_time__clock_ns(clockid_t clock)
 {
     struct timespec ts;
     clock_gettime(clock, &ts);
@@ -16,12 +16,7 @@ static int64_t ct__clock_ns(clockid_t clock)
 
 int64_t ct_time_ns(void)
 {
-    return ct__clock_ns(CLOCK_MONOTONIC);
-}
-
-int64_t ct_time_us(void)
-{
-    return ct_time_ns() / 1000;
+    return ct_time__clock_ns(CLOCK_MONOTONIC);
 }
 
 int64_t ct_time_ms(void)
@@ -29,14 +24,9 @@ int64_t ct_time_ms(void)
     return ct_time_ns() / 1000000;
 }
 
-double ct_time_s(void)
-{
-    return (double)ct_time_ns() * 1e-9;
-}
-
 double ct_time_unix_s(void)
 {
-    return (double)ct__clock_ns(CLOCK_REALTIME) * 1e-9;
+    return (double)ct_time__clock_ns(CLOCK_REALTIME) * 1e-9;
 }
 
 int64_t ct_deadline_after_ms(int64_t timeout_ms)

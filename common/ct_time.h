@@ -20,9 +20,7 @@ extern "C" {
 
 /* Monotonic clock readings. */
 int64_t ct_time_ns(void);
-int64_t ct_time_us(void);
 int64_t ct_time_ms(void);
-double ct_time_s(void);
 
 /* Wall-clock (CLOCK_REALTIME) time since the Unix epoch, for reports and error files. */
 double ct_time_unix_s(void);

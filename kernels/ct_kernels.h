@@ -471,12 +471,13 @@ void ct_score_all_cpu(float *scores, const float *feats, const float *wte, int U
 
 /* Full ranking without sorting: ranks[u] = the number of items i in 1..V-1, other than the
  * target t = targets[u] and not excluded, with !(scores[u,i] < scores[u,t]) - higher, equal or
- * NaN, so ties count against the target (ct_eval_rank's rule in worker/ct_batch.h). Item 0 (the
- * padding row) never counts. The excluded items of user u (usually the items it has seen) are
- * excl[excl_off[u] .. excl_off[u+1]), sorted ascending; an entry equal to the one before it, 0,
- * out of 1..V-1, or the target itself is ignored. excl_off == NULL: nothing excluded. Targets
- * must lie in 1..V-1. A rank is an integer count, so every device gives the same ranks.
- *   ranks: (U)   scores: (U,V)   targets: (U)   excl_off: (U+1) or NULL   excl: (excl_off[U]) */
+ * NaN, so ties count against the target (ctrain_eval_rank's rule in
+ * worker/trainer/data/ctrain_batch.h). Item 0 (the padding row) never counts. The excluded items of
+ * user u (usually the items it has seen) are excl[excl_off[u] .. excl_off[u+1]), sorted ascending;
+ * an entry equal to the one before it, 0, out of 1..V-1, or the target itself is ignored. excl_off
+ * == NULL: nothing excluded. Targets must lie in 1..V-1. A rank is an integer count, so every
+ * device gives the same ranks. ranks: (U)   scores: (U,V)   targets: (U)   excl_off: (U+1) or NULL
+ * excl: (excl_off[U]) */
 void ct_rank_all_cpu(int32_t *ranks, const float *scores, const int32_t *targets,
                      const int32_t *excl_off, const int32_t *excl, int U, int V);
 

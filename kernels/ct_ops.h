@@ -2,8 +2,8 @@
  * ct_ops.h - the dispatch table through which model code calls the compute ops: one struct of
  * function pointers whose entries have the signatures of ct_kernels.h with the table itself as
  * the first argument, plus the few memory operations a model needs (allocate, zero, copy,
- * synchronise). The model (worker/ct_sasrec.c: SASRec, TiSASRec, mHC) is written once against
- * this table; a backend fills it in:
+ * synchronise). The model (worker/trainer/models/sasrec/ctrain_sasrec.c: SASRec, TiSASRec, mHC) is
+ * written once against this table; a backend fills it in:
  *   - CPU (kernels/cpu/ops.c, ct_ops_cpu_init): each entry calls the ct_*_cpu function; memory
  *     is host memory (host_memory = true), copies are memcpy, nothing can fail.
  *   - CUDA (kernels/cuda/ops.cu, ct_ops_cuda_init): each entry calls the ct_*_cuda twin of
@@ -18,8 +18,11 @@
  * between host and backend memory. Scalars an op produces (loss, penalty, sum of squares) are
  * written to backend memory and fetched with copy(CT_COPY_D2H).
  *
- * What is deliberately not here: anything model-shaped (parameter tables, layouts), any choice
- * of which backend to use (the trainer picks from --device), communicators.
+ * ct_ops_open picks the backend for a device name ("cpu", "cuda", "auto"), so that callers never
+ * need to know whether this build has CUDA.
+ *
+ * What is deliberately not here: anything model-shaped (parameter tables, layouts),
+ * communicators.
  */
 #ifndef CT_OPS_H
 #define CT_OPS_H
@@ -28,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ct_error.h"
 #include "ct_kernels.h"
 
 #ifdef __cplusplus
@@ -60,12 +64,21 @@ typedef enum ct_scratch_op {
     CT_SCRATCH_SAMPLED_CE,     /* (L, M, C) */
 } ct_scratch_op_t;
 
+/* The largest shapes a backend's kernels take (0: no limit), so a model can refuse a
+ * configuration before its first step rather than fail inside it. */
+typedef struct ct_ops_limits {
+    int attention_max_l, attention_max_hs; /* attention_forward: L, C / NH */
+    int tisas_max_l, tisas_max_hs;         /* tisas_attention_forward: L, C / NH */
+    int layernorm_max_c;                   /* layernorm_forward: C */
+} ct_ops_limits_t;
+
 struct ct_ops {
     const char *name; /* "cpu", "cuda" */
     bool host_memory; /* alloc() returns host memory: callers may read and write it directly */
-    int status;       /* first failure latched since the last ct_ops_status (0: none) */
-    void *stream;     /* the backend's queue (cudaStream_t); NULL on the CPU */
-    void *impl;       /* the backend's state (CUDA: context and scratch); NULL on the CPU */
+    ct_ops_limits_t limits;
+    int status;   /* first failure latched since the last ct_ops_status (0: none) */
+    void *stream; /* the backend's queue (cudaStream_t); NULL on the CPU */
+    void *impl;   /* the backend's state (CUDA: context and scratch); NULL on the CPU */
 
     /* ---- memory ---- */
     /* *p <- nbytes of backend memory (64-byte aligned). 0 or -ENOMEM / CT_ECUDA. */
@@ -198,6 +211,20 @@ void ct_ops_cpu_init(ct_ops_t *o);
  * other op stay float). Returns 0, CT_ENOGPU (no such device), CT_ECUDA or CT_ECUBLAS; on
  * failure nothing is left allocated. Release with o->close. */
 int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp);
+
+/* CUDA devices visible to this process; 0 in builds without CUDA or without a usable driver. */
+int ct_ops_device_count(void);
+
+/* Whether this build has the CUDA backend. */
+bool ct_ops_have_cuda(void);
+
+/* Picks and fills the backend for `device`: "cpu"; "cuda" (device local_rank modulo the visible
+ * ones, as torchrun's jobs take cuda:LOCAL_RANK; CT_ENOGPU with one line when none is visible or
+ * the build has no CUDA); "auto" (cuda when a device is visible, else cpu). amp asks for the CUDA
+ * backend's bf16 matrix products; on the CPU it is CT_ENOGPU (the CPU computes in float32). The
+ * message in eb starts with what was asked for ("cuda: ...", "amp: ..."), for the caller to
+ * prefix with its flag. Release with ct_ops_close. */
+int ct_ops_open(ct_ops_t *o, const char *device, int local_rank, bool amp, ct_errbuf_t *eb);
 
 /* o->close when there is one. */
 static inline void ct_ops_close(ct_ops_t *o)

@@ -144,6 +144,20 @@ __attribute__((noreturn, unused, format(printf, 3, 4))) static void ct_test__fai
                           #a, #b, ct__a, ct__b, ct__tol);                                         \
     } while (0)
 
+/* The PyTorch 2.x interpreter the tests use: $CTRUN_TORCH2_PYTHON when set, else the virtual
+ * environment scripts/test creates, ~/.venvs/torch2/bin/python (callers check that it exists and
+ * skip, or fall back, when it does not). */
+__attribute__((unused)) static const char *ct_test_torch2_python(void)
+{
+    static char venv[4096];
+    const char *p = getenv("CTRUN_TORCH2_PYTHON");
+    if (p != NULL && p[0] != '\0')
+        return p;
+    const char *home = getenv("HOME");
+    snprintf(venv, sizeof venv, "%s/.venvs/torch2/bin/python", home ? home : "/root");
+    return venv;
+}
+
 /* Whether case `name` runs: all of them, or only those named (comma-separated) in CT_TEST_ONLY,
  * for repeating one case of a long executable. */
 __attribute__((unused)) static bool ct_test__selected(const char *name)

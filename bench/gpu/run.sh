@@ -9,7 +9,7 @@
 #      reference of the same ops and of one SASRec training step (bench/gpu/torch_ops.py), and
 #      prints them side by side with ratios (bench/gpu/compare.py);
 #   4. times ctrain's own training step (--device cuda, fp32 and --use_amp) against the PyTorch
-#      reference (tests/ctrain/torch_ref.py --device cuda) on the same GPU for SASRec ml-1m-r
+#      reference (tests/worker/trainer/torch_ref.py --device cuda) on the same GPU for SASRec ml-1m-r
 #      (L=200, B=128) and TiSASRec ml-100k, with the roofline column (bench/gpu/step_bench.py;
 #      data from $CT_DATA_DIR, else synthetic files of the same sizes).
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """step_bench.py - ctrain's training step on a GPU against the PyTorch reference
-(tests/ctrain/torch_ref.py) on the same GPU, same data and hyper-parameters, with the roofline
+(tests/worker/trainer/torch_ref.py) on the same GPU, same data and hyper-parameters, with the roofline
 estimate of docs/models.md §6. Run by bench/gpu/run.sh; works without a network.
 
     step_bench.py --ctrain build-gpu/worker/ctrain [--device cuda] [--steps N] [--reps R]
@@ -39,7 +39,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
-TORCH_REF = os.path.join(TOP, "tests", "ctrain", "torch_ref.py")
+TORCH_REF = os.path.join(TOP, "tests", "worker", "trainer", "torch_ref.py")
 EPOCHS_LONG = 11  # ctrain runs of 1 and of EPOCHS_LONG epochs; ms/step from their difference
 
 

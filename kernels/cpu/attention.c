@@ -31,7 +31,7 @@
  * of 16, 24, 32, 48, 64 and 200 rows took 44, 43, 46, 45, 45 and 53 ms forward + backward. */
 #define CT__ATT_TILE 24
 
-static inline int ct__tile_skipped(const int32_t *qm, int i0, int i1)
+static inline int ct_cpu_attention__tile_skipped(const int32_t *qm, int i0, int i1)
 {
     if (!qm)
         return 0;
@@ -42,8 +42,8 @@ static inline int ct__tile_skipped(const int32_t *qm, int i0, int i1)
 }
 
 /* The dropout factors of row i of head (b, h): mk[j] for j = 0..i (0 or 1/(1-p)). */
-static inline void ct__row_factors(float *mk, int i, int L, uint64_t draw_row0, ct_dropout_t drop,
-                                   float keep_scale)
+static inline void ct_cpu_attention__row_factors(float *mk, int i, int L, uint64_t draw_row0,
+                                                 ct_dropout_t drop, float keep_scale)
 {
     /* ct__dropout_span multiplies an input by the factors; feeding it ones yields the factors. */
     for (int j = 0; j <= i; j++)
@@ -74,7 +74,7 @@ CT__MULTIVERSION void ct_attention_forward_cpu(float *out, float *att, float *sc
             for (int i0 = 0; i0 < L; i0 += CT__ATT_TILE) {
                 int i1 = i0 + CT__ATT_TILE < L ? i0 + CT__ATT_TILE : L;
                 int m = i1 - i0, kn = i1;
-                if (ct__tile_skipped(qm, i0, i1)) {
+                if (ct_cpu_attention__tile_skipped(qm, i0, i1)) {
                     memset(a + (size_t)i0 * L, 0, (size_t)m * L * sizeof *a);
                     for (int i = i0; i < i1; i++)
                         memset(o + (size_t)i * C, 0, (size_t)HS * sizeof *o);
@@ -152,7 +152,7 @@ CT__MULTIVERSION void ct_attention_backward_cpu(float *dqkv, float *scratch, con
             for (int i0 = 0; i0 < L; i0 += CT__ATT_TILE) {
                 int i1 = i0 + CT__ATT_TILE < L ? i0 + CT__ATT_TILE : L;
                 int m = i1 - i0, kn = i1;
-                if (ct__tile_skipped(qm, i0, i1))
+                if (ct_cpu_attention__tile_skipped(qm, i0, i1))
                     continue;
                 /* dPd = dO V^T: the gradient w.r.t. the dropped probabilities. */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kn, HS, 1.0f,
@@ -170,7 +170,7 @@ CT__MULTIVERSION void ct_attention_backward_cpu(float *dqkv, float *scratch, con
                         continue;
                     }
                     if (dropping) {
-                        ct__row_factors(mk, i, L, draw0, drop, keep_scale);
+                        ct_cpu_attention__row_factors(mk, i, L, draw0, drop, keep_scale);
                         for (int j = 0; j <= i; j++) {
                             pdr[j] = P[j] * mk[j];
                             g[j] *= mk[j];

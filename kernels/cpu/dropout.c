@@ -26,8 +26,9 @@
 #include <immintrin.h>
 
 /* 16 consecutive elements starting at a block boundary: blocks b .. b+3 in the four lanes. */
-static inline void ct__dropout16_sse2(float *out, const float *inp, __m128 p, __m128 keep_scale,
-                                      uint64_t seed, uint64_t stream, uint64_t b)
+static inline void ct_cpu_dropout__dropout16_sse2(float *out, const float *inp, __m128 p,
+                                                  __m128 keep_scale, uint64_t seed, uint64_t stream,
+                                                  uint64_t b)
 {
     /* Structure of arrays: lane j of c[k] is word k of the counter of block b + j. */
     __m128i c0 = _mm_set_epi32((int)(uint32_t)(b + 3), (int)(uint32_t)(b + 2),
@@ -79,8 +80,8 @@ static inline void ct__dropout16_sse2(float *out, const float *inp, __m128 p, __
 /* Draws of blocks b .. b+7 with AVX2, in draw order: d[j]'s low half holds block j's four draws,
  * its high half block 4 + j's. Every shuffle of the SSE2 version works within 128-bit lanes,
  * so this is that code twice as wide. */
-__attribute__((target("avx2"))) static inline void ct__philox8_avx2(__m256i d[4], uint64_t seed,
-                                                                    uint64_t stream, uint64_t b)
+__attribute__((target("avx2"))) static inline void
+ct_cpu_dropout__philox8_avx2(__m256i d[4], uint64_t seed, uint64_t stream, uint64_t b)
 {
     __m256i c0 =
         _mm256_set_epi32((int)(uint32_t)(b + 7), (int)(uint32_t)(b + 6), (int)(uint32_t)(b + 5),
@@ -124,7 +125,8 @@ __attribute__((target("avx2"))) static inline void ct__philox8_avx2(__m256i d[4]
 }
 
 /* ct_philox_dropout_factor's keep test on eight draws: (x >> 8) * 2^-24 >= p. */
-__attribute__((target("avx2"))) static inline __m256 ct__keep8_avx2(__m256i d, __m256 pv)
+__attribute__((target("avx2"))) static inline __m256 ct_cpu_dropout__keep8_avx2(__m256i d,
+                                                                                __m256 pv)
 {
     const __m256 unit = _mm256_set1_ps(1.0f / 16777216.0f);
     __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(d, 8)), unit);
@@ -132,16 +134,15 @@ __attribute__((target("avx2"))) static inline __m256 ct__keep8_avx2(__m256i d, _
 }
 
 /* 32 elements (blocks b .. b+7) with AVX2. */
-__attribute__((target("avx2"))) static void ct__dropout32_avx2(float *out, const float *inp,
-                                                               float p, float keep_scale,
-                                                               uint64_t seed, uint64_t stream,
-                                                               uint64_t b)
+__attribute__((target("avx2"))) static void
+ct_cpu_dropout__dropout32_avx2(float *out, const float *inp, float p, float keep_scale,
+                               uint64_t seed, uint64_t stream, uint64_t b)
 {
     __m256i d[4];
-    ct__philox8_avx2(d, seed, stream, b);
+    ct_cpu_dropout__philox8_avx2(d, seed, stream, b);
     const __m256 pv = _mm256_set1_ps(p), ks = _mm256_set1_ps(keep_scale);
     for (int j = 0; j < 4; j++) {
-        __m256 f = _mm256_and_ps(ct__keep8_avx2(d[j], pv), ks);
+        __m256 f = _mm256_and_ps(ct_cpu_dropout__keep8_avx2(d[j], pv), ks);
         __m128 flo = _mm256_castps256_ps128(f), fhi = _mm256_extractf128_ps(f, 1);
         _mm_storeu_ps(out + 4 * j, _mm_mul_ps(_mm_loadu_ps(inp + 4 * j), flo));
         _mm_storeu_ps(out + 16 + 4 * j, _mm_mul_ps(_mm_loadu_ps(inp + 16 + 4 * j), fhi));
@@ -149,16 +150,16 @@ __attribute__((target("avx2"))) static void ct__dropout32_avx2(float *out, const
 }
 
 /* The keep decisions of draws 4b .. 4b+31 as 32 bits (bit k = draw 4b + k). */
-__attribute__((target("avx2"))) static uint32_t ct__keep32_avx2(float p, uint64_t seed,
-                                                                uint64_t stream, uint64_t b)
+__attribute__((target("avx2"))) static uint32_t
+ct_cpu_dropout__keep32_avx2(float p, uint64_t seed, uint64_t stream, uint64_t b)
 {
     __m256i d[4];
-    ct__philox8_avx2(d, seed, stream, b);
+    ct_cpu_dropout__philox8_avx2(d, seed, stream, b);
     const __m256 pv = _mm256_set1_ps(p);
     uint32_t lo = 0, hi = 0;
     for (int j = 0; j < 4; j++) {
         /* lane bits 0..3 are block j's draws (4j..4j+3), bits 4..7 block 4 + j's */
-        uint32_t m = (uint32_t)_mm256_movemask_ps(ct__keep8_avx2(d[j], pv));
+        uint32_t m = (uint32_t)_mm256_movemask_ps(ct_cpu_dropout__keep8_avx2(d[j], pv));
         lo |= (m & 0xFu) << (4 * j);
         hi |= (m >> 4) << (4 * j);
     }
@@ -169,7 +170,7 @@ __attribute__((target("avx2"))) static uint32_t ct__keep32_avx2(float p, uint64_
  * round is the SSE2 one: 64-bit products of the even lanes and of the odd lanes shifted down,
  * their high and low words blended back into lane order with a mask. */
 __attribute__((target("avx512f"))) static inline void
-ct__philox16_avx512(__m512i out[4], uint64_t seed, uint64_t stream, uint64_t b)
+ct_cpu_dropout__philox16_avx512(__m512i out[4], uint64_t seed, uint64_t stream, uint64_t b)
 {
     const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     const __m512i lo_b = _mm512_set1_epi32((int)(uint32_t)b);
@@ -217,7 +218,8 @@ ct__philox16_avx512(__m512i out[4], uint64_t seed, uint64_t stream, uint64_t b)
     out[3] = _mm512_shuffle_i32x4(z, w, _MM_SHUFFLE(3, 1, 3, 1));
 }
 
-__attribute__((target("avx512f"))) static inline __mmask16 ct__keep16_avx512(__m512i d, __m512 pv)
+__attribute__((target("avx512f"))) static inline __mmask16 ct_cpu_dropout__keep16_avx512(__m512i d,
+                                                                                         __m512 pv)
 {
     const __m512 unit = _mm512_set1_ps(1.0f / 16777216.0f);
     __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(d, 8)), unit);
@@ -226,38 +228,37 @@ __attribute__((target("avx512f"))) static inline __mmask16 ct__keep16_avx512(__m
 
 /* 64 elements (blocks b .. b+15) with AVX-512: out = inp * (keep ? keep_scale : 0), the
  * multiply done as in the other paths (so NaN and signed zeros come out alike). */
-__attribute__((target("avx512f"))) static void ct__dropout64_avx512(float *out, const float *inp,
-                                                                    float p, float keep_scale,
-                                                                    uint64_t seed, uint64_t stream,
-                                                                    uint64_t b)
+__attribute__((target("avx512f"))) static void
+ct_cpu_dropout__dropout64_avx512(float *out, const float *inp, float p, float keep_scale,
+                                 uint64_t seed, uint64_t stream, uint64_t b)
 {
     __m512i d[4];
-    ct__philox16_avx512(d, seed, stream, b);
+    ct_cpu_dropout__philox16_avx512(d, seed, stream, b);
     const __m512 pv = _mm512_set1_ps(p), ks = _mm512_set1_ps(keep_scale);
     for (int v = 0; v < 4; v++) {
-        __m512 f = _mm512_maskz_mov_ps(ct__keep16_avx512(d[v], pv), ks);
+        __m512 f = _mm512_maskz_mov_ps(ct_cpu_dropout__keep16_avx512(d[v], pv), ks);
         _mm512_storeu_ps(out + 16 * v, _mm512_mul_ps(_mm512_loadu_ps(inp + 16 * v), f));
     }
 }
 
 /* The keep decisions of draws 4b .. 4b+63 as 64 bits. */
-__attribute__((target("avx512f"))) static uint64_t ct__keep64_avx512(float p, uint64_t seed,
-                                                                     uint64_t stream, uint64_t b)
+__attribute__((target("avx512f"))) static uint64_t
+ct_cpu_dropout__keep64_avx512(float p, uint64_t seed, uint64_t stream, uint64_t b)
 {
     __m512i d[4];
-    ct__philox16_avx512(d, seed, stream, b);
+    ct_cpu_dropout__philox16_avx512(d, seed, stream, b);
     const __m512 pv = _mm512_set1_ps(p);
     uint64_t m = 0;
     for (int v = 0; v < 4; v++)
-        m |= (uint64_t)ct__keep16_avx512(d[v], pv) << (16 * v);
+        m |= (uint64_t)ct_cpu_dropout__keep16_avx512(d[v], pv) << (16 * v);
     return m;
 }
 #endif
 
 /* One block's worth (or less) of the scalar rule, for the ends of a span. */
-static inline int64_t ct__dropout_scalar(float *out, const float *inp, int64_t i, int64_t n,
-                                         float p, float keep_scale, uint64_t seed, uint64_t stream,
-                                         uint64_t first)
+static inline int64_t ct_cpu_dropout__dropout_scalar(float *out, const float *inp, int64_t i,
+                                                     int64_t n, float p, float keep_scale,
+                                                     uint64_t seed, uint64_t stream, uint64_t first)
 {
     uint64_t k = first + (uint64_t)i;
     ct_philox_block_t b = ct_philox_block_at(seed, stream, k / 4);
@@ -271,22 +272,23 @@ void ct__dropout_span(float *out, const float *inp, int64_t n, float p, float ke
 {
     int64_t i = 0;
     if (n > 0 && first % 4 != 0)
-        i = ct__dropout_scalar(out, inp, 0, n, p, keep_scale, seed, stream, first);
+        i = ct_cpu_dropout__dropout_scalar(out, inp, 0, n, p, keep_scale, seed, stream, first);
 #if defined(__SSE2__)
     if (__builtin_cpu_supports("avx512f"))
         for (; i + 64 <= n; i += 64)
-            ct__dropout64_avx512(out + i, inp + i, p, keep_scale, seed, stream,
-                                 (first + (uint64_t)i) / 4);
+            ct_cpu_dropout__dropout64_avx512(out + i, inp + i, p, keep_scale, seed, stream,
+                                             (first + (uint64_t)i) / 4);
     if (__builtin_cpu_supports("avx2"))
         for (; i + 32 <= n; i += 32)
-            ct__dropout32_avx2(out + i, inp + i, p, keep_scale, seed, stream,
-                               (first + (uint64_t)i) / 4);
+            ct_cpu_dropout__dropout32_avx2(out + i, inp + i, p, keep_scale, seed, stream,
+                                           (first + (uint64_t)i) / 4);
     const __m128 pv = _mm_set1_ps(p), ks = _mm_set1_ps(keep_scale);
     for (; i + 16 <= n; i += 16)
-        ct__dropout16_sse2(out + i, inp + i, pv, ks, seed, stream, (first + (uint64_t)i) / 4);
+        ct_cpu_dropout__dropout16_sse2(out + i, inp + i, pv, ks, seed, stream,
+                                       (first + (uint64_t)i) / 4);
 #endif
     while (i < n)
-        i = ct__dropout_scalar(out, inp, i, n, p, keep_scale, seed, stream, first);
+        i = ct_cpu_dropout__dropout_scalar(out, inp, i, n, p, keep_scale, seed, stream, first);
 }
 
 void ct__keep_bits_span(uint32_t *bits, int64_t n, float p, uint64_t seed, uint64_t stream,
@@ -300,13 +302,15 @@ void ct__keep_bits_span(uint32_t *bits, int64_t n, float p, uint64_t seed, uint6
     if (first % 4 == 0) {
         if (__builtin_cpu_supports("avx512f"))
             for (; k + 64 <= n; k += 64) {
-                uint64_t m = ct__keep64_avx512(p, seed, stream, (first + (uint64_t)k) / 4);
+                uint64_t m =
+                    ct_cpu_dropout__keep64_avx512(p, seed, stream, (first + (uint64_t)k) / 4);
                 bits[k / 32] = (uint32_t)m;
                 bits[k / 32 + 1] = (uint32_t)(m >> 32);
             }
         if (__builtin_cpu_supports("avx2"))
             for (; k + 32 <= n; k += 32)
-                bits[k / 32] = ct__keep32_avx2(p, seed, stream, (first + (uint64_t)k) / 4);
+                bits[k / 32] =
+                    ct_cpu_dropout__keep32_avx2(p, seed, stream, (first + (uint64_t)k) / 4);
     }
 #endif
     while (k < n) {

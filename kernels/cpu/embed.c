@@ -10,7 +10,7 @@
 #include "ct_kernels_cpu.h"
 
 /* The positional row of column t; see ct_pos_mode_t. */
-static inline int ct__pos_id(ct_pos_mode_t mode, int32_t item, int t)
+static inline int ct_cpu_embed__pos_id(ct_pos_mode_t mode, int32_t item, int t)
 {
     if (mode == CT_POS_PADDED)
         return item != 0 ? t + 1 : 0;
@@ -27,7 +27,7 @@ CT__MULTIVERSION void ct_embed_forward_cpu(float *out, const float *wte, const f
             float *o = out + ((size_t)b * L + t) * C;
             const float *e = wte + (size_t)id * C;
             if (wpe) {
-                const float *p = wpe + (size_t)ct__pos_id(pos_mode, id, t) * C;
+                const float *p = wpe + (size_t)ct_cpu_embed__pos_id(pos_mode, id, t) * C;
                 for (int c = 0; c < C; c++)
                     o[c] = e[c] * scale + p[c];
             } else {
@@ -52,7 +52,7 @@ CT__MULTIVERSION void ct_embed_backward_cpu(float *dwte, float *dwpe, const floa
                     de[c] += d[c] * scale;
             }
             if (dwpe) {
-                int pid = ct__pos_id(pos_mode, id, t);
+                int pid = ct_cpu_embed__pos_id(pos_mode, id, t);
                 if (pos_mode == CT_POS_PADDED && pid == 0)
                     continue;
                 float *dp = dwpe + (size_t)pid * C;

@@ -14,8 +14,8 @@
 #include "ct_kernels.h"
 
 /* out[r, 0:OC] = inp[r, 0:IC] W^T + bias, rows of out ldo apart and of inp ldi apart. */
-static void ct__linear_fwd(float *out, int ldo, const float *inp, int ldi, const float *weight,
-                           const float *bias, int N, int IC, int OC)
+static void ct_cpu_linear__linear_fwd(float *out, int ldo, const float *inp, int ldi,
+                                      const float *weight, const float *bias, int N, int IC, int OC)
 {
     if (N <= 0 || OC <= 0)
         return;
@@ -29,9 +29,11 @@ static void ct__linear_fwd(float *out, int ldo, const float *inp, int ldi, const
                 beta, out, ldo);
 }
 
-/* The backward of ct__linear_fwd, all three gradients accumulated; dout rows lds apart. */
-static void ct__linear_bwd(float *dinp, int ldi, float *dweight, float *dbias, const float *dout,
-                           int lds, const float *inp, const float *weight, int N, int IC, int OC)
+/* The backward of ct_cpu_linear__linear_fwd, all three gradients accumulated; dout rows lds apart.
+ */
+static void ct_cpu_linear__linear_bwd(float *dinp, int ldi, float *dweight, float *dbias,
+                                      const float *dout, int lds, const float *inp,
+                                      const float *weight, int N, int IC, int OC)
 {
     if (N <= 0 || OC <= 0)
         return;
@@ -52,36 +54,36 @@ static void ct__linear_bwd(float *dinp, int ldi, float *dweight, float *dbias, c
 void ct_linear_forward_cpu(float *out, const float *inp, const float *weight, const float *bias,
                            int N, int IC, int OC)
 {
-    ct__linear_fwd(out, OC, inp, IC, weight, bias, N, IC, OC);
+    ct_cpu_linear__linear_fwd(out, OC, inp, IC, weight, bias, N, IC, OC);
 }
 
 void ct_linear_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int IC, int OC)
 {
-    ct__linear_bwd(dinp, IC, dweight, dbias, dout, OC, inp, weight, N, IC, OC);
+    ct_cpu_linear__linear_bwd(dinp, IC, dweight, dbias, dout, OC, inp, weight, N, IC, OC);
 }
 
 void ct_qkv_forward_cpu(float *qkv, const float *xq, const float *xkv, const float *weight,
                         const float *bias, int N, int C)
 {
     if (xq == xkv) {
-        ct__linear_fwd(qkv, 3 * C, xq, C, weight, bias, N, C, 3 * C);
+        ct_cpu_linear__linear_fwd(qkv, 3 * C, xq, C, weight, bias, N, C, 3 * C);
         return;
     }
     /* Rows 0..C-1 of the weight make q from xq, rows C..3C-1 make k and v from xkv. */
-    ct__linear_fwd(qkv, 3 * C, xq, C, weight, bias, N, C, C);
-    ct__linear_fwd(qkv + C, 3 * C, xkv, C, weight + (size_t)C * C, bias ? bias + C : NULL, N, C,
-                   2 * C);
+    ct_cpu_linear__linear_fwd(qkv, 3 * C, xq, C, weight, bias, N, C, C);
+    ct_cpu_linear__linear_fwd(qkv + C, 3 * C, xkv, C, weight + (size_t)C * C,
+                              bias ? bias + C : NULL, N, C, 2 * C);
 }
 
 void ct_qkv_backward_cpu(float *dxq, float *dxkv, float *dweight, float *dbias, const float *dqkv,
                          const float *xq, const float *xkv, const float *weight, int N, int C)
 {
     if (xq == xkv && dxq == dxkv) {
-        ct__linear_bwd(dxq, C, dweight, dbias, dqkv, 3 * C, xq, weight, N, C, 3 * C);
+        ct_cpu_linear__linear_bwd(dxq, C, dweight, dbias, dqkv, 3 * C, xq, weight, N, C, 3 * C);
         return;
     }
-    ct__linear_bwd(dxq, C, dweight, dbias, dqkv, 3 * C, xq, weight, N, C, C);
-    ct__linear_bwd(dxkv, C, dweight + (size_t)C * C, dbias ? dbias + C : NULL, dqkv + C, 3 * C, xkv,
-                   weight + (size_t)C * C, N, C, 2 * C);
+    ct_cpu_linear__linear_bwd(dxq, C, dweight, dbias, dqkv, 3 * C, xq, weight, N, C, C);
+    ct_cpu_linear__linear_bwd(dxkv, C, dweight + (size_t)C * C, dbias ? dbias + C : NULL, dqkv + C,
+                              3 * C, xkv, weight + (size_t)C * C, N, C, 2 * C);
 }

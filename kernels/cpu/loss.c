@@ -50,13 +50,13 @@ CT__MULTIVERSION void ct_score_backward_cpu(float *dfeats, float *dwte, const fl
 }
 
 /* log(1 + e^x) without overflow for large x or loss of precision for very negative x. */
-static inline double ct__softplus(double x)
+static inline double ct_cpu_loss__softplus(double x)
 {
     return (x > 0.0 ? x : 0.0) + log1p(exp(-fabs(x)));
 }
 
 /* 1 / (1 + e^-x), evaluated on the side where the exponential cannot overflow. */
-static inline double ct__sigmoid(double x)
+static inline double ct_cpu_loss__sigmoid(double x)
 {
     if (x >= 0.0)
         return 1.0 / (1.0 + exp(-x));
@@ -78,9 +78,9 @@ CT__MULTIVERSION void ct_bce_loss_cpu(float *loss, float *dpos, float *dneg,
         }
         double xp = pos_logits[r], xn = neg_logits[r];
         /* -log sigmoid(xp) = softplus(-xp);  -log(1 - sigmoid(xn)) = softplus(xn). */
-        sum += ct__softplus(-xp) + ct__softplus(xn);
-        dpos[r] = (float)(-ct__sigmoid(-xp) * inv);
-        dneg[r] = (float)(ct__sigmoid(xn) * inv);
+        sum += ct_cpu_loss__softplus(-xp) + ct_cpu_loss__softplus(xn);
+        dpos[r] = (float)(-ct_cpu_loss__sigmoid(-xp) * inv);
+        dneg[r] = (float)(ct_cpu_loss__sigmoid(xn) * inv);
     }
     *loss = (float)(sum * inv);
 }
@@ -132,7 +132,7 @@ CT__MULTIVERSION void ct_l2_penalty_cpu(float *penalty, float *dw, const float *
  * the gradient (softmax - onehot) * inv written over the logits. Separate passes (max, exp,
  * sum, scale) so that all but the exponentials vectorize; the sum is in double over eight
  * partial sums (ct_kernels_cpu.h's fixed pattern). */
-static inline double ct__softmax_xent_row(float *lg, int n, int tgt, double inv)
+static inline double ct_cpu_loss__softmax_xent_row(float *lg, int n, int tgt, double inv)
 {
     const float mx = ct__max_f32(lg, n);
     const double zt = (double)lg[tgt] - (double)mx;
@@ -172,7 +172,7 @@ void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, con
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, NI, C, 1.0f, fc, C, wte + C, C,
                     0.0f, lg, NI);
         for (int k = 0; k < m; k++)
-            sum += ct__softmax_xent_row(lg + (size_t)k * NI, NI, pos[rows[k]] - 1, inv);
+            sum += ct_cpu_loss__softmax_xent_row(lg + (size_t)k * NI, NI, pos[rows[k]] - 1, inv);
         /* d feats = d logits E;  d E += d logits^T feats */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, C, NI, 1.0f, lg, NI, wte + C, C,
                     0.0f, dfc, C);
@@ -226,7 +226,7 @@ CT__MULTIVERSION void ct_sampled_ce_loss_cpu(float *loss, float *dfeats, float *
             for (int c = 0; c < C; c++)
                 s += f[c] * e[c];
             lg[(size_t)k * K] = s;
-            sum += ct__softmax_xent_row(lg + (size_t)k * K, K, 0, inv);
+            sum += ct_cpu_loss__softmax_xent_row(lg + (size_t)k * K, K, 0, inv);
         }
         /* d feats = d lneg En + d lpos E[pos];  d En = d lneg^T feats;  d E[pos] += d lpos f */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, C, M, 1.0f, lg + 1, K, en, C,

@@ -14,7 +14,7 @@
  * fixed order (streams in order, tokens in order), so results are the same on every run.
  *
  * Not here: where the mHC layers sit in a block and which sub-layer they wrap (the model), the
- * initialisation of the biases (ct_model.c).
+ * initialisation of the biases (ctrain_model.c).
  */
 #include <cblas.h>
 #include <math.h>
@@ -30,8 +30,8 @@
  * it != NULL the iterates are kept for the backward: it[2t] = R_t (rows normalised),
  * it[2t+1] = M_t (columns normalised), t = 0..iters-1, n*n floats each, and M0 at it[2*iters];
  * ri[t*n + i] and ci[t*n + j] the reciprocal row and column sums used. */
-static void ct__sinkhorn1(float *out, const float *z, int n, int iters, float *it, float *ri,
-                          float *ci)
+static void ct_cpu_mhc__sinkhorn1(float *out, const float *z, int n, int iters, float *it,
+                                  float *ri, float *ci)
 {
     const int nn = n * n;
     float mx = z[0];
@@ -75,13 +75,13 @@ static void ct__sinkhorn1(float *out, const float *z, int n, int iters, float *i
 }
 
 /* dz += d Sinkhorn(z) given d out, through the kept iterates. */
-static void ct__sinkhorn1_bwd(float *dz, const float *dout, const float *z, int n, int iters,
-                              float *scratch)
+static void ct_cpu_mhc__sinkhorn1_bwd(float *dz, const float *dout, const float *z, int n,
+                                      int iters, float *scratch)
 {
     const int nn = n * n;
     float *it = scratch, *ri = it + (size_t)(2 * iters + 1) * nn, *ci = ri + (size_t)iters * n;
     float out[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS], g[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS];
-    ct__sinkhorn1(out, z, n, iters, it, ri, ci);
+    ct_cpu_mhc__sinkhorn1(out, z, n, iters, it, ri, ci);
     memcpy(g, dout, (size_t)nn * sizeof *g);
     for (int t = iters - 1; t >= 0; t--) {
         /* columns: y = x * r per column (r = 1 / sum)  ->  dx = (dy - sum_i dy y) * r */
@@ -116,7 +116,7 @@ void ct_sinkhorn_forward_cpu(float *out, const float *logits, int M, int n, int 
 {
     const size_t nn = (size_t)n * n;
     for (int r = 0; r < M; r++)
-        ct__sinkhorn1(out + r * nn, logits + r * nn, n, iters, NULL, NULL, NULL);
+        ct_cpu_mhc__sinkhorn1(out + r * nn, logits + r * nn, n, iters, NULL, NULL, NULL);
 }
 
 CT__MULTIVERSION void ct_sinkhorn_backward_cpu(float *dlogits, float *scratch, const float *dout,
@@ -124,12 +124,13 @@ CT__MULTIVERSION void ct_sinkhorn_backward_cpu(float *dlogits, float *scratch, c
 {
     const size_t nn = (size_t)n * n;
     for (int r = 0; r < M; r++)
-        ct__sinkhorn1_bwd(dlogits + r * nn, dout + r * nn, logits + r * nn, n, iters, scratch);
+        ct_cpu_mhc__sinkhorn1_bwd(dlogits + r * nn, dout + r * nn, logits + r * nn, n, iters,
+                                  scratch);
 }
 
 /* ---- the per-token mappings ---------------------------------------------------------------- */
 
-static inline float ct__sigmoid(float x)
+static inline float ct_cpu_mhc__sigmoid(float x)
 {
     return x >= 0.0f ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
 }
@@ -155,12 +156,13 @@ CT__MULTIVERSION void ct_mhc_coeffs_forward_cpu(float *hpre, float *hpost, float
             pr[c] *= rs;
         float z[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS];
         for (int s = 0; s < n; s++) {
-            hpre[(size_t)r * n + s] = ct__sigmoid(alpha[0] * pr[s] + bias[s]);
-            hpost[(size_t)r * n + s] = 2.0f * ct__sigmoid(alpha[1] * pr[n + s] + bias[n + s]);
+            hpre[(size_t)r * n + s] = ct_cpu_mhc__sigmoid(alpha[0] * pr[s] + bias[s]);
+            hpost[(size_t)r * n + s] =
+                2.0f * ct_cpu_mhc__sigmoid(alpha[1] * pr[n + s] + bias[n + s]);
         }
         for (int x2 = 0; x2 < nn; x2++)
             z[x2] = alpha[2] * pr[2 * n + x2] + bias[2 * n + x2];
-        ct__sinkhorn1(hres + (size_t)r * nn, z, n, iters, NULL, NULL, NULL);
+        ct_cpu_mhc__sinkhorn1(hres + (size_t)r * nn, z, n, iters, NULL, NULL, NULL);
     }
 }
 
@@ -180,8 +182,8 @@ ct_mhc_coeffs_backward_cpu(float *dX, float *dphi, float *dalpha, float *dbias, 
         float z[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS],
             dz[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS];
         for (int s = 0; s < n; s++) {
-            const float sp = ct__sigmoid(alpha[0] * pr[s] + bias[s]);
-            const float so = ct__sigmoid(alpha[1] * pr[n + s] + bias[n + s]);
+            const float sp = ct_cpu_mhc__sigmoid(alpha[0] * pr[s] + bias[s]);
+            const float so = ct_cpu_mhc__sigmoid(alpha[1] * pr[n + s] + bias[n + s]);
             g[s] = dhpre[(size_t)r * n + s] * sp * (1.0f - sp);
             g[n + s] = dhpost[(size_t)r * n + s] * 2.0f * so * (1.0f - so);
         }
@@ -189,7 +191,7 @@ ct_mhc_coeffs_backward_cpu(float *dX, float *dphi, float *dalpha, float *dbias, 
             z[x] = alpha[2] * pr[2 * n + x] + bias[2 * n + x];
             dz[x] = 0.0f;
         }
-        ct__sinkhorn1_bwd(dz, dhres + (size_t)r * nn, z, n, iters, sk);
+        ct_cpu_mhc__sinkhorn1_bwd(dz, dhres + (size_t)r * nn, z, n, iters, sk);
         memcpy(g + 2 * n, dz, (size_t)nn * sizeof *dz);
         /* g holds d(pre-activation) now: bias and gate gradients, then d proj */
         for (int c = 0; c < K; c++)

@@ -12,7 +12,7 @@
 
 /* ---- memory -------------------------------------------------------------------------------- */
 
-static int ct__cpu_alloc(ct_ops_t *o, void **p, size_t nbytes)
+static int ct_cpu_ops__cpu_alloc(ct_ops_t *o, void **p, size_t nbytes)
 {
     (void)o;
     /* aligned_alloc wants a size that is a multiple of the alignment. */
@@ -21,44 +21,45 @@ static int ct__cpu_alloc(ct_ops_t *o, void **p, size_t nbytes)
     return *p ? 0 : -ENOMEM;
 }
 
-static void ct__cpu_release(ct_ops_t *o, void *p)
+static void ct_cpu_ops__cpu_release(ct_ops_t *o, void *p)
 {
     (void)o;
     free(p);
 }
 
-static void ct__cpu_zero(ct_ops_t *o, void *p, size_t nbytes)
+static void ct_cpu_ops__cpu_zero(ct_ops_t *o, void *p, size_t nbytes)
 {
     (void)o;
     memset(p, 0, nbytes);
 }
 
-static void ct__cpu_copy(ct_ops_t *o, void *dst, const void *src, size_t nbytes,
-                         ct_copy_kind_t kind)
+static void ct_cpu_ops__cpu_copy(ct_ops_t *o, void *dst, const void *src, size_t nbytes,
+                                 ct_copy_kind_t kind)
 {
     (void)o, (void)kind;
     if (dst != src && nbytes > 0)
         memmove(dst, src, nbytes);
 }
 
-static int ct__cpu_sync(ct_ops_t *o)
+static int ct_cpu_ops__cpu_sync(ct_ops_t *o)
 {
     return ct_ops_status(o);
 }
 
-static void ct__cpu_close(ct_ops_t *o)
+static void ct_cpu_ops__cpu_close(ct_ops_t *o)
 {
     (void)o; /* host memory belongs to its users; the table holds nothing */
 }
 
-static size_t ct__cpu_attention_scratch(ct_ops_t *o, int B, int L, int NH, ct_att_scratch_t which)
+static size_t ct_cpu_ops__cpu_attention_scratch(ct_ops_t *o, int B, int L, int NH,
+                                                ct_att_scratch_t which)
 {
     (void)o, (void)B, (void)NH;
     return which == CT_ATT_SCRATCH_FWD ? CT_ATTENTION_FWD_SCRATCH(L) : CT_ATTENTION_BWD_SCRATCH(L);
 }
 
-static size_t ct__cpu_scratch(ct_ops_t *o, ct_scratch_op_t op, int64_t a, int64_t b, int64_t c,
-                              int64_t rows)
+static size_t ct_cpu_ops__cpu_scratch(ct_ops_t *o, ct_scratch_op_t op, int64_t a, int64_t b,
+                                      int64_t c, int64_t rows)
 {
     (void)o, (void)rows;
     switch (op) {
@@ -80,325 +81,336 @@ static size_t ct__cpu_scratch(ct_ops_t *o, ct_scratch_op_t op, int64_t a, int64_
 
 /* ---- ops ----------------------------------------------------------------------------------- */
 
-static void ct__dropout(ct_ops_t *o, float *out, const float *inp, int64_t n, ct_dropout_t d)
+static void ct_cpu_ops__dropout(ct_ops_t *o, float *out, const float *inp, int64_t n,
+                                ct_dropout_t d)
 {
     (void)o;
     ct_dropout_cpu(out, inp, n, d);
 }
 
-static void ct__timeline_mask(ct_ops_t *o, float *out, const float *inp, const int32_t *seq, int N,
-                              int C)
+static void ct_cpu_ops__timeline_mask(ct_ops_t *o, float *out, const float *inp, const int32_t *seq,
+                                      int N, int C)
 {
     (void)o;
     ct_timeline_mask_cpu(out, inp, seq, N, C);
 }
 
-static void ct__embed_forward(ct_ops_t *o, float *out, const float *wte, const float *wpe,
-                              const int32_t *seq, int B, int L, int C, float scale,
-                              ct_pos_mode_t pm)
+static void ct_cpu_ops__embed_forward(ct_ops_t *o, float *out, const float *wte, const float *wpe,
+                                      const int32_t *seq, int B, int L, int C, float scale,
+                                      ct_pos_mode_t pm)
 {
     (void)o;
     ct_embed_forward_cpu(out, wte, wpe, seq, B, L, C, scale, pm);
 }
 
-static void ct__embed_backward(ct_ops_t *o, float *dwte, float *dwpe, const float *dout,
-                               const int32_t *seq, int B, int L, int C, float scale,
-                               ct_pos_mode_t pm)
+static void ct_cpu_ops__embed_backward(ct_ops_t *o, float *dwte, float *dwpe, const float *dout,
+                                       const int32_t *seq, int B, int L, int C, float scale,
+                                       ct_pos_mode_t pm)
 {
     (void)o;
     ct_embed_backward_cpu(dwte, dwpe, dout, seq, B, L, C, scale, pm);
 }
 
-static void ct__layernorm_forward(ct_ops_t *o, float *out, float *mean, float *rstd,
-                                  const float *inp, const float *w, const float *b, int N, int C,
-                                  float eps)
+static void ct_cpu_ops__layernorm_forward(ct_ops_t *o, float *out, float *mean, float *rstd,
+                                          const float *inp, const float *w, const float *b, int N,
+                                          int C, float eps)
 {
     (void)o;
     ct_layernorm_forward_cpu(out, mean, rstd, inp, w, b, N, C, eps);
 }
 
-static void ct__layernorm_backward(ct_ops_t *o, float *dinp, float *dw, float *db,
-                                   const float *dout, const float *inp, const float *w,
-                                   const float *mean, const float *rstd, int N, int C)
+static void ct_cpu_ops__layernorm_backward(ct_ops_t *o, float *dinp, float *dw, float *db,
+                                           const float *dout, const float *inp, const float *w,
+                                           const float *mean, const float *rstd, int N, int C)
 {
     (void)o;
     ct_layernorm_backward_cpu(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 
-static void ct__linear_forward(ct_ops_t *o, float *out, const float *inp, const float *w,
-                               const float *b, int N, int IC, int OC)
+static void ct_cpu_ops__linear_forward(ct_ops_t *o, float *out, const float *inp, const float *w,
+                                       const float *b, int N, int IC, int OC)
 {
     (void)o;
     ct_linear_forward_cpu(out, inp, w, b, N, IC, OC);
 }
 
-static void ct__linear_backward(ct_ops_t *o, float *dinp, float *dw, float *db, const float *dout,
-                                const float *inp, const float *w, int N, int IC, int OC)
+static void ct_cpu_ops__linear_backward(ct_ops_t *o, float *dinp, float *dw, float *db,
+                                        const float *dout, const float *inp, const float *w, int N,
+                                        int IC, int OC)
 {
     (void)o;
     ct_linear_backward_cpu(dinp, dw, db, dout, inp, w, N, IC, OC);
 }
 
-static void ct__qkv_forward(ct_ops_t *o, float *qkv, const float *xq, const float *xkv,
-                            const float *w, const float *b, int N, int C)
+static void ct_cpu_ops__qkv_forward(ct_ops_t *o, float *qkv, const float *xq, const float *xkv,
+                                    const float *w, const float *b, int N, int C)
 {
     (void)o;
     ct_qkv_forward_cpu(qkv, xq, xkv, w, b, N, C);
 }
 
-static void ct__qkv_backward(ct_ops_t *o, float *dxq, float *dxkv, float *dw, float *db,
-                             const float *dqkv, const float *xq, const float *xkv, const float *w,
-                             int N, int C)
+static void ct_cpu_ops__qkv_backward(ct_ops_t *o, float *dxq, float *dxkv, float *dw, float *db,
+                                     const float *dqkv, const float *xq, const float *xkv,
+                                     const float *w, int N, int C)
 {
     (void)o;
     ct_qkv_backward_cpu(dxq, dxkv, dw, db, dqkv, xq, xkv, w, N, C);
 }
 
-static void ct__attention_forward(ct_ops_t *o, float *out, float *att, float *scratch,
-                                  const float *qkv, const int32_t *qmask, int B, int L, int C,
-                                  int NH, ct_dropout_t d)
+static void ct_cpu_ops__attention_forward(ct_ops_t *o, float *out, float *att, float *scratch,
+                                          const float *qkv, const int32_t *qmask, int B, int L,
+                                          int C, int NH, ct_dropout_t d)
 {
     (void)o;
     ct_attention_forward_cpu(out, att, scratch, qkv, qmask, B, L, C, NH, d);
 }
 
-static void ct__attention_backward(ct_ops_t *o, float *dqkv, float *scratch, const float *dout,
-                                   const float *att, const float *qkv, const int32_t *qmask, int B,
-                                   int L, int C, int NH, ct_dropout_t d)
+static void ct_cpu_ops__attention_backward(ct_ops_t *o, float *dqkv, float *scratch,
+                                           const float *dout, const float *att, const float *qkv,
+                                           const int32_t *qmask, int B, int L, int C, int NH,
+                                           ct_dropout_t d)
 {
     (void)o;
     ct_attention_backward_cpu(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, d);
 }
 
-static void ct__relu_forward(ct_ops_t *o, float *out, const float *inp, int64_t n)
+static void ct_cpu_ops__relu_forward(ct_ops_t *o, float *out, const float *inp, int64_t n)
 {
     (void)o;
     ct_relu_forward_cpu(out, inp, n);
 }
 
-static void ct__relu_backward(ct_ops_t *o, float *dinp, const float *dout, const float *out,
-                              int64_t n)
+static void ct_cpu_ops__relu_backward(ct_ops_t *o, float *dinp, const float *dout, const float *out,
+                                      int64_t n)
 {
     (void)o;
     ct_relu_backward_cpu(dinp, dout, out, n);
 }
 
-static void ct__residual_forward(ct_ops_t *o, float *out, const float *a, const float *b, int64_t n)
+static void ct_cpu_ops__residual_forward(ct_ops_t *o, float *out, const float *a, const float *b,
+                                         int64_t n)
 {
     (void)o;
     ct_residual_forward_cpu(out, a, b, n);
 }
 
-static void ct__residual_backward(ct_ops_t *o, float *da, float *db, const float *dout, int64_t n)
+static void ct_cpu_ops__residual_backward(ct_ops_t *o, float *da, float *db, const float *dout,
+                                          int64_t n)
 {
     (void)o;
     ct_residual_backward_cpu(da, db, dout, n);
 }
 
-static void ct__score_forward(ct_ops_t *o, float *logits, const float *feats, const float *wte,
-                              const int32_t *ids, int N, int C)
+static void ct_cpu_ops__score_forward(ct_ops_t *o, float *logits, const float *feats,
+                                      const float *wte, const int32_t *ids, int N, int C)
 {
     (void)o;
     ct_score_forward_cpu(logits, feats, wte, ids, N, C);
 }
 
-static void ct__score_backward(ct_ops_t *o, float *dfeats, float *dwte, const float *dlogits,
-                               const float *feats, const float *wte, const int32_t *ids, int N,
-                               int C)
+static void ct_cpu_ops__score_backward(ct_ops_t *o, float *dfeats, float *dwte,
+                                       const float *dlogits, const float *feats, const float *wte,
+                                       const int32_t *ids, int N, int C)
 {
     (void)o;
     ct_score_backward_cpu(dfeats, dwte, dlogits, feats, wte, ids, N, C);
 }
 
-static void ct__bce_loss(ct_ops_t *o, float *loss, float *dpos, float *dneg, const float *pl,
-                         const float *nl, const int32_t *pos, int N, float count)
+static void ct_cpu_ops__bce_loss(ct_ops_t *o, float *loss, float *dpos, float *dneg,
+                                 const float *pl, const float *nl, const int32_t *pos, int N,
+                                 float count)
 {
     (void)o;
     ct_bce_loss_cpu(loss, dpos, dneg, pl, nl, pos, N, count);
 }
 
-static void ct__l2_penalty(ct_ops_t *o, float *penalty, float *dw, const float *w, int64_t n,
-                           float lambda, ct_l2_mode_t mode)
+static void ct_cpu_ops__l2_penalty(ct_ops_t *o, float *penalty, float *dw, const float *w,
+                                   int64_t n, float lambda, ct_l2_mode_t mode)
 {
     (void)o;
     ct_l2_penalty_cpu(penalty, dw, w, n, lambda, mode);
 }
 
-static void ct__adam_update(ct_ops_t *o, float *params, float *m, float *v, const float *grads,
-                            int64_t n, double lr, double beta1, double beta2, double eps,
-                            float grad_scale, int64_t step)
+static void ct_cpu_ops__adam_update(ct_ops_t *o, float *params, float *m, float *v,
+                                    const float *grads, int64_t n, double lr, double beta1,
+                                    double beta2, double eps, float grad_scale, int64_t step)
 {
     (void)o;
     ct_adam_update_cpu(params, m, v, grads, n, lr, beta1, beta2, eps, grad_scale, step);
 }
 
-static void ct__sumsq(ct_ops_t *o, float *out, const float *x, int64_t n)
+static void ct_cpu_ops__sumsq(ct_ops_t *o, float *out, const float *x, int64_t n)
 {
     (void)o;
     ct_sumsq_cpu(out, x, n);
 }
 
-static void ct__score_candidates(ct_ops_t *o, float *scores, const float *feats, const float *wte,
-                                 const int32_t *cand, int U, int K, int C, int ldf)
+static void ct_cpu_ops__score_candidates(ct_ops_t *o, float *scores, const float *feats,
+                                         const float *wte, const int32_t *cand, int U, int K, int C,
+                                         int ldf)
 {
     (void)o;
     ct_score_candidates_cpu(scores, feats, wte, cand, U, K, C, ldf);
 }
 
-static void ct__score_all(ct_ops_t *o, float *scores, const float *feats, const float *wte, int U,
-                          int V, int C, int ldf)
+static void ct_cpu_ops__score_all(ct_ops_t *o, float *scores, const float *feats, const float *wte,
+                                  int U, int V, int C, int ldf)
 {
     (void)o;
     ct_score_all_cpu(scores, feats, wte, U, V, C, ldf);
 }
 
-static void ct__rows_broadcast_forward(ct_ops_t *o, float *out, const float *table, int B, int L,
-                                       int C)
+static void ct_cpu_ops__rows_broadcast_forward(ct_ops_t *o, float *out, const float *table, int B,
+                                               int L, int C)
 {
     (void)o;
     ct_rows_broadcast_forward_cpu(out, table, B, L, C);
 }
 
-static void ct__rows_broadcast_backward(ct_ops_t *o, float *dtable, const float *dout, int B, int L,
-                                        int C)
+static void ct_cpu_ops__rows_broadcast_backward(ct_ops_t *o, float *dtable, const float *dout,
+                                                int B, int L, int C)
 {
     (void)o;
     ct_rows_broadcast_backward_cpu(dtable, dout, B, L, C);
 }
 
-static void ct__tisas_attention_forward(ct_ops_t *o, float *out, float *att, float *scratch,
-                                        const float *q, const float *k, const float *v,
-                                        const float *rk, const float *rv, const int64_t *tseq,
-                                        const int32_t *qmask, int B, int L, int C, int NH, int T,
-                                        ct_dropout_t da, const uint32_t *mk, const uint32_t *mv,
-                                        float p)
+static void ct_cpu_ops__tisas_attention_forward(ct_ops_t *o, float *out, float *att, float *scratch,
+                                                const float *q, const float *k, const float *v,
+                                                const float *rk, const float *rv,
+                                                const int64_t *tseq, const int32_t *qmask, int B,
+                                                int L, int C, int NH, int T, ct_dropout_t da,
+                                                const uint32_t *mk, const uint32_t *mv, float p)
 {
     (void)o;
     ct_tisas_attention_forward_cpu(out, att, scratch, q, k, v, rk, rv, tseq, qmask, B, L, C, NH, T,
                                    da, mk, mv, p);
 }
 
-static void ct__tisas_attention_backward(ct_ops_t *o, float *dq, float *dk, float *dv, float *drk,
-                                         float *drv, float *scratch, const float *dout,
-                                         const float *att, const float *q, const float *k,
-                                         const float *v, const float *rk, const float *rv,
-                                         const int64_t *tseq, const int32_t *qmask, int B, int L,
-                                         int C, int NH, int T, ct_dropout_t da, const uint32_t *mk,
-                                         const uint32_t *mv, float p)
+static void ct_cpu_ops__tisas_attention_backward(
+    ct_ops_t *o, float *dq, float *dk, float *dv, float *drk, float *drv, float *scratch,
+    const float *dout, const float *att, const float *q, const float *k, const float *v,
+    const float *rk, const float *rv, const int64_t *tseq, const int32_t *qmask, int B, int L,
+    int C, int NH, int T, ct_dropout_t da, const uint32_t *mk, const uint32_t *mv, float p)
 {
     (void)o;
     ct_tisas_attention_backward_cpu(dq, dk, dv, drk, drv, scratch, dout, att, q, k, v, rk, rv, tseq,
                                     qmask, B, L, C, NH, T, da, mk, mv, p);
 }
 
-static void ct__tisas_mask(ct_ops_t *o, uint32_t *bits, const int32_t *qmask, int B, int L, int C,
-                           ct_dropout_t drop)
+static void ct_cpu_ops__tisas_mask(ct_ops_t *o, uint32_t *bits, const int32_t *qmask, int B, int L,
+                                   int C, ct_dropout_t drop)
 {
     (void)o;
     ct_tisas_mask_cpu(bits, qmask, B, L, C, drop);
 }
 
-static void ct__sinkhorn_forward(ct_ops_t *o, float *out, const float *logits, int M, int n,
-                                 int iters)
+static void ct_cpu_ops__sinkhorn_forward(ct_ops_t *o, float *out, const float *logits, int M, int n,
+                                         int iters)
 {
     (void)o;
     ct_sinkhorn_forward_cpu(out, logits, M, n, iters);
 }
 
-static void ct__sinkhorn_backward(ct_ops_t *o, float *dlogits, float *scratch, const float *dout,
-                                  const float *logits, int M, int n, int iters)
+static void ct_cpu_ops__sinkhorn_backward(ct_ops_t *o, float *dlogits, float *scratch,
+                                          const float *dout, const float *logits, int M, int n,
+                                          int iters)
 {
     (void)o;
     ct_sinkhorn_backward_cpu(dlogits, scratch, dout, logits, M, n, iters);
 }
 
-static void ct__mhc_coeffs_forward(ct_ops_t *o, float *hpre, float *hpost, float *hres, float *proj,
-                                   float *rstd, const float *X, const float *phi,
-                                   const float *alpha, const float *bias, int N, int n, int C,
-                                   int iters, float eps)
+static void ct_cpu_ops__mhc_coeffs_forward(ct_ops_t *o, float *hpre, float *hpost, float *hres,
+                                           float *proj, float *rstd, const float *X,
+                                           const float *phi, const float *alpha, const float *bias,
+                                           int N, int n, int C, int iters, float eps)
 {
     (void)o;
     ct_mhc_coeffs_forward_cpu(hpre, hpost, hres, proj, rstd, X, phi, alpha, bias, N, n, C, iters,
                               eps);
 }
 
-static void ct__mhc_coeffs_backward(ct_ops_t *o, float *dX, float *dphi, float *dalpha,
-                                    float *dbias, float *scratch, const float *dhpre,
-                                    const float *dhpost, const float *dhres, const float *X,
-                                    const float *phi, const float *alpha, const float *bias,
-                                    const float *proj, const float *rstd, int N, int n, int C,
-                                    int iters)
+static void ct_cpu_ops__mhc_coeffs_backward(ct_ops_t *o, float *dX, float *dphi, float *dalpha,
+                                            float *dbias, float *scratch, const float *dhpre,
+                                            const float *dhpost, const float *dhres, const float *X,
+                                            const float *phi, const float *alpha, const float *bias,
+                                            const float *proj, const float *rstd, int N, int n,
+                                            int C, int iters)
 {
     (void)o;
     ct_mhc_coeffs_backward_cpu(dX, dphi, dalpha, dbias, scratch, dhpre, dhpost, dhres, X, phi,
                                alpha, bias, proj, rstd, N, n, C, iters);
 }
 
-static void ct__mhc_pre_forward(ct_ops_t *o, float *u, const float *X, const float *hpre, int N,
-                                int n, int C)
+static void ct_cpu_ops__mhc_pre_forward(ct_ops_t *o, float *u, const float *X, const float *hpre,
+                                        int N, int n, int C)
 {
     (void)o;
     ct_mhc_pre_forward_cpu(u, X, hpre, N, n, C);
 }
 
-static void ct__mhc_pre_backward(ct_ops_t *o, float *dX, float *dhpre, const float *du,
-                                 const float *X, const float *hpre, int N, int n, int C)
+static void ct_cpu_ops__mhc_pre_backward(ct_ops_t *o, float *dX, float *dhpre, const float *du,
+                                         const float *X, const float *hpre, int N, int n, int C)
 {
     (void)o;
     ct_mhc_pre_backward_cpu(dX, dhpre, du, X, hpre, N, n, C);
 }
 
-static void ct__mhc_post_forward(ct_ops_t *o, float *Y, const float *X, const float *f,
-                                 const float *hres, const float *hpost, int N, int n, int C)
+static void ct_cpu_ops__mhc_post_forward(ct_ops_t *o, float *Y, const float *X, const float *f,
+                                         const float *hres, const float *hpost, int N, int n, int C)
 {
     (void)o;
     ct_mhc_post_forward_cpu(Y, X, f, hres, hpost, N, n, C);
 }
 
-static void ct__mhc_post_backward(ct_ops_t *o, float *dX, float *df, float *dhres, float *dhpost,
-                                  const float *dY, const float *X, const float *f,
-                                  const float *hres, const float *hpost, int N, int n, int C)
+static void ct_cpu_ops__mhc_post_backward(ct_ops_t *o, float *dX, float *df, float *dhres,
+                                          float *dhpost, const float *dY, const float *X,
+                                          const float *f, const float *hres, const float *hpost,
+                                          int N, int n, int C)
 {
     (void)o;
     ct_mhc_post_backward_cpu(dX, df, dhres, dhpost, dY, X, f, hres, hpost, N, n, C);
 }
 
-static void ct__mhc_expand_forward(ct_ops_t *o, float *X, const float *x, int N, int n, int C)
+static void ct_cpu_ops__mhc_expand_forward(ct_ops_t *o, float *X, const float *x, int N, int n,
+                                           int C)
 {
     (void)o;
     ct_mhc_expand_forward_cpu(X, x, N, n, C);
 }
 
-static void ct__mhc_expand_backward(ct_ops_t *o, float *dx, const float *dX, int N, int n, int C)
+static void ct_cpu_ops__mhc_expand_backward(ct_ops_t *o, float *dx, const float *dX, int N, int n,
+                                            int C)
 {
     (void)o;
     ct_mhc_expand_backward_cpu(dx, dX, N, n, C);
 }
 
-static void ct__mhc_collapse_forward(ct_ops_t *o, float *x, const float *X, int N, int n, int C)
+static void ct_cpu_ops__mhc_collapse_forward(ct_ops_t *o, float *x, const float *X, int N, int n,
+                                             int C)
 {
     (void)o;
     ct_mhc_collapse_forward_cpu(x, X, N, n, C);
 }
 
-static void ct__mhc_collapse_backward(ct_ops_t *o, float *dX, const float *dx, int N, int n, int C)
+static void ct_cpu_ops__mhc_collapse_backward(ct_ops_t *o, float *dX, const float *dx, int N, int n,
+                                              int C)
 {
     (void)o;
     ct_mhc_collapse_backward_cpu(dX, dx, N, n, C);
 }
 
-static void ct__ce_loss(ct_ops_t *o, float *loss, float *dfeats, float *dwte, float *scratch,
-                        const float *feats, const float *wte, const int32_t *pos, int N, int C,
-                        int V, float count)
+static void ct_cpu_ops__ce_loss(ct_ops_t *o, float *loss, float *dfeats, float *dwte,
+                                float *scratch, const float *feats, const float *wte,
+                                const int32_t *pos, int N, int C, int V, float count)
 {
     (void)o;
     ct_ce_loss_cpu(loss, dfeats, dwte, scratch, feats, wte, pos, N, C, V, count);
 }
 
-static void ct__sampled_ce_loss(ct_ops_t *o, float *loss, float *dfeats, float *dwte,
-                                float *scratch, const float *feats, const float *wte,
-                                const int32_t *pos, const int32_t *neg, int B, int L, int C, int M,
-                                float count)
+static void ct_cpu_ops__sampled_ce_loss(ct_ops_t *o, float *loss, float *dfeats, float *dwte,
+                                        float *scratch, const float *feats, const float *wte,
+                                        const int32_t *pos, const int32_t *neg, int B, int L, int C,
+                                        int M, float count)
 {
     (void)o;
     ct_sampled_ce_loss_cpu(loss, dfeats, dwte, scratch, feats, wte, pos, neg, B, L, C, M, count);
@@ -409,56 +421,56 @@ void ct_ops_cpu_init(ct_ops_t *o)
     *o = (ct_ops_t){
         .name = "cpu",
         .host_memory = true,
-        .alloc = ct__cpu_alloc,
-        .release = ct__cpu_release,
-        .zero = ct__cpu_zero,
-        .copy = ct__cpu_copy,
-        .sync = ct__cpu_sync,
-        .attention_scratch = ct__cpu_attention_scratch,
-        .scratch = ct__cpu_scratch,
-        .close = ct__cpu_close,
-        .dropout = ct__dropout,
-        .timeline_mask = ct__timeline_mask,
-        .embed_forward = ct__embed_forward,
-        .embed_backward = ct__embed_backward,
-        .layernorm_forward = ct__layernorm_forward,
-        .layernorm_backward = ct__layernorm_backward,
-        .linear_forward = ct__linear_forward,
-        .linear_backward = ct__linear_backward,
-        .qkv_forward = ct__qkv_forward,
-        .qkv_backward = ct__qkv_backward,
-        .attention_forward = ct__attention_forward,
-        .attention_backward = ct__attention_backward,
-        .relu_forward = ct__relu_forward,
-        .relu_backward = ct__relu_backward,
-        .residual_forward = ct__residual_forward,
-        .residual_backward = ct__residual_backward,
-        .score_forward = ct__score_forward,
-        .score_backward = ct__score_backward,
-        .bce_loss = ct__bce_loss,
-        .l2_penalty = ct__l2_penalty,
-        .adam_update = ct__adam_update,
-        .sumsq = ct__sumsq,
-        .score_candidates = ct__score_candidates,
-        .score_all = ct__score_all,
-        .rows_broadcast_forward = ct__rows_broadcast_forward,
-        .rows_broadcast_backward = ct__rows_broadcast_backward,
-        .tisas_attention_forward = ct__tisas_attention_forward,
-        .tisas_attention_backward = ct__tisas_attention_backward,
-        .tisas_mask = ct__tisas_mask,
-        .sinkhorn_forward = ct__sinkhorn_forward,
-        .sinkhorn_backward = ct__sinkhorn_backward,
-        .mhc_coeffs_forward = ct__mhc_coeffs_forward,
-        .mhc_coeffs_backward = ct__mhc_coeffs_backward,
-        .mhc_pre_forward = ct__mhc_pre_forward,
-        .mhc_pre_backward = ct__mhc_pre_backward,
-        .mhc_post_forward = ct__mhc_post_forward,
-        .mhc_post_backward = ct__mhc_post_backward,
-        .mhc_expand_forward = ct__mhc_expand_forward,
-        .mhc_expand_backward = ct__mhc_expand_backward,
-        .mhc_collapse_forward = ct__mhc_collapse_forward,
-        .mhc_collapse_backward = ct__mhc_collapse_backward,
-        .ce_loss = ct__ce_loss,
-        .sampled_ce_loss = ct__sampled_ce_loss,
+        .alloc = ct_cpu_ops__cpu_alloc,
+        .release = ct_cpu_ops__cpu_release,
+        .zero = ct_cpu_ops__cpu_zero,
+        .copy = ct_cpu_ops__cpu_copy,
+        .sync = ct_cpu_ops__cpu_sync,
+        .attention_scratch = ct_cpu_ops__cpu_attention_scratch,
+        .scratch = ct_cpu_ops__cpu_scratch,
+        .close = ct_cpu_ops__cpu_close,
+        .dropout = ct_cpu_ops__dropout,
+        .timeline_mask = ct_cpu_ops__timeline_mask,
+        .embed_forward = ct_cpu_ops__embed_forward,
+        .embed_backward = ct_cpu_ops__embed_backward,
+        .layernorm_forward = ct_cpu_ops__layernorm_forward,
+        .layernorm_backward = ct_cpu_ops__layernorm_backward,
+        .linear_forward = ct_cpu_ops__linear_forward,
+        .linear_backward = ct_cpu_ops__linear_backward,
+        .qkv_forward = ct_cpu_ops__qkv_forward,
+        .qkv_backward = ct_cpu_ops__qkv_backward,
+        .attention_forward = ct_cpu_ops__attention_forward,
+        .attention_backward = ct_cpu_ops__attention_backward,
+        .relu_forward = ct_cpu_ops__relu_forward,
+        .relu_backward = ct_cpu_ops__relu_backward,
+        .residual_forward = ct_cpu_ops__residual_forward,
+        .residual_backward = ct_cpu_ops__residual_backward,
+        .score_forward = ct_cpu_ops__score_forward,
+        .score_backward = ct_cpu_ops__score_backward,
+        .bce_loss = ct_cpu_ops__bce_loss,
+        .l2_penalty = ct_cpu_ops__l2_penalty,
+        .adam_update = ct_cpu_ops__adam_update,
+        .sumsq = ct_cpu_ops__sumsq,
+        .score_candidates = ct_cpu_ops__score_candidates,
+        .score_all = ct_cpu_ops__score_all,
+        .rows_broadcast_forward = ct_cpu_ops__rows_broadcast_forward,
+        .rows_broadcast_backward = ct_cpu_ops__rows_broadcast_backward,
+        .tisas_attention_forward = ct_cpu_ops__tisas_attention_forward,
+        .tisas_attention_backward = ct_cpu_ops__tisas_attention_backward,
+        .tisas_mask = ct_cpu_ops__tisas_mask,
+        .sinkhorn_forward = ct_cpu_ops__sinkhorn_forward,
+        .sinkhorn_backward = ct_cpu_ops__sinkhorn_backward,
+        .mhc_coeffs_forward = ct_cpu_ops__mhc_coeffs_forward,
+        .mhc_coeffs_backward = ct_cpu_ops__mhc_coeffs_backward,
+        .mhc_pre_forward = ct_cpu_ops__mhc_pre_forward,
+        .mhc_pre_backward = ct_cpu_ops__mhc_pre_backward,
+        .mhc_post_forward = ct_cpu_ops__mhc_post_forward,
+        .mhc_post_backward = ct_cpu_ops__mhc_post_backward,
+        .mhc_expand_forward = ct_cpu_ops__mhc_expand_forward,
+        .mhc_expand_backward = ct_cpu_ops__mhc_expand_backward,
+        .mhc_collapse_forward = ct_cpu_ops__mhc_collapse_forward,
+        .mhc_collapse_backward = ct_cpu_ops__mhc_collapse_backward,
+        .ce_loss = ct_cpu_ops__ce_loss,
+        .sampled_ce_loss = ct_cpu_ops__sampled_ce_loss,
     };
 }

@@ -41,7 +41,7 @@
  * and sgemm efficiency). */
 #define CT__TIS_TILE 24
 
-static inline int ct__tile_skipped(const int32_t *qm, int i0, int i1)
+static inline int ct_cpu_tisas__tile_skipped(const int32_t *qm, int i0, int i1)
 {
     if (!qm)
         return 0;
@@ -52,7 +52,7 @@ static inline int ct__tile_skipped(const int32_t *qm, int i0, int i1)
 }
 
 /* tau[j] = min(|t_i - t_j|, T) for j = 0..i. */
-static inline void ct__taus(int32_t *tau, const int64_t *ts, int i, int T)
+static inline void ct_cpu_tisas__taus(int32_t *tau, const int64_t *ts, int i, int T)
 {
     const int64_t ti = ts[i];
     for (int j = 0; j <= i; j++) {
@@ -64,7 +64,8 @@ static inline void ct__taus(int32_t *tau, const int64_t *ts, int i, int T)
 /* f[0..n) = the dropout factors (0 or keep_scale) of a row's mask bits; written without
  * branches, 32 at a time, so that the compiler vectorizes it (a bit times keep_scale is exactly
  * 0 or keep_scale). */
-static inline void ct__factors(float *f, int64_t n, const uint32_t *bits, float keep_scale)
+static inline void ct_cpu_tisas__factors(float *f, int64_t n, const uint32_t *bits,
+                                         float keep_scale)
 {
     int64_t x = 0;
     for (; x + 32 <= n; x += 32) {
@@ -77,7 +78,8 @@ static inline void ct__factors(float *f, int64_t n, const uint32_t *bits, float 
 }
 
 /* Where row (b, i)'s mask bits start. */
-static inline const uint32_t *ct__row_bits(const uint32_t *bits, int b, int i, int L, int C)
+static inline const uint32_t *ct_cpu_tisas__row_bits(const uint32_t *bits, int b, int i, int L,
+                                                     int C)
 {
     return bits + ((size_t)b * (size_t)L + (size_t)i) * CT_TISAS_MASK_WORDS(L, C);
 }
@@ -98,7 +100,7 @@ void ct_tisas_mask_cpu(uint32_t *bits, const int32_t *qmask, int B, int L, int C
 }
 
 /* sum_c x[c] * (y[c] * f[c]) over eight partial sums (ct_kernels_cpu.h's pattern). */
-static inline float ct__dot3_8(const float *x, const float *y, const float *f, int n)
+static inline float ct_cpu_tisas__dot3_8(const float *x, const float *y, const float *f, int n)
 {
     float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int c = 0;
@@ -144,7 +146,7 @@ CT__MULTIVERSION void ct_tisas_attention_forward_cpu(float *out, float *att, flo
             for (int i0 = 0; i0 < L; i0 += CT__TIS_TILE) {
                 const int i1 = i0 + CT__TIS_TILE < L ? i0 + CT__TIS_TILE : L;
                 const int m = i1 - i0, kn = i1;
-                if (ct__tile_skipped(qm, i0, i1)) {
+                if (ct_cpu_tisas__tile_skipped(qm, i0, i1)) {
                     memset(a + (size_t)i0 * L, 0, (size_t)m * L * sizeof *a);
                     for (int i = i0; i < i1; i++)
                         memset(ob + (size_t)i * C, 0, (size_t)HS * sizeof *ob);
@@ -159,14 +161,15 @@ CT__MULTIVERSION void ct_tisas_attention_forward_cpu(float *out, float *att, flo
                         memset(r, 0, (size_t)L * sizeof *r);
                         continue;
                     }
-                    ct__taus(tau, ts, i, T);
+                    ct_cpu_tisas__taus(tau, ts, i, T);
                     const float *qi = qb + (size_t)i * C;
                     if (drk) {
-                        ct__factors(fk, (int64_t)(i + 1) * C, ct__row_bits(mask_rk, b, i, L, C),
-                                    keep_rkv);
+                        ct_cpu_tisas__factors(fk, (int64_t)(i + 1) * C,
+                                              ct_cpu_tisas__row_bits(mask_rk, b, i, L, C),
+                                              keep_rkv);
                         for (int j = 0; j <= i; j++)
-                            r[j] += scale * ct__dot3_8(qi, rk + (size_t)tau[j] * C + hc,
-                                                       fk + (size_t)j * C + hc, HS);
+                            r[j] += scale * ct_cpu_tisas__dot3_8(qi, rk + (size_t)tau[j] * C + hc,
+                                                                 fk + (size_t)j * C + hc, HS);
                     } else {
                         for (int j = 0; j <= i; j++)
                             r[j] += scale * ct__dot8_f32(qi, rk + (size_t)tau[j] * C + hc, HS);
@@ -203,10 +206,11 @@ CT__MULTIVERSION void ct_tisas_attention_forward_cpu(float *out, float *att, flo
                         continue;
                     const float *w = pm + (size_t)(i - i0) * L;
                     float *oi = ob + (size_t)i * C;
-                    ct__taus(tau, ts, i, T);
+                    ct_cpu_tisas__taus(tau, ts, i, T);
                     if (drv)
-                        ct__factors(fv, (int64_t)(i + 1) * C, ct__row_bits(mask_rv, b, i, L, C),
-                                    keep_rkv);
+                        ct_cpu_tisas__factors(fv, (int64_t)(i + 1) * C,
+                                              ct_cpu_tisas__row_bits(mask_rv, b, i, L, C),
+                                              keep_rkv);
                     for (int j = 0; j <= i; j++) {
                         const float wj = w[j];
                         if (wj == 0.0f)
@@ -259,7 +263,7 @@ CT__MULTIVERSION void ct_tisas_attention_backward_cpu(
             for (int i0 = 0; i0 < L; i0 += CT__TIS_TILE) {
                 const int i1 = i0 + CT__TIS_TILE < L ? i0 + CT__TIS_TILE : L;
                 const int m = i1 - i0, kn = i1;
-                if (ct__tile_skipped(qm, i0, i1))
+                if (ct_cpu_tisas__tile_skipped(qm, i0, i1))
                     continue;
                 /* dPd = dO V^T, plus the interval values' share; d R^V */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kn, HS, 1.0f,
@@ -275,10 +279,11 @@ CT__MULTIVERSION void ct_tisas_attention_backward_cpu(
                         continue;
                     }
                     const float *doi = dob + (size_t)i * C;
-                    ct__taus(tau, ts, i, T);
+                    ct_cpu_tisas__taus(tau, ts, i, T);
                     if (dv_on)
-                        ct__factors(fv, (int64_t)(i + 1) * C, ct__row_bits(mask_rv, b, i, L, C),
-                                    keep_rkv);
+                        ct_cpu_tisas__factors(fv, (int64_t)(i + 1) * C,
+                                              ct_cpu_tisas__row_bits(mask_rv, b, i, L, C),
+                                              keep_rkv);
                     if (datt) {
                         for (int j = 0; j <= i; j++)
                             mk[j] = 1.0f;
@@ -291,7 +296,7 @@ CT__MULTIVERSION void ct_tisas_attention_backward_cpu(
                         const float w = datt ? P[j] * mk[j] : P[j];
                         if (dv_on) {
                             const float *fj = fv + (size_t)j * C + hc;
-                            g[j] += ct__dot3_8(doi, rj, fj, HS);
+                            g[j] += ct_cpu_tisas__dot3_8(doi, rj, fj, HS);
                             if (w != 0.0f)
                                 for (int c = 0; c < HS; c++)
                                     drj[c] += w * (doi[c] * fj[c]);
@@ -330,10 +335,11 @@ CT__MULTIVERSION void ct_tisas_attention_backward_cpu(
                     const float *g = dp + (size_t)(i - i0) * L;
                     const float *qi = qb + (size_t)i * C;
                     float *dqi = dqb + (size_t)i * C;
-                    ct__taus(tau, ts, i, T);
+                    ct_cpu_tisas__taus(tau, ts, i, T);
                     if (dk_on)
-                        ct__factors(fk, (int64_t)(i + 1) * C, ct__row_bits(mask_rk, b, i, L, C),
-                                    keep_rkv);
+                        ct_cpu_tisas__factors(fk, (int64_t)(i + 1) * C,
+                                              ct_cpu_tisas__row_bits(mask_rk, b, i, L, C),
+                                              keep_rkv);
                     for (int j = 0; j <= i; j++) {
                         const float s = scale * g[j];
                         if (s == 0.0f)

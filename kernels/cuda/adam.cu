@@ -12,9 +12,9 @@
 
 #include "ct_cuda_common.h"
 
-__global__ void ct__adam_kernel(float *params, float *m, float *v, const float *grads, int64_t n,
-                                float step_size, float bc2_sqrt, float w1, float b2, float w2,
-                                float epsf, float grad_scale)
+__global__ void ct_cuda_adam__adam_kernel(float *params, float *m, float *v, const float *grads,
+                                          int64_t n, float step_size, float bc2_sqrt, float w1,
+                                          float b2, float w2, float epsf, float grad_scale)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -43,13 +43,13 @@ extern "C" int ct_adam_update_cuda(float *params, float *m, float *v, const floa
     const float bc2_sqrt = (float)sqrt(bc2);
     const float w1 = (float)(1.0 - beta1), b2 = (float)beta2, w2 = (float)(1.0 - beta2);
     const float epsf = (float)eps;
-    CT_LAUNCH(ct__adam_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream, params, m, v,
-              grads, n, step_size, bc2_sqrt, w1, b2, w2, epsf, grad_scale);
+    CT_LAUNCH(ct_cuda_adam__adam_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream,
+              params, m, v, grads, n, step_size, bc2_sqrt, w1, b2, w2, epsf, grad_scale);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
 
-__global__ void ct__sumsq_final_kernel(float *out, const double *partials, unsigned parts)
+__global__ void ct_cuda_adam__sumsq_final_kernel(float *out, const double *partials, unsigned parts)
 {
     __shared__ double sh[32];
     const double t = ct__sum_partials(partials, parts, sh);
@@ -64,7 +64,8 @@ extern "C" int ct_sumsq_cuda(float *out, double *scratch, const float *x, int64_
     const unsigned parts = ct__reduce_parts(n);
     CT_LAUNCH(ct__sumsq_part_kernel<0>, parts, CT__THREADS, 0, stream, scratch, x, n);
     CT_CUDA_CHECK_LAUNCH();
-    CT_LAUNCH(ct__sumsq_final_kernel, 1, CT_REDUCE_CUDA_PARTS, 0, stream, out, scratch, parts);
+    CT_LAUNCH(ct_cuda_adam__sumsq_final_kernel, 1, CT_REDUCE_CUDA_PARTS, 0, stream, out, scratch,
+              parts);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }

@@ -40,19 +40,19 @@
 #define CT__ATT_WARPS    8  /* warps per block (forward, dQ) */
 #define CT__ATT_KV_WARPS 4  /* warps per block (dK, dV); the key tile is 32 wide */
 
-typedef struct ct__att_drop {
+typedef struct ct_cuda_attention__att_drop {
     uint64_t seed, stream, offset;
     float p, keep;
     int on;
-} ct__att_drop_t;
+} ct_cuda_attention__att_drop_t;
 
 /* float4 chunks between consecutive shared-memory rows: odd, so that eight lanes reading 16
  * bytes of eight consecutive rows cover all 32 banks. */
-template <int NV> struct ct__att_geom {
+template <int NV> struct ct_cuda_attention__att_geom {
     static constexpr int LD4 = NV | 1;
 };
 
-__device__ __forceinline__ float ct__dot4(float4 a, float4 b, float s)
+__device__ __forceinline__ float ct_cuda_attention__dot4(float4 a, float4 b, float s)
 {
     s += a.x * b.x;
     s += a.y * b.y;
@@ -61,7 +61,7 @@ __device__ __forceinline__ float ct__dot4(float4 a, float4 b, float s)
     return s;
 }
 
-__device__ __forceinline__ void ct__axpy4(float4 &acc, float a, float4 x)
+__device__ __forceinline__ void ct_cuda_attention__axpy4(float4 &acc, float a, float4 x)
 {
     acc.x += a * x.x;
     acc.y += a * x.y;
@@ -71,8 +71,9 @@ __device__ __forceinline__ void ct__axpy4(float4 &acc, float a, float4 x)
 
 /* Stages rows [r0, r1) of a head's columns (src + r*ld, HS floats each) into dst rows of LD4
  * float4, zero-padded; all threads of the block take part. */
-__device__ __forceinline__ void ct__att_stage(float4 *dst, const float *src, int64_t ld, int r0,
-                                              int r1, int HS, int LD4)
+__device__ __forceinline__ void ct_cuda_attention__att_stage(float4 *dst, const float *src,
+                                                             int64_t ld, int r0, int r1, int HS,
+                                                             int LD4)
 {
     float *d = reinterpret_cast<float *>(dst);
     const int LD = 4 * LD4;
@@ -86,8 +87,9 @@ __device__ __forceinline__ void ct__att_stage(float4 *dst, const float *src, int
 /* Multiplies buf[j], j = 0..i, by the dropout factors of draws base + j; the warp computes whole
  * Philox blocks, lane by lane, and each draw lands in the one slot it belongs to. Callers
  * __syncwarp before and after (the lane-to-element mapping differs from theirs). */
-__device__ __forceinline__ void ct__att_drop_row(float *buf, int i, uint64_t base,
-                                                 const ct__att_drop_t &dr, int lane)
+__device__ __forceinline__ void
+ct_cuda_attention__att_drop_row(float *buf, int i, uint64_t base,
+                                const ct_cuda_attention__att_drop_t &dr, int lane)
 {
     const uint64_t kb0 = base / 4, kb1 = (base + (uint64_t)i) / 4;
     for (uint64_t kb = kb0 + (uint64_t)lane; kb <= kb1; kb += 32) {
@@ -107,17 +109,18 @@ __device__ __forceinline__ void ct__att_drop_row(float *buf, int i, uint64_t bas
  * rows j = g, g + G, ... of chunk c, then the G groups are added by shuffles. The total is
  * valid in lanes 0..NV-1 (chunk = lane). */
 template <int NV>
-__device__ __forceinline__ float4 ct__att_weighted_rows(const float *w, const float4 *rows, int i,
-                                                        int lane)
+__device__ __forceinline__ float4 ct_cuda_attention__att_weighted_rows(const float *w,
+                                                                       const float4 *rows, int i,
+                                                                       int lane)
 {
     constexpr int G = 32 / NV;
     static_assert((G & (G - 1)) == 0, "lane groups must be a power of two");
-    constexpr int LD4 = ct__att_geom<NV>::LD4;
+    constexpr int LD4 = ct_cuda_attention__att_geom<NV>::LD4;
     const int g = lane / NV, c = lane - (lane / NV) * NV;
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (g < G)
         for (int j = g; j <= i; j += G)
-            ct__axpy4(acc, w[j], rows[j * LD4 + c]);
+            ct_cuda_attention__axpy4(acc, w[j], rows[j * LD4 + c]);
 #pragma unroll
     for (int off = G / 2; off >= 1; off >>= 1) {
         acc.x += __shfl_down_sync(CT__FULL_MASK, acc.x, off * NV);
@@ -129,7 +132,7 @@ __device__ __forceinline__ float4 ct__att_weighted_rows(const float *w, const fl
 }
 
 /* Whether any query row of [i0, i1) is used; the same answer in every thread. */
-__device__ __forceinline__ bool ct__att_tile_used(const int32_t *qm, int i0, int i1)
+__device__ __forceinline__ bool ct_cuda_attention__att_tile_used(const int32_t *qm, int i0, int i1)
 {
     if (!qm)
         return true;
@@ -141,7 +144,7 @@ __device__ __forceinline__ bool ct__att_tile_used(const int32_t *qm, int i0, int
 
 /* Shared memory of the forward and dQ kernels: keys and values for L rows, the tile's
  * queries (or dO rows), one row buffer of L floats per warp. */
-static size_t ct__att_rows_smem(int L, int LD4)
+static size_t ct_cuda_attention__att_rows_smem(int L, int LD4)
 {
     return ((size_t)2 * L + CT__ATT_TQ) * LD4 * sizeof(float4) +
            (size_t)CT__ATT_WARPS * L * sizeof(float);
@@ -151,10 +154,11 @@ static size_t ct__att_rows_smem(int L, int LD4)
 
 template <int NV>
 __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
-    ct__att_fwd_kernel(float *out, float *att, const float *qkv, const int32_t *qmask, int L, int C,
-                       int NH, float scale, ct__att_drop_t dr)
+    ct_cuda_attention__att_fwd_kernel(float *out, float *att, const float *qkv,
+                                      const int32_t *qmask, int L, int C, int NH, float scale,
+                                      ct_cuda_attention__att_drop_t dr)
 {
-    constexpr int LD4 = ct__att_geom<NV>::LD4;
+    constexpr int LD4 = ct_cuda_attention__att_geom<NV>::LD4;
     CT_DYNAMIC_SMEM(float4, sm4);
     const int HS = C / NH, C3 = 3 * C;
     const int h = (int)blockIdx.y, b = (int)blockIdx.z;
@@ -166,7 +170,7 @@ __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
     float *ob = out + (int64_t)b * L * C + (int64_t)h * HS;
     float *ab = att + ((int64_t)b * NH + h) * L * L;
 
-    if (!ct__att_tile_used(qm, i0, i1)) {
+    if (!ct_cuda_attention__att_tile_used(qm, i0, i1)) {
         /* Every row skipped: zeros, and no staging. The whole block leaves here. */
         for (int idx = (int)threadIdx.x; idx < (i1 - i0) * L; idx += (int)blockDim.x)
             ab[(int64_t)i0 * L + idx] = 0.0f;
@@ -179,9 +183,9 @@ __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
     float4 *Vs = Ks + (size_t)L * LD4;
     float4 *Qs = Vs + (size_t)L * LD4;
     float *buf = reinterpret_cast<float *>(Qs + (size_t)CT__ATT_TQ * LD4) + (size_t)warp * L;
-    ct__att_stage(Ks, qb + C, C3, 0, i1, HS, LD4);
-    ct__att_stage(Vs, qb + 2 * C, C3, 0, i1, HS, LD4);
-    ct__att_stage(Qs, qb + (int64_t)i0 * C3, C3, 0, i1 - i0, HS, LD4);
+    ct_cuda_attention__att_stage(Ks, qb + C, C3, 0, i1, HS, LD4);
+    ct_cuda_attention__att_stage(Vs, qb + 2 * C, C3, 0, i1, HS, LD4);
+    ct_cuda_attention__att_stage(Qs, qb + (int64_t)i0 * C3, C3, 0, i1 - i0, HS, LD4);
     __syncthreads();
 
     for (int i = i0 + warp; i < i1; i += CT__ATT_WARPS) {
@@ -206,7 +210,7 @@ __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
             float s = 0.0f;
 #pragma unroll
             for (int c = 0; c < NV; c++)
-                s = ct__dot4(q[c], kr[c], s);
+                s = ct_cuda_attention__dot4(q[c], kr[c], s);
             s *= scale;
             buf[j] = s;
             mx = fmaxf(mx, s);
@@ -229,10 +233,11 @@ __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
         }
         if (dr.on) {
             __syncwarp();
-            ct__att_drop_row(buf, i, dr.offset + (((uint64_t)b * NH + h) * L + i) * L, dr, lane);
+            ct_cuda_attention__att_drop_row(
+                buf, i, dr.offset + (((uint64_t)b * NH + h) * L + i) * L, dr, lane);
         }
         __syncwarp();
-        const float4 o = ct__att_weighted_rows<NV>(buf, Vs, i, lane);
+        const float4 o = ct_cuda_attention__att_weighted_rows<NV>(buf, Vs, i, lane);
         if (lane < NV) {
             const int d = 4 * lane;
             if (d < HS)
@@ -252,11 +257,12 @@ __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
 
 template <int NV>
 __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
-    ct__att_bwd_q_kernel(float *dqkv, float *crow, const float *dout, const float *att,
-                         const float *qkv, const int32_t *qmask, int L, int C, int NH, float scale,
-                         ct__att_drop_t dr)
+    ct_cuda_attention__att_bwd_q_kernel(float *dqkv, float *crow, const float *dout,
+                                        const float *att, const float *qkv, const int32_t *qmask,
+                                        int L, int C, int NH, float scale,
+                                        ct_cuda_attention__att_drop_t dr)
 {
-    constexpr int LD4 = ct__att_geom<NV>::LD4;
+    constexpr int LD4 = ct_cuda_attention__att_geom<NV>::LD4;
     CT_DYNAMIC_SMEM(float4, sm4);
     const int HS = C / NH, C3 = 3 * C;
     const int h = (int)blockIdx.y, b = (int)blockIdx.z;
@@ -264,7 +270,7 @@ __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
     const int i1 = i0 + CT__ATT_TQ < L ? i0 + CT__ATT_TQ : L;
     const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
     const int32_t *qm = qmask ? qmask + (int64_t)b * L : NULL;
-    if (!ct__att_tile_used(qm, i0, i1))
+    if (!ct_cuda_attention__att_tile_used(qm, i0, i1))
         return; /* skipped rows add nothing */
     const float *qb = qkv + (int64_t)b * L * C3 + (int64_t)h * HS;
     const float *dob = dout + (int64_t)b * L * C + (int64_t)h * HS;
@@ -276,9 +282,9 @@ __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
     float4 *Vs = Ks + (size_t)L * LD4;
     float4 *Ds = Vs + (size_t)L * LD4;
     float *buf = reinterpret_cast<float *>(Ds + (size_t)CT__ATT_TQ * LD4) + (size_t)warp * L;
-    ct__att_stage(Ks, qb + C, C3, 0, i1, HS, LD4);
-    ct__att_stage(Vs, qb + 2 * C, C3, 0, i1, HS, LD4);
-    ct__att_stage(Ds, dob + (int64_t)i0 * C, C, 0, i1 - i0, HS, LD4);
+    ct_cuda_attention__att_stage(Ks, qb + C, C3, 0, i1, HS, LD4);
+    ct_cuda_attention__att_stage(Vs, qb + 2 * C, C3, 0, i1, HS, LD4);
+    ct_cuda_attention__att_stage(Ds, dob + (int64_t)i0 * C, C, 0, i1 - i0, HS, LD4);
     __syncthreads();
 
     for (int i = i0 + warp; i < i1; i += CT__ATT_WARPS) {
@@ -296,13 +302,14 @@ __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
             float s = 0.0f;
 #pragma unroll
             for (int c = 0; c < NV; c++)
-                s = ct__dot4(dO[c], vr[c], s);
+                s = ct_cuda_attention__dot4(dO[c], vr[c], s);
             buf[j] = s;
         }
         if (dr.on) {
             /* g_j = dPd_j * factor_j: the gradient w.r.t. the probabilities. */
             __syncwarp();
-            ct__att_drop_row(buf, i, dr.offset + (((uint64_t)b * NH + h) * L + i) * L, dr, lane);
+            ct_cuda_attention__att_drop_row(
+                buf, i, dr.offset + (((uint64_t)b * NH + h) * L + i) * L, dr, lane);
             __syncwarp();
         }
         /* Softmax backward: dS_j = P_j (g_j - c), c = sum_j P_j g_j. */
@@ -316,7 +323,7 @@ __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
             cb[i] = c;
         __syncwarp();
         /* dQ_i += scale * sum_j dS_j K_j */
-        const float4 a = ct__att_weighted_rows<NV>(buf, Ks, i, lane);
+        const float4 a = ct_cuda_attention__att_weighted_rows<NV>(buf, Ks, i, lane);
         if (lane < NV) {
             float *dq = dqb + (int64_t)i * C3 + 4 * lane;
             const int d = 4 * lane;
@@ -337,9 +344,9 @@ __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
 
 /* Shared memory of the dK/dV kernel: the tile's 32 value rows, each warp's staged dO_i and Q_i,
  * and each warp's 32 x (dV, dK) partial sums for the final combination. */
-template <int NV> static size_t ct__att_kv_smem()
+template <int NV> static size_t ct_cuda_attention__kv_smem()
 {
-    constexpr int LD4 = ct__att_geom<NV>::LD4;
+    constexpr int LD4 = ct_cuda_attention__att_geom<NV>::LD4;
     constexpr int RS4 = (2 * NV) | 1;
     return ((size_t)32 * LD4 + (size_t)CT__ATT_KV_WARPS * 2 * LD4 +
             (size_t)CT__ATT_KV_WARPS * 32 * RS4) *
@@ -348,11 +355,12 @@ template <int NV> static size_t ct__att_kv_smem()
 
 template <int NV>
 __global__ void __launch_bounds__(CT__ATT_KV_WARPS * 32)
-    ct__att_bwd_kv_kernel(float *dqkv, const float *crow, const float *dout, const float *att,
-                          const float *qkv, const int32_t *qmask, int L, int C, int NH, float scale,
-                          ct__att_drop_t dr)
+    ct_cuda_attention__att_bwd_kv_kernel(float *dqkv, const float *crow, const float *dout,
+                                         const float *att, const float *qkv, const int32_t *qmask,
+                                         int L, int C, int NH, float scale,
+                                         ct_cuda_attention__att_drop_t dr)
 {
-    constexpr int LD4 = ct__att_geom<NV>::LD4;
+    constexpr int LD4 = ct_cuda_attention__att_geom<NV>::LD4;
     constexpr int RS4 = (2 * NV) | 1;
     CT_DYNAMIC_SMEM(float4, sm4);
     const int HS = C / NH, C3 = 3 * C;
@@ -370,7 +378,7 @@ __global__ void __launch_bounds__(CT__ATT_KV_WARPS * 32)
     float4 *Vt = sm4;
     float4 *rowv = Vt + 32 * LD4 + (size_t)warp * 2 * LD4; /* this warp's dO_i, Q_i */
     float4 *red = Vt + 32 * LD4 + (size_t)CT__ATT_KV_WARPS * 2 * LD4;
-    ct__att_stage(Vt, qb + 2 * C, C3, j0, j0 + jn, HS, LD4);
+    ct_cuda_attention__att_stage(Vt, qb + 2 * C, C3, j0, j0 + jn, HS, LD4);
     for (int idx = jn * 4 * LD4 + (int)threadIdx.x; idx < 32 * 4 * LD4; idx += (int)blockDim.x)
         reinterpret_cast<float *>(Vt)[idx] = 0.0f; /* rows past L: zeros, never used */
     __syncthreads();
@@ -420,14 +428,14 @@ __global__ void __launch_bounds__(CT__ATT_KV_WARPS * 32)
             float s = 0.0f;
 #pragma unroll
             for (int c = 0; c < NV; c++)
-                s = ct__dot4(dO[c], v[c], s);
+                s = ct_cuda_attention__dot4(dO[c], v[c], s);
             const float g = s * f;
             const float dS = P * (g - cb[i]);
             const float pd = P * f;
 #pragma unroll
             for (int c = 0; c < NV; c++) {
-                ct__axpy4(dv[c], pd, dO[c]);
-                ct__axpy4(dk[c], dS, Q[c]);
+                ct_cuda_attention__axpy4(dv[c], pd, dO[c]);
+                ct_cuda_attention__axpy4(dk[c], dS, Q[c]);
             }
         }
     }
@@ -458,73 +466,78 @@ __global__ void __launch_bounds__(CT__ATT_KV_WARPS * 32)
 
 /* Raises the kernel's dynamic shared-memory limit to nbytes when it needs more than the default
  * 48 KiB, after checking the device allows that much. */
-template <typename K> static int ct__att_smem(K *kernel, size_t nbytes)
+template <typename K> static int ct_cuda_attention__smem(K *kernel, size_t nbytes)
 {
     if (nbytes <= 48 * 1024)
         return 0;
     int dev = 0, optin = 0;
-    CT_CUDA_CHECK(cudaGetDevice(&dev));
-    CT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    CT_CUDA_CHECK(cudaGetDevice(&dev), NULL);
+    CT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+                  NULL);
     if (nbytes > (size_t)optin) {
         ct_log_error("attention: %zu bytes of shared memory needed, the device allows %d", nbytes,
                      optin);
         return CT_ERANGE_VALUE;
     }
     CT_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)nbytes));
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)nbytes),
+        NULL);
     return 0;
 }
 
 template <int NV>
-static int ct__att_fwd_launch(float *out, float *att, const float *qkv, const int32_t *qmask, int B,
-                              int L, int C, int NH, float scale, ct__att_drop_t dr,
-                              cudaStream_t stream)
+static int ct_cuda_attention__att_fwd_launch(float *out, float *att, const float *qkv,
+                                             const int32_t *qmask, int B, int L, int C, int NH,
+                                             float scale, ct_cuda_attention__att_drop_t dr,
+                                             cudaStream_t stream)
 {
-    const size_t smem = ct__att_rows_smem(L, ct__att_geom<NV>::LD4);
-    int rc = ct__att_smem(ct__att_fwd_kernel<NV>, smem);
+    const size_t smem = ct_cuda_attention__att_rows_smem(L, ct_cuda_attention__att_geom<NV>::LD4);
+    int rc = ct_cuda_attention__smem(ct_cuda_attention__att_fwd_kernel<NV>, smem);
     if (rc != 0)
         return rc;
     dim3 grid((unsigned)CT_CEIL_DIV(L, CT__ATT_TQ), (unsigned)NH, (unsigned)B);
-    CT_LAUNCH(ct__att_fwd_kernel<NV>, grid, CT__ATT_WARPS * 32, smem, stream, out, att, qkv, qmask,
-              L, C, NH, scale, dr);
+    CT_LAUNCH(ct_cuda_attention__att_fwd_kernel<NV>, grid, CT__ATT_WARPS * 32, smem, stream, out,
+              att, qkv, qmask, L, C, NH, scale, dr);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
 
 template <int NV>
-static int ct__att_bwd_launch(float *dqkv, float *crow, const float *dout, const float *att,
-                              const float *qkv, const int32_t *qmask, int B, int L, int C, int NH,
-                              float scale, ct__att_drop_t dr, cudaStream_t stream)
+static int ct_cuda_attention__att_bwd_launch(float *dqkv, float *crow, const float *dout,
+                                             const float *att, const float *qkv,
+                                             const int32_t *qmask, int B, int L, int C, int NH,
+                                             float scale, ct_cuda_attention__att_drop_t dr,
+                                             cudaStream_t stream)
 {
-    const size_t smem_q = ct__att_rows_smem(L, ct__att_geom<NV>::LD4);
-    const size_t smem_kv = ct__att_kv_smem<NV>();
-    int rc = ct__att_smem(ct__att_bwd_q_kernel<NV>, smem_q);
+    const size_t smem_q = ct_cuda_attention__att_rows_smem(L, ct_cuda_attention__att_geom<NV>::LD4);
+    const size_t smem_kv = ct_cuda_attention__kv_smem<NV>();
+    int rc = ct_cuda_attention__smem(ct_cuda_attention__att_bwd_q_kernel<NV>, smem_q);
     if (rc == 0)
-        rc = ct__att_smem(ct__att_bwd_kv_kernel<NV>, smem_kv);
+        rc = ct_cuda_attention__smem(ct_cuda_attention__att_bwd_kv_kernel<NV>, smem_kv);
     if (rc != 0)
         return rc;
     dim3 grid_q((unsigned)CT_CEIL_DIV(L, CT__ATT_TQ), (unsigned)NH, (unsigned)B);
-    CT_LAUNCH(ct__att_bwd_q_kernel<NV>, grid_q, CT__ATT_WARPS * 32, smem_q, stream, dqkv, crow,
-              dout, att, qkv, qmask, L, C, NH, scale, dr);
+    CT_LAUNCH(ct_cuda_attention__att_bwd_q_kernel<NV>, grid_q, CT__ATT_WARPS * 32, smem_q, stream,
+              dqkv, crow, dout, att, qkv, qmask, L, C, NH, scale, dr);
     CT_CUDA_CHECK_LAUNCH();
     /* Needs the row constants of the kernel above: same stream, so in order. */
     dim3 grid_kv((unsigned)CT_CEIL_DIV(L, 32), (unsigned)NH, (unsigned)B);
-    CT_LAUNCH(ct__att_bwd_kv_kernel<NV>, grid_kv, CT__ATT_KV_WARPS * 32, smem_kv, stream, dqkv,
-              crow, dout, att, qkv, qmask, L, C, NH, scale, dr);
+    CT_LAUNCH(ct_cuda_attention__att_bwd_kv_kernel<NV>, grid_kv, CT__ATT_KV_WARPS * 32, smem_kv,
+              stream, dqkv, crow, dout, att, qkv, qmask, L, C, NH, scale, dr);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
 
 /* The instantiation for a head width: float4 chunks 2, 4, 8, 13 (SASRec's 50) or 16. */
-static int ct__att_nv(int HS)
+static int ct_cuda_attention__att_nv(int HS)
 {
     const int nv = (HS + 3) / 4;
     return nv <= 2 ? 2 : nv <= 4 ? 4 : nv <= 8 ? 8 : nv <= 13 ? 13 : 16;
 }
 
-static ct__att_drop_t ct__att_dropout(ct_dropout_t drop)
+static ct_cuda_attention__att_drop_t ct_cuda_attention__att_dropout(ct_dropout_t drop)
 {
-    ct__att_drop_t d;
+    ct_cuda_attention__att_drop_t d;
     d.seed = drop.seed;
     d.stream = drop.stream;
     d.offset = drop.offset;
@@ -552,19 +565,24 @@ extern "C" int ct_attention_forward_cuda(float *out, float *att, float *scratch,
         return 0;
     const int HS = C / NH;
     const float scale = 1.0f / sqrtf((float)HS);
-    const ct__att_drop_t dr = ct__att_dropout(drop);
+    const ct_cuda_attention__att_drop_t dr = ct_cuda_attention__att_dropout(drop);
     cudaStream_t s = (cudaStream_t)stream;
-    switch (ct__att_nv(HS)) {
+    switch (ct_cuda_attention__att_nv(HS)) {
     case 2:
-        return ct__att_fwd_launch<2>(out, att, qkv, qmask, B, L, C, NH, scale, dr, s);
+        return ct_cuda_attention__att_fwd_launch<2>(out, att, qkv, qmask, B, L, C, NH, scale, dr,
+                                                    s);
     case 4:
-        return ct__att_fwd_launch<4>(out, att, qkv, qmask, B, L, C, NH, scale, dr, s);
+        return ct_cuda_attention__att_fwd_launch<4>(out, att, qkv, qmask, B, L, C, NH, scale, dr,
+                                                    s);
     case 8:
-        return ct__att_fwd_launch<8>(out, att, qkv, qmask, B, L, C, NH, scale, dr, s);
+        return ct_cuda_attention__att_fwd_launch<8>(out, att, qkv, qmask, B, L, C, NH, scale, dr,
+                                                    s);
     case 13:
-        return ct__att_fwd_launch<13>(out, att, qkv, qmask, B, L, C, NH, scale, dr, s);
+        return ct_cuda_attention__att_fwd_launch<13>(out, att, qkv, qmask, B, L, C, NH, scale, dr,
+                                                     s);
     default:
-        return ct__att_fwd_launch<16>(out, att, qkv, qmask, B, L, C, NH, scale, dr, s);
+        return ct_cuda_attention__att_fwd_launch<16>(out, att, qkv, qmask, B, L, C, NH, scale, dr,
+                                                     s);
     }
 }
 
@@ -578,23 +596,23 @@ extern "C" int ct_attention_backward_cuda(float *dqkv, float *scratch, const flo
         return 0;
     const int HS = C / NH;
     const float scale = 1.0f / sqrtf((float)HS);
-    const ct__att_drop_t dr = ct__att_dropout(drop);
+    const ct_cuda_attention__att_drop_t dr = ct_cuda_attention__att_dropout(drop);
     cudaStream_t s = (cudaStream_t)stream;
-    switch (ct__att_nv(HS)) {
+    switch (ct_cuda_attention__att_nv(HS)) {
     case 2:
-        return ct__att_bwd_launch<2>(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, scale, dr,
-                                     s);
+        return ct_cuda_attention__att_bwd_launch<2>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
+                                                    NH, scale, dr, s);
     case 4:
-        return ct__att_bwd_launch<4>(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, scale, dr,
-                                     s);
+        return ct_cuda_attention__att_bwd_launch<4>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
+                                                    NH, scale, dr, s);
     case 8:
-        return ct__att_bwd_launch<8>(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, scale, dr,
-                                     s);
+        return ct_cuda_attention__att_bwd_launch<8>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
+                                                    NH, scale, dr, s);
     case 13:
-        return ct__att_bwd_launch<13>(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, scale, dr,
-                                      s);
+        return ct_cuda_attention__att_bwd_launch<13>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
+                                                     NH, scale, dr, s);
     default:
-        return ct__att_bwd_launch<16>(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, scale, dr,
-                                      s);
+        return ct_cuda_attention__att_bwd_launch<16>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
+                                                     NH, scale, dr, s);
     }
 }

@@ -18,21 +18,19 @@ extern "C" int ct_cuda_ctx_init(ct_cuda_ctx_t *ctx, ct_stream_t stream, unsigned
     }
     ctx->stream = stream;
     ctx->flags = flags;
-    CT_CUBLAS_CHECK_GOTO(cublasCreate(&h), rc, fail);
+    CT_CUBLAS_CHECK_GOTO(cublasCreate(&h), rc, NULL, fail);
     ctx->blas = h;
-    CT_CUDA_CHECK_GOTO(cudaMalloc(&ctx->workspace, CT_CUDA_CTX_WORKSPACE_NBYTES), rc, fail);
+    CT_CUDA_CHECK_GOTO(cudaMalloc(&ctx->workspace, CT_CUDA_CTX_WORKSPACE_NBYTES), rc, NULL, fail);
     ctx->workspace_nbytes = CT_CUDA_CTX_WORKSPACE_NBYTES;
-    CT_CUDA_CHECK_GOTO(cudaMalloc((void **)&ctx->scratch, CT_CUDA_CTX_SCRATCH * sizeof(float)), rc,
-                       fail);
+    CT_CUDA_CHECK_GOTO(cudaMalloc((void **)&ctx->scratch, CT_CUDA_CTX_SCRATCH * sizeof(float)), rc, NULL, fail);
     /* cublasSetStream resets the handle to its default workspace, so the workspace is set
      * after the stream. */
-    CT_CUBLAS_CHECK_GOTO(cublasSetStream(h, (cudaStream_t)stream), rc, fail);
-    CT_CUBLAS_CHECK_GOTO(cublasSetWorkspace(h, ctx->workspace, ctx->workspace_nbytes), rc, fail);
+    CT_CUBLAS_CHECK_GOTO(cublasSetStream(h, (cudaStream_t)stream), rc, NULL, fail);
+    CT_CUBLAS_CHECK_GOTO(cublasSetWorkspace(h, ctx->workspace, ctx->workspace_nbytes), rc, NULL, fail);
     CT_CUBLAS_CHECK_GOTO(cublasSetMathMode(h, (flags & CT_CUDA_CTX_TF32)
                                                   ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                  : CUBLAS_DEFAULT_MATH),
-                         rc, fail);
-    CT_CUBLAS_CHECK_GOTO(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST), rc, fail);
+                                                  : CUBLAS_DEFAULT_MATH), rc, NULL, fail);
+    CT_CUBLAS_CHECK_GOTO(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST), rc, NULL, fail);
     return 0;
 fail:
     ct_cuda_ctx_close(ctx);

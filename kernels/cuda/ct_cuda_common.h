@@ -1,6 +1,7 @@
 /*
  * ct_cuda_common.h - what the files of kernels/cuda share and nothing else (not installed, not
- * for callers of ct_kernels_cuda.h): the launch and shared-memory macros, warp and block
+ * for callers of ct_kernels_cuda.h): the launch and shared-memory macros, the launch and shape
+ * checks (error checks themselves: common/ct_cuda_check.h), warp and block
  * reductions with a fixed order, the launch geometry of grid-stride loops and reductions, and
  * the row-sorted item scatter that embed.cu and loss.cu both use.
  *
@@ -32,6 +33,22 @@
 #endif
 
 #define CT__FULL_MASK 0xffffffffu
+
+/* After a kernel launch: reports a bad configuration or an earlier asynchronous error. */
+#define CT_CUDA_CHECK_LAUNCH() CT_CUDA_CHECK(cudaGetLastError(), NULL)
+
+/* A launcher's precondition on its shapes: when cond is false, logs the condition with the
+ * function, file and line and returns CT_ERANGE_VALUE. Launchers check before any CUDA call. */
+#define CT_CUDA_REQUIRE(cond)                                                               \
+    do {                                                                                    \
+        if (!(cond)) {                                                                      \
+            ct_log_error("%s: unsupported arguments at %s:%d: need %s", __func__, __FILE__, \
+                         __LINE__, #cond);                                                  \
+            return CT_ERANGE_VALUE;                                                         \
+        }                                                                                   \
+    } while (0)
+
+#define CT_CEIL_DIV(a, b) (((a) + (b)-1) / (b))
 
 /* cublasSgemm, or with CT_CUDA_CTX_BF16 the same product with bfloat16 factors and float
  * accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F_FAST_16BF). Every matrix product of

@@ -7,7 +7,7 @@
  */
 #include "ct_cuda_common.h"
 
-__global__ void ct__dropout_kernel(float *out, const float *inp, int64_t n, float p,
+__global__ void ct_cuda_dropout__dropout_kernel(float *out, const float *inp, int64_t n, float p,
                                    float keep_scale, uint64_t seed, uint64_t stream,
                                    uint64_t offset, uint64_t nblocks)
 {
@@ -37,21 +37,21 @@ extern "C" int ct_dropout_cuda(float *out, const float *inp, int64_t n, ct_dropo
     if (drop.p <= 0.0f) {
         if (out != inp)
             CT_CUDA_CHECK(cudaMemcpyAsync(out, inp, (size_t)n * sizeof *out,
-                                          cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
+                                          cudaMemcpyDeviceToDevice, (cudaStream_t)stream), NULL);
         return 0;
     }
     /* The CPU's expression, evaluated in float on the host. */
     const float keep_scale = 1.0f / (1.0f - drop.p);
     const uint64_t nblocks = (drop.offset + (uint64_t)n - 1) / 4 - drop.offset / 4 + 1;
-    CT_LAUNCH(ct__dropout_kernel, ct__grid_1d((int64_t)nblocks, CT__THREADS), CT__THREADS, 0,
-              stream, out, inp, n, drop.p, keep_scale, drop.seed, drop.stream, drop.offset,
-              nblocks);
+    CT_LAUNCH(ct_cuda_dropout__dropout_kernel, ct__grid_1d((int64_t)nblocks, CT__THREADS),
+              CT__THREADS, 0, stream, out, inp, n, drop.p, keep_scale, drop.seed, drop.stream,
+              drop.offset, nblocks);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
 
-__global__ void ct__timeline_kernel(float *out, const float *inp, const int32_t *seq, int64_t n,
-                                    int C)
+__global__ void ct_cuda_dropout__timeline_kernel(float *out, const float *inp, const int32_t *seq,
+                                                 int64_t n, int C)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -67,8 +67,8 @@ extern "C" int ct_timeline_mask_cuda(float *out, const float *inp, const int32_t
     const int64_t n = (int64_t)N * C;
     if (n == 0)
         return 0;
-    CT_LAUNCH(ct__timeline_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream, out, inp,
-              seq, n, C);
+    CT_LAUNCH(ct_cuda_dropout__timeline_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream,
+              out, inp, seq, n, C);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }

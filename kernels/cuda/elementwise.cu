@@ -10,7 +10,7 @@
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
          i += (int64_t)gridDim.x * blockDim.x)
 
-__global__ void ct__relu_fwd_kernel(float *out, const float *inp, int64_t n)
+__global__ void ct_cuda_elementwise__relu_fwd_kernel(float *out, const float *inp, int64_t n)
 {
     CT__FOR_EACH(i, n)
     {
@@ -19,7 +19,8 @@ __global__ void ct__relu_fwd_kernel(float *out, const float *inp, int64_t n)
     }
 }
 
-__global__ void ct__relu_bwd_kernel(float *dinp, const float *dout, const float *out, int64_t n)
+__global__ void ct_cuda_elementwise__relu_bwd_kernel(float *dinp, const float *dout,
+                                                     const float *out, int64_t n)
 {
     CT__FOR_EACH(i, n)
     {
@@ -27,7 +28,8 @@ __global__ void ct__relu_bwd_kernel(float *dinp, const float *dout, const float 
     }
 }
 
-__global__ void ct__residual_fwd_kernel(float *out, const float *inp1, const float *inp2, int64_t n)
+__global__ void ct_cuda_elementwise__residual_fwd_kernel(float *out, const float *inp1,
+                                                         const float *inp2, int64_t n)
 {
     CT__FOR_EACH(i, n)
     {
@@ -35,7 +37,8 @@ __global__ void ct__residual_fwd_kernel(float *out, const float *inp1, const flo
     }
 }
 
-__global__ void ct__residual_bwd_kernel(float *dinp1, float *dinp2, const float *dout, int64_t n)
+__global__ void ct_cuda_elementwise__residual_bwd_kernel(float *dinp1, float *dinp2,
+                                                         const float *dout, int64_t n)
 {
     CT__FOR_EACH(i, n)
     {
@@ -45,7 +48,7 @@ __global__ void ct__residual_bwd_kernel(float *dinp1, float *dinp2, const float 
     }
 }
 
-__global__ void ct__scale_kernel(float *x, float s, int64_t n)
+__global__ void ct_cuda_elementwise__scale_kernel(float *x, float s, int64_t n)
 {
     CT__FOR_EACH(i, n)
     {
@@ -65,28 +68,28 @@ __global__ void ct__scale_kernel(float *x, float s, int64_t n)
 
 extern "C" int ct_relu_forward_cuda(float *out, const float *inp, int64_t n, ct_stream_t stream)
 {
-    CT__LAUNCH_1D(ct__relu_fwd_kernel, n, stream, out, inp, n);
+    CT__LAUNCH_1D(ct_cuda_elementwise__relu_fwd_kernel, n, stream, out, inp, n);
 }
 
 extern "C" int ct_relu_backward_cuda(float *dinp, const float *dout, const float *out, int64_t n,
                                      ct_stream_t stream)
 {
-    CT__LAUNCH_1D(ct__relu_bwd_kernel, n, stream, dinp, dout, out, n);
+    CT__LAUNCH_1D(ct_cuda_elementwise__relu_bwd_kernel, n, stream, dinp, dout, out, n);
 }
 
 extern "C" int ct_residual_forward_cuda(float *out, const float *inp1, const float *inp2, int64_t n,
                                         ct_stream_t stream)
 {
-    CT__LAUNCH_1D(ct__residual_fwd_kernel, n, stream, out, inp1, inp2, n);
+    CT__LAUNCH_1D(ct_cuda_elementwise__residual_fwd_kernel, n, stream, out, inp1, inp2, n);
 }
 
 extern "C" int ct_residual_backward_cuda(float *dinp1, float *dinp2, const float *dout, int64_t n,
                                          ct_stream_t stream)
 {
-    CT__LAUNCH_1D(ct__residual_bwd_kernel, n, stream, dinp1, dinp2, dout, n);
+    CT__LAUNCH_1D(ct_cuda_elementwise__residual_bwd_kernel, n, stream, dinp1, dinp2, dout, n);
 }
 
 extern "C" int ct_scale_cuda(float *x, float s, int64_t n, ct_stream_t stream)
 {
-    CT__LAUNCH_1D(ct__scale_kernel, n, stream, x, s, n);
+    CT__LAUNCH_1D(ct_cuda_elementwise__scale_kernel, n, stream, x, s, n);
 }

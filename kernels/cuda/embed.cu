@@ -16,7 +16,7 @@
 
 #include "ct_cuda_common.h"
 
-__global__ void ct__embed_fwd_kernel(float *out, const float *wte, const float *wpe,
+__global__ void ct_cuda_embed__embed_fwd_kernel(float *out, const float *wte, const float *wpe,
                                      const int32_t *seq, int64_t n, int L, int C, float scale,
                                      int padded)
 {
@@ -44,8 +44,8 @@ extern "C" int ct_embed_forward_cuda(float *out, const float *wte, const float *
     const int64_t n = (int64_t)B * L * C;
     if (n == 0)
         return 0;
-    CT_LAUNCH(ct__embed_fwd_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream, out, wte,
-              wpe, seq, n, L, C, scale, pos_mode == CT_POS_PADDED);
+    CT_LAUNCH(ct_cuda_embed__embed_fwd_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream,
+              out, wte, wpe, seq, n, L, C, scale, pos_mode == CT_POS_PADDED);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -53,8 +53,8 @@ extern "C" int ct_embed_forward_cuda(float *out, const float *wte, const float *
 /* dwpe[pid(t), c] += dout[b, t, c] for b = 0..B-1 in order: one thread per (t, c). The loads of
  * eight sequences are issued before their additions so that the chain of dependent adds does
  * not wait on one load at a time. */
-__global__ void ct__embed_dwpe_kernel(float *dwpe, const float *dout, const int32_t *seq, int B,
-                                      int L, int C, int padded)
+__global__ void ct_cuda_embed__embed_dwpe_kernel(float *dwpe, const float *dout, const int32_t *seq,
+                                                 int B, int L, int C, int padded)
 {
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= (int64_t)L * C)
@@ -100,7 +100,7 @@ extern "C" int ct_embed_backward_cuda(float *dwte, float *dwpe, void *scratch, c
         return rc;
     if (dwpe) {
         const int64_t n = (int64_t)L * C;
-        CT_LAUNCH(ct__embed_dwpe_kernel, (unsigned)CT_CEIL_DIV(n, (int64_t)CT__THREADS),
+        CT_LAUNCH(ct_cuda_embed__embed_dwpe_kernel, (unsigned)CT_CEIL_DIV(n, (int64_t)CT__THREADS),
                   CT__THREADS, 0, stream, dwpe, dout, seq, B, L, C, pos_mode == CT_POS_PADDED);
         CT_CUDA_CHECK_LAUNCH();
     }
@@ -115,8 +115,9 @@ extern "C" int ct_embed_backward_cuda_scratch(size_t *nbytes, int B, int L)
 
 /* ---- the item scatter --------------------------------------------------------------------- */
 
-__global__ void ct__scatter_atomic_kernel(float *dst, const float *src, const int32_t *ids,
-                                          const float *rowscale, float scale, int64_t total, int C)
+__global__ void ct_cuda_embed__scatter_atomic_kernel(float *dst, const float *src,
+                                                     const int32_t *ids, const float *rowscale,
+                                                     float scale, int64_t total, int C)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -129,7 +130,7 @@ __global__ void ct__scatter_atomic_kernel(float *dst, const float *src, const in
     }
 }
 
-__global__ void ct__iota_kernel(int32_t *x, int n)
+__global__ void ct_cuda_embed__iota_kernel(int32_t *x, int n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
@@ -140,9 +141,10 @@ __global__ void ct__iota_kernel(int32_t *x, int n)
  * the run's rows (which the stable sort left in row order) into that id's row, lanes over
  * channels. Every other warp returns at once. The loads of eight rows are issued before their
  * (ordered) additions, so a popular item's long run does not wait on one load at a time. */
-__global__ void ct__scatter_sorted_kernel(float *dst, const int32_t *skeys, const int32_t *srows,
-                                          const float *src, const float *rowscale, float scale,
-                                          int n, int C)
+__global__ void ct_cuda_embed__scatter_sorted_kernel(float *dst, const int32_t *skeys,
+                                                     const int32_t *srows, const float *src,
+                                                     const float *rowscale, float scale, int n,
+                                                     int C)
 {
     const int64_t w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
     const int lane = (int)(threadIdx.x & 31);
@@ -179,18 +181,19 @@ __global__ void ct__scatter_sorted_kernel(float *dst, const int32_t *skeys, cons
     }
 }
 
-static size_t ct__align16(size_t x)
+static size_t ct_cuda_embed__align16(size_t x)
 {
     return (x + 15) & ~(size_t)15;
 }
 
 /* The sort's temporary size for n keys, as CUB reports it. */
-static int ct__sort_temp_bytes(size_t *bytes, int n)
+static int ct_cuda_embed__sort_temp_bytes(size_t *bytes, int n)
 {
     *bytes = 0;
     CT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, *bytes, (const int32_t *)NULL,
                                                   (int32_t *)NULL, (const int32_t *)NULL,
-                                                  (int32_t *)NULL, n, 0, 32, (cudaStream_t)0));
+                                                  (int32_t *)NULL, n, 0, 32, (cudaStream_t)0),
+                  NULL);
     return 0;
 }
 
@@ -198,11 +201,12 @@ int ct__scatter_rows_scratch(size_t *nbytes, int n)
 {
     size_t temp = 0;
     *nbytes = 0;
-    int rc = ct__sort_temp_bytes(&temp, n);
+    int rc = ct_cuda_embed__sort_temp_bytes(&temp, n);
     if (rc != 0)
         return rc;
     /* sorted ids, row numbers 0..n-1, sorted row numbers, then CUB's temporary storage */
-    *nbytes = 3 * ct__align16((size_t)n * sizeof(int32_t)) + ct__align16(temp);
+    *nbytes =
+        3 * ct_cuda_embed__align16((size_t)n * sizeof(int32_t)) + ct_cuda_embed__align16(temp);
     return 0;
 }
 
@@ -213,32 +217,34 @@ int ct__scatter_rows_cuda(float *dst, void *scratch, const float *src, const int
         return 0;
     if (!scratch) {
         const int64_t total = (int64_t)n * C;
-        CT_LAUNCH(ct__scatter_atomic_kernel, ct__grid_1d(total, CT__THREADS), CT__THREADS, 0,
-                  stream, dst, src, ids, rowscale, scale, total, C);
+        CT_LAUNCH(ct_cuda_embed__scatter_atomic_kernel, ct__grid_1d(total, CT__THREADS),
+                  CT__THREADS, 0, stream, dst, src, ids, rowscale, scale, total, C);
         CT_CUDA_CHECK_LAUNCH();
         return 0;
     }
     CT_CUDA_REQUIRE(((uintptr_t)scratch & 15) == 0);
     size_t temp = 0;
-    int rc = ct__sort_temp_bytes(&temp, n);
+    int rc = ct_cuda_embed__sort_temp_bytes(&temp, n);
     if (rc != 0)
         return rc;
-    const size_t part = ct__align16((size_t)n * sizeof(int32_t));
+    const size_t part = ct_cuda_embed__align16((size_t)n * sizeof(int32_t));
     char *base = (char *)scratch;
     int32_t *skeys = (int32_t *)base;
     int32_t *rows = (int32_t *)(base + part);
     int32_t *srows = (int32_t *)(base + 2 * part);
     void *tmp = base + 3 * part;
 
-    CT_LAUNCH(ct__iota_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream, rows, n);
+    CT_LAUNCH(ct_cuda_embed__iota_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream, rows,
+              n);
     CT_CUDA_CHECK_LAUNCH();
     /* Radix sort is stable: rows sharing an id stay in row order. Ids are non-negative, all
      * 32 bits are sorted (the table size is not an argument of the ops). */
     CT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp, temp, ids, skeys, (const int32_t *)rows,
-                                                  srows, n, 0, 32, stream));
+                                                  srows, n, 0, 32, stream), NULL);
     const int64_t threads = (int64_t)n * 32;
-    CT_LAUNCH(ct__scatter_sorted_kernel, (unsigned)CT_CEIL_DIV(threads, (int64_t)CT__THREADS),
-              CT__THREADS, 0, stream, dst, skeys, srows, src, rowscale, scale, n, C);
+    CT_LAUNCH(ct_cuda_embed__scatter_sorted_kernel,
+              (unsigned)CT_CEIL_DIV(threads, (int64_t)CT__THREADS), CT__THREADS, 0, stream, dst,
+              skeys, srows, src, rowscale, scale, n, C);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }

@@ -6,7 +6,7 @@
  */
 #include "ct_cuda_common.h"
 
-__global__ void ct__score_cand_kernel(float *scores, const float *feats, const float *wte,
+__global__ void ct_cuda_eval__score_cand_kernel(float *scores, const float *feats, const float *wte,
                                       const int32_t *cand, int64_t n, int K, int C, int ldf)
 {
     const int lane = (int)(threadIdx.x & 31);
@@ -31,8 +31,9 @@ extern "C" int ct_score_candidates_cuda(float *scores, const float *feats, const
     const int64_t n = (int64_t)U * K;
     if (n == 0)
         return 0;
-    CT_LAUNCH(ct__score_cand_kernel, (unsigned)CT_CEIL_DIV(n, (int64_t)(CT__THREADS / 32)),
-              CT__THREADS, 0, stream, scores, feats, wte, cand, n, K, C, ldf);
+    CT_LAUNCH(ct_cuda_eval__score_cand_kernel,
+              (unsigned)CT_CEIL_DIV(n, (int64_t)(CT__THREADS / 32)), CT__THREADS, 0, stream, scores,
+              feats, wte, cand, n, K, C, ldf);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -47,14 +48,15 @@ extern "C" int ct_score_all_cuda(float *scores, const float *feats, const float 
     /* scores^T (V,U) = wte (V,C) feats^T (C,U), column-major. */
     const float one = 1.0f, zero = 0.0f;
     CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, V, U, C, &one, wte, C, feats, ldf,
-                             &zero, scores, V));
+                             &zero, scores, V), NULL);
     return 0;
 }
 
 /* Block u: counts items scoring at least the target's (ct_rank_all_cpu's rule), then takes back
  * the excluded ones that counted. Integer counts, so the order of the block's sum is free. */
-__global__ void ct__rank_all_kernel(int32_t *ranks, const float *scores, const int32_t *targets,
-                                    const int32_t *excl_off, const int32_t *excl, int V)
+__global__ void ct_cuda_eval__rank_all_kernel(int32_t *ranks, const float *scores,
+                                              const int32_t *targets, const int32_t *excl_off,
+                                              const int32_t *excl, int V)
 {
     __shared__ long long sh[32];
     const int64_t u = blockIdx.x;
@@ -85,8 +87,8 @@ extern "C" int ct_rank_all_cuda(int32_t *ranks, const float *scores, const int32
     CT_CUDA_REQUIRE(U >= 0 && V >= 2);
     if (U == 0)
         return 0;
-    CT_LAUNCH(ct__rank_all_kernel, (unsigned)U, CT__THREADS, 0, stream, ranks, scores, targets,
-              excl_off, excl, V);
+    CT_LAUNCH(ct_cuda_eval__rank_all_kernel, (unsigned)U, CT__THREADS, 0, stream, ranks, scores,
+              targets, excl_off, excl, V);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }

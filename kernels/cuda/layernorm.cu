@@ -15,8 +15,9 @@
 #define CT__LN_WARPS 4
 
 __global__ void __launch_bounds__(CT__LN_WARPS * 32)
-    ct__ln_fwd_kernel(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                      const float *bias, int N, int C, float eps)
+    ct_cuda_layernorm__ln_fwd_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                     const float *weight, const float *bias, int N, int C,
+                                     float eps)
 {
     const int lane = (int)(threadIdx.x & 31);
     const int64_t row = (int64_t)blockIdx.x * CT__LN_WARPS + (threadIdx.x >> 5);
@@ -50,8 +51,8 @@ extern "C" int ct_layernorm_forward_cuda(float *out, float *mean, float *rstd, c
     CT_CUDA_REQUIRE(N >= 0 && C >= 1 && C <= CT_LAYERNORM_CUDA_MAX_C);
     if (N == 0)
         return 0;
-    CT_LAUNCH(ct__ln_fwd_kernel, (unsigned)CT_CEIL_DIV(N, CT__LN_WARPS), CT__LN_WARPS * 32, 0,
-              stream, out, mean, rstd, inp, weight, bias, N, C, eps);
+    CT_LAUNCH(ct_cuda_layernorm__ln_fwd_kernel, (unsigned)CT_CEIL_DIV(N, CT__LN_WARPS),
+              CT__LN_WARPS * 32, 0, stream, out, mean, rstd, inp, weight, bias, N, C, eps);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -61,8 +62,9 @@ extern "C" int ct_layernorm_forward_cuda(float *out, float *mean, float *rstd, c
  * memory (lanes own channels, so no two threads touch one element), which the block then adds
  * in warp order into part[p] = [dweight partial (C) | dbias partial (C)]. */
 __global__ void __launch_bounds__(CT__LN_WARPS * 32)
-    ct__ln_bwd_kernel(float *dinp, float *part, const float *dout, const float *inp,
-                      const float *weight, const float *mean, const float *rstd, int N, int C)
+    ct_cuda_layernorm__ln_bwd_kernel(float *dinp, float *part, const float *dout, const float *inp,
+                                     const float *weight, const float *mean, const float *rstd,
+                                     int N, int C)
 {
     CT_DYNAMIC_SMEM(float, sh); /* [CT__LN_WARPS][2][C] */
     const int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x >> 5);
@@ -110,8 +112,8 @@ __global__ void __launch_bounds__(CT__LN_WARPS * 32)
 }
 
 /* dweight[c] += sum_p part[p][c], dbias[c] += sum_p part[p][C + c], p in order. */
-__global__ void ct__ln_bwd_final_kernel(float *dweight, float *dbias, const float *part, int parts,
-                                        int C)
+__global__ void ct_cuda_layernorm__ln_bwd_final_kernel(float *dweight, float *dbias,
+                                                       const float *part, int parts, int C)
 {
     const int j = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (j >= 2 * C)
@@ -134,11 +136,11 @@ extern "C" int ct_layernorm_backward_cuda(float *dinp, float *dweight, float *db
         return 0;
     const int parts = (int)CT_CEIL_DIV(N, CT_LAYERNORM_BWD_CUDA_ROWS);
     const size_t smem = (size_t)CT__LN_WARPS * 2 * C * sizeof(float);
-    CT_LAUNCH(ct__ln_bwd_kernel, (unsigned)parts, CT__LN_WARPS * 32, smem, stream, dinp, scratch,
-              dout, inp, weight, mean, rstd, N, C);
+    CT_LAUNCH(ct_cuda_layernorm__ln_bwd_kernel, (unsigned)parts, CT__LN_WARPS * 32, smem, stream,
+              dinp, scratch, dout, inp, weight, mean, rstd, N, C);
     CT_CUDA_CHECK_LAUNCH();
-    CT_LAUNCH(ct__ln_bwd_final_kernel, (unsigned)CT_CEIL_DIV(2 * C, 128), 128, 0, stream, dweight,
-              dbias, scratch, parts, C);
+    CT_LAUNCH(ct_cuda_layernorm__ln_bwd_final_kernel, (unsigned)CT_CEIL_DIV(2 * C, 128), 128, 0,
+              stream, dweight, dbias, scratch, parts, C);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }

@@ -18,7 +18,8 @@
  */
 #include "ct_cuda_common.h"
 
-__global__ void ct__bias_fill_kernel(float *out, int ldo, const float *bias, int64_t n, int OC)
+__global__ void ct_cuda_linear__bias_fill_kernel(float *out, int ldo, const float *bias, int64_t n,
+                                                 int OC)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -31,8 +32,8 @@ __global__ void ct__bias_fill_kernel(float *out, int ldo, const float *bias, int
 /* Column sums of x (N rows of OC columns, ld apart) over rows [p*R, p*R + R): a block of 32
  * columns by 8 row lanes, the 8 lanes' sums added in lane order. direct: add into dst[c]
  * (one part covers all rows); otherwise write dst[p*OC + c]. */
-__global__ void ct__colsum_part_kernel(float *dst, int direct, const float *x, int ld, int N,
-                                       int OC, int R)
+__global__ void ct_cuda_linear__colsum_part_kernel(float *dst, int direct, const float *x, int ld,
+                                                   int N, int OC, int R)
 {
     __shared__ float sh[8][33];
     const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
@@ -57,7 +58,8 @@ __global__ void ct__colsum_part_kernel(float *dst, int direct, const float *x, i
     }
 }
 
-__global__ void ct__colsum_final_kernel(float *dbias, const float *part, int parts, int OC)
+__global__ void ct_cuda_linear__colsum_final_kernel(float *dbias, const float *part, int parts,
+                                                    int OC)
 {
     const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (c >= OC)
@@ -70,7 +72,8 @@ __global__ void ct__colsum_final_kernel(float *dbias, const float *part, int par
 }
 
 /* dbias[c] += sum over the N rows of x[r, c]. */
-static int ct__colsum(float *dbias, const float *x, int ld, int N, int OC, const ct_cuda_ctx_t *ctx)
+static int ct_cuda_linear__colsum(float *dbias, const float *x, int ld, int N, int OC,
+                                  const ct_cuda_ctx_t *ctx)
 {
     const int64_t max_parts = (int64_t)(CT_CUDA_CTX_SCRATCH / (size_t)OC);
     int64_t parts = CT_CEIL_DIV((int64_t)N, (int64_t)64);
@@ -84,53 +87,57 @@ static int ct__colsum(float *dbias, const float *x, int ld, int N, int OC, const
     dim3 grid((unsigned)CT_CEIL_DIV(OC, 32), (unsigned)parts);
     dim3 block(32, 8);
     if (parts == 1) {
-        CT_LAUNCH(ct__colsum_part_kernel, grid, block, 0, ctx->stream, dbias, 1, x, ld, N, OC, R);
+        CT_LAUNCH(ct_cuda_linear__colsum_part_kernel, grid, block, 0, ctx->stream, dbias, 1, x, ld,
+                  N, OC, R);
         CT_CUDA_CHECK_LAUNCH();
         return 0;
     }
-    CT_LAUNCH(ct__colsum_part_kernel, grid, block, 0, ctx->stream, ctx->scratch, 0, x, ld, N, OC,
-              R);
+    CT_LAUNCH(ct_cuda_linear__colsum_part_kernel, grid, block, 0, ctx->stream, ctx->scratch, 0, x,
+              ld, N, OC, R);
     CT_CUDA_CHECK_LAUNCH();
-    CT_LAUNCH(ct__colsum_final_kernel, (unsigned)CT_CEIL_DIV(OC, 128), 128, 0, ctx->stream, dbias,
-              ctx->scratch, (int)parts, OC);
+    CT_LAUNCH(ct_cuda_linear__colsum_final_kernel, (unsigned)CT_CEIL_DIV(OC, 128), 128, 0,
+              ctx->stream, dbias, ctx->scratch, (int)parts, OC);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
 
 /* out[r, 0:OC] = inp[r, 0:IC] W^T + bias, rows of out ldo apart and of inp ldi apart. */
-static int ct__linear_fwd(float *out, int ldo, const float *inp, int ldi, const float *weight,
-                          const float *bias, int N, int IC, int OC, const ct_cuda_ctx_t *ctx)
+static int ct_cuda_linear__linear_fwd(float *out, int ldo, const float *inp, int ldi,
+                                      const float *weight, const float *bias, int N, int IC, int OC,
+                                      const ct_cuda_ctx_t *ctx)
 {
     if (N <= 0 || OC <= 0)
         return 0;
     float alpha = 1.0f, beta = 0.0f;
     if (bias) {
         const int64_t n = (int64_t)N * OC;
-        CT_LAUNCH(ct__bias_fill_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, ctx->stream,
-                  out, ldo, bias, n, OC);
+        CT_LAUNCH(ct_cuda_linear__bias_fill_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0,
+                  ctx->stream, out, ldo, bias, n, OC);
         CT_CUDA_CHECK_LAUNCH();
         beta = 1.0f;
     }
     CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &alpha, weight, IC, inp, ldi,
-                             &beta, out, ldo));
+                             &beta, out, ldo), NULL);
     return 0;
 }
 
-/* The backward of ct__linear_fwd, all three gradients accumulated; dout rows lds apart. */
-static int ct__linear_bwd(float *dinp, int ldi, float *dweight, float *dbias, const float *dout,
-                          int lds, const float *inp, const float *weight, int N, int IC, int OC,
-                          const ct_cuda_ctx_t *ctx)
+/* The backward of ct_cuda_linear__linear_fwd, all three gradients accumulated; dout rows lds apart.
+ */
+static int ct_cuda_linear__linear_bwd(float *dinp, int ldi, float *dweight, float *dbias,
+                                      const float *dout, int lds, const float *inp,
+                                      const float *weight, int N, int IC, int OC,
+                                      const ct_cuda_ctx_t *ctx)
 {
     if (N <= 0 || OC <= 0)
         return 0;
     float one = 1.0f;
     if (dinp)
         CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, &one, weight, IC, dout,
-                                 lds, &one, dinp, ldi));
+                                 lds, &one, dinp, ldi), NULL);
     CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one, inp, ldi, dout, lds,
-                             &one, dweight, IC));
+                             &one, dweight, IC), NULL);
     if (dbias)
-        return ct__colsum(dbias, dout, lds, N, OC, ctx);
+        return ct_cuda_linear__colsum(dbias, dout, lds, N, OC, ctx);
     return 0;
 }
 
@@ -140,7 +147,7 @@ extern "C" int ct_linear_forward_cuda(float *out, const float *inp, const float 
 {
     CT_CUDA_REQUIRE(ctx && ctx->blas);
     CT_CUDA_REQUIRE(N >= 0 && IC >= 1 && OC >= 0);
-    return ct__linear_fwd(out, OC, inp, IC, weight, bias, N, IC, OC, ctx);
+    return ct_cuda_linear__linear_fwd(out, OC, inp, IC, weight, bias, N, IC, OC, ctx);
 }
 
 extern "C" int ct_linear_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -149,7 +156,8 @@ extern "C" int ct_linear_backward_cuda(float *dinp, float *dweight, float *dbias
 {
     CT_CUDA_REQUIRE(ctx && ctx->blas);
     CT_CUDA_REQUIRE(N >= 0 && IC >= 1 && OC >= 0);
-    return ct__linear_bwd(dinp, IC, dweight, dbias, dout, OC, inp, weight, N, IC, OC, ctx);
+    return ct_cuda_linear__linear_bwd(dinp, IC, dweight, dbias, dout, OC, inp, weight, N, IC, OC,
+                                      ctx);
 }
 
 extern "C" int ct_qkv_forward_cuda(float *qkv, const float *xq, const float *xkv,
@@ -159,13 +167,13 @@ extern "C" int ct_qkv_forward_cuda(float *qkv, const float *xq, const float *xkv
     CT_CUDA_REQUIRE(ctx && ctx->blas);
     CT_CUDA_REQUIRE(N >= 0 && C >= 1);
     if (xq == xkv)
-        return ct__linear_fwd(qkv, 3 * C, xq, C, weight, bias, N, C, 3 * C, ctx);
+        return ct_cuda_linear__linear_fwd(qkv, 3 * C, xq, C, weight, bias, N, C, 3 * C, ctx);
     /* Rows 0..C-1 of the weight make q from xq, rows C..3C-1 make k and v from xkv. */
-    int rc = ct__linear_fwd(qkv, 3 * C, xq, C, weight, bias, N, C, C, ctx);
+    int rc = ct_cuda_linear__linear_fwd(qkv, 3 * C, xq, C, weight, bias, N, C, C, ctx);
     if (rc != 0)
         return rc;
-    return ct__linear_fwd(qkv + C, 3 * C, xkv, C, weight + (size_t)C * C, bias ? bias + C : NULL, N,
-                          C, 2 * C, ctx);
+    return ct_cuda_linear__linear_fwd(qkv + C, 3 * C, xkv, C, weight + (size_t)C * C,
+                                      bias ? bias + C : NULL, N, C, 2 * C, ctx);
 }
 
 extern "C" int ct_qkv_backward_cuda(float *dxq, float *dxkv, float *dweight, float *dbias,
@@ -175,10 +183,13 @@ extern "C" int ct_qkv_backward_cuda(float *dxq, float *dxkv, float *dweight, flo
     CT_CUDA_REQUIRE(ctx && ctx->blas);
     CT_CUDA_REQUIRE(N >= 0 && C >= 1);
     if (xq == xkv && dxq == dxkv)
-        return ct__linear_bwd(dxq, C, dweight, dbias, dqkv, 3 * C, xq, weight, N, C, 3 * C, ctx);
-    int rc = ct__linear_bwd(dxq, C, dweight, dbias, dqkv, 3 * C, xq, weight, N, C, C, ctx);
+        return ct_cuda_linear__linear_bwd(dxq, C, dweight, dbias, dqkv, 3 * C, xq, weight, N, C,
+                                          3 * C, ctx);
+    int rc =
+        ct_cuda_linear__linear_bwd(dxq, C, dweight, dbias, dqkv, 3 * C, xq, weight, N, C, C, ctx);
     if (rc != 0)
         return rc;
-    return ct__linear_bwd(dxkv, C, dweight + (size_t)C * C, dbias ? dbias + C : NULL, dqkv + C,
-                          3 * C, xkv, weight + (size_t)C * C, N, C, 2 * C, ctx);
+    return ct_cuda_linear__linear_bwd(dxkv, C, dweight + (size_t)C * C, dbias ? dbias + C : NULL,
+                                      dqkv + C, 3 * C, xkv, weight + (size_t)C * C, N, C, 2 * C,
+                                      ctx);
 }

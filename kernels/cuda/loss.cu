@@ -12,8 +12,8 @@
 #include "ct_cuda_common.h"
 
 /* One warp per row: logits[r] = feats[r] . wte[ids[r]]. */
-__global__ void ct__score_fwd_kernel(float *logits, const float *feats, const float *wte,
-                                     const int32_t *ids, int N, int C)
+__global__ void ct_cuda_loss__score_fwd_kernel(float *logits, const float *feats, const float *wte,
+                                               const int32_t *ids, int N, int C)
 {
     const int lane = (int)(threadIdx.x & 31);
     const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -35,15 +35,16 @@ extern "C" int ct_score_forward_cuda(float *logits, const float *feats, const fl
     CT_CUDA_REQUIRE(N >= 0 && C >= 0);
     if (N == 0)
         return 0;
-    CT_LAUNCH(ct__score_fwd_kernel, (unsigned)CT_CEIL_DIV(N, CT__THREADS / 32), CT__THREADS, 0,
-              stream, logits, feats, wte, ids, N, C);
+    CT_LAUNCH(ct_cuda_loss__score_fwd_kernel, (unsigned)CT_CEIL_DIV(N, CT__THREADS / 32),
+              CT__THREADS, 0, stream, logits, feats, wte, ids, N, C);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
 
 /* dfeats[r, c] += dlogits[r] * wte[ids[r], c]: one thread per element (rows are owned). */
-__global__ void ct__score_dfeats_kernel(float *dfeats, const float *dlogits, const float *wte,
-                                        const int32_t *ids, int64_t n, int C)
+__global__ void ct_cuda_loss__score_dfeats_kernel(float *dfeats, const float *dlogits,
+                                                  const float *wte, const int32_t *ids, int64_t n,
+                                                  int C)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -62,8 +63,8 @@ extern "C" int ct_score_backward_cuda(float *dfeats, float *dwte, void *scratch,
     const int64_t n = (int64_t)N * C;
     if (n == 0)
         return 0;
-    CT_LAUNCH(ct__score_dfeats_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream, dfeats,
-              dlogits, wte, ids, n, C);
+    CT_LAUNCH(ct_cuda_loss__score_dfeats_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0,
+              stream, dfeats, dlogits, wte, ids, n, C);
     CT_CUDA_CHECK_LAUNCH();
     /* dwte[ids[r]] += dlogits[r] * feats[r], except id 0. */
     return ct__scatter_rows_cuda(dwte, scratch, feats, ids, dlogits, 0.0f, N, C,
@@ -80,12 +81,12 @@ extern "C" int ct_score_backward_cuda_scratch(size_t *nbytes, int N)
 
 /* log(1 + e^x) without overflow, and 1 / (1 + e^-x) on the side where exp cannot overflow: the
  * CPU's functions, in double. */
-__device__ __forceinline__ double ct__softplus(double x)
+__device__ __forceinline__ double ct_cuda_loss__softplus(double x)
 {
     return (x > 0.0 ? x : 0.0) + log1p(exp(-fabs(x)));
 }
 
-__device__ __forceinline__ double ct__sigmoid(double x)
+__device__ __forceinline__ double ct_cuda_loss__sigmoid(double x)
 {
     if (x >= 0.0)
         return 1.0 / (1.0 + exp(-x));
@@ -93,9 +94,9 @@ __device__ __forceinline__ double ct__sigmoid(double x)
     return e / (1.0 + e);
 }
 
-__global__ void ct__bce_kernel(float *dpos, float *dneg, double *partials, const float *pos_logits,
-                               const float *neg_logits, const int32_t *pos, int N, double inv,
-                               int active)
+__global__ void ct_cuda_loss__bce_kernel(float *dpos, float *dneg, double *partials,
+                                         const float *pos_logits, const float *neg_logits,
+                                         const int32_t *pos, int N, double inv, int active)
 {
     __shared__ double sh[32];
     double sum = 0.0;
@@ -108,17 +109,17 @@ __global__ void ct__bce_kernel(float *dpos, float *dneg, double *partials, const
         }
         const double xp = pos_logits[r], xn = neg_logits[r];
         /* -log sigmoid(xp) = softplus(-xp);  -log(1 - sigmoid(xn)) = softplus(xn). */
-        sum += ct__softplus(-xp) + ct__softplus(xn);
-        dpos[r] = (float)(-ct__sigmoid(-xp) * inv);
-        dneg[r] = (float)(ct__sigmoid(xn) * inv);
+        sum += ct_cuda_loss__softplus(-xp) + ct_cuda_loss__softplus(xn);
+        dpos[r] = (float)(-ct_cuda_loss__sigmoid(-xp) * inv);
+        dneg[r] = (float)(ct_cuda_loss__sigmoid(xn) * inv);
     }
     const double t = ct__block_sum_f64(sum, sh);
     if (threadIdx.x == 0)
         partials[blockIdx.x] = t;
 }
 
-__global__ void ct__bce_final_kernel(float *loss, const double *partials, unsigned parts,
-                                     double inv)
+__global__ void ct_cuda_loss__bce_final_kernel(float *loss, const double *partials, unsigned parts,
+                                               double inv)
 {
     __shared__ double sh[32];
     const double t = ct__sum_partials(partials, parts, sh);
@@ -133,17 +134,18 @@ extern "C" int ct_bce_loss_cuda(float *loss, float *dpos, float *dneg, double *s
     CT_CUDA_REQUIRE(N >= 0);
     const double inv = count > 0.0f ? 1.0 / (double)count : 0.0;
     const unsigned parts = ct__reduce_parts(N);
-    CT_LAUNCH(ct__bce_kernel, parts, CT__THREADS, 0, stream, dpos, dneg, scratch, pos_logits,
-              neg_logits, pos, N, inv, count > 0.0f);
+    CT_LAUNCH(ct_cuda_loss__bce_kernel, parts, CT__THREADS, 0, stream, dpos, dneg, scratch,
+              pos_logits, neg_logits, pos, N, inv, count > 0.0f);
     CT_CUDA_CHECK_LAUNCH();
-    CT_LAUNCH(ct__bce_final_kernel, 1, CT_REDUCE_CUDA_PARTS, 0, stream, loss, scratch, parts, inv);
+    CT_LAUNCH(ct_cuda_loss__bce_final_kernel, 1, CT_REDUCE_CUDA_PARTS, 0, stream, loss, scratch,
+              parts, inv);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
 
 /* ---- count ------------------------------------------------------------------------------- */
 
-__global__ void ct__count_kernel(unsigned long long *count, const int32_t *ids, int64_t n)
+__global__ void ct_cuda_loss__count_kernel(unsigned long long *count, const int32_t *ids, int64_t n)
 {
     __shared__ long long sh[32];
     long long k = 0;
@@ -159,10 +161,10 @@ extern "C" int ct_count_nonzero_cuda(int64_t *count, const int32_t *ids, int64_t
                                      ct_stream_t stream)
 {
     CT_CUDA_REQUIRE(n >= 0);
-    CT_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof *count, (cudaStream_t)stream));
+    CT_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof *count, (cudaStream_t)stream), NULL);
     if (n == 0)
         return 0;
-    CT_LAUNCH(ct__count_kernel, ct__reduce_parts(n), CT__THREADS, 0, stream,
+    CT_LAUNCH(ct_cuda_loss__count_kernel, ct__reduce_parts(n), CT__THREADS, 0, stream,
               (unsigned long long *)count, ids, n);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
@@ -173,9 +175,9 @@ extern "C" int ct_count_nonzero_cuda(int64_t *count, const int32_t *ids, int64_t
 /* Every block adds the partial sums of squares itself (the same order in every block, so every
  * block gets the same bits), derives value and gradient factor with the CPU's formulas, and
  * applies dw += g * w to its share of the elements; block 0 writes the penalty. */
-__global__ void ct__l2_apply_kernel(float *penalty, float *dw, const double *partials,
-                                    unsigned parts, const float *w, int64_t n, float lambda,
-                                    int mode)
+__global__ void ct_cuda_loss__l2_apply_kernel(float *penalty, float *dw, const double *partials,
+                                              unsigned parts, const float *w, int64_t n,
+                                              float lambda, int mode)
 {
     __shared__ double sh[32];
     __shared__ double ss_sh;
@@ -215,8 +217,9 @@ extern "C" int ct_l2_penalty_cuda(float *penalty, float *dw, double *scratch, co
     CT_LAUNCH(ct__sumsq_part_kernel<0>, parts, CT__THREADS, 0, stream, scratch, w, n);
     CT_CUDA_CHECK_LAUNCH();
     /* The apply kernel's block size must cover the partials (ct__sum_partials). */
-    CT_LAUNCH(ct__l2_apply_kernel, ct__grid_1d(n, CT_REDUCE_CUDA_PARTS), CT_REDUCE_CUDA_PARTS, 0,
-              stream, penalty, dw, scratch, parts, w, n, lambda, (int)mode);
+    CT_LAUNCH(ct_cuda_loss__l2_apply_kernel, ct__grid_1d(n, CT_REDUCE_CUDA_PARTS),
+              CT_REDUCE_CUDA_PARTS, 0, stream, penalty, dw, scratch, parts, w, n, lambda,
+              (int)mode);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }

@@ -21,7 +21,7 @@
 
 /* e^x for x <= 0: the CPU's ct__exp_nonpos (kernels/cpu/ct_kernels_cpu.h), operation for
  * operation. */
-__device__ __forceinline__ float ct__exp_nonpos_dev(float x)
+__device__ __forceinline__ float ct_cuda_mhc__exp_nonpos_dev(float x)
 {
     const float big = 12582912.0f;
     const float xc = x < -87.3f ? -87.3f : x;
@@ -43,14 +43,14 @@ __device__ __forceinline__ float ct__exp_nonpos_dev(float x)
     return x < -87.3f ? 0.0f : __fmul_rn(e, two.f);
 }
 
-__device__ __forceinline__ float ct__sigmoid_dev(float x)
+__device__ __forceinline__ float ct_cuda_mhc__sigmoid_dev(float x)
 {
     return x >= 0.0f ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
 }
 
-/* ct__sinkhorn1 of mhc.c: out = Sinkhorn(z); with it != NULL the iterates and reciprocal sums
- * are kept (the same layout). */
-__device__ void ct__sinkhorn1_dev(float *out, const float *z, int n, int iters, float *it,
+/* ct_cuda_mhc__sinkhorn1 of mhc.c: out = Sinkhorn(z); with it != NULL the iterates and reciprocal
+ * sums are kept (the same layout). */
+__device__ void ct_cuda_mhc__sinkhorn1_dev(float *out, const float *z, int n, int iters, float *it,
                                   float *ri, float *ci)
 {
     const int nn = n * n;
@@ -59,7 +59,7 @@ __device__ void ct__sinkhorn1_dev(float *out, const float *z, int n, int iters, 
     for (int x = 1; x < nn; x++)
         mx = z[x] > mx ? z[x] : mx;
     for (int x = 0; x < nn; x++)
-        m[x] = ct__exp_nonpos_dev(__fsub_rn(z[x], mx));
+        m[x] = ct_cuda_mhc__exp_nonpos_dev(__fsub_rn(z[x], mx));
     if (it)
         for (int x = 0; x < nn; x++)
             it[(size_t)2 * iters * nn + x] = m[x];
@@ -99,15 +99,15 @@ __device__ void ct__sinkhorn1_dev(float *out, const float *z, int n, int iters, 
         out[x] = m[x];
 }
 
-/* ct__sinkhorn1_bwd of mhc.c: dz += d Sinkhorn(z) given dout; scratch:
+/* ct_cuda_mhc__sinkhorn1_bwd of mhc.c: dz += d Sinkhorn(z) given dout; scratch:
  * CT_SINKHORN_BWD_SCRATCH(n, iters) floats of this thread's own. */
-__device__ void ct__sinkhorn1_bwd_dev(float *dz, const float *dout, const float *z, int n,
+__device__ void ct_cuda_mhc__sinkhorn1_bwd_dev(float *dz, const float *dout, const float *z, int n,
                                       int iters, float *scratch)
 {
     const int nn = n * n;
     float *it = scratch, *ri = it + (size_t)(2 * iters + 1) * nn, *ci = ri + (size_t)iters * n;
     float out[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS], g[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS];
-    ct__sinkhorn1_dev(out, z, n, iters, it, ri, ci);
+    ct_cuda_mhc__sinkhorn1_dev(out, z, n, iters, it, ri, ci);
     for (int x = 0; x < nn; x++)
         g[x] = dout[x];
     for (int t = iters - 1; t >= 0; t--) {
@@ -142,27 +142,28 @@ __device__ void ct__sinkhorn1_bwd_dev(float *dz, const float *dout, const float 
 
 /* ---- Sinkhorn ------------------------------------------------------------------------------- */
 
-__global__ void ct__sinkhorn_fwd_kernel(float *out, const float *logits, int M, int n, int iters)
+__global__ void ct_cuda_mhc__sinkhorn_fwd_kernel(float *out, const float *logits, int M, int n,
+                                                 int iters)
 {
     const int64_t nn = (int64_t)n * n;
     CT__FOR_EACH(r, M)
     {
-        ct__sinkhorn1_dev(out + r * nn, logits + r * nn, n, iters, NULL, NULL, NULL);
+        ct_cuda_mhc__sinkhorn1_dev(out + r * nn, logits + r * nn, n, iters, NULL, NULL, NULL);
     }
 }
 
-__global__ void ct__sinkhorn_bwd_kernel(float *dlogits, float *scratch, const float *dout,
+__global__ void ct_cuda_mhc__sinkhorn_bwd_kernel(float *dlogits, float *scratch, const float *dout,
                                         const float *logits, int M, int n, int iters)
 {
     const int64_t nn = (int64_t)n * n, sb = (int64_t)CT_SINKHORN_BWD_SCRATCH(n, iters);
     CT__FOR_EACH(r, M)
     {
-        ct__sinkhorn1_bwd_dev(dlogits + r * nn, dout + r * nn, logits + r * nn, n, iters,
+        ct_cuda_mhc__sinkhorn1_bwd_dev(dlogits + r * nn, dout + r * nn, logits + r * nn, n, iters,
                               scratch + r * sb);
     }
 }
 
-static int ct__mhc_shape(int N, int n, int C)
+static int ct_cuda_mhc__mhc_shape(int N, int n, int C)
 {
     CT_CUDA_REQUIRE(N >= 0 && C >= 0 && n >= 1 && n <= CT_MHC_MAX_STREAMS);
     return 0;
@@ -171,14 +172,14 @@ static int ct__mhc_shape(int N, int n, int C)
 extern "C" int ct_sinkhorn_forward_cuda(float *out, const float *logits, int M, int n, int iters,
                                         ct_stream_t stream)
 {
-    int rc = ct__mhc_shape(M, n, 0);
+    int rc = ct_cuda_mhc__mhc_shape(M, n, 0);
     if (rc != 0)
         return rc;
     CT_CUDA_REQUIRE(iters >= 0);
     if (M == 0)
         return 0;
-    CT_LAUNCH(ct__sinkhorn_fwd_kernel, ct__grid_1d(M, 128), 128, 0, stream, out, logits, M, n,
-              iters);
+    CT_LAUNCH(ct_cuda_mhc__sinkhorn_fwd_kernel, ct__grid_1d(M, 128), 128, 0, stream, out, logits, M,
+              n, iters);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -187,14 +188,14 @@ extern "C" int ct_sinkhorn_backward_cuda(float *dlogits, float *scratch, const f
                                          const float *logits, int M, int n, int iters,
                                          ct_stream_t stream)
 {
-    int rc = ct__mhc_shape(M, n, 0);
+    int rc = ct_cuda_mhc__mhc_shape(M, n, 0);
     if (rc != 0)
         return rc;
     CT_CUDA_REQUIRE(iters >= 0);
     if (M == 0)
         return 0;
-    CT_LAUNCH(ct__sinkhorn_bwd_kernel, ct__grid_1d(M, 128), 128, 0, stream, dlogits, scratch, dout,
-              logits, M, n, iters);
+    CT_LAUNCH(ct_cuda_mhc__sinkhorn_bwd_kernel, ct__grid_1d(M, 128), 128, 0, stream, dlogits,
+              scratch, dout, logits, M, n, iters);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -203,23 +204,23 @@ extern "C" int ct_sinkhorn_backward_cuda(float *dlogits, float *scratch, const f
 
 /* Row-major C (m x nc, ldc) = alpha op(A) op(B) + beta C, as cblas_sgemm(CblasRowMajor, ...):
  * the column-major product of the transposes, operands swapped. */
-static int ct__sgemm_rm(const ct_cuda_ctx_t *ctx, bool ta, bool tb, int m, int nc, int k,
+static int ct_cuda_mhc__sgemm_rm(const ct_cuda_ctx_t *ctx, bool ta, bool tb, int m, int nc, int k,
                         float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                         float *C, int ldc)
 {
     if (m == 0 || nc == 0)
         return 0;
     CT_CUBLAS_CHECK(ct__gemm(ctx, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                             nc, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc));
+                             nc, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc), NULL);
     return 0;
 }
 
 /* One thread per token: the RMS factor (double, in channel order), the scaled projections, the
  * gates and H^res. */
-__global__ void ct__mhc_coeffs_fwd_kernel(float *hpre, float *hpost, float *hres, float *proj,
-                                          float *rstd, const float *X, const float *alpha,
-                                          const float *bias, int N, int n, int C, int iters,
-                                          float eps)
+__global__ void ct_cuda_mhc__mhc_coeffs_fwd_kernel(float *hpre, float *hpost, float *hres,
+                                                   float *proj, float *rstd, const float *X,
+                                                   const float *alpha, const float *bias, int N,
+                                                   int n, int C, int iters, float eps)
 {
     const int D = n * C, K = CT_MHC_COEFFS(n), nn = n * n;
     CT__FOR_EACH(r, N)
@@ -235,14 +236,14 @@ __global__ void ct__mhc_coeffs_fwd_kernel(float *hpre, float *hpost, float *hres
             pr[c] = __fmul_rn(pr[c], rs);
         const float a0 = alpha[0], a1 = alpha[1], a2 = alpha[2];
         for (int s = 0; s < n; s++) {
-            hpre[r * n + s] = ct__sigmoid_dev(__fadd_rn(__fmul_rn(a0, pr[s]), bias[s]));
+            hpre[r * n + s] = ct_cuda_mhc__sigmoid_dev(__fadd_rn(__fmul_rn(a0, pr[s]), bias[s]));
             hpost[r * n + s] =
-                2.0f * ct__sigmoid_dev(__fadd_rn(__fmul_rn(a1, pr[n + s]), bias[n + s]));
+                2.0f * ct_cuda_mhc__sigmoid_dev(__fadd_rn(__fmul_rn(a1, pr[n + s]), bias[n + s]));
         }
         float z[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS];
         for (int x2 = 0; x2 < nn; x2++)
             z[x2] = __fadd_rn(__fmul_rn(a2, pr[2 * n + x2]), bias[2 * n + x2]);
-        ct__sinkhorn1_dev(hres + r * nn, z, n, iters, NULL, NULL, NULL);
+        ct_cuda_mhc__sinkhorn1_dev(hres + r * nn, z, n, iters, NULL, NULL, NULL);
     }
 }
 
@@ -251,24 +252,25 @@ extern "C" int ct_mhc_coeffs_forward_cuda(float *hpre, float *hpost, float *hres
                                           const float *alpha, const float *bias, int N, int n,
                                           int C, int iters, float eps, const ct_cuda_ctx_t *ctx)
 {
-    int rc = ct__mhc_shape(N, n, C);
+    int rc = ct_cuda_mhc__mhc_shape(N, n, C);
     if (rc != 0)
         return rc;
     CT_CUDA_REQUIRE(C >= 1 && iters >= 0);
     if (N == 0)
         return 0;
     const int D = n * C, K = CT_MHC_COEFFS(n);
-    if ((rc = ct__sgemm_rm(ctx, false, false, N, K, D, 1.0f, X, D, phi, K, 0.0f, proj, K)) != 0)
+    if ((rc = ct_cuda_mhc__sgemm_rm(ctx, false, false, N, K, D, 1.0f, X, D, phi, K, 0.0f, proj,
+                                    K)) != 0)
         return rc;
-    CT_LAUNCH(ct__mhc_coeffs_fwd_kernel, ct__grid_1d(N, 128), 128, 0, ctx->stream, hpre, hpost,
-              hres, proj, rstd, X, alpha, bias, N, n, C, iters, eps);
+    CT_LAUNCH(ct_cuda_mhc__mhc_coeffs_fwd_kernel, ct__grid_1d(N, 128), 128, 0, ctx->stream, hpre,
+              hpost, hres, proj, rstd, X, alpha, bias, N, n, C, iters, eps);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
 
 /* One thread per token: d(pre-activation) into gpre (for the bias and gate sums), the rstd path
  * of dX, and rstd * alpha * d(pre-activation) into dp (for the sgemms). */
-__global__ void ct__mhc_coeffs_bwd_kernel(float *dX, float *dp, float *gpre, float *sk,
+__global__ void ct_cuda_mhc__mhc_coeffs_bwd_kernel(float *dX, float *dp, float *gpre, float *sk,
                                           const float *dhpre, const float *dhpost,
                                           const float *dhres, const float *X, const float *alpha,
                                           const float *bias, const float *proj, const float *rstd,
@@ -282,8 +284,9 @@ __global__ void ct__mhc_coeffs_bwd_kernel(float *dX, float *dp, float *gpre, flo
         float *g = gpre + r * K, *d = dp + r * K;
         const float a0 = alpha[0], a1 = alpha[1], a2 = alpha[2];
         for (int s = 0; s < n; s++) {
-            const float sp = ct__sigmoid_dev(__fadd_rn(__fmul_rn(a0, pr[s]), bias[s]));
-            const float so = ct__sigmoid_dev(__fadd_rn(__fmul_rn(a1, pr[n + s]), bias[n + s]));
+            const float sp = ct_cuda_mhc__sigmoid_dev(__fadd_rn(__fmul_rn(a0, pr[s]), bias[s]));
+            const float so =
+                ct_cuda_mhc__sigmoid_dev(__fadd_rn(__fmul_rn(a1, pr[n + s]), bias[n + s]));
             g[s] = __fmul_rn(__fmul_rn(dhpre[r * n + s], sp), __fsub_rn(1.0f, sp));
             g[n + s] =
                 __fmul_rn(__fmul_rn(__fmul_rn(dhpost[r * n + s], 2.0f), so), __fsub_rn(1.0f, so));
@@ -294,7 +297,7 @@ __global__ void ct__mhc_coeffs_bwd_kernel(float *dX, float *dp, float *gpre, flo
             z[x] = __fadd_rn(__fmul_rn(a2, pr[2 * n + x]), bias[2 * n + x]);
             dz[x] = 0.0f;
         }
-        ct__sinkhorn1_bwd_dev(dz, dhres + r * nn, z, n, iters, sk + r * sb);
+        ct_cuda_mhc__sinkhorn1_bwd_dev(dz, dhres + r * nn, z, n, iters, sk + r * sb);
         for (int x = 0; x < nn; x++)
             g[2 * n + x] = dz[x];
         float dd = 0.0f;
@@ -316,7 +319,7 @@ __global__ void ct__mhc_coeffs_bwd_kernel(float *dX, float *dp, float *gpre, flo
 
 /* Block c < K: dbias[c] += sum over tokens of gpre[., c]; block K + grp: dalpha[grp] += sum
  * over tokens and the group's columns of gpre * proj. Double sums, fixed split: deterministic. */
-__global__ void ct__mhc_coeffs_sums_kernel(float *dbias, float *dalpha, const float *gpre,
+__global__ void ct_cuda_mhc__mhc_coeffs_sums_kernel(float *dbias, float *dalpha, const float *gpre,
                                            const float *proj, int N, int n)
 {
     __shared__ double sh[32];
@@ -354,7 +357,7 @@ extern "C" int ct_mhc_coeffs_backward_cuda(float *dX, float *dphi, float *dalpha
                                            const float *rstd, int N, int n, int C, int iters,
                                            const ct_cuda_ctx_t *ctx)
 {
-    int rc = ct__mhc_shape(N, n, C);
+    int rc = ct_cuda_mhc__mhc_shape(N, n, C);
     if (rc != 0)
         return rc;
     CT_CUDA_REQUIRE(C >= 1 && iters >= 0);
@@ -362,24 +365,25 @@ extern "C" int ct_mhc_coeffs_backward_cuda(float *dX, float *dphi, float *dalpha
         return 0;
     const int D = n * C, K = CT_MHC_COEFFS(n);
     float *dp = scratch, *gpre = dp + (size_t)N * K, *sk = gpre + (size_t)N * K;
-    CT_LAUNCH(ct__mhc_coeffs_bwd_kernel, ct__grid_1d(N, 128), 128, 0, ctx->stream, dX, dp, gpre, sk,
-              dhpre, dhpost, dhres, X, alpha, bias, proj, rstd, N, n, C, iters);
+    CT_LAUNCH(ct_cuda_mhc__mhc_coeffs_bwd_kernel, ct__grid_1d(N, 128), 128, 0, ctx->stream, dX, dp,
+              gpre, sk, dhpre, dhpost, dhres, X, alpha, bias, proj, rstd, N, n, C, iters);
     CT_CUDA_CHECK_LAUNCH();
-    CT_LAUNCH(ct__mhc_coeffs_sums_kernel, K + 3, CT__THREADS, 0, ctx->stream, dbias, dalpha, gpre,
-              proj, N, n);
+    CT_LAUNCH(ct_cuda_mhc__mhc_coeffs_sums_kernel, K + 3, CT__THREADS, 0, ctx->stream, dbias,
+              dalpha, gpre, proj, N, n);
     CT_CUDA_CHECK_LAUNCH();
     /* the (X phi) path: dX += dp phi^T; dphi += X^T dp */
-    if ((rc = ct__sgemm_rm(ctx, false, true, N, D, K, 1.0f, dp, K, phi, K, 1.0f, dX, D)) != 0)
+    if ((rc = ct_cuda_mhc__sgemm_rm(ctx, false, true, N, D, K, 1.0f, dp, K, phi, K, 1.0f, dX, D)) !=
+        0)
         return rc;
-    return ct__sgemm_rm(ctx, true, false, D, K, N, 1.0f, X, D, dp, K, 1.0f, dphi, K);
+    return ct_cuda_mhc__sgemm_rm(ctx, true, false, D, K, N, 1.0f, X, D, dp, K, 1.0f, dphi, K);
 }
 
 /* ---- stream mixing ----------------------------------------------------------------------------
  */
 
 /* u[r,c] = sum_s hpre[r,s] X[r,s,c], streams in order. */
-__global__ void ct__mhc_pre_fwd_kernel(float *u, const float *X, const float *hpre, int N, int n,
-                                       int C)
+__global__ void ct_cuda_mhc__mhc_pre_fwd_kernel(float *u, const float *X, const float *hpre, int N,
+                                                int n, int C)
 {
     CT__FOR_EACH(e, (int64_t)N * C)
     {
@@ -393,8 +397,8 @@ __global__ void ct__mhc_pre_fwd_kernel(float *u, const float *X, const float *hp
 }
 
 /* dX[r,s,c] += hpre[r,s] du[r,c] */
-__global__ void ct__mhc_pre_bwd_x_kernel(float *dX, const float *du, const float *hpre, int N,
-                                         int n, int C)
+__global__ void ct_cuda_mhc__mhc_pre_bwd_x_kernel(float *dX, const float *du, const float *hpre,
+                                                  int N, int n, int C)
 {
     CT__FOR_EACH(e, (int64_t)N * n * C)
     {
@@ -404,8 +408,8 @@ __global__ void ct__mhc_pre_bwd_x_kernel(float *dX, const float *du, const float
 }
 
 /* dhpre[r,s] += sum_c X[r,s,c] du[r,c], channels in order. */
-__global__ void ct__mhc_pre_bwd_h_kernel(float *dhpre, const float *du, const float *X, int N,
-                                         int n, int C)
+__global__ void ct_cuda_mhc__mhc_pre_bwd_h_kernel(float *dhpre, const float *du, const float *X,
+                                                  int N, int n, int C)
 {
     CT__FOR_EACH(rs, (int64_t)N * n)
     {
@@ -419,8 +423,9 @@ __global__ void ct__mhc_pre_bwd_h_kernel(float *dhpre, const float *du, const fl
 }
 
 /* Y[r,s,c] = hpost[r,s] f[r,c] + sum_t hres[r,s,t] X[r,t,c] */
-__global__ void ct__mhc_post_fwd_kernel(float *Y, const float *X, const float *f, const float *hres,
-                                        const float *hpost, int N, int n, int C)
+__global__ void ct_cuda_mhc__mhc_post_fwd_kernel(float *Y, const float *X, const float *f,
+                                                 const float *hres, const float *hpost, int N,
+                                                 int n, int C)
 {
     CT__FOR_EACH(e, (int64_t)N * n * C)
     {
@@ -436,8 +441,9 @@ __global__ void ct__mhc_post_fwd_kernel(float *Y, const float *X, const float *f
 
 /* Per (r, c): df[r,c] += sum_s hpost[r,s] dY[r,s,c]; dX[r,t,c] += sum_s hres[r,s,t] dY[r,s,c]
  * (s in order, as the CPU's loop nest adds them). */
-__global__ void ct__mhc_post_bwd_xf_kernel(float *dX, float *df, const float *dY, const float *hres,
-                                           const float *hpost, int N, int n, int C)
+__global__ void ct_cuda_mhc__mhc_post_bwd_xf_kernel(float *dX, float *df, const float *dY,
+                                                    const float *hres, const float *hpost, int N,
+                                                    int n, int C)
 {
     CT__FOR_EACH(e, (int64_t)N * C)
     {
@@ -459,7 +465,7 @@ __global__ void ct__mhc_post_bwd_xf_kernel(float *dX, float *df, const float *dY
 
 /* Per (r, s, t) with t < n: dhres[r,s,t] += sum_c dY[r,s,c] X[r,t,c]; t == n: dhpost[r,s] +=
  * sum_c dY[r,s,c] f[r,c]. Channels in order. */
-__global__ void ct__mhc_post_bwd_h_kernel(float *dhres, float *dhpost, const float *dY,
+__global__ void ct_cuda_mhc__mhc_post_bwd_h_kernel(float *dhres, float *dhpost, const float *dY,
                                           const float *X, const float *f, int N, int n, int C)
 {
     CT__FOR_EACH(e, (int64_t)N * n * (n + 1))
@@ -478,7 +484,7 @@ __global__ void ct__mhc_post_bwd_h_kernel(float *dhres, float *dhpost, const flo
     }
 }
 
-__global__ void ct__mhc_expand_fwd_kernel(float *X, const float *x, int N, int n, int C)
+__global__ void ct_cuda_mhc__mhc_expand_fwd_kernel(float *X, const float *x, int N, int n, int C)
 {
     CT__FOR_EACH(e, (int64_t)N * n * C)
     {
@@ -487,7 +493,7 @@ __global__ void ct__mhc_expand_fwd_kernel(float *X, const float *x, int N, int n
     }
 }
 
-__global__ void ct__mhc_expand_bwd_kernel(float *dx, const float *dX, int N, int n, int C)
+__global__ void ct_cuda_mhc__mhc_expand_bwd_kernel(float *dx, const float *dX, int N, int n, int C)
 {
     CT__FOR_EACH(e, (int64_t)N * C)
     {
@@ -499,7 +505,7 @@ __global__ void ct__mhc_expand_bwd_kernel(float *dx, const float *dX, int N, int
     }
 }
 
-__global__ void ct__mhc_collapse_fwd_kernel(float *x, const float *X, int N, int n, int C,
+__global__ void ct_cuda_mhc__mhc_collapse_fwd_kernel(float *x, const float *X, int N, int n, int C,
                                             float inv)
 {
     CT__FOR_EACH(e, (int64_t)N * C)
@@ -512,8 +518,8 @@ __global__ void ct__mhc_collapse_fwd_kernel(float *x, const float *X, int N, int
     }
 }
 
-__global__ void ct__mhc_collapse_bwd_kernel(float *dX, const float *dx, int N, int n, int C,
-                                            float inv)
+__global__ void ct_cuda_mhc__mhc_collapse_bwd_kernel(float *dX, const float *dx, int N, int n,
+                                                     int C, float inv)
 {
     CT__FOR_EACH(e, (int64_t)N * n * C)
     {
@@ -524,7 +530,7 @@ __global__ void ct__mhc_collapse_bwd_kernel(float *dX, const float *dx, int N, i
 
 #define CT__MHC_LAUNCH(kernel, count, stream, ...)                                               \
     do {                                                                                         \
-        int ct__rc = ct__mhc_shape(N, n, C);                                                     \
+        int ct__rc = ct_cuda_mhc__mhc_shape(N, n, C);                                            \
         if (ct__rc != 0)                                                                         \
             return ct__rc;                                                                       \
         const int64_t ct__n = (count);                                                           \
@@ -537,23 +543,25 @@ __global__ void ct__mhc_collapse_bwd_kernel(float *dX, const float *dx, int N, i
 extern "C" int ct_mhc_pre_forward_cuda(float *u, const float *X, const float *hpre, int N, int n,
                                        int C, ct_stream_t stream)
 {
-    CT__MHC_LAUNCH(ct__mhc_pre_fwd_kernel, (int64_t)N * C, stream, u, X, hpre, N, n, C);
+    CT__MHC_LAUNCH(ct_cuda_mhc__mhc_pre_fwd_kernel, (int64_t)N * C, stream, u, X, hpre, N, n, C);
     return 0;
 }
 
 extern "C" int ct_mhc_pre_backward_cuda(float *dX, float *dhpre, const float *du, const float *X,
                                         const float *hpre, int N, int n, int C, ct_stream_t stream)
 {
-    CT__MHC_LAUNCH(ct__mhc_pre_bwd_x_kernel, (int64_t)N * n * C, stream, dX, du, hpre, N, n, C);
-    CT__MHC_LAUNCH(ct__mhc_pre_bwd_h_kernel, (int64_t)N * n, stream, dhpre, du, X, N, n, C);
+    CT__MHC_LAUNCH(ct_cuda_mhc__mhc_pre_bwd_x_kernel, (int64_t)N * n * C, stream, dX, du, hpre, N,
+                   n, C);
+    CT__MHC_LAUNCH(ct_cuda_mhc__mhc_pre_bwd_h_kernel, (int64_t)N * n, stream, dhpre, du, X, N, n,
+                   C);
     return 0;
 }
 
 extern "C" int ct_mhc_post_forward_cuda(float *Y, const float *X, const float *f, const float *hres,
                                         const float *hpost, int N, int n, int C, ct_stream_t stream)
 {
-    CT__MHC_LAUNCH(ct__mhc_post_fwd_kernel, (int64_t)N * n * C, stream, Y, X, f, hres, hpost, N, n,
-                   C);
+    CT__MHC_LAUNCH(ct_cuda_mhc__mhc_post_fwd_kernel, (int64_t)N * n * C, stream, Y, X, f, hres,
+                   hpost, N, n, C);
     return 0;
 }
 
@@ -562,24 +570,24 @@ extern "C" int ct_mhc_post_backward_cuda(float *dX, float *df, float *dhres, flo
                                          const float *hres, const float *hpost, int N, int n, int C,
                                          ct_stream_t stream)
 {
-    CT__MHC_LAUNCH(ct__mhc_post_bwd_xf_kernel, (int64_t)N * C, stream, dX, df, dY, hres, hpost, N,
-                   n, C);
-    CT__MHC_LAUNCH(ct__mhc_post_bwd_h_kernel, (int64_t)N * n * (n + 1), stream, dhres, dhpost, dY,
-                   X, f, N, n, C);
+    CT__MHC_LAUNCH(ct_cuda_mhc__mhc_post_bwd_xf_kernel, (int64_t)N * C, stream, dX, df, dY, hres,
+                   hpost, N, n, C);
+    CT__MHC_LAUNCH(ct_cuda_mhc__mhc_post_bwd_h_kernel, (int64_t)N * n * (n + 1), stream, dhres,
+                   dhpost, dY, X, f, N, n, C);
     return 0;
 }
 
 extern "C" int ct_mhc_expand_forward_cuda(float *X, const float *x, int N, int n, int C,
                                           ct_stream_t stream)
 {
-    CT__MHC_LAUNCH(ct__mhc_expand_fwd_kernel, (int64_t)N * n * C, stream, X, x, N, n, C);
+    CT__MHC_LAUNCH(ct_cuda_mhc__mhc_expand_fwd_kernel, (int64_t)N * n * C, stream, X, x, N, n, C);
     return 0;
 }
 
 extern "C" int ct_mhc_expand_backward_cuda(float *dx, const float *dX, int N, int n, int C,
                                            ct_stream_t stream)
 {
-    CT__MHC_LAUNCH(ct__mhc_expand_bwd_kernel, (int64_t)N * C, stream, dx, dX, N, n, C);
+    CT__MHC_LAUNCH(ct_cuda_mhc__mhc_expand_bwd_kernel, (int64_t)N * C, stream, dx, dX, N, n, C);
     return 0;
 }
 
@@ -587,7 +595,8 @@ extern "C" int ct_mhc_collapse_forward_cuda(float *x, const float *X, int N, int
                                             ct_stream_t stream)
 {
     const float inv = 1.0f / (float)n;
-    CT__MHC_LAUNCH(ct__mhc_collapse_fwd_kernel, (int64_t)N * C, stream, x, X, N, n, C, inv);
+    CT__MHC_LAUNCH(ct_cuda_mhc__mhc_collapse_fwd_kernel, (int64_t)N * C, stream, x, X, N, n, C,
+                   inv);
     return 0;
 }
 
@@ -595,6 +604,7 @@ extern "C" int ct_mhc_collapse_backward_cuda(float *dX, const float *dx, int N, 
                                              ct_stream_t stream)
 {
     const float inv = 1.0f / (float)n;
-    CT__MHC_LAUNCH(ct__mhc_collapse_bwd_kernel, (int64_t)N * n * C, stream, dX, dx, N, n, C, inv);
+    CT__MHC_LAUNCH(ct_cuda_mhc__mhc_collapse_bwd_kernel, (int64_t)N * n * C, stream, dX, dx, N, n,
+                   C, inv);
     return 0;
 }

@@ -28,49 +28,49 @@
 #include "ct_cuda_common.h"
 #include "ct_ops.h"
 
-typedef struct ct__cuda_ops {
+typedef struct ct_cuda_ops__cuda_ops {
     int device;
     cudaStream_t stream;
     ct_cuda_ctx_t ctx;
     double *partials; /* CT_REDUCE_CUDA_PARTS doubles for the reductions */
     void *scratch;    /* general scratch, grown on demand */
     size_t scratch_nbytes;
-} ct__cuda_ops_t;
+} ct_cuda_ops__cuda_ops_t;
 
-static ct__cuda_ops_t *ct__st(ct_ops_t *o)
+static ct_cuda_ops__cuda_ops_t *ct_cuda_ops__st(ct_ops_t *o)
 {
-    return (ct__cuda_ops_t *)o->impl;
+    return (ct_cuda_ops__cuda_ops_t *)o->impl;
 }
 
-static void ct__latch(ct_ops_t *o, int rc)
+static void ct_cuda_ops__latch(ct_ops_t *o, int rc)
 {
     if (rc != 0 && o->status == 0)
         o->status = rc;
 }
 
-static void ct__latch_cuda(ct_ops_t *o, cudaError_t e, const char *what)
+static void ct_cuda_ops__latch_cuda(ct_ops_t *o, cudaError_t e, const char *what)
 {
     if (e != cudaSuccess) {
         ct_log_error("CUDA backend: %s: %s", what, cudaGetErrorString(e));
-        ct__latch(o, CT_ECUDA);
+        ct_cuda_ops__latch(o, CT_ECUDA);
     }
 }
 
 /* The general scratch, at least nbytes; NULL (and a latched error) when it cannot grow. */
-static void *ct__scratch(ct_ops_t *o, size_t nbytes)
+static void *ct_cuda_ops__scratch(ct_ops_t *o, size_t nbytes)
 {
-    ct__cuda_ops_t *st = ct__st(o);
+    ct_cuda_ops__cuda_ops_t *st = ct_cuda_ops__st(o);
     if (nbytes <= st->scratch_nbytes)
         return st->scratch;
     if (st->scratch) {
-        ct__latch_cuda(o, cudaFree(st->scratch), "cudaFree(scratch)");
+        ct_cuda_ops__latch_cuda(o, cudaFree(st->scratch), "cudaFree(scratch)");
         st->scratch = NULL, st->scratch_nbytes = 0;
     }
     size_t want = nbytes + nbytes / 2; /* room for a larger batch without another round */
     cudaError_t e = cudaMalloc(&st->scratch, want);
     if (e != cudaSuccess) {
         st->scratch = NULL;
-        ct__latch_cuda(o, e, "cudaMalloc(scratch)");
+        ct_cuda_ops__latch_cuda(o, e, "cudaMalloc(scratch)");
         return NULL;
     }
     st->scratch_nbytes = want;
@@ -79,7 +79,7 @@ static void *ct__scratch(ct_ops_t *o, size_t nbytes)
 
 /* ---- memory -------------------------------------------------------------------------------- */
 
-static int ct__alloc(ct_ops_t *o, void **p, size_t nbytes)
+static int ct_cuda_ops__alloc(ct_ops_t *o, void **p, size_t nbytes)
 {
     (void)o;
     cudaError_t e = cudaMalloc(p, nbytes ? nbytes : 256);
@@ -91,46 +91,50 @@ static int ct__alloc(ct_ops_t *o, void **p, size_t nbytes)
     return 0;
 }
 
-static void ct__release(ct_ops_t *o, void *p)
+static void ct_cuda_ops__release(ct_ops_t *o, void *p)
 {
     if (p)
-        ct__latch_cuda(o, cudaFree(p), "cudaFree");
+        ct_cuda_ops__latch_cuda(o, cudaFree(p), "cudaFree");
 }
 
-static void ct__zero(ct_ops_t *o, void *p, size_t nbytes)
+static void ct_cuda_ops__zero(ct_ops_t *o, void *p, size_t nbytes)
 {
     if (nbytes)
-        ct__latch_cuda(o, cudaMemsetAsync(p, 0, nbytes, ct__st(o)->stream), "cudaMemsetAsync");
+        ct_cuda_ops__latch_cuda(o, cudaMemsetAsync(p, 0, nbytes, ct_cuda_ops__st(o)->stream),
+                                "cudaMemsetAsync");
 }
 
-static void ct__copy(ct_ops_t *o, void *dst, const void *src, size_t nbytes, ct_copy_kind_t kind)
+static void ct_cuda_ops__copy(ct_ops_t *o, void *dst, const void *src, size_t nbytes,
+                              ct_copy_kind_t kind)
 {
     if (nbytes == 0 || dst == src)
         return;
-    cudaStream_t s = ct__st(o)->stream;
+    cudaStream_t s = ct_cuda_ops__st(o)->stream;
     enum cudaMemcpyKind k = kind == CT_COPY_H2D   ? cudaMemcpyHostToDevice
                             : kind == CT_COPY_D2H ? cudaMemcpyDeviceToHost
                                                   : cudaMemcpyDeviceToDevice;
-    ct__latch_cuda(o, cudaMemcpyAsync(dst, src, nbytes, k, s), "cudaMemcpyAsync");
+    ct_cuda_ops__latch_cuda(o, cudaMemcpyAsync(dst, src, nbytes, k, s), "cudaMemcpyAsync");
     if (kind == CT_COPY_D2H)
-        ct__latch_cuda(o, cudaStreamSynchronize(s), "cudaStreamSynchronize");
+        ct_cuda_ops__latch_cuda(o, cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
-static int ct__sync(ct_ops_t *o)
+static int ct_cuda_ops__sync(ct_ops_t *o)
 {
-    ct__latch_cuda(o, cudaStreamSynchronize(ct__st(o)->stream), "cudaStreamSynchronize");
+    ct_cuda_ops__latch_cuda(o, cudaStreamSynchronize(ct_cuda_ops__st(o)->stream),
+                            "cudaStreamSynchronize");
     return ct_ops_status(o);
 }
 
-static size_t ct__attention_scratch(ct_ops_t *o, int B, int L, int NH, ct_att_scratch_t which)
+static size_t ct_cuda_ops__attention_scratch(ct_ops_t *o, int B, int L, int NH,
+                                             ct_att_scratch_t which)
 {
     (void)o;
     return which == CT_ATT_SCRATCH_FWD ? CT_ATTENTION_FWD_CUDA_SCRATCH(B, L, NH)
                                        : CT_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH);
 }
 
-static size_t ct__scratch_size(ct_ops_t *o, ct_scratch_op_t op, int64_t a, int64_t b, int64_t c,
-                               int64_t rows)
+static size_t ct_cuda_ops__scratch_size(ct_ops_t *o, ct_scratch_op_t op, int64_t a, int64_t b,
+                                        int64_t c, int64_t rows)
 {
     (void)o;
     switch (op) {
@@ -150,9 +154,9 @@ static size_t ct__scratch_size(ct_ops_t *o, ct_scratch_op_t op, int64_t a, int64
     return 0;
 }
 
-static void ct__close(ct_ops_t *o)
+static void ct_cuda_ops__close(ct_ops_t *o)
 {
-    ct__cuda_ops_t *st = ct__st(o);
+    ct_cuda_ops__cuda_ops_t *st = ct_cuda_ops__st(o);
     if (!st)
         return;
     ct_cuda_ctx_close(&st->ctx); /* waits for the stream */
@@ -169,309 +173,330 @@ static void ct__close(ct_ops_t *o)
 
 /* ---- ops ----------------------------------------------------------------------------------- */
 
-#define CT__S (ct__st(o)->stream)
-#define CT__C (&ct__st(o)->ctx)
+#define CT__S (ct_cuda_ops__st(o)->stream)
+#define CT__C (&ct_cuda_ops__st(o)->ctx)
 
-static void ct__dropout(ct_ops_t *o, float *out, const float *inp, int64_t n, ct_dropout_t d)
+static void ct_cuda_ops__dropout(ct_ops_t *o, float *out, const float *inp, int64_t n,
+                                 ct_dropout_t d)
 {
-    ct__latch(o, ct_dropout_cuda(out, inp, n, d, CT__S));
+    ct_cuda_ops__latch(o, ct_dropout_cuda(out, inp, n, d, CT__S));
 }
 
-static void ct__timeline_mask(ct_ops_t *o, float *out, const float *inp, const int32_t *seq, int N,
-                              int C)
+static void ct_cuda_ops__timeline_mask(ct_ops_t *o, float *out, const float *inp,
+                                       const int32_t *seq, int N, int C)
 {
-    ct__latch(o, ct_timeline_mask_cuda(out, inp, seq, N, C, CT__S));
+    ct_cuda_ops__latch(o, ct_timeline_mask_cuda(out, inp, seq, N, C, CT__S));
 }
 
-static void ct__embed_forward(ct_ops_t *o, float *out, const float *wte, const float *wpe,
-                              const int32_t *seq, int B, int L, int C, float scale,
-                              ct_pos_mode_t pm)
+static void ct_cuda_ops__embed_forward(ct_ops_t *o, float *out, const float *wte, const float *wpe,
+                                       const int32_t *seq, int B, int L, int C, float scale,
+                                       ct_pos_mode_t pm)
 {
-    ct__latch(o, ct_embed_forward_cuda(out, wte, wpe, seq, B, L, C, scale, pm, CT__S));
+    ct_cuda_ops__latch(o, ct_embed_forward_cuda(out, wte, wpe, seq, B, L, C, scale, pm, CT__S));
 }
 
-static void ct__embed_backward(ct_ops_t *o, float *dwte, float *dwpe, const float *dout,
-                               const int32_t *seq, int B, int L, int C, float scale,
-                               ct_pos_mode_t pm)
+static void ct_cuda_ops__embed_backward(ct_ops_t *o, float *dwte, float *dwpe, const float *dout,
+                                        const int32_t *seq, int B, int L, int C, float scale,
+                                        ct_pos_mode_t pm)
 {
     size_t nb = 0;
     int rc = ct_embed_backward_cuda_scratch(&nb, B, L);
-    void *sc = rc == 0 ? ct__scratch(o, nb) : NULL;
+    void *sc = rc == 0 ? ct_cuda_ops__scratch(o, nb) : NULL;
     if (rc != 0 || !sc)
-        return ct__latch(o, rc != 0 ? rc : CT_ECUDA);
-    ct__latch(o, ct_embed_backward_cuda(dwte, dwpe, sc, dout, seq, B, L, C, scale, pm, CT__S));
+        return ct_cuda_ops__latch(o, rc != 0 ? rc : CT_ECUDA);
+    ct_cuda_ops__latch(
+        o, ct_embed_backward_cuda(dwte, dwpe, sc, dout, seq, B, L, C, scale, pm, CT__S));
 }
 
-static void ct__layernorm_forward(ct_ops_t *o, float *out, float *mean, float *rstd,
-                                  const float *inp, const float *w, const float *b, int N, int C,
-                                  float eps)
+static void ct_cuda_ops__layernorm_forward(ct_ops_t *o, float *out, float *mean, float *rstd,
+                                           const float *inp, const float *w, const float *b, int N,
+                                           int C, float eps)
 {
-    ct__latch(o, ct_layernorm_forward_cuda(out, mean, rstd, inp, w, b, N, C, eps, CT__S));
+    ct_cuda_ops__latch(o, ct_layernorm_forward_cuda(out, mean, rstd, inp, w, b, N, C, eps, CT__S));
 }
 
-static void ct__layernorm_backward(ct_ops_t *o, float *dinp, float *dw, float *db,
-                                   const float *dout, const float *inp, const float *w,
-                                   const float *mean, const float *rstd, int N, int C)
+static void ct_cuda_ops__layernorm_backward(ct_ops_t *o, float *dinp, float *dw, float *db,
+                                            const float *dout, const float *inp, const float *w,
+                                            const float *mean, const float *rstd, int N, int C)
 {
-    float *sc = (float *)ct__scratch(o, CT_LAYERNORM_BWD_CUDA_SCRATCH(N, C) * sizeof(float));
+    float *sc =
+        (float *)ct_cuda_ops__scratch(o, CT_LAYERNORM_BWD_CUDA_SCRATCH(N, C) * sizeof(float));
     if (!sc)
         return;
-    ct__latch(o,
-              ct_layernorm_backward_cuda(dinp, dw, db, sc, dout, inp, w, mean, rstd, N, C, CT__S));
+    ct_cuda_ops__latch(
+        o, ct_layernorm_backward_cuda(dinp, dw, db, sc, dout, inp, w, mean, rstd, N, C, CT__S));
 }
 
-static void ct__linear_forward(ct_ops_t *o, float *out, const float *inp, const float *w,
-                               const float *b, int N, int IC, int OC)
+static void ct_cuda_ops__linear_forward(ct_ops_t *o, float *out, const float *inp, const float *w,
+                                        const float *b, int N, int IC, int OC)
 {
-    ct__latch(o, ct_linear_forward_cuda(out, inp, w, b, N, IC, OC, CT__C));
+    ct_cuda_ops__latch(o, ct_linear_forward_cuda(out, inp, w, b, N, IC, OC, CT__C));
 }
 
-static void ct__linear_backward(ct_ops_t *o, float *dinp, float *dw, float *db, const float *dout,
-                                const float *inp, const float *w, int N, int IC, int OC)
+static void ct_cuda_ops__linear_backward(ct_ops_t *o, float *dinp, float *dw, float *db,
+                                         const float *dout, const float *inp, const float *w, int N,
+                                         int IC, int OC)
 {
-    ct__latch(o, ct_linear_backward_cuda(dinp, dw, db, dout, inp, w, N, IC, OC, CT__C));
+    ct_cuda_ops__latch(o, ct_linear_backward_cuda(dinp, dw, db, dout, inp, w, N, IC, OC, CT__C));
 }
 
-static void ct__qkv_forward(ct_ops_t *o, float *qkv, const float *xq, const float *xkv,
-                            const float *w, const float *b, int N, int C)
+static void ct_cuda_ops__qkv_forward(ct_ops_t *o, float *qkv, const float *xq, const float *xkv,
+                                     const float *w, const float *b, int N, int C)
 {
-    ct__latch(o, ct_qkv_forward_cuda(qkv, xq, xkv, w, b, N, C, CT__C));
+    ct_cuda_ops__latch(o, ct_qkv_forward_cuda(qkv, xq, xkv, w, b, N, C, CT__C));
 }
 
-static void ct__qkv_backward(ct_ops_t *o, float *dxq, float *dxkv, float *dw, float *db,
-                             const float *dqkv, const float *xq, const float *xkv, const float *w,
-                             int N, int C)
+static void ct_cuda_ops__qkv_backward(ct_ops_t *o, float *dxq, float *dxkv, float *dw, float *db,
+                                      const float *dqkv, const float *xq, const float *xkv,
+                                      const float *w, int N, int C)
 {
-    ct__latch(o, ct_qkv_backward_cuda(dxq, dxkv, dw, db, dqkv, xq, xkv, w, N, C, CT__C));
+    ct_cuda_ops__latch(o, ct_qkv_backward_cuda(dxq, dxkv, dw, db, dqkv, xq, xkv, w, N, C, CT__C));
 }
 
-static void ct__attention_forward(ct_ops_t *o, float *out, float *att, float *scratch,
-                                  const float *qkv, const int32_t *qmask, int B, int L, int C,
-                                  int NH, ct_dropout_t d)
+static void ct_cuda_ops__attention_forward(ct_ops_t *o, float *out, float *att, float *scratch,
+                                           const float *qkv, const int32_t *qmask, int B, int L,
+                                           int C, int NH, ct_dropout_t d)
 {
-    ct__latch(o, ct_attention_forward_cuda(out, att, scratch, qkv, qmask, B, L, C, NH, d, CT__S));
+    ct_cuda_ops__latch(
+        o, ct_attention_forward_cuda(out, att, scratch, qkv, qmask, B, L, C, NH, d, CT__S));
 }
 
-static void ct__attention_backward(ct_ops_t *o, float *dqkv, float *scratch, const float *dout,
-                                   const float *att, const float *qkv, const int32_t *qmask, int B,
-                                   int L, int C, int NH, ct_dropout_t d)
+static void ct_cuda_ops__attention_backward(ct_ops_t *o, float *dqkv, float *scratch,
+                                            const float *dout, const float *att, const float *qkv,
+                                            const int32_t *qmask, int B, int L, int C, int NH,
+                                            ct_dropout_t d)
 {
-    ct__latch(
+    ct_cuda_ops__latch(
         o, ct_attention_backward_cuda(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, d, CT__S));
 }
 
-static void ct__relu_forward(ct_ops_t *o, float *out, const float *inp, int64_t n)
+static void ct_cuda_ops__relu_forward(ct_ops_t *o, float *out, const float *inp, int64_t n)
 {
-    ct__latch(o, ct_relu_forward_cuda(out, inp, n, CT__S));
+    ct_cuda_ops__latch(o, ct_relu_forward_cuda(out, inp, n, CT__S));
 }
 
-static void ct__relu_backward(ct_ops_t *o, float *dinp, const float *dout, const float *out,
-                              int64_t n)
+static void ct_cuda_ops__relu_backward(ct_ops_t *o, float *dinp, const float *dout,
+                                       const float *out, int64_t n)
 {
-    ct__latch(o, ct_relu_backward_cuda(dinp, dout, out, n, CT__S));
+    ct_cuda_ops__latch(o, ct_relu_backward_cuda(dinp, dout, out, n, CT__S));
 }
 
-static void ct__residual_forward(ct_ops_t *o, float *out, const float *a, const float *b, int64_t n)
+static void ct_cuda_ops__residual_forward(ct_ops_t *o, float *out, const float *a, const float *b,
+                                          int64_t n)
 {
-    ct__latch(o, ct_residual_forward_cuda(out, a, b, n, CT__S));
+    ct_cuda_ops__latch(o, ct_residual_forward_cuda(out, a, b, n, CT__S));
 }
 
-static void ct__residual_backward(ct_ops_t *o, float *da, float *db, const float *dout, int64_t n)
+static void ct_cuda_ops__residual_backward(ct_ops_t *o, float *da, float *db, const float *dout,
+                                           int64_t n)
 {
-    ct__latch(o, ct_residual_backward_cuda(da, db, dout, n, CT__S));
+    ct_cuda_ops__latch(o, ct_residual_backward_cuda(da, db, dout, n, CT__S));
 }
 
-static void ct__score_forward(ct_ops_t *o, float *logits, const float *feats, const float *wte,
-                              const int32_t *ids, int N, int C)
+static void ct_cuda_ops__score_forward(ct_ops_t *o, float *logits, const float *feats,
+                                       const float *wte, const int32_t *ids, int N, int C)
 {
-    ct__latch(o, ct_score_forward_cuda(logits, feats, wte, ids, N, C, CT__S));
+    ct_cuda_ops__latch(o, ct_score_forward_cuda(logits, feats, wte, ids, N, C, CT__S));
 }
 
-static void ct__score_backward(ct_ops_t *o, float *dfeats, float *dwte, const float *dlogits,
-                               const float *feats, const float *wte, const int32_t *ids, int N,
-                               int C)
+static void ct_cuda_ops__score_backward(ct_ops_t *o, float *dfeats, float *dwte,
+                                        const float *dlogits, const float *feats, const float *wte,
+                                        const int32_t *ids, int N, int C)
 {
     size_t nb = 0;
     int rc = ct_score_backward_cuda_scratch(&nb, N);
-    void *sc = rc == 0 ? ct__scratch(o, nb) : NULL;
+    void *sc = rc == 0 ? ct_cuda_ops__scratch(o, nb) : NULL;
     if (rc != 0 || !sc)
-        return ct__latch(o, rc != 0 ? rc : CT_ECUDA);
-    ct__latch(o, ct_score_backward_cuda(dfeats, dwte, sc, dlogits, feats, wte, ids, N, C, CT__S));
+        return ct_cuda_ops__latch(o, rc != 0 ? rc : CT_ECUDA);
+    ct_cuda_ops__latch(
+        o, ct_score_backward_cuda(dfeats, dwte, sc, dlogits, feats, wte, ids, N, C, CT__S));
 }
 
-static void ct__bce_loss(ct_ops_t *o, float *loss, float *dpos, float *dneg, const float *pl,
-                         const float *nl, const int32_t *pos, int N, float count)
+static void ct_cuda_ops__bce_loss(ct_ops_t *o, float *loss, float *dpos, float *dneg,
+                                  const float *pl, const float *nl, const int32_t *pos, int N,
+                                  float count)
 {
-    ct__latch(
-        o, ct_bce_loss_cuda(loss, dpos, dneg, ct__st(o)->partials, pl, nl, pos, N, count, CT__S));
+    ct_cuda_ops__latch(o, ct_bce_loss_cuda(loss, dpos, dneg, ct_cuda_ops__st(o)->partials, pl, nl,
+                                           pos, N, count, CT__S));
 }
 
-static void ct__l2_penalty(ct_ops_t *o, float *penalty, float *dw, const float *w, int64_t n,
-                           float lambda, ct_l2_mode_t mode)
+static void ct_cuda_ops__l2_penalty(ct_ops_t *o, float *penalty, float *dw, const float *w,
+                                    int64_t n, float lambda, ct_l2_mode_t mode)
 {
-    ct__latch(o, ct_l2_penalty_cuda(penalty, dw, ct__st(o)->partials, w, n, lambda, mode, CT__S));
+    ct_cuda_ops__latch(o, ct_l2_penalty_cuda(penalty, dw, ct_cuda_ops__st(o)->partials, w, n,
+                                             lambda, mode, CT__S));
 }
 
-static void ct__adam_update(ct_ops_t *o, float *params, float *m, float *v, const float *grads,
-                            int64_t n, double lr, double b1, double b2, double eps, float gs,
-                            int64_t step)
+static void ct_cuda_ops__adam_update(ct_ops_t *o, float *params, float *m, float *v,
+                                     const float *grads, int64_t n, double lr, double b1, double b2,
+                                     double eps, float gs, int64_t step)
 {
-    ct__latch(o, ct_adam_update_cuda(params, m, v, grads, n, lr, b1, b2, eps, gs, step, CT__S));
+    ct_cuda_ops__latch(
+        o, ct_adam_update_cuda(params, m, v, grads, n, lr, b1, b2, eps, gs, step, CT__S));
 }
 
-static void ct__sumsq(ct_ops_t *o, float *out, const float *x, int64_t n)
+static void ct_cuda_ops__sumsq(ct_ops_t *o, float *out, const float *x, int64_t n)
 {
-    ct__latch(o, ct_sumsq_cuda(out, ct__st(o)->partials, x, n, CT__S));
+    ct_cuda_ops__latch(o, ct_sumsq_cuda(out, ct_cuda_ops__st(o)->partials, x, n, CT__S));
 }
 
-static void ct__score_candidates(ct_ops_t *o, float *scores, const float *feats, const float *wte,
-                                 const int32_t *cand, int U, int K, int C, int ldf)
+static void ct_cuda_ops__score_candidates(ct_ops_t *o, float *scores, const float *feats,
+                                          const float *wte, const int32_t *cand, int U, int K,
+                                          int C, int ldf)
 {
-    ct__latch(o, ct_score_candidates_cuda(scores, feats, wte, cand, U, K, C, ldf, CT__S));
+    ct_cuda_ops__latch(o, ct_score_candidates_cuda(scores, feats, wte, cand, U, K, C, ldf, CT__S));
 }
 
-static void ct__score_all(ct_ops_t *o, float *scores, const float *feats, const float *wte, int U,
-                          int V, int C, int ldf)
+static void ct_cuda_ops__score_all(ct_ops_t *o, float *scores, const float *feats, const float *wte,
+                                   int U, int V, int C, int ldf)
 {
-    ct__latch(o, ct_score_all_cuda(scores, feats, wte, U, V, C, ldf, CT__C));
+    ct_cuda_ops__latch(o, ct_score_all_cuda(scores, feats, wte, U, V, C, ldf, CT__C));
 }
 
-static void ct__rows_broadcast_forward(ct_ops_t *o, float *out, const float *table, int B, int L,
-                                       int C)
+static void ct_cuda_ops__rows_broadcast_forward(ct_ops_t *o, float *out, const float *table, int B,
+                                                int L, int C)
 {
-    ct__latch(o, ct_rows_broadcast_forward_cuda(out, table, B, L, C, CT__S));
+    ct_cuda_ops__latch(o, ct_rows_broadcast_forward_cuda(out, table, B, L, C, CT__S));
 }
 
-static void ct__rows_broadcast_backward(ct_ops_t *o, float *dtable, const float *dout, int B, int L,
-                                        int C)
+static void ct_cuda_ops__rows_broadcast_backward(ct_ops_t *o, float *dtable, const float *dout,
+                                                 int B, int L, int C)
 {
-    ct__latch(o, ct_rows_broadcast_backward_cuda(dtable, dout, B, L, C, CT__S));
+    ct_cuda_ops__latch(o, ct_rows_broadcast_backward_cuda(dtable, dout, B, L, C, CT__S));
 }
 
-static void ct__tisas_attention_forward(ct_ops_t *o, float *out, float *att, float *scratch,
-                                        const float *q, const float *k, const float *v,
-                                        const float *rk, const float *rv, const int64_t *tseq,
-                                        const int32_t *qmask, int B, int L, int C, int NH, int T,
-                                        ct_dropout_t da, const uint32_t *mrk, const uint32_t *mrv,
-                                        float p_rkv)
+static void ct_cuda_ops__tisas_attention_forward(ct_ops_t *o, float *out, float *att,
+                                                 float *scratch, const float *q, const float *k,
+                                                 const float *v, const float *rk, const float *rv,
+                                                 const int64_t *tseq, const int32_t *qmask, int B,
+                                                 int L, int C, int NH, int T, ct_dropout_t da,
+                                                 const uint32_t *mrk, const uint32_t *mrv,
+                                                 float p_rkv)
 {
-    ct__latch(o, ct_tisas_attention_forward_cuda(out, att, scratch, q, k, v, rk, rv, tseq, qmask, B,
-                                                 L, C, NH, T, da, mrk, mrv, p_rkv, CT__S));
+    ct_cuda_ops__latch(o, ct_tisas_attention_forward_cuda(out, att, scratch, q, k, v, rk, rv, tseq,
+                                                          qmask, B, L, C, NH, T, da, mrk, mrv,
+                                                          p_rkv, CT__S));
 }
 
-static void ct__tisas_attention_backward(ct_ops_t *o, float *dq, float *dk, float *dv, float *drk,
-                                         float *drv, float *scratch, const float *dout,
-                                         const float *att, const float *q, const float *k,
-                                         const float *v, const float *rk, const float *rv,
-                                         const int64_t *tseq, const int32_t *qmask, int B, int L,
-                                         int C, int NH, int T, ct_dropout_t da, const uint32_t *mrk,
-                                         const uint32_t *mrv, float p_rkv)
+static void ct_cuda_ops__tisas_attention_backward(
+    ct_ops_t *o, float *dq, float *dk, float *dv, float *drk, float *drv, float *scratch,
+    const float *dout, const float *att, const float *q, const float *k, const float *v,
+    const float *rk, const float *rv, const int64_t *tseq, const int32_t *qmask, int B, int L,
+    int C, int NH, int T, ct_dropout_t da, const uint32_t *mrk, const uint32_t *mrv, float p_rkv)
 {
-    ct__latch(o, ct_tisas_attention_backward_cuda(dq, dk, dv, drk, drv, scratch, dout, att, q, k, v,
-                                                  rk, rv, tseq, qmask, B, L, C, NH, T, da, mrk, mrv,
-                                                  p_rkv, CT__S));
+    ct_cuda_ops__latch(o, ct_tisas_attention_backward_cuda(dq, dk, dv, drk, drv, scratch, dout, att,
+                                                           q, k, v, rk, rv, tseq, qmask, B, L, C,
+                                                           NH, T, da, mrk, mrv, p_rkv, CT__S));
 }
 
-static void ct__tisas_mask(ct_ops_t *o, uint32_t *bits, const int32_t *qmask, int B, int L, int C,
-                           ct_dropout_t d)
+static void ct_cuda_ops__tisas_mask(ct_ops_t *o, uint32_t *bits, const int32_t *qmask, int B, int L,
+                                    int C, ct_dropout_t d)
 {
-    ct__latch(o, ct_tisas_mask_cuda(bits, qmask, B, L, C, d, CT__S));
+    ct_cuda_ops__latch(o, ct_tisas_mask_cuda(bits, qmask, B, L, C, d, CT__S));
 }
 
-static void ct__sinkhorn_forward(ct_ops_t *o, float *out, const float *logits, int M, int n,
-                                 int iters)
+static void ct_cuda_ops__sinkhorn_forward(ct_ops_t *o, float *out, const float *logits, int M,
+                                          int n, int iters)
 {
-    ct__latch(o, ct_sinkhorn_forward_cuda(out, logits, M, n, iters, CT__S));
+    ct_cuda_ops__latch(o, ct_sinkhorn_forward_cuda(out, logits, M, n, iters, CT__S));
 }
 
-static void ct__sinkhorn_backward(ct_ops_t *o, float *dlogits, float *scratch, const float *dout,
-                                  const float *logits, int M, int n, int iters)
+static void ct_cuda_ops__sinkhorn_backward(ct_ops_t *o, float *dlogits, float *scratch,
+                                           const float *dout, const float *logits, int M, int n,
+                                           int iters)
 {
-    ct__latch(o, ct_sinkhorn_backward_cuda(dlogits, scratch, dout, logits, M, n, iters, CT__S));
+    ct_cuda_ops__latch(
+        o, ct_sinkhorn_backward_cuda(dlogits, scratch, dout, logits, M, n, iters, CT__S));
 }
 
-static void ct__mhc_coeffs_forward(ct_ops_t *o, float *hpre, float *hpost, float *hres, float *proj,
-                                   float *rstd, const float *X, const float *phi,
-                                   const float *alpha, const float *bias, int N, int n, int C,
-                                   int iters, float eps)
+static void ct_cuda_ops__mhc_coeffs_forward(ct_ops_t *o, float *hpre, float *hpost, float *hres,
+                                            float *proj, float *rstd, const float *X,
+                                            const float *phi, const float *alpha, const float *bias,
+                                            int N, int n, int C, int iters, float eps)
 {
-    ct__latch(o, ct_mhc_coeffs_forward_cuda(hpre, hpost, hres, proj, rstd, X, phi, alpha, bias, N,
-                                            n, C, iters, eps, CT__C));
+    ct_cuda_ops__latch(o, ct_mhc_coeffs_forward_cuda(hpre, hpost, hres, proj, rstd, X, phi, alpha,
+                                                     bias, N, n, C, iters, eps, CT__C));
 }
 
-static void ct__mhc_coeffs_backward(ct_ops_t *o, float *dX, float *dphi, float *dalpha,
-                                    float *dbias, float *scratch, const float *dhpre,
-                                    const float *dhpost, const float *dhres, const float *X,
-                                    const float *phi, const float *alpha, const float *bias,
-                                    const float *proj, const float *rstd, int N, int n, int C,
-                                    int iters)
+static void ct_cuda_ops__mhc_coeffs_backward(ct_ops_t *o, float *dX, float *dphi, float *dalpha,
+                                             float *dbias, float *scratch, const float *dhpre,
+                                             const float *dhpost, const float *dhres,
+                                             const float *X, const float *phi, const float *alpha,
+                                             const float *bias, const float *proj,
+                                             const float *rstd, int N, int n, int C, int iters)
 {
-    ct__latch(o,
-              ct_mhc_coeffs_backward_cuda(dX, dphi, dalpha, dbias, scratch, dhpre, dhpost, dhres, X,
-                                          phi, alpha, bias, proj, rstd, N, n, C, iters, CT__C));
+    ct_cuda_ops__latch(o, ct_mhc_coeffs_backward_cuda(dX, dphi, dalpha, dbias, scratch, dhpre,
+                                                      dhpost, dhres, X, phi, alpha, bias, proj,
+                                                      rstd, N, n, C, iters, CT__C));
 }
 
-static void ct__mhc_pre_forward(ct_ops_t *o, float *u, const float *X, const float *hpre, int N,
-                                int n, int C)
+static void ct_cuda_ops__mhc_pre_forward(ct_ops_t *o, float *u, const float *X, const float *hpre,
+                                         int N, int n, int C)
 {
-    ct__latch(o, ct_mhc_pre_forward_cuda(u, X, hpre, N, n, C, CT__S));
+    ct_cuda_ops__latch(o, ct_mhc_pre_forward_cuda(u, X, hpre, N, n, C, CT__S));
 }
 
-static void ct__mhc_pre_backward(ct_ops_t *o, float *dX, float *dhpre, const float *du,
-                                 const float *X, const float *hpre, int N, int n, int C)
+static void ct_cuda_ops__mhc_pre_backward(ct_ops_t *o, float *dX, float *dhpre, const float *du,
+                                          const float *X, const float *hpre, int N, int n, int C)
 {
-    ct__latch(o, ct_mhc_pre_backward_cuda(dX, dhpre, du, X, hpre, N, n, C, CT__S));
+    ct_cuda_ops__latch(o, ct_mhc_pre_backward_cuda(dX, dhpre, du, X, hpre, N, n, C, CT__S));
 }
 
-static void ct__mhc_post_forward(ct_ops_t *o, float *Y, const float *X, const float *f,
-                                 const float *hres, const float *hpost, int N, int n, int C)
+static void ct_cuda_ops__mhc_post_forward(ct_ops_t *o, float *Y, const float *X, const float *f,
+                                          const float *hres, const float *hpost, int N, int n,
+                                          int C)
 {
-    ct__latch(o, ct_mhc_post_forward_cuda(Y, X, f, hres, hpost, N, n, C, CT__S));
+    ct_cuda_ops__latch(o, ct_mhc_post_forward_cuda(Y, X, f, hres, hpost, N, n, C, CT__S));
 }
 
-static void ct__mhc_post_backward(ct_ops_t *o, float *dX, float *df, float *dhres, float *dhpost,
-                                  const float *dY, const float *X, const float *f,
-                                  const float *hres, const float *hpost, int N, int n, int C)
+static void ct_cuda_ops__mhc_post_backward(ct_ops_t *o, float *dX, float *df, float *dhres,
+                                           float *dhpost, const float *dY, const float *X,
+                                           const float *f, const float *hres, const float *hpost,
+                                           int N, int n, int C)
 {
-    ct__latch(
+    ct_cuda_ops__latch(
         o, ct_mhc_post_backward_cuda(dX, df, dhres, dhpost, dY, X, f, hres, hpost, N, n, C, CT__S));
 }
 
-static void ct__mhc_expand_forward(ct_ops_t *o, float *X, const float *x, int N, int n, int C)
+static void ct_cuda_ops__mhc_expand_forward(ct_ops_t *o, float *X, const float *x, int N, int n,
+                                            int C)
 {
-    ct__latch(o, ct_mhc_expand_forward_cuda(X, x, N, n, C, CT__S));
+    ct_cuda_ops__latch(o, ct_mhc_expand_forward_cuda(X, x, N, n, C, CT__S));
 }
 
-static void ct__mhc_expand_backward(ct_ops_t *o, float *dx, const float *dX, int N, int n, int C)
+static void ct_cuda_ops__mhc_expand_backward(ct_ops_t *o, float *dx, const float *dX, int N, int n,
+                                             int C)
 {
-    ct__latch(o, ct_mhc_expand_backward_cuda(dx, dX, N, n, C, CT__S));
+    ct_cuda_ops__latch(o, ct_mhc_expand_backward_cuda(dx, dX, N, n, C, CT__S));
 }
 
-static void ct__mhc_collapse_forward(ct_ops_t *o, float *x, const float *X, int N, int n, int C)
+static void ct_cuda_ops__mhc_collapse_forward(ct_ops_t *o, float *x, const float *X, int N, int n,
+                                              int C)
 {
-    ct__latch(o, ct_mhc_collapse_forward_cuda(x, X, N, n, C, CT__S));
+    ct_cuda_ops__latch(o, ct_mhc_collapse_forward_cuda(x, X, N, n, C, CT__S));
 }
 
-static void ct__mhc_collapse_backward(ct_ops_t *o, float *dX, const float *dx, int N, int n, int C)
+static void ct_cuda_ops__mhc_collapse_backward(ct_ops_t *o, float *dX, const float *dx, int N,
+                                               int n, int C)
 {
-    ct__latch(o, ct_mhc_collapse_backward_cuda(dX, dx, N, n, C, CT__S));
+    ct_cuda_ops__latch(o, ct_mhc_collapse_backward_cuda(dX, dx, N, n, C, CT__S));
 }
 
-static void ct__ce_loss(ct_ops_t *o, float *loss, float *dfeats, float *dwte, float *scratch,
-                        const float *feats, const float *wte, const int32_t *pos, int N, int C,
-                        int V, float count)
+static void ct_cuda_ops__ce_loss(ct_ops_t *o, float *loss, float *dfeats, float *dwte,
+                                 float *scratch, const float *feats, const float *wte,
+                                 const int32_t *pos, int N, int C, int V, float count)
 {
-    ct__latch(o,
-              ct_ce_loss_cuda(loss, dfeats, dwte, scratch, feats, wte, pos, N, C, V, count, CT__C));
+    ct_cuda_ops__latch(
+        o, ct_ce_loss_cuda(loss, dfeats, dwte, scratch, feats, wte, pos, N, C, V, count, CT__C));
 }
 
-static void ct__sampled_ce_loss(ct_ops_t *o, float *loss, float *dfeats, float *dwte,
-                                float *scratch, const float *feats, const float *wte,
-                                const int32_t *pos, const int32_t *neg, int B, int L, int C, int M,
-                                float count)
+static void ct_cuda_ops__sampled_ce_loss(ct_ops_t *o, float *loss, float *dfeats, float *dwte,
+                                         float *scratch, const float *feats, const float *wte,
+                                         const int32_t *pos, const int32_t *neg, int B, int L,
+                                         int C, int M, float count)
 {
-    ct__latch(o, ct_sampled_ce_loss_cuda(loss, dfeats, dwte, scratch, feats, wte, pos, neg, B, L, C,
-                                         M, count, CT__S));
+    ct_cuda_ops__latch(o, ct_sampled_ce_loss_cuda(loss, dfeats, dwte, scratch, feats, wte, pos, neg,
+                                                  B, L, C, M, count, CT__S));
 }
 
 #undef CT__S
@@ -485,75 +510,80 @@ extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp)
         ct_log_error("CUDA backend: device %d asked for, %d visible", device, count);
         return CT_ENOGPU;
     }
-    ct__cuda_ops_t *st = (ct__cuda_ops_t *)calloc(1, sizeof *st);
+    ct_cuda_ops__cuda_ops_t *st = (ct_cuda_ops__cuda_ops_t *)calloc(1, sizeof *st);
     if (!st)
         return -ENOMEM;
     st->device = device;
     o->impl = st;
-    o->close = ct__close;
+    o->close = ct_cuda_ops__close;
     int rc = 0;
-    CT_CUDA_CHECK_GOTO(cudaSetDevice(device), rc, fail);
-    CT_CUDA_CHECK_GOTO(cudaStreamCreate(&st->stream), rc, fail);
+    CT_CUDA_CHECK_GOTO(cudaSetDevice(device), rc, NULL, fail);
+    CT_CUDA_CHECK_GOTO(cudaStreamCreate(&st->stream), rc, NULL, fail);
     if ((rc = ct_cuda_ctx_init(&st->ctx, (ct_stream_t)st->stream, amp ? CT_CUDA_CTX_BF16 : 0)) != 0)
         goto fail;
     CT_CUDA_CHECK_GOTO(cudaMalloc((void **)&st->partials, CT_REDUCE_CUDA_PARTS * sizeof(double)),
-                       rc, fail);
+                       rc, NULL, fail);
     o->name = amp ? "cuda (bf16 matmuls)" : "cuda";
     o->host_memory = false;
+    o->limits.attention_max_l = CT_ATTENTION_CUDA_MAX_L;
+    o->limits.attention_max_hs = CT_ATTENTION_CUDA_MAX_HS;
+    o->limits.tisas_max_l = CT_TISAS_CUDA_MAX_L;
+    o->limits.tisas_max_hs = CT_TISAS_CUDA_MAX_HS;
+    o->limits.layernorm_max_c = CT_LAYERNORM_CUDA_MAX_C;
     o->stream = st->stream;
-    o->alloc = ct__alloc;
-    o->release = ct__release;
-    o->zero = ct__zero;
-    o->copy = ct__copy;
-    o->sync = ct__sync;
-    o->attention_scratch = ct__attention_scratch;
-    o->scratch = ct__scratch_size;
-    o->dropout = ct__dropout;
-    o->timeline_mask = ct__timeline_mask;
-    o->embed_forward = ct__embed_forward;
-    o->embed_backward = ct__embed_backward;
-    o->layernorm_forward = ct__layernorm_forward;
-    o->layernorm_backward = ct__layernorm_backward;
-    o->linear_forward = ct__linear_forward;
-    o->linear_backward = ct__linear_backward;
-    o->qkv_forward = ct__qkv_forward;
-    o->qkv_backward = ct__qkv_backward;
-    o->attention_forward = ct__attention_forward;
-    o->attention_backward = ct__attention_backward;
-    o->relu_forward = ct__relu_forward;
-    o->relu_backward = ct__relu_backward;
-    o->residual_forward = ct__residual_forward;
-    o->residual_backward = ct__residual_backward;
-    o->score_forward = ct__score_forward;
-    o->score_backward = ct__score_backward;
-    o->bce_loss = ct__bce_loss;
-    o->l2_penalty = ct__l2_penalty;
-    o->adam_update = ct__adam_update;
-    o->sumsq = ct__sumsq;
-    o->score_candidates = ct__score_candidates;
-    o->score_all = ct__score_all;
-    o->rows_broadcast_forward = ct__rows_broadcast_forward;
-    o->rows_broadcast_backward = ct__rows_broadcast_backward;
-    o->tisas_attention_forward = ct__tisas_attention_forward;
-    o->tisas_attention_backward = ct__tisas_attention_backward;
-    o->tisas_mask = ct__tisas_mask;
-    o->sinkhorn_forward = ct__sinkhorn_forward;
-    o->sinkhorn_backward = ct__sinkhorn_backward;
-    o->mhc_coeffs_forward = ct__mhc_coeffs_forward;
-    o->mhc_coeffs_backward = ct__mhc_coeffs_backward;
-    o->mhc_pre_forward = ct__mhc_pre_forward;
-    o->mhc_pre_backward = ct__mhc_pre_backward;
-    o->mhc_post_forward = ct__mhc_post_forward;
-    o->mhc_post_backward = ct__mhc_post_backward;
-    o->mhc_expand_forward = ct__mhc_expand_forward;
-    o->mhc_expand_backward = ct__mhc_expand_backward;
-    o->mhc_collapse_forward = ct__mhc_collapse_forward;
-    o->mhc_collapse_backward = ct__mhc_collapse_backward;
-    o->ce_loss = ct__ce_loss;
-    o->sampled_ce_loss = ct__sampled_ce_loss;
+    o->alloc = ct_cuda_ops__alloc;
+    o->release = ct_cuda_ops__release;
+    o->zero = ct_cuda_ops__zero;
+    o->copy = ct_cuda_ops__copy;
+    o->sync = ct_cuda_ops__sync;
+    o->attention_scratch = ct_cuda_ops__attention_scratch;
+    o->scratch = ct_cuda_ops__scratch_size;
+    o->dropout = ct_cuda_ops__dropout;
+    o->timeline_mask = ct_cuda_ops__timeline_mask;
+    o->embed_forward = ct_cuda_ops__embed_forward;
+    o->embed_backward = ct_cuda_ops__embed_backward;
+    o->layernorm_forward = ct_cuda_ops__layernorm_forward;
+    o->layernorm_backward = ct_cuda_ops__layernorm_backward;
+    o->linear_forward = ct_cuda_ops__linear_forward;
+    o->linear_backward = ct_cuda_ops__linear_backward;
+    o->qkv_forward = ct_cuda_ops__qkv_forward;
+    o->qkv_backward = ct_cuda_ops__qkv_backward;
+    o->attention_forward = ct_cuda_ops__attention_forward;
+    o->attention_backward = ct_cuda_ops__attention_backward;
+    o->relu_forward = ct_cuda_ops__relu_forward;
+    o->relu_backward = ct_cuda_ops__relu_backward;
+    o->residual_forward = ct_cuda_ops__residual_forward;
+    o->residual_backward = ct_cuda_ops__residual_backward;
+    o->score_forward = ct_cuda_ops__score_forward;
+    o->score_backward = ct_cuda_ops__score_backward;
+    o->bce_loss = ct_cuda_ops__bce_loss;
+    o->l2_penalty = ct_cuda_ops__l2_penalty;
+    o->adam_update = ct_cuda_ops__adam_update;
+    o->sumsq = ct_cuda_ops__sumsq;
+    o->score_candidates = ct_cuda_ops__score_candidates;
+    o->score_all = ct_cuda_ops__score_all;
+    o->rows_broadcast_forward = ct_cuda_ops__rows_broadcast_forward;
+    o->rows_broadcast_backward = ct_cuda_ops__rows_broadcast_backward;
+    o->tisas_attention_forward = ct_cuda_ops__tisas_attention_forward;
+    o->tisas_attention_backward = ct_cuda_ops__tisas_attention_backward;
+    o->tisas_mask = ct_cuda_ops__tisas_mask;
+    o->sinkhorn_forward = ct_cuda_ops__sinkhorn_forward;
+    o->sinkhorn_backward = ct_cuda_ops__sinkhorn_backward;
+    o->mhc_coeffs_forward = ct_cuda_ops__mhc_coeffs_forward;
+    o->mhc_coeffs_backward = ct_cuda_ops__mhc_coeffs_backward;
+    o->mhc_pre_forward = ct_cuda_ops__mhc_pre_forward;
+    o->mhc_pre_backward = ct_cuda_ops__mhc_pre_backward;
+    o->mhc_post_forward = ct_cuda_ops__mhc_post_forward;
+    o->mhc_post_backward = ct_cuda_ops__mhc_post_backward;
+    o->mhc_expand_forward = ct_cuda_ops__mhc_expand_forward;
+    o->mhc_expand_backward = ct_cuda_ops__mhc_expand_backward;
+    o->mhc_collapse_forward = ct_cuda_ops__mhc_collapse_forward;
+    o->mhc_collapse_backward = ct_cuda_ops__mhc_collapse_backward;
+    o->ce_loss = ct_cuda_ops__ce_loss;
+    o->sampled_ce_loss = ct_cuda_ops__sampled_ce_loss;
     return 0;
 fail:
-    ct__close(o);
+    ct_cuda_ops__close(o);
     memset(o, 0, sizeof *o);
     return rc;
 }

@@ -35,14 +35,15 @@
 
 #define CT__TIS_WARPS 4 /* warps (rows) per block */
 
-typedef struct ct__tis_drop {
+typedef struct ct_cuda_tisas__tis_drop {
     uint64_t seed, stream, offset;
     float p, keep;
     int on;
-} ct__tis_drop_t;
+} ct_cuda_tisas__tis_drop_t;
 
 /* The attention dropout factor of draw idx (1 without dropout). */
-__device__ __forceinline__ float ct__tis_factor(const ct__tis_drop_t &d, uint64_t idx)
+__device__ __forceinline__ float ct_cuda_tisas__tis_factor(const ct_cuda_tisas__tis_drop_t &d,
+                                                           uint64_t idx)
 {
     if (!d.on)
         return 1.0f;
@@ -51,7 +52,7 @@ __device__ __forceinline__ float ct__tis_factor(const ct__tis_drop_t &d, uint64_
 }
 
 /* The interval dropout factor of channel bit x of a row's mask (keep when bits is NULL). */
-__device__ __forceinline__ float ct__tis_bit(const uint32_t *bits, int64_t x, float keep)
+__device__ __forceinline__ float ct_cuda_tisas__tis_bit(const uint32_t *bits, int64_t x, float keep)
 {
     if (!bits)
         return 1.0f;
@@ -60,7 +61,8 @@ __device__ __forceinline__ float ct__tis_bit(const uint32_t *bits, int64_t x, fl
 
 /* ---- absolute-position rows ------------------------------------------------------------------ */
 
-__global__ void ct__rows_bcast_fwd_kernel(float *out, const float *table, int64_t n, int64_t LC)
+__global__ void ct_cuda_tisas__rows_bcast_fwd_kernel(float *out, const float *table, int64_t n,
+                                                     int64_t LC)
 {
     for (int64_t x = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; x < n;
          x += (int64_t)gridDim.x * blockDim.x)
@@ -68,7 +70,8 @@ __global__ void ct__rows_bcast_fwd_kernel(float *out, const float *table, int64_
 }
 
 /* One thread per table element, sequences in order: the CPU's additions, bit for bit. */
-__global__ void ct__rows_bcast_bwd_kernel(float *dtable, const float *dout, int B, int64_t LC)
+__global__ void ct_cuda_tisas__rows_bcast_bwd_kernel(float *dtable, const float *dout, int B,
+                                                     int64_t LC)
 {
     for (int64_t x = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; x < LC;
          x += (int64_t)gridDim.x * blockDim.x) {
@@ -86,8 +89,8 @@ extern "C" int ct_rows_broadcast_forward_cuda(float *out, const float *table, in
     const int64_t LC = (int64_t)L * C, n = LC * B;
     if (n == 0)
         return 0;
-    CT_LAUNCH(ct__rows_bcast_fwd_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream, out,
-              table, n, LC);
+    CT_LAUNCH(ct_cuda_tisas__rows_bcast_fwd_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0,
+              stream, out, table, n, LC);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -99,8 +102,8 @@ extern "C" int ct_rows_broadcast_backward_cuda(float *dtable, const float *dout,
     const int64_t LC = (int64_t)L * C;
     if (LC == 0 || B == 0)
         return 0;
-    CT_LAUNCH(ct__rows_bcast_bwd_kernel, ct__grid_1d(LC, CT__THREADS), CT__THREADS, 0, stream,
-              dtable, dout, B, LC);
+    CT_LAUNCH(ct_cuda_tisas__rows_bcast_bwd_kernel, ct__grid_1d(LC, CT__THREADS), CT__THREADS, 0,
+              stream, dtable, dout, B, LC);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -109,9 +112,9 @@ extern "C" int ct_rows_broadcast_backward_cuda(float *dtable, const float *dout,
 
 /* One thread per (row, word): bit k of row (b,i) is draw offset + row*L*C + k. Only the words
  * the row's (i+1)*C elements occupy are written, as on the CPU. */
-__global__ void ct__tisas_mask_kernel(uint32_t *bits, const int32_t *qmask, int64_t rows, int L,
-                                      int C, int64_t W, float p, uint64_t seed, uint64_t stream,
-                                      uint64_t offset)
+__global__ void ct_cuda_tisas__tisas_mask_kernel(uint32_t *bits, const int32_t *qmask, int64_t rows,
+                                                 int L, int C, int64_t W, float p, uint64_t seed,
+                                                 uint64_t stream, uint64_t offset)
 {
     const int64_t total = rows * W;
     for (int64_t x = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; x < total;
@@ -146,8 +149,8 @@ extern "C" int ct_tisas_mask_cuda(uint32_t *bits, const int32_t *qmask, int B, i
     const int64_t rows = (int64_t)B * L, W = (int64_t)CT_TISAS_MASK_WORDS(L, C);
     if (rows == 0 || W == 0)
         return 0;
-    CT_LAUNCH(ct__tisas_mask_kernel, ct__grid_1d(rows * W, CT__THREADS), CT__THREADS, 0, stream,
-              bits, qmask, rows, L, C, W, drop.p, drop.seed, drop.stream, drop.offset);
+    CT_LAUNCH(ct_cuda_tisas__tisas_mask_kernel, ct__grid_1d(rows * W, CT__THREADS), CT__THREADS, 0,
+              stream, bits, qmask, rows, L, C, W, drop.p, drop.seed, drop.stream, drop.offset);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -155,13 +158,14 @@ extern "C" int ct_tisas_mask_cuda(uint32_t *bits, const int32_t *qmask, int B, i
 /* ---- attention ------------------------------------------------------------------------------- */
 
 /* Shared memory of one warp: scores/weights (L floats), taus (L ints), q_i and dO_i (HS each). */
-static inline size_t ct__tis_smem(int L, int HS)
+static inline size_t ct_cuda_tisas__tis_smem(int L, int HS)
 {
     return (size_t)CT__TIS_WARPS * (2 * (size_t)L + 2 * (size_t)HS) * sizeof(float);
 }
 
 /* The taus of row i of sequence b into tau[0..i]; lanes split the keys. */
-__device__ __forceinline__ void ct__tis_taus(int *tau, const int64_t *ts, int i, int T, int lane)
+__device__ __forceinline__ void ct_cuda_tisas__tis_taus(int *tau, const int64_t *ts, int i, int T,
+                                                        int lane)
 {
     const int64_t ti = ts[i];
     for (int j = lane; j <= i; j += 32) {
@@ -170,11 +174,13 @@ __device__ __forceinline__ void ct__tis_taus(int *tau, const int64_t *ts, int i,
     }
 }
 
-__global__ void ct__tisas_fwd_kernel(float *out, float *att, const float *q, const float *k,
-                                     const float *v, const float *rk, const float *rv,
-                                     const int64_t *tseq, const int32_t *qmask, int B, int L, int C,
-                                     int NH, int T, ct__tis_drop_t da, const uint32_t *mask_rk,
-                                     const uint32_t *mask_rv, float keep_rkv, float scale)
+__global__ void ct_cuda_tisas__tisas_fwd_kernel(float *out, float *att, const float *q,
+                                                const float *k, const float *v, const float *rk,
+                                                const float *rv, const int64_t *tseq,
+                                                const int32_t *qmask, int B, int L, int C, int NH,
+                                                int T, ct_cuda_tisas__tis_drop_t da,
+                                                const uint32_t *mask_rk, const uint32_t *mask_rv,
+                                                float keep_rkv, float scale)
 {
     CT_DYNAMIC_SMEM(float, sm);
     const int HS = C / NH, lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
@@ -202,7 +208,7 @@ __global__ void ct__tisas_fwd_kernel(float *out, float *att, const float *q, con
     const uint32_t *bv = mask_rv ? mask_rv + (size_t)(rb + i) * W : NULL;
     for (int c = lane; c < HS; c += 32)
         qs[c] = q[(rb + i) * C + hc + c];
-    ct__tis_taus(tau, tseq + rb, i, T, lane);
+    ct_cuda_tisas__tis_taus(tau, tseq + rb, i, T, lane);
     __syncwarp();
     float mx = -INFINITY;
     for (int j = lane; j <= i; j += 32) {
@@ -210,7 +216,7 @@ __global__ void ct__tisas_fwd_kernel(float *out, float *att, const float *q, con
         float s1 = 0.0f, s2 = 0.0f;
         for (int c = 0; c < HS; c++) {
             s1 += qs[c] * kj[c];
-            s2 += qs[c] * (rj[c] * ct__tis_bit(bk, (int64_t)j * C + hc + c, keep_rkv));
+            s2 += qs[c] * (rj[c] * ct_cuda_tisas__tis_bit(bk, (int64_t)j * C + hc + c, keep_rkv));
         }
         const float s = scale * s1 + scale * s2;
         w[j] = s;
@@ -230,7 +236,7 @@ __global__ void ct__tisas_fwd_kernel(float *out, float *att, const float *q, con
         if (j <= i) {
             const float P = w[j] * inv;
             a[j] = P;
-            w[j] = P * ct__tis_factor(da, draw0 + (uint64_t)j);
+            w[j] = P * ct_cuda_tisas__tis_factor(da, draw0 + (uint64_t)j);
         } else {
             a[j] = 0.0f;
         }
@@ -244,19 +250,18 @@ __global__ void ct__tisas_fwd_kernel(float *out, float *att, const float *q, con
                 continue; /* dropped: adds nothing */
             acc_v += wj * v[(rb + j) * C + hc + c];
             acc_r += wj * (rv[(int64_t)tau[j] * C + hc + c] *
-                           ct__tis_bit(bv, (int64_t)j * C + hc + c, keep_rkv));
+                           ct_cuda_tisas__tis_bit(bv, (int64_t)j * C + hc + c, keep_rkv));
         }
         orow[c] = acc_v + acc_r;
     }
 }
 
-__global__ void ct__tisas_bwd_q_kernel(float *dq, float *drk, float *drv, float *dS, float *pd,
-                                       const float *dout, const float *att, const float *q,
-                                       const float *k, const float *v, const float *rk,
-                                       const float *rv, const int64_t *tseq, const int32_t *qmask,
-                                       int B, int L, int C, int NH, int T, ct__tis_drop_t da,
-                                       const uint32_t *mask_rk, const uint32_t *mask_rv,
-                                       float keep_rkv, float scale)
+__global__ void ct_cuda_tisas__tisas_bwd_q_kernel(
+    float *dq, float *drk, float *drv, float *dS, float *pd, const float *dout, const float *att,
+    const float *q, const float *k, const float *v, const float *rk, const float *rv,
+    const int64_t *tseq, const int32_t *qmask, int B, int L, int C, int NH, int T,
+    ct_cuda_tisas__tis_drop_t da, const uint32_t *mask_rk, const uint32_t *mask_rv, float keep_rkv,
+    float scale)
 {
     CT_DYNAMIC_SMEM(float, sm);
     const int HS = C / NH, lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
@@ -284,17 +289,17 @@ __global__ void ct__tisas_bwd_q_kernel(float *dq, float *drk, float *drv, float 
         qs[c] = q[(rb + i) * C + hc + c];
         dos[c] = dout[(rb + i) * C + hc + c];
     }
-    ct__tis_taus(tau, tseq + rb, i, T, lane);
+    ct_cuda_tisas__tis_taus(tau, tseq + rb, i, T, lane);
     __syncwarp();
     const uint64_t draw0 = da.offset + (uint64_t)row * (uint64_t)L;
     float cdot = 0.0f;
     for (int j = lane; j <= i; j += 32) {
         const float *vj = v + (rb + j) * C + hc, *rj = rv + (int64_t)tau[j] * C + hc;
-        const float mk = ct__tis_factor(da, draw0 + (uint64_t)j);
+        const float mk = ct_cuda_tisas__tis_factor(da, draw0 + (uint64_t)j);
         const float wd = da.on ? P[j] * mk : P[j];
         float gv = 0.0f, gr = 0.0f;
         for (int c = 0; c < HS; c++) {
-            const float f = ct__tis_bit(bv, (int64_t)j * C + hc + c, keep_rkv);
+            const float f = ct_cuda_tisas__tis_bit(bv, (int64_t)j * C + hc + c, keep_rkv);
             gv += dos[c] * vj[c];
             gr += dos[c] * (rj[c] * f);
         }
@@ -323,11 +328,11 @@ __global__ void ct__tisas_bwd_q_kernel(float *dq, float *drk, float *drv, float 
             const float s = g[j];
             const int t = tau[j];
             const int64_t x = (int64_t)j * C + hc + c;
-            const float fk = ct__tis_bit(bk, x, keep_rkv);
+            const float fk = ct_cuda_tisas__tis_bit(bk, x, keep_rkv);
             acc_k += s * k[(rb + j) * C + hc + c];
             acc_r += s * (rk[(int64_t)t * C + hc + c] * fk);
             run_k += (scale * s) * (qs[c] * fk);
-            run_v += pdr[j] * (dos[c] * ct__tis_bit(bv, x, keep_rkv));
+            run_v += pdr[j] * (dos[c] * ct_cuda_tisas__tis_bit(bv, x, keep_rkv));
             if (j == i || tau[j + 1] != t) {
                 if (run_k != 0.0f)
                     atomicAdd(&drk[(int64_t)t * C + hc + c], run_k);
@@ -342,9 +347,10 @@ __global__ void ct__tisas_bwd_q_kernel(float *dq, float *drk, float *drv, float 
 }
 
 /* dK_j, dV_j for key row (b, h, j), lanes over channels, query rows i >= j in order. */
-__global__ void ct__tisas_bwd_kv_kernel(float *dk, float *dv, const float *dS, const float *pd,
-                                        const float *dout, const float *q, const int32_t *qmask,
-                                        int B, int L, int C, int NH, float scale)
+__global__ void ct_cuda_tisas__tisas_bwd_kv_kernel(float *dk, float *dv, const float *dS,
+                                                   const float *pd, const float *dout,
+                                                   const float *q, const int32_t *qmask, int B,
+                                                   int L, int C, int NH, float scale)
 {
     const int HS = C / NH, lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
     const int64_t row = (int64_t)blockIdx.x * CT__TIS_WARPS + warp;
@@ -368,9 +374,9 @@ __global__ void ct__tisas_bwd_kv_kernel(float *dk, float *dv, const float *dS, c
     }
 }
 
-static ct__tis_drop_t ct__tis_drop_of(ct_dropout_t d)
+static ct_cuda_tisas__tis_drop_t ct_cuda_tisas__tis_drop_of(ct_dropout_t d)
 {
-    ct__tis_drop_t r;
+    ct_cuda_tisas__tis_drop_t r;
     r.seed = d.seed, r.stream = d.stream, r.offset = d.offset, r.p = d.p;
     r.on = d.p > 0.0f;
     r.keep = r.on ? 1.0f / (1.0f - d.p) : 1.0f;
@@ -378,7 +384,7 @@ static ct__tis_drop_t ct__tis_drop_of(ct_dropout_t d)
 }
 
 /* Shape checks shared by both directions; also opts the kernels into the shared memory. */
-static int ct__tis_check(int B, int L, int C, int NH, int T, float p_att, float p_rkv)
+static int ct_cuda_tisas__tis_check(int B, int L, int C, int NH, int T, float p_att, float p_rkv)
 {
     CT_CUDA_REQUIRE(B >= 0 && L >= 1 && NH >= 1 && C >= NH && C % NH == 0 && T >= 0);
     CT_CUDA_REQUIRE(L <= CT_TISAS_CUDA_MAX_L && C / NH <= CT_TISAS_CUDA_MAX_HS);
@@ -395,20 +401,21 @@ extern "C" int ct_tisas_attention_forward_cuda(float *out, float *att, float *sc
                                                float p_rkv, ct_stream_t stream)
 {
     (void)scratch;
-    int rc = ct__tis_check(B, L, C, NH, T, drop_att.p, p_rkv);
+    int rc = ct_cuda_tisas__tis_check(B, L, C, NH, T, drop_att.p, p_rkv);
     if (rc != 0)
         return rc;
     const int64_t rows = (int64_t)B * NH * L;
     if (rows == 0)
         return 0;
-    const size_t smem = ct__tis_smem(L, C / NH);
-    CT_CUDA_CHECK(cudaFuncSetAttribute(ct__tisas_fwd_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const size_t smem = ct_cuda_tisas__tis_smem(L, C / NH);
+    CT_CUDA_CHECK(cudaFuncSetAttribute(ct_cuda_tisas__tisas_fwd_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                  NULL);
     const float keep_rkv = p_rkv > 0.0f ? 1.0f / (1.0f - p_rkv) : 1.0f;
     const float scale = 1.0f / sqrtf((float)(C / NH));
-    CT_LAUNCH(ct__tisas_fwd_kernel, (unsigned)CT_CEIL_DIV(rows, (int64_t)CT__TIS_WARPS),
+    CT_LAUNCH(ct_cuda_tisas__tisas_fwd_kernel, (unsigned)CT_CEIL_DIV(rows, (int64_t)CT__TIS_WARPS),
               32 * CT__TIS_WARPS, smem, stream, out, att, q, k, v, rk, rv, tseq, qmask, B, L, C, NH,
-              T, ct__tis_drop_of(drop_att), mask_rk, mask_rv, keep_rkv, scale);
+              T, ct_cuda_tisas__tis_drop_of(drop_att), mask_rk, mask_rv, keep_rkv, scale);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -422,25 +429,26 @@ extern "C" int ct_tisas_attention_backward_cuda(float *dq, float *dk, float *dv,
                                                 const uint32_t *mask_rk, const uint32_t *mask_rv,
                                                 float p_rkv, ct_stream_t stream)
 {
-    int rc = ct__tis_check(B, L, C, NH, T, drop_att.p, p_rkv);
+    int rc = ct_cuda_tisas__tis_check(B, L, C, NH, T, drop_att.p, p_rkv);
     if (rc != 0)
         return rc;
     const int64_t rows = (int64_t)B * NH * L;
     if (rows == 0)
         return 0;
     float *dS = scratch, *pd = scratch + (size_t)rows * (size_t)L;
-    const size_t smem = ct__tis_smem(L, C / NH);
-    CT_CUDA_CHECK(cudaFuncSetAttribute(ct__tisas_bwd_q_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const size_t smem = ct_cuda_tisas__tis_smem(L, C / NH);
+    CT_CUDA_CHECK(cudaFuncSetAttribute(ct_cuda_tisas__tisas_bwd_q_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                  NULL);
     const float keep_rkv = p_rkv > 0.0f ? 1.0f / (1.0f - p_rkv) : 1.0f;
     const float scale = 1.0f / sqrtf((float)(C / NH));
     const unsigned grid = (unsigned)CT_CEIL_DIV(rows, (int64_t)CT__TIS_WARPS);
-    CT_LAUNCH(ct__tisas_bwd_q_kernel, grid, 32 * CT__TIS_WARPS, smem, stream, dq, drk, drv, dS, pd,
-              dout, att, q, k, v, rk, rv, tseq, qmask, B, L, C, NH, T, ct__tis_drop_of(drop_att),
-              mask_rk, mask_rv, keep_rkv, scale);
+    CT_LAUNCH(ct_cuda_tisas__tisas_bwd_q_kernel, grid, 32 * CT__TIS_WARPS, smem, stream, dq, drk,
+              drv, dS, pd, dout, att, q, k, v, rk, rv, tseq, qmask, B, L, C, NH, T,
+              ct_cuda_tisas__tis_drop_of(drop_att), mask_rk, mask_rv, keep_rkv, scale);
     CT_CUDA_CHECK_LAUNCH();
-    CT_LAUNCH(ct__tisas_bwd_kv_kernel, grid, 32 * CT__TIS_WARPS, 0, stream, dk, dv, dS, pd, dout, q,
-              qmask, B, L, C, NH, scale);
+    CT_LAUNCH(ct_cuda_tisas__tisas_bwd_kv_kernel, grid, 32 * CT__TIS_WARPS, 0, stream, dk, dv, dS,
+              pd, dout, q, qmask, B, L, C, NH, scale);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }

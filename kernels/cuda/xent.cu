@@ -23,25 +23,25 @@
 #include "ct_cuda_common.h"
 
 /* Row-major sgemm as cblas (see mhc.cu). */
-static int ct__xent_sgemm(const ct_cuda_ctx_t *ctx, bool ta, bool tb, int m, int nc, int k,
-                          float alpha, const float *A, int lda, const float *B, int ldb, float beta,
-                          float *C, int ldc)
+static int ct_cuda_xent__xent_sgemm(const ct_cuda_ctx_t *ctx, bool ta, bool tb, int m, int nc,
+                                    int k, float alpha, const float *A, int lda, const float *B,
+                                    int ldb, float beta, float *C, int ldc)
 {
     if (m == 0 || nc == 0)
         return 0;
     CT_CUBLAS_CHECK(ct__gemm(ctx, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                             nc, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc));
+                             nc, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc), NULL);
     return 0;
 }
 
 /* The doubles of scratch that follow its first nf floats, 8-byte aligned (scratch is). */
-static inline double *ct__doubles_after(float *scratch, size_t nf)
+static inline double *ct_cuda_xent__doubles_after(float *scratch, size_t nf)
 {
     return reinterpret_cast<double *>(scratch + (nf + 1) / 2 * 2);
 }
 
 /* Max over a 1-D block (blockDim a multiple of 32); valid in every thread. sh: 33 floats. */
-__device__ __forceinline__ float ct__block_max(float v, float *sh)
+__device__ __forceinline__ float ct_cuda_xent__block_max(float v, float *sh)
 {
     const int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x >> 5);
     const int nw = (int)(blockDim.x >> 5);
@@ -61,8 +61,8 @@ __device__ __forceinline__ float ct__block_max(float v, float *sh)
 }
 
 /* One block per row of the chunk: lg (NI classes) becomes the gradient row. */
-__global__ void ct__ce_row_kernel(float *lg, double *rowloss, const int32_t *pos, int r0, int NI,
-                                  double inv)
+__global__ void ct_cuda_xent__ce_row_kernel(float *lg, double *rowloss, const int32_t *pos, int r0,
+                                            int NI, double inv)
 {
     __shared__ float shf[33];
     __shared__ double shd[32];
@@ -81,7 +81,7 @@ __global__ void ct__ce_row_kernel(float *lg, double *rowloss, const int32_t *pos
     float mx = -INFINITY;
     for (int i = (int)threadIdx.x; i < NI; i += (int)blockDim.x)
         mx = fmaxf(mx, row[i]);
-    mx = ct__block_max(mx, shf);
+    mx = ct_cuda_xent__block_max(mx, shf);
     const double zt = (double)lt - (double)mx;
     double s = 0.0;
     for (int i = (int)threadIdx.x; i < NI; i += (int)blockDim.x) {
@@ -105,7 +105,8 @@ __global__ void ct__ce_row_kernel(float *lg, double *rowloss, const int32_t *pos
 }
 
 /* loss = (sum of rowloss in a fixed order) * inv; one block. */
-__global__ void ct__xent_total_kernel(float *loss, const double *rowloss, int64_t N, double inv)
+__global__ void ct_cuda_xent__xent_total_kernel(float *loss, const double *rowloss, int64_t N,
+                                                double inv)
 {
     __shared__ double sh[32];
     double s = 0.0;
@@ -123,35 +124,37 @@ extern "C" int ct_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *s
     CT_CUDA_REQUIRE(N >= 0 && C >= 1 && V >= 2);
     cudaStream_t st = (cudaStream_t)ctx->stream;
     if (count <= 0.0f || N == 0) {
-        CT_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof *loss, st));
+        CT_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof *loss, st), NULL);
         return 0;
     }
     const double inv = 1.0 / (double)count;
     const int NI = V - 1, R = (int)CT_CE_CUDA_ROWS(V);
     float *lg = scratch;
-    double *rowloss = ct__doubles_after(scratch, CT_CE_CUDA_ROWS(V) * (size_t)V);
+    double *rowloss = ct_cuda_xent__doubles_after(scratch, CT_CE_CUDA_ROWS(V) * (size_t)V);
     int rc;
     for (int r0 = 0; r0 < N; r0 += R) {
         const int m = N - r0 < R ? N - r0 : R;
         const float *f = feats + (size_t)r0 * C;
-        if ((rc = ct__xent_sgemm(ctx, false, true, m, NI, C, 1.0f, f, C, wte + C, C, 0.0f, lg,
-                                 NI)) != 0)
+        if ((rc = ct_cuda_xent__xent_sgemm(ctx, false, true, m, NI, C, 1.0f, f, C, wte + C, C, 0.0f,
+                                           lg, NI)) != 0)
             return rc;
-        CT_LAUNCH(ct__ce_row_kernel, m, CT__THREADS, 0, st, lg, rowloss, pos, r0, NI, inv);
+        CT_LAUNCH(ct_cuda_xent__ce_row_kernel, m, CT__THREADS, 0, st, lg, rowloss, pos, r0, NI,
+                  inv);
         CT_CUDA_CHECK_LAUNCH();
-        if ((rc = ct__xent_sgemm(ctx, false, false, m, C, NI, 1.0f, lg, NI, wte + C, C, 1.0f,
-                                 dfeats + (size_t)r0 * C, C)) != 0 ||
-            (rc = ct__xent_sgemm(ctx, true, false, NI, C, m, 1.0f, lg, NI, f, C, 1.0f, dwte + C,
-                                 C)) != 0)
+        if ((rc = ct_cuda_xent__xent_sgemm(ctx, false, false, m, C, NI, 1.0f, lg, NI, wte + C, C,
+                                           1.0f, dfeats + (size_t)r0 * C, C)) != 0 ||
+            (rc = ct_cuda_xent__xent_sgemm(ctx, true, false, NI, C, m, 1.0f, lg, NI, f, C, 1.0f,
+                                           dwte + C, C)) != 0)
             return rc;
     }
-    CT_LAUNCH(ct__xent_total_kernel, 1, CT__THREADS, 0, st, loss, rowloss, (int64_t)N, inv);
+    CT_LAUNCH(ct_cuda_xent__xent_total_kernel, 1, CT__THREADS, 0, st, loss, rowloss, (int64_t)N,
+              inv);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
 
 /* One warp per position r = (b, t): the K = M + 1 logits into G[r], then their gradient. */
-__global__ void ct__sce_row_kernel(float *dfeats, float *dwte, float *G, double *rowloss,
+__global__ void ct_cuda_xent__sce_row_kernel(float *dfeats, float *dwte, float *G, double *rowloss,
                                    const float *feats, const float *wte, const int32_t *pos,
                                    const int32_t *neg, int64_t N, int L, int C, int M, double inv)
 {
@@ -210,7 +213,7 @@ __global__ void ct__sce_row_kernel(float *dfeats, float *dwte, float *G, double 
 }
 
 /* One block per sequence: dwte[neg[b,k]] += sum_t G[b,t,k+1] feats[b,t] for non-padding ids. */
-__global__ void ct__sce_neg_kernel(float *dwte, const float *G, const float *feats,
+__global__ void ct_cuda_xent__sce_neg_kernel(float *dwte, const float *G, const float *feats,
                                    const int32_t *pos, const int32_t *neg, int L, int C, int M)
 {
     const int64_t b = blockIdx.x;
@@ -240,20 +243,20 @@ extern "C" int ct_sampled_ce_loss_cuda(float *loss, float *dfeats, float *dwte, 
     cudaStream_t st = (cudaStream_t)stream;
     const int64_t N = (int64_t)B * L;
     if (count <= 0.0f || N == 0) {
-        CT_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof *loss, st));
+        CT_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof *loss, st), NULL);
         return 0;
     }
     const double inv = 1.0 / (double)count;
     float *G = scratch;
-    double *rowloss = ct__doubles_after(scratch, (size_t)N * ((size_t)M + 1));
+    double *rowloss = ct_cuda_xent__doubles_after(scratch, (size_t)N * ((size_t)M + 1));
     const int warps = 4;
-    CT_LAUNCH(ct__sce_row_kernel, (unsigned)CT_CEIL_DIV(N, (int64_t)warps), 32 * warps, 0, st,
-              dfeats, dwte, G, rowloss, feats, wte, pos, neg, N, L, C, M, inv);
+    CT_LAUNCH(ct_cuda_xent__sce_row_kernel, (unsigned)CT_CEIL_DIV(N, (int64_t)warps), 32 * warps, 0,
+              st, dfeats, dwte, G, rowloss, feats, wte, pos, neg, N, L, C, M, inv);
     CT_CUDA_CHECK_LAUNCH();
-    CT_LAUNCH(ct__sce_neg_kernel, (unsigned)B, CT__THREADS, 0, st, dwte, G, feats, pos, neg, L, C,
-              M);
+    CT_LAUNCH(ct_cuda_xent__sce_neg_kernel, (unsigned)B, CT__THREADS, 0, st, dwte, G, feats, pos,
+              neg, L, C, M);
     CT_CUDA_CHECK_LAUNCH();
-    CT_LAUNCH(ct__xent_total_kernel, 1, CT__THREADS, 0, st, loss, rowloss, N, inv);
+    CT_LAUNCH(ct_cuda_xent__xent_total_kernel, 1, CT__THREADS, 0, st, loss, rowloss, N, inv);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }

@@ -31,7 +31,7 @@ void ctrun_agent__kv(ctrun_agent_t *a, int rc)
 }
 
 /* Worker i was silent for --watchdog_timeout. Every silent or stopped worker is asked for a
- * stack dump (CT_WORKER_DUMP_SIGNAL); the stuck rank - a stopped one if any, else i, the first
+ * stack dump (CT_HEARTBEAT_DUMP_SIGNAL); the stuck rank - a stopped one if any, else i, the first
  * overdue - is recorded as failed with its last step (the transition function then fails the
  * attempt as for a crash). The stop's SIGTERM comes after the dump signal, and a pending
  * SIGUSR1 (10) is delivered before a pending SIGTERM (15), so a stopped worker, once continued
@@ -60,8 +60,8 @@ void ctrun_agent__watchdog_blame(ctrun_agent_t *a, int i)
         ct_log_warn("watchdog: local rank %d (rank %d, pid %d) silent for %.1f s after step "
                     "%llu; asking it for a stack dump (signal %d) in its stderr log",
                     j, w->rank, (int)w->proc.pid, (double)(now - w->hb_last_ms) / 1000.0,
-                    (unsigned long long)w->hb_step, CT_WORKER_DUMP_SIGNAL);
-        kill(w->proc.pid, CT_WORKER_DUMP_SIGNAL);
+                    (unsigned long long)w->hb_step, CT_HEARTBEAT_DUMP_SIGNAL);
+        kill(w->proc.pid, CT_HEARTBEAT_DUMP_SIGNAL);
     }
     ctrun_worker_t *w = &a->workers[victim];
     char msg[256], cause[CTRUN_RECOVERY_CAUSE_MAX] = "";

@@ -86,8 +86,8 @@ typedef struct ctrun_worker {
     uint64_t hb_last_ms;  /* uv_now of the last record */
     uint64_t hb_time_ns;  /* the worker's CLOCK_MONOTONIC in the last record */
     /* fault injection (ctrun_inject.h) */
-    int armed;                 /* spec armed in CTRUN_FAULT, -1 none */
-    char fault_text[48];       /* its CTRUN_FAULT value */
+    int armed;                 /* spec armed in CTRUN_INJECT, -1 none */
+    char fault_text[48];       /* its CTRUN_INJECT value */
     int fault_spec;            /* spec the agent itself fired at this worker, -1 none */
     uint64_t fault_ns;         /* when (uv_hrtime) */
 } ctrun_worker_t;

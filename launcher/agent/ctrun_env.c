@@ -141,9 +141,9 @@ int ctrun_env_build(const char *const *base, const ctrun_worker_info_t *w, char 
     else
         ctrun_env__put(&o, "CTRUN_HEARTBEAT_FD", NULL); /* an inherited one is not ours to give */
     if (w->fault != NULL && w->fault[0] != '\0')
-        ctrun_env__put(&o, "CTRUN_FAULT", "%s", w->fault);
+        ctrun_env__put(&o, "CTRUN_INJECT", "%s", w->fault);
     else
-        ctrun_env__put(&o, "CTRUN_FAULT", NULL); /* only the agent arms faults */
+        ctrun_env__put(&o, "CTRUN_INJECT", NULL); /* only the agent arms faults */
 
     size_t nbase = 0;
     while (base[nbase] != NULL)

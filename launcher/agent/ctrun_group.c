@@ -64,7 +64,7 @@ int ctrun_group_prepare(ctrun_agent_t *a, ct_errbuf_t *eb)
         w->armed = ctrun_inject_arm(&a->inject, w->rank, a->plan.world_size, w->fault_text,
                                     sizeof w->fault_text);
         if (w->armed >= 0)
-            ct_log_warn("fault injection: spec %d (%s) armed for rank %d as CTRUN_FAULT=%s",
+            ct_log_warn("fault injection: spec %d (%s) armed for rank %d as CTRUN_INJECT=%s",
                         w->armed + 1, a->inject.specs[w->armed].text, w->rank, w->fault_text);
         w->state = CTRUN_WORKER_IDLE;
         w->out_file = w->err_file = -1;

@@ -33,7 +33,7 @@
 
 #include "ct_error.h"
 #include "ctrun_sink.h"
-#include "ctworker.h"
+#include "ct_heartbeat.h"
 
 #ifdef __cplusplus
 extern "C" {

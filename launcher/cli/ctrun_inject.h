@@ -1,7 +1,7 @@
 /*
  * ctrun_inject.h - ctrun's fault injection (--inject SPEC[;SPEC...], --inject_seed N): the
  * grammar of a spec, the seeded choices (which rank for rank=any, which checkpoint phase for
- * phase=any), which spec is still pending, and the CTRUN_FAULT text that arms one worker.
+ * phase=any), which spec is still pending, and the CTRUN_INJECT text that arms one worker.
  *
  *   kill:rank=R|any:at=step=N      the rank dies by SIGKILL when it reports step N
  *   kill:rank=R|any:at=time=T      ... T after ctrun started (sent by the agent)
@@ -14,7 +14,7 @@
  *
  * T is seconds with an optional unit (500ms, 5s, 2.5, 1m). Each spec fires once per job (an
  * every= spec once per period, up to count=), so a restarted attempt replays the steps without
- * the fault. Step triggers are executed by the worker (libctworker, CTRUN_FAULT) because only
+ * the fault. Step triggers are executed by the worker (libctworker, CTRUN_INJECT) because only
  * it knows when it reaches a step; at most one is armed per rank and attempt, the lowest step
  * first. The agent does everything else (ctrun_agent.c).
  *
@@ -57,7 +57,7 @@ typedef struct ctrun_inject_spec {
     int64_t step;    /* AT_STEP */
     double seconds;  /* AT_TIME: since ctrun started; EVERY: the period within an attempt */
     int count;       /* EVERY: at most this many firings; 0 = no limit */
-    int phase;       /* TORN: a ct_fault_ckpt_phase_t, or CTRUN_INJECT_ANY */
+    int phase;       /* TORN: a ct_inject_ckpt_phase_t, or CTRUN_INJECT_ANY */
     int fired;       /* how often it fired so far (the agent counts) */
     char text[CTRUN_INJECT_TEXT_MAX]; /* the spec as given (shortened), for messages */
 } ctrun_inject_spec_t;
@@ -102,7 +102,7 @@ int ctrun_inject_rank(const ctrun_inject_t *inj, size_t i, int world_size);
 int ctrun_inject_phase(const ctrun_inject_t *inj, size_t i);
 
 /* The step-triggered fault to arm for global rank `rank` in this attempt: writes its
- * CTRUN_FAULT value ("kill@50", "stop@80", "torn@100:data") into buf and returns the spec's
+ * CTRUN_INJECT value ("kill@50", "stop@80", "torn@100:data") into buf and returns the spec's
  * index, or returns -1 (buf "") when none is pending for that rank. */
 int ctrun_inject_arm(const ctrun_inject_t *inj, int rank, int world_size, char *buf,
                      size_t size);

@@ -53,7 +53,7 @@ static void test_five_seeded_kills_bit_identical(void)
                           CHAOS_TRAIN_ARGS(chaos, CHAOS_EPOCHS), NULL};
     chaos_run(&c, "kills-chaos", NULL, 300000, args);
     CT_ASSERT_MSG(c.exit_code == 0, "chaos run (%.200s) failed:\n%.1500s", spec, chaos_tail(&c));
-    CT_ASSERT_EQ(chaos_count(c.err, "fault injection (CTRUN_FAULT=kill@"), 5);
+    CT_ASSERT_EQ(chaos_count(c.err, "fault injection (CTRUN_INJECT=kill@"), 5);
     CT_ASSERT_GE(chaos_count(c.out, "# resumed from"), 5);
     json_t *report = chaos_report(logs);
     CT_ASSERT_EQ(chaos_count_causes(report, "injected kill at step"), 5);

@@ -237,13 +237,7 @@ int main(void)
     const char *pt13 = getenv("CTRUN_TORCH13_PYTHON");
     if (pt13 == NULL)
         pt13 = "/usr/bin/python3";
-    const char *pt2 = getenv("CTRUN_TORCH2_PYTHON");
-    char pt2_default[4096];
-    if (pt2 == NULL) {
-        snprintf(pt2_default, sizeof pt2_default, "%s/.venvs/torch2/bin/python",
-                 getenv("HOME") ? getenv("HOME") : "");
-        pt2 = pt2_default;
-    }
+    const char *pt2 = ct_test_torch2_python();
     char v13[64] = "", v2[64] = "";
     bool have13 = has_torch(pt13, v13, sizeof v13) && strncmp(v13, "1.", 2) == 0;
     bool have2 = has_torch(pt2, v2, sizeof v2) && strncmp(v2, "2.", 2) == 0 &&

@@ -1,8 +1,8 @@
 /*
- * test_eval.c - evaluation scores (kernels/cpu/eval.c): candidate lists and all items against
- * float64 dot products, read both from packed (U,C) vectors and, through ldf, straight from the
- * last column of a (U,L,C) final-LN output; poisoned outputs. Full-ranking ranks against a
- * brute force over an explicit exclusion set, with ct_eval_rank's tie rule (equal and NaN
+ * test_ctrain_eval.c - evaluation scores (kernels/cpu/eval.c): candidate lists and all items
+ * against float64 dot products, read both from packed (U,C) vectors and, through ldf, straight from
+ * the last column of a (U,L,C) final-LN output; poisoned outputs. Full-ranking ranks against a
+ * brute force over an explicit exclusion set, with ctrain_eval_rank's tie rule (equal and NaN
  * scores count against the target).
  *
  * Tolerance: each score is a float dot product of C = 50 terms in [-1,1]: about
@@ -92,7 +92,7 @@ static void test_ranks(void)
         printf("  user %d: rank %d (brute force %d)\n", u, ranks[u], want);
         CT_ASSERT_EQ(ranks[u], want);
     }
-    /* Without exclusions it is ct_eval_rank's count over all items but the padding one. */
+    /* Without exclusions it is ctrain_eval_rank's count over all items but the padding one. */
     ct_rank_all_cpu(ranks, s, targets, NULL, NULL, RU, RV);
     for (int u = 0; u < RU; u++)
         CT_ASSERT_EQ(ranks[u], brute_rank(s + u * RV, targets[u], NULL, 0, RV));

@@ -1,18 +1,18 @@
 /*
- * test_sasrec_gpu.c (gpu suite) - ctrain's own model (worker/ct_model.c, ct_sasrec.c) on the CUDA
- * op table (kernels/cuda/ops.cu) against the same model on the CPU table: one model code path
- * run on two backends, so what is compared is the composition of every op as the trainer uses
- * it - in-place calls, the += contract across residual branches, mHC streams and the tied item
- * table, dropout sites and TiSASRec's interval masks regenerated from the same counters, the
- * padding-query skip, the device-memory handling of the model (arena, flat buffers, scalar
- * results fetched from the device). For SASRec (post_ln with BCE and l2_emb; the 2020 layout
+ * test_sasrec_gpu.c (gpu suite) - ctrain's own model (worker/trainer/models/ctrain_model.c,
+ * ctrain_sasrec.c) on the CUDA op table (kernels/cuda/ops.cu) against the same model on the CPU
+ * table: one model code path run on two backends, so what is compared is the composition of every
+ * op as the trainer uses it - in-place calls, the += contract across residual branches, mHC streams
+ * and the tied item table, dropout sites and TiSASRec's interval masks regenerated from the same
+ * counters, the padding-query skip, the device-memory handling of the model (arena, flat buffers,
+ * scalar results fetched from the device). For SASRec (post_ln with BCE and l2_emb; the 2020 layout
  * with the full CE loss), TiSASRec (BCE), TiSASRec + mHC (sampled CE) and SASRec + mHC, all
  * with dropout on except the last:
  *   - the initial parameters are bit-identical (initialised on the host, copied up);
  *   - the whole-model gradient of the first step (every parameter tensor, the loss slot aside)
  *     and the loss;
  *   - a 20-step training trajectory (zero_grad, forward_backward, l2_emb, the gradient norm,
- *     clipping, Adam - what ct_train.c's step does on one rank): every step's loss, the squared
+ *     clipping, Adam - what ctrain_train.c's step does on one rank): every step's loss, the squared
  *     gradient norm, and the parameters after the last step;
  *   - the evaluation features (dropout-free forward of column L-1) after training;
  *   - --use_amp (bf16 matrix products): the loss deviation from float32 over 20 steps, measured
@@ -37,7 +37,7 @@
  */
 #include <math.h>
 
-#include "ct_model.h"
+#include "ctrain_model.h"
 #include "gcheck.h"
 
 enum { B = 4, L = 12, C = 16, NH = 2, ITEMS = 39, NB = 2, M = 5, STEPS = 20 };
@@ -113,63 +113,63 @@ static void check_params(const float *got, const float *ref, size_t P)
     CT_ASSERT_MSG(off * 100 <= P, "%zu of %zu parameters differ by more than 5e-5", off, P);
 }
 
-static void run_variant(const char *title, ct_model_cfg_t cfg, float l2)
+static void run_variant(const char *title, ctrain_model_cfg_t cfg, float l2)
 {
     printf("%s\n", title);
     ct_errbuf_t eb;
     ct_ops_t cpu, gpu;
     ct_ops_cpu_init(&cpu);
     CT_ASSERT_OK(ct_ops_cuda_init(&gpu, 0, false));
-    ct_model_t *mc = NULL, *mg = NULL;
-    CT_ASSERT_MSG(ct_model_create(&mc, &cfg, &cpu, B, &eb) == 0, "%s", eb.msg);
-    CT_ASSERT_MSG(ct_model_create(&mg, &cfg, &gpu, B, &eb) == 0, "%s", eb.msg);
-    CT_ASSERT_OK(ct_model_init_params(mc, 7));
-    CT_ASSERT_OK(ct_model_init_params(mg, 7));
+    ctrain_model_t *mc = NULL, *mg = NULL;
+    CT_ASSERT_MSG(ctrain_model_create(&mc, &cfg, &cpu, B, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_MSG(ctrain_model_create(&mg, &cfg, &gpu, B, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_OK(ctrain_model_init_params(mc, 7));
+    CT_ASSERT_OK(ctrain_model_init_params(mg, 7));
     const size_t P = mc->num_params;
     CT_ASSERT(mg->num_params == P);
     float *got = KC_ALLOC(float, P + 1);
     to_host(&gpu, got, mg->params_mem, P);
     GK_ASSERT_BITEQ("initial parameters", got, mc->params_mem, (int64_t)P);
 
-    const ct_l2_mode_t mode = ct_model_l2_mode(&cfg);
+    const ct_l2_mode_t mode = ctrain_model_l2_mode(&cfg);
     batch_t bt;
     double worst_loss = 0.0;
     for (int step = 1; step <= STEPS; step++) {
         make_batch(&bt, step);
-        ct_model_batch_t mb = {.B = B,
-                               .seq = bt.seq,
-                               .pos = bt.pos,
-                               .neg = bt.neg,
-                               .tseq = cfg.kind == CT_MODEL_TISASREC ? bt.tseq : NULL,
-                               .row_neg = bt.row_neg,
-                               .row0 = 0};
+        ctrain_model_batch_t mb = {.B = B,
+                                   .seq = bt.seq,
+                                   .pos = bt.pos,
+                                   .neg = bt.neg,
+                                   .tseq = cfg.kind == CTRAIN_MODEL_TISASREC ? bt.tseq : NULL,
+                                   .row_neg = bt.row_neg,
+                                   .row0 = 0};
         float lc = 0, lg = 0, pc = 0, pg = 0, sc = 0, sg = 0;
-        ct_model_zero_grad(mc);
-        ct_model_zero_grad(mg);
-        CT_ASSERT_OK(ct_model_forward_backward(mc, &mb, bt.count, 11, step, &lc));
-        CT_ASSERT_OK(ct_model_forward_backward(mg, &mb, bt.count, 11, step, &lg));
-        CT_ASSERT_OK(ct_model_l2(mc, l2, mode, &pc));
-        CT_ASSERT_OK(ct_model_l2(mg, l2, mode, &pg));
+        ctrain_model_zero_grad(mc);
+        ctrain_model_zero_grad(mg);
+        CT_ASSERT_OK(ctrain_model_forward_backward(mc, &mb, bt.count, 11, step, &lc));
+        CT_ASSERT_OK(ctrain_model_forward_backward(mg, &mb, bt.count, 11, step, &lg));
+        CT_ASSERT_OK(ctrain_model_l2(mc, l2, mode, &pc));
+        CT_ASSERT_OK(ctrain_model_l2(mg, l2, mode, &pg));
         lc += pc, lg += pg;
         if (step == 1) {
             CT_ASSERT_CLOSE(lg, lc, 1e-6, 1e-5);
             to_host(&gpu, got, mg->grads_mem, P);
             for (int i = 0; i < mc->n_params; i++) {
-                const ct_param_t *p = &mc->params[i];
+                const ctrain_param_t *p = &mc->params[i];
                 gk_check(p->name, got + p->offset, mc->grads_mem + p->offset, (int64_t)p->numel,
                          2e-5, 2e-4);
             }
         }
-        CT_ASSERT_OK(ct_model_grad_sumsq(mc, &sc));
-        CT_ASSERT_OK(ct_model_grad_sumsq(mg, &sg));
+        CT_ASSERT_OK(ctrain_model_grad_sumsq(mc, &sc));
+        CT_ASSERT_OK(ctrain_model_grad_sumsq(mg, &sg));
         CT_ASSERT_CLOSE(sg, sc, 1e-6, 1e-3);
         CT_ASSERT(isfinite(lc) && isfinite(lg));
         CT_ASSERT_CLOSE(lg, lc, 1e-5, 1e-4);
         double d = fabs((double)lg - lc) / fabs((double)lc);
         worst_loss = d > worst_loss ? d : worst_loss;
         /* clipping from each side's own norm, as each trainer would */
-        CT_ASSERT_OK(ct_model_adam(mc, 1e-3, ct_clip_coef(sc, 1.0f), step));
-        CT_ASSERT_OK(ct_model_adam(mg, 1e-3, ct_clip_coef(sg, 1.0f), step));
+        CT_ASSERT_OK(ctrain_model_adam(mc, 1e-3, ct_clip_coef(sc, 1.0f), step));
+        CT_ASSERT_OK(ctrain_model_adam(mg, 1e-3, ct_clip_coef(sg, 1.0f), step));
         if (step == 1 || step == STEPS)
             printf("  step %2d loss cpu %.7f cuda %.7f\n", step, (double)lc, (double)lg);
     }
@@ -181,9 +181,9 @@ static void run_variant(const char *title, ct_model_cfg_t cfg, float l2)
     make_batch(&bt, 100);
     const float *fc = NULL, *fg = NULL;
     int ldc = 0, ldg = 0;
-    const int64_t *ts = cfg.kind == CT_MODEL_TISASREC ? bt.tseq : NULL;
-    CT_ASSERT_OK(ct_model_forward_features(mc, bt.seq, ts, B, &fc, &ldc));
-    CT_ASSERT_OK(ct_model_forward_features(mg, bt.seq, ts, B, &fg, &ldg));
+    const int64_t *ts = cfg.kind == CTRAIN_MODEL_TISASREC ? bt.tseq : NULL;
+    CT_ASSERT_OK(ctrain_model_forward_features(mc, bt.seq, ts, B, &fc, &ldc));
+    CT_ASSERT_OK(ctrain_model_forward_features(mg, bt.seq, ts, B, &fg, &ldg));
     CT_ASSERT_EQ(ldc, ldg);
     for (int r = 0; r < B; r++) {
         float row[C];
@@ -191,8 +191,8 @@ static void run_variant(const char *title, ct_model_cfg_t cfg, float l2)
         gk_check("features", row, fc + (size_t)r * ldc, C, 5e-4, 5e-4);
     }
 
-    ct_model_destroy(mc);
-    ct_model_destroy(mg);
+    ctrain_model_destroy(mc);
+    ctrain_model_destroy(mg);
     ct_ops_close(&gpu);
     ct_ops_close(&cpu);
     free(got);
@@ -205,36 +205,36 @@ static void run_variant(const char *title, ct_model_cfg_t cfg, float l2)
  * relative at every step (a bf16 mistake - factors truncated wrongly, a product in the wrong
  * precision kept in bf16 - shows as 1e-1 or a diverging loss), and must not be float32's 1e-6
  * (which would mean the products did not run in bf16 at all). */
-static void measure_amp(const char *title, ct_model_cfg_t cfg)
+static void measure_amp(const char *title, ctrain_model_cfg_t cfg)
 {
     printf("%s, --use_amp\n", title);
     ct_errbuf_t eb;
     ct_ops_t cpu, gpu;
     ct_ops_cpu_init(&cpu);
     CT_ASSERT_OK(ct_ops_cuda_init(&gpu, 0, true));
-    ct_model_t *mc = NULL, *mg = NULL;
-    CT_ASSERT_MSG(ct_model_create(&mc, &cfg, &cpu, B, &eb) == 0, "%s", eb.msg);
-    CT_ASSERT_MSG(ct_model_create(&mg, &cfg, &gpu, B, &eb) == 0, "%s", eb.msg);
-    CT_ASSERT_OK(ct_model_init_params(mc, 7));
-    CT_ASSERT_OK(ct_model_init_params(mg, 7));
+    ctrain_model_t *mc = NULL, *mg = NULL;
+    CT_ASSERT_MSG(ctrain_model_create(&mc, &cfg, &cpu, B, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_MSG(ctrain_model_create(&mg, &cfg, &gpu, B, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_OK(ctrain_model_init_params(mc, 7));
+    CT_ASSERT_OK(ctrain_model_init_params(mg, 7));
     batch_t bt;
     double worst = 0.0, first = 0.0;
     for (int step = 1; step <= STEPS; step++) {
         make_batch(&bt, step);
-        ct_model_batch_t mb = {.B = B,
-                               .seq = bt.seq,
-                               .pos = bt.pos,
-                               .neg = bt.neg,
-                               .tseq = cfg.kind == CT_MODEL_TISASREC ? bt.tseq : NULL,
-                               .row_neg = bt.row_neg,
-                               .row0 = 0};
+        ctrain_model_batch_t mb = {.B = B,
+                                   .seq = bt.seq,
+                                   .pos = bt.pos,
+                                   .neg = bt.neg,
+                                   .tseq = cfg.kind == CTRAIN_MODEL_TISASREC ? bt.tseq : NULL,
+                                   .row_neg = bt.row_neg,
+                                   .row0 = 0};
         float lc = 0, lg = 0, sc = 0, sg = 0;
-        ct_model_zero_grad(mc);
-        ct_model_zero_grad(mg);
-        CT_ASSERT_OK(ct_model_forward_backward(mc, &mb, bt.count, 11, step, &lc));
-        CT_ASSERT_OK(ct_model_forward_backward(mg, &mb, bt.count, 11, step, &lg));
-        CT_ASSERT_OK(ct_model_grad_sumsq(mc, &sc));
-        CT_ASSERT_OK(ct_model_grad_sumsq(mg, &sg));
+        ctrain_model_zero_grad(mc);
+        ctrain_model_zero_grad(mg);
+        CT_ASSERT_OK(ctrain_model_forward_backward(mc, &mb, bt.count, 11, step, &lc));
+        CT_ASSERT_OK(ctrain_model_forward_backward(mg, &mb, bt.count, 11, step, &lg));
+        CT_ASSERT_OK(ctrain_model_grad_sumsq(mc, &sc));
+        CT_ASSERT_OK(ctrain_model_grad_sumsq(mg, &sg));
         CT_ASSERT(isfinite(lg) && isfinite(sg));
         const double d = fabs((double)lg - lc) / fabs((double)lc);
         if (step == 1)
@@ -242,67 +242,74 @@ static void measure_amp(const char *title, ct_model_cfg_t cfg)
         worst = d > worst ? d : worst;
         CT_ASSERT_MSG(d < 2e-2, "step %d: bf16 loss %.7f, float32 %.7f", step, (double)lg,
                       (double)lc);
-        CT_ASSERT_OK(ct_model_adam(mc, 1e-3, ct_clip_coef(sc, 1.0f), step));
-        CT_ASSERT_OK(ct_model_adam(mg, 1e-3, ct_clip_coef(sg, 1.0f), step));
+        CT_ASSERT_OK(ctrain_model_adam(mc, 1e-3, ct_clip_coef(sc, 1.0f), step));
+        CT_ASSERT_OK(ctrain_model_adam(mg, 1e-3, ct_clip_coef(sg, 1.0f), step));
     }
     printf("  bf16 against float32 over %d steps: loss deviation %.2e at step 1, worst %.2e\n",
            STEPS, first, worst);
     CT_ASSERT_MSG(worst > 1e-6, "the bf16 run equals float32 (%.2e): no bf16 products ran", worst);
-    ct_model_destroy(mc);
-    ct_model_destroy(mg);
+    ctrain_model_destroy(mc);
+    ctrain_model_destroy(mg);
     ct_ops_close(&gpu);
     ct_ops_close(&cpu);
 }
 
-static ct_model_cfg_t base_cfg(ct_model_kind_t kind, ct_layout_t layout, ct_loss_t loss, int mhc,
-                               float dropout)
+static ctrain_model_cfg_t base_cfg(ctrain_model_kind_t kind, ctrain_layout_t layout,
+                                   ctrain_loss_t loss, int mhc, float dropout)
 {
-    ct_model_cfg_t c = {.kind = kind,
-                        .layout = layout,
-                        .num_items = ITEMS,
-                        .maxlen = L,
-                        .hidden = C,
-                        .num_heads = NH,
-                        .num_blocks = NB,
-                        .mhc_streams = mhc,
-                        .time_span = kind == CT_MODEL_TISASREC ? 6 : 0,
-                        .dropout = dropout,
-                        .no_skip = false,
-                        .loss = loss,
-                        .num_negatives = loss == CT_LOSS_SAMPLED_CE ? M : 0};
+    ctrain_model_cfg_t c = {.kind = kind,
+                            .layout = layout,
+                            .num_items = ITEMS,
+                            .maxlen = L,
+                            .hidden = C,
+                            .num_heads = NH,
+                            .num_blocks = NB,
+                            .mhc_streams = mhc,
+                            .time_span = kind == CTRAIN_MODEL_TISASREC ? 6 : 0,
+                            .dropout = dropout,
+                            .no_skip = false,
+                            .loss = loss,
+                            .num_negatives = loss == CTRAIN_LOSS_SAMPLED_CE ? M : 0};
     ct_errbuf_t eb;
-    CT_ASSERT_MSG(ct_model_cfg_check(&c, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_MSG(ctrain_model_cfg_check(&c, &eb) == 0, "%s", eb.msg);
     return c;
 }
 
 static void test_sasrec(void)
 {
     run_variant("SASRec post_ln, BCE, l2_emb, dropout 0.2",
-                base_cfg(CT_MODEL_SASREC, CT_LAYOUT_POST_LN, CT_LOSS_BCE, 0, 0.2f), 1e-3f);
+                base_cfg(CTRAIN_MODEL_SASREC, CTRAIN_LAYOUT_POST_LN, CTRAIN_LOSS_BCE, 0, 0.2f),
+                1e-3f);
     run_variant("SASRec original2020 (timeline mask), full CE, dropout 0.2",
-                base_cfg(CT_MODEL_SASREC, CT_LAYOUT_ORIGINAL2020, CT_LOSS_CE, 0, 0.2f), 0.0f);
+                base_cfg(CTRAIN_MODEL_SASREC, CTRAIN_LAYOUT_ORIGINAL2020, CTRAIN_LOSS_CE, 0, 0.2f),
+                0.0f);
 }
 
 static void test_tisasrec(void)
 {
-    run_variant("TiSASRec, BCE, l2_emb, dropout 0.2",
-                base_cfg(CT_MODEL_TISASREC, CT_LAYOUT_ORIGINAL2020, CT_LOSS_BCE, 0, 0.2f), 1e-3f);
+    run_variant(
+        "TiSASRec, BCE, l2_emb, dropout 0.2",
+        base_cfg(CTRAIN_MODEL_TISASREC, CTRAIN_LAYOUT_ORIGINAL2020, CTRAIN_LOSS_BCE, 0, 0.2f),
+        1e-3f);
 }
 
 static void test_mhc(void)
 {
-    run_variant("TiSASRec + mHC (4 streams), sampled CE, dropout 0.1",
-                base_cfg(CT_MODEL_TISASREC, CT_LAYOUT_PRE_LN, CT_LOSS_SAMPLED_CE, 4, 0.1f), 0.0f);
+    run_variant(
+        "TiSASRec + mHC (4 streams), sampled CE, dropout 0.1",
+        base_cfg(CTRAIN_MODEL_TISASREC, CTRAIN_LAYOUT_PRE_LN, CTRAIN_LOSS_SAMPLED_CE, 4, 0.1f),
+        0.0f);
     run_variant("SASRec + mHC (2 streams), BCE, no dropout",
-                base_cfg(CT_MODEL_SASREC, CT_LAYOUT_PRE_LN, CT_LOSS_BCE, 2, 0.0f), 0.0f);
+                base_cfg(CTRAIN_MODEL_SASREC, CTRAIN_LAYOUT_PRE_LN, CTRAIN_LOSS_BCE, 2, 0.0f),
+                0.0f);
 }
 
 static void test_amp(void)
 {
     measure_amp("SASRec post_ln, BCE, dropout 0.2",
-                base_cfg(CT_MODEL_SASREC, CT_LAYOUT_POST_LN, CT_LOSS_BCE, 0, 0.2f));
+                base_cfg(CTRAIN_MODEL_SASREC, CTRAIN_LAYOUT_POST_LN, CTRAIN_LOSS_BCE, 0, 0.2f));
     measure_amp("TiSASRec + mHC (4 streams), full CE, dropout 0.1",
-                base_cfg(CT_MODEL_TISASREC, CT_LAYOUT_PRE_LN, CT_LOSS_CE, 4, 0.1f));
+                base_cfg(CTRAIN_MODEL_TISASREC, CTRAIN_LAYOUT_PRE_LN, CTRAIN_LOSS_CE, 4, 0.1f));
 }
 
 int main(void)

@@ -1,0 +1,626 @@
+/*
+ * ctrain_cfg.c - ctrain's flags: one table (name, kind, range, help) drives parsing,
+ * --help and the man page's list; values are converted with ct_parse.h, so every bad value is
+ * one line that names the flag. Also args.json and the learning-rate schedule.
+ */
+#include "ctrain_cfg.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "ct_config.h"
+#include "ct_ops.h"
+#include "ct_parse.h"
+
+void ctrain_cfg_default(ctrain_cfg_t *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->dataset, sizeof c->dataset, "synthetic");
+    snprintf(c->train_dir, sizeof c->train_dir, "ctrain_run");
+    c->batch_size = 128;
+    c->lr = 0.001;
+    c->hidden_units = 50;
+    c->num_blocks = 2;
+    c->num_heads = 1;
+    c->dropout_rate = 0.2;
+    snprintf(c->device, sizeof c->device, "cpu");
+    c->data_format = CTRAIN_DATA_AUTO;
+    c->min_count = 5; /* TiSASRec's preprocessing (ctrain_data.h's default) */
+    c->seed = 42;
+    c->eval_every = 20;
+    c->eval = CTRAIN_EVAL_MODE_BOTH;
+    snprintf(c->backend, sizeof c->backend, "auto");
+    c->num_workers = 1;
+    /* Measured (bench/chaos, ct_ckpt_save of the default model's 1.2 MB: 6-20 ms with its
+     * three fsyncs on a loaded 2-core machine) against 125-250 ms per default step: every 20
+     * steps costs under 1 % and replays at most 19 steps after a crash. */
+    c->ckpt_every_steps = 20;
+    c->overlap_reduction = true;
+    c->keep_checkpoints = 3;
+    c->grad_clip = 0.0;
+    c->warmup_steps = 0;
+    c->lr_schedule = CTRAIN_LR_CONSTANT;
+    c->grad_accum = 1;
+    c->lr_scale = CTRAIN_LR_SCALE_NONE;
+    c->base_batch_size = 128;
+    c->threads = 1;
+    c->model = CTRAIN_MODEL_TISASREC;
+    c->mhc = true;
+    c->time_span = 256;
+    c->loss = CTRAIN_LOSS_BCE;
+    c->num_negatives = 256;
+    ctrain_train_model_defaults(c);
+}
+
+void ctrain_train_model_defaults(ctrain_cfg_t *c)
+{
+    const ctrain_family_t *fam = ctrain_family(c->model);
+    if (!c->set_layout)
+        c->layout = ctrain_train_default_layout(c->model, c->mhc);
+    if (!c->set_maxlen)
+        c->maxlen = fam->maxlen;
+    if (!c->set_l2)
+        c->l2_emb = fam->l2_emb;
+    if (!c->set_epochs)
+        c->num_epochs = fam->num_epochs;
+}
+
+ctrain_layout_t ctrain_train_default_layout(ctrain_model_kind_t model, bool mhc)
+{
+    return mhc ? CTRAIN_LAYOUT_PRE_LN : ctrain_family(model)->layout;
+}
+static const char *ctrain_eval_mode_name(ctrain_eval_mode_t m)
+{
+    return m == CTRAIN_EVAL_MODE_SAMPLED ? "sampled" : m == CTRAIN_EVAL_MODE_FULL ? "full" : "both";
+}
+
+const char *ctrain_lr_schedule_name(ctrain_lr_schedule_t s)
+{
+    return s == CTRAIN_LR_LINEAR ? "linear" : s == CTRAIN_LR_COSINE ? "cosine" : "constant";
+}
+
+const char *ctrain_lr_scale_name(ctrain_lr_scale_t s)
+{
+    return s == CTRAIN_LR_SCALE_LINEAR ? "linear" : s == CTRAIN_LR_SCALE_SQRT ? "sqrt" : "none";
+}
+
+/* ---- the flag table ----------------------------------------------------------------------- */
+
+typedef enum ctrain_cfg__kind {
+    CT__INT,    /* int, [min, max] */
+    CT__INT64,  /* int64_t, [min, max] */
+    CT__U64,    /* uint64_t, [0, max] */
+    CT__DOUBLE, /* double, [dmin, dmax] */
+    CT__BOOL,   /* bool; may stand alone */
+    CT__PATH,   /* char[CTRAIN_TRAIN_PATH_MAX] */
+    CT__ENUM,   /* special-cased by name: one of the listed words */
+} ctrain_cfg__kind_t;
+
+typedef struct ctrain_cfg__flag {
+    const char *name; /* with underscores */
+    ctrain_cfg__kind_t kind;
+    size_t off;
+    double min, max;
+    const char *help;
+} ctrain_cfg__flag_t;
+
+#define CT__OFF(f) offsetof(ctrain_cfg_t, f)
+
+static const ctrain_cfg__flag_t ctrain_cfg__flags[] = {
+    {"dataset", CT__PATH, CT__OFF(dataset), 0, 0,
+     "FILE|synthetic[:users=N,items=N,len=N,noise=X,seed=N]  interactions (default synthetic)"},
+    {"model", CT__ENUM, CT__OFF(model), 0, 0,
+     "sasrec|tisasrec  the model (default tisasrec; --no_time = sasrec)"},
+    {"mhc", CT__BOOL, CT__OFF(mhc), 0, 0,
+     "[true|false]  mHC residual streams (4, on pre_ln) around every sub-layer (default true)"},
+    {"no_mhc", CT__BOOL, CT__OFF(no_mhc), 0, 0, "[true|false]  = --mhc false"},
+    {"no_time", CT__BOOL, CT__OFF(no_time), 0, 0,
+     "[true|false]  no time intervals: = --model sasrec"},
+    {"time_span", CT__INT, CT__OFF(time_span), 1, CTRAIN_MODEL_MAX_TIME_SPAN,
+     "K  TiSASRec: intervals clipped at K (default 256)"},
+    {"loss", CT__ENUM, CT__OFF(loss), 0, 0,
+     "bce|ce|sampled_ce  one negative per position; softmax over all items; over "
+     "--num_negatives per sequence (default bce)"},
+    {"num_negatives", CT__INT, CT__OFF(num_negatives), 1, 1000000,
+     "N  --loss sampled_ce: negatives per sequence, shared by its positions (default 256)"},
+    {"data_format", CT__ENUM, CT__OFF(data_format), 0, 0,
+     "auto|sasrec|tsv|ml1m  how to read --dataset FILE (default auto)"},
+    {"min_count", CT__INT, CT__OFF(min_count), 1, 1 << 30,
+     "N  tsv/ml1m files: drop rows whose user or item has fewer than N rows, one counting pass "
+     "(default 5, TiSASRec's; 1 keeps every row); sasrec files are never filtered"},
+    {"train_dir", CT__PATH, CT__OFF(train_dir), 0, 0,
+     "DIR  checkpoints, metrics.jsonl, args.json, event file (default ctrain_run)"},
+    {"batch_size", CT__INT, CT__OFF(batch_size), 1, 1 << 20,
+     "N  global batch of users per micro-step, split over ranks (default 128)"},
+    {"lr", CT__DOUBLE, CT__OFF(lr), 0, 1e30, "X  Adam learning rate (default 0.001)"},
+    {"maxlen", CT__INT, CT__OFF(maxlen), 1, CTRAIN_MODEL_MAX_LEN,
+     "L  sequence window (default 200; TiSASRec 50)"},
+    {"hidden_units", CT__INT, CT__OFF(hidden_units), 1, CTRAIN_MODEL_MAX_HIDDEN,
+     "C  hidden width d (default 50)"},
+    {"num_blocks", CT__INT, CT__OFF(num_blocks), 1, CTRAIN_MODEL_MAX_BLOCKS,
+     "N  transformer blocks (default 2)"},
+    {"num_epochs", CT__INT, CT__OFF(num_epochs), 1, 100000000,
+     "N  epochs (default 1000; TiSASRec 201)"},
+    {"num_heads", CT__INT, CT__OFF(num_heads), 1, CTRAIN_MODEL_MAX_HIDDEN,
+     "N  attention heads, must divide hidden_units (default 1)"},
+    {"dropout_rate", CT__DOUBLE, CT__OFF(dropout_rate), 0, 0.99,
+     "P  every dropout site (default 0.2)"},
+    {"l2_emb", CT__DOUBLE, CT__OFF(l2_emb), 0, 1e6,
+     "X  SASRec: loss += X * sum(item_emb^2) (default 0); TiSASRec: X * ||T|| for its five "
+     "tables (default 5e-5)"},
+    {"device", CT__ENUM, CT__OFF(device), 0, 0,
+     "cpu|auto|cuda  (default cpu; auto = cuda when a GPU is visible)"},
+    {"inference_only", CT__BOOL, CT__OFF(inference_only), 0, 0,
+     "[true|false]  evaluate --state_dict_path and exit"},
+    {"state_dict_path", CT__PATH, CT__OFF(state_dict_path), 0, 0,
+     "FILE  safetensors with SASRec.pytorch names: weights to evaluate or start from"},
+    {"norm_first", CT__BOOL, CT__OFF(norm_first), 0, 0, "[true|false]  = --layout pre_ln"},
+    {"layout", CT__ENUM, CT__OFF(layout), 0, 0,
+     "post_ln|pre_ln|original|original2020  block layout (default: pre_ln with mHC, else "
+     "post_ln for SASRec, original2020 for TiSASRec)"},
+    {"seed", CT__U64, CT__OFF(seed), 0, 0, "N  seed of every random draw (default 42)"},
+    {"eval_every", CT__INT, CT__OFF(eval_every), 0, 100000000,
+     "N  evaluate every N epochs and after the last; 0 = only after the last (default 20)"},
+    {"eval", CT__ENUM, CT__OFF(eval), 0, 0,
+     "sampled|full|both  evaluation protocols (default both)"},
+    {"backend", CT__ENUM, CT__OFF(backend), 0, 0,
+     "auto|ring|nccl  communicator for WORLD_SIZE > 1 (default auto: the CPU ring)"},
+    {"num_workers", CT__INT, CT__OFF(num_workers), 0, 1024,
+     "N  0: build batches on the training thread; >= 1: one thread prefetches the next "
+     "(default 1)"},
+    {"ckpt_every_steps", CT__INT64, CT__OFF(ckpt_every_steps), 0, 1e15,
+     "N  also checkpoint every N optimizer steps; 0 = epoch ends only (default 20)"},
+    {"keep_checkpoints", CT__INT, CT__OFF(keep_checkpoints), 1, 1000000,
+     "N  step checkpoints kept (default 3)"},
+    {"resume", CT__ENUM, CT__OFF(resume_never), 0, 0,
+     "auto|never  resume from --train_dir's latest checkpoint (default auto)"},
+    {"grad_clip", CT__DOUBLE, CT__OFF(grad_clip), 0, 1e30,
+     "X  clip the global gradient norm to X; 0 = off (default 0)"},
+    {"warmup_steps", CT__INT64, CT__OFF(warmup_steps), 0, 1e15,
+     "N  linear learning-rate warmup steps (default 0)"},
+    {"lr_schedule", CT__ENUM, CT__OFF(lr_schedule), 0, 0,
+     "constant|linear|cosine  after warmup (default constant)"},
+    {"grad_accum", CT__INT, CT__OFF(grad_accum), 1, 1 << 16,
+     "K  micro-steps per optimizer step: optimizer batch = K * batch_size (default 1)"},
+    {"lr_scale", CT__ENUM, CT__OFF(lr_scale), 0, 0,
+     "none|linear|sqrt  scale lr by (K*batch_size/base_batch_size) (default none)"},
+    {"base_batch_size", CT__INT, CT__OFF(base_batch_size), 1, 1 << 30,
+     "N  the batch size --lr is meant for (default 128)"},
+    {"skip_invalid_loss", CT__BOOL, CT__OFF(skip_invalid_loss), 0, 0,
+     "[true|false]  skip a step whose loss or gradient is NaN/inf instead of failing"},
+    {"threads", CT__INT, CT__OFF(threads), 1, 1024, "N  BLAS threads per rank (default 1)"},
+    {"use_amp", CT__BOOL, CT__OFF(use_amp), 0, 0,
+     "[true|false]  bf16 matrix products with float accumulation and float weights (CUDA)"},
+    {"collective_timeout", CT__DOUBLE, CT__OFF(collective_timeout), 0, 1e7,
+     "SECONDS  fail the job when a collective takes longer (default: CTRUN_COMM_TIMEOUT or "
+     "1800)"},
+    {"overlap_reduction", CT__BOOL, CT__OFF(overlap_reduction), 0, 0,
+     "[true|false]  NCCL: reduce each block's gradients while the earlier blocks' backward "
+     "runs (default true)"},
+};
+#define CT__NFLAGS (sizeof ctrain_cfg__flags / sizeof ctrain_cfg__flags[0])
+
+void ctrain_args_usage(FILE *out)
+{
+    fprintf(out, "usage: ctrain [--flag VALUE | --flag=VALUE]...\n"
+                 "Trains (or, with --inference_only, evaluates) TiSASRec or SASRec, with or "
+                 "without mHC residual streams, on the CPU.\n"
+                 "Flags may be spelled with '_' or '-'.\n\n");
+    for (size_t i = 0; i < CT__NFLAGS; i++)
+        fprintf(out, "  --%-18s %s\n", ctrain_cfg__flags[i].name, ctrain_cfg__flags[i].help);
+    fprintf(out, "  --%-18s %s\n  --%-18s %s\n", "help", "this text", "version",
+            "print the version");
+}
+
+/* Compares a user's flag name (without "--", up to len bytes) with a table name, '-' == '_'. */
+static bool ctrain_cfg__name_eq(const char *user, size_t len, const char *name)
+{
+    if (strlen(name) != len)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char a = user[i] == '-' ? '_' : user[i];
+        if (a != name[i])
+            return false;
+    }
+    return true;
+}
+
+static int ctrain_cfg__enum(const char *v, const char *const *words, int n, int *out,
+                            ct_errbuf_t *eb)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(v, words[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    char list[256] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", words[i]);
+    return ct_errbuf_set(eb, CT_EPARSE, "\"%.80s\" is not one of %s", v, list);
+}
+
+static int ctrain_cfg__set_enum(ctrain_cfg_t *c, const ctrain_cfg__flag_t *f, const char *v,
+                                ct_errbuf_t *eb)
+{
+    int k = 0, rc;
+    if (strcmp(f->name, "data_format") == 0) {
+        return ctrain_data_parse_format(v, &c->data_format, eb);
+    } else if (strcmp(f->name, "layout") == 0) {
+        rc = ctrain_layout_parse(v, &c->layout, eb);
+        c->set_layout = rc == 0;
+        return rc;
+    } else if (strcmp(f->name, "model") == 0) {
+        rc = ctrain_model_kind_parse(v, &c->model, eb);
+        c->set_model = rc == 0;
+        return rc;
+    } else if (strcmp(f->name, "loss") == 0) {
+        return ctrain_loss_parse(v, &c->loss, eb);
+    } else if (strcmp(f->name, "device") == 0) {
+        static const char *const w[] = {"cpu", "auto", "cuda"};
+        if ((rc = ctrain_cfg__enum(v, w, 3, &k, eb)) == 0)
+            snprintf(c->device, sizeof c->device, "%s", w[k]);
+        return rc;
+    } else if (strcmp(f->name, "backend") == 0) {
+        static const char *const w[] = {"auto", "ring", "nccl", "gloo"};
+        if ((rc = ctrain_cfg__enum(v, w, 4, &k, eb)) == 0)
+            snprintf(c->backend, sizeof c->backend, "%s", k == 3 ? "ring" : w[k]);
+        return rc;
+    } else if (strcmp(f->name, "eval") == 0) {
+        static const char *const w[] = {"sampled", "full", "both"};
+        static const ctrain_eval_mode_t m[] = {CTRAIN_EVAL_MODE_SAMPLED, CTRAIN_EVAL_MODE_FULL,
+                                               CTRAIN_EVAL_MODE_BOTH};
+        if ((rc = ctrain_cfg__enum(v, w, 3, &k, eb)) == 0)
+            c->eval = m[k];
+        return rc;
+    } else if (strcmp(f->name, "resume") == 0) {
+        static const char *const w[] = {"auto", "never"};
+        if ((rc = ctrain_cfg__enum(v, w, 2, &k, eb)) == 0)
+            c->resume_never = k == 1;
+        return rc;
+    } else if (strcmp(f->name, "lr_schedule") == 0) {
+        static const char *const w[] = {"constant", "linear", "cosine"};
+        if ((rc = ctrain_cfg__enum(v, w, 3, &k, eb)) == 0)
+            c->lr_schedule = (ctrain_lr_schedule_t)k;
+        return rc;
+    } else {
+        static const char *const w[] = {"none", "linear", "sqrt"};
+        if ((rc = ctrain_cfg__enum(v, w, 3, &k, eb)) == 0)
+            c->lr_scale = (ctrain_lr_scale_t)k;
+        return rc;
+    }
+}
+
+static int ctrain_cfg__set(ctrain_cfg_t *c, const ctrain_cfg__flag_t *f, const char *v,
+                           ct_errbuf_t *eb)
+{
+    char *base = (char *)c + f->off;
+    int rc = 0;
+    switch (f->kind) {
+    case CT__INT:
+        rc = ct_parse_int(v, (int)f->min, (int)f->max, (int *)(void *)base, eb);
+        break;
+    case CT__INT64:
+        rc = ct_parse_int64(v, (int64_t)f->min, (int64_t)f->max, (int64_t *)(void *)base, eb);
+        break;
+    case CT__U64: {
+        int64_t x;
+        rc = ct_parse_int64(v, 0, INT64_MAX, &x, eb);
+        if (rc == 0)
+            *(uint64_t *)(void *)base = (uint64_t)x;
+        break;
+    }
+    case CT__DOUBLE:
+        rc = ct_parse_double(v, f->min, f->max, (double *)(void *)base, eb);
+        if (rc == 0 && strcmp(f->name, "lr") == 0 && !(c->lr > 0))
+            rc = ct_errbuf_set(eb, CT_ERANGE_VALUE, "\"%.60s\" is out of range (expected > 0)", v);
+        break;
+    case CT__BOOL:
+        rc = ct_parse_bool(v, (bool *)(void *)base, eb);
+        break;
+    case CT__PATH:
+        if (strlen(v) >= CTRAIN_TRAIN_PATH_MAX)
+            return ct_errbuf_set(eb, CT_ERANGE_VALUE, "value longer than %d bytes",
+                                 CTRAIN_TRAIN_PATH_MAX - 1);
+        if (v[0] == '\0')
+            return ct_errbuf_set(eb, CT_EPARSE, "empty value");
+        snprintf(base, CTRAIN_TRAIN_PATH_MAX, "%s", v);
+        break;
+    case CT__ENUM:
+        rc = ctrain_cfg__set_enum(c, f, v, eb);
+        break;
+    }
+    if (rc == 0) {
+        c->set_maxlen |= strcmp(f->name, "maxlen") == 0;
+        c->set_hidden |= strcmp(f->name, "hidden_units") == 0;
+        c->set_blocks |= strcmp(f->name, "num_blocks") == 0;
+        c->set_heads |= strcmp(f->name, "num_heads") == 0;
+        c->set_time_span |= strcmp(f->name, "time_span") == 0;
+        c->set_l2 |= strcmp(f->name, "l2_emb") == 0;
+        c->set_epochs |= strcmp(f->name, "num_epochs") == 0;
+        c->set_num_negatives |= strcmp(f->name, "num_negatives") == 0;
+        c->set_min_count |= strcmp(f->name, "min_count") == 0;
+        if (strcmp(f->name, "mhc") == 0)
+            c->set_mhc_flag = true;
+        if (strcmp(f->name, "no_mhc") == 0)
+            c->set_no_mhc_flag = true;
+    }
+    return rc;
+}
+
+/* The model: --no_time, --mhc / --no_mhc, the layout and the model's default values. */
+static int ctrain_cfg__resolve_model(ctrain_cfg_t *c, ct_errbuf_t *eb)
+{
+    if (c->no_time) {
+        if (c->set_model && c->model != CTRAIN_MODEL_SASREC)
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "--no_time: conflicts with --model %s (--no_time means --model "
+                                 "sasrec)",
+                                 ctrain_model_kind_name(c->model));
+        c->model = CTRAIN_MODEL_SASREC;
+        c->set_model = true;
+    }
+    if (c->set_no_mhc_flag) {
+        if (c->set_mhc_flag && c->mhc == c->no_mhc)
+            return ct_errbuf_set(eb, CT_EPARSE, "--no_mhc: conflicts with --mhc");
+        c->mhc = !c->no_mhc;
+    }
+    c->set_mhc = c->set_mhc_flag || c->set_no_mhc_flag;
+    if (c->mhc && c->set_layout && c->layout != CTRAIN_LAYOUT_PRE_LN &&
+        (c->set_mhc || !c->inference_only))
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--layout: %s conflicts with mHC (on by default), which wraps the "
+                             "pre_ln layout; add --no_mhc to run %s",
+                             ctrain_layout_name(c->layout), ctrain_layout_name(c->layout));
+    const ctrain_family_t *fam = ctrain_family(c->model);
+    if (c->set_layout && !c->mhc && !(fam->layouts & (1u << c->layout)) &&
+        (c->set_model || !c->inference_only)) {
+        /* its reference's layout first, then the others it runs */
+        char runs[96];
+        snprintf(runs, sizeof runs, "%s (its reference's layout)", ctrain_layout_name(fam->layout));
+        for (int l = 0; l < CTRAIN_LAYOUT_COUNT; l++)
+            if ((fam->layouts & (1u << l)) && l != (int)fam->layout)
+                snprintf(runs + strlen(runs), sizeof runs - strlen(runs), " or %s",
+                         ctrain_layout_name((ctrain_layout_t)l));
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--layout: %s runs %s, not %s (use --model sasrec for %s)", fam->title,
+                             runs, ctrain_layout_name(c->layout), ctrain_layout_name(c->layout));
+    }
+    if (c->set_time_span && c->set_model && !fam->has_time_span)
+        return ct_errbuf_set(eb, CT_EPARSE, "--time_span: %s has no time intervals", fam->title);
+    if (c->set_num_negatives && c->loss != CTRAIN_LOSS_SAMPLED_CE)
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--num_negatives: only --loss sampled_ce samples negatives per "
+                             "sequence (this run's loss is %s)",
+                             ctrain_loss_name(c->loss));
+    /* Inference takes what the checkpoint says (ctrain_infer.c); training the model's defaults. */
+    if (!c->inference_only)
+        ctrain_train_model_defaults(c);
+    return 0;
+}
+
+/* Checks across flags, after all are read. */
+static int ctrain_cfg__check(ctrain_cfg_t *c, ct_errbuf_t *eb)
+{
+    if (c->norm_first) {
+        if (c->set_layout && c->layout != CTRAIN_LAYOUT_PRE_LN)
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "--norm_first: conflicts with --layout %s (--norm_first means "
+                                 "--layout pre_ln)",
+                                 ctrain_layout_name(c->layout));
+        c->layout = CTRAIN_LAYOUT_PRE_LN;
+        c->set_layout = true;
+    }
+    int rc0 = ctrain_cfg__resolve_model(c, eb);
+    if (rc0 != 0)
+        return rc0;
+    if (c->hidden_units % c->num_heads != 0)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "--num_heads: %d does not divide --hidden_units %d", c->num_heads,
+                             c->hidden_units);
+    if (strncmp(c->dataset, "synthetic", 9) == 0 &&
+        (c->dataset[9] == '\0' || c->dataset[9] == ':')) {
+        ctrain_synth_opts_t so;
+        int rc = ctrain_synth_parse(c->dataset, &so, eb);
+        if (rc != 0)
+            return ct_errbuf_wrap(eb, rc, "--dataset");
+        if (c->set_min_count)
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "--min_count: the synthetic dataset is generated, not filtered "
+                                 "(the count filter applies to tsv and ml1m files)");
+    } else if (c->set_min_count && c->data_format == CTRAIN_DATA_SASREC) {
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--min_count: a sasrec file is used as it is (the count filter "
+                             "applies to tsv and ml1m files)");
+    } else if (access(c->dataset, R_OK) != 0) {
+        int e = errno;
+        return ct_errbuf_set(eb, CT_EPARSE, "--dataset: cannot read \"%.200s\": %s", c->dataset,
+                             strerror(e));
+    }
+    if (c->inference_only && c->state_dict_path[0] == '\0')
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--inference_only: needs --state_dict_path (the weights to "
+                             "evaluate)");
+    if (c->state_dict_path[0] != '\0' && access(c->state_dict_path, R_OK) != 0) {
+        int e = errno;
+        return ct_errbuf_set(eb, CT_EPARSE, "--state_dict_path: cannot read \"%.200s\": %s",
+                             c->state_dict_path, strerror(e));
+    }
+    if (c->use_amp && strcmp(c->device, "cpu") == 0)
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--use_amp: bf16 autocast runs on a GPU; --device cpu computes in "
+                             "float32 (use --device cuda or auto)");
+    /* checked here, so that a job asking for a GPU it does not have fails as a usage error */
+    const bool want_cuda = strcmp(c->device, "cuda") == 0;
+    if (want_cuda && !ct_ops_have_cuda())
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--device: cuda is not available: this build of ctrain has no CUDA "
+                             "(configure with -Dcuda=enabled, or use --device cpu)");
+    if (strcmp(c->backend, "nccl") == 0 && !ct_comm_backend_built(CT_COMM_NCCL))
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--backend: nccl needs a build with CUDA and NCCL, which this "
+                             "build is not (use --backend ring or auto)");
+    if ((want_cuda || strcmp(c->backend, "nccl") == 0) && ct_ops_device_count() < 1) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--%s: %s needs a GPU and none is visible "
+                             "(CUDA_VISIBLE_DEVICES=%s)",
+                             want_cuda ? "device" : "backend", want_cuda ? "cuda" : "nccl",
+                             vis ? vis : "(unset)");
+    }
+    if ((int64_t)c->batch_size * c->grad_accum > (1 << 24))
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "--grad_accum: %d x --batch_size %d is over 16777216 users per "
+                             "optimizer step",
+                             c->grad_accum, c->batch_size);
+    return 0;
+}
+
+static bool ctrain_cfg__looks_bool(const char *v)
+{
+    static const char *const w[] = {"true", "false", "1", "0", "yes", "no", "on", "off"};
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        if (strcasecmp(v, w[i]) == 0)
+            return true;
+    return false;
+}
+
+int ctrain_args_parse(ctrain_cfg_t *c, int argc, char **argv, ctrain_args_action_t *action,
+                      ct_errbuf_t *eb)
+{
+    *action = CTRAIN_ARGS_RUN;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "unexpected argument \"%.80s\" (ctrain takes only --flags; see "
+                                 "ctrain --help)",
+                                 a);
+        const char *name = a + 2;
+        const char *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        if (ctrain_cfg__name_eq(name, len, "help") && !eq) {
+            *action = CTRAIN_ARGS_HELP;
+            return 0;
+        }
+        if (ctrain_cfg__name_eq(name, len, "version") && !eq) {
+            *action = CTRAIN_ARGS_VERSION;
+            return 0;
+        }
+        const ctrain_cfg__flag_t *f = NULL;
+        for (size_t k = 0; k < CT__NFLAGS && !f; k++)
+            if (ctrain_cfg__name_eq(name, len, ctrain_cfg__flags[k].name))
+                f = &ctrain_cfg__flags[k];
+        if (!f)
+            return ct_errbuf_set(eb, CT_EPARSE, "unknown flag --%.*s (see ctrain --help)",
+                                 (int)(len > 80 ? 80 : len), name);
+        const char *v;
+        if (eq) {
+            v = eq + 1;
+        } else if (f->kind == CT__BOOL) {
+            /* Standing alone means true; a following true/false word is its value. */
+            v = (i + 1 < argc && ctrain_cfg__looks_bool(argv[i + 1])) ? argv[++i] : "true";
+        } else if (i + 1 < argc) {
+            v = argv[++i];
+        } else {
+            return ct_errbuf_set(eb, CT_EPARSE, "--%s: missing value", f->name);
+        }
+        int rc = ctrain_cfg__set(c, f, v, eb);
+        if (rc != 0)
+            return ct_errbuf_wrap(eb, rc, "--%s", f->name);
+    }
+    return ctrain_cfg__check(c, eb);
+}
+
+json_t *ctrain_cfg_to_json(const ctrain_cfg_t *c)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "dataset", json_string(c->dataset));
+    json_object_set_new(o, "model", json_string(ctrain_model_kind_name(c->model)));
+    json_object_set_new(o, "mhc", json_boolean(c->mhc));
+    json_object_set_new(o, "mhc_streams", json_integer(c->mhc ? CTRAIN_TRAIN_MHC_STREAMS : 0));
+    json_object_set_new(o, "time_span", json_integer(c->time_span));
+    json_object_set_new(o, "loss", json_string(ctrain_loss_name(c->loss)));
+    json_object_set_new(o, "num_negatives", json_integer(c->num_negatives));
+    static const char *const fmt[] = {"auto", "sasrec", "tsv", "ml1m"};
+    json_object_set_new(o, "data_format", json_string(fmt[c->data_format]));
+    json_object_set_new(o, "min_count", json_integer(c->min_count));
+    json_object_set_new(o, "train_dir", json_string(c->train_dir));
+    json_object_set_new(o, "batch_size", json_integer(c->batch_size));
+    json_object_set_new(o, "lr", json_real(c->lr));
+    json_object_set_new(o, "maxlen", json_integer(c->maxlen));
+    json_object_set_new(o, "hidden_units", json_integer(c->hidden_units));
+    json_object_set_new(o, "num_blocks", json_integer(c->num_blocks));
+    json_object_set_new(o, "num_epochs", json_integer(c->num_epochs));
+    json_object_set_new(o, "num_heads", json_integer(c->num_heads));
+    json_object_set_new(o, "dropout_rate", json_real(c->dropout_rate));
+    json_object_set_new(o, "l2_emb", json_real(c->l2_emb));
+    json_object_set_new(o, "device", json_string(c->device));
+    json_object_set_new(o, "inference_only", json_boolean(c->inference_only));
+    json_object_set_new(o, "state_dict_path",
+                        c->state_dict_path[0] ? json_string(c->state_dict_path) : json_null());
+    json_object_set_new(o, "norm_first", json_boolean(c->layout == CTRAIN_LAYOUT_PRE_LN));
+    json_object_set_new(o, "layout", json_string(ctrain_layout_name(c->layout)));
+    json_object_set_new(o, "seed", json_integer((json_int_t)c->seed));
+    json_object_set_new(o, "eval_every", json_integer(c->eval_every));
+    json_object_set_new(o, "eval", json_string(ctrain_eval_mode_name(c->eval)));
+    json_object_set_new(o, "backend", json_string(c->backend));
+    json_object_set_new(o, "num_workers", json_integer(c->num_workers));
+    json_object_set_new(o, "ckpt_every_steps", json_integer(c->ckpt_every_steps));
+    json_object_set_new(o, "keep_checkpoints", json_integer(c->keep_checkpoints));
+    json_object_set_new(o, "resume", json_string(c->resume_never ? "never" : "auto"));
+    json_object_set_new(o, "grad_clip", json_real(c->grad_clip));
+    json_object_set_new(o, "warmup_steps", json_integer(c->warmup_steps));
+    json_object_set_new(o, "lr_schedule", json_string(ctrain_lr_schedule_name(c->lr_schedule)));
+    json_object_set_new(o, "grad_accum", json_integer(c->grad_accum));
+    json_object_set_new(o, "lr_scale", json_string(ctrain_lr_scale_name(c->lr_scale)));
+    json_object_set_new(o, "base_batch_size", json_integer(c->base_batch_size));
+    json_object_set_new(o, "skip_invalid_loss", json_boolean(c->skip_invalid_loss));
+    json_object_set_new(o, "threads", json_integer(c->threads));
+    json_object_set_new(o, "use_amp", json_boolean(c->use_amp));
+    json_object_set_new(o, "collective_timeout", json_real(c->collective_timeout));
+    json_object_set_new(o, "overlap_reduction", json_boolean(c->overlap_reduction));
+    return o;
+}
+
+ctrain_model_cfg_t ctrain_train_model_cfg(const ctrain_cfg_t *c, int32_t num_items)
+{
+    ctrain_model_cfg_t m = {.kind = c->model,
+                            .layout = c->layout,
+                            .num_items = num_items,
+                            .maxlen = c->maxlen,
+                            .hidden = c->hidden_units,
+                            .num_heads = c->num_heads,
+                            .num_blocks = c->num_blocks,
+                            .mhc_streams = c->mhc ? CTRAIN_TRAIN_MHC_STREAMS : 0,
+                            .time_span = ctrain_family(c->model)->has_time_span ? c->time_span : 0,
+                            .dropout = (float)c->dropout_rate,
+                            .loss = c->loss,
+                            .num_negatives = c->num_negatives};
+    return m;
+}
+
+double ctrain_train_lr_at(const ctrain_cfg_t *c, int64_t s, int64_t total_steps)
+{
+    double base = c->lr;
+    double ratio = (double)c->batch_size * c->grad_accum / (double)c->base_batch_size;
+    if (c->lr_scale == CTRAIN_LR_SCALE_LINEAR)
+        base *= ratio;
+    else if (c->lr_scale == CTRAIN_LR_SCALE_SQRT)
+        base *= sqrt(ratio);
+    if (s < c->warmup_steps)
+        return base * (double)(s + 1) / (double)c->warmup_steps;
+    if (c->lr_schedule == CTRAIN_LR_CONSTANT)
+        return base;
+    int64_t span = total_steps - c->warmup_steps;
+    double t = span > 0 ? (double)(s - c->warmup_steps) / (double)span : 1.0;
+    if (t > 1.0)
+        t = 1.0;
+    if (c->lr_schedule == CTRAIN_LR_LINEAR)
+        return base * (1.0 - t);
+    return base * 0.5 * (1.0 + cos(3.14159265358979323846 * t));
+}
