@@ -272,6 +272,16 @@ def bce_loss(pos_logits, neg_logits, pos):
             bce(neg_logits[idx], torch.zeros_like(neg_logits[idx])))
 
 
+def bce_loss_masked(pos_logits, neg_logits, pos):
+    """bce_loss as a masked mean (BCEWithLogits(x, 1) = softplus(-x), (x, 0) = softplus(x)):
+    the same value with no data-dependent shapes, the form torch.compile wants (boolean
+    indexing makes every batch's count of targets a new shape to compile and record)."""
+    mask = (pos != 0).to(pos_logits.dtype)
+    n = mask.sum()
+    sp = torch.nn.functional.softplus
+    return ((sp(-pos_logits) * mask).sum() + (sp(neg_logits) * mask).sum()) / n
+
+
 # ---- data ---------------------------------------------------------------------------------------
 
 def load_sasrec(path):
@@ -543,10 +553,10 @@ def build(kind, data, a):
     return m
 
 
-def forward_loss(model, seq_t, pos_t, neg_t, tm_t, l2):
-    """The step's forward: the model, BCE and the l2_emb penalty (what --compile compiles)."""
+def forward_loss(model, seq_t, pos_t, neg_t, tm_t, l2, loss_fn=bce_loss):
+    """The step's forward: the model, BCE and the l2_emb penalty."""
     pl, nl = model(seq_t, pos_t, neg_t, tm_t)
-    loss = bce_loss(pl, nl, pos_t)
+    loss = loss_fn(pl, nl, pos_t)
     if l2 > 0:
         loss = loss + model.l2_penalty(l2)
     return loss
@@ -591,9 +601,13 @@ def cmd_train(a):
           "torch": torch.__version__})
     fwd = forward_loss
     if a.compile != "none":
-        # torch.compile of the forward and the loss (the backward is compiled with it);
-        # Adam stays eager. The compilation happens in the warm-up steps.
-        fwd = torch.compile(forward_loss, mode=None if a.compile == "default" else a.compile)
+        # torch.compile of the forward and the loss (the backward is compiled with it), the
+        # loss as a masked mean so that every batch has the same shapes; Adam stays eager. The
+        # compilation happens in the warm-up steps.
+        def forward_loss_static(model, seq_t, pos_t, neg_t, tm_t, l2):
+            return forward_loss(model, seq_t, pos_t, neg_t, tm_t, l2, bce_loss_masked)
+        fwd = torch.compile(forward_loss_static,
+                            mode=None if a.compile == "default" else a.compile)
     # warm-up steps (first-call allocations, the sampler's first batches, compilation) are not
     # timed
     tw0 = time.time()
