@@ -1197,14 +1197,16 @@ void ctrun_etcd_destroy(ctrun_etcd_t *e)
             ctrun_etcd__req_free(r);
         }
     }
+    /* Our poll handles leave epoll while curl's sockets are still open; then curl closes its
+     * cached connections without calling us back. */
+    while (e->socks != NULL)
+        ctrun_etcd__sock_close(e->socks);
     curl_multi_setopt(e->multi, CURLMOPT_SOCKETFUNCTION, NULL);
     curl_multi_setopt(e->multi, CURLMOPT_TIMERFUNCTION, NULL);
     curl_multi_cleanup(e->multi);
     e->multi = NULL;
     curl_slist_free_all(e->headers);
     e->headers = NULL;
-    while (e->socks != NULL)
-        ctrun_etcd__sock_close(e->socks);
     uv_close((uv_handle_t *)&e->curl_timer, ctrun_etcd__on_handle_closed);
     uv_close((uv_handle_t *)&e->tick, ctrun_etcd__on_handle_closed);
 }

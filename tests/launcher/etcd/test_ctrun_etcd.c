@@ -526,7 +526,8 @@ static void all_members_down(void)
     close(silent_fd);
 }
 
-/* Not etcd: an HTTP server answering 400 without etcd's error body. */
+/* Not etcd: an HTTP server answering 400 without etcd's error body, then one answering 200
+ * with broken JSON. */
 static void not_etcd(void)
 {
     foreign_peer_t p;
@@ -539,6 +540,19 @@ static void not_etcd(void)
     CT_ASSERT_ERR(g.rc, CT_EPROTOCOL);
     CT_ASSERT_STR_CONTAINS(g.error, eps);
     CT_ASSERT_STR_CONTAINS(g.error, "HTTP 400 without an etcd error");
+    close_client(e);
+    foreign_peer_stop(&p);
+
+    /* 200 with a body that is not JSON: named as such, with the endpoint and the method. */
+    CT_ASSERT_OK(foreign_peer_start(&p, FOREIGN_HTTP_BAD_JSON));
+    snprintf(eps, sizeof eps, "127.0.0.1:%d", p.port);
+    e = etcd_client(eps, 1000, 3000);
+    SUBMIT(&g, ctrun_etcd_put(e, "k", 1, "v", 1, 0, etcd_on_result, &g));
+    CT_ASSERT_ERR(g.rc, CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(g.error, "etcd put: ");
+    CT_ASSERT_STR_CONTAINS(g.error, eps);
+    CT_ASSERT_STR_CONTAINS(g.error, "malformed JSON in the reply to /v3/kv/put");
+    CT_ASSERT(strchr(g.error, '\n') == NULL);
     close_client(e);
     foreign_peer_stop(&p);
 }
