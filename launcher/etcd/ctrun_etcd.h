@@ -160,7 +160,8 @@ int ctrun_etcd_lease_revoke(ctrun_etcd_t *e, int64_t lease_id, ctrun_etcd_cb cb,
 /* Watches key (or every key under it with prefix) from start_revision (0: from now). cb runs
  * once per message: first with res.created, then with res.events; a call with rc != 0 is the
  * last. *out is the caller's until ctrun_etcd_watch_cancel, which must be called once in
- * every case (also after the last call; not from inside that watch's callback). */
+ * every case (also after the last call, and after ctrun_etcd_destroy; from inside the watch's
+ * own callback too). */
 int ctrun_etcd_watch(ctrun_etcd_t *e, const void *key, size_t key_len, bool prefix,
                      int64_t start_revision, ctrun_etcd_cb cb, void *data,
                      ctrun_etcd_watch_t **out);

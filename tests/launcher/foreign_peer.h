@@ -2,8 +2,7 @@
  * foreign_peer.h - something that is not a store, listening where a test points a store
  * client, a ctrun agent or the etcd client: an HTTP server, one that answers 200 with broken
  * JSON, an SSH server, a peer that answers with binary junk, or one that accepts connections and
- * never answers. It runs on its own thread on
- * 127.0.0.1 and a port the kernel picks.
+ * never answers. It runs on its own thread on 127.0.0.1 and a port the kernel picks.
  *
  * Test code only; not here: anything that speaks the store protocol.
  */
