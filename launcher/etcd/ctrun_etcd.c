@@ -867,6 +867,13 @@ static bool ctrun_etcd__deliver(ctrun_etcd__req_t *w)
             return false;
         }
     }
+    if (!w->finished && !w->cancelled && w->resp_used > 0) {
+        /* Keep only the partial line, so a long-lived watch's buffer does not grow. */
+        memmove(w->resp, w->resp + w->resp_used, w->resp_len - w->resp_used);
+        w->resp_len -= w->resp_used;
+        w->resp_used = 0;
+        w->resp[w->resp_len] = '\0';
+    }
     return !w->finished;
 }
 

@@ -209,11 +209,15 @@ static void ctrun_etcd_group__on_watch(void *data, const ctrun_etcd_result_t *re
         g->watch_created = true;
     g->watch_endpoint = res->endpoint;
     bool members_changed = false, round_changed = false;
+    /* Events of one transaction share a revision: compare with what was seen before this
+     * message, so that none of them is mistaken for a replay. */
+    int64_t seen_before = g->seen_rev;
     for (size_t i = 0; i < res->nevents; i++) {
         const ctrun_etcd_event_t *ev = &res->events[i];
-        if (ev->kv.mod_revision <= g->seen_rev)
+        if (ev->kv.mod_revision <= seen_before)
             continue; /* replayed after a restart */
-        g->seen_rev = ev->kv.mod_revision;
+        if (ev->kv.mod_revision > g->seen_rev)
+            g->seen_rev = ev->kv.mod_revision;
         char *id = ctrun_etcd_group__member_id(g, &ev->kv);
         if (id != NULL) {
             if (ev->deleted) {

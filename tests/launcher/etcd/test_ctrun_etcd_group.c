@@ -5,7 +5,8 @@
  * concurrent round proposals exactly one wins and every node sees the winner's plan; a node that
  * stops without a word (no keepalives, no revoke: as when killed) disappears from the others'
  * lists once its lease expires, one that leaves with a revoke at once; a node whose own lease
- * expires is told so (FAILED); a node watching through a three-member etcd keeps seeing changes
+ * expires is told so (FAILED); changes made by one transaction (one revision) all reach the
+ * others; a node watching through a three-member etcd keeps seeing changes
  * after the etcd member it watched through is killed.
  */
 #include <errno.h>
@@ -304,6 +305,42 @@ static void own_lease_expires(void)
     close_all(&b, 1);
 }
 
+static void raw_on_result(void *data, const ctrun_etcd_result_t *r)
+{
+    *(int *)data = r->rc == 0 && r->succeeded ? 1 : -1;
+}
+
+/* Two member keys put by one transaction share a revision: both appear. */
+static void changes_of_one_revision(void)
+{
+    node_t a;
+    group_join(&a, one.endpoints, "/job-d/", "a", 5, 0);
+    CT_ASSERT(a.joined);
+    ctrun_etcd_opts_t o = {.endpoints = one.endpoints};
+    ctrun_etcd_t *e = NULL;
+    ct_errbuf_t eb = {{0}};
+    CT_ASSERT_OK(ctrun_etcd_create(&loop, &o, &e, &eb));
+    ctrun_etcd_op_t puts[2] = {
+        {.kind = CTRUN_ETCD_OP_PUT,
+         .key = "/job-d/members/p",
+         .key_len = 16,
+         .value = "1",
+         .value_len = 1},
+        {.kind = CTRUN_ETCD_OP_PUT,
+         .key = "/job-d/members/q",
+         .key_len = 16,
+         .value = "2",
+         .value_len = 1},
+    };
+    int done = 0;
+    CT_ASSERT_OK(ctrun_etcd_txn(e, NULL, 0, puts, 2, NULL, 0, raw_on_result, &done));
+    RUN_WHILE(done == 0);
+    CT_ASSERT_EQ(done, 1);
+    wait_members(&a, "a,p,q", 5000);
+    ctrun_etcd_destroy(e);
+    close_all(&a, 1);
+}
+
 /* Watching through a three-member etcd: the member the watch used is killed, the watch starts
  * again on another and misses nothing. */
 static void watch_survives_etcd_member_loss(void)
@@ -348,6 +385,7 @@ int main(void)
     etcd_cluster_start(&one, 1); /* skips (77) from here without etcd */
     CT_RUN(join_order_rounds_and_loss);
     CT_RUN(own_lease_expires);
+    CT_RUN(changes_of_one_revision);
     CT_RUN(watch_survives_etcd_member_loss);
     etcd_cluster_stop(&one);
     CT_ASSERT_EQ(uv_loop_close(&loop), 0);
