@@ -447,21 +447,22 @@ static void failover_past_dead_members(void)
     int silent = silent_port(&silent_fd);
     char eps[512];
     snprintf(eps, sizeof eps, "127.0.0.1:%d,127.0.0.1:%d,%s", refused, silent, one.endpoints);
-    ctrun_etcd_t *e = etcd_client(eps, 500, 10000);
+    ctrun_etcd_t *e = etcd_client(eps, 2000, 10000);
     got_t g;
     int64_t t0 = ct_time_ms();
     etcd_put(e, "fo", "1", 0, &g);
     int64_t took = ct_time_ms() - t0;
     CT_ASSERT_MSG(g.rc == 0, "%s", g.error);
     CT_ASSERT_STR_EQ(g.endpoint, one.endpoints);
-    /* The silent member costs one attempt timeout (500 ms), the refused one nothing. */
-    CT_ASSERT_GE(took, 450);
-    CT_ASSERT_LT(took, 5000);
-    /* The member that answered is tried first from then on: no more waiting. */
+    /* The silent member costs one attempt timeout (2 s), the refused one nothing. */
+    CT_ASSERT_GE(took, 1900);
+    CT_ASSERT_LT(took, 6000);
+    /* The member that answered is tried first from then on: no more waiting (the bound is
+     * half the attempt timeout, generous for a loaded machine). */
     t0 = ct_time_ms();
     etcd_get(e, "fo", &g);
     CT_ASSERT_EQ(g.nkvs, 1);
-    CT_ASSERT_LT(ct_time_ms() - t0, 400);
+    CT_ASSERT_LT(ct_time_ms() - t0, 1000);
     close_client(e);
 
     /* A watch fails over the same way (the silent member never confirms it). */
@@ -494,7 +495,7 @@ static void all_members_down(void)
     etcd_put(e, "k", "v", 0, &g);
     int64_t took = ct_time_ms() - t0;
     CT_ASSERT_ERR(g.rc, CT_EPEER);
-    CT_ASSERT_LE(took, 1500 + 1000);
+    CT_ASSERT_LE(took, 1500 + 1500);
     CT_ASSERT_GE(took, 1000);
     char want[64];
     snprintf(want, sizeof want, "127.0.0.1:%d: cannot connect (Connection refused)", refused);
@@ -589,17 +590,23 @@ static void cluster_survives_a_member(void)
     got_t g;
     etcd_put(e, "job", "0", 0, &g);
     CT_ASSERT_MSG(g.rc == 0, "%s", g.error);
-    CT_ASSERT_STR_EQ(g.endpoint, c.m[0].endpoint);
+    /* Usually the first member; another one when the first was not ready (a young cluster
+     * may still change leaders): the member that answered is the one to kill. */
+    int dead = -1;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(g.endpoint, c.m[i].endpoint) == 0)
+            dead = i;
+    CT_ASSERT_GE(dead, 0);
     got_t w = {0};
     ctrun_etcd_watch_t *h = NULL;
     CT_ASSERT_OK(ctrun_etcd_watch(e, "job", 3, false, 0, etcd_on_result, &w, &h));
     etcd_run_until(&w.created, 10000);
 
     /* Kill the member the client talks to (maybe the leader): the others keep quorum. */
-    etcd_member_kill(&c, 0);
+    etcd_member_kill(&c, dead);
     etcd_run_until(&w.done, 10000); /* the watch on the killed member ends, once */
     CT_ASSERT_ERR(w.rc, CT_EPEER);
-    CT_ASSERT_STR_CONTAINS(w.error, c.m[0].endpoint);
+    CT_ASSERT_STR_CONTAINS(w.error, c.m[dead].endpoint);
     ctrun_etcd_watch_cancel(h);
 
     got_t w2 = {0};
@@ -610,7 +617,7 @@ static void cluster_survives_a_member(void)
         snprintf(v, sizeof v, "%d", i);
         etcd_put(e, "job", v, 0, &g);
         CT_ASSERT_MSG(g.rc == 0, "put %d: %s", i, g.error);
-        CT_ASSERT_STR_NOT_CONTAINS(g.endpoint, c.m[0].endpoint);
+        CT_ASSERT_STR_NOT_CONTAINS(g.endpoint, c.m[dead].endpoint);
         etcd_get(e, "job", &g);
         CT_ASSERT(g.nkvs == 1 && strlen(v) == g.kvs[0].value_len &&
                   memcmp(g.kvs[0].value, v, g.kvs[0].value_len) == 0);
