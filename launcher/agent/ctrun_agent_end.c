@@ -146,8 +146,12 @@ void ctrun_agent__report(ctrun_agent_t *a, const char *lines)
     size_t nshown = from_store ? n : a->nfailures;
     if (nshown > 0) {
         char *text = NULL;
-        if (ctrun_report_format(a->entrypoint, shown, nshown, &text) == 0)
-            ctrun_agent__print(a, text);
+        char *with_line = NULL;
+        /* torchrun's exception line first, as its traceback ends on every node that fails. */
+        if (ctrun_report_format(a->entrypoint, shown, nshown, &text) == 0 &&
+            asprintf(&with_line, "%s\n%s", CTRUN_REPORT_EXCEPTION_LINE, text) >= 0)
+            ctrun_agent__print(a, with_line);
+        free(with_line);
         free(text);
         ct_errbuf_t eb = {{0}};
         const ctrun_failure_t *root = &shown[ctrun_report_root(shown, nshown)];

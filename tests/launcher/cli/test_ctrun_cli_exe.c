@@ -497,6 +497,7 @@ static void test_man_page_documents_everything(void)
         "CTRUN_WATCHDOG_TIMEOUT",
         "CTRUN_LIBCUDA",
         "CTRUN_CONSOLE_BUFFER",
+        "ChildFailedError",
         /* every variable ctrun_env.h sets */
         "LOCAL_RANK",
         "GROUP_RANK",

@@ -1,0 +1,41 @@
+/*
+ * test_ctrun_e2e_torchrun2.c - torchrun 2.x's newest behaviour in real jobs: ctrun (argv[1])
+ * runs the test worker (argv[2]).
+ *
+ *   - the ChildFailedError line before the failure report, on every node of a failed job;
+ */
+#include "ctrun_e2e.h"
+
+/* torchrun's traceback ends with the exception's line, then the report: on every node. */
+static void test_child_failed_error_line(void)
+{
+    char d[2][600], port[32];
+    snprintf(port, sizeof port, "--master_port=%d", e2e_free_port());
+    ct_child_t c[2];
+    for (int i = 0; i < 2; i++) {
+        e2e_dir(d[i], sizeof d[i], i == 0 ? "cfe0" : "cfe1");
+        char rank[32];
+        snprintf(rank, sizeof rank, "--node_rank=%d", i);
+        const char *const args[] = {"--nnodes=2",  rank,    port,           "--log_dir=/dev/null",
+                                    "--no_python", "WORKER", "--when-rank", "1",
+                                    "--exit",      "7",      "--sleep-ms",  "-1",
+                                    NULL};
+        e2e_start(&c[i], NULL, args);
+    }
+    CT_ASSERT_OK(ct_child_wait_all(c, 2, 60000));
+    for (int i = 0; i < 2; i++) {
+        CT_ASSERT_MSG(c[i].exit_code == 1, "node %d exit %d:\n%s", i, c[i].exit_code, c[i].err);
+        CT_ASSERT_MSG(strstr(c[i].err, "torch.distributed.elastic.multiprocessing.errors."
+                                       "ChildFailedError: \n=====") != NULL,
+                      "node %d:\n%s", i, c[i].err);
+        CT_ASSERT_EQ(e2e_count(c[i].err, "ChildFailedError: "), 1);
+        ct_child_close(&c[i]);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    e2e_init(argc, argv, "test_ctrun_e2e_torchrun2");
+    CT_RUN(test_child_failed_error_line);
+    return 0;
+}
