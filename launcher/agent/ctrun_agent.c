@@ -129,7 +129,7 @@ static int ctrun_agent__setup_store(ctrun_agent_t *a, ct_errbuf_t *eb)
     bool want_host, may_fall_back = false;
     if (a->rdzv_kind == CTRUN_RDZV_KIND_STATIC) {
         want_host = cfg->node_rank == 0;
-    } else if (cfg->standalone) {
+    } else if (cfg->standalone || cfg->free_port) {
         want_host = true;
     } else if (cfg->rdzv_conf.is_host >= 0) {
         want_host = cfg->rdzv_conf.is_host == 1;
@@ -148,6 +148,10 @@ static int ctrun_agent__setup_store(ctrun_agent_t *a, ct_errbuf_t *eb)
             a->is_host = true;
             a->master_port = ctrun_store_port(a->store);
             ct_log_debug("store listening at %s", ctrun_store_address(a->store));
+            if (cfg->free_port)
+                ct_log_info("single-node job without --master_port or --rdzv_endpoint: the "
+                            "rendezvous store is on free port %d (the workers' MASTER_PORT)",
+                            a->master_port);
         } else if (may_fall_back && rc == -EADDRINUSE) {
             ct_log_info("port %d is taken on this machine (another agent hosts the store?); "
                         "joining as a client of %s:%d",

@@ -110,7 +110,8 @@ static const ctrun_cli__opt_t ctrun_cli__opts[CTRUN_CLI__O_COUNT] = {
                               "127.0.0.1)."},
     [CTRUN_CLI__O_MASTER_PORT] = {NULL, "master_port", 0, false, {"PET_MASTER_PORT"}, "PORT",
                               "Port of node 0's store, static backend only; 0 picks a free "
-                              "port on a single node (default 29500)."},
+                              "port on a single node (default 29500; a single-node job given "
+                              "neither this nor --rdzv_endpoint gets a free port)."},
     [CTRUN_CLI__O_LOCAL_ADDR] = {NULL, "local_addr", 0, false, {"PET_LOCAL_ADDR"}, "HOST",
                              "This node's address as other nodes reach it (default: its "
                              "fully qualified host name)."},
@@ -543,6 +544,30 @@ static int ctrun_cli__rendezvous(const ctrun_cli__raw_t *raw, ctrun_config_t *cf
     const char *backend =
         raw->given[CTRUN_CLI__O_RDZV_BACKEND] ? raw->value[CTRUN_CLI__O_RDZV_BACKEND] : "static";
     const char *src = raw->source[CTRUN_CLI__O_RDZV_BACKEND];
+    const char *endpoint =
+        raw->given[CTRUN_CLI__O_RDZV_ENDPOINT] ? raw->value[CTRUN_CLI__O_RDZV_ENDPOINT] : "";
+    if (strcmp(backend, "static") == 0 && endpoint[0] == '\0' &&
+        !raw->given[CTRUN_CLI__O_MASTER_PORT] && cfg->max_nodes == 1) {
+        /* torchrun 2.x: a single node given no port has nobody to agree on one with, so it
+         * takes a free port (c10d on localhost:0) and two such jobs on one machine never
+         * collide. A given --rdzv_id stays (torchrun replaces it with a uuid4: only the store's
+         * port has to be unique). */
+        cfg->free_port = true;
+        cfg->rdzv_backend = CTRUN_RDZV_C10D;
+        if ((cfg->rdzv_endpoint = strdup("localhost:0")) == NULL)
+            return -ENOMEM;
+        if (raw->given[CTRUN_CLI__O_RDZV_ID]) {
+            if ((cfg->run_id = strdup(raw->value[CTRUN_CLI__O_RDZV_ID])) == NULL)
+                return -ENOMEM;
+            if (strchr(cfg->run_id, '/') != NULL)
+                return ct_errbuf_set(eb, CT_EPARSE,
+                                     "%s: \"%.64s\" contains '/' (it names log folders)",
+                                     raw->source[CTRUN_CLI__O_RDZV_ID], cfg->run_id);
+        } else if ((rc = ctrun_cli__uuid4(&cfg->run_id)) != 0) {
+            return rc;
+        }
+        return ct_hostport_parse("localhost:0", -1, true, &cfg->store_addr, eb);
+    }
     if (strcmp(backend, "static") == 0)
         cfg->rdzv_backend = CTRUN_RDZV_STATIC;
     else if (strcmp(backend, "c10d") == 0)

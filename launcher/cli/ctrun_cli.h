@@ -64,7 +64,10 @@ typedef struct ctrun_config {
 
     /* rendezvous (after --standalone's rewrite) */
     ctrun_rdzv_backend_t rdzv_backend;
-    bool standalone;
+    bool standalone;     /* --standalone */
+    bool free_port;      /* torchrun 2.x's rule: a single-node job given no --master_port,
+                          * PET_MASTER_PORT or endpoint hosts its own store on a free port, as
+                          * --standalone does (c10d, localhost:0) */
     char *rdzv_endpoint; /* as given ("" when not) */
     char *run_id;        /* --rdzv_id; a fresh uuid4 with --standalone */
     ctrun_rdzv_conf_t rdzv_conf;

@@ -43,8 +43,8 @@ static void test_one_node_two_workers(void)
     const char *base[] = {"PATH=/usr/bin:/bin", "FOO=bar", "CUDA_VISIBLE_DEVICES=0,1",
                           "PET_NPROC_PER_NODE=2", NULL};
     ctrun_config_t cfg;
-    char *args[] = {"--no_python", "./w.sh"};
-    ct__env_config(&cfg, 2, args, base);
+    char *args[] = {"--master_port=29500", "--no_python", "./w.sh"};
+    ct__env_config(&cfg, 3, args, base);
     for (int lr = 0; lr < 2; lr++) {
         ctrun_worker_info_t w;
         ctrun_worker_info_init(&w, &cfg);
@@ -156,8 +156,9 @@ static void test_presets_are_kept(void)
                           "MASTER_PORT=1",
                           NULL};
     ctrun_config_t cfg;
-    char *args[] = {"--nproc_per_node=4", "--role=trainer", "--rdzv_id=job", "x.py"};
-    ct__env_config(&cfg, 4, args, base);
+    char *args[] = {"--nproc_per_node=4", "--role=trainer", "--rdzv_id=job", "--master_port=29500",
+                    "x.py"};
+    ct__env_config(&cfg, 5, args, base);
     ctrun_worker_info_t w;
     ctrun_worker_info_init(&w, &cfg);
     w.rank = 3;

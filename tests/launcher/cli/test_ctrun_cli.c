@@ -43,17 +43,17 @@ static void test_defaults(void)
     CT_ASSERT_EQ(c.max_nodes, 1);
     CT_ASSERT_EQ(c.nproc_kind, CTRUN_NPROC_INT);
     CT_ASSERT_EQ(c.nproc_per_node, 1);
-    CT_ASSERT_EQ(c.rdzv_backend, CTRUN_RDZV_STATIC);
-    CT_ASSERT(!c.standalone);
-    CT_ASSERT_STR_EQ(c.rdzv_endpoint, "");
-    CT_ASSERT_STR_EQ(c.run_id, "none");
+    /* A single node given no port: its own store on a free port (torchrun 2.x). */
+    CT_ASSERT_EQ(c.rdzv_backend, CTRUN_RDZV_C10D);
+    CT_ASSERT(!c.standalone && c.free_port);
+    CT_ASSERT_STR_EQ(c.rdzv_endpoint, "localhost:0");
+    CT_ASSERT_EQ(strlen(c.run_id), 36);
     CT_ASSERT_EQ(c.node_rank, 0);
     CT_ASSERT_STR_EQ(c.master_addr, "127.0.0.1");
     CT_ASSERT_EQ(c.master_port, 29500);
     CT_ASSERT(c.local_addr == NULL);
-    CT_ASSERT_STR_EQ(c.store_addr.host, "127.0.0.1");
-    CT_ASSERT_EQ(c.store_addr.port, 29500);
-    CT_ASSERT_EQ(c.store_addr.kind, CT_HOST_IPV4);
+    CT_ASSERT_STR_EQ(c.store_addr.host, "localhost");
+    CT_ASSERT_EQ(c.store_addr.port, 0);
     CT_ASSERT_EQ(c.max_restarts, 0);
     CT_ASSERT_CLOSE(c.monitor_interval_s, 0.1, 1e-12, 0);
     CT_ASSERT_STR_EQ(c.start_method, "spawn");
@@ -133,7 +133,9 @@ static void ck_node_rank(const ctrun_config_t *c)
 static void ck_master_addr(const ctrun_config_t *c)
 {
     CT_ASSERT_STR_EQ(c->master_addr, "10.0.0.5");
-    CT_ASSERT_STR_EQ(c->store_addr.host, "10.0.0.5");
+    /* Without a port the single node takes a free one on localhost (test_single_node_port_rule),
+     * where torchrun ignores --master_addr too. */
+    CT_ASSERT_STR_EQ(c->store_addr.host, c->free_port ? "localhost" : "10.0.0.5");
 }
 static void ck_master_port(const ctrun_config_t *c)
 {
@@ -235,7 +237,7 @@ static const struct {
     {"rdzv_id", "job42", NULL, ck_id},
     {"rdzv_conf", "join_timeout=7", NULL, ck_conf},
     {"node_rank", "1", "--nnodes=2", ck_node_rank},
-    {"master_addr", "10.0.0.5", NULL, ck_master_addr},
+    {"master_addr", "10.0.0.5", "--master_port=29500", ck_master_addr},
     {"master_port", "4567", NULL, ck_master_port},
     {"local_addr", "[fe80::1]", NULL, ck_local_addr},
     {"max_restarts", "5", NULL, ck_max_restarts},
@@ -756,6 +758,46 @@ static void test_agent_environment(void)
     CT_ASSERT_EQ(rmdir(tmp), 0);
 }
 
+/* torchrun 2.x: a single node given neither a port nor an endpoint takes a free port; anything
+ * that names a port or more nodes keeps the static rendezvous on 29500. */
+static void test_single_node_port_rule(void)
+{
+    ctrun_config_t c;
+    ct_errbuf_t eb = {{0}};
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--rdzv_backend=static", "--rdzv_id=job7",
+                           "--nnodes=1:1", "w.py", NULL));
+    CT_ASSERT(c.free_port && !c.standalone);
+    CT_ASSERT_EQ(c.rdzv_backend, CTRUN_RDZV_C10D);
+    CT_ASSERT_EQ(c.store_addr.port, 0);
+    CT_ASSERT_STR_EQ(c.run_id, "job7"); /* a given id stays */
+    CT_ASSERT_EQ(c.nwarnings, 0);
+    ctrun_config_free(&c);
+    const char *pet_port[] = {"PET_MASTER_PORT=29511", NULL};
+    const char *pet_ep[] = {"PET_RDZV_ENDPOINT=h0:29512", NULL};
+    struct {
+        const char *const *env;
+        const char *arg;
+        int port;
+    } keep[] = {
+        {ct__noenv, "--master_port=29500", 29500},
+        {ct__noenv, "--nnodes=2", 29500},
+        {ct__noenv, "--nnodes=1:2", 29500},
+        {pet_port, "--role=x", 29511},
+        {pet_ep, "--role=x", 29512},
+    };
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+        CT_ASSERT_OK(ct__parse(&c, keep[i].env, &eb, keep[i].arg, "w.py", NULL));
+        CT_ASSERT_MSG(!c.free_port && c.rdzv_backend == CTRUN_RDZV_STATIC, "case %zu", i);
+        CT_ASSERT_EQ(c.store_addr.port, keep[i].port);
+        ctrun_config_free(&c);
+    }
+    /* c10d named without an endpoint stays on localhost:29400, as before. */
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--rdzv_backend=c10d", "w.py", NULL));
+    CT_ASSERT(!c.free_port);
+    CT_ASSERT_EQ(c.store_addr.port, 29400);
+    ctrun_config_free(&c);
+}
+
 int main(void)
 {
     CT_RUN(test_defaults);
@@ -770,5 +812,6 @@ int main(void)
     CT_RUN(test_entry_rule);
     CT_RUN(test_values_must_exist_in_the_job);
     CT_RUN(test_agent_environment);
+    CT_RUN(test_single_node_port_rule);
     return 0;
 }

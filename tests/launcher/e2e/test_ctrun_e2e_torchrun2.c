@@ -2,9 +2,46 @@
  * test_ctrun_e2e_torchrun2.c - torchrun 2.x's newest behaviour in real jobs: ctrun (argv[1])
  * runs the test worker (argv[2]).
  *
+ *   - two single-node jobs without a port, started at once, both finish, each on its own free
+ *     port, which is the MASTER_PORT its workers see;
  *   - the ChildFailedError line before the failure report, on every node of a failed job;
  */
 #include "ctrun_e2e.h"
+
+static void test_two_single_node_jobs_at_once(void)
+{
+    char d[2][600];
+    ct_child_t c[2];
+    for (int i = 0; i < 2; i++) {
+        e2e_dir(d[i], sizeof d[i], i == 0 ? "job_a" : "job_b");
+        const char *const args[] = {"--nproc_per_node=2", "--log_dir=/dev/null", "--no_python",
+                                    "WORKER", "--dir", d[i], "--sleep-ms", "1500", NULL};
+        const char *const env[] = {"LOGLEVEL=INFO", "CT_LOG_LEVEL", NULL};
+        e2e_start(&c[i], env, args);
+    }
+    CT_ASSERT_OK(ct_child_wait_all(c, 2, 60000));
+    /* Both finish: neither found its port taken by the other. */
+    for (int i = 0; i < 2; i++)
+        CT_ASSERT_MSG(c[i].exit_code == 0, "job %d exit %d:\n%s", i, c[i].exit_code, c[i].err);
+    int ports[2];
+    for (int i = 0; i < 2; i++) {
+        const char *info = strstr(c[i].err, "the rendezvous store is on free port ");
+        CT_ASSERT_MSG(info != NULL, "job %d:\n%s", i, c[i].err);
+        ports[i] = atoi(info + strlen("the rendezvous store is on free port "));
+        CT_ASSERT(ports[i] > 0 && ports[i] != 29500);
+        char want[16];
+        snprintf(want, sizeof want, "%d", ports[i]);
+        for (int r = 0; r < 2; r++) {
+            char *dump = e2e_read("%s/env.%d.0", d[i], r);
+            CT_ASSERT(dump != NULL);
+            E2E_ENV_EQ(dump, "MASTER_PORT", want);
+            E2E_ENV_EQ(dump, "MASTER_ADDR", "localhost");
+            free(dump);
+        }
+        ct_child_close(&c[i]);
+    }
+    CT_ASSERT(ports[0] != ports[1]);
+}
 
 /* torchrun's traceback ends with the exception's line, then the report: on every node. */
 static void test_child_failed_error_line(void)
@@ -36,6 +73,7 @@ static void test_child_failed_error_line(void)
 int main(int argc, char **argv)
 {
     e2e_init(argc, argv, "test_ctrun_e2e_torchrun2");
+    CT_RUN(test_two_single_node_jobs_at_once);
     CT_RUN(test_child_failed_error_line);
     return 0;
 }
