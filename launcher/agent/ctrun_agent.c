@@ -316,6 +316,9 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
         if (ctrun_info_launch_config(cfg, &text) == 0)
             ct_log_info("%s", text);
         free(text);
+        if (cfg->use_python)
+            ct_log_info("worker interpreter: %s (%s)", cfg->python,
+                        ctrun_python_source_text(cfg->python_source));
     }
 
     ct_errbuf_t seb = {{0}};

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "ct_config.h"
 #include "ct_parse.h"
@@ -171,7 +172,9 @@ static const ctrun_cli__opt_t ctrun_cli__opts[CTRUN_CLI__O_COUNT] = {
                            "Run the script with the Python interpreter whatever its name; "
                            "wins over --no_python."},
     [CTRUN_CLI__O_PYTHON] = {NULL, "python", 0, false, {"CTRUN_PYTHON", "PYTHON_EXEC"}, "PATH",
-                         "Interpreter for .py scripts and -m (default python3 from PATH)."},
+                         "Interpreter for .py scripts and -m (default: the Python of the "
+                         "environment ctrun was pip-installed into, else $VIRTUAL_ENV's or "
+                         "$CONDA_PREFIX's, else python3 from PATH)."},
     [CTRUN_CLI__O_LOG_DIR] = {"Output", "log_dir", 0, false, {"PET_LOG_DIR"}, "DIR",
                           "Base folder for <run_id>_<random>/attempt_<k>/<local_rank>/ logs "
                           "(default: a new temp folder; /dev/null: no files)."},
@@ -698,9 +701,16 @@ static int ctrun_cli__workers(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
     size_t slen = strlen(cfg->script);
     bool dot_py = slen >= 3 && strcmp(cfg->script + slen - 3, ".py") == 0;
     cfg->use_python = cfg->run_path || (!cfg->no_python && (cfg->module || dot_py));
-    if ((rc = ctrun_cli__str(raw, CTRUN_CLI__O_PYTHON, "python3", &cfg->python)) != 0 ||
-        cfg->python == NULL)
-        return -ENOMEM;
+    char self[PATH_MAX];
+    ssize_t self_len = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[self_len > 0 ? self_len : 0] = '\0';
+    if ((rc = ctrun_python_choose(raw->given[CTRUN_CLI__O_PYTHON] ? raw->value[CTRUN_CLI__O_PYTHON]
+                                                                 : NULL,
+                                  self_len > 0 ? self : NULL,
+                                  ctrun_cli__getenv(env, "VIRTUAL_ENV"),
+                                  ctrun_cli__getenv(env, "CONDA_PREFIX"), &cfg->python,
+                                  &cfg->python_source)) != 0)
+        return rc;
     if (cfg->use_python && cfg->python[0] == '\0')
         return ct_errbuf_set(eb, CT_EPARSE, "%s: empty interpreter path",
                              raw->source[CTRUN_CLI__O_PYTHON]);

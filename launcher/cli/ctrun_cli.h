@@ -9,10 +9,12 @@
  * ones to bool(int(PET_<NAME>)); the command line wins. Values are validated here, so that a
  * bad flag or value is one line naming it and exit status 2, before anything starts. Every
  * other variable the agent acts on (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE,
- * TORCHELASTIC_ERROR_FILE, CTRUN_CGROUP, TMPDIR/TEMP/TMP, CTRUN_CONSOLE_BUFFER, CTRUN_LIBCUDA) is
- * read here too, once, so that the agent never reads its environment; only the copy of the
- * environment each worker gets (ctrun_env.h) and the PATH lookup of the worker's program
- * (ctrun_proc.h) use the agent's environment as it is when they run.
+ * TORCHELASTIC_ERROR_FILE, CTRUN_CGROUP, TMPDIR/TEMP/TMP, CTRUN_CONSOLE_BUFFER, CTRUN_LIBCUDA,
+ * VIRTUAL_ENV and CONDA_PREFIX for the interpreter) is read here too, once, so that the agent
+ * never reads its environment; only the copy of the environment each worker gets (ctrun_env.h)
+ * and the PATH lookup of the worker's program (ctrun_proc.h) use the agent's environment as it
+ * is when they run. ctrun's own executable's path is read here too, for the interpreter rule
+ * (ctrun_python.h).
  *
  * Deliberately not here: anything that runs (the agent), worker environments (ctrun_env.h),
  * worker command lines (ctrun_cmd.h), and printing other than --help/--version text.
@@ -30,6 +32,7 @@
 #include "ctrun_inject.h"
 #include "ctrun_logs.h"
 #include "ctrun_nproc.h"
+#include "ctrun_python.h"
 #include "ctrun_rdzv_conf.h"
 #include "ctrun_signal.h"
 
@@ -115,7 +118,8 @@ typedef struct ctrun_config {
     /* what to run */
     bool module, no_python, run_path;
     bool use_python;    /* the script runs as `<python> -u [-m] script args` */
-    char *python;       /* --python, CTRUN_PYTHON, PYTHON_EXEC, or "python3" */
+    char *python;       /* the interpreter (ctrun_python.h) */
+    ctrun_python_source_t python_source; /* why it was chosen */
     char *script;       /* training_script */
     char **script_args; /* everything after it, NULL-terminated */
     size_t nscript_args;

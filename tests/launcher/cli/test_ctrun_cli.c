@@ -73,6 +73,7 @@ static void test_defaults(void)
     CT_ASSERT(!c.module && !c.no_python && !c.run_path);
     CT_ASSERT(c.use_python);
     CT_ASSERT_STR_EQ(c.python, "python3");
+    CT_ASSERT_EQ(c.python_source, CTRUN_PYTHON_PATH);
     CT_ASSERT_STR_EQ(c.script, "train.py");
     CT_ASSERT_EQ(c.nscript_args, 0);
     CT_ASSERT(c.script_args != NULL && c.script_args[0] == NULL);

@@ -497,6 +497,9 @@ static void test_man_page_documents_everything(void)
         "CTRUN_WATCHDOG_TIMEOUT",
         "CTRUN_LIBCUDA",
         "CTRUN_CONSOLE_BUFFER",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "ChildFailedError",
         "ChildFailedError",
         /* every variable ctrun_env.h sets */
         "LOCAL_RANK",

@@ -5,6 +5,7 @@
  *   - two single-node jobs without a port, started at once, both finish, each on its own free
  *     port, which is the MASTER_PORT its workers see;
  *   - the ChildFailedError line before the failure report, on every node of a failed job;
+ *   - the interpreter of an active virtual environment, and the INFO line that names it.
  */
 #include "ctrun_e2e.h"
 
@@ -70,10 +71,49 @@ static void test_child_failed_error_line(void)
     }
 }
 
+/* A fake Python that records its argv through the test worker. */
+static void e2e_fake_python(const char *dir, char *path, size_t size)
+{
+    snprintf(path, size, "%s/python", dir);
+    FILE *f = fopen(path, "w");
+    CT_ASSERT(f != NULL);
+    fprintf(f, "#!/bin/sh\nexec \"%s\" --dir \"%s\" \"$@\"\n", e2e_worker, dir);
+    fclose(f);
+    chmod(path, 0755);
+}
+
+/* No --python: an active virtual environment's interpreter, named at INFO. */
+static void test_virtual_env_interpreter(void)
+{
+    char dir[600], bin[700], py[800], venv[720];
+    e2e_dir(dir, sizeof dir, "venv");
+    snprintf(bin, sizeof bin, "%s/bin", dir);
+    CT_ASSERT_EQ(mkdir(bin, 0755), 0);
+    e2e_fake_python(bin, py, sizeof py);
+    snprintf(venv, sizeof venv, "VIRTUAL_ENV=%s", dir);
+    const char *const env[] = {venv, "LOGLEVEL=INFO", "CT_LOG_LEVEL", "CTRUN_PYTHON",
+                               "PYTHON_EXEC", NULL};
+    const char *const args[] = {"--log_dir=/dev/null", "train.py", NULL};
+    ct_child_t c;
+    e2e_run(&c, env, args);
+    CT_ASSERT_MSG(c.exit_code == 0, "exit %d:\n%s", c.exit_code, c.err);
+    char want[900];
+    snprintf(want, sizeof want, "worker interpreter: %s (the active virtual environment, "
+                                "VIRTUAL_ENV)",
+             py);
+    CT_ASSERT_STR_CONTAINS(c.err, want);
+    char *dump = e2e_read("%s/env.0.0", bin);
+    CT_ASSERT_MSG(dump != NULL, "the environment's python did not run:\n%s", c.err);
+    E2E_ENV_EQ(dump, "ARGV[4]", "train.py");
+    free(dump);
+    ct_child_close(&c);
+}
+
 int main(int argc, char **argv)
 {
     e2e_init(argc, argv, "test_ctrun_e2e_torchrun2");
     CT_RUN(test_two_single_node_jobs_at_once);
     CT_RUN(test_child_failed_error_line);
+    CT_RUN(test_virtual_env_interpreter);
     return 0;
 }
