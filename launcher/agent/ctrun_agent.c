@@ -294,6 +294,8 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     if (a == NULL)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     a->cfg = cfg;
+    a->filtered_fd[0] = a->filtered_fd[1] = -1;
+    a->ev_group_rank = a->ev_group_world = -1;
     int rc = uv_loop_init(&a->loop);
     if (rc != 0) {
         free(a);
@@ -319,6 +321,12 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
         if (cfg->use_python)
             ct_log_info("worker interpreter: %s (%s)", cfg->python,
                         ctrun_python_source_text(cfg->python_source));
+        for (int i = 0; cfg->numa_cpus != NULL && i < cfg->nproc_per_node; i++) {
+            char list[512];
+            ctrun_cpu_list_format(&cfg->numa_cpus[i], list, sizeof list);
+            ct_log_info("--numa_binding %s: local rank %d runs on CPUs %s",
+                        ctrun_numa_mode_name(cfg->numa_mode), i, list);
+        }
     }
 
     ct_errbuf_t seb = {{0}};
@@ -336,6 +344,8 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     uv_run(&a->loop, UV_RUN_DEFAULT);
     uv_loop_close(&a->loop);
     ctrun_group_free(a);
+    ctrun_agent__observe_end(a);
+    free(a->last);
     ctrun_cgroup_destroy(&a->cgroup, 2000);
     ctrun_agent__recovery_report(a);
     ctrun_recovery_free(&a->recovery);

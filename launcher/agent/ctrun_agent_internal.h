@@ -1,7 +1,8 @@
 /*
  * ctrun_agent_internal.h - the agent's data and the functions its files share:
  * ctrun_agent.c (set-up, run, teardown), ctrun_agent_step.c (events, the transition function
- * and its decisions), ctrun_agent_outcome.c (an attempt's outcome and failure records in the
+ * and its decisions), ctrun_agent_observe.c (torchelastic's event records),
+ * ctrun_agent_outcome.c (an attempt's outcome and failure records in the
  * store), ctrun_agent_end.c (report, exit barrier, closing), ctrun_agent_hb.c (heartbeats,
  * watchdog, store loss), ctrun_agent_inject.c (fault injection) and ctrun_group.c (the
  * mechanics of one attempt's workers: environments, output sinks, spawning, signalling,
@@ -37,6 +38,14 @@
 #include "ctrun_store.h"
 
 typedef struct ctrun_agent ctrun_agent_t;
+
+/* A worker of the latest attempt, as the final event records need it after the attempt's
+ * workers are freed. */
+typedef struct ctrun_agent__last_worker {
+    int rank, local_rank, pid, exitcode;
+    bool failed;
+    char error_file[PATH_MAX];
+} ctrun_agent__last_worker_t;
 
 /* How long the hosting agent keeps serving the store after the job's end while clients are
  * still connected (a waiting node reading the "closed" plan, another agent's last request). */
@@ -152,8 +161,15 @@ struct ctrun_agent {
     ctrun_console_t *console; /* ctrun's stdout and stderr (ctrun_console.h); NULL: direct */
     ctrun_logs_t logs;
     const char *prefix_template; /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (from the config) */
+    int filtered_fd[2];          /* attempt_<k>/filtered_{stdout,stderr}.log, -1 when none */
     char host[256];              /* this node's name (FQDN), for reports */
     const char *entrypoint;
+
+    /* torchelastic's event records (ctrun_agent_observe.c) */
+    uint64_t rdzv_start_ns;            /* when the current rendezvous began */
+    int ev_group_rank, ev_group_world; /* the group before this rendezvous, -1 before any */
+    ctrun_agent__last_worker_t *last;  /* the latest attempt's workers, kept past their freeing */
+    int nlast;
 };
 
 /* ---- events and kv requests (ctrun_agent_step.c) ---------------------------------------- */
@@ -252,6 +268,12 @@ void ctrun_agent__inject_fire(ctrun_agent_t *a);
 void ctrun_agent__exit_cause(ctrun_agent_t *a, int i, int exitcode, char *cause, size_t size,
                              int64_t *detect_ns);
 void ctrun_agent__inject_cb(uv_timer_t *t);
+
+/* ctrun_agent_observe.c: torchelastic's event records */
+void ctrun_agent__observe_rendezvous(ctrun_agent_t *a);
+void ctrun_agent__observe_started(ctrun_agent_t *a, uint64_t prepare_ns);
+void ctrun_agent__observe_free(ctrun_agent_t *a);
+void ctrun_agent__observe_end(ctrun_agent_t *a);
 
 /* ---- ctrun_group.c ---------------------------------------------------------------------- */
 

@@ -137,6 +137,7 @@ static void ctrun_agent__to_exiting(ctrun_agent_t *a, int exit_code)
 /* -> RENDEZVOUS of attempt k. */
 static void ctrun_agent__to_rendezvous(ctrun_agent_t *a, int attempt)
 {
+    ctrun_agent__observe_rendezvous(a);
     a->attempt = attempt;
     a->outcome = CTRUN_OUTCOME_NONE;
     a->failure_posted = false;
@@ -181,6 +182,7 @@ static void ctrun_agent__to_running(ctrun_agent_t *a)
     uv_timer_stop(&a->rdzv_timer);
     a->attempt = a->rdzv.attempt; /* a new node learns the round from the rendezvous */
     a->plan = a->rdzv.plan;
+    uint64_t prepare_start = uv_hrtime();
     if (ctrun_group_prepare(a, &eb) != 0) {
         ct_log_error("preparing attempt %d: %s", a->attempt, eb.msg);
         ctrun_group_free(a);
@@ -219,6 +221,7 @@ static void ctrun_agent__to_running(ctrun_agent_t *a)
         ctrun_agent__fail_attempt(a);
         return;
     }
+    ctrun_agent__observe_started(a, uv_hrtime() - prepare_start);
     ctrun_agent__inject_schedule(a);
 }
 

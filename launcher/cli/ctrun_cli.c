@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -54,7 +55,13 @@ enum {
     CTRUN_CLI__O_TEE,
     CTRUN_CLI__O_LOCAL_RANKS_FILTER,
     CTRUN_CLI__O_LOGS_SPECS,
+    /* torchrun 2.x's newest options */
+    CTRUN_CLI__O_DUPLICATE_STDOUT_FILTERS,
+    CTRUN_CLI__O_DUPLICATE_STDERR_FILTERS,
+    CTRUN_CLI__O_LOG_LINE_PREFIX_TEMPLATE,
+    CTRUN_CLI__O_VIRTUAL_LOCAL_RANK,
     CTRUN_CLI__O_NUMA_BINDING,
+    CTRUN_CLI__O_SHUTDOWN_TIMEOUT,
     CTRUN_CLI__O_HELP,
     CTRUN_CLI__O_VERSION,
     CTRUN_CLI__O_COUNT
@@ -159,8 +166,10 @@ static const ctrun_cli__opt_t ctrun_cli__opts[CTRUN_CLI__O_COUNT] = {
                               "Seed of the injection's random choices (rank=any, phase=any; "
                               "default 0)."},
     [CTRUN_CLI__O_EVENT_LOG_HANDLER] = {NULL, "event_log_handler", 0, false,
-                                    {"PET_EVENT_LOG_HANDLER"}, "null",
-                                    "Accepted for compatibility; only null (default null)."},
+                                    {"PET_EVENT_LOG_HANDLER"}, "null|console",
+                                    "console: torchelastic's event records (rendezvous, worker "
+                                    "start and end, the agent's end) as JSON lines on stderr, "
+                                    "unless LOGLEVEL is above INFO; null: none (default null)."},
     [CTRUN_CLI__O_ROLE] = {"Workers", "role", 0, false, {"PET_ROLE"}, "NAME",
                        "Worker role: ROLE_NAME and the tee prefix [<role><local_rank>]: "
                        "(default default)."},
@@ -189,9 +198,42 @@ static const ctrun_cli__opt_t ctrun_cli__opts[CTRUN_CLI__O_COUNT] = {
                                      "Show only these local ranks' output on the console; "
                                      "files are unaffected."},
     [CTRUN_CLI__O_LOGS_SPECS] = {NULL, "logs_specs", 0, false, {NULL}, "NAME",
-                             "Not supported (torchrun loads Python log-spec plugins)."},
-    [CTRUN_CLI__O_NUMA_BINDING] = {NULL, "numa_binding", 0, false, {NULL}, "MODE",
-                               "Not supported (run the worker under numactl instead)."},
+                             "Not supported: NAME is a Python plugin of torchrun "
+                             "(torchrun.logs_specs); ctrun writes torchrun's default layout, "
+                             "set with --log_dir, --redirects, --tee, --local_ranks_filter and "
+                             "--log_line_prefix_template."},
+    [CTRUN_CLI__O_DUPLICATE_STDOUT_FILTERS] = {NULL, "duplicate_stdout_filters", 0, false,
+                                           {"PET_DUPLICATE_STDOUT_FILTERS"}, "TEXT,...",
+                                           "Tee'd stdout lines that contain any TEXT also go "
+                                           "to attempt_<k>/filtered_stdout.log; ',,' is a "
+                                           "comma inside a TEXT (default none)."},
+    [CTRUN_CLI__O_DUPLICATE_STDERR_FILTERS] = {NULL, "duplicate_stderr_filters", 0, false,
+                                           {"PET_DUPLICATE_STDERR_FILTERS"}, "TEXT,...",
+                                           "The same for tee'd stderr lines, into "
+                                           "attempt_<k>/filtered_stderr.log (default none)."},
+    [CTRUN_CLI__O_LOG_LINE_PREFIX_TEMPLATE] = {NULL, "log_line_prefix_template", 0, false,
+                                           {"PET_LOG_LINE_PREFIX_TEMPLATE",
+                                            "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
+                                           "TEMPLATE",
+                                           "Console prefix of tee'd lines, with ${role_name}, "
+                                           "${rank}, ${local_rank}, ${group_rank}, "
+                                           "${restart_count} (default "
+                                           "[${role_name}${local_rank}]:)."},
+    [CTRUN_CLI__O_VIRTUAL_LOCAL_RANK] = {"Devices and shutdown", "virtual_local_rank", 0, true,
+                                     {"PET_VIRTUAL_LOCAL_RANK"}, NULL,
+                                     "Every worker gets LOCAL_RANK=0 and sees only its own GPU: "
+                                     "CUDA_VISIBLE_DEVICES is entry <local rank> of ctrun's "
+                                     "list (or <local rank> without one)."},
+    [CTRUN_CLI__O_NUMA_BINDING] = {NULL, "numa_binding", 0, false, {"PET_NUMA_BINDING"},
+                               "node|socket|exclusive|core-complex",
+                               "Bind each worker to CPUs near its GPU (device <local rank>): its "
+                               "NUMA node, its socket, an equal share of the node's cores, or "
+                               "one last-level-cache complex (default none)."},
+    [CTRUN_CLI__O_SHUTDOWN_TIMEOUT] = {NULL, "shutdown_timeout", 0, false,
+                                   {"PET_SHUTDOWN_TIMEOUT"}, "SECONDS",
+                                   "torchrun's name for --grace_period: whole seconds between "
+                                   "SIGTERM and SIGKILL (default: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, "
+                                   "else 30)."},
     [CTRUN_CLI__O_HELP] = {"Information", "help", 'h', true, {NULL}, NULL,
                        "Show this help and exit."},
     [CTRUN_CLI__O_VERSION] = {NULL, "version", 0, true, {NULL}, NULL,
@@ -683,13 +725,12 @@ static int ctrun_cli__workers(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
         return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN_CLI__O_LOCAL_RANKS_FILTER]);
     if (raw->given[CTRUN_CLI__O_LOGS_SPECS])
         return ct_errbuf_set(eb, CT_EPARSE,
-                             "%s: not supported by ctrun (log-spec plugins are Python entry "
-                             "points; ctrun writes torchrun's default layout)",
-                             raw->source[CTRUN_CLI__O_LOGS_SPECS]);
-    if (raw->given[CTRUN_CLI__O_NUMA_BINDING])
-        return ct_errbuf_set(eb, CT_EPARSE,
-                             "%s: not supported by ctrun (run the worker under numactl instead)",
-                             raw->source[CTRUN_CLI__O_NUMA_BINDING]);
+                             "%s: \"%.64s\" names a Python plugin (a torchrun.logs_specs entry "
+                             "point) that ctrun cannot load; ctrun writes torchrun's default "
+                             "layout, which --log_dir, --redirects, --tee, --local_ranks_filter, "
+                             "--duplicate_stdout_filters and --log_line_prefix_template adjust",
+                             raw->source[CTRUN_CLI__O_LOGS_SPECS],
+                             raw->value[CTRUN_CLI__O_LOGS_SPECS]);
 
     /* What to run: torchrun's flags, then ctrun's entry rule (.py or -m under Python). */
     if ((rc = ctrun_cli__flag(raw, CTRUN_CLI__O_MODULE, &cfg->module, eb)) != 0 ||
@@ -720,6 +761,150 @@ static int ctrun_cli__workers(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
     rc = ctrun_nproc_resolve(nproc, ctrun_cli__getenv(env, "CTRUN_LIBCUDA"), &cfg->nproc_kind,
                              &cfg->nproc_per_node, eb);
     return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN_CLI__O_NPROC_PER_NODE]);
+}
+
+/* ---- torchrun 2.x's newest options ----------------------------------------------------------- */
+
+/* --virtual_local_rank: each local rank's device, as torchrun's _set_local_rank_env picks it:
+ * entry <local rank> of HIP_VISIBLE_DEVICES (when set and not empty) or CUDA_VISIBLE_DEVICES,
+ * blanks trimmed, or the local rank itself when neither is set. */
+static int ctrun_cli__virtual_devices(ctrun_config_t *cfg, const char *const *env, ct_errbuf_t *eb)
+{
+    const char *hip = ctrun_cli__getenv(env, "HIP_VISIBLE_DEVICES");
+    const char *var = hip != NULL && hip[0] != '\0' ? "HIP_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES";
+    const char *parent = ctrun_cli__getenv(env, var);
+    cfg->virtual_hip = hip != NULL && hip[0] != '\0';
+    cfg->virtual_devices = calloc((size_t)cfg->nproc_per_node + 1, sizeof *cfg->virtual_devices);
+    if (cfg->virtual_devices == NULL)
+        return -ENOMEM;
+    for (int i = 0; i < cfg->nproc_per_node; i++) {
+        char buf[32];
+        const char *item = buf;
+        size_t len;
+        if (parent == NULL) {
+            len = (size_t)snprintf(buf, sizeof buf, "%d", i);
+        } else {
+            item = parent;
+            for (int k = 0; k < i && item != NULL; k++) {
+                item = strchr(item, ',');
+                item = item ? item + 1 : NULL;
+            }
+            if (item == NULL)
+                return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                                     "--virtual_local_rank: local rank %d exceeds the GPUs in "
+                                     "%s=%.64s (--nproc_per_node %d)",
+                                     i, var, parent, cfg->nproc_per_node);
+            len = strcspn(item, ",");
+            while (len > 0 && isspace((unsigned char)*item)) {
+                item++;
+                len--;
+            }
+            while (len > 0 && isspace((unsigned char)item[len - 1]))
+                len--;
+        }
+        if ((cfg->virtual_devices[i] = strndup(item, len)) == NULL)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+/* --numa_binding: the CPUs of every local rank, from the CUDA devices' PCI addresses and
+ * sysfs. */
+static int ctrun_cli__numa(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
+                           const char *const *env, ct_errbuf_t *eb)
+{
+    const char *src = raw->source[CTRUN_CLI__O_NUMA_BINDING];
+    int rc = ctrun_numa_mode_parse(raw->value[CTRUN_CLI__O_NUMA_BINDING], &cfg->numa_mode, eb);
+    if (rc != 0)
+        return ct_errbuf_wrap(eb, rc, "%s", src);
+    char(*pci)[CTRUN_GPU_PCI_LEN] = calloc(CTRUN_GPU_PCI_MAX, CTRUN_GPU_PCI_LEN);
+    const char **names = calloc(CTRUN_GPU_PCI_MAX, sizeof *names);
+    ctrun_cpu_list_t allowed = {0};
+    int ndev = 0;
+    cfg->numa_cpus = calloc((size_t)cfg->nproc_per_node, sizeof *cfg->numa_cpus);
+    if (pci == NULL || names == NULL || cfg->numa_cpus == NULL)
+        rc = -ENOMEM;
+    if (rc == 0)
+        rc = ctrun_gpu_pci(ctrun_cli__getenv(env, "CTRUN_LIBCUDA"), pci, &ndev, eb);
+    if (rc == 0)
+        rc = ctrun_cpu_list_allowed(&allowed, eb);
+    for (int i = 0; rc == 0 && i < ndev; i++)
+        names[i] = pci[i];
+    if (rc == 0)
+        rc = ctrun_numa_bind("/sys", cfg->numa_mode, names, ndev, &allowed, cfg->nproc_per_node,
+                             cfg->numa_cpus, eb);
+    ctrun_cpu_list_free(&allowed);
+    free(pci);
+    free(names);
+    if (rc == -ENOMEM)
+        return rc;
+    return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "%s %s", src, ctrun_numa_mode_name(cfg->numa_mode));
+}
+
+/* --shutdown_timeout and --grace_period are one setting: the command line first (both given
+ * must agree), then PET_SHUTDOWN_TIMEOUT, then TORCH_ELASTIC_SHUTDOWN_TIMEOUT, then 30 s. */
+static int ctrun_cli__shutdown(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
+{
+    int id = CTRUN_CLI__O_SHUTDOWN_TIMEOUT;
+    const bool grace_cli = raw->on_cli[CTRUN_CLI__O_GRACE_PERIOD];
+    if (!raw->given[id] || (grace_cli && !raw->on_cli[id]))
+        return 0; /* --grace_period (or its variable, or the default) holds */
+    int seconds = 0;
+    int rc = ct_parse_int(raw->value[id], INT_MIN, INT_MAX, &seconds, eb);
+    if (rc != 0)
+        return ct_errbuf_wrap(eb, rc, "%s", raw->source[id]);
+    if (seconds < 0)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE, "%s: must be non-negative, got %d",
+                             raw->source[id], seconds);
+    if (grace_cli && cfg->grace_period_s != (double)seconds)
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "%s %d and %s %g are the same setting with different values",
+                             raw->source[id], seconds, raw->source[CTRUN_CLI__O_GRACE_PERIOD],
+                             cfg->grace_period_s);
+    cfg->grace_period_s = seconds;
+    return 0;
+}
+
+/* Python's logging level names above INFO: the events logger prints nothing then. */
+static bool ctrun_cli__loglevel_quiet(const char *level)
+{
+    static const char *const quiet[] = {"WARNING", "WARN", "ERROR", "CRITICAL", "FATAL"};
+    for (size_t i = 0; level != NULL && i < sizeof quiet / sizeof quiet[0]; i++) {
+        if (strcasecmp(level, quiet[i]) == 0)
+            return true;
+    }
+    return false;
+}
+
+static int ctrun_cli__newer(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
+                            const char *const *env, ct_errbuf_t *eb)
+{
+    int rc;
+    static const int filter_ids[2] = {CTRUN_CLI__O_DUPLICATE_STDOUT_FILTERS,
+                                      CTRUN_CLI__O_DUPLICATE_STDERR_FILTERS};
+    for (int k = 0; k < 2; k++) {
+        if (raw->given[filter_ids[k]] &&
+            (rc = ctrun_line_filter_parse(raw->value[filter_ids[k]], &cfg->dup_filters[k], eb)) !=
+                0)
+            return rc;
+    }
+    const char *tmpl = raw->given[CTRUN_CLI__O_LOG_LINE_PREFIX_TEMPLATE]
+                           ? raw->value[CTRUN_CLI__O_LOG_LINE_PREFIX_TEMPLATE]
+                           : "";
+    if (tmpl[0] != '\0') { /* torchrun: the option, "or" TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE */
+        free(cfg->log_line_prefix_template);
+        if ((cfg->log_line_prefix_template = strdup(tmpl)) == NULL)
+            return -ENOMEM;
+    }
+    if ((rc = ctrun_cli__flag(raw, CTRUN_CLI__O_VIRTUAL_LOCAL_RANK, &cfg->virtual_local_rank,
+                              eb)) != 0 ||
+        (cfg->virtual_local_rank && (rc = ctrun_cli__virtual_devices(cfg, env, eb)) != 0) ||
+        (raw->given[CTRUN_CLI__O_NUMA_BINDING] && (rc = ctrun_cli__numa(raw, cfg, env, eb)) != 0) ||
+        (rc = ctrun_cli__shutdown(raw, cfg, eb)) != 0)
+        return rc;
+    cfg->event_log_console = strcmp(cfg->event_log_handler, "console") == 0 &&
+                             !ctrun_cli__loglevel_quiet(ctrun_cli__getenv(env, "LOGLEVEL"));
+    return 0;
 }
 
 /* --inject is parsed here (a bad spec is a usage error); ctrun_cli__job_fit checks that every spec
@@ -800,9 +985,8 @@ static int ctrun_cli__convert(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
                               const char *const *env, ct_errbuf_t *eb)
 {
     static const char *const start_methods[] = {"spawn", "fork", "forkserver", NULL};
-    static const char *const log_handlers[] = {"null", NULL};
+    static const char *const log_handlers[] = {"null", "console", "dynamic_rendezvous", NULL};
     int rc;
-    char *handler = NULL;
     if ((rc = ctrun_cli__nnodes(raw, cfg, eb)) != 0 ||
         (rc = ctrun_cli__flag(raw, CTRUN_CLI__O_STANDALONE, &cfg->standalone, eb)) != 0 ||
         (rc = ctrun_cli__host(raw, CTRUN_CLI__O_MASTER_ADDR, "127.0.0.1", &cfg->master_addr, eb)) !=
@@ -842,20 +1026,16 @@ static int ctrun_cli__convert(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
         (rc = ctrun_cli__str(raw, CTRUN_CLI__O_SIGNALS_TO_HANDLE, CTRUN_CLI__SIGNALS_DEFAULT,
                              &cfg->signals_to_handle)) != 0)
         return rc;
-    if ((rc = ctrun_cli__choice(raw, CTRUN_CLI__O_EVENT_LOG_HANDLER, "null", log_handlers, &handler,
-                                eb)) != 0)
+    if ((rc = ctrun_cli__choice(raw, CTRUN_CLI__O_EVENT_LOG_HANDLER, "null", log_handlers,
+                                &cfg->event_log_handler, eb)) != 0 ||
+        (rc = ctrun_cli__inject(raw, cfg, eb)) != 0)
         return rc;
-    if ((rc = ctrun_cli__inject(raw, cfg, eb)) != 0) {
-        free(handler);
-        return rc;
-    }
-    free(handler);
     rc = ctrun_signal_list_parse(cfg->signals_to_handle, cfg->signals, CTRUN_SIGNALS_MAX,
                                  &cfg->nsignals, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN_CLI__O_SIGNALS_TO_HANDLE]);
     if ((rc = ctrun_cli__workers(raw, cfg, env, eb)) != 0 ||
-        (rc = ctrun_cli__agent_env(cfg, env)) != 0)
+        (rc = ctrun_cli__agent_env(cfg, env)) != 0 || (rc = ctrun_cli__newer(raw, cfg, env, eb)) != 0)
         return rc;
     return ctrun_cli__job_fit(raw, cfg, env, eb);
 }
@@ -908,7 +1088,7 @@ void ctrun_config_free(ctrun_config_t *cfg)
                         &cfg->local_addr,    &cfg->start_method, &cfg->signals_to_handle,
                         &cfg->role,          &cfg->log_dir,      &cfg->python,
                         &cfg->script,        &cfg->inject,       &cfg->log_line_prefix_template,
-                        &cfg->tmp_dir,       &cfg->error_file};
+                        &cfg->tmp_dir,       &cfg->error_file,   &cfg->event_log_handler};
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
         free(*strings[i]);
         *strings[i] = NULL;
@@ -926,6 +1106,16 @@ void ctrun_config_free(ctrun_config_t *cfg)
     ctrun_rdzv_conf_free(&cfg->rdzv_conf);
     ctrun_rank_filter_free(&cfg->local_ranks_filter);
     ctrun_inject_free(&cfg->inject_specs);
+    for (size_t i = 0; cfg->virtual_devices != NULL && cfg->virtual_devices[i] != NULL; i++)
+        free(cfg->virtual_devices[i]);
+    free(cfg->virtual_devices);
+    cfg->virtual_devices = NULL;
+    for (int k = 0; k < 2; k++)
+        ctrun_line_filter_free(&cfg->dup_filters[k]);
+    for (int i = 0; cfg->numa_cpus != NULL && i < cfg->nproc_per_node; i++)
+        ctrun_cpu_list_free(&cfg->numa_cpus[i]);
+    free(cfg->numa_cpus);
+    cfg->numa_cpus = NULL;
 }
 
 /* ---- --help / --version ---------------------------------------------------------------------- */

@@ -92,6 +92,13 @@ static void test_defaults(void)
     CT_ASSERT_CLOSE(c.rdzv_conf.node_hb_timeout_s, 4, 0, 0);
     CT_ASSERT_EQ(c.rdzv_conf.is_host, -1);
     CT_ASSERT(c.rdzv_conf.store_token == NULL);
+    CT_ASSERT(!c.virtual_local_rank && c.virtual_devices == NULL);
+    CT_ASSERT_EQ(c.dup_filters[0].count, 0);
+    CT_ASSERT_EQ(c.dup_filters[1].count, 0);
+    CT_ASSERT_EQ(c.numa_mode, CTRUN_NUMA_NONE);
+    CT_ASSERT(c.numa_cpus == NULL);
+    CT_ASSERT_STR_EQ(c.event_log_handler, "null");
+    CT_ASSERT(!c.event_log_console);
     ctrun_config_free(&c);
     ctrun_config_free(&c);
 }
@@ -218,6 +225,26 @@ static void ck_tee(const ctrun_config_t *c)
 {
     CT_ASSERT_EQ(ctrun_std_get(&c->tee, 5), 3);
 }
+static void ck_dup_out(const ctrun_config_t *c)
+{
+    CT_ASSERT_EQ(c->dup_filters[CTRUN_STREAM_STDOUT].count, 2);
+    CT_ASSERT_STR_EQ(c->dup_filters[CTRUN_STREAM_STDOUT].needles[0], "loss");
+    CT_ASSERT_STR_EQ(c->dup_filters[CTRUN_STREAM_STDOUT].needles[1], "a,b");
+    CT_ASSERT_EQ(c->dup_filters[CTRUN_STREAM_STDERR].count, 0);
+}
+static void ck_dup_err(const ctrun_config_t *c)
+{
+    CT_ASSERT_EQ(c->dup_filters[CTRUN_STREAM_STDERR].count, 1);
+    CT_ASSERT_STR_EQ(c->dup_filters[CTRUN_STREAM_STDERR].needles[0], "Traceback");
+}
+static void ck_template(const ctrun_config_t *c)
+{
+    CT_ASSERT_STR_EQ(c->log_line_prefix_template, "${rank}|");
+}
+static void ck_shutdown(const ctrun_config_t *c)
+{
+    CT_ASSERT_CLOSE(c->grace_period_s, 7, 0, 0);
+}
 static void ck_filter(const ctrun_config_t *c)
 {
     CT_ASSERT_EQ(c->local_ranks_filter.count, 2);
@@ -258,6 +285,10 @@ static const struct {
     {"redirects", "0:1,1:2", NULL, ck_redirects},
     {"tee", "5:3", NULL, ck_tee},
     {"local_ranks_filter", "2,0", "--nproc_per_node=3", ck_filter},
+    {"duplicate_stdout_filters", "loss,a,,b", NULL, ck_dup_out},
+    {"duplicate_stderr_filters", "Traceback", NULL, ck_dup_err},
+    {"log_line_prefix_template", "${rank}|", NULL, ck_template},
+    {"shutdown_timeout", "7", NULL, ck_shutdown},
 };
 
 static void test_every_valued_option_both_spellings(void)
@@ -411,6 +442,10 @@ static void test_pet_fallbacks(void)
         {"CTRUN_PROGRESS_GUARD", "0", ck_guard},
         {"CTRUN_INJECT", "kill:rank=1:at=step=5;hang:rank=any:every=2s", ck_inject},
         {"CTRUN_INJECT_SEED", "77", ck_inject_seed},
+        {"PET_DUPLICATE_STDOUT_FILTERS", "loss,a,,b", ck_dup_out},
+        {"PET_DUPLICATE_STDERR_FILTERS", "Traceback", ck_dup_err},
+        {"PET_LOG_LINE_PREFIX_TEMPLATE", "${rank}|", ck_template},
+        {"PET_SHUTDOWN_TIMEOUT", "7", ck_shutdown},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char entry[128];
@@ -799,6 +834,110 @@ static void test_single_node_port_rule(void)
     ctrun_config_free(&c);
 }
 
+static void test_newer_torchrun_options(void)
+{
+    ctrun_config_t c;
+    ct_errbuf_t eb = {{0}};
+    /* --virtual_local_rank: entry <local rank> of the agent's device list, blanks trimmed. */
+    const char *cvd[] = {"CUDA_VISIBLE_DEVICES=3, 5,7", "PET_VIRTUAL_LOCAL_RANK=1", NULL};
+    CT_ASSERT_OK(ct__parse(&c, cvd, &eb, "--nproc_per_node=2", "w.py", NULL));
+    CT_ASSERT(c.virtual_local_rank && !c.virtual_hip);
+    CT_ASSERT_STR_EQ(c.virtual_devices[0], "3");
+    CT_ASSERT_STR_EQ(c.virtual_devices[1], "5");
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--virtual-local-rank", "--nproc_per_node=2", "w.py",
+                           NULL));
+    CT_ASSERT_STR_EQ(c.virtual_devices[1], "1");
+    ctrun_config_free(&c);
+    const char *hip[] = {"HIP_VISIBLE_DEVICES=4,6", "CUDA_VISIBLE_DEVICES=0", NULL};
+    CT_ASSERT_OK(ct__parse(&c, hip, &eb, "--virtual_local_rank", "--nproc_per_node=2", "w.py",
+                           NULL));
+    CT_ASSERT(c.virtual_hip);
+    CT_ASSERT_STR_EQ(c.virtual_devices[1], "6");
+    ctrun_config_free(&c);
+    const char *two[] = {"CUDA_VISIBLE_DEVICES=0,1", NULL};
+    CT_ASSERT_ERR(ct__parse(&c, two, &eb, "--virtual_local_rank", "--nproc_per_node=3", "w.py",
+                            NULL),
+                  CT_ERANGE_VALUE);
+    CT_ASSERT_STR_EQ(eb.msg, "--virtual_local_rank: local rank 2 exceeds the GPUs in "
+                             "CUDA_VISIBLE_DEVICES=0,1 (--nproc_per_node 3)");
+
+    /* --shutdown_timeout is --grace_period: the command line, then PET_SHUTDOWN_TIMEOUT, then
+     * TORCH_ELASTIC_SHUTDOWN_TIMEOUT. */
+    const char *sd[] = {"PET_SHUTDOWN_TIMEOUT=9", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=4", NULL};
+    CT_ASSERT_OK(ct__parse(&c, sd, &eb, "w.py", NULL));
+    CT_ASSERT_CLOSE(c.grace_period_s, 9, 0, 0);
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(ct__parse(&c, sd, &eb, "--grace_period=2", "w.py", NULL));
+    CT_ASSERT_CLOSE(c.grace_period_s, 2, 0, 0);
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(ct__parse(&c, sd, &eb, "--shutdown-timeout", "3", "w.py", NULL));
+    CT_ASSERT_CLOSE(c.grace_period_s, 3, 0, 0);
+    ctrun_config_free(&c);
+    const char *sd_old[] = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=4", NULL};
+    CT_ASSERT_OK(ct__parse(&c, sd_old, &eb, "w.py", NULL));
+    CT_ASSERT_CLOSE(c.grace_period_s, 4, 0, 0);
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--shutdown_timeout=5", "--grace_period=5", "w.py",
+                           NULL));
+    ctrun_config_free(&c);
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--shutdown_timeout=5", "--grace_period=6", "w.py",
+                            NULL),
+                  CT_EPARSE);
+    CT_ASSERT_STR_EQ(eb.msg, "--shutdown_timeout 5 and --grace_period 6 are the same setting with "
+                             "different values");
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--shutdown_timeout=-1", "w.py", NULL),
+                  CT_ERANGE_VALUE);
+    CT_ASSERT_STR_EQ(eb.msg, "--shutdown_timeout: must be non-negative, got -1");
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--shutdown_timeout=2.5", "w.py", NULL),
+                  CT_EPARSE);
+
+    /* Filters: PET_*, and "" is one empty needle (every line), as torchrun's list makes it. */
+    const char *df[] = {"PET_DUPLICATE_STDERR_FILTERS=", NULL};
+    CT_ASSERT_OK(ct__parse(&c, df, &eb, "w.py", NULL));
+    CT_ASSERT_EQ(c.dup_filters[CTRUN_STREAM_STDERR].count, 1);
+    CT_ASSERT_STR_EQ(c.dup_filters[CTRUN_STREAM_STDERR].needles[0], "");
+    ctrun_config_free(&c);
+
+    /* The template option wins over TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; empty falls back. */
+    const char *tmpl[] = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=E ", NULL};
+    CT_ASSERT_OK(ct__parse(&c, tmpl, &eb, "--log_line_prefix_template=O", "w.py", NULL));
+    CT_ASSERT_STR_EQ(c.log_line_prefix_template, "O");
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(ct__parse(&c, tmpl, &eb, "--log_line_prefix_template=", "w.py", NULL));
+    CT_ASSERT_STR_EQ(c.log_line_prefix_template, "E ");
+    ctrun_config_free(&c);
+
+    /* --event_log_handler: console prints unless LOGLEVEL is above INFO. */
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--event_log_handler=console", "w.py", NULL));
+    CT_ASSERT(c.event_log_console);
+    ctrun_config_free(&c);
+    const char *quiet[] = {"PET_EVENT_LOG_HANDLER=console", "LOGLEVEL=WARNING", NULL};
+    CT_ASSERT_OK(ct__parse(&c, quiet, &eb, "w.py", NULL));
+    CT_ASSERT(!c.event_log_console);
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--event_log_handler=dynamic_rendezvous", "w.py",
+                           NULL));
+    CT_ASSERT(!c.event_log_console);
+    ctrun_config_free(&c);
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--event_log_handler=file", "w.py", NULL),
+                  CT_EPARSE);
+    CT_ASSERT_STR_EQ(eb.msg, "--event_log_handler: invalid choice \"file\" (choose from null, "
+                             "console, dynamic_rendezvous)");
+
+    /* --logs_specs names a Python plugin. */
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--logs-specs=mine", "w.py", NULL), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--logs-specs: \"mine\" names a Python plugin");
+    /* --numa_binding: torchrun's choices; a binding needs a CUDA device. */
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--numa_binding=all", "w.py", NULL), CT_EPARSE);
+    CT_ASSERT_STR_EQ(eb.msg, "--numa_binding: invalid choice \"all\" (choose from node, socket, "
+                             "exclusive, core-complex)");
+    const char *nocuda[] = {"CTRUN_LIBCUDA=/nonexistent/libcuda.so.1", NULL};
+    CT_ASSERT_ERR(ct__parse(&c, nocuda, &eb, "--numa_binding=node", "w.py", NULL), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--numa_binding node: no CUDA device: /nonexistent/libcuda");
+
+}
+
 int main(void)
 {
     CT_RUN(test_defaults);
@@ -814,5 +953,6 @@ int main(void)
     CT_RUN(test_values_must_exist_in_the_job);
     CT_RUN(test_agent_environment);
     CT_RUN(test_single_node_port_rule);
+    CT_RUN(test_newer_torchrun_options);
     return 0;
 }

@@ -54,7 +54,12 @@ static const char *const ct__option_names[] = {
     "tee",
     "local_ranks_filter",
     "logs_specs",
+    "duplicate_stdout_filters",
+    "duplicate_stderr_filters",
+    "log_line_prefix_template",
+    "virtual_local_rank",
     "numa_binding",
+    "shutdown_timeout",
     "help",
     "version",
 };
@@ -282,9 +287,16 @@ static const ct__bad_t ct__bad_cases[] = {
     {{"--inject_seed", "-1", "x", NULL},
      {NULL},
      "--inject_seed: -1 is out of range (expected 0..9223372036854775807)"},
-    {{"--event_log_handler", "console", "x", NULL},
+    {{"--event_log_handler", "file", "x", NULL},
      {NULL},
-     "--event_log_handler: invalid choice \"console\" (choose from null)"},
+     "--event_log_handler: invalid choice \"file\" (choose from null, console, "
+     "dynamic_rendezvous)"},
+    {{"--shutdown-timeout", "1.5", "x", NULL},
+     {NULL},
+     "--shutdown-timeout: \"1.5\" is not an integer"},
+    {{"x", NULL},
+     {"PET_SHUTDOWN_TIMEOUT=-3", NULL},
+     "PET_SHUTDOWN_TIMEOUT: must be non-negative, got -3"},
     /* workers and output */
     {{"--no_python", "-m", "x", NULL}, {NULL}, "--no_python and --module cannot be used together"},
     {{"--python", "", "x.py", NULL}, {NULL}, "--python: empty interpreter path"},
@@ -315,11 +327,18 @@ static const ct__bad_t ct__bad_cases[] = {
      "CTRUN_CONSOLE_BUFFER: \"lots\" is not a size (expected e.g. 4096, 8K, 64M)"},
     {{"--logs_specs", "mine", "x", NULL},
      {NULL},
-     "--logs_specs: not supported by ctrun (log-spec plugins are Python entry points; ctrun "
-     "writes torchrun's default layout)"},
+     "--logs_specs: \"mine\" names a Python plugin (a torchrun.logs_specs entry point) that "
+     "ctrun cannot load; ctrun writes torchrun's default layout, which --log_dir, --redirects, "
+     "--tee, --local_ranks_filter, --duplicate_stdout_filters and --log_line_prefix_template "
+     "adjust"},
     {{"--numa-binding", "node", "x", NULL},
-     {NULL},
-     "--numa-binding: not supported by ctrun (run the worker under numactl instead)"},
+     {"CTRUN_LIBCUDA=/nonexistent/libcuda.so.1", NULL},
+     "--numa-binding node: no CUDA device: /nonexistent/libcuda.so.1: cannot open shared object "
+     "file: No such file or directory"},
+    {{"--virtual-local-rank", "--nproc_per_node", "2", "x", NULL},
+     {"CUDA_VISIBLE_DEVICES=0", NULL},
+     "--virtual_local_rank: local rank 1 exceeds the GPUs in CUDA_VISIBLE_DEVICES=0 "
+     "(--nproc_per_node 2)"},
     /* the same checks reach values from the environment, named by their variable */
     {{"x", NULL}, {"PET_NNODES=1:2:3", NULL}, "PET_NNODES: \"1:2:3\" is not in \"MIN:MAX\" format"},
     {{"x", NULL},
@@ -497,10 +516,18 @@ static void test_man_page_documents_everything(void)
         "CTRUN_WATCHDOG_TIMEOUT",
         "CTRUN_LIBCUDA",
         "CTRUN_CONSOLE_BUFFER",
+        "PET_DUPLICATE_STDOUT_FILTERS",
+        "PET_DUPLICATE_STDERR_FILTERS",
+        "PET_LOG_LINE_PREFIX_TEMPLATE",
+        "PET_VIRTUAL_LOCAL_RANK",
+        "PET_NUMA_BINDING",
+        "PET_SHUTDOWN_TIMEOUT",
         "VIRTUAL_ENV",
         "CONDA_PREFIX",
         "ChildFailedError",
-        "ChildFailedError",
+        "HIP_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "filtered_stdout.log",
         /* every variable ctrun_env.h sets */
         "LOCAL_RANK",
         "GROUP_RANK",

@@ -4,10 +4,27 @@
  *
  *   - two single-node jobs without a port, started at once, both finish, each on its own free
  *     port, which is the MASTER_PORT its workers see;
+ *   - --duplicate_stdout_filters / --duplicate_stderr_filters write the matching tee'd lines,
+ *     prefixed, to attempt_<k>/filtered_{stdout,stderr}.log;
+ *   - --virtual_local_rank: LOCAL_RANK=0 and one device per worker;
+ *   - --event_log_handler console: torchelastic's records as JSON lines, in torchrun's order;
  *   - the ChildFailedError line before the failure report, on every node of a failed job;
  *   - the interpreter of an active virtual environment, and the INFO line that names it.
  */
+#include <glob.h>
+
 #include "ctrun_e2e.h"
+
+/* The one file matching pattern (a glob), read whole; NULL when there is none. */
+static char *e2e_glob_read(const char *pattern)
+{
+    glob_t g;
+    char *text = NULL;
+    if (glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc == 1)
+        text = e2e_read("%s", g.gl_pathv[0]);
+    globfree(&g);
+    return text;
+}
 
 static void test_two_single_node_jobs_at_once(void)
 {
@@ -42,6 +59,141 @@ static void test_two_single_node_jobs_at_once(void)
         ct_child_close(&c[i]);
     }
     CT_ASSERT(ports[0] != ports[1]);
+}
+
+static void test_duplicate_filters(void)
+{
+    char dir[600], logs[600], pattern[700];
+    e2e_dir(dir, sizeof dir, "dup");
+    e2e_dir(logs, sizeof logs, "dup_logs");
+    const char *const args[] = {"--nproc_per_node=2",
+                                "--tee=3",
+                                "--duplicate-stdout-filters=loss,a,,b",
+                                "--duplicate_stderr_filters",
+                                "Traceback",
+                                "--log_dir",
+                                logs,
+                                "--no_python",
+                                "WORKER",
+                                "--out",
+                                "epoch 1 loss 0.5",
+                                "--out",
+                                "nothing",
+                                "--out",
+                                "x a,b y",
+                                "--err",
+                                "Traceback (most recent call last):",
+                                "--err",
+                                "other",
+                                NULL};
+    ct_child_t c;
+    e2e_run(&c, NULL, args);
+    CT_ASSERT_MSG(c.exit_code == 0, "exit %d:\n%s", c.exit_code, c.err);
+    snprintf(pattern, sizeof pattern, "%s/*/attempt_0/filtered_stdout.log", logs);
+    char *out = e2e_glob_read(pattern);
+    CT_ASSERT_MSG(out != NULL, "no %s", pattern);
+    for (int lr = 0; lr < 2; lr++) {
+        char line[64];
+        snprintf(line, sizeof line, "[default%d]:epoch 1 loss 0.5\n", lr);
+        CT_ASSERT_EQ(e2e_count(out, line), 1);
+        snprintf(line, sizeof line, "[default%d]:x a,b y\n", lr);
+        CT_ASSERT_EQ(e2e_count(out, line), 1);
+    }
+    CT_ASSERT_STR_NOT_CONTAINS(out, "nothing");
+    free(out);
+    snprintf(pattern, sizeof pattern, "%s/*/attempt_0/filtered_stderr.log", logs);
+    char *err = e2e_glob_read(pattern);
+    CT_ASSERT(err != NULL);
+    CT_ASSERT_EQ(e2e_count(err, "]:Traceback (most recent call last):\n"), 2);
+    CT_ASSERT_STR_NOT_CONTAINS(err, "other");
+    free(err);
+    ct_child_close(&c);
+}
+
+static void test_virtual_local_rank(void)
+{
+    char dir[600];
+    e2e_dir(dir, sizeof dir, "virtual");
+    const char *const args[] = {"--nproc_per_node=2", "--virtual-local-rank",
+                                "--log_dir=/dev/null", "--no_python",
+                                "WORKER",              "--dir",
+                                dir,                   NULL};
+    const char *const env[] = {"CUDA_VISIBLE_DEVICES=6,7", NULL};
+    ct_child_t c;
+    e2e_run(&c, env, args);
+    CT_ASSERT_MSG(c.exit_code == 0, "exit %d:\n%s", c.exit_code, c.err);
+    for (int r = 0; r < 2; r++) {
+        char *dump = e2e_read("%s/env.%d.0", dir, r);
+        CT_ASSERT(dump != NULL);
+        E2E_ENV_EQ(dump, "LOCAL_RANK", "0");
+        E2E_ENV_EQ(dump, "CUDA_VISIBLE_DEVICES", r == 0 ? "6" : "7");
+        char rank[8];
+        snprintf(rank, sizeof rank, "%d", r);
+        E2E_ENV_EQ(dump, "RANK", rank);
+        free(dump);
+    }
+    ct_child_close(&c);
+}
+
+/* The JSON lines of torchelastic's records in text, in order, as "SOURCE STATE" words. */
+static void e2e_events(const char *text, char *out, size_t size)
+{
+    out[0] = '\0';
+    for (const char *p = text; (p = strstr(p, "{\"name\": \"torchelastic.worker.status.")) != NULL;
+         p++) {
+        const char *state = p + strlen("{\"name\": \"torchelastic.worker.status.");
+        const char *src = strstr(p, "\"source\": \"");
+        size_t used = strlen(out);
+        snprintf(out + used, size - used, "%s%.1s:%.*s", used ? " " : "",
+                 src ? src + strlen("\"source\": \"") : "?", (int)strcspn(state, "\""), state);
+    }
+}
+
+static void test_event_log_console(void)
+{
+    char dir[600], logs[600];
+    e2e_dir(dir, sizeof dir, "events");
+    e2e_dir(logs, sizeof logs, "events_logs");
+    /* Rank 1 fails in both attempts: records of two rounds, then the last attempt's end. */
+    const char *const args[] = {"--nproc_per_node=2", "--max_restarts=1", "--rdzv_id=evjob",
+                                "--event_log_handler=console", "--log_dir", logs,
+                                "--no_python", "WORKER", "--dir", dir, "--when-rank", "1",
+                                "--errfile", "boom", "--exit", "3", NULL};
+    ct_child_t c;
+    e2e_run(&c, NULL, args);
+    CT_ASSERT_EQ(c.exit_code, 1);
+    char seq[1024];
+    e2e_events(c.err, seq, sizeof seq);
+    CT_ASSERT_STR_EQ(seq, "A:RENDEZVOUS A:ASSIGN_WORKER_RANKS W:START W:START "
+                          "A:RENDEZVOUS A:ASSIGN_WORKER_RANKS W:START W:START "
+                          "W:TERMINATED W:FAILED A:SUCCEEDED");
+    /* torchrun's fields, values and separators. */
+    CT_ASSERT_STR_CONTAINS(c.err, "{\"name\": \"torchelastic.worker.status.RENDEZVOUS\", "
+                                  "\"source\": \"AGENT\", \"timestamp\": ");
+    CT_ASSERT_STR_CONTAINS(c.err, "\"metadata\": {\"run_id\": \"evjob\", \"global_rank\": null, "
+                                  "\"group_rank\": null, \"worker_id\": null, \"role\": "
+                                  "\"default\", \"hostname\": ");
+    CT_ASSERT_STR_CONTAINS(c.err, "\"rdzv_backend\": \"c10d\", \"raw_error\": null, "
+                                  "\"metadata\": \"{\\\"group_world_size\\\": null, "
+                                  "\\\"entry_point\\\": \\\"");
+    CT_ASSERT_STR_CONTAINS(c.err, "\\\"local_rank\\\": [1], \\\"role_rank\\\": [1], "
+                                  "\\\"role_world_size\\\": [2], \\\"exit_code\\\": [3], "
+                                  "\\\"worker_pid\\\": [");
+    CT_ASSERT_STR_CONTAINS(c.err, "\\\"exit_code\\\": [null], \\\"worker_pid\\\": [null]}\", "
+                                  "\"agent_restarts\": 1");
+    /* The failed worker's raw_error is its error file. */
+    CT_ASSERT_STR_CONTAINS(c.err, "\"raw_error\": \"{\\\"message\\\": ");
+    CT_ASSERT_STR_CONTAINS(c.err, "boom");
+    /* LOGLEVEL above INFO silences them, as torchrun's events logger. */
+    const char *const quiet[] = {"LOGLEVEL=ERROR", NULL};
+    ct_child_t q;
+    const char *const ok_args[] = {"--event_log_handler=console", "--log_dir=/dev/null",
+                                   "--no_python", "WORKER", NULL};
+    e2e_run(&q, quiet, ok_args);
+    CT_ASSERT_EQ(q.exit_code, 0);
+    CT_ASSERT_STR_NOT_CONTAINS(q.err, "torchelastic.worker.status");
+    ct_child_close(&q);
+    ct_child_close(&c);
 }
 
 /* torchrun's traceback ends with the exception's line, then the report: on every node. */
@@ -113,6 +265,9 @@ int main(int argc, char **argv)
 {
     e2e_init(argc, argv, "test_ctrun_e2e_torchrun2");
     CT_RUN(test_two_single_node_jobs_at_once);
+    CT_RUN(test_duplicate_filters);
+    CT_RUN(test_virtual_local_rank);
+    CT_RUN(test_event_log_console);
     CT_RUN(test_child_failed_error_line);
     CT_RUN(test_virtual_env_interpreter);
     return 0;
