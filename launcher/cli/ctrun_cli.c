@@ -55,13 +55,16 @@ enum {
     CTRUN_CLI__O_TEE,
     CTRUN_CLI__O_LOCAL_RANKS_FILTER,
     CTRUN_CLI__O_LOGS_SPECS,
-    /* torchrun 2.x's newest options */
+    /* torchrun 2.x's newest options, torch.distributed.launch */
     CTRUN_CLI__O_DUPLICATE_STDOUT_FILTERS,
     CTRUN_CLI__O_DUPLICATE_STDERR_FILTERS,
     CTRUN_CLI__O_LOG_LINE_PREFIX_TEMPLATE,
     CTRUN_CLI__O_VIRTUAL_LOCAL_RANK,
     CTRUN_CLI__O_NUMA_BINDING,
     CTRUN_CLI__O_SHUTDOWN_TIMEOUT,
+    CTRUN_CLI__O_LAUNCH_COMPAT,
+    CTRUN_CLI__O_USE_ENV,
+    CTRUN_CLI__O_LOCAL_RANK_ARG,
     CTRUN_CLI__O_HELP,
     CTRUN_CLI__O_VERSION,
     CTRUN_CLI__O_COUNT
@@ -234,6 +237,19 @@ static const ctrun_cli__opt_t ctrun_cli__opts[CTRUN_CLI__O_COUNT] = {
                                    "torchrun's name for --grace_period: whole seconds between "
                                    "SIGTERM and SIGKILL (default: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, "
                                    "else 30)."},
+    [CTRUN_CLI__O_LAUNCH_COMPAT] = {"torch.distributed.launch", "launch_compat", 0, true, {NULL},
+                                NULL,
+                                "Take torch.distributed.launch's command line, as ctrun-launch "
+                                "does: --use_env, and --local-rank=N passed to the script "
+                                "without it."},
+    [CTRUN_CLI__O_USE_ENV] = {NULL, "use_env", 0, true, {NULL}, NULL,
+                          "With --launch_compat: pass the local rank in LOCAL_RANK only, not "
+                          "as an argument."},
+    [CTRUN_CLI__O_LOCAL_RANK_ARG] = {NULL, "local_rank_arg", 0, false,
+                                 {"CTRUN_LOCAL_RANK_ARG"}, "local-rank|local_rank",
+                                 "With --launch_compat: the argument the script gets, "
+                                 "--local-rank=N as PyTorch 2.x's launch passes it, or "
+                                 "--local_rank=N as 1.x's did (default local-rank)."},
     [CTRUN_CLI__O_HELP] = {"Information", "help", 'h', true, {NULL}, NULL,
                        "Show this help and exit."},
     [CTRUN_CLI__O_VERSION] = {NULL, "version", 0, true, {NULL}, NULL,
@@ -763,7 +779,7 @@ static int ctrun_cli__workers(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
     return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN_CLI__O_NPROC_PER_NODE]);
 }
 
-/* ---- torchrun 2.x's newest options ----------------------------------------------------------- */
+/* ---- torchrun 2.x's newest options, torch.distributed.launch ---------------------------------- */
 
 /* --virtual_local_rank: each local rank's device, as torchrun's _set_local_rank_env picks it:
  * entry <local rank> of HIP_VISIBLE_DEVICES (when set and not empty) or CUDA_VISIBLE_DEVICES,
@@ -865,6 +881,42 @@ static int ctrun_cli__shutdown(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
     return 0;
 }
 
+/* torch.distributed.launch's command line: --use_env, and otherwise --local-rank=N (or
+ * --local_rank=N) for the script. */
+static int ctrun_cli__launch(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
+{
+    int rc;
+    if ((rc = ctrun_cli__flag(raw, CTRUN_CLI__O_LAUNCH_COMPAT, &cfg->launch, eb)) != 0 ||
+        (rc = ctrun_cli__flag(raw, CTRUN_CLI__O_USE_ENV, &cfg->use_env, eb)) != 0)
+        return rc;
+    const int only_launch[] = {CTRUN_CLI__O_USE_ENV, CTRUN_CLI__O_LOCAL_RANK_ARG};
+    for (size_t k = 0; !cfg->launch && k < 2; k++) {
+        if (raw->on_cli[only_launch[k]])
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "%s is an option of torch.distributed.launch's command line: "
+                                 "run ctrun-launch, or give --launch_compat first (ctrun itself "
+                                 "always passes the local rank as LOCAL_RANK)",
+                                 raw->source[only_launch[k]]);
+    }
+    if (!cfg->launch)
+        return 0;
+    static const char *const styles[] = {"local-rank", "local_rank", NULL};
+    char *style = NULL;
+    if ((rc = ctrun_cli__choice(raw, CTRUN_CLI__O_LOCAL_RANK_ARG, "local-rank", styles, &style,
+                                eb)) != 0)
+        return rc;
+    if (cfg->no_python && !cfg->run_path && !cfg->use_env) {
+        free(style);
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "when using the '--no-python' flag, you must also set the "
+                             "'--use-env' flag");
+    }
+    if (!cfg->use_env && asprintf(&cfg->local_rank_arg, "--%s", style) < 0)
+        cfg->local_rank_arg = NULL, rc = -ENOMEM;
+    free(style);
+    return rc;
+}
+
 /* Python's logging level names above INFO: the events logger prints nothing then. */
 static bool ctrun_cli__loglevel_quiet(const char *level)
 {
@@ -900,7 +952,7 @@ static int ctrun_cli__newer(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
                               eb)) != 0 ||
         (cfg->virtual_local_rank && (rc = ctrun_cli__virtual_devices(cfg, env, eb)) != 0) ||
         (raw->given[CTRUN_CLI__O_NUMA_BINDING] && (rc = ctrun_cli__numa(raw, cfg, env, eb)) != 0) ||
-        (rc = ctrun_cli__shutdown(raw, cfg, eb)) != 0)
+        (rc = ctrun_cli__shutdown(raw, cfg, eb)) != 0 || (rc = ctrun_cli__launch(raw, cfg, eb)) != 0)
         return rc;
     cfg->event_log_console = strcmp(cfg->event_log_handler, "console") == 0 &&
                              !ctrun_cli__loglevel_quiet(ctrun_cli__getenv(env, "LOGLEVEL"));
@@ -1088,7 +1140,8 @@ void ctrun_config_free(ctrun_config_t *cfg)
                         &cfg->local_addr,    &cfg->start_method, &cfg->signals_to_handle,
                         &cfg->role,          &cfg->log_dir,      &cfg->python,
                         &cfg->script,        &cfg->inject,       &cfg->log_line_prefix_template,
-                        &cfg->tmp_dir,       &cfg->error_file,   &cfg->event_log_handler};
+                        &cfg->tmp_dir,       &cfg->error_file,   &cfg->event_log_handler,
+                        &cfg->local_rank_arg};
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
         free(*strings[i]);
         *strings[i] = NULL;

@@ -127,7 +127,7 @@ typedef struct ctrun_config {
     char **script_args; /* everything after it, NULL-terminated */
     size_t nscript_args;
 
-    /* torchrun 2.x's newest options */
+    /* torchrun 2.x's newest options, torch.distributed.launch */
     bool virtual_local_rank;  /* LOCAL_RANK=0, one device per worker */
     char **virtual_devices;   /* ... each local rank's CUDA_VISIBLE_DEVICES (nproc_per_node) */
     bool virtual_hip;         /* ... and HIP_VISIBLE_DEVICES too (the agent had it) */
@@ -136,6 +136,9 @@ typedef struct ctrun_config {
     ctrun_cpu_list_t *numa_cpus;        /* ... each local rank's CPUs (nproc_per_node) */
     bool event_log_console; /* --event_log_handler console, and LOGLEVEL lets INFO through */
     char *event_log_handler;
+    bool launch;          /* torch.distributed.launch's command line (--launch_compat) */
+    bool use_env;         /* ... --use_env */
+    char *local_rank_arg; /* ... "--local-rank" or "--local_rank" appended as ARG=N, or NULL */
 
     /* Non-fatal remarks for the agent to log as warnings (e.g. an unknown --rdzv_conf key). */
     char **warnings;

@@ -99,6 +99,7 @@ static void test_defaults(void)
     CT_ASSERT(c.numa_cpus == NULL);
     CT_ASSERT_STR_EQ(c.event_log_handler, "null");
     CT_ASSERT(!c.event_log_console);
+    CT_ASSERT(!c.launch && !c.use_env && c.local_rank_arg == NULL);
     ctrun_config_free(&c);
     ctrun_config_free(&c);
 }
@@ -245,6 +246,11 @@ static void ck_shutdown(const ctrun_config_t *c)
 {
     CT_ASSERT_CLOSE(c->grace_period_s, 7, 0, 0);
 }
+static void ck_local_rank_arg(const ctrun_config_t *c)
+{
+    CT_ASSERT(c->launch);
+    CT_ASSERT_STR_EQ(c->local_rank_arg, "--local_rank");
+}
 static void ck_filter(const ctrun_config_t *c)
 {
     CT_ASSERT_EQ(c->local_ranks_filter.count, 2);
@@ -289,6 +295,7 @@ static const struct {
     {"duplicate_stderr_filters", "Traceback", NULL, ck_dup_err},
     {"log_line_prefix_template", "${rank}|", NULL, ck_template},
     {"shutdown_timeout", "7", NULL, ck_shutdown},
+    {"local_rank_arg", "local_rank", "--launch_compat", ck_local_rank_arg},
 };
 
 static void test_every_valued_option_both_spellings(void)
@@ -938,6 +945,42 @@ static void test_newer_torchrun_options(void)
 
 }
 
+/* torch.distributed.launch's command line: --use_env, --local-rank=N otherwise. */
+static void test_launch_compat(void)
+{
+    ctrun_config_t c;
+    ct_errbuf_t eb = {{0}};
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--nproc_per_node=4",
+                           "--master_port=29500", "main.py", "--lr", "1", NULL));
+    CT_ASSERT(c.launch && !c.use_env);
+    CT_ASSERT_STR_EQ(c.local_rank_arg, "--local-rank");
+    CT_ASSERT_EQ(c.master_port, 29500);
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(
+        ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--use_env", "main.py", NULL));
+    CT_ASSERT(c.use_env && c.local_rank_arg == NULL);
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--use-env", "--no_python",
+                           "./run.sh", NULL));
+    ctrun_config_free(&c);
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--no_python", "./run.sh",
+                            NULL),
+                  CT_EPARSE);
+    CT_ASSERT_STR_EQ(eb.msg, "when using the '--no-python' flag, you must also set the "
+                             "'--use-env' flag");
+    const char *style[] = {"CTRUN_LOCAL_RANK_ARG=local_rank", NULL};
+    CT_ASSERT_OK(ct__parse(&c, style, &eb, "--launch_compat", "main.py", NULL));
+    CT_ASSERT_STR_EQ(c.local_rank_arg, "--local_rank");
+    ctrun_config_free(&c);
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--local_rank_arg=lr",
+                            "main.py", NULL),
+                  CT_EPARSE);
+    /* Without launch's command line, its options are refused with the way to get it. */
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--use_env", "main.py", NULL), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--use_env is an option of torch.distributed.launch's "
+                                   "command line: run ctrun-launch");
+}
+
 int main(void)
 {
     CT_RUN(test_defaults);
@@ -954,5 +997,6 @@ int main(void)
     CT_RUN(test_agent_environment);
     CT_RUN(test_single_node_port_rule);
     CT_RUN(test_newer_torchrun_options);
+    CT_RUN(test_launch_compat);
     return 0;
 }

@@ -60,6 +60,9 @@ static const char *const ct__option_names[] = {
     "virtual_local_rank",
     "numa_binding",
     "shutdown_timeout",
+    "launch_compat",
+    "use_env",
+    "local_rank_arg",
     "help",
     "version",
 };
@@ -339,6 +342,13 @@ static const ct__bad_t ct__bad_cases[] = {
      {"CUDA_VISIBLE_DEVICES=0", NULL},
      "--virtual_local_rank: local rank 1 exceeds the GPUs in CUDA_VISIBLE_DEVICES=0 "
      "(--nproc_per_node 2)"},
+    {{"--use-env", "x", NULL},
+     {NULL},
+     "--use-env is an option of torch.distributed.launch's command line: run ctrun-launch, or "
+     "give --launch_compat first (ctrun itself always passes the local rank as LOCAL_RANK)"},
+    {{"--launch_compat", "--no-python", "x", NULL},
+     {NULL},
+     "when using the '--no-python' flag, you must also set the '--use-env' flag"},
     /* the same checks reach values from the environment, named by their variable */
     {{"x", NULL}, {"PET_NNODES=1:2:3", NULL}, "PET_NNODES: \"1:2:3\" is not in \"MIN:MAX\" format"},
     {{"x", NULL},
@@ -522,8 +532,10 @@ static void test_man_page_documents_everything(void)
         "PET_VIRTUAL_LOCAL_RANK",
         "PET_NUMA_BINDING",
         "PET_SHUTDOWN_TIMEOUT",
+        "CTRUN_LOCAL_RANK_ARG",
         "VIRTUAL_ENV",
         "CONDA_PREFIX",
+        "ctrun-launch",
         "ChildFailedError",
         "HIP_VISIBLE_DEVICES",
         "CUDA_VISIBLE_DEVICES",

@@ -1,6 +1,6 @@
 /*
  * test_ctrun_e2e_torchrun2.c - torchrun 2.x's newest behaviour in real jobs: ctrun (argv[1])
- * runs the test worker (argv[2]).
+ * runs the test worker (argv[2]); ctrun-launch is argv[3].
  *
  *   - two single-node jobs without a port, started at once, both finish, each on its own free
  *     port, which is the MASTER_PORT its workers see;
@@ -9,11 +9,14 @@
  *   - --virtual_local_rank: LOCAL_RANK=0 and one device per worker;
  *   - --event_log_handler console: torchelastic's records as JSON lines, in torchrun's order;
  *   - the ChildFailedError line before the failure report, on every node of a failed job;
+ *   - ctrun-launch: --local-rank=N after the script, none with --use_env;
  *   - the interpreter of an active virtual environment, and the INFO line that names it.
  */
 #include <glob.h>
 
 #include "ctrun_e2e.h"
+
+static const char *e2e_launch;
 
 /* The one file matching pattern (a glob), read whole; NULL when there is none. */
 static char *e2e_glob_read(const char *pattern)
@@ -234,6 +237,52 @@ static void e2e_fake_python(const char *dir, char *path, size_t size)
     chmod(path, 0755);
 }
 
+static void test_launch_command_line(void)
+{
+    char dir[600], py[700], pyarg[720];
+    e2e_dir(dir, sizeof dir, "launch");
+    e2e_fake_python(dir, py, sizeof py);
+    snprintf(pyarg, sizeof pyarg, "--python=%s", py);
+    /* The guide's shape: python -m torch.distributed.launch --nproc_per_node=N
+     * --master_port=P main.py ARGS, with the launcher's name changed. */
+    char port[32];
+    snprintf(port, sizeof port, "--master_port=%d", e2e_free_port());
+    char *argv[] = {(char *)e2e_launch, pyarg, "--nproc_per_node=2", port, "main.py",
+                    "--sleep-ms", "0", NULL};
+    ct_child_t c;
+    ct_child_opts_t opts = {.env = NULL};
+    CT_ASSERT_OK(ct_child_start(&c, argv, &opts));
+    CT_ASSERT_OK(ct_child_wait(&c, 60000));
+    CT_ASSERT_MSG(c.exit_code == 0, "exit %d:\n%s", c.exit_code, c.err);
+    for (int r = 0; r < 2; r++) {
+        char *dump = e2e_read("%s/env.%d.0", dir, r);
+        CT_ASSERT(dump != NULL);
+        char want[32];
+        snprintf(want, sizeof want, "--local-rank=%d", r);
+        E2E_ENV_EQ(dump, "ARGV[3]", "-u");
+        E2E_ENV_EQ(dump, "ARGV[4]", "main.py");
+        E2E_ENV_EQ(dump, "ARGV[5]", want);
+        E2E_ENV_EQ(dump, "ARGV[6]", "--sleep-ms");
+        free(dump);
+    }
+    ct_child_close(&c);
+    /* --use_env: nothing added. */
+    char dir2[600], py2[700], pyarg2[720];
+    e2e_dir(dir2, sizeof dir2, "launch_env");
+    e2e_fake_python(dir2, py2, sizeof py2);
+    snprintf(pyarg2, sizeof pyarg2, "--python=%s", py2);
+    char *argv2[] = {(char *)e2e_launch, pyarg2, "--use_env", "main.py", "x", NULL};
+    CT_ASSERT_OK(ct_child_start(&c, argv2, &opts));
+    CT_ASSERT_OK(ct_child_wait(&c, 60000));
+    CT_ASSERT_MSG(c.exit_code == 0, "exit %d:\n%s", c.exit_code, c.err);
+    char *dump = e2e_read("%s/env.0.0", dir2);
+    CT_ASSERT(dump != NULL);
+    E2E_ENV_EQ(dump, "ARGV[5]", "x");
+    E2E_ENV_EQ(dump, "LOCAL_RANK", "0");
+    free(dump);
+    ct_child_close(&c);
+}
+
 /* No --python: an active virtual environment's interpreter, named at INFO. */
 static void test_virtual_env_interpreter(void)
 {
@@ -264,11 +313,15 @@ static void test_virtual_env_interpreter(void)
 int main(int argc, char **argv)
 {
     e2e_init(argc, argv, "test_ctrun_e2e_torchrun2");
+    if (argc < 4)
+        CT_SKIP("usage: %s CTRUN TEST_WORKER CTRUN_LAUNCH", argv[0]);
+    e2e_launch = argv[3];
     CT_RUN(test_two_single_node_jobs_at_once);
     CT_RUN(test_duplicate_filters);
     CT_RUN(test_virtual_local_rank);
     CT_RUN(test_event_log_console);
     CT_RUN(test_child_failed_error_line);
+    CT_RUN(test_launch_command_line);
     CT_RUN(test_virtual_env_interpreter);
     return 0;
 }
