@@ -61,8 +61,8 @@ static void ctrun_agent__event_emit(ctrun_agent_t *a, const ctrun_event_t *ev)
     free(line);
 }
 
-static void ctrun_agent__event_worker(ctrun_agent_t *a, ctrun_event_t *ev, int rank,
-                                      int local_rank, const char *worker_id)
+static void ctrun_agent__event_worker(ctrun_agent_t *a, ctrun_event_t *ev, int rank, int local_rank,
+                                      const char *worker_id)
 {
     ev->worker = true;
     ev->global_rank = rank;
@@ -79,8 +79,8 @@ void ctrun_agent__observe_started(ctrun_agent_t *a, uint64_t prepare_ns)
     if (a->cfg->event_log_console) {
         ctrun_event_t ev;
         uint64_t now = uv_hrtime();
-        uint64_t rdzv_ns = now - a->rdzv_start_ns > prepare_ns ? now - a->rdzv_start_ns - prepare_ns
-                                                               : 0;
+        uint64_t rdzv_ns =
+            now - a->rdzv_start_ns > prepare_ns ? now - a->rdzv_start_ns - prepare_ns : 0;
         ctrun_agent__event_base(a, &ev, "RENDEZVOUS");
         ev.duration_ms = (double)rdzv_ns / 1e6;
         ctrun_agent__event_emit(a, &ev);

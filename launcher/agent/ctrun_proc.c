@@ -84,7 +84,7 @@ typedef struct ctrun_proc__child_args {
     const char *path;
     char *const *argv, *const *envp;
     int out_fd, err_fd, hb_fd;
-    int cgroup_fd; /* cgroup.procs to join, -1 none */
+    int cgroup_fd;         /* cgroup.procs to join, -1 none */
     const cpu_set_t *cpus; /* affinity to set, NULL none */
     size_t cpus_size;
     pid_t parent;

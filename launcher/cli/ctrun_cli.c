@@ -761,12 +761,10 @@ static int ctrun_cli__workers(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
     char self[PATH_MAX];
     ssize_t self_len = readlink("/proc/self/exe", self, sizeof self - 1);
     self[self_len > 0 ? self_len : 0] = '\0';
-    if ((rc = ctrun_python_choose(raw->given[CTRUN_CLI__O_PYTHON] ? raw->value[CTRUN_CLI__O_PYTHON]
-                                                                 : NULL,
-                                  self_len > 0 ? self : NULL,
-                                  ctrun_cli__getenv(env, "VIRTUAL_ENV"),
-                                  ctrun_cli__getenv(env, "CONDA_PREFIX"), &cfg->python,
-                                  &cfg->python_source)) != 0)
+    if ((rc = ctrun_python_choose(
+             raw->given[CTRUN_CLI__O_PYTHON] ? raw->value[CTRUN_CLI__O_PYTHON] : NULL,
+             self_len > 0 ? self : NULL, ctrun_cli__getenv(env, "VIRTUAL_ENV"),
+             ctrun_cli__getenv(env, "CONDA_PREFIX"), &cfg->python, &cfg->python_source)) != 0)
         return rc;
     if (cfg->use_python && cfg->python[0] == '\0')
         return ct_errbuf_set(eb, CT_EPARSE, "%s: empty interpreter path",
@@ -779,7 +777,8 @@ static int ctrun_cli__workers(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
     return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN_CLI__O_NPROC_PER_NODE]);
 }
 
-/* ---- torchrun 2.x's newest options, torch.distributed.launch ---------------------------------- */
+/* ---- torchrun 2.x's newest options, torch.distributed.launch ----------------------------------
+ */
 
 /* --virtual_local_rank: each local rank's device, as torchrun's _set_local_rank_env picks it:
  * entry <local rank> of HIP_VISIBLE_DEVICES (when set and not empty) or CUDA_VISIBLE_DEVICES,
@@ -787,7 +786,8 @@ static int ctrun_cli__workers(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
 static int ctrun_cli__virtual_devices(ctrun_config_t *cfg, const char *const *env, ct_errbuf_t *eb)
 {
     const char *hip = ctrun_cli__getenv(env, "HIP_VISIBLE_DEVICES");
-    const char *var = hip != NULL && hip[0] != '\0' ? "HIP_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES";
+    const char *var =
+        hip != NULL && hip[0] != '\0' ? "HIP_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES";
     const char *parent = ctrun_cli__getenv(env, var);
     cfg->virtual_hip = hip != NULL && hip[0] != '\0';
     cfg->virtual_devices = calloc((size_t)cfg->nproc_per_node + 1, sizeof *cfg->virtual_devices);
@@ -826,8 +826,8 @@ static int ctrun_cli__virtual_devices(ctrun_config_t *cfg, const char *const *en
 
 /* --numa_binding: the CPUs of every local rank, from the CUDA devices' PCI addresses and
  * sysfs. */
-static int ctrun_cli__numa(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
-                           const char *const *env, ct_errbuf_t *eb)
+static int ctrun_cli__numa(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg, const char *const *env,
+                           ct_errbuf_t *eb)
 {
     const char *src = raw->source[CTRUN_CLI__O_NUMA_BINDING];
     int rc = ctrun_numa_mode_parse(raw->value[CTRUN_CLI__O_NUMA_BINDING], &cfg->numa_mode, eb);
@@ -873,10 +873,9 @@ static int ctrun_cli__shutdown(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
         return ct_errbuf_set(eb, CT_ERANGE_VALUE, "%s: must be non-negative, got %d",
                              raw->source[id], seconds);
     if (grace_cli && cfg->grace_period_s != (double)seconds)
-        return ct_errbuf_set(eb, CT_EPARSE,
-                             "%s %d and %s %g are the same setting with different values",
-                             raw->source[id], seconds, raw->source[CTRUN_CLI__O_GRACE_PERIOD],
-                             cfg->grace_period_s);
+        return ct_errbuf_set(
+            eb, CT_EPARSE, "%s %d and %s %g are the same setting with different values",
+            raw->source[id], seconds, raw->source[CTRUN_CLI__O_GRACE_PERIOD], cfg->grace_period_s);
     cfg->grace_period_s = seconds;
     return 0;
 }
@@ -952,7 +951,8 @@ static int ctrun_cli__newer(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
                               eb)) != 0 ||
         (cfg->virtual_local_rank && (rc = ctrun_cli__virtual_devices(cfg, env, eb)) != 0) ||
         (raw->given[CTRUN_CLI__O_NUMA_BINDING] && (rc = ctrun_cli__numa(raw, cfg, env, eb)) != 0) ||
-        (rc = ctrun_cli__shutdown(raw, cfg, eb)) != 0 || (rc = ctrun_cli__launch(raw, cfg, eb)) != 0)
+        (rc = ctrun_cli__shutdown(raw, cfg, eb)) != 0 ||
+        (rc = ctrun_cli__launch(raw, cfg, eb)) != 0)
         return rc;
     cfg->event_log_console = strcmp(cfg->event_log_handler, "console") == 0 &&
                              !ctrun_cli__loglevel_quiet(ctrun_cli__getenv(env, "LOGLEVEL"));
@@ -1087,7 +1087,8 @@ static int ctrun_cli__convert(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN_CLI__O_SIGNALS_TO_HANDLE]);
     if ((rc = ctrun_cli__workers(raw, cfg, env, eb)) != 0 ||
-        (rc = ctrun_cli__agent_env(cfg, env)) != 0 || (rc = ctrun_cli__newer(raw, cfg, env, eb)) != 0)
+        (rc = ctrun_cli__agent_env(cfg, env)) != 0 ||
+        (rc = ctrun_cli__newer(raw, cfg, env, eb)) != 0)
         return rc;
     return ctrun_cli__job_fit(raw, cfg, env, eb);
 }

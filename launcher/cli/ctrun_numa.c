@@ -195,9 +195,8 @@ typedef struct ctrun_numa__ctx {
 } ctrun_numa__ctx_t;
 
 /* Formats a path under the sysfs root into path. Errors name the root. */
-__attribute__((format(printf, 3, 4))) static int ctrun_numa__path(ctrun_numa__ctx_t *c,
-                                                                  char path[512], const char *fmt,
-                                                                  ...)
+__attribute__((format(printf, 3, 4))) static int
+ctrun_numa__path(ctrun_numa__ctx_t *c, char path[512], const char *fmt, ...)
 {
     int n = snprintf(path, 512, "%s/", c->sysfs);
     va_list ap;
@@ -284,8 +283,8 @@ static int ctrun_numa__node_cpus(ctrun_numa__ctx_t *c, int n, ctrun_cpu_list_t *
 static int ctrun_numa__socket_of_cpu(ctrun_numa__ctx_t *c, int cpu, int *socket)
 {
     char path[512];
-    int rc = ctrun_numa__path(c, path, "devices/system/cpu/cpu%d/topology/physical_package_id",
-                              cpu);
+    int rc =
+        ctrun_numa__path(c, path, "devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
     return rc == 0 ? ctrun_numa__read_int(c, path, socket) : rc;
 }
 
@@ -294,8 +293,8 @@ static int ctrun_numa__core_key(ctrun_numa__ctx_t *c, int cpu, int *key)
 {
     ctrun_cpu_list_t sib = {0};
     char path[512];
-    int rc = ctrun_numa__path(c, path, "devices/system/cpu/cpu%d/topology/thread_siblings_list",
-                              cpu);
+    int rc =
+        ctrun_numa__path(c, path, "devices/system/cpu/cpu%d/topology/thread_siblings_list", cpu);
     if (rc == 0)
         rc = ctrun_numa__read_list(c, path, &sib);
     if (rc == 0 && sib.count == 0)
@@ -458,8 +457,8 @@ static int ctrun_numa__socket(ctrun_numa__ctx_t *c, int node, ctrun_cpu_list_t *
         int s = 0;
         rc = ctrun_numa__node_cpus(c, possible.cpus[i], &cpus);
         /* A node without usable CPUs (memory only) belongs to no socket's binding. */
-        if (rc == 0 && cpus.count > 0 && (rc = ctrun_numa__socket_of_cpu(c, cpus.cpus[0], &s)) == 0 &&
-            s == socket) {
+        if (rc == 0 && cpus.count > 0 &&
+            (rc = ctrun_numa__socket_of_cpu(c, cpus.cpus[0], &s)) == 0 && s == socket) {
             for (size_t k = 0; rc == 0 && k < cpus.count; k++)
                 rc = ctrun_numa__push(out, cpus.cpus[k]);
         }
@@ -532,12 +531,15 @@ done:
     return rc;
 }
 
-int ctrun_numa_bind(const char *sysfs, ctrun_numa_mode_t mode, const char *const *pci,
-                    int ndevices, const ctrun_cpu_list_t *allowed, int nranks,
-                    ctrun_cpu_list_t *out, ct_errbuf_t *eb)
+int ctrun_numa_bind(const char *sysfs, ctrun_numa_mode_t mode, const char *const *pci, int ndevices,
+                    const ctrun_cpu_list_t *allowed, int nranks, ctrun_cpu_list_t *out,
+                    ct_errbuf_t *eb)
 {
-    ctrun_numa__ctx_t c = {.sysfs = sysfs ? sysfs : "/sys", .pci = pci, .ndevices = ndevices,
-                           .allowed = allowed, .eb = eb};
+    ctrun_numa__ctx_t c = {.sysfs = sysfs ? sysfs : "/sys",
+                           .pci = pci,
+                           .ndevices = ndevices,
+                           .allowed = allowed,
+                           .eb = eb};
     for (int i = 0; i < nranks; i++)
         out[i] = (ctrun_cpu_list_t){0};
     for (int i = 0; i < nranks; i++) {
@@ -550,8 +552,8 @@ int ctrun_numa_bind(const char *sysfs, ctrun_numa_mode_t mode, const char *const
         if (rc == 0 && (rc = ctrun_numa__device(&c, mode, i, &out[i])) != 0)
             rc = ct_errbuf_wrap(eb, rc, "local rank %d (device %s)", i, pci[i]);
         if (rc == 0 && out[i].count == 0)
-            rc = ct_errbuf_set(eb, CT_ERANGE_VALUE,
-                               "local rank %d (device %s): no CPU to bind to", i, pci[i]);
+            rc = ct_errbuf_set(eb, CT_ERANGE_VALUE, "local rank %d (device %s): no CPU to bind to",
+                               i, pci[i]);
         if (rc != 0) {
             for (int k = 0; k <= i; k++)
                 ctrun_cpu_list_free(&out[k]);

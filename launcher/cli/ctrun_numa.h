@@ -55,9 +55,9 @@ const char *ctrun_numa_mode_name(ctrun_numa_mode_t mode);
  * allowed: the CPUs this process may use. out[nranks] is filled (free each with
  * ctrun_cpu_list_free). Errors: CT_EPARSE / CT_ERANGE_VALUE / -errno with the file or the rank
  * in eb; out is then left empty. */
-int ctrun_numa_bind(const char *sysfs, ctrun_numa_mode_t mode, const char *const *pci,
-                    int ndevices, const ctrun_cpu_list_t *allowed, int nranks,
-                    ctrun_cpu_list_t *out, ct_errbuf_t *eb);
+int ctrun_numa_bind(const char *sysfs, ctrun_numa_mode_t mode, const char *const *pci, int ndevices,
+                    const ctrun_cpu_list_t *allowed, int nranks, ctrun_cpu_list_t *out,
+                    ct_errbuf_t *eb);
 
 /* Parses a sysfs CPU list ("0-3,8,10-11\n"). CT_EPARSE on anything else. */
 int ctrun_cpu_list_parse(const char *text, ctrun_cpu_list_t *out, ct_errbuf_t *eb);

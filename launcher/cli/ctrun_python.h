@@ -25,11 +25,11 @@ extern "C" {
 #endif
 
 typedef enum ctrun_python_source {
-    CTRUN_PYTHON_GIVEN = 0,  /* --python, CTRUN_PYTHON or PYTHON_EXEC */
-    CTRUN_PYTHON_INSTALLED,  /* the environment ctrun was pip-installed into */
-    CTRUN_PYTHON_VENV,       /* $VIRTUAL_ENV */
-    CTRUN_PYTHON_CONDA,      /* $CONDA_PREFIX */
-    CTRUN_PYTHON_PATH,       /* python3 from PATH */
+    CTRUN_PYTHON_GIVEN = 0, /* --python, CTRUN_PYTHON or PYTHON_EXEC */
+    CTRUN_PYTHON_INSTALLED, /* the environment ctrun was pip-installed into */
+    CTRUN_PYTHON_VENV,      /* $VIRTUAL_ENV */
+    CTRUN_PYTHON_CONDA,     /* $CONDA_PREFIX */
+    CTRUN_PYTHON_PATH,      /* python3 from PATH */
 } ctrun_python_source_t;
 
 /* Chooses the interpreter by the rules above. given: the first of --python, CTRUN_PYTHON,

@@ -42,12 +42,12 @@ int ctrun_event_format(const ctrun_event_t *ev, char **out)
         json_object_set_new(md, "role_rank", ctrun_events__one(json_integer(ev->role_rank)));
         json_object_set_new(md, "role_world_size",
                             ctrun_events__one(json_integer(ev->role_world_size)));
-        json_object_set_new(md, "exit_code", ctrun_events__one(ev->has_exit
-                                                                    ? json_integer(ev->exit_code)
-                                                                    : json_null()));
-        json_object_set_new(md, "worker_pid", ctrun_events__one(ev->has_exit
-                                                                     ? json_integer(ev->worker_pid)
-                                                                     : json_null()));
+        json_object_set_new(
+            md, "exit_code",
+            ctrun_events__one(ev->has_exit ? json_integer(ev->exit_code) : json_null()));
+        json_object_set_new(
+            md, "worker_pid",
+            ctrun_events__one(ev->has_exit ? json_integer(ev->worker_pid) : json_null()));
     }
     char *md_text = json_dumps(md, CTRUN_EVENTS__FLAGS);
     json_decref(md);

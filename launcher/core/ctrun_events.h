@@ -36,9 +36,9 @@ typedef struct ctrun_event {
     int64_t timestamp_ms; /* since the epoch */
     const char *run_id, *role, *hostname, *rdzv_backend, *entry_point;
     int global_rank, group_rank, group_world_size; /* -1: null */
-    const char *worker_id;                          /* NULL: null */
-    int64_t total_run_time;                         /* seconds */
-    const char *raw_error;                          /* NULL: null */
+    const char *worker_id;                         /* NULL: null */
+    int64_t total_run_time;                        /* seconds */
+    const char *raw_error;                         /* NULL: null */
     int agent_restarts;
     double duration_ms; /* < 0: null */
     /* worker fields */

@@ -4,9 +4,9 @@
  *
  * Layout (torchrun's): <log_dir or a new temp dir>/<run_id>_<8 random chars>/
  * attempt_<k>/<local_rank>/{stdout.log,stderr.log,error.json}, and
- * attempt_<k>/filtered_{stdout,stderr}.log with --duplicate_std{out,err}_filters. The run folder is made once
- * per agent with mkdtemp semantics (so one --log_dir holds many runs); an attempt folder is
- * wiped and recreated when that attempt's workers start. --log_dir /dev/null disables every
+ * attempt_<k>/filtered_{stdout,stderr}.log with --duplicate_std{out,err}_filters. The run folder is
+ * made once per agent with mkdtemp semantics (so one --log_dir holds many runs); an attempt folder
+ * is wiped and recreated when that attempt's workers start. --log_dir /dev/null disables every
  * file.
  *
  * Deliberately not here: pipes, libuv handles, spawning. The agent feeds a ctrun_sink_t from

@@ -88,7 +88,8 @@ int ctrun_report_format(const char *name, const ctrun_failure_t *failures, size_
 
 /* The line torchrun's traceback ends with, right before the text above (log scrapers and job
  * dashboards look for it): the exception's name, ':' and the message's empty first line. */
-#define CTRUN_REPORT_EXCEPTION_LINE "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "
+#define CTRUN_REPORT_EXCEPTION_LINE \
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "
 
 /* torchrun's one-line log of a failed worker:
  * "failed (exitcode: 3) local_rank: 1 (pid: 11291) of binary: ./fail.sh". */

@@ -73,8 +73,8 @@ static void test_local_rank_macro(void)
 static void test_launch_local_rank_argument(void)
 {
     const char *py[] = {"CTRUN_PYTHON=py", NULL};
-    const char *a1[] = {"--launch_compat", "--nproc_per_node=4", "--master_port=29500", "main.py",
-                        "--lr", "1"};
+    const char *a1[] = {
+        "--launch_compat", "--nproc_per_node=4", "--master_port=29500", "main.py", "--lr", "1"};
     CT_ASSERT_STR_EQ(ct__join(ct__argv(a1, 6, py, 3)), "py|-u|main.py|--local-rank=3|--lr|1");
     const char *a2[] = {"--launch_compat", "--local_rank_arg=local_rank", "-m", "pkg.train", "x"};
     CT_ASSERT_STR_EQ(ct__join(ct__argv(a2, 5, py, 1)), "py|-u|-m|pkg.train|--local_rank=1|x");

@@ -852,20 +852,20 @@ static void test_newer_torchrun_options(void)
     CT_ASSERT_STR_EQ(c.virtual_devices[0], "3");
     CT_ASSERT_STR_EQ(c.virtual_devices[1], "5");
     ctrun_config_free(&c);
-    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--virtual-local-rank", "--nproc_per_node=2", "w.py",
-                           NULL));
+    CT_ASSERT_OK(
+        ct__parse(&c, ct__noenv, &eb, "--virtual-local-rank", "--nproc_per_node=2", "w.py", NULL));
     CT_ASSERT_STR_EQ(c.virtual_devices[1], "1");
     ctrun_config_free(&c);
     const char *hip[] = {"HIP_VISIBLE_DEVICES=4,6", "CUDA_VISIBLE_DEVICES=0", NULL};
-    CT_ASSERT_OK(ct__parse(&c, hip, &eb, "--virtual_local_rank", "--nproc_per_node=2", "w.py",
-                           NULL));
+    CT_ASSERT_OK(
+        ct__parse(&c, hip, &eb, "--virtual_local_rank", "--nproc_per_node=2", "w.py", NULL));
     CT_ASSERT(c.virtual_hip);
     CT_ASSERT_STR_EQ(c.virtual_devices[1], "6");
     ctrun_config_free(&c);
     const char *two[] = {"CUDA_VISIBLE_DEVICES=0,1", NULL};
-    CT_ASSERT_ERR(ct__parse(&c, two, &eb, "--virtual_local_rank", "--nproc_per_node=3", "w.py",
-                            NULL),
-                  CT_ERANGE_VALUE);
+    CT_ASSERT_ERR(
+        ct__parse(&c, two, &eb, "--virtual_local_rank", "--nproc_per_node=3", "w.py", NULL),
+        CT_ERANGE_VALUE);
     CT_ASSERT_STR_EQ(eb.msg, "--virtual_local_rank: local rank 2 exceeds the GPUs in "
                              "CUDA_VISIBLE_DEVICES=0,1 (--nproc_per_node 3)");
 
@@ -885,19 +885,18 @@ static void test_newer_torchrun_options(void)
     CT_ASSERT_OK(ct__parse(&c, sd_old, &eb, "w.py", NULL));
     CT_ASSERT_CLOSE(c.grace_period_s, 4, 0, 0);
     ctrun_config_free(&c);
-    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--shutdown_timeout=5", "--grace_period=5", "w.py",
-                           NULL));
+    CT_ASSERT_OK(
+        ct__parse(&c, ct__noenv, &eb, "--shutdown_timeout=5", "--grace_period=5", "w.py", NULL));
     ctrun_config_free(&c);
-    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--shutdown_timeout=5", "--grace_period=6", "w.py",
-                            NULL),
-                  CT_EPARSE);
+    CT_ASSERT_ERR(
+        ct__parse(&c, ct__noenv, &eb, "--shutdown_timeout=5", "--grace_period=6", "w.py", NULL),
+        CT_EPARSE);
     CT_ASSERT_STR_EQ(eb.msg, "--shutdown_timeout 5 and --grace_period 6 are the same setting with "
                              "different values");
     CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--shutdown_timeout=-1", "w.py", NULL),
                   CT_ERANGE_VALUE);
     CT_ASSERT_STR_EQ(eb.msg, "--shutdown_timeout: must be non-negative, got -1");
-    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--shutdown_timeout=2.5", "w.py", NULL),
-                  CT_EPARSE);
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--shutdown_timeout=2.5", "w.py", NULL), CT_EPARSE);
 
     /* Filters: PET_*, and "" is one empty needle (every line), as torchrun's list makes it. */
     const char *df[] = {"PET_DUPLICATE_STDERR_FILTERS=", NULL};
@@ -923,8 +922,8 @@ static void test_newer_torchrun_options(void)
     CT_ASSERT_OK(ct__parse(&c, quiet, &eb, "w.py", NULL));
     CT_ASSERT(!c.event_log_console);
     ctrun_config_free(&c);
-    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--event_log_handler=dynamic_rendezvous", "w.py",
-                           NULL));
+    CT_ASSERT_OK(
+        ct__parse(&c, ct__noenv, &eb, "--event_log_handler=dynamic_rendezvous", "w.py", NULL));
     CT_ASSERT(!c.event_log_console);
     ctrun_config_free(&c);
     CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--event_log_handler=file", "w.py", NULL),
@@ -942,7 +941,6 @@ static void test_newer_torchrun_options(void)
     const char *nocuda[] = {"CTRUN_LIBCUDA=/nonexistent/libcuda.so.1", NULL};
     CT_ASSERT_ERR(ct__parse(&c, nocuda, &eb, "--numa_binding=node", "w.py", NULL), CT_EPARSE);
     CT_ASSERT_STR_CONTAINS(eb.msg, "--numa_binding node: no CUDA device: /nonexistent/libcuda");
-
 }
 
 /* torch.distributed.launch's command line: --use_env, --local-rank=N otherwise. */
@@ -956,15 +954,13 @@ static void test_launch_compat(void)
     CT_ASSERT_STR_EQ(c.local_rank_arg, "--local-rank");
     CT_ASSERT_EQ(c.master_port, 29500);
     ctrun_config_free(&c);
-    CT_ASSERT_OK(
-        ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--use_env", "main.py", NULL));
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--use_env", "main.py", NULL));
     CT_ASSERT(c.use_env && c.local_rank_arg == NULL);
     ctrun_config_free(&c);
     CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--use-env", "--no_python",
                            "./run.sh", NULL));
     ctrun_config_free(&c);
-    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--no_python", "./run.sh",
-                            NULL),
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--no_python", "./run.sh", NULL),
                   CT_EPARSE);
     CT_ASSERT_STR_EQ(eb.msg, "when using the '--no-python' flag, you must also set the "
                              "'--use-env' flag");
@@ -972,9 +968,9 @@ static void test_launch_compat(void)
     CT_ASSERT_OK(ct__parse(&c, style, &eb, "--launch_compat", "main.py", NULL));
     CT_ASSERT_STR_EQ(c.local_rank_arg, "--local_rank");
     ctrun_config_free(&c);
-    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--local_rank_arg=lr",
-                            "main.py", NULL),
-                  CT_EPARSE);
+    CT_ASSERT_ERR(
+        ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--local_rank_arg=lr", "main.py", NULL),
+        CT_EPARSE);
     /* Without launch's command line, its options are refused with the way to get it. */
     CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--use_env", "main.py", NULL), CT_EPARSE);
     CT_ASSERT_STR_CONTAINS(eb.msg, "--use_env is an option of torch.distributed.launch's "

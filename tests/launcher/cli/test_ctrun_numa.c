@@ -18,8 +18,7 @@
 
 static char ct__root[64];
 
-__attribute__((format(printf, 2, 3))) static void ct__write(const char *text, const char *fmt,
-                                                             ...)
+__attribute__((format(printf, 2, 3))) static void ct__write(const char *text, const char *fmt, ...)
 {
     char path[512];
     int n = snprintf(path, sizeof path, "%s/", ct__root);
@@ -136,8 +135,7 @@ static void test_modes(void)
     /* socket: every node of the socket; node 2 (no CPU) belongs to none. */
     CT_ASSERT_STR_EQ(ct__bind(CTRUN_NUMA_SOCKET, &all, 4), "0-7 | 0-7 | 8-15 | 0-7");
     /* exclusive: node 0's four cores among its three devices (0, 1 and 3): 2, 1, 1 cores. */
-    CT_ASSERT_STR_EQ(ct__bind(CTRUN_NUMA_EXCLUSIVE, &all, 4),
-                     "0-1,4-5 | 2,6 | 8-15 | 3,7");
+    CT_ASSERT_STR_EQ(ct__bind(CTRUN_NUMA_EXCLUSIVE, &all, 4), "0-1,4-5 | 2,6 | 8-15 | 3,7");
     /* core-complex: node 0 has two caches of four CPUs; devices 0, 1, 3 take 0, 1, 0. */
     CT_ASSERT_STR_EQ(ct__bind(CTRUN_NUMA_CORE_COMPLEX, &all, 4),
                      "0-1,4-5 | 2-3,6-7 | 8-15 | 0-1,4-5");

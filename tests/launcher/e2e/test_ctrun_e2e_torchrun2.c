@@ -35,8 +35,15 @@ static void test_two_single_node_jobs_at_once(void)
     ct_child_t c[2];
     for (int i = 0; i < 2; i++) {
         e2e_dir(d[i], sizeof d[i], i == 0 ? "job_a" : "job_b");
-        const char *const args[] = {"--nproc_per_node=2", "--log_dir=/dev/null", "--no_python",
-                                    "WORKER", "--dir", d[i], "--sleep-ms", "1500", NULL};
+        const char *const args[] = {"--nproc_per_node=2",
+                                    "--log_dir=/dev/null",
+                                    "--no_python",
+                                    "WORKER",
+                                    "--dir",
+                                    d[i],
+                                    "--sleep-ms",
+                                    "1500",
+                                    NULL};
         const char *const env[] = {"LOGLEVEL=INFO", "CT_LOG_LEVEL", NULL};
         e2e_start(&c[i], env, args);
     }
@@ -117,10 +124,14 @@ static void test_virtual_local_rank(void)
 {
     char dir[600];
     e2e_dir(dir, sizeof dir, "virtual");
-    const char *const args[] = {"--nproc_per_node=2", "--virtual-local-rank",
-                                "--log_dir=/dev/null", "--no_python",
-                                "WORKER",              "--dir",
-                                dir,                   NULL};
+    const char *const args[] = {"--nproc_per_node=2",
+                                "--virtual-local-rank",
+                                "--log_dir=/dev/null",
+                                "--no_python",
+                                "WORKER",
+                                "--dir",
+                                dir,
+                                NULL};
     const char *const env[] = {"CUDA_VISIBLE_DEVICES=6,7", NULL};
     ct_child_t c;
     e2e_run(&c, env, args);
@@ -158,10 +169,23 @@ static void test_event_log_console(void)
     e2e_dir(dir, sizeof dir, "events");
     e2e_dir(logs, sizeof logs, "events_logs");
     /* Rank 1 fails in both attempts: records of two rounds, then the last attempt's end. */
-    const char *const args[] = {"--nproc_per_node=2", "--max_restarts=1", "--rdzv_id=evjob",
-                                "--event_log_handler=console", "--log_dir", logs,
-                                "--no_python", "WORKER", "--dir", dir, "--when-rank", "1",
-                                "--errfile", "boom", "--exit", "3", NULL};
+    const char *const args[] = {"--nproc_per_node=2",
+                                "--max_restarts=1",
+                                "--rdzv_id=evjob",
+                                "--event_log_handler=console",
+                                "--log_dir",
+                                logs,
+                                "--no_python",
+                                "WORKER",
+                                "--dir",
+                                dir,
+                                "--when-rank",
+                                "1",
+                                "--errfile",
+                                "boom",
+                                "--exit",
+                                "3",
+                                NULL};
     ct_child_t c;
     e2e_run(&c, NULL, args);
     CT_ASSERT_EQ(c.exit_code, 1);
@@ -209,7 +233,7 @@ static void test_child_failed_error_line(void)
         e2e_dir(d[i], sizeof d[i], i == 0 ? "cfe0" : "cfe1");
         char rank[32];
         snprintf(rank, sizeof rank, "--node_rank=%d", i);
-        const char *const args[] = {"--nnodes=2",  rank,    port,           "--log_dir=/dev/null",
+        const char *const args[] = {"--nnodes=2",  rank,     port,          "--log_dir=/dev/null",
                                     "--no_python", "WORKER", "--when-rank", "1",
                                     "--exit",      "7",      "--sleep-ms",  "-1",
                                     NULL};
@@ -247,8 +271,8 @@ static void test_launch_command_line(void)
      * --master_port=P main.py ARGS, with the launcher's name changed. */
     char port[32];
     snprintf(port, sizeof port, "--master_port=%d", e2e_free_port());
-    char *argv[] = {(char *)e2e_launch, pyarg, "--nproc_per_node=2", port, "main.py",
-                    "--sleep-ms", "0", NULL};
+    char *argv[] = {
+        (char *)e2e_launch, pyarg, "--nproc_per_node=2", port, "main.py", "--sleep-ms", "0", NULL};
     ct_child_t c;
     ct_child_opts_t opts = {.env = NULL};
     CT_ASSERT_OK(ct_child_start(&c, argv, &opts));
@@ -292,15 +316,16 @@ static void test_virtual_env_interpreter(void)
     CT_ASSERT_EQ(mkdir(bin, 0755), 0);
     e2e_fake_python(bin, py, sizeof py);
     snprintf(venv, sizeof venv, "VIRTUAL_ENV=%s", dir);
-    const char *const env[] = {venv, "LOGLEVEL=INFO", "CT_LOG_LEVEL", "CTRUN_PYTHON",
-                               "PYTHON_EXEC", NULL};
+    const char *const env[] = {venv,           "LOGLEVEL=INFO", "CT_LOG_LEVEL",
+                               "CTRUN_PYTHON", "PYTHON_EXEC",   NULL};
     const char *const args[] = {"--log_dir=/dev/null", "train.py", NULL};
     ct_child_t c;
     e2e_run(&c, env, args);
     CT_ASSERT_MSG(c.exit_code == 0, "exit %d:\n%s", c.exit_code, c.err);
     char want[900];
-    snprintf(want, sizeof want, "worker interpreter: %s (the active virtual environment, "
-                                "VIRTUAL_ENV)",
+    snprintf(want, sizeof want,
+             "worker interpreter: %s (the active virtual environment, "
+             "VIRTUAL_ENV)",
              py);
     CT_ASSERT_STR_CONTAINS(c.err, want);
     char *dump = e2e_read("%s/env.0.0", bin);
