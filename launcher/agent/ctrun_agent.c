@@ -267,6 +267,8 @@ static int ctrun_agent__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
                        a->hb_interval_ms);
     ctrun_rdzv_init(&a->rdzv, a->kv, &rp);
     a->plan.nnodes = cfg->max_nodes;
+    if (cfg->metrics_port >= 0 && (rc = ctrun_metrics_start(a, eb)) != 0)
+        return rc;
     return 0;
 }
 

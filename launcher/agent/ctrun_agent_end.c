@@ -64,6 +64,7 @@ void ctrun_agent__close(ctrun_agent_t *a)
          * just written, reads it in a second request. Serve them until they hang up. */
         ctrun_store_close_gently(a->store, CTRUN_STORE_LINGER_MS, ctrun_agent__store_closed, a);
     }
+    ctrun_metrics_close(a);
     for (int i = 0; i < a->nsignals; i++)
         uv_close((uv_handle_t *)&a->signals[i], ctrun_agent__close_cb);
     a->nsignals = 0;

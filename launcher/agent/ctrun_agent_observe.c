@@ -1,6 +1,7 @@
 /*
  * ctrun_agent_observe.c - torchelastic's event records for --event_log_handler console
- * (ctrun_events.h), at the points where torchrun's agent records them.
+ * (ctrun_events.h), at the points where torchrun's agent records them, and the bookkeeping the
+ * metrics endpoint reads (restarts by cause, steps per second, failure detection latency).
  *
  * torchrun's records, in its order: per attempt RENDEZVOUS and ASSIGN_WORKER_RANKS (the agent,
  * with their durations; the group fields still those of the group before the rendezvous), then
@@ -11,7 +12,7 @@
  * rendezvous), with no worker records then.
  *
  * Deliberately not here: deciding anything (ctrun_agent_step.c calls these and acts on nothing
- * they return).
+ * they return), the HTTP side (ctrun_metrics.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -23,10 +24,84 @@
 #include "ctrun_agent_internal.h"
 #include "ctrun_events.h"
 
-/* A new rendezvous begins: when, for its duration. */
+const char *const ctrun_agent__cause_names[CTRUN_AGENT__CAUSES] = {
+    [CTRUN_AGENT__CAUSE_EXIT] = "exit",
+    [CTRUN_AGENT__CAUSE_SIGNAL] = "signal",
+    [CTRUN_AGENT__CAUSE_HANG] = "hang",
+    [CTRUN_AGENT__CAUSE_TIMER] = "timer",
+    [CTRUN_AGENT__CAUSE_LOST_NODE] = "lost_node",
+    [CTRUN_AGENT__CAUSE_REMOTE] = "remote",
+    [CTRUN_AGENT__CAUSE_MEMBERSHIP] = "membership",
+};
+
+const double ctrun_agent__detect_bounds[CTRUN_AGENT__DETECT_BUCKETS] = {
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120};
+
+/* The cause class of a recovery-table cause ("exit 3", "signal SIGKILL", "watchdog: ...",
+ * "injected kill (spec 1)", "could not start (exit 127)", a timer's expiry). */
+int ctrun_agent__cause_of(const char *cause)
+{
+    if (strncmp(cause, "watchdog", 8) == 0 || strstr(cause, "injected hang") != NULL)
+        return CTRUN_AGENT__CAUSE_HANG;
+    if (strstr(cause, "timer") != NULL)
+        return CTRUN_AGENT__CAUSE_TIMER;
+    if (strncmp(cause, "exit", 4) == 0 || strncmp(cause, "could not start", 15) == 0)
+        return CTRUN_AGENT__CAUSE_EXIT;
+    return CTRUN_AGENT__CAUSE_SIGNAL; /* "signal ...", injected kills */
+}
+
+/* A new rendezvous begins: when (for its duration), and, after the first, what the restart that
+ * led here is blamed on. Called before the attempt's outcome is reset. */
 void ctrun_agent__observe_rendezvous(ctrun_agent_t *a)
 {
     a->rdzv_start_ns = uv_hrtime();
+    if (a->state == CTRUN_AGENT_INIT)
+        return;
+    int cause = CTRUN_AGENT__CAUSE_REMOTE;
+    if (a->outcome == CTRUN_OUTCOME_LOST) {
+        cause = CTRUN_AGENT__CAUSE_LOST_NODE;
+    } else if (a->outcome == CTRUN_OUTCOME_REJOIN) {
+        cause = CTRUN_AGENT__CAUSE_MEMBERSHIP;
+    } else {
+        for (size_t i = 0; i < a->recovery.n; i++) {
+            if (a->recovery.rows[i].attempt == a->attempt) {
+                cause = ctrun_agent__cause_of(a->recovery.rows[i].cause);
+                break;
+            }
+        }
+    }
+    a->restart_causes[cause]++;
+}
+
+/* A local failure was detected detect_ns after it happened (-1: unknown, not counted). */
+void ctrun_agent__observe_detect(ctrun_agent_t *a, int64_t detect_ns)
+{
+    if (detect_ns < 0)
+        return;
+    double s = (double)detect_ns / 1e9;
+    int b = 0;
+    while (b < CTRUN_AGENT__DETECT_BUCKETS && s > ctrun_agent__detect_bounds[b])
+        b++;
+    a->detect_count[b]++;
+    a->detect_sum_s += s;
+}
+
+/* A heartbeat of worker i arrived: the steps-per-second rate, over at least one second. */
+void ctrun_agent__observe_heartbeat(ctrun_agent_t *a, int i)
+{
+    ctrun_worker_t *w = &a->workers[i];
+    if (w->hb_count == 1) {
+        w->rate_step = w->hb_step;
+        w->rate_ms = w->hb_last_ms;
+        w->steps_per_s = -1;
+        return;
+    }
+    if (w->hb_last_ms >= w->rate_ms + 1000) {
+        double dt = (double)(w->hb_last_ms - w->rate_ms) / 1000.0;
+        w->steps_per_s = w->hb_step >= w->rate_step ? (double)(w->hb_step - w->rate_step) / dt : 0;
+        w->rate_step = w->hb_step;
+        w->rate_ms = w->hb_last_ms;
+    }
 }
 
 /* The fields every record of this agent shares. */

@@ -62,6 +62,8 @@ enum {
     CTRUN_CLI__O_VIRTUAL_LOCAL_RANK,
     CTRUN_CLI__O_NUMA_BINDING,
     CTRUN_CLI__O_SHUTDOWN_TIMEOUT,
+    CTRUN_CLI__O_METRICS_PORT,
+    CTRUN_CLI__O_METRICS_ADDR,
     CTRUN_CLI__O_LAUNCH_COMPAT,
     CTRUN_CLI__O_USE_ENV,
     CTRUN_CLI__O_LOCAL_RANK_ARG,
@@ -237,6 +239,13 @@ static const ctrun_cli__opt_t ctrun_cli__opts[CTRUN_CLI__O_COUNT] = {
                                    "torchrun's name for --grace_period: whole seconds between "
                                    "SIGTERM and SIGKILL (default: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, "
                                    "else 30)."},
+    [CTRUN_CLI__O_METRICS_PORT] = {"Monitoring", "metrics_port", 0, false, {"CTRUN_METRICS_PORT"},
+                                   "PORT",
+                                   "Serve GET /metrics (Prometheus text format) and GET /healthz "
+                                   "on this port; 0 picks a free port and logs it (default off)."},
+    [CTRUN_CLI__O_METRICS_ADDR] = {NULL, "metrics_addr", 0, false, {"CTRUN_METRICS_ADDR"}, "ADDR",
+                                   "Address the metrics endpoint listens on (default "
+                                   "127.0.0.1)."},
     [CTRUN_CLI__O_LAUNCH_COMPAT] = {"torch.distributed.launch", "launch_compat", 0, true, {NULL},
                                 NULL,
                                 "Take torch.distributed.launch's command line, as ctrun-launch "
@@ -956,6 +965,12 @@ static int ctrun_cli__newer(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
         return rc;
     cfg->event_log_console = strcmp(cfg->event_log_handler, "console") == 0 &&
                              !ctrun_cli__loglevel_quiet(ctrun_cli__getenv(env, "LOGLEVEL"));
+    /* The metrics endpoint. */
+    if ((rc = ctrun_cli__int(raw, CTRUN_CLI__O_METRICS_PORT, -1, 0, 65535, &cfg->metrics_port,
+                             eb)) != 0 ||
+        (rc = ctrun_cli__host(raw, CTRUN_CLI__O_METRICS_ADDR, "127.0.0.1", &cfg->metrics_addr,
+                              eb)) != 0)
+        return rc;
     return 0;
 }
 
@@ -1137,12 +1152,12 @@ int ctrun_cli_parse(int argc, char *const argv[], const char *const *env, ctrun_
 
 void ctrun_config_free(ctrun_config_t *cfg)
 {
-    char **strings[] = {&cfg->rdzv_endpoint, &cfg->run_id,       &cfg->master_addr,
-                        &cfg->local_addr,    &cfg->start_method, &cfg->signals_to_handle,
-                        &cfg->role,          &cfg->log_dir,      &cfg->python,
-                        &cfg->script,        &cfg->inject,       &cfg->log_line_prefix_template,
-                        &cfg->tmp_dir,       &cfg->error_file,   &cfg->event_log_handler,
-                        &cfg->local_rank_arg};
+    char **strings[] = {&cfg->rdzv_endpoint,  &cfg->run_id,       &cfg->master_addr,
+                        &cfg->local_addr,     &cfg->start_method, &cfg->signals_to_handle,
+                        &cfg->role,           &cfg->log_dir,      &cfg->python,
+                        &cfg->script,         &cfg->inject,       &cfg->log_line_prefix_template,
+                        &cfg->tmp_dir,        &cfg->error_file,   &cfg->event_log_handler,
+                        &cfg->local_rank_arg, &cfg->metrics_addr};
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
         free(*strings[i]);
         *strings[i] = NULL;

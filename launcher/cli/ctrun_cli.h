@@ -139,6 +139,8 @@ typedef struct ctrun_config {
     bool launch;          /* torch.distributed.launch's command line (--launch_compat) */
     bool use_env;         /* ... --use_env */
     char *local_rank_arg; /* ... "--local-rank" or "--local_rank" appended as ARG=N, or NULL */
+    int metrics_port;     /* --metrics_port, -1 when off, 0 kernel-chosen */
+    char *metrics_addr;   /* --metrics_addr (default 127.0.0.1) */
 
     /* Non-fatal remarks for the agent to log as warnings (e.g. an unknown --rdzv_conf key). */
     char **warnings;

@@ -100,6 +100,8 @@ static void test_defaults(void)
     CT_ASSERT_STR_EQ(c.event_log_handler, "null");
     CT_ASSERT(!c.event_log_console);
     CT_ASSERT(!c.launch && !c.use_env && c.local_rank_arg == NULL);
+    CT_ASSERT_EQ(c.metrics_port, -1);
+    CT_ASSERT_STR_EQ(c.metrics_addr, "127.0.0.1");
     ctrun_config_free(&c);
     ctrun_config_free(&c);
 }
@@ -246,6 +248,14 @@ static void ck_shutdown(const ctrun_config_t *c)
 {
     CT_ASSERT_CLOSE(c->grace_period_s, 7, 0, 0);
 }
+static void ck_metrics_port(const ctrun_config_t *c)
+{
+    CT_ASSERT_EQ(c->metrics_port, 9464);
+}
+static void ck_metrics_addr(const ctrun_config_t *c)
+{
+    CT_ASSERT_STR_EQ(c->metrics_addr, "::1");
+}
 static void ck_local_rank_arg(const ctrun_config_t *c)
 {
     CT_ASSERT(c->launch);
@@ -296,6 +306,8 @@ static const struct {
     {"log_line_prefix_template", "${rank}|", NULL, ck_template},
     {"shutdown_timeout", "7", NULL, ck_shutdown},
     {"local_rank_arg", "local_rank", "--launch_compat", ck_local_rank_arg},
+    {"metrics_port", "9464", NULL, ck_metrics_port},
+    {"metrics_addr", "[::1]", NULL, ck_metrics_addr},
 };
 
 static void test_every_valued_option_both_spellings(void)
@@ -453,6 +465,8 @@ static void test_pet_fallbacks(void)
         {"PET_DUPLICATE_STDERR_FILTERS", "Traceback", ck_dup_err},
         {"PET_LOG_LINE_PREFIX_TEMPLATE", "${rank}|", ck_template},
         {"PET_SHUTDOWN_TIMEOUT", "7", ck_shutdown},
+        {"CTRUN_METRICS_PORT", "9464", ck_metrics_port},
+        {"CTRUN_METRICS_ADDR", "::1", ck_metrics_addr},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char entry[128];
