@@ -113,10 +113,12 @@ static int ctrain_lm_hf__open_index(ctrain_lm_hf_t *h, ct_errbuf_t *eb)
         const char *file = json_string_value(v);
         if (!file || file[0] == '\0' || strchr(file, '/') || strcmp(file, ".") == 0 ||
             strcmp(file, "..") == 0 || strlen(file) >= sizeof h->shards[0].name) {
+            /* the message before the decref: key lives in o */
+            int rc = ct_errbuf_set(eb, CT_EFORMAT,
+                                   "%s: weight_map[\"%.64s\"] is not a file name inside the folder",
+                                   path, key);
             json_decref(o);
-            return ct_errbuf_set(eb, CT_EFORMAT,
-                                 "%s: weight_map[\"%.64s\"] is not a file name inside the folder",
-                                 path, key);
+            return rc;
         }
         if (ctrain_lm_hf__add_shard(h, file) != 0) {
             json_decref(o);
