@@ -342,6 +342,53 @@ void ct_mhc_expand_backward_cpu(float *dx, const float *dX, int N, int n, int C)
 void ct_mhc_collapse_forward_cpu(float *x, const float *X, int N, int n, int C);
 void ct_mhc_collapse_backward_cpu(float *dX, const float *dx, int N, int n, int C);
 
+/* ---- the language models' ops (kernels/cpu/lm.c) ----------------------------------------------
+ * What transformers computes in float32 for GPT-2 and Qwen2. These have no CUDA twin yet: the
+ * language-model family does not run on a GPU until they do.
+ *   HD  a head's width (Qwen2: C / NH unless head_dim says otherwise), H = HD / 2 */
+
+/* RMSNorm over the last dimension (Qwen2RMSNorm): out = weight * (x * rstd), rstd = 1 /
+ * sqrt(mean(x^2) + eps), saved for the backward.   out: (N,C)   rstd: (N)   inp: (N,C)
+ * weight: (C) */
+void ct_rmsnorm_forward_cpu(float *out, float *rstd, const float *inp, const float *weight, int N,
+                            int C, float eps);
+/*   dinp: (N,C) +=   dweight: (C) +=   dout, inp: (N,C)   weight: (C)   rstd: (N) */
+void ct_rmsnorm_backward_cpu(float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int C);
+
+/* GELU: the tanh approximation (GPT-2's gelu_new, gelu_pytorch_tanh) or the erf form (gelu). */
+typedef enum ct_gelu_kind {
+    CT_GELU_TANH = 0,
+    CT_GELU_ERF = 1,
+} ct_gelu_kind_t;
+
+/* out = gelu(inp); out may equal inp only when the backward gets the input some other way.
+ *   out, inp: (n) */
+void ct_gelu_forward_cpu(float *out, const float *inp, int64_t n, ct_gelu_kind_t kind);
+/* dinp += dout * gelu'(inp).   dinp: (n) +=   dout, inp: (n) */
+void ct_gelu_backward_cpu(float *dinp, const float *dout, const float *inp, int64_t n,
+                          ct_gelu_kind_t kind);
+
+/* SwiGLU's gate (Qwen2MLP): out = silu(gate) * up.   out, gate, up: (n) */
+void ct_swiglu_forward_cpu(float *out, const float *gate, const float *up, int64_t n);
+/*   dgate, dup: (n) +=   dout, gate, up: (n) */
+void ct_swiglu_backward_cpu(float *dgate, float *dup, const float *dout, const float *gate,
+                            const float *up, int64_t n);
+
+/* RoPE's table (Qwen2RotaryEmbedding, default rope_type): cos and sin of p * inv_freq[i] for
+ * positions p < P, inv_freq[i] = 1 / theta^(2i / HD), computed in float32 step for step as
+ * transformers does (so that long positions round the same way).   cos_t, sin_t: (P,H) */
+void ct_rope_table_cpu(float *cos_t, float *sin_t, int P, int HD, float theta);
+
+/* Rotates each head of row r by position pos[r] (apply_rotary_pos_emb, halves not interleaved):
+ * o[i] = x[i] cos - x[i+H] sin, o[i+H] = x[i+H] cos + x[i] sin. out may equal inp.
+ *   out, inp: (N,NH,HD)   cos_t, sin_t: (P,H)   pos: (N), each < P */
+void ct_rope_forward_cpu(float *out, const float *inp, const float *cos_t, const float *sin_t,
+                         const int32_t *pos, int N, int NH, int HD);
+/*   dinp: (N,NH,HD) +=   dout: (N,NH,HD) */
+void ct_rope_backward_cpu(float *dinp, const float *dout, const float *cos_t, const float *sin_t,
+                          const int32_t *pos, int N, int NH, int HD);
+
 /* ---- element-wise ops (kernels/cpu/elementwise.c) -------------------------------------------- */
 
 /* out = max(inp, 0); out may equal inp.   out: (n)   inp: (n) */

@@ -1,0 +1,302 @@
+/*
+ * test_lm.c - the language models' ops (kernels/cpu/lm.c): RMSNorm, GELU (tanh and erf), SwiGLU
+ * and RoPE, each forward against its float64 formula (ref64.c) and each gradient against central
+ * finite differences of that formula; the accumulate contract; poisoned outputs; RoPE's table
+ * against the float64 cosine of transformers' float32 angles. Widths are Qwen2's head width 64
+ * and odd ones (13, 7 pairs) so the eight-wide loops meet their tails.
+ *
+ * Tolerances (|got - ref| <= atol + rtol |ref|; each case prints its worst element):
+ *   RMSNorm: the row sum is double, so the error is the float element work: x * s, then
+ *     * weight, then the backward's products: a few float roundings (6e-8 each) of values up to
+ *     ~4: atol 1e-6, rtol 1e-5 forward, 5e-6 / 2e-5 backward (gradients of order 1..10).
+ *   GELU, SwiGLU: tanhf, erff, expf are within 1-2 ulp; forward and backward values are O(1..3):
+ *     atol 1e-6, rtol 1e-5.
+ *   RoPE: two products and a sum per element: atol 1e-6, rtol 1e-5; the table: cosf/sinf of the
+ *     same float32 angle, 2 ulp of 1: 3e-7.
+ * A wrong term (a missing mean, a wrong sign, a swapped half) moves results by 1e-2 or more.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kcheck.h"
+#include "ref64.h"
+
+#define LM_EPS 1e-6f /* Qwen2's rms_norm_eps */
+
+/* ---- RMSNorm ----------------------------------------------------------------------------------
+ */
+
+typedef struct rms_case {
+    int N, C;
+    double *x, *w, *out;
+    const float *dout;
+} rms_case_t;
+
+static double rms_objective(void *p)
+{
+    rms_case_t *c = p;
+    ref_rmsnorm(c->out, c->x, c->w, c->N, c->C, LM_EPS);
+    return kc_dot(c->out, c->dout, (int64_t)c->N * c->C);
+}
+
+static void rms_check(int N, int C, uint64_t stream)
+{
+    printf("case rmsnorm N=%d C=%d\n", N, C);
+    const int64_t n = (int64_t)N * C;
+    float *x = KC_ALLOC(float, n), *w = KC_ALLOC(float, C), *out = KC_ALLOC(float, n);
+    float *rstd = KC_ALLOC(float, N), *dout = KC_ALLOC(float, n), *dx = KC_ALLOC(float, n);
+    float *dw = KC_ALLOC(float, C), *dx1 = KC_ALLOC(float, n), *dw1 = KC_ALLOC(float, C);
+    double *x64 = KC_ALLOC(double, n), *w64 = KC_ALLOC(double, C), *ref = KC_ALLOC(double, n);
+    double *g = KC_ALLOC(double, n);
+    /* rows of different scale: rstd from about 0.3 to 3 */
+    kc_fill(x, n, -1.0f, 1.0f, stream);
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < C; c++)
+            x[r * C + c] *= 0.5f + 3.0f * (float)(r % 4) / 3;
+    kc_fill(w, C, 0.5f, 1.5f, stream + 1);
+    kc_fill(dout, n, -1.0f, 1.0f, stream + 2);
+    kc_poison(out, n);
+    kc_poison(rstd, N);
+    ct_rmsnorm_forward_cpu(out, rstd, x, w, N, C, LM_EPS);
+    KC_ASSERT_FINITE(out, n);
+    KC_ASSERT_FINITE(rstd, N);
+    kc_to_double(x64, x, n);
+    kc_to_double(w64, w, C);
+    ref_rmsnorm(ref, x64, w64, N, C, LM_EPS);
+    kc_check("rmsnorm out", out, ref, n, 1e-6, 1e-5);
+
+    ct_rmsnorm_backward_cpu(dx, dw, dout, x, w, rstd, N, C);
+    rms_case_t rc = {N, C, x64, w64, KC_ALLOC(double, n), dout};
+    kc_fd_grad(g, x64, n, 1e-5, rms_objective, &rc);
+    kc_check("d inp vs finite diff", dx, g, n, 5e-6, 2e-5);
+    kc_fd_grad(g, w64, C, 1e-5, rms_objective, &rc);
+    kc_check("d weight vs finite diff", dw, g, C, 5e-6, 2e-5);
+    memcpy(dx1, dx, (size_t)n * sizeof *dx);
+    memcpy(dw1, dw, (size_t)C * sizeof *dw);
+    ct_rmsnorm_backward_cpu(dx, dw, dout, x, w, rstd, N, C);
+    KC_ASSERT_DOUBLED(dx, dx1, n);
+    KC_ASSERT_DOUBLED(dw, dw1, C);
+    free(rc.out);
+    free(x), free(w), free(out), free(rstd), free(dout), free(dx), free(dw), free(dx1);
+    free(dw1), free(x64), free(w64), free(ref), free(g);
+}
+
+static void test_rmsnorm(void)
+{
+    rms_check(8, 64, 10);
+    rms_check(5, 13, 20);
+}
+
+/* A row of zeros (a padding position): rstd = 1/sqrt(eps), output 0, finite gradients. */
+static void test_rmsnorm_zero_row(void)
+{
+    enum { C = 8 };
+    float x[C] = {0}, w[C], out[C], rstd, dout[C], dx[C] = {0}, dw[C] = {0};
+    kc_fill(w, C, 0.5f, 1.5f, 30);
+    kc_fill(dout, C, -1.0f, 1.0f, 31);
+    ct_rmsnorm_forward_cpu(out, &rstd, x, w, 1, C, LM_EPS);
+    CT_ASSERT_CLOSE(rstd, 1e3, 0, 1e-6);
+    for (int c = 0; c < C; c++)
+        CT_ASSERT(out[c] == 0.0f);
+    ct_rmsnorm_backward_cpu(dx, dw, dout, x, w, &rstd, 1, C);
+    for (int c = 0; c < C; c++) {
+        CT_ASSERT_CLOSE(dx[c], dout[c] * w[c] * 1e3, 0, 1e-6);
+        CT_ASSERT(dw[c] == 0.0f);
+    }
+}
+
+/* ---- GELU and SwiGLU --------------------------------------------------------------------------
+ */
+
+typedef struct ew_case {
+    int64_t n;
+    ct_gelu_kind_t kind;
+    double *a, *b, *out; /* gelu: a; swiglu: a = gate, b = up */
+    const float *dout;
+} ew_case_t;
+
+static double gelu_objective(void *p)
+{
+    ew_case_t *c = p;
+    ref_gelu(c->out, c->a, c->n, c->kind);
+    return kc_dot(c->out, c->dout, c->n);
+}
+
+static double swiglu_objective(void *p)
+{
+    ew_case_t *c = p;
+    ref_swiglu(c->out, c->a, c->b, c->n);
+    return kc_dot(c->out, c->dout, c->n);
+}
+
+static void test_gelu(void)
+{
+    enum { n = 515 };
+    for (int kind = CT_GELU_TANH; kind <= CT_GELU_ERF; kind++) {
+        printf("case gelu %s\n", kind == CT_GELU_TANH ? "tanh" : "erf");
+        float *x = KC_ALLOC(float, n), *out = KC_ALLOC(float, n), *dout = KC_ALLOC(float, n);
+        float *dx = KC_ALLOC(float, n), *dx1 = KC_ALLOC(float, n);
+        double *x64 = KC_ALLOC(double, n), *ref = KC_ALLOC(double, n), *g = KC_ALLOC(double, n);
+        kc_fill(x, n, -5.0f, 5.0f, 40 + (uint64_t)kind);
+        x[0] = 0.0f, x[1] = -12.0f, x[2] = 12.0f; /* the middle and both saturated ends */
+        kc_fill(dout, n, -1.0f, 1.0f, 42);
+        kc_poison(out, n);
+        ct_gelu_forward_cpu(out, x, n, (ct_gelu_kind_t)kind);
+        KC_ASSERT_FINITE(out, n);
+        kc_to_double(x64, x, n);
+        ref_gelu(ref, x64, n, (ct_gelu_kind_t)kind);
+        kc_check("gelu out", out, ref, n, 1e-6, 1e-5);
+        ct_gelu_backward_cpu(dx, dout, x, n, (ct_gelu_kind_t)kind);
+        ew_case_t c = {n, (ct_gelu_kind_t)kind, x64, NULL, KC_ALLOC(double, n), dout};
+        kc_fd_grad(g, x64, n, 1e-5, gelu_objective, &c);
+        kc_check("d inp vs finite diff", dx, g, n, 1e-6, 1e-5);
+        memcpy(dx1, dx, n * sizeof *dx);
+        ct_gelu_backward_cpu(dx, dout, x, n, (ct_gelu_kind_t)kind);
+        KC_ASSERT_DOUBLED(dx, dx1, n);
+        free(c.out);
+        free(x), free(out), free(dout), free(dx), free(dx1), free(x64), free(ref), free(g);
+    }
+}
+
+static void test_swiglu(void)
+{
+    enum { n = 517 };
+    printf("case swiglu\n");
+    float *gt = KC_ALLOC(float, n), *up = KC_ALLOC(float, n), *out = KC_ALLOC(float, n);
+    float *dout = KC_ALLOC(float, n), *dg = KC_ALLOC(float, n), *du = KC_ALLOC(float, n);
+    float *dg1 = KC_ALLOC(float, n), *du1 = KC_ALLOC(float, n);
+    double *g64 = KC_ALLOC(double, n), *u64 = KC_ALLOC(double, n), *ref = KC_ALLOC(double, n);
+    double *g = KC_ALLOC(double, n);
+    kc_fill(gt, n, -6.0f, 6.0f, 50);
+    gt[0] = 0.0f, gt[1] = -20.0f, gt[2] = 20.0f;
+    kc_fill(up, n, -2.0f, 2.0f, 51);
+    kc_fill(dout, n, -1.0f, 1.0f, 52);
+    kc_poison(out, n);
+    ct_swiglu_forward_cpu(out, gt, up, n);
+    KC_ASSERT_FINITE(out, n);
+    kc_to_double(g64, gt, n);
+    kc_to_double(u64, up, n);
+    ref_swiglu(ref, g64, u64, n);
+    kc_check("swiglu out", out, ref, n, 1e-6, 1e-5);
+    ct_swiglu_backward_cpu(dg, du, dout, gt, up, n);
+    ew_case_t c = {n, CT_GELU_TANH, g64, u64, KC_ALLOC(double, n), dout};
+    kc_fd_grad(g, g64, n, 1e-5, swiglu_objective, &c);
+    kc_check("d gate vs finite diff", dg, g, n, 1e-6, 1e-5);
+    kc_fd_grad(g, u64, n, 1e-5, swiglu_objective, &c);
+    kc_check("d up vs finite diff", du, g, n, 1e-6, 1e-5);
+    memcpy(dg1, dg, n * sizeof *dg);
+    memcpy(du1, du, n * sizeof *du);
+    ct_swiglu_backward_cpu(dg, du, dout, gt, up, n);
+    KC_ASSERT_DOUBLED(dg, dg1, n);
+    KC_ASSERT_DOUBLED(du, du1, n);
+    free(c.out);
+    free(gt), free(up), free(out), free(dout), free(dg), free(du), free(dg1), free(du1);
+    free(g64), free(u64), free(ref), free(g);
+}
+
+/* ---- RoPE -------------------------------------------------------------------------------------
+ */
+
+/* The table: inv_freq and the angle in float32 as transformers rounds them, the cosine of that
+ * float angle within 2 ulp; and at a long position, the float32 angle is what the table holds
+ * (the exact angle would differ by far more than the tolerance). */
+static void test_rope_table(void)
+{
+    enum { P = 40000, HD = 64, H = HD / 2 };
+    const float theta = 1000000.0f; /* Qwen2.5's rope_theta */
+    float *cs = KC_ALLOC(float, (size_t)P *H), *sn = KC_ALLOC(float, (size_t)P *H);
+    kc_poison(cs, (int64_t)P * H);
+    kc_poison(sn, (int64_t)P * H);
+    ct_rope_table_cpu(cs, sn, P, HD, theta);
+    KC_ASSERT_FINITE(cs, (int64_t)P * H);
+    KC_ASSERT_FINITE(sn, (int64_t)P * H);
+    double worst = 0.0, exact_off = 0.0;
+    for (int i = 0; i < H; i++) {
+        double inv64 = 1.0 / pow(1e6, 2.0 * i / HD);
+        float inv = 1.0f / powf(theta, (float)(2 * i) / (float)HD);
+        CT_ASSERT_CLOSE(inv, inv64, 0, 1e-6);
+        for (int p = 0; p < P; p += 37) {
+            double a = (double)((float)p * inv);
+            worst = fmax(worst, fabs(cs[(size_t)p * H + i] - cos(a)));
+            worst = fmax(worst, fabs(sn[(size_t)p * H + i] - sin(a)));
+            exact_off = fmax(exact_off, fabs(cos(a) - cos((double)p * inv64)));
+        }
+    }
+    printf("  table: max |err| %.2e against the float32 angles (%.2e from exact angles)\n", worst,
+           exact_off);
+    CT_ASSERT(worst <= 3e-7);
+    CT_ASSERT(cs[0] == 1.0f && sn[0] == 0.0f);
+    free(cs), free(sn);
+}
+
+typedef struct rope_case {
+    int N, NH, HD;
+    double *x, *cs, *sn, *out;
+    const int32_t *pos;
+    const float *dout;
+} rope_case_t;
+
+static double rope_objective(void *p)
+{
+    rope_case_t *c = p;
+    ref_rope(c->out, c->x, c->cs, c->sn, c->pos, c->N, c->NH, c->HD);
+    return kc_dot(c->out, c->dout, (int64_t)c->N * c->NH * c->HD);
+}
+
+static void rope_check(int N, int NH, int HD, uint64_t stream)
+{
+    printf("case rope N=%d NH=%d HD=%d\n", N, NH, HD);
+    const int P = 300, H = HD / 2;
+    const int64_t n = (int64_t)N * NH * HD;
+    float *cs = KC_ALLOC(float, (size_t)P *H), *sn = KC_ALLOC(float, (size_t)P *H);
+    ct_rope_table_cpu(cs, sn, P, HD, 10000.0f);
+    int32_t *pos = KC_ALLOC(int32_t, N);
+    for (int r = 0; r < N; r++)
+        pos[r] = (int32_t)((r * 97 + 3) % P);
+    float *x = KC_ALLOC(float, n), *out = KC_ALLOC(float, n), *dout = KC_ALLOC(float, n);
+    float *dx = KC_ALLOC(float, n), *dx1 = KC_ALLOC(float, n), *inplace = KC_ALLOC(float, n);
+    double *x64 = KC_ALLOC(double, n), *cs64 = KC_ALLOC(double, (size_t)P *H);
+    double *sn64 = KC_ALLOC(double, (size_t)P *H), *ref = KC_ALLOC(double, n);
+    double *g = KC_ALLOC(double, n);
+    kc_fill(x, n, -2.0f, 2.0f, stream);
+    kc_fill(dout, n, -1.0f, 1.0f, stream + 1);
+    kc_poison(out, n);
+    ct_rope_forward_cpu(out, x, cs, sn, pos, N, NH, HD);
+    KC_ASSERT_FINITE(out, n);
+    kc_to_double(x64, x, n);
+    kc_to_double(cs64, cs, (int64_t)P * H);
+    kc_to_double(sn64, sn, (int64_t)P * H);
+    ref_rope(ref, x64, cs64, sn64, pos, N, NH, HD);
+    kc_check("rope out", out, ref, n, 1e-6, 1e-5);
+    memcpy(inplace, x, (size_t)n * sizeof *x);
+    ct_rope_forward_cpu(inplace, inplace, cs, sn, pos, N, NH, HD);
+    CT_ASSERT(memcmp(inplace, out, (size_t)n * sizeof *out) == 0);
+
+    ct_rope_backward_cpu(dx, dout, cs, sn, pos, N, NH, HD);
+    rope_case_t c = {N, NH, HD, x64, cs64, sn64, KC_ALLOC(double, n), pos, dout};
+    kc_fd_grad(g, x64, n, 1e-5, rope_objective, &c);
+    kc_check("d inp vs finite diff", dx, g, n, 1e-6, 1e-5);
+    memcpy(dx1, dx, (size_t)n * sizeof *dx);
+    ct_rope_backward_cpu(dx, dout, cs, sn, pos, N, NH, HD);
+    KC_ASSERT_DOUBLED(dx, dx1, n);
+    free(c.out);
+    free(cs), free(sn), free(pos), free(x), free(out), free(dout), free(dx), free(dx1);
+    free(inplace), free(x64), free(cs64), free(sn64), free(ref), free(g);
+}
+
+static void test_rope(void)
+{
+    rope_check(6, 4, 64, 60);
+    rope_check(5, 3, 14, 70);
+}
+
+int main(void)
+{
+    CT_RUN(test_rmsnorm);
+    CT_RUN(test_rmsnorm_zero_row);
+    CT_RUN(test_gelu);
+    CT_RUN(test_swiglu);
+    CT_RUN(test_rope_table);
+    CT_RUN(test_rope);
+    return 0;
+}
