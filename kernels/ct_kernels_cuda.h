@@ -205,6 +205,35 @@ int ct_residual_backward_cuda(float *dinp1, float *dinp2, const float *dout, int
                               ct_stream_t stream);
 int ct_scale_cuda(float *x, float s, int64_t n, ct_stream_t stream);
 
+/* ---- the language models' ops (kernels/cuda/lm.cu) ---------------------------------------------
+ * RMSNorm: one warp per row, row sums in double as the CPU (any C); the weight gradient is a
+ * column sum: one partial per warp of each block of CT_RMSNORM_BWD_CUDA_ROWS rows in scratch,
+ * added in order by a second kernel. RoPE takes the CPU's table (ct_rope_table_cpu) in device
+ * memory and gives the CPU's bits; GELU and SwiGLU use the device's tanhf, erff, expf. */
+int ct_rmsnorm_forward_cuda(float *out, float *rstd, const float *inp, const float *weight, int N,
+                            int C, float eps, ct_stream_t stream);
+/*   scratch: CT_RMSNORM_BWD_CUDA_SCRATCH(N, C) floats */
+#define CT_RMSNORM_CUDA_WARPS    4 /* warps per block */
+#define CT_RMSNORM_BWD_CUDA_ROWS 64
+#define CT_RMSNORM_BWD_CUDA_SCRATCH(N, C)                   \
+    (CT_RMSNORM_CUDA_WARPS * (size_t)(C) *                  \
+     (((size_t)(N) + CT_RMSNORM_BWD_CUDA_ROWS - 1) / CT_RMSNORM_BWD_CUDA_ROWS))
+int ct_rmsnorm_backward_cuda(float *dinp, float *dweight, float *scratch, const float *dout,
+                             const float *inp, const float *weight, const float *rstd, int N, int C,
+                             ct_stream_t stream);
+int ct_gelu_forward_cuda(float *out, const float *inp, int64_t n, ct_gelu_kind_t kind,
+                         ct_stream_t stream);
+int ct_gelu_backward_cuda(float *dinp, const float *dout, const float *inp, int64_t n,
+                          ct_gelu_kind_t kind, ct_stream_t stream);
+int ct_swiglu_forward_cuda(float *out, const float *gate, const float *up, int64_t n,
+                           ct_stream_t stream);
+int ct_swiglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate,
+                            const float *up, int64_t n, ct_stream_t stream);
+int ct_rope_forward_cuda(float *out, const float *inp, const float *cos_t, const float *sin_t,
+                         const int32_t *pos, int N, int NH, int HD, ct_stream_t stream);
+int ct_rope_backward_cuda(float *dinp, const float *dout, const float *cos_t, const float *sin_t,
+                          const int32_t *pos, int N, int NH, int HD, ct_stream_t stream);
+
 /* ---- scores and loss (kernels/cuda/loss.cu) ---------------------------------------------------
  */
 

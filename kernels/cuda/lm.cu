@@ -1,0 +1,280 @@
+/*
+ * lm.cu - the language models' ops, the twins of kernels/cpu/lm.c: RMSNorm, GELU, SwiGLU's gate,
+ * RoPE. RoPE's table is the CPU's (ct_rope_table_cpu, computed once and copied to the device).
+ *
+ * RMSNorm: one warp per row, the row sums in double as on the CPU (so rstd nearly always rounds
+ * to the CPU's float) and the per-element formulas with round-to-nearest intrinsics: where rstd
+ * agrees, out and dinp agree bit for bit. The weight gradient is a column sum over rows: each
+ * warp of each block of CT_RMSNORM_BWD_CUDA_ROWS rows adds its rows into its own partial in
+ * scratch (lanes own channels: no two threads touch one element, no shared memory, so any width
+ * works), and a second kernel adds the partials in order: deterministic, no atomics.
+ * RoPE is two products and a sum per element with the same intrinsics: the CPU's bits.
+ * GELU and SwiGLU call the device's tanhf / erff / expf, which are within 2 ulp of glibc's.
+ *
+ * Not here: the table (the CPU computes it), attention, the embedding, the LM head.
+ */
+#include "ct_cuda_common.h"
+
+#define CT__RMS_WARPS CT_RMSNORM_CUDA_WARPS
+
+#define CT__FOR_EACH(i, n)                                                    \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+/* ---- RMSNorm ----------------------------------------------------------------------------------
+ */
+
+__global__ void __launch_bounds__(CT__RMS_WARPS * 32)
+    ct_cuda_lm__rms_fwd_kernel(float *out, float *rstd, const float *inp, const float *weight,
+                               int N, int C, float eps)
+{
+    const int lane = (int)(threadIdx.x & 31);
+    const int64_t row = (int64_t)blockIdx.x * CT__RMS_WARPS + (threadIdx.x >> 5);
+    if (row >= N)
+        return; /* the whole warp; no block-wide barrier */
+    const float *x = inp + row * C;
+    float *o = out + row * C;
+    double a = 0.0;
+    for (int c = lane; c < C; c += 32)
+        a += (double)x[c] * x[c];
+    const float s = (float)(1.0 / sqrt(ct__warp_sum_f64(a) / C + (double)eps));
+    for (int c = lane; c < C; c += 32)
+        o[c] = __fmul_rn(weight[c], __fmul_rn(x[c], s));
+    if (lane == 0)
+        rstd[row] = s;
+}
+
+extern "C" int ct_rmsnorm_forward_cuda(float *out, float *rstd, const float *inp,
+                                       const float *weight, int N, int C, float eps,
+                                       ct_stream_t stream)
+{
+    CT_CUDA_REQUIRE(N >= 0 && C >= 1);
+    if (N == 0)
+        return 0;
+    CT_LAUNCH(ct_cuda_lm__rms_fwd_kernel, (unsigned)CT_CEIL_DIV(N, CT__RMS_WARPS),
+              CT__RMS_WARPS * 32, 0, stream, out, rstd, inp, weight, N, C, eps);
+    CT_CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+/* Block p, warp w: rows p*R + w, p*R + w + WARPS, ...; its dweight partial is
+ * part[(p * WARPS + w) * C ..]. */
+__global__ void __launch_bounds__(CT__RMS_WARPS * 32)
+    ct_cuda_lm__rms_bwd_kernel(float *dinp, float *part, const float *dout, const float *inp,
+                               const float *weight, const float *rstd, int N, int C)
+{
+    const int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x >> 5);
+    float *acc = part + ((size_t)blockIdx.x * CT__RMS_WARPS + w) * C;
+    for (int c = lane; c < C; c += 32)
+        acc[c] = 0.0f;
+    const int64_t r0 = (int64_t)blockIdx.x * CT_RMSNORM_BWD_CUDA_ROWS;
+    const int64_t r1 = r0 + CT_RMSNORM_BWD_CUDA_ROWS < N ? r0 + CT_RMSNORM_BWD_CUDA_ROWS : N;
+    for (int64_t row = r0 + w; row < r1; row += CT__RMS_WARPS) {
+        const float *x = inp + row * C;
+        const float *d = dout + row * C;
+        float *dx = dinp + row * C;
+        const float s = rstd[row];
+        /* dx = s (g - xhat mean(g xhat)), g = dout weight, xhat = x s; (double)g * xhat is
+         * exact, as on the CPU */
+        double gx = 0.0;
+        for (int c = lane; c < C; c += 32)
+            gx += (double)__fmul_rn(d[c], weight[c]) * __fmul_rn(x[c], s);
+        const float gxmean = (float)(ct__warp_sum_f64(gx) / C);
+        for (int c = lane; c < C; c += 32) {
+            const float xhat = __fmul_rn(x[c], s);
+            acc[c] = __fadd_rn(acc[c], __fmul_rn(d[c], xhat));
+            dx[c] = __fadd_rn(
+                dx[c],
+                __fmul_rn(__fsub_rn(__fmul_rn(d[c], weight[c]), __fmul_rn(xhat, gxmean)), s));
+        }
+    }
+}
+
+/* dweight[c] += sum_q part[q][c], q in order. */
+__global__ void ct_cuda_lm__rms_bwd_final_kernel(float *dweight, const float *part, int parts,
+                                                 int C)
+{
+    const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (c >= C)
+        return;
+    float t = 0.0f;
+    for (int q = 0; q < parts; q++)
+        t = __fadd_rn(t, part[(size_t)q * C + c]);
+    dweight[c] = __fadd_rn(dweight[c], t);
+}
+
+extern "C" int ct_rmsnorm_backward_cuda(float *dinp, float *dweight, float *scratch,
+                                        const float *dout, const float *inp, const float *weight,
+                                        const float *rstd, int N, int C, ct_stream_t stream)
+{
+    CT_CUDA_REQUIRE(N >= 0 && C >= 1);
+    if (N == 0)
+        return 0;
+    const int blocks = (int)CT_CEIL_DIV(N, CT_RMSNORM_BWD_CUDA_ROWS);
+    CT_LAUNCH(ct_cuda_lm__rms_bwd_kernel, (unsigned)blocks, CT__RMS_WARPS * 32, 0, stream, dinp,
+              scratch, dout, inp, weight, rstd, N, C);
+    CT_CUDA_CHECK_LAUNCH();
+    CT_LAUNCH(ct_cuda_lm__rms_bwd_final_kernel, (unsigned)CT_CEIL_DIV(C, 128), 128, 0, stream,
+              dweight, scratch, blocks * CT__RMS_WARPS, C);
+    CT_CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+/* ---- GELU and SwiGLU --------------------------------------------------------------------------
+ */
+
+#define CT__SQRT_2_OVER_PI 0.7978845608028654f
+#define CT__GELU_A         0.044715f
+#define CT__INV_SQRT_2     0.7071067811865476f
+#define CT__INV_SQRT_2PI   0.3989422804014327f
+
+__global__ void ct_cuda_lm__gelu_fwd_kernel(float *out, const float *inp, int64_t n, int kind)
+{
+    CT__FOR_EACH(i, n)
+    {
+        const float x = inp[i];
+        if (kind == CT_GELU_TANH) {
+            const float u =
+                __fmul_rn(CT__SQRT_2_OVER_PI,
+                          __fadd_rn(x, __fmul_rn(CT__GELU_A, __fmul_rn(__fmul_rn(x, x), x))));
+            out[i] = __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(u)));
+        } else {
+            out[i] =
+                __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, erff(__fmul_rn(x, CT__INV_SQRT_2))));
+        }
+    }
+}
+
+__global__ void ct_cuda_lm__gelu_bwd_kernel(float *dinp, const float *dout, const float *inp,
+                                            int64_t n, int kind)
+{
+    CT__FOR_EACH(i, n)
+    {
+        const float x = inp[i];
+        float dg;
+        if (kind == CT_GELU_TANH) {
+            const float u =
+                __fmul_rn(CT__SQRT_2_OVER_PI,
+                          __fadd_rn(x, __fmul_rn(CT__GELU_A, __fmul_rn(__fmul_rn(x, x), x))));
+            const float t = tanhf(u);
+            const float du =
+                __fmul_rn(CT__SQRT_2_OVER_PI,
+                          __fadd_rn(1.0f, __fmul_rn(__fmul_rn(3.0f, CT__GELU_A), __fmul_rn(x, x))));
+            dg = __fadd_rn(
+                __fmul_rn(0.5f, __fadd_rn(1.0f, t)),
+                __fmul_rn(__fmul_rn(__fmul_rn(0.5f, x), __fsub_rn(1.0f, __fmul_rn(t, t))), du));
+        } else {
+            const float cdf = __fmul_rn(0.5f, __fadd_rn(1.0f, erff(__fmul_rn(x, CT__INV_SQRT_2))));
+            const float pdf = __fmul_rn(CT__INV_SQRT_2PI, expf(__fmul_rn(__fmul_rn(-0.5f, x), x)));
+            dg = __fadd_rn(cdf, __fmul_rn(x, pdf));
+        }
+        dinp[i] = __fadd_rn(dinp[i], __fmul_rn(dout[i], dg));
+    }
+}
+
+__global__ void ct_cuda_lm__swiglu_fwd_kernel(float *out, const float *gate, const float *up,
+                                              int64_t n)
+{
+    CT__FOR_EACH(i, n)
+    {
+        const float g = gate[i];
+        out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+    }
+}
+
+__global__ void ct_cuda_lm__swiglu_bwd_kernel(float *dgate, float *dup, const float *dout,
+                                              const float *gate, const float *up, int64_t n)
+{
+    CT__FOR_EACH(i, n)
+    {
+        const float g = gate[i], d = dout[i];
+        const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
+        const float dsilu = __fmul_rn(sig, __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, sig))));
+        dgate[i] = __fadd_rn(dgate[i], __fmul_rn(__fmul_rn(d, up[i]), dsilu));
+        dup[i] = __fadd_rn(dup[i], __fmul_rn(d, __fmul_rn(g, sig)));
+    }
+}
+
+#define CT__LAUNCH_1D(kernel, n, stream, ...)                                                \
+    do {                                                                                     \
+        CT_CUDA_REQUIRE((n) >= 0);                                                           \
+        if ((n) == 0)                                                                        \
+            return 0;                                                                        \
+        CT_LAUNCH(kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream, __VA_ARGS__); \
+        CT_CUDA_CHECK_LAUNCH();                                                              \
+        return 0;                                                                            \
+    } while (0)
+
+extern "C" int ct_gelu_forward_cuda(float *out, const float *inp, int64_t n, ct_gelu_kind_t kind,
+                                    ct_stream_t stream)
+{
+    CT_CUDA_REQUIRE(kind == CT_GELU_TANH || kind == CT_GELU_ERF);
+    CT__LAUNCH_1D(ct_cuda_lm__gelu_fwd_kernel, n, stream, out, inp, n, (int)kind);
+}
+
+extern "C" int ct_gelu_backward_cuda(float *dinp, const float *dout, const float *inp, int64_t n,
+                                     ct_gelu_kind_t kind, ct_stream_t stream)
+{
+    CT_CUDA_REQUIRE(kind == CT_GELU_TANH || kind == CT_GELU_ERF);
+    CT__LAUNCH_1D(ct_cuda_lm__gelu_bwd_kernel, n, stream, dinp, dout, inp, n, (int)kind);
+}
+
+extern "C" int ct_swiglu_forward_cuda(float *out, const float *gate, const float *up, int64_t n,
+                                      ct_stream_t stream)
+{
+    CT__LAUNCH_1D(ct_cuda_lm__swiglu_fwd_kernel, n, stream, out, gate, up, n);
+}
+
+extern "C" int ct_swiglu_backward_cuda(float *dgate, float *dup, const float *dout,
+                                       const float *gate, const float *up, int64_t n,
+                                       ct_stream_t stream)
+{
+    CT__LAUNCH_1D(ct_cuda_lm__swiglu_bwd_kernel, n, stream, dgate, dup, dout, gate, up, n);
+}
+
+/* ---- RoPE -------------------------------------------------------------------------------------
+ */
+
+/* One thread per (row, head, pair i < H). */
+__global__ void ct_cuda_lm__rope_kernel(float *out, const float *inp, const float *cos_t,
+                                        const float *sin_t, const int32_t *pos, int N, int NH,
+                                        int HD, int backward)
+{
+    const int H = HD / 2;
+    const int64_t total = (int64_t)N * NH * H;
+    CT__FOR_EACH(k, total)
+    {
+        const int i = (int)(k % H);
+        const int64_t rh = k / H; /* row * NH + head */
+        const int64_t r = rh / NH;
+        const float c = cos_t[(int64_t)pos[r] * H + i], s = sin_t[(int64_t)pos[r] * H + i];
+        const float *x = inp + rh * HD;
+        float *o = out + rh * HD;
+        const float x1 = x[i], x2 = x[i + H];
+        if (!backward) {
+            o[i] = __fadd_rn(__fmul_rn(x1, c), -__fmul_rn(x2, s));
+            o[i + H] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+        } else {
+            o[i] = __fadd_rn(o[i], __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+            o[i + H] = __fadd_rn(o[i + H], __fsub_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+        }
+    }
+}
+
+extern "C" int ct_rope_forward_cuda(float *out, const float *inp, const float *cos_t,
+                                    const float *sin_t, const int32_t *pos, int N, int NH, int HD,
+                                    ct_stream_t stream)
+{
+    CT_CUDA_REQUIRE(N >= 0 && NH >= 1 && HD >= 2 && HD % 2 == 0);
+    const int64_t n = (int64_t)N * NH * (HD / 2);
+    CT__LAUNCH_1D(ct_cuda_lm__rope_kernel, n, stream, out, inp, cos_t, sin_t, pos, N, NH, HD, 0);
+}
+
+extern "C" int ct_rope_backward_cuda(float *dinp, const float *dout, const float *cos_t,
+                                     const float *sin_t, const int32_t *pos, int N, int NH, int HD,
+                                     ct_stream_t stream)
+{
+    CT_CUDA_REQUIRE(N >= 0 && NH >= 1 && HD >= 2 && HD % 2 == 0);
+    const int64_t n = (int64_t)N * NH * (HD / 2);
+    CT__LAUNCH_1D(ct_cuda_lm__rope_kernel, n, stream, dinp, dout, cos_t, sin_t, pos, N, NH, HD, 1);
+}

@@ -1,0 +1,171 @@
+/*
+ * test_lm_gpu.c (gpu suite; kernels suite on the emulator) - the language models' ops on the GPU
+ * (kernels/cuda/lm.cu) against their CPU twins (kernels/cpu/lm.c):
+ *   - RoPE forward and backward: bit for bit (two products and a sum, the same intrinsics);
+ *   - RMSNorm: out, rstd and dinp bit for bit wherever rstd rounds as on the CPU (the row sums
+ *     are double on both, in another order), checked within atol 1e-6, rtol 1e-6 and counted;
+ *     dweight, a column sum in another order over N rows of terms of order 1: atol 1e-5,
+ *     rtol 1e-5 (float rounding 6e-8 per addition, a few hundred rows);
+ *   - GELU and SwiGLU: the device's tanhf, erff, expf are within 2 ulp of glibc's, and the
+ *     formulas multiply them by values up to ~6: atol 2e-6, rtol 2e-6.
+ * Outputs are poisoned first; backward gradients start from random values and get two calls
+ * (the += contract). Sizes: Qwen2.5-0.5B's width 896 and 7B's 3584 (wider than shared memory
+ * would hold), an odd width, and an element count that needs the grid-stride loop's second
+ * pass.
+ */
+#include "gcheck.h"
+
+#define LM_EPS 1e-6f
+
+static void rms_case(int N, int C, uint64_t stream)
+{
+    printf("rmsnorm N=%d C=%d\n", N, C);
+    const int64_t n = (int64_t)N * C;
+    float *x = gk_host_rand(n, -2.0f, 2.0f, stream), *w = gk_host_rand(C, 0.5f, 1.5f, stream + 1);
+    float *dout = gk_host_rand(n, -1.0f, 1.0f, stream + 2);
+    float *dx0 = gk_host_rand(n, -1.0f, 1.0f, stream + 3),
+          *dw0 = gk_host_rand(C, -1.0f, 1.0f, stream + 4);
+    float *out = KC_ALLOC(float, n), *rstd = KC_ALLOC(float, N), *got = KC_ALLOC(float, n);
+    float *gotr = KC_ALLOC(float, N), *dx = KC_ALLOC(float, n), *dw = KC_ALLOC(float, C);
+    ct_rmsnorm_forward_cpu(out, rstd, x, w, N, C, LM_EPS);
+    memcpy(dx, dx0, (size_t)n * sizeof *dx);
+    memcpy(dw, dw0, (size_t)C * sizeof *dw);
+    ct_rmsnorm_backward_cpu(dx, dw, dout, x, w, rstd, N, C);
+    ct_rmsnorm_backward_cpu(dx, dw, dout, x, w, rstd, N, C);
+
+    float *d_x = gk_dup(float, x, n), *d_w = gk_dup(float, w, C), *d_out = gk_alloc(float, n);
+    float *d_rstd = gk_alloc(float, N), *d_dout = gk_dup(float, dout, n);
+    float *d_dx = gk_dup(float, dx0, n), *d_dw = gk_dup(float, dw0, C);
+    float *d_scr = gk_alloc(float, CT_RMSNORM_BWD_CUDA_SCRATCH(N, C));
+    CT_ASSERT_OK(ct_rmsnorm_forward_cuda(d_out, d_rstd, d_x, d_w, N, C, LM_EPS, NULL));
+    gk_download(gotr, d_rstd, (size_t)N * sizeof(float));
+    gk_download(got, d_out, (size_t)n * sizeof(float));
+    int same = 0;
+    for (int r = 0; r < N; r++)
+        same += gotr[r] == rstd[r];
+    printf("  rstd equal to the CPU's bits in %d of %d rows\n", same, N);
+    gk_check("rmsnorm rstd", gotr, rstd, N, 0, 1e-6);
+    gk_check("rmsnorm out", got, out, n, 1e-6, 1e-6);
+    /* the backward from the CPU's rstd, so that dinp's formula is compared on equal inputs */
+    gk_upload(d_rstd, rstd, (size_t)N * sizeof(float));
+    for (int k = 0; k < 2; k++)
+        CT_ASSERT_OK(
+            ct_rmsnorm_backward_cuda(d_dx, d_dw, d_scr, d_dout, d_x, d_w, d_rstd, N, C, NULL));
+    gk_download(got, d_dx, (size_t)n * sizeof(float));
+    gk_check("rmsnorm dinp x2", got, dx, n, 1e-6, 1e-6);
+    gk_download(got, d_dw, (size_t)C * sizeof(float));
+    gk_check("rmsnorm dweight x2", got, dw, C, 1e-5, 1e-5);
+    gk_free_all();
+    free(x), free(w), free(dout), free(dx0), free(dw0), free(out), free(rstd), free(got);
+    free(gotr), free(dx), free(dw);
+}
+
+static void test_rmsnorm(void)
+{
+    rms_case(70, 896, 10);
+    rms_case(9, 3584, 20);
+    rms_case(130, 13, 30);
+}
+
+static void test_gelu_swiglu(void)
+{
+    const int64_t n = 300001;
+    float *x = gk_host_rand(n, -6.0f, 6.0f, 40), *u = gk_host_rand(n, -2.0f, 2.0f, 41);
+    float *dout = gk_host_rand(n, -1.0f, 1.0f, 42), *g0 = gk_host_rand(n, -1.0f, 1.0f, 43);
+    float *g1 = gk_host_rand(n, -1.0f, 1.0f, 44);
+    float *ref = KC_ALLOC(float, n), *ref2 = KC_ALLOC(float, n), *got = KC_ALLOC(float, n);
+    const size_t nb = (size_t)n * sizeof(float);
+    float *d_x = gk_dup(float, x, n), *d_u = gk_dup(float, u, n), *d_dout = gk_dup(float, dout, n);
+    float *d_out = gk_alloc(float, n), *d_g0 = gk_alloc(float, n), *d_g1 = gk_alloc(float, n);
+    for (int kind = CT_GELU_TANH; kind <= CT_GELU_ERF; kind++) {
+        printf("gelu %s\n", kind == CT_GELU_TANH ? "tanh" : "erf");
+        ct_gelu_forward_cpu(ref, x, n, (ct_gelu_kind_t)kind);
+        gk_poison(d_out, nb);
+        CT_ASSERT_OK(ct_gelu_forward_cuda(d_out, d_x, n, (ct_gelu_kind_t)kind, NULL));
+        gk_download(got, d_out, nb);
+        gk_check("gelu forward", got, ref, n, 2e-6, 2e-6);
+        memcpy(ref, g0, nb);
+        ct_gelu_backward_cpu(ref, dout, x, n, (ct_gelu_kind_t)kind);
+        ct_gelu_backward_cpu(ref, dout, x, n, (ct_gelu_kind_t)kind);
+        gk_upload(d_g0, g0, nb);
+        for (int k = 0; k < 2; k++)
+            CT_ASSERT_OK(ct_gelu_backward_cuda(d_g0, d_dout, d_x, n, (ct_gelu_kind_t)kind, NULL));
+        gk_download(got, d_g0, nb);
+        gk_check("gelu backward x2", got, ref, n, 2e-6, 2e-6);
+    }
+    printf("swiglu\n");
+    ct_swiglu_forward_cpu(ref, x, u, n);
+    gk_poison(d_out, nb);
+    CT_ASSERT_OK(ct_swiglu_forward_cuda(d_out, d_x, d_u, n, NULL));
+    gk_download(got, d_out, nb);
+    gk_check("swiglu forward", got, ref, n, 2e-6, 2e-6);
+    memcpy(ref, g0, nb);
+    memcpy(ref2, g1, nb);
+    ct_swiglu_backward_cpu(ref, ref2, dout, x, u, n);
+    ct_swiglu_backward_cpu(ref, ref2, dout, x, u, n);
+    gk_upload(d_g0, g0, nb);
+    gk_upload(d_g1, g1, nb);
+    for (int k = 0; k < 2; k++)
+        CT_ASSERT_OK(ct_swiglu_backward_cuda(d_g0, d_g1, d_dout, d_x, d_u, n, NULL));
+    gk_download(got, d_g0, nb);
+    gk_check("swiglu dgate x2", got, ref, n, 2e-6, 2e-6);
+    gk_download(got, d_g1, nb);
+    gk_check("swiglu dup x2", got, ref2, n, 2e-6, 2e-6);
+    gk_free_all();
+    free(x), free(u), free(dout), free(g0), free(g1), free(ref), free(ref2), free(got);
+}
+
+static void test_rope(void)
+{
+    enum { N = 37, NH = 14, HD = 64, P = 1000, H = HD / 2 };
+    const int64_t n = (int64_t)N * NH * HD;
+    const size_t nb = (size_t)n * sizeof(float);
+    float *cs = KC_ALLOC(float, (size_t)P *H), *sn = KC_ALLOC(float, (size_t)P *H);
+    ct_rope_table_cpu(cs, sn, P, HD, 1000000.0f);
+    int32_t pos[N];
+    for (int r = 0; r < N; r++)
+        pos[r] = (r * 131 + 7) % P;
+    float *x = gk_host_rand(n, -2.0f, 2.0f, 50), *dout = gk_host_rand(n, -1.0f, 1.0f, 51);
+    float *g0 = gk_host_rand(n, -1.0f, 1.0f, 52);
+    float *ref = KC_ALLOC(float, n), *got = KC_ALLOC(float, n);
+    float *d_cs = gk_dup(float, cs, (size_t)P *H), *d_sn = gk_dup(float, sn, (size_t)P *H);
+    int32_t *d_pos = gk_dup(int32_t, pos, N);
+    float *d_x = gk_dup(float, x, n), *d_out = gk_alloc(float, n), *d_dout = gk_dup(float, dout, n);
+    float *d_g = gk_dup(float, g0, n);
+    ct_rope_forward_cpu(ref, x, cs, sn, pos, N, NH, HD);
+    CT_ASSERT_OK(ct_rope_forward_cuda(d_out, d_x, d_cs, d_sn, d_pos, N, NH, HD, NULL));
+    gk_download(got, d_out, nb);
+    GK_ASSERT_BITEQ("rope forward", got, ref, n);
+    CT_ASSERT_OK(ct_rope_forward_cuda(d_x, d_x, d_cs, d_sn, d_pos, N, NH, HD, NULL));
+    gk_download(got, d_x, nb);
+    GK_ASSERT_BITEQ("rope forward in place", got, ref, n);
+    memcpy(ref, g0, nb);
+    ct_rope_backward_cpu(ref, dout, cs, sn, pos, N, NH, HD);
+    ct_rope_backward_cpu(ref, dout, cs, sn, pos, N, NH, HD);
+    for (int k = 0; k < 2; k++)
+        CT_ASSERT_OK(ct_rope_backward_cuda(d_g, d_dout, d_cs, d_sn, d_pos, N, NH, HD, NULL));
+    gk_download(got, d_g, nb);
+    GK_ASSERT_BITEQ("rope backward x2", got, ref, n);
+    gk_free_all();
+    free(cs), free(sn), free(x), free(dout), free(g0), free(ref), free(got);
+}
+
+static void test_bad_shapes(void)
+{
+    CT_ASSERT_ERR(ct_rmsnorm_forward_cuda(NULL, NULL, NULL, NULL, 1, 0, LM_EPS, NULL),
+                  CT_ERANGE_VALUE);
+    CT_ASSERT_ERR(ct_rope_forward_cuda(NULL, NULL, NULL, NULL, NULL, 1, 1, 7, NULL),
+                  CT_ERANGE_VALUE);
+    CT_ASSERT_ERR(ct_gelu_forward_cuda(NULL, NULL, 1, (ct_gelu_kind_t)9, NULL), CT_ERANGE_VALUE);
+    CT_ASSERT_OK(ct_swiglu_forward_cuda(NULL, NULL, NULL, 0, NULL));
+}
+
+int main(void)
+{
+    gk_require_gpu();
+    CT_RUN(test_rmsnorm);
+    CT_RUN(test_gelu_swiglu);
+    CT_RUN(test_rope);
+    CT_RUN(test_bad_shapes);
+    return 0;
+}
