@@ -163,7 +163,9 @@ static int ctrun_agent__setup_store(ctrun_agent_t *a, ct_errbuf_t *eb)
     ctrun_kv_remote_opts_t ko = {
         .host = cfg->store_addr.host,
         .port = cfg->store_addr.port,
-        .connect_timeout_ms = (int64_t)(timeout_s * 1000.0),
+        /* The rendezvous timer owns the attempt's deadline and says why it passed; connecting
+         * gives up a second later, so a silent endpoint is reported once, by the timer. */
+        .connect_timeout_ms = (int64_t)(timeout_s * 1000.0) + 1000,
         .op_timeout_ms = (int64_t)(cfg->rdzv_conf.read_timeout_s * 1000.0),
         .backoff_max_ms = 1000,
         .token = cfg->rdzv_conf.store_token,
