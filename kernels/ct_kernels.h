@@ -446,6 +446,16 @@ void ct_bce_loss_cpu(float *loss, float *dpos, float *dneg, const float *pos_log
 void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
                     const float *wte, const int32_t *pos, int N, int C, int V, float count);
 
+/* The language models' next-token loss through the (tied or separate) LM head wte: the same
+ * chunked pass over CT_CE_CHUNK rows (the N x V logits never exist at once), with every token
+ * 0..V-1 a class; row r has a target iff tgt[r] >= 0 (transformers' ignore index -100 is any
+ * negative). dfeats NULL: no feature gradient (evaluation); dwte NULL: a frozen head gets no
+ * gradient.
+ *   loss: (1)   dfeats: (N,C) += or NULL   dwte: (V,C) += or NULL
+ *   scratch: CT_CE_SCRATCH(V,C) floats   feats: (N,C)   wte: (V,C)   tgt: (N) */
+void ct_lm_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
+                       const float *wte, const int32_t *tgt, int N, int C, int V, float count);
+
 /* Sampled softmax cross-entropy with M negatives per sequence, shared by all its positions
  * (Klenitskiy & Vasilev's "SASRec+ with N negatives"): for row (b,t) with pos != 0,
  *   loss += (logsumexp(s0, s1..sM) - s0) / count,  s0 = f . wte[pos],  sk = f . wte[neg[b,k-1]]

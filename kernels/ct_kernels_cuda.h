@@ -215,8 +215,8 @@ int ct_rmsnorm_forward_cuda(float *out, float *rstd, const float *inp, const flo
 /*   scratch: CT_RMSNORM_BWD_CUDA_SCRATCH(N, C) floats */
 #define CT_RMSNORM_CUDA_WARPS    4 /* warps per block */
 #define CT_RMSNORM_BWD_CUDA_ROWS 64
-#define CT_RMSNORM_BWD_CUDA_SCRATCH(N, C)                   \
-    (CT_RMSNORM_CUDA_WARPS * (size_t)(C) *                  \
+#define CT_RMSNORM_BWD_CUDA_SCRATCH(N, C)  \
+    (CT_RMSNORM_CUDA_WARPS * (size_t)(C) * \
      (((size_t)(N) + CT_RMSNORM_BWD_CUDA_ROWS - 1) / CT_RMSNORM_BWD_CUDA_ROWS))
 int ct_rmsnorm_backward_cuda(float *dinp, float *dweight, float *scratch, const float *dout,
                              const float *inp, const float *weight, const float *rstd, int N, int C,
@@ -394,6 +394,11 @@ int ct_mhc_collapse_backward_cuda(float *dX, const float *dx, int N, int n, int 
 int ct_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
                     const float *wte, const int32_t *pos, int N, int C, int V, float count,
                     const ct_cuda_ctx_t *ctx);
+/* The language models' loss (ct_lm_ce_loss_cpu): the same kernels over classes 0..V-1, rows
+ * with tgt < 0 without a target, NULL gradients skipped. Scratch: CT_CE_CUDA_SCRATCH(N, V). */
+int ct_lm_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
+                       const float *wte, const int32_t *tgt, int N, int C, int V, float count,
+                       const ct_cuda_ctx_t *ctx);
 int ct_sampled_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *scratch,
                             const float *feats, const float *wte, const int32_t *pos,
                             const int32_t *neg, int B, int L, int C, int M, float count,

@@ -417,3 +417,27 @@ void ref_rope(double *out, const double *inp, const double *cos_t, const double 
                 out[base + i] = inp[base + i] * c + rot * s;
             }
 }
+
+double ref_lm_ce(const double *feats, const double *wte, const int32_t *tgt, int N, int C, int V,
+                 double count)
+{
+    double total = 0.0;
+    double *lg = malloc((size_t)V * sizeof *lg);
+    for (int r = 0; r < N; r++) {
+        if (tgt[r] < 0)
+            continue;
+        double mx = -INFINITY, s = 0.0;
+        for (int i = 0; i < V; i++) {
+            double d = 0.0;
+            for (int c = 0; c < C; c++)
+                d += feats[(size_t)r * C + c] * wte[(size_t)i * C + c];
+            lg[i] = d;
+            mx = fmax(mx, d);
+        }
+        for (int i = 0; i < V; i++)
+            s += exp(lg[i] - mx);
+        total += mx + log(s) - lg[tgt[r]];
+    }
+    free(lg);
+    return count > 0 ? total / count : 0.0;
+}

@@ -2,8 +2,10 @@
  * test_lm.c - the language models' ops (kernels/cpu/lm.c): RMSNorm, GELU (tanh and erf), SwiGLU
  * and RoPE, each forward against its float64 formula (ref64.c) and each gradient against central
  * finite differences of that formula; the accumulate contract; poisoned outputs; RoPE's table
- * against the float64 cosine of transformers' float32 angles. Widths are Qwen2's head width 64
- * and odd ones (13, 7 pairs) so the eight-wide loops meet their tails.
+ * against the float64 cosine of transformers' float32 angles; and the next-token loss through the
+ * LM head (ct_lm_ce_loss_cpu in kernels/cpu/loss.c: several chunks, ignored rows, a frozen head,
+ * the loss alone). Widths are Qwen2's head width 64 and odd ones (13, 7 pairs) so the eight-wide
+ * loops meet their tails.
  *
  * Tolerances (|got - ref| <= atol + rtol |ref|; each case prints its worst element):
  *   RMSNorm: the row sum is double, so the error is the float element work: x * s, then
@@ -13,6 +15,8 @@
  *     atol 1e-6, rtol 1e-5.
  *   RoPE: two products and a sum per element: atol 1e-6, rtol 1e-5; the table: cosf/sinf of the
  *     same float32 angle, 2 ulp of 1: 3e-7.
+ *   LM loss: the loss within 1e-6; gradients are of order 1/count (~1e-2..1e-3): atol 1e-7,
+ *     rtol 1e-4 for the float logits, softmax and products.
  * A wrong term (a missing mean, a wrong sign, a swapped half) moves results by 1e-2 or more.
  */
 #include <math.h>
@@ -290,6 +294,77 @@ static void test_rope(void)
     rope_check(5, 3, 14, 70);
 }
 
+/* ---- the next-token loss --------------------------------------------------------------------- */
+
+typedef struct lce_case {
+    int N, C, V;
+    double *f, *w;
+    const int32_t *tgt;
+    double count;
+} lce_case_t;
+
+static double lce_objective(void *p)
+{
+    lce_case_t *c = p;
+    return ref_lm_ce(c->f, c->w, c->tgt, c->N, c->C, c->V, c->count);
+}
+
+/* N rows (more than one chunk of CT_CE_CHUNK when N > 128), targets 0..V-1 with token 0 and
+ * V-1 among them, every seventh row ignored (-100). Loss against the float64 formula, both
+ * gradients against finite differences, the += contract, and the NULL gradients (loss alone;
+ * a frozen table) giving the same loss and the same feature gradient. */
+static void lce_check(int N, int C, int V, uint64_t stream)
+{
+    printf("case lm ce N=%d C=%d V=%d\n", N, C, V);
+    const int64_t nf = (int64_t)N * C, nw = (int64_t)V * C;
+    float *f = KC_ALLOC(float, nf), *w = KC_ALLOC(float, nw), *df = KC_ALLOC(float, nf);
+    float *dw = KC_ALLOC(float, nw), *df1 = KC_ALLOC(float, nf), *dw1 = KC_ALLOC(float, nw);
+    float *df2 = KC_ALLOC(float, nf), *scr = KC_ALLOC(float, CT_CE_SCRATCH(V, C));
+    int32_t *tgt = KC_ALLOC(int32_t, N);
+    double *f64 = KC_ALLOC(double, nf), *w64 = KC_ALLOC(double, nw);
+    double *g = KC_ALLOC(double, nf > nw ? nf : nw);
+    kc_fill(f, nf, -1.0f, 1.0f, stream);
+    kc_fill(w, nw, -1.0f, 1.0f, stream + 1);
+    int count = 0;
+    for (int r = 0; r < N; r++) {
+        tgt[r] = r % 7 == 3 ? -100 : (int32_t)((r * 37 + (r % 5 == 0 ? 0 : 11)) % V);
+        count += tgt[r] >= 0;
+    }
+    tgt[0] = 0, tgt[1] = V - 1;
+    float loss = NAN, loss2 = NAN;
+    ct_lm_ce_loss_cpu(&loss, df, dw, scr, f, w, tgt, N, C, V, (float)count);
+    kc_to_double(f64, f, nf);
+    kc_to_double(w64, w, nw);
+    lce_case_t c = {N, C, V, f64, w64, tgt, (double)count};
+    double ref = lce_objective(&c);
+    printf("  loss %.7f, float64 %.7f\n", loss, ref);
+    CT_ASSERT_CLOSE(loss, ref, 1e-6, 1e-6);
+    kc_fd_grad(g, f64, nf, 1e-5, lce_objective, &c);
+    kc_check("d feats vs finite diff", df, g, nf, 1e-7, 1e-4);
+    kc_fd_grad(g, w64, nw, 1e-5, lce_objective, &c);
+    kc_check("d wte vs finite diff", dw, g, nw, 1e-7, 1e-4);
+    memcpy(df1, df, (size_t)nf * sizeof *df);
+    memcpy(dw1, dw, (size_t)nw * sizeof *dw);
+    ct_lm_ce_loss_cpu(&loss2, df, dw, scr, f, w, tgt, N, C, V, (float)count);
+    KC_ASSERT_DOUBLED(df, df1, nf);
+    KC_ASSERT_DOUBLED(dw, dw1, nw);
+    /* a frozen head: the same loss and feature gradient, no table gradient */
+    ct_lm_ce_loss_cpu(&loss2, df2, NULL, scr, f, w, tgt, N, C, V, (float)count);
+    CT_ASSERT(loss2 == loss);
+    CT_ASSERT(memcmp(df2, df1, (size_t)nf * sizeof *df) == 0);
+    /* evaluation: the loss alone */
+    ct_lm_ce_loss_cpu(&loss2, NULL, NULL, scr, f, w, tgt, N, C, V, (float)count);
+    CT_ASSERT(loss2 == loss);
+    free(f), free(w), free(df), free(dw), free(df1), free(dw1), free(df2), free(scr), free(tgt);
+    free(f64), free(w64), free(g);
+}
+
+static void test_lm_ce(void)
+{
+    lce_check(20, 16, 97, 80);
+    lce_check(300, 6, 40, 90);
+}
+
 int main(void)
 {
     CT_RUN(test_rmsnorm);
@@ -298,5 +373,6 @@ int main(void)
     CT_RUN(test_swiglu);
     CT_RUN(test_rope_table);
     CT_RUN(test_rope);
+    CT_RUN(test_lm_ce);
     return 0;
 }

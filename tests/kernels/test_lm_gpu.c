@@ -8,6 +8,7 @@
  *     rtol 1e-5 (float rounding 6e-8 per addition, a few hundred rows);
  *   - GELU and SwiGLU: the device's tanhf, erff, expf are within 2 ulp of glibc's, and the
  *     formulas multiply them by values up to ~6: atol 2e-6, rtol 2e-6.
+ *   - the next-token loss (ct_lm_ce_loss_cuda in kernels/cuda/xent.cu): see lce_case.
  * Outputs are poisoned first; backward gradients start from random values and get two calls
  * (the += contract). Sizes: Qwen2.5-0.5B's width 896 and 7B's 3584 (wider than shared memory
  * would hold), an odd width, and an element count that needs the grid-stride loop's second
@@ -150,6 +151,71 @@ static void test_rope(void)
     free(cs), free(sn), free(x), free(dout), free(g0), free(ref), free(got);
 }
 
+/* The next-token loss through the LM head against ct_lm_ce_loss_cpu: token 0 and V-1 as
+ * targets, ignored rows, more rows than one chunk; then a frozen head (dwte NULL) and the loss
+ * alone. Tolerances as the catalogue CE's GPU test (the same kernels): the loss 1e-5 relative,
+ * gradients atol 1e-6, rtol 1e-4 (sgemm and the softmax sum in another order). */
+static void lce_case(int N, int C, int V)
+{
+    printf("lm ce N=%d C=%d V=%d rows/chunk=%zu\n", N, C, V, CT_CE_CUDA_ROWS(V));
+    float *feats = gk_host_rand((int64_t)N * C, -1, 1, 60);
+    float *wte = gk_host_rand((int64_t)V * C, -1, 1, 61);
+    int32_t *tgt = KC_ALLOC(int32_t, N);
+    int count = 0;
+    for (int r = 0; r < N; r++) {
+        tgt[r] = r % 7 == 3 ? -100 : (int32_t)(((int64_t)r * 7919) % V);
+        count += tgt[r] >= 0;
+    }
+    tgt[0] = 0, tgt[1] = V - 1;
+    float *gf0 = gk_host_rand((int64_t)N * C, -1, 1, 62);
+    float *ge0 = gk_host_rand((int64_t)V * C, -1, 1, 63);
+    float *rf = KC_ALLOC(float, (int64_t)N *C), *re = KC_ALLOC(float, (int64_t)V *C);
+    memcpy(rf, gf0, (size_t)N * C * 4), memcpy(re, ge0, (size_t)V * C * 4);
+    float *sc = KC_ALLOC(float, CT_CE_SCRATCH(V, C));
+    float loss = 0.0f;
+    for (int rep = 0; rep < 2; rep++)
+        ct_lm_ce_loss_cpu(&loss, rf, re, sc, feats, wte, tgt, N, C, V, (float)count);
+
+    ct_cuda_ctx_t ctx;
+    CT_ASSERT_OK(ct_cuda_ctx_init(&ctx, NULL, 0));
+    float *dl = gk_alloc(float, 1), *df = gk_dup(float, gf0, (int64_t)N *C);
+    float *de = gk_dup(float, ge0, (int64_t)V *C);
+    float *dfe = gk_dup(float, feats, (int64_t)N *C), *dw = gk_dup(float, wte, (int64_t)V *C);
+    int32_t *dt = gk_dup(int32_t, tgt, N);
+    float *gsc = gk_alloc(float, CT_CE_CUDA_SCRATCH(N, V));
+    for (int rep = 0; rep < 2; rep++)
+        CT_ASSERT_OK(ct_lm_ce_loss_cuda(dl, df, de, gsc, dfe, dw, dt, N, C, V, (float)count, &ctx));
+    float gl;
+    float *got = KC_ALLOC(float, (int64_t)(N > V ? N : V) * C);
+    gk_download(&gl, dl, 4);
+    gk_check("lm ce loss", &gl, &loss, 1, 1e-7, 1e-5);
+    gk_download(got, df, (size_t)N * C * 4);
+    gk_check("lm ce dfeats x2", got, rf, (int64_t)N * C, 1e-6, 1e-4);
+    gk_download(got, de, (size_t)V * C * 4);
+    gk_check("lm ce dwte x2", got, re, (int64_t)V * C, 1e-6, 1e-4);
+    /* a frozen head: dwte untouched (NULL); then the loss alone */
+    gk_upload(df, gf0, (size_t)N * C * 4);
+    CT_ASSERT_OK(ct_lm_ce_loss_cuda(dl, df, NULL, gsc, dfe, dw, dt, N, C, V, (float)count, &ctx));
+    CT_ASSERT_OK(ct_lm_ce_loss_cuda(dl, NULL, NULL, gsc, dfe, dw, dt, N, C, V, (float)count, &ctx));
+    gk_download(&gl, dl, 4);
+    gk_check("lm ce loss, no gradients", &gl, &loss, 1, 1e-7, 1e-5);
+    memcpy(rf, gf0, (size_t)N * C * 4);
+    ct_lm_ce_loss_cpu(&loss, rf, NULL, sc, feats, wte, tgt, N, C, V, (float)count);
+    gk_download(got, df, (size_t)N * C * 4);
+    gk_check("lm ce dfeats, frozen head", got, rf, (int64_t)N * C, 1e-6, 1e-4);
+    ct_cuda_ctx_close(&ctx);
+    gk_free_all();
+    free(feats), free(wte), free(tgt), free(gf0), free(ge0), free(rf), free(re), free(sc);
+    free(got);
+}
+
+static void test_lm_ce(void)
+{
+    lce_case(50, 24, 301);
+    /* a vocabulary so wide that a chunk is CT_CE_CUDA_ROWS' minimum of 32 rows: 3 chunks */
+    lce_case(70, 8, 600000);
+}
+
 static void test_bad_shapes(void)
 {
     CT_ASSERT_ERR(ct_rmsnorm_forward_cuda(NULL, NULL, NULL, NULL, 1, 0, LM_EPS, NULL),
@@ -166,6 +232,7 @@ int main(void)
     CT_RUN(test_rmsnorm);
     CT_RUN(test_gelu_swiglu);
     CT_RUN(test_rope);
+    CT_RUN(test_lm_ce);
     CT_RUN(test_bad_shapes);
     return 0;
 }
