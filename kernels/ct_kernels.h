@@ -344,7 +344,8 @@ void ct_mhc_collapse_backward_cpu(float *dX, const float *dx, int N, int n, int 
 
 /* ---- the language models' ops (kernels/cpu/lm.c) ----------------------------------------------
  * What transformers computes in float32 for GPT-2 and Qwen2 (CUDA twins: kernels/cuda/lm.cu;
- * RoPE's table is computed here only and copied to the device).
+ * RoPE's table is computed here only and copied to the device; the grouped-query attention has
+ * no CUDA twin yet).
  *   HD  a head's width (Qwen2: C / NH unless head_dim says otherwise), H = HD / 2 */
 
 /* RMSNorm over the last dimension (Qwen2RMSNorm): out = weight * (x * rstd), rstd = 1 /
@@ -388,6 +389,22 @@ void ct_rope_forward_cpu(float *out, const float *inp, const float *cos_t, const
 /*   dinp: (N,NH,HD) +=   dout: (N,NH,HD) */
 void ct_rope_backward_cpu(float *dinp, const float *dout, const float *cos_t, const float *sin_t,
                           const int32_t *pos, int N, int NH, int HD);
+
+/* Grouped-query causal attention (Qwen2; GPT-2 with KVH = NH) over a packed projection: row t
+ * of sequence b holds [q heads 0..NH-1 | k heads 0..KVH-1 | v heads 0..KVH-1], HD wide each
+ * (Qwen2's q_proj, k_proj and v_proj as one linear; GPT-2's c_attn). Query head h uses key and
+ * value head h / (NH / KVH), as transformers' repeat_kv. For each b, h:
+ *   S[i,j] = scale * q_i . k_j for j <= i (causal; no padding mask: right-padded lines put
+ *            their padding after every real token, where no real query looks),
+ *   att[i,:] = softmax_j S[i,:] (zeros above the diagonal), out_i = sum_j att[i,j] v_j.
+ * scale: 1 / sqrt(HD), GPT-2's scale_attn_by_inverse_layer_idx also / (layer + 1). NH % KVH == 0.
+ *   out: (B,L,NH*HD)   att: (B,NH,L,L) saved for the backward   qkv: (B,L,(NH+2KVH)*HD) */
+void ct_gqa_attention_forward_cpu(float *out, float *att, const float *qkv, int B, int L, int NH,
+                                  int KVH, int HD, float scale);
+/*   dqkv: (B,L,(NH+2KVH)*HD) +=   scratch: (L) floats   dout: (B,L,NH*HD)   att, qkv: as above */
+void ct_gqa_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *att,
+                                   const float *qkv, int B, int L, int NH, int KVH, int HD,
+                                   float scale);
 
 /* ---- element-wise ops (kernels/cpu/elementwise.c) -------------------------------------------- */
 

@@ -1,12 +1,14 @@
 /*
  * lm.c - the element-wise and row-wise ops of the language models (GPT-2, Qwen2) that SASRec
  * does not have: RMSNorm, GELU (tanh and erf forms), SwiGLU's gate, rotary position embedding
- * (RoPE). Each computes what transformers computes in float32 (the formulas of
- * Qwen2RMSNorm, NewGELUActivation / GELUActivation, Qwen2MLP, Qwen2RotaryEmbedding and
- * apply_rotary_pos_emb), with RMSNorm's row sums in double over eight partial accumulators
- * (ct_kernels_cpu.h) so that the same inputs give the same bits on every run.
+ * (RoPE), grouped-query causal attention over a packed q/k/v projection. Each computes what
+ * transformers computes in float32 (the formulas of Qwen2RMSNorm, NewGELUActivation /
+ * GELUActivation, Qwen2MLP, Qwen2RotaryEmbedding and apply_rotary_pos_emb), with RMSNorm's row sums
+ * in double over eight partial accumulators (ct_kernels_cpu.h) so that the same inputs give the
+ * same bits on every run.
  *
- * Not here: attention, the embedding and the LM head (their own files), CUDA twins
+ * Not here: SASRec's attention (attention.c), the embedding and the LM head's loss (embed.c,
+ * loss.c), CUDA twins
  * (kernels/cuda), which ops a model calls in which order (the trainer).
  */
 #include <math.h>
@@ -193,4 +195,97 @@ CT__MULTIVERSION void ct_rope_backward_cpu(float *dinp, const float *dout, const
             }
         }
     }
+}
+
+/* ---- grouped-query causal attention ------------------------------------------------------------
+ */
+
+/* The base of q, k and v of head h (kv head kh) in row t of sequence b, in the packed
+ * (B,L,(NH+2KVH)*HD) buffer. */
+#define CT_LM__QKV_W(NH, KVH, HD) ((size_t)((NH) + 2 * (KVH)) * (size_t)(HD))
+
+CT__MULTIVERSION void ct_gqa_attention_forward_cpu(float *out, float *att, const float *qkv, int B,
+                                                   int L, int NH, int KVH, int HD, float scale)
+{
+    const size_t W = CT_LM__QKV_W(NH, KVH, HD), OW = (size_t)NH * HD;
+    const int rep = NH / KVH;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const int kh = h / rep;
+            const float *base = qkv + (size_t)b * L * W;
+            const size_t qo = (size_t)h * HD, ko = ((size_t)NH + kh) * HD,
+                         vo = ((size_t)NH + KVH + kh) * HD;
+            for (int i = 0; i < L; i++) {
+                float *p = att + (((size_t)b * NH + h) * L + i) * L;
+                const float *q = base + (size_t)i * W + qo;
+                for (int j = 0; j <= i; j++)
+                    p[j] = ct__dot8_f32(q, base + (size_t)j * W + ko, HD) * scale;
+                const float mx = ct__max_f32(p, i + 1);
+                for (int j = 0; j <= i; j++)
+                    p[j] = ct__exp_nonpos(p[j] - mx);
+                const float inv = (float)(1.0 / ct__sum8_f64(p, i + 1));
+                for (int j = 0; j <= i; j++)
+                    p[j] *= inv;
+                for (int j = i + 1; j < L; j++)
+                    p[j] = 0.0f;
+                float *o = out + ((size_t)b * L + i) * OW + (size_t)h * HD;
+                for (int d = 0; d < HD; d++)
+                    o[d] = 0.0f;
+                for (int j = 0; j <= i; j++) {
+                    const float *v = base + (size_t)j * W + vo;
+                    const float pj = p[j];
+                    for (int d = 0; d < HD; d++)
+                        o[d] += pj * v[d];
+                }
+            }
+        }
+}
+
+CT__MULTIVERSION void ct_gqa_attention_backward_cpu(float *dqkv, float *scratch, const float *dout,
+                                                    const float *att, const float *qkv, int B,
+                                                    int L, int NH, int KVH, int HD, float scale)
+{
+    const size_t W = CT_LM__QKV_W(NH, KVH, HD), OW = (size_t)NH * HD;
+    const int rep = NH / KVH;
+    float *dp = scratch; /* (L) d probabilities, then d scores, of one query row */
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const int kh = h / rep;
+            const float *base = qkv + (size_t)b * L * W;
+            float *dbase = dqkv + (size_t)b * L * W;
+            const size_t qo = (size_t)h * HD, ko = ((size_t)NH + kh) * HD,
+                         vo = ((size_t)NH + KVH + kh) * HD;
+            for (int i = 0; i < L; i++) {
+                const float *p = att + (((size_t)b * NH + h) * L + i) * L;
+                const float *g = dout + ((size_t)b * L + i) * OW + (size_t)h * HD;
+                /* dv_j += p_ij g;  dp_ij = g . v_j */
+                for (int j = 0; j <= i; j++) {
+                    const float *v = base + (size_t)j * W + vo;
+                    float *dv = dbase + (size_t)j * W + vo;
+                    const float pj = p[j];
+                    for (int d = 0; d < HD; d++)
+                        dv[d] += pj * g[d];
+                    dp[j] = ct__dot8_f32(g, v, HD);
+                }
+                /* ds_ij = p_ij (dp_ij - sum_j p_ij dp_ij), times the scale of the scores */
+                double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                for (int j = 0; j <= i; j++)
+                    a[j & 7] += (double)p[j] * dp[j];
+                const float pdp = (float)ct__combine8_f64(a);
+                for (int j = 0; j <= i; j++)
+                    dp[j] = p[j] * (dp[j] - pdp) * scale;
+                /* dq_i += sum_j ds_ij k_j;  dk_j += ds_ij q_i */
+                const float *q = base + (size_t)i * W + qo;
+                float *dq = dbase + (size_t)i * W + qo;
+                for (int j = 0; j <= i; j++) {
+                    const float *k = base + (size_t)j * W + ko;
+                    float *dk = dbase + (size_t)j * W + ko;
+                    const float s = dp[j];
+                    for (int d = 0; d < HD; d++) {
+                        dq[d] += s * k[d];
+                        dk[d] += s * q[d];
+                    }
+                }
+            }
+        }
 }

@@ -441,3 +441,37 @@ double ref_lm_ce(const double *feats, const double *wte, const int32_t *tgt, int
     free(lg);
     return count > 0 ? total / count : 0.0;
 }
+
+void ref_gqa_attention(double *out, const double *qkv, int B, int L, int NH, int KVH, int HD,
+                       double scale)
+{
+    const size_t W = (size_t)(NH + 2 * KVH) * HD;
+    double *p = malloc((size_t)L * sizeof *p);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const int kh = h / (NH / KVH);
+            for (int i = 0; i < L; i++) {
+                const double *q = qkv + ((size_t)b * L + i) * W + (size_t)h * HD;
+                double mx = -INFINITY, s = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    const double *k = qkv + ((size_t)b * L + j) * W + (size_t)(NH + kh) * HD;
+                    double d = 0.0;
+                    for (int c = 0; c < HD; c++)
+                        d += q[c] * k[c];
+                    p[j] = d * scale;
+                    mx = fmax(mx, p[j]);
+                }
+                for (int j = 0; j <= i; j++)
+                    s += (p[j] = exp(p[j] - mx));
+                double *o = out + ((size_t)b * L + i) * NH * HD + (size_t)h * HD;
+                for (int c = 0; c < HD; c++) {
+                    double acc = 0.0;
+                    for (int j = 0; j <= i; j++)
+                        acc += p[j] / s *
+                               qkv[((size_t)b * L + j) * W + (size_t)(NH + KVH + kh) * HD + c];
+                    o[c] = acc;
+                }
+            }
+        }
+    free(p);
+}

@@ -294,6 +294,95 @@ static void test_rope(void)
     rope_check(5, 3, 14, 70);
 }
 
+/* ---- grouped-query causal attention ------------------------------------------------------------
+ */
+
+typedef struct gqa_case {
+    int B, L, NH, KVH, HD;
+    double scale, *qkv, *out;
+    const float *dout;
+} gqa_case_t;
+
+static double gqa_objective(void *p)
+{
+    gqa_case_t *c = p;
+    ref_gqa_attention(c->out, c->qkv, c->B, c->L, c->NH, c->KVH, c->HD, c->scale);
+    return kc_dot(c->out, c->dout, (int64_t)c->B * c->L * c->NH * c->HD);
+}
+
+/* Forward against float64, the saved probabilities (rows sum to 1, zeros above the diagonal),
+ * the packed gradient against finite differences, the += contract. Tolerances: scores of order
+ * 1..4 through float dot products and the softmax, outputs of order 1: atol 1e-6, rtol 1e-5;
+ * gradients of order 0.1..1: atol 2e-6, rtol 2e-5. */
+static void gqa_check(int B, int L, int NH, int KVH, int HD, uint64_t stream)
+{
+    printf("case gqa B=%d L=%d NH=%d KVH=%d HD=%d\n", B, L, NH, KVH, HD);
+    const int64_t W = (int64_t)(NH + 2 * KVH) * HD, n = (int64_t)B * L * W;
+    const int64_t no = (int64_t)B * L * NH * HD, na = (int64_t)B * NH * L * L;
+    const float scale = 1.0f / sqrtf((float)HD);
+    float *qkv = KC_ALLOC(float, n), *out = KC_ALLOC(float, no), *att = KC_ALLOC(float, na);
+    float *dout = KC_ALLOC(float, no), *dqkv = KC_ALLOC(float, n), *dqkv1 = KC_ALLOC(float, n);
+    float *scr = KC_ALLOC(float, L);
+    double *q64 = KC_ALLOC(double, n), *ref = KC_ALLOC(double, no), *g = KC_ALLOC(double, n);
+    kc_fill(qkv, n, -1.5f, 1.5f, stream);
+    kc_fill(dout, no, -1.0f, 1.0f, stream + 1);
+    kc_poison(out, no);
+    kc_poison(att, na);
+    ct_gqa_attention_forward_cpu(out, att, qkv, B, L, NH, KVH, HD, scale);
+    KC_ASSERT_FINITE(out, no);
+    KC_ASSERT_FINITE(att, na);
+    for (int64_t r = 0; r < (int64_t)B * NH * L; r++) {
+        const int i = (int)(r % L);
+        double s = 0.0;
+        for (int j = 0; j < L; j++) {
+            s += att[r * L + j];
+            if (j > i)
+                CT_ASSERT(att[r * L + j] == 0.0f);
+        }
+        CT_ASSERT_CLOSE(s, 1.0, 1e-6, 0);
+    }
+    kc_to_double(q64, qkv, n);
+    ref_gqa_attention(ref, q64, B, L, NH, KVH, HD, scale);
+    kc_check("gqa out", out, ref, no, 1e-6, 1e-5);
+    ct_gqa_attention_backward_cpu(dqkv, scr, dout, att, qkv, B, L, NH, KVH, HD, scale);
+    gqa_case_t c = {B, L, NH, KVH, HD, scale, q64, KC_ALLOC(double, no), dout};
+    kc_fd_grad(g, q64, n, 1e-5, gqa_objective, &c);
+    kc_check("d qkv vs finite diff", dqkv, g, n, 2e-6, 2e-5);
+    memcpy(dqkv1, dqkv, (size_t)n * sizeof *dqkv);
+    ct_gqa_attention_backward_cpu(dqkv, scr, dout, att, qkv, B, L, NH, KVH, HD, scale);
+    KC_ASSERT_DOUBLED(dqkv, dqkv1, n);
+    free(c.out);
+    free(qkv), free(out), free(att), free(dout), free(dqkv), free(dqkv1), free(scr), free(q64);
+    free(ref), free(g);
+}
+
+static void test_gqa_attention(void)
+{
+    gqa_check(2, 7, 4, 2, 8, 100);  /* two query heads per key head */
+    gqa_check(1, 9, 6, 1, 5, 110);  /* one key head for all (multi-query), odd width */
+    gqa_check(2, 6, 3, 3, 16, 120); /* KVH = NH: GPT-2's multi-head attention */
+}
+
+/* With KVH = NH and scale 1/sqrt(HD), the op is SASRec's multi-head attention without dropout:
+ * the same outputs as ct_attention_forward_cpu on the same packed [q|k|v] within float
+ * rounding (the two sum in different orders). */
+static void test_gqa_is_mha(void)
+{
+    enum { B = 2, L = 10, NH = 2, HD = 25, C = NH * HD };
+    const int64_t n = (int64_t)B * L * 3 * C, no = (int64_t)B * L * C;
+    float *qkv = KC_ALLOC(float, n), *o1 = KC_ALLOC(float, no), *o2 = KC_ALLOC(float, no);
+    float *a1 = KC_ALLOC(float, (int64_t)B *NH *L *L), *a2 = KC_ALLOC(float, (int64_t)B *NH *L *L);
+    double *r = KC_ALLOC(double, no);
+    kc_fill(qkv, n, -1.0f, 1.0f, 130);
+    ct_dropout_t nodrop;
+    memset(&nodrop, 0, sizeof nodrop);
+    ct_attention_forward_cpu(o1, a1, NULL, qkv, NULL, B, L, C, NH, nodrop);
+    ct_gqa_attention_forward_cpu(o2, a2, qkv, B, L, NH, NH, HD, 1.0f / sqrtf((float)HD));
+    kc_to_double(r, o1, no);
+    kc_check("gqa vs attention.c", o2, r, no, 1e-6, 1e-5);
+    free(qkv), free(o1), free(o2), free(a1), free(a2), free(r);
+}
+
 /* ---- the next-token loss --------------------------------------------------------------------- */
 
 typedef struct lce_case {
@@ -373,6 +462,8 @@ int main(void)
     CT_RUN(test_swiglu);
     CT_RUN(test_rope_table);
     CT_RUN(test_rope);
+    CT_RUN(test_gqa_attention);
+    CT_RUN(test_gqa_is_mha);
     CT_RUN(test_lm_ce);
     return 0;
 }
