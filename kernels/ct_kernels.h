@@ -344,8 +344,7 @@ void ct_mhc_collapse_backward_cpu(float *dX, const float *dx, int N, int n, int 
 
 /* ---- the language models' ops (kernels/cpu/lm.c) ----------------------------------------------
  * What transformers computes in float32 for GPT-2 and Qwen2 (CUDA twins: kernels/cuda/lm.cu;
- * RoPE's table is computed here only and copied to the device; the grouped-query attention has
- * no CUDA twin yet).
+ * RoPE's table is computed here only and copied to the device).
  *   HD  a head's width (Qwen2: C / NH unless head_dim says otherwise), H = HD / 2 */
 
 /* RMSNorm over the last dimension (Qwen2RMSNorm): out = weight * (x * rstd), rstd = 1 /

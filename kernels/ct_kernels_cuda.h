@@ -233,6 +233,16 @@ int ct_rope_forward_cuda(float *out, const float *inp, const float *cos_t, const
                          const int32_t *pos, int N, int NH, int HD, ct_stream_t stream);
 int ct_rope_backward_cuda(float *dinp, const float *dout, const float *cos_t, const float *sin_t,
                           const int32_t *pos, int N, int NH, int HD, ct_stream_t stream);
+/* Grouped-query causal attention: one warp per query row (forward; backward d scores and dq),
+ * one per key row (dk, dv: the group's heads and later rows added in a fixed order, no
+ * atomics). The backward keeps the d scores in scratch.
+ *   scratch: CT_GQA_BWD_CUDA_SCRATCH(B, NH, L) floats */
+#define CT_GQA_BWD_CUDA_SCRATCH(B, NH, L) ((size_t)(B) * (size_t)(NH) * (size_t)(L) * (size_t)(L))
+int ct_gqa_attention_forward_cuda(float *out, float *att, const float *qkv, int B, int L, int NH,
+                                  int KVH, int HD, float scale, ct_stream_t stream);
+int ct_gqa_attention_backward_cuda(float *dqkv, float *scratch, const float *dout, const float *att,
+                                   const float *qkv, int B, int L, int NH, int KVH, int HD,
+                                   float scale, ct_stream_t stream);
 
 /* ---- scores and loss (kernels/cuda/loss.cu) ---------------------------------------------------
  */

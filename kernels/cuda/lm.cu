@@ -1,6 +1,7 @@
 /*
  * lm.cu - the language models' ops, the twins of kernels/cpu/lm.c: RMSNorm, GELU, SwiGLU's gate,
- * RoPE. RoPE's table is the CPU's (ct_rope_table_cpu, computed once and copied to the device).
+ * RoPE, grouped-query causal attention (its own section below). RoPE's table is the CPU's
+ * (ct_rope_table_cpu, computed once and copied to the device).
  *
  * RMSNorm: one warp per row, the row sums in double as on the CPU (so rstd nearly always rounds
  * to the CPU's float) and the per-element formulas with round-to-nearest intrinsics: where rstd
@@ -11,7 +12,7 @@
  * RoPE is two products and a sum per element with the same intrinsics: the CPU's bits.
  * GELU and SwiGLU call the device's tanhf / erff / expf, which are within 2 ulp of glibc's.
  *
- * Not here: the table (the CPU computes it), attention, the embedding, the LM head.
+ * Not here: the table (the CPU computes it), the embedding, the LM head's loss (xent.cu).
  */
 #include "ct_cuda_common.h"
 
@@ -277,4 +278,167 @@ extern "C" int ct_rope_backward_cuda(float *dinp, const float *dout, const float
     CT_CUDA_REQUIRE(N >= 0 && NH >= 1 && HD >= 2 && HD % 2 == 0);
     const int64_t n = (int64_t)N * NH * (HD / 2);
     CT__LAUNCH_1D(ct_cuda_lm__rope_kernel, n, stream, dinp, dout, cos_t, sin_t, pos, N, NH, HD, 1);
+}
+
+/* ---- grouped-query causal attention ------------------------------------------------------------
+ * One warp per (sequence, head, query row) for the forward and for the backward's d scores and
+ * dq; one warp per (sequence, key head, key row) for dk and dv, which add over the group's query
+ * heads and the later rows in a fixed order (no atomics). Lanes take key rows for the scores and
+ * channels for the products; the probabilities and d scores go through global memory (att and
+ * scratch), with __syncwarp between a warp's writes and its reads. Naive in memory traffic (the
+ * (L, L) rows are materialised, as on the CPU); the sums run in other orders than the CPU's, so
+ * results agree within float rounding. */
+
+#define CT__GQA_WARPS 4
+
+__global__ void __launch_bounds__(CT__GQA_WARPS * 32)
+    ct_cuda_lm__gqa_fwd_kernel(float *out, float *att, const float *qkv, int B, int L, int NH,
+                               int KVH, int HD, float scale)
+{
+    const int lane = (int)(threadIdx.x & 31);
+    const int64_t wid = (int64_t)blockIdx.x * CT__GQA_WARPS + (threadIdx.x >> 5);
+    if (wid >= (int64_t)B * NH * L)
+        return; /* the whole warp */
+    const int i = (int)(wid % L), h = (int)(wid / L % NH);
+    const int64_t b = wid / L / NH;
+    const int kh = h / (NH / KVH);
+    const int64_t W = (int64_t)(NH + 2 * KVH) * HD;
+    const float *base = qkv + b * L * W;
+    const float *q = base + (int64_t)i * W + (int64_t)h * HD;
+    float *p = att + wid * L;
+    float mx = -INFINITY;
+    for (int j = lane; j <= i; j += 32) {
+        const float *k = base + (int64_t)j * W + (int64_t)(NH + kh) * HD;
+        float d = 0.0f;
+        for (int c = 0; c < HD; c++)
+            d = __fadd_rn(d, __fmul_rn(q[c], k[c]));
+        const float s = __fmul_rn(d, scale);
+        p[j] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = ct__warp_max(mx);
+    double sum = 0.0;
+    for (int j = lane; j <= i; j += 32) {
+        const float e = expf(__fsub_rn(p[j], mx));
+        p[j] = e;
+        sum += (double)e;
+    }
+    const float inv = (float)(1.0 / ct__warp_sum_f64(sum));
+    for (int j = lane; j < L; j += 32)
+        p[j] = j <= i ? __fmul_rn(p[j], inv) : 0.0f;
+    __syncwarp();
+    float *o = out + (b * L + i) * (int64_t)NH * HD + (int64_t)h * HD;
+    for (int c = lane; c < HD; c += 32) {
+        float acc = 0.0f;
+        for (int j = 0; j <= i; j++)
+            acc = __fadd_rn(
+                acc, __fmul_rn(p[j], base[(int64_t)j * W + (int64_t)(NH + KVH + kh) * HD + c]));
+        o[c] = acc;
+    }
+}
+
+extern "C" int ct_gqa_attention_forward_cuda(float *out, float *att, const float *qkv, int B, int L,
+                                             int NH, int KVH, int HD, float scale,
+                                             ct_stream_t stream)
+{
+    CT_CUDA_REQUIRE(B >= 0 && L >= 1 && NH >= 1 && KVH >= 1 && NH % KVH == 0 && HD >= 1);
+    const int64_t warps = (int64_t)B * NH * L;
+    if (warps == 0)
+        return 0;
+    CT_LAUNCH(ct_cuda_lm__gqa_fwd_kernel, (unsigned)CT_CEIL_DIV(warps, CT__GQA_WARPS),
+              CT__GQA_WARPS * 32, 0, stream, out, att, qkv, B, L, NH, KVH, HD, scale);
+    CT_CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+/* Per (b, h, i): ds[b,h,i,:] = scale * p (dp - sum p dp), dp_j = dout_i . v_j; dq_i += ds k. */
+__global__ void __launch_bounds__(CT__GQA_WARPS * 32)
+    ct_cuda_lm__gqa_bwd_q_kernel(float *dqkv, float *ds, const float *dout, const float *att,
+                                 const float *qkv, int B, int L, int NH, int KVH, int HD,
+                                 float scale)
+{
+    const int lane = (int)(threadIdx.x & 31);
+    const int64_t wid = (int64_t)blockIdx.x * CT__GQA_WARPS + (threadIdx.x >> 5);
+    if (wid >= (int64_t)B * NH * L)
+        return;
+    const int i = (int)(wid % L), h = (int)(wid / L % NH);
+    const int64_t b = wid / L / NH;
+    const int kh = h / (NH / KVH);
+    const int64_t W = (int64_t)(NH + 2 * KVH) * HD;
+    const float *base = qkv + b * L * W;
+    const float *g = dout + (b * L + i) * (int64_t)NH * HD + (int64_t)h * HD;
+    const float *p = att + wid * L;
+    float *dsr = ds + wid * L;
+    double pdp = 0.0;
+    for (int j = lane; j <= i; j += 32) {
+        const float *v = base + (int64_t)j * W + (int64_t)(NH + KVH + kh) * HD;
+        float d = 0.0f;
+        for (int c = 0; c < HD; c++)
+            d = __fadd_rn(d, __fmul_rn(g[c], v[c]));
+        dsr[j] = d;
+        pdp += (double)p[j] * d;
+    }
+    const float t = (float)ct__warp_sum_f64(pdp);
+    for (int j = lane; j < L; j += 32)
+        dsr[j] = j <= i ? __fmul_rn(__fmul_rn(p[j], __fsub_rn(dsr[j], t)), scale) : 0.0f;
+    __syncwarp();
+    float *dq = dqkv + (b * L + i) * W + (int64_t)h * HD;
+    for (int c = lane; c < HD; c += 32) {
+        float acc = 0.0f;
+        for (int j = 0; j <= i; j++)
+            acc = __fadd_rn(acc,
+                            __fmul_rn(dsr[j], base[(int64_t)j * W + (int64_t)(NH + kh) * HD + c]));
+        dq[c] = __fadd_rn(dq[c], acc);
+    }
+}
+
+/* Per (b, kh, j): dk_j += sum over the group's heads h and rows i >= j of ds[b,h,i,j] q_i;
+ * dv_j += the same sums of att[b,h,i,j] dout_i. */
+__global__ void __launch_bounds__(CT__GQA_WARPS * 32)
+    ct_cuda_lm__gqa_bwd_kv_kernel(float *dqkv, const float *ds, const float *dout, const float *att,
+                                  const float *qkv, int B, int L, int NH, int KVH, int HD)
+{
+    const int lane = (int)(threadIdx.x & 31);
+    const int64_t wid = (int64_t)blockIdx.x * CT__GQA_WARPS + (threadIdx.x >> 5);
+    if (wid >= (int64_t)B * KVH * L)
+        return;
+    const int j = (int)(wid % L), kh = (int)(wid / L % KVH);
+    const int64_t b = wid / L / KVH;
+    const int rep = NH / KVH;
+    const int64_t W = (int64_t)(NH + 2 * KVH) * HD, OW = (int64_t)NH * HD;
+    const float *base = qkv + b * L * W;
+    float *dk = dqkv + (b * L + j) * W + (int64_t)(NH + kh) * HD;
+    float *dv = dqkv + (b * L + j) * W + (int64_t)(NH + KVH + kh) * HD;
+    for (int c = lane; c < HD; c += 32) {
+        float ak = 0.0f, av = 0.0f;
+        for (int h = kh * rep; h < (kh + 1) * rep; h++) {
+            const int64_t row0 = (b * NH + h) * L;
+            for (int i = j; i < L; i++) {
+                const float s = ds[(row0 + i) * L + j], p = att[(row0 + i) * L + j];
+                ak = __fadd_rn(ak, __fmul_rn(s, base[(int64_t)i * W + (int64_t)h * HD + c]));
+                av = __fadd_rn(av, __fmul_rn(p, dout[(b * L + i) * OW + (int64_t)h * HD + c]));
+            }
+        }
+        dk[c] = __fadd_rn(dk[c], ak);
+        dv[c] = __fadd_rn(dv[c], av);
+    }
+}
+
+extern "C" int ct_gqa_attention_backward_cuda(float *dqkv, float *scratch, const float *dout,
+                                              const float *att, const float *qkv, int B, int L,
+                                              int NH, int KVH, int HD, float scale,
+                                              ct_stream_t stream)
+{
+    CT_CUDA_REQUIRE(B >= 0 && L >= 1 && NH >= 1 && KVH >= 1 && NH % KVH == 0 && HD >= 1);
+    const int64_t qw = (int64_t)B * NH * L, kw = (int64_t)B * KVH * L;
+    if (qw == 0)
+        return 0;
+    CT_LAUNCH(ct_cuda_lm__gqa_bwd_q_kernel, (unsigned)CT_CEIL_DIV(qw, CT__GQA_WARPS),
+              CT__GQA_WARPS * 32, 0, stream, dqkv, scratch, dout, att, qkv, B, L, NH, KVH, HD,
+              scale);
+    CT_CUDA_CHECK_LAUNCH();
+    CT_LAUNCH(ct_cuda_lm__gqa_bwd_kv_kernel, (unsigned)CT_CEIL_DIV(kw, CT__GQA_WARPS),
+              CT__GQA_WARPS * 32, 0, stream, dqkv, scratch, dout, att, qkv, B, L, NH, KVH, HD);
+    CT_CUDA_CHECK_LAUNCH();
+    return 0;
 }

@@ -8,7 +8,8 @@
  *     rtol 1e-5 (float rounding 6e-8 per addition, a few hundred rows);
  *   - GELU and SwiGLU: the device's tanhf, erff, expf are within 2 ulp of glibc's, and the
  *     formulas multiply them by values up to ~6: atol 2e-6, rtol 2e-6.
- *   - the next-token loss (ct_lm_ce_loss_cuda in kernels/cuda/xent.cu): see lce_case.
+ *   - the next-token loss (ct_lm_ce_loss_cuda in kernels/cuda/xent.cu): see lce_case;
+ *   - grouped-query attention: see gqa_case.
  * Outputs are poisoned first; backward gradients start from random values and get two calls
  * (the += contract). Sizes: Qwen2.5-0.5B's width 896 and 7B's 3584 (wider than shared memory
  * would hold), an odd width, and an element count that needs the grid-stride loop's second
@@ -216,6 +217,55 @@ static void test_lm_ce(void)
     lce_case(70, 8, 600000);
 }
 
+/* Grouped-query attention against the CPU twin: probabilities, outputs and the packed gradient
+ * (two calls onto random starting values). The sums run in other orders and expf stands for the
+ * CPU's polynomial (both within 2 ulp): probabilities and outputs atol 1e-6, rtol 1e-5.
+ * Gradients: dk and dv are sums over the group's heads and the later rows, up to 7 x 70 = 490
+ * products of order 1 at Qwen2.5's shape, each sum rounding in its own order on either side
+ * (490 x 6e-8 = 3e-5; measured 9e-6 on the emulator): atol 3e-5, rtol 1e-4. A wrong term is
+ * off by 1e-2 or more. */
+static void gqa_case(int B, int L, int NH, int KVH, int HD)
+{
+    printf("gqa B=%d L=%d NH=%d KVH=%d HD=%d\n", B, L, NH, KVH, HD);
+    const int64_t W = (int64_t)(NH + 2 * KVH) * HD, n = (int64_t)B * L * W;
+    const int64_t no = (int64_t)B * L * NH * HD, na = (int64_t)B * NH * L * L;
+    const float scale = 1.0f / sqrtf((float)HD);
+    float *qkv = gk_host_rand(n, -1.5f, 1.5f, 70), *dout = gk_host_rand(no, -1.0f, 1.0f, 71);
+    float *g0 = gk_host_rand(n, -1.0f, 1.0f, 72);
+    float *out = KC_ALLOC(float, no), *att = KC_ALLOC(float, na), *dq = KC_ALLOC(float, n);
+    float *scr = KC_ALLOC(float, L), *got = KC_ALLOC(float, na > n ? na : n);
+    ct_gqa_attention_forward_cpu(out, att, qkv, B, L, NH, KVH, HD, scale);
+    memcpy(dq, g0, (size_t)n * sizeof *dq);
+    for (int k = 0; k < 2; k++)
+        ct_gqa_attention_backward_cpu(dq, scr, dout, att, qkv, B, L, NH, KVH, HD, scale);
+
+    float *d_qkv = gk_dup(float, qkv, n), *d_dout = gk_dup(float, dout, no);
+    float *d_out = gk_alloc(float, no), *d_att = gk_alloc(float, na), *d_g = gk_dup(float, g0, n);
+    float *d_scr = gk_alloc(float, CT_GQA_BWD_CUDA_SCRATCH(B, NH, L));
+    CT_ASSERT_OK(
+        ct_gqa_attention_forward_cuda(d_out, d_att, d_qkv, B, L, NH, KVH, HD, scale, NULL));
+    gk_download(got, d_att, (size_t)na * sizeof(float));
+    gk_check("gqa probabilities", got, att, na, 1e-6, 1e-5);
+    gk_download(got, d_out, (size_t)no * sizeof(float));
+    gk_check("gqa out", got, out, no, 1e-6, 1e-5);
+    /* the backward from the CPU's probabilities: the gradient formulas on equal inputs */
+    gk_upload(d_att, att, (size_t)na * sizeof(float));
+    for (int k = 0; k < 2; k++)
+        CT_ASSERT_OK(ct_gqa_attention_backward_cuda(d_g, d_scr, d_dout, d_att, d_qkv, B, L, NH, KVH,
+                                                    HD, scale, NULL));
+    gk_download(got, d_g, (size_t)n * sizeof(float));
+    gk_check("gqa dqkv x2", got, dq, n, 3e-5, 1e-4);
+    gk_free_all();
+    free(qkv), free(dout), free(g0), free(out), free(att), free(dq), free(scr), free(got);
+}
+
+static void test_gqa_attention(void)
+{
+    gqa_case(2, 37, 4, 2, 16);
+    gqa_case(1, 70, 14, 2, 64); /* Qwen2.5-0.5B's heads: 14 query, 2 key/value, width 64 */
+    gqa_case(2, 33, 3, 3, 5);   /* GPT-2's shape (KVH = NH), an odd width */
+}
+
 static void test_bad_shapes(void)
 {
     CT_ASSERT_ERR(ct_rmsnorm_forward_cuda(NULL, NULL, NULL, NULL, 1, 0, LM_EPS, NULL),
@@ -224,6 +274,8 @@ static void test_bad_shapes(void)
                   CT_ERANGE_VALUE);
     CT_ASSERT_ERR(ct_gelu_forward_cuda(NULL, NULL, 1, (ct_gelu_kind_t)9, NULL), CT_ERANGE_VALUE);
     CT_ASSERT_OK(ct_swiglu_forward_cuda(NULL, NULL, NULL, 0, NULL));
+    CT_ASSERT_ERR(ct_gqa_attention_forward_cuda(NULL, NULL, NULL, 1, 4, 6, 4, 8, 1.0f, NULL),
+                  CT_ERANGE_VALUE); /* 6 query heads cannot share 4 key heads */
 }
 
 int main(void)
@@ -233,6 +285,7 @@ int main(void)
     CT_RUN(test_gelu_swiglu);
     CT_RUN(test_rope);
     CT_RUN(test_lm_ce);
+    CT_RUN(test_gqa_attention);
     CT_RUN(test_bad_shapes);
     return 0;
 }
