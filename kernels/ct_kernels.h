@@ -405,6 +405,18 @@ void ct_gqa_attention_backward_cpu(float *dqkv, float *scratch, const float *dou
                                    const float *qkv, int B, int L, int NH, int KVH, int HD,
                                    float scale);
 
+/* The token embedding, plus GPT-2's learned positions: out[r] = wte[ids[r]] (+ wpe[pos[r]]).
+ * Unlike SASRec's ct_embed_*, every id is a real token (GPT-2's id 0 is "!").
+ *   out: (N,C)   wte: (V,C)   wpe: (P,C) or NULL (Qwen2)   ids: (N)   pos: (N) (unused without
+ *   wpe) */
+void ct_lm_embed_forward_cpu(float *out, const float *wte, const float *wpe, const int32_t *ids,
+                             const int32_t *pos, int N, int C);
+/* dwte[ids[r]] += dout[r] except where ids[r] == skip_id (Qwen2's padding_idx; -1: none);
+ * dwpe[pos[r]] += dout[r]. Rows in order. dwte or dwpe NULL: a frozen table, no gradient.
+ *   dwte: (V,C) += or NULL   dwpe: (P,C) += or NULL   dout: (N,C) */
+void ct_lm_embed_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *ids,
+                              const int32_t *pos, int N, int C, int32_t skip_id);
+
 /* ---- element-wise ops (kernels/cpu/elementwise.c) -------------------------------------------- */
 
 /* out = max(inp, 0); out may equal inp.   out: (n)   inp: (n) */

@@ -243,6 +243,14 @@ int ct_gqa_attention_forward_cuda(float *out, float *att, const float *qkv, int 
 int ct_gqa_attention_backward_cuda(float *dqkv, float *scratch, const float *dout, const float *att,
                                    const float *qkv, int B, int L, int NH, int KVH, int HD,
                                    float scale, ct_stream_t stream);
+/* The token embedding. The backward scatters rows into the tables as ct_embed_backward_cuda
+ * does: with scratch (ct_embed_backward_cuda_scratch(&bytes, 1, N)) sorted, the CPU's order and
+ * bits; with NULL scratch by float atomics. */
+int ct_lm_embed_forward_cuda(float *out, const float *wte, const float *wpe, const int32_t *ids,
+                             const int32_t *pos, int N, int C, ct_stream_t stream);
+int ct_lm_embed_backward_cuda(float *dwte, float *dwpe, void *scratch, const float *dout,
+                              const int32_t *ids, const int32_t *pos, int N, int C, int32_t skip_id,
+                              ct_stream_t stream);
 
 /* ---- scores and loss (kernels/cuda/loss.cu) ---------------------------------------------------
  */

@@ -1,14 +1,15 @@
 /*
  * lm.c - the element-wise and row-wise ops of the language models (GPT-2, Qwen2) that SASRec
  * does not have: RMSNorm, GELU (tanh and erf forms), SwiGLU's gate, rotary position embedding
- * (RoPE), grouped-query causal attention over a packed q/k/v projection. Each computes what
+ * (RoPE), grouped-query causal attention over a packed q/k/v projection, the token (and
+ * position) embedding. Each computes what
  * transformers computes in float32 (the formulas of Qwen2RMSNorm, NewGELUActivation /
  * GELUActivation, Qwen2MLP, Qwen2RotaryEmbedding and apply_rotary_pos_emb), with RMSNorm's row sums
  * in double over eight partial accumulators (ct_kernels_cpu.h) so that the same inputs give the
  * same bits on every run.
  *
- * Not here: SASRec's attention (attention.c), the embedding and the LM head's loss (embed.c,
- * loss.c), CUDA twins
+ * Not here: SASRec's attention and embedding (attention.c, embed.c), the LM head's loss (loss.c),
+ * CUDA twins
  * (kernels/cuda), which ops a model calls in which order (the trainer).
  */
 #include <math.h>
@@ -288,4 +289,42 @@ CT__MULTIVERSION void ct_gqa_attention_backward_cpu(float *dqkv, float *scratch,
                 }
             }
         }
+}
+
+/* ---- token (and position) embedding ------------------------------------------------------------
+ */
+
+void ct_lm_embed_forward_cpu(float *out, const float *wte, const float *wpe, const int32_t *ids,
+                             const int32_t *pos, int N, int C)
+{
+    for (int r = 0; r < N; r++) {
+        const float *e = wte + (size_t)ids[r] * C;
+        float *o = out + (size_t)r * C;
+        if (wpe) {
+            const float *p = wpe + (size_t)pos[r] * C;
+            for (int c = 0; c < C; c++)
+                o[c] = e[c] + p[c];
+        } else {
+            for (int c = 0; c < C; c++)
+                o[c] = e[c];
+        }
+    }
+}
+
+void ct_lm_embed_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *ids,
+                              const int32_t *pos, int N, int C, int32_t skip_id)
+{
+    for (int r = 0; r < N; r++) {
+        const float *d = dout + (size_t)r * C;
+        if (dwte && ids[r] != skip_id) {
+            float *g = dwte + (size_t)ids[r] * C;
+            for (int c = 0; c < C; c++)
+                g[c] += d[c];
+        }
+        if (dwpe) {
+            float *g = dwpe + (size_t)pos[r] * C;
+            for (int c = 0; c < C; c++)
+                g[c] += d[c];
+        }
+    }
 }

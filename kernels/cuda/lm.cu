@@ -1,7 +1,8 @@
 /*
  * lm.cu - the language models' ops, the twins of kernels/cpu/lm.c: RMSNorm, GELU, SwiGLU's gate,
- * RoPE, grouped-query causal attention (its own section below). RoPE's table is the CPU's
- * (ct_rope_table_cpu, computed once and copied to the device).
+ * RoPE, grouped-query causal attention (its own section below), the token embedding (its
+ * gradient through embed.cu's row-sorted scatter: the CPU's bits with scratch). RoPE's table is the
+ * CPU's (ct_rope_table_cpu, computed once and copied to the device).
  *
  * RMSNorm: one warp per row, the row sums in double as on the CPU (so rstd nearly always rounds
  * to the CPU's float) and the per-element formulas with round-to-nearest intrinsics: where rstd
@@ -12,7 +13,7 @@
  * RoPE is two products and a sum per element with the same intrinsics: the CPU's bits.
  * GELU and SwiGLU call the device's tanhf / erff / expf, which are within 2 ulp of glibc's.
  *
- * Not here: the table (the CPU computes it), the embedding, the LM head's loss (xent.cu).
+ * Not here: the table (the CPU computes it), the LM head's loss (xent.cu).
  */
 #include "ct_cuda_common.h"
 
@@ -441,4 +442,44 @@ extern "C" int ct_gqa_attention_backward_cuda(float *dqkv, float *scratch, const
               CT__GQA_WARPS * 32, 0, stream, dqkv, scratch, dout, att, qkv, B, L, NH, KVH, HD);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
+}
+
+/* ---- token (and position) embedding ------------------------------------------------------------
+ */
+
+__global__ void ct_cuda_lm__embed_fwd_kernel(float *out, const float *wte, const float *wpe,
+                                             const int32_t *ids, const int32_t *pos, int64_t n,
+                                             int C)
+{
+    CT__FOR_EACH(i, n)
+    {
+        const int64_t r = i / C;
+        const int c = (int)(i - r * C);
+        const float e = wte[(int64_t)ids[r] * C + c];
+        out[i] = wpe ? __fadd_rn(e, wpe[(int64_t)pos[r] * C + c]) : e;
+    }
+}
+
+extern "C" int ct_lm_embed_forward_cuda(float *out, const float *wte, const float *wpe,
+                                        const int32_t *ids, const int32_t *pos, int N, int C,
+                                        ct_stream_t stream)
+{
+    CT_CUDA_REQUIRE(N >= 0 && C >= 1);
+    const int64_t n = (int64_t)N * C;
+    CT__LAUNCH_1D(ct_cuda_lm__embed_fwd_kernel, n, stream, out, wte, wpe, ids, pos, n, C);
+}
+
+extern "C" int ct_lm_embed_backward_cuda(float *dwte, float *dwpe, void *scratch, const float *dout,
+                                         const int32_t *ids, const int32_t *pos, int N, int C,
+                                         int32_t skip_id, ct_stream_t stream)
+{
+    CT_CUDA_REQUIRE(N >= 0 && C >= 1);
+    int rc = 0;
+    if (dwte)
+        rc = ct__scatter_rows_cuda(dwte, scratch, dout, ids, NULL, 1.0f, N, C, skip_id,
+                                   (cudaStream_t)stream);
+    if (rc == 0 && dwpe)
+        rc = ct__scatter_rows_cuda(dwpe, scratch, dout, pos, NULL, 1.0f, N, C, -1,
+                                   (cudaStream_t)stream);
+    return rc;
 }

@@ -383,6 +383,51 @@ static void test_gqa_is_mha(void)
     free(qkv), free(o1), free(o2), free(a1), free(a2), free(r);
 }
 
+/* ---- token embedding ------------------------------------------------------------------------- */
+
+/* Forward bit for bit against the sum written out (one addition per element); the backward
+ * against float64 sums per table row: repeated ids add up, the skipped id (a padding_idx) and
+ * a NULL (frozen) table get nothing, token 0 is a real token. */
+static void test_lm_embed(void)
+{
+    enum { N = 23, C = 10, V = 9, P = 30 };
+    float *wte = KC_ALLOC(float, V *C), *wpe = KC_ALLOC(float, P *C), *out = KC_ALLOC(float, N *C);
+    float *dout = KC_ALLOC(float, N *C), *dwte = KC_ALLOC(float, V *C),
+          *dwpe = KC_ALLOC(float, P *C);
+    double *rte = KC_ALLOC(double, V *C), *rpe = KC_ALLOC(double, P *C);
+    int32_t ids[N], pos[N];
+    for (int r = 0; r < N; r++)
+        ids[r] = (r * 5) % V, pos[r] = (r * 7) % P;
+    kc_fill(wte, V * C, -1, 1, 140);
+    kc_fill(wpe, P * C, -1, 1, 141);
+    kc_fill(dout, N * C, -1, 1, 142);
+    kc_poison(out, N * C);
+    ct_lm_embed_forward_cpu(out, wte, wpe, ids, pos, N, C);
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < C; c++)
+            CT_ASSERT(out[r * C + c] == wte[ids[r] * C + c] + wpe[pos[r] * C + c]);
+    ct_lm_embed_forward_cpu(out, wte, NULL, ids, pos, N, C);
+    for (int r = 0; r < N; r++)
+        CT_ASSERT(memcmp(out + r * C, wte + ids[r] * C, C * sizeof(float)) == 0);
+
+    const int32_t skip = 3;
+    ct_lm_embed_backward_cpu(dwte, dwpe, dout, ids, pos, N, C, skip);
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < C; c++) {
+            if (ids[r] != skip)
+                rte[ids[r] * C + c] += dout[r * C + c];
+            rpe[pos[r] * C + c] += dout[r * C + c];
+        }
+    kc_check("embed dwte", dwte, rte, V * C, 1e-6, 1e-6);
+    kc_check("embed dwpe", dwpe, rpe, P * C, 1e-6, 1e-6);
+    for (int c = 0; c < C; c++)
+        CT_ASSERT(dwte[skip * C + c] == 0.0f);
+    memset(dwpe, 0, P * C * sizeof(float));
+    ct_lm_embed_backward_cpu(NULL, dwpe, dout, ids, pos, N, C, -1); /* frozen token table */
+    kc_check("embed dwpe, frozen wte", dwpe, rpe, P * C, 1e-6, 1e-6);
+    free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe), free(rte), free(rpe);
+}
+
 /* ---- the next-token loss --------------------------------------------------------------------- */
 
 typedef struct lce_case {
@@ -464,6 +509,7 @@ int main(void)
     CT_RUN(test_rope);
     CT_RUN(test_gqa_attention);
     CT_RUN(test_gqa_is_mha);
+    CT_RUN(test_lm_embed);
     CT_RUN(test_lm_ce);
     return 0;
 }

@@ -266,6 +266,49 @@ static void test_gqa_attention(void)
     gqa_case(2, 33, 3, 3, 5);   /* GPT-2's shape (KVH = NH), an odd width */
 }
 
+/* The token embedding: forward bit for bit; backward with scratch (sorted rows) bit for bit,
+ * with NULL scratch (float atomics, rows in any order) within 1e-6 + 1e-6 relative; a skipped
+ * padding id; GPT-2's positions. 3000 rows over 50 ids: long runs per id. */
+static void test_lm_embed(void)
+{
+    enum { N = 3000, C = 40, V = 50, P = 1024 };
+    float *wte = gk_host_rand(V * C, -1, 1, 150), *wpe = gk_host_rand(P * C, -1, 1, 151);
+    float *dout = gk_host_rand((int64_t)N * C, -1, 1, 152);
+    float *g0 = gk_host_rand(V * C, -1, 1, 153), *p0 = gk_host_rand(P * C, -1, 1, 154);
+    int32_t *ids = KC_ALLOC(int32_t, N), *pos = KC_ALLOC(int32_t, N);
+    for (int r = 0; r < N; r++)
+        ids[r] = (int32_t)((r * 7919) % V), pos[r] = r % P;
+    float *ref = KC_ALLOC(float, (int64_t)N *C), *got = KC_ALLOC(float, (int64_t)N *C);
+    float *rte = KC_ALLOC(float, V *C), *rpe = KC_ALLOC(float, P *C);
+    ct_lm_embed_forward_cpu(ref, wte, wpe, ids, pos, N, C);
+    memcpy(rte, g0, V * C * sizeof(float));
+    memcpy(rpe, p0, P * C * sizeof(float));
+    ct_lm_embed_backward_cpu(rte, rpe, dout, ids, pos, N, C, 7);
+
+    float *d_wte = gk_dup(float, wte, V *C), *d_wpe = gk_dup(float, wpe, P *C);
+    float *d_dout = gk_dup(float, dout, (int64_t)N *C), *d_out = gk_alloc(float, (int64_t)N *C);
+    int32_t *d_ids = gk_dup(int32_t, ids, N), *d_pos = gk_dup(int32_t, pos, N);
+    float *d_g = gk_dup(float, g0, V *C), *d_p = gk_dup(float, p0, P *C);
+    size_t bytes = 0;
+    CT_ASSERT_OK(ct_embed_backward_cuda_scratch(&bytes, 1, N));
+    void *d_scr = gk_alloc_bytes(bytes);
+    CT_ASSERT_OK(ct_lm_embed_forward_cuda(d_out, d_wte, d_wpe, d_ids, d_pos, N, C, NULL));
+    gk_download(got, d_out, (size_t)N * C * sizeof(float));
+    GK_ASSERT_BITEQ("embed forward", got, ref, (int64_t)N * C);
+    CT_ASSERT_OK(ct_lm_embed_backward_cuda(d_g, d_p, d_scr, d_dout, d_ids, d_pos, N, C, 7, NULL));
+    gk_download(got, d_g, V * C * sizeof(float));
+    GK_ASSERT_BITEQ("embed dwte, sorted", got, rte, V * C);
+    gk_download(got, d_p, P * C * sizeof(float));
+    GK_ASSERT_BITEQ("embed dwpe, sorted", got, rpe, P * C);
+    gk_upload(d_g, g0, V * C * sizeof(float));
+    CT_ASSERT_OK(ct_lm_embed_backward_cuda(d_g, NULL, NULL, d_dout, d_ids, d_pos, N, C, 7, NULL));
+    gk_download(got, d_g, V * C * sizeof(float));
+    gk_check("embed dwte, atomics", got, rte, V * C, 1e-5, 1e-5);
+    gk_free_all();
+    free(wte), free(wpe), free(dout), free(g0), free(p0), free(ids), free(pos), free(ref);
+    free(got), free(rte), free(rpe);
+}
+
 static void test_bad_shapes(void)
 {
     CT_ASSERT_ERR(ct_rmsnorm_forward_cuda(NULL, NULL, NULL, NULL, 1, 0, LM_EPS, NULL),
@@ -286,6 +329,7 @@ int main(void)
     CT_RUN(test_rope);
     CT_RUN(test_lm_ce);
     CT_RUN(test_gqa_attention);
+    CT_RUN(test_lm_embed);
     CT_RUN(test_bad_shapes);
     return 0;
 }
