@@ -9,12 +9,14 @@
  *   - GELU and SwiGLU: the device's tanhf, erff, expf are within 2 ulp of glibc's, and the
  *     formulas multiply them by values up to ~6: atol 2e-6, rtol 2e-6.
  *   - the next-token loss (ct_lm_ce_loss_cuda in kernels/cuda/xent.cu): see lce_case;
- *   - grouped-query attention: see gqa_case.
+ *   - grouped-query attention: see gqa_case;
+ *   - every language-model entry of the op tables, CPU table against CUDA table (test_tables).
  * Outputs are poisoned first; backward gradients start from random values and get two calls
  * (the += contract). Sizes: Qwen2.5-0.5B's width 896 and 7B's 3584 (wider than shared memory
  * would hold), an odd width, and an element count that needs the grid-stride loop's second
  * pass.
  */
+#include "ct_ops.h"
 #include "gcheck.h"
 
 #define LM_EPS 1e-6f
@@ -309,6 +311,157 @@ static void test_lm_embed(void)
     free(got), free(rte), free(rpe);
 }
 
+/* ---- through the op tables ---------------------------------------------------------------------
+ * Every language-model entry of ct_ops_t, called on the CPU table and on the CUDA table with the
+ * same inputs: what a model will call. The entries only pass their arguments on, so the results
+ * are those of the functions above; a swapped argument shows as a gross difference. */
+
+static float *lt_up(ct_ops_t *o, const void *host, size_t nbytes)
+{
+    void *p = NULL;
+    CT_ASSERT_OK(o->alloc(o, &p, nbytes ? nbytes : 4));
+    o->copy(o, p, host, nbytes, CT_COPY_H2D);
+    return (float *)p;
+}
+
+static void lt_cmp(const char *what, ct_ops_t *gpu, const float *dev, const float *ref, int64_t n,
+                   double atol, double rtol)
+{
+    float *got = KC_ALLOC(float, n);
+    gpu->copy(gpu, got, dev, (size_t)n * sizeof(float), CT_COPY_D2H);
+    CT_ASSERT_OK(gpu->sync(gpu));
+    gk_check(what, got, ref, n, atol, rtol);
+    free(got);
+}
+
+static void lt_cmp_bits(const char *what, ct_ops_t *gpu, const float *dev, const float *ref,
+                        int64_t n)
+{
+    float *got = KC_ALLOC(float, n);
+    gpu->copy(gpu, got, dev, (size_t)n * sizeof(float), CT_COPY_D2H);
+    CT_ASSERT_OK(gpu->sync(gpu));
+    GK_ASSERT_BITEQ(what, got, ref, n);
+    free(got);
+}
+
+static void test_tables(void)
+{
+    enum { B = 2, L = 9, NH = 4, KVH = 2, HD = 8, C = 32, V = 40, P = 64 };
+    const int N = B * L;
+    const int64_t W = (int64_t)(NH + 2 * KVH) * HD, nq = (int64_t)N * W, no = (int64_t)N * NH * HD;
+    const int64_t na = (int64_t)B * NH * L * L, nc = (int64_t)N * C;
+    ct_ops_t cpu, gpu;
+    ct_ops_cpu_init(&cpu);
+    CT_ASSERT_OK(ct_ops_cuda_init(&gpu, 0, false));
+    float *x = gk_host_rand(nc, -2, 2, 80), *w = gk_host_rand(C, 0.5f, 1.5f, 81);
+    float *d = gk_host_rand(nc, -1, 1, 82), *u = gk_host_rand(nc, -1, 1, 83);
+    float *qkv = gk_host_rand(nq, -1, 1, 84), *dq = gk_host_rand(no, -1, 1, 85);
+    float *wte = gk_host_rand((int64_t)V * C, -1, 1, 86),
+          *wpe = gk_host_rand((int64_t)P * C, -1, 1, 87);
+    float *cs = KC_ALLOC(float, P *HD / 2), *sn = KC_ALLOC(float, P *HD / 2);
+    ct_rope_table_cpu(cs, sn, P, HD, 10000.0f);
+    int32_t ids[B * L], pos[B * L], tgt[B * L];
+    for (int r = 0; r < N; r++)
+        ids[r] = (r * 7) % V, pos[r] = r % L, tgt[r] = r % 5 == 2 ? -100 : (r * 11) % V;
+    /* CPU results in host buffers; GPU buffers start as copies of the same values */
+    float *r1 = KC_ALLOC(float, nq > na ? nq : na), *r2 = KC_ALLOC(float, nc);
+    float *r3 = KC_ALLOC(float, (int64_t)V *C), *rs = KC_ALLOC(float, N);
+    float *g_x = lt_up(&gpu, x, nc * 4), *g_w = lt_up(&gpu, w, C * 4),
+          *g_d = lt_up(&gpu, d, nc * 4);
+    float *g_u = lt_up(&gpu, u, nc * 4), *g_o = lt_up(&gpu, d, nc * 4),
+          *g_o2 = lt_up(&gpu, u, nc * 4);
+    float *g_rs = lt_up(&gpu, rs, N * 4), *g_dw = lt_up(&gpu, w, C * 4);
+
+    printf("rmsnorm\n");
+    cpu.rmsnorm_forward(&cpu, r2, rs, x, w, N, C, 1e-6f);
+    gpu.rmsnorm_forward(&gpu, g_o, g_rs, g_x, g_w, N, C, 1e-6f);
+    lt_cmp("table rmsnorm out", &gpu, g_o, r2, nc, 1e-6, 1e-6);
+    memcpy(r2, u, nc * 4);
+    float dwc[C];
+    memcpy(dwc, w, sizeof dwc);
+    gpu.copy(&gpu, g_rs, rs, N * 4, CT_COPY_H2D);
+    cpu.rmsnorm_backward(&cpu, r2, dwc, d, x, w, rs, N, C);
+    gpu.rmsnorm_backward(&gpu, g_o2, g_dw, g_d, g_x, g_w, g_rs, N, C);
+    lt_cmp("table rmsnorm dinp", &gpu, g_o2, r2, nc, 1e-6, 1e-6);
+    lt_cmp("table rmsnorm dweight", &gpu, g_dw, dwc, C, 1e-5, 1e-5);
+
+    printf("gelu, swiglu\n");
+    cpu.gelu_forward(&cpu, r2, x, nc, CT_GELU_TANH);
+    gpu.gelu_forward(&gpu, g_o, g_x, nc, CT_GELU_TANH);
+    lt_cmp("table gelu", &gpu, g_o, r2, nc, 2e-6, 2e-6);
+    memcpy(r2, u, nc * 4);
+    gpu.copy(&gpu, g_o2, u, nc * 4, CT_COPY_H2D);
+    cpu.gelu_backward(&cpu, r2, d, x, nc, CT_GELU_ERF);
+    gpu.gelu_backward(&gpu, g_o2, g_d, g_x, nc, CT_GELU_ERF);
+    lt_cmp("table gelu backward", &gpu, g_o2, r2, nc, 2e-6, 2e-6);
+    cpu.swiglu_forward(&cpu, r2, x, u, nc);
+    gpu.swiglu_forward(&gpu, g_o, g_x, g_u, nc);
+    lt_cmp("table swiglu", &gpu, g_o, r2, nc, 2e-6, 2e-6);
+    float *r2b = KC_ALLOC(float, nc);
+    memcpy(r2, d, nc * 4), memcpy(r2b, u, nc * 4);
+    gpu.copy(&gpu, g_o, d, nc * 4, CT_COPY_H2D);
+    gpu.copy(&gpu, g_o2, u, nc * 4, CT_COPY_H2D);
+    cpu.swiglu_backward(&cpu, r2, r2b, x, x, u, nc);
+    gpu.swiglu_backward(&gpu, g_o, g_o2, g_x, g_x, g_u, nc);
+    lt_cmp("table swiglu dgate", &gpu, g_o, r2, nc, 2e-6, 2e-6);
+    lt_cmp("table swiglu dup", &gpu, g_o2, r2b, nc, 2e-6, 2e-6);
+
+    printf("rope, attention\n");
+    float *g_cs = lt_up(&gpu, cs, P * HD / 2 * 4), *g_sn = lt_up(&gpu, sn, P * HD / 2 * 4);
+    int32_t *g_pos = (int32_t *)lt_up(&gpu, pos, sizeof pos),
+            *g_ids = (int32_t *)lt_up(&gpu, ids, sizeof ids);
+    int32_t *g_tgt = (int32_t *)lt_up(&gpu, tgt, sizeof tgt);
+    float *g_q = lt_up(&gpu, qkv, nq * 4), *g_qo = lt_up(&gpu, qkv, nq * 4);
+    cpu.rope_forward(&cpu, r1, qkv, cs, sn, pos, N, (int)(W / HD), HD);
+    gpu.rope_forward(&gpu, g_qo, g_q, g_cs, g_sn, g_pos, N, (int)(W / HD), HD);
+    lt_cmp_bits("table rope", &gpu, g_qo, r1, nq);
+    memcpy(r1, qkv, nq * 4);
+    gpu.copy(&gpu, g_qo, qkv, nq * 4, CT_COPY_H2D);
+    cpu.rope_backward(&cpu, r1, qkv, cs, sn, pos, N, (int)(W / HD), HD);
+    gpu.rope_backward(&gpu, g_qo, g_q, g_cs, g_sn, g_pos, N, (int)(W / HD), HD);
+    lt_cmp_bits("table rope backward", &gpu, g_qo, r1, nq);
+    float *att = KC_ALLOC(float, na), *out = KC_ALLOC(float, no);
+    float *g_att = lt_up(&gpu, r1, na * 4), *g_out = lt_up(&gpu, dq, no * 4);
+    cpu.gqa_attention_forward(&cpu, out, att, qkv, B, L, NH, KVH, HD, 0.3f);
+    gpu.gqa_attention_forward(&gpu, g_out, g_att, g_q, B, L, NH, KVH, HD, 0.3f);
+    lt_cmp("table gqa out", &gpu, g_out, out, no, 1e-6, 1e-5);
+    float *csc = KC_ALLOC(float, cpu.scratch(&cpu, CT_SCRATCH_GQA_BWD, B, NH, L, N));
+    float *g_sc = lt_up(&gpu, csc, gpu.scratch(&gpu, CT_SCRATCH_GQA_BWD, B, NH, L, N) * 4);
+    float *g_dq = lt_up(&gpu, dq, no * 4);
+    gpu.copy(&gpu, g_att, att, na * 4, CT_COPY_H2D);
+    memcpy(r1, qkv, nq * 4);
+    gpu.copy(&gpu, g_qo, qkv, nq * 4, CT_COPY_H2D);
+    cpu.gqa_attention_backward(&cpu, r1, csc, dq, att, qkv, B, L, NH, KVH, HD, 0.3f);
+    gpu.gqa_attention_backward(&gpu, g_qo, g_sc, g_dq, g_att, g_q, B, L, NH, KVH, HD, 0.3f);
+    lt_cmp("table gqa dqkv", &gpu, g_qo, r1, nq, 3e-5, 1e-4);
+
+    printf("embedding, loss\n");
+    float *g_wte = lt_up(&gpu, wte, V * C * 4), *g_wpe = lt_up(&gpu, wpe, P * C * 4);
+    cpu.lm_embed_forward(&cpu, r2, wte, wpe, ids, pos, N, C);
+    gpu.lm_embed_forward(&gpu, g_o, g_wte, g_wpe, g_ids, g_pos, N, C);
+    lt_cmp_bits("table embed", &gpu, g_o, r2, nc);
+    memcpy(r3, wte, V * C * 4);
+    float *g_dte = lt_up(&gpu, wte, V * C * 4);
+    cpu.lm_embed_backward(&cpu, r3, NULL, d, ids, pos, N, C, 3);
+    gpu.lm_embed_backward(&gpu, g_dte, NULL, g_d, g_ids, g_pos, N, C, 3);
+    lt_cmp_bits("table embed backward", &gpu, g_dte, r3, V * C);
+    float loss = NAN, *lsc = KC_ALLOC(float, cpu.scratch(&cpu, CT_SCRATCH_CE, V, C, 0, N));
+    float *g_lsc = lt_up(&gpu, lsc, gpu.scratch(&gpu, CT_SCRATCH_CE, V, C, 0, N) * 4);
+    float *g_loss = lt_up(&gpu, &loss, 4);
+    memcpy(r2, u, nc * 4);
+    gpu.copy(&gpu, g_o2, u, nc * 4, CT_COPY_H2D);
+    cpu.lm_ce_loss(&cpu, &loss, r2, NULL, lsc, x, wte, tgt, N, C, V, 14.0f);
+    gpu.lm_ce_loss(&gpu, g_loss, g_o2, NULL, g_lsc, g_x, g_wte, g_tgt, N, C, V, 14.0f);
+    lt_cmp("table lm ce loss", &gpu, g_loss, &loss, 1, 1e-7, 1e-5);
+    lt_cmp("table lm ce dfeats", &gpu, g_o2, r2, nc, 1e-6, 1e-4);
+
+    CT_ASSERT_OK(ct_ops_status(&gpu));
+    ct_ops_close(&gpu);
+    free(x), free(w), free(d), free(u), free(qkv), free(dq), free(wte), free(wpe), free(cs);
+    free(sn), free(r1), free(r2), free(r3), free(rs), free(r2b), free(att), free(out), free(csc);
+    free(lsc);
+}
+
 static void test_bad_shapes(void)
 {
     CT_ASSERT_ERR(ct_rmsnorm_forward_cuda(NULL, NULL, NULL, NULL, 1, 0, LM_EPS, NULL),
@@ -330,6 +483,7 @@ int main(void)
     CT_RUN(test_lm_ce);
     CT_RUN(test_gqa_attention);
     CT_RUN(test_lm_embed);
+    CT_RUN(test_tables);
     CT_RUN(test_bad_shapes);
     return 0;
 }
