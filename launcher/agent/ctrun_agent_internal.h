@@ -136,6 +136,8 @@ struct ctrun_agent {
     bool coord_open;
     ctrun_kv_t *kv;
     bool store_lost; /* a store request failed: no more requests, no exit barrier */
+    bool fetching_failures; /* EXITING, reading every node's failure records for the report:
+                             * the exit barrier may not end the agent before it printed it */
     char master_addr[CT_HOST_MAX];
     int master_port;
     ctrun_rdzv_t rdzv;
