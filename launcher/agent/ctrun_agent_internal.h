@@ -31,6 +31,7 @@
 #include "ctrun_logs.h"
 #include "ctrun_proc.h"
 #include "ctrun_rdzv.h"
+#include "ctrun_reaper.h"
 #include "ctrun_recovery.h"
 #include "ctrun_report.h"
 #include "ctrun_sink.h"
@@ -147,6 +148,8 @@ struct ctrun_agent {
     int fail_exit;             /* exit status of a failed job (CTRUN_EXIT_FAILED or ..._NO_PROGRESS) */
     ctrun_recovery_t recovery;
     ctrun_cgroup_t cgroup; /* the job's cgroup v2, empty when unavailable */
+    ctrun_reaper_t reaper; /* cleans up after the agent, however it ends (ctrun_reaper.h) */
+    char job_tag[CTRUN_REAPER_TAG_LEN + 1]; /* CTRUN_JOB_TAG of every worker, "" when none */
 
     /* output */
     ctrun_console_t *console; /* ctrun's stdout and stderr (ctrun_console.h); NULL: direct */

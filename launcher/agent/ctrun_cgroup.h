@@ -7,9 +7,10 @@
  * cgroup_fd), and cgroup.kill empties it after every attempt and at exit, before it is removed.
  * Without a writable cgroup v2 (or with CTRUN_CGROUP=off) ctrun relies on process groups and
  * the parent-death signal alone, as before. An agent killed by SIGKILL cannot remove its
- * folder; the next agent that creates one beside it empties (cgroup.kill) and removes every
- * ctrun-<pid> whose agent no longer exists. Deliberately not here: resource limits (no
- * controller is enabled) and moving the agent itself.
+ * folder: its reaper (ctrun_reaper.h) does; should the reaper be gone too, the next agent that
+ * creates one beside it empties (cgroup.kill) and removes every ctrun-<pid> whose agent no longer
+ * exists. Deliberately not here: resource limits (no controller is enabled) and moving the agent
+ * itself.
  */
 #ifndef CTRUN_CGROUP_H
 #define CTRUN_CGROUP_H

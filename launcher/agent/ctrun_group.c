@@ -93,6 +93,7 @@ static void ctrun_group__worker_info(const ctrun_agent_t *a, const ctrun_worker_
     wi->error_file = w->error_file;
     wi->heartbeat_fd = CTRUN_PROC_HEARTBEAT_FD;
     wi->fault = w->armed >= 0 ? w->fault_text : NULL;
+    wi->job_tag = a->job_tag;
 }
 
 /* The sink of one stream, or NULL when the stream is discarded. */
@@ -172,6 +173,8 @@ int ctrun_group_spawn(ctrun_agent_t *a, int i, ct_errbuf_t *eb)
         .cgroup_fd = a->cgroup.procs_fd,
     };
     rc = ctrun_proc_spawn(&w->proc, &a->loop, &po, &ctrun_group__proc_cb, w, eb);
+    if (w->proc.pid > 0)
+        ctrun_reaper_track(&a->reaper, w->proc.pid);
 out:
     ctrun_argv_free(argv);
     ctrun_argv_free(envp);
@@ -213,8 +216,10 @@ void ctrun_group_free(ctrun_agent_t *a)
         ctrun_worker_t *w = &a->workers[i];
         /* The worker is gone; what it started and left in its process group (a dataloader, a
          * shell's children) goes with it, also when it exited 0. */
-        if (w->proc.pid > 0)
+        if (w->proc.pid > 0) {
             killpg(w->proc.pid, SIGKILL);
+            ctrun_reaper_untrack(&a->reaper, w->proc.pid);
+        }
         ctrun_group__release_outputs(w);
     }
     free(a->workers);

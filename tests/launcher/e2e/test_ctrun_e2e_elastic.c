@@ -17,7 +17,9 @@
  *     left behind;
  *   - SIGKILL of the agent hosting the store: the other exits 1 naming the store, no orphans;
  *   - SIGKILL of a static node: node 0 stops at once and exits 1 naming it (a static job cannot
- *     re-form), well before any worker would have ended.
+ *     re-form), well before any worker would have ended;
+ *   - SIGKILL of one agent of two whose workers started children and double-forked daemons:
+ *     1 s later nothing of that node's job is left.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -488,6 +490,43 @@ static void test_store_host_killed(void)
     ct_child_close(&c[1]);
 }
 
+/* SIGKILL of one agent of a two-node c10d job whose workers each started a child in their group
+ * and a double-forked setsid daemon: 1 s later nothing of that node's job is left (its reaper);
+ * the other node stops, and nothing of it is left either. */
+static void test_sigkill_agent_leaves_nothing(void)
+{
+    char d[2][600], ep[64];
+    int port = e2e_free_port();
+    snprintf(ep, sizeof ep, "--rdzv_endpoint=127.0.0.1:%d", port);
+    e2e_dir(d[0], sizeof d[0], "orphan0");
+    e2e_dir(d[1], sizeof d[1], "orphan1");
+    const char *const work[] = {"--child", "--daemonize", "--sleep-ms", "60000", NULL};
+    ct_child_t c[2];
+    start_elastic(&c[0], ep, "--nnodes=2", SHORT, d[0], "0", work);
+    wait_listening(port);
+    start_elastic(&c[1], ep, "--nnodes=2", SHORT, d[1], "0", work);
+    for (int i = 0; i < 2; i++) {
+        int64_t deadline = ct_time_ms() + 30000;
+        for (;;) { /* a worker, its child and its daemon on each node */
+            char *ch = e2e_read("%s/children", d[i]);
+            int lines = e2e_count(ch, "\n");
+            free(ch);
+            if (lines >= 2 && e2e_count_starts(d[i], -1) >= 1)
+                break;
+            CT_ASSERT_MSG(ct_time_ms() < deadline, "node %d did not start", i);
+            ct_sleep_ms(10);
+        }
+    }
+    kill(c[1].pid, SIGKILL);
+    CT_ASSERT_OK(ct_child_wait(&c[1], 30000));
+    CT_ASSERT_MSG(e2e_all_gone(d[1], 1000), "something of node 1 outlived its agent by 1 s");
+    CT_ASSERT_OK(ct_child_wait(&c[0], 60000));
+    CT_ASSERT_MSG(c[0].exit_code == 1, "exit %d:\n%s", c[0].exit_code, c[0].err);
+    CT_ASSERT(e2e_all_gone(d[0], 5000));
+    ct_child_close(&c[0]);
+    ct_child_close(&c[1]);
+}
+
 static void test_static_node_lost(void)
 {
     char d[2][600], port[32], rank[32];
@@ -540,5 +579,6 @@ int main(int argc, char **argv)
     CT_RUN(test_sigkill_below_min);
     CT_RUN(test_store_host_killed);
     CT_RUN(test_static_node_lost);
+    CT_RUN(test_sigkill_agent_leaves_nothing);
     return 0;
 }
