@@ -198,7 +198,7 @@ static int ctrun_agent__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
     }
     a->start_ms = uv_now(&a->loop);
     a->fail_exit = CTRUN_EXIT_FAILED;
-    a->cgroup.procs_fd = -1;
+    a->cgroup.procs_fd = a->cgroup.attempt_dir_fd = a->cgroup.attempt_procs_fd = -1;
     if (cfg->cgroup) {
         ct_errbuf_t ceb = {{0}};
         if (ctrun_cgroup_create(&a->cgroup, NULL, NULL, &ceb) == 0)

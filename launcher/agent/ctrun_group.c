@@ -55,6 +55,11 @@ int ctrun_group_prepare(ctrun_agent_t *a, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory for %d workers", n);
     a->nworkers = n;
     a->nrunning = a->ngone = 0;
+    /* A fresh cgroup folder for this attempt's workers (ctrun_cgroup.h says why). */
+    int crc = ctrun_cgroup_attempt(&a->cgroup);
+    if (crc != 0)
+        ct_log_debug("no cgroup folder for this attempt (%s); workers join the job's folder",
+                     strerror(-crc));
     for (int i = 0; i < n; i++) {
         ctrun_worker_t *w = &a->workers[i];
         w->agent = a;
@@ -170,7 +175,9 @@ int ctrun_group_spawn(ctrun_agent_t *a, int i, ct_errbuf_t *eb)
         .out = out,
         .err = err,
         .heartbeat = true,
-        .cgroup_fd = a->cgroup.procs_fd,
+        .cgroup_dir_fd = a->cgroup.attempt_dir_fd,
+        .cgroup_fd =
+            a->cgroup.attempt_procs_fd >= 0 ? a->cgroup.attempt_procs_fd : a->cgroup.procs_fd,
     };
     rc = ctrun_proc_spawn(&w->proc, &a->loop, &po, &ctrun_group__proc_cb, w, eb);
     if (w->proc.pid > 0)

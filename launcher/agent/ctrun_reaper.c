@@ -125,22 +125,54 @@ static int ctrun_reaper__populated(int events_fd)
     return p == NULL ? -EPROTO : p[10] == '1';
 }
 
+/* The number of lines of the file at dir/name. */
+static int ctrun_reaper__count(int dir, const char *name)
+{
+    int n = 0, fd = openat(dir, name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char buf[4096];
+    ssize_t got;
+    while ((got = read(fd, buf, sizeof buf)) > 0)
+        for (ssize_t i = 0; i < got; i++)
+            n += buf[i] == '\n';
+    close(fd);
+    return n;
+}
+
+/* The folders of the job's attempts (ctrun_cgroup.h) in the folder dir: removed (remove), or
+ * the number of processes in them. */
+static int ctrun_reaper__attempts(int dir, bool remove)
+{
+    int n = 0, sub = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = sub >= 0 ? fdopendir(sub) : NULL;
+    if (d == NULL) {
+        if (sub >= 0)
+            close(sub);
+        return 0;
+    }
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        char file[300];
+        if (strncmp(e->d_name, "attempt-", 8) != 0)
+            continue;
+        if (remove)
+            unlinkat(dir, e->d_name, AT_REMOVEDIR);
+        else if (snprintf(file, sizeof file, "%s/cgroup.procs", e->d_name) < (int)sizeof file)
+            n += ctrun_reaper__count(dir, file);
+    }
+    closedir(d);
+    return n;
+}
+
 /* Empties the job's cgroup and removes it; returns how many processes it held. */
 static int ctrun_reaper__cgroup(const ctrun_reaper__job_t *job)
 {
     if (job->cgdir < 0)
         return 0;
-    int killed = 0;
-    /* Count them first, for the message (cgroup.procs: one pid per line). */
-    int procs = openat(job->cgdir, "cgroup.procs", O_RDONLY | O_CLOEXEC);
-    if (procs >= 0) {
-        char buf[4096];
-        ssize_t n;
-        while ((n = read(procs, buf, sizeof buf)) > 0)
-            for (ssize_t i = 0; i < n; i++)
-                killed += buf[i] == '\n';
-        close(procs);
-    }
+    /* Count them first, for the message (cgroup.procs: one pid per line; the job's folder
+     * and those of its attempts). */
+    int killed =
+        ctrun_reaper__count(job->cgdir, "cgroup.procs") + ctrun_reaper__attempts(job->cgdir, false);
     int kfd = openat(job->cgdir, "cgroup.kill", O_WRONLY | O_CLOEXEC);
     if (kfd < 0)
         return 0; /* removed already: the agent ended normally */
@@ -157,7 +189,9 @@ static int ctrun_reaper__cgroup(const ctrun_reaper__job_t *job)
     }
     if (ev >= 0)
         close(ev);
-    /* Remove the folder only if the path still names the one we were given. */
+    /* Remove the folder only if the path still names the one we were given, the folders of
+     * its attempts (ctrun_cgroup.h) first. */
+    ctrun_reaper__attempts(job->cgdir, true);
     struct stat mine, now;
     if (fstat(job->cgdir, &mine) == 0 && stat(job->cgpath, &now) == 0 &&
         mine.st_dev == now.st_dev && mine.st_ino == now.st_ino)

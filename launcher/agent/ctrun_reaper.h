@@ -10,8 +10,9 @@
  * the job's cgroup folder and stderr, and sleeps in poll() until the pidfd says the agent has
  * exited. Then, in this order:
  *   - with the job's cgroup (ctrun_cgroup.h): cgroup.kill, a wait for "populated 0" through
- *     cgroup.events' notification (bounded), and the folder's removal - it finds every process
- *     of the job, daemons that left their session included;
+ *     cgroup.events' notification (bounded), and the removal of the folder and of its
+ *     attempts' folders - it finds every process of the job, daemons that left their session
+ *     included;
  *   - every worker process group the agent recorded (track/untrack below) gets SIGKILL: children
  *     that stayed in a worker's group die even without a cgroup;
  *   - without a cgroup: every process whose environment carries this job's CTRUN_JOB_TAG (a
