@@ -69,6 +69,8 @@ typedef enum ctrun_outcome {
     CTRUN_OUTCOME_STOPPED,
     CTRUN_OUTCOME_LOST,   /* the coordinator lost a node's heartbeats (outcome_node = its id) */
     CTRUN_OUTCOME_REJOIN, /* a node waits to join: restart without using up a restart */
+    CTRUN_OUTCOME_LEFT,   /* a signalled node of an elastic job leaves (outcome_node = its id,
+                           * outcome_signal the signal): re-form without using up a restart */
 } ctrun_outcome_t;
 
 typedef struct ctrun_worker {
@@ -226,6 +228,8 @@ void ctrun_agent__log_outcome(const ctrun_agent_t *a);
 void ctrun_agent__post_outcome(ctrun_agent_t *a, const char *text);
 void ctrun_agent__post_failed(ctrun_agent_t *a);
 void ctrun_agent__post_stopped(ctrun_agent_t *a, int sig);
+bool ctrun_agent__can_leave(const ctrun_agent_t *a);
+void ctrun_agent__post_left(ctrun_agent_t *a, int sig);
 void ctrun_agent__post_ok(ctrun_agent_t *a);
 void ctrun_agent__record_failure(ctrun_agent_t *a, int i, int exitcode, const char *message,
                                  const char *cause, int64_t detect_ns);

@@ -19,7 +19,11 @@
  *   - SIGKILL of a static node: node 0 stops at once and exits 1 naming it (a static job cannot
  *     re-form), well before any worker would have ended;
  *   - SIGKILL of one agent of two whose workers started children and double-forked daemons:
- *     1 s later nothing of that node's job is left.
+ *     1 s later nothing of that node's job is left;
+ *   - SIGTERM to one agent of three (--nnodes=2:3, --max_restarts=0): it leaves with 143, the
+ *     other two re-form without it at once and finish, without using up a restart; of two
+ *     (MIN 2) the other exits 1 naming the node that left; with MIN == MAX (--nnodes=2) a
+ *     signalled node still stops the job.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -527,6 +531,98 @@ static void test_sigkill_agent_leaves_nothing(void)
     ct_child_close(&c[1]);
 }
 
+/* SIGTERM to the third agent of an elastic job: it leaves (143); the others re-form without it
+ * at once, with the restart count unchanged (--max_restarts=0), and finish in the world of 2. */
+static void test_sigterm_node_leaves(void)
+{
+    char d[AGENTS_MAX][600], ep[64];
+    int port = e2e_free_port();
+    snprintf(ep, sizeof ep, "--rdzv_endpoint=127.0.0.1:%d", port);
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "leave%d", i);
+        e2e_dir(d[i], sizeof d[i], name);
+    }
+    const char *const work[] = {"--when-world", "2", "--exit", "0", "--sleep-ms", "60000", NULL};
+    ct_child_t c[AGENTS_MAX];
+    start_elastic(&c[0], ep, "--nnodes=2:3", LONG, d[0], "0", work);
+    wait_listening(port);
+    start_elastic(&c[1], ep, "--nnodes=2:3", LONG, d[1], "0", work);
+    start_elastic(&c[2], ep, "--nnodes=2:3", LONG, d[2], "0", work);
+    for (int i = 0; i < 3; i++)
+        CT_ASSERT_MSG(e2e_wait_starts(d[i], 1, 30000), "node %d did not start", i);
+    int64_t t0 = ct_time_ms();
+    kill(c[2].pid, SIGTERM);
+    /* The survivors' workers of the re-formed world (restart count still 0). */
+    for (int i = 0; i < 2; i++)
+        CT_ASSERT_MSG(e2e_wait_starts(d[i], 2, 30000), "node %d did not re-form", i);
+    int64_t took = ct_time_ms() - t0;
+    printf("# SIGTERM to one of three nodes -> both survivors' workers running again: %lld ms\n",
+           (long long)took);
+    wait_all(c, 3);
+    CT_ASSERT_MSG(c[2].exit_code == 143, "leaving agent exit %d:\n%s", c[2].exit_code, c[2].err);
+    CT_ASSERT_STR_CONTAINS(c[2].err, "leaves the elastic job (SIGTERM)");
+    CT_ASSERT(e2e_all_gone(d[2], 5000));
+    for (int i = 0; i < 2; i++) {
+        CT_ASSERT_MSG(c[i].exit_code == 0, "agent %d exit %d:\n%s", i, c[i].exit_code, c[i].err);
+        CT_ASSERT_STR_CONTAINS(c[i].err, "left the job (SIGTERM); re-forming the job without it");
+        CT_ASSERT_EQ(e2e_count_starts(d[i], 0), 2);
+        CT_ASSERT_EQ(e2e_count_starts(d[i], 1), 0);
+    }
+    int g[2];
+    check_ranks(d, 2, 0, 2, 2, g);
+    CT_ASSERT_MSG(took < 10000, "re-forming took %lld ms", (long long)took);
+    for (int i = 0; i < 3; i++)
+        ct_child_close(&c[i]);
+}
+
+/* Two agents, MIN 2 (--nnodes=2:3, or MIN == MAX with --nnodes=2): SIGTERM to the second; it
+ * exits 143 and the first exits 1 at once, naming why. */
+static void sigterm_one_of_two(const char *nnodes, const char *conf, const char *name,
+                               const char *why)
+{
+    char d[2][600], ep[64];
+    int port = e2e_free_port();
+    snprintf(ep, sizeof ep, "--rdzv_endpoint=127.0.0.1:%d", port);
+    for (int i = 0; i < 2; i++) {
+        char n[32];
+        snprintf(n, sizeof n, "%s%d", name, i);
+        e2e_dir(d[i], sizeof d[i], n);
+    }
+    const char *const work[] = {"--sleep-ms", "60000", NULL};
+    ct_child_t c[2];
+    start_elastic(&c[0], ep, nnodes, conf, d[0], "3", work);
+    wait_listening(port);
+    start_elastic(&c[1], ep, nnodes, conf, d[1], "3", work);
+    for (int i = 0; i < 2; i++)
+        CT_ASSERT_MSG(e2e_wait_starts(d[i], 1, 30000), "node %d did not start", i);
+    int64_t t0 = ct_time_ms();
+    kill(c[1].pid, SIGTERM);
+    wait_all(c, 2);
+    CT_ASSERT_MSG(c[1].exit_code == 143, "signalled agent exit %d:\n%s", c[1].exit_code, c[1].err);
+    CT_ASSERT_MSG(c[0].exit_code == 1, "agent 0 exit %d:\n%s", c[0].exit_code, c[0].err);
+    CT_ASSERT_STR_CONTAINS(c[0].err, why);
+    CT_ASSERT_MSG(ct_time_ms() - t0 < 20000, "stopping took %lld ms",
+                  (long long)(ct_time_ms() - t0));
+    CT_ASSERT_EQ(e2e_count_starts(d[0], -1), 1);
+    for (int i = 0; i < 2; i++) {
+        CT_ASSERT(e2e_all_gone(d[i], 5000));
+        ct_child_close(&c[i]);
+    }
+}
+
+static void test_sigterm_below_min(void)
+{
+    sigterm_one_of_two("--nnodes=2:3", SHORT, "leavemin",
+                       "left the job; 1 node is left, fewer than the minimum of 2");
+}
+
+static void test_sigterm_min_equals_max(void)
+{
+    sigterm_one_of_two("--nnodes=2", LONG, "leavefix",
+                       "was stopped by SIGTERM; stopping this node too");
+}
+
 static void test_static_node_lost(void)
 {
     char d[2][600], port[32], rank[32];
@@ -580,5 +676,8 @@ int main(int argc, char **argv)
     CT_RUN(test_store_host_killed);
     CT_RUN(test_static_node_lost);
     CT_RUN(test_sigkill_agent_leaves_nothing);
+    CT_RUN(test_sigterm_node_leaves);
+    CT_RUN(test_sigterm_below_min);
+    CT_RUN(test_sigterm_min_equals_max);
     return 0;
 }
