@@ -216,6 +216,9 @@ static int ctrun_agent__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
         ct_log_warn("no reaper (%s): if ctrun is killed with SIGKILL, processes its workers "
                     "started may survive it",
                     reb.msg);
+    int frc = ctrun_agent__ftimer_setup(a, eb);
+    if (frc != 0)
+        return frc;
     if (cfg->inject_specs.n > 0) {
         if (ctrun_inject_copy(&a->inject, &cfg->inject_specs) != 0)
             return ct_errbuf_set(eb, -ENOMEM, "out of memory");
@@ -301,6 +304,7 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     a->cfg = cfg;
     a->reaper.pid = a->reaper.fd = -1;
+    a->ftimer_fd = a->ftimer_wfd = -1;
     int rc = uv_loop_init(&a->loop);
     if (rc != 0) {
         free(a);
@@ -342,6 +346,7 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     ctrun_group_free(a);
     ctrun_cgroup_destroy(&a->cgroup, 2000);
     ctrun_reaper_close(&a->reaper);
+    ctrun_agent__ftimer_cleanup(a);
     ctrun_agent__recovery_report(a);
     ctrun_recovery_free(&a->recovery);
     ctrun_inject_free(&a->inject);

@@ -573,6 +573,7 @@ static void ctrun_agent__on_worker_exit(ctrun_agent_t *a, int i, int exitcode)
     w->exitcode = exitcode;
     w->state = CTRUN_WORKER_EXITED;
     a->nrunning--;
+    ctrun_agent__ftimer_forget(a, w->proc.pid);
     char cause[CTRUN_RECOVERY_CAUSE_MAX];
     int64_t detect_ns = -1;
     if (exitcode != 0)
@@ -685,6 +686,12 @@ void ctrun_agent__step(ctrun_agent_t *a, const ctrun_agent__event_t *ev)
         if (a->state != CTRUN_AGENT_RUNNING || a->workers[ev->worker].state != CTRUN_WORKER_RUNNING)
             return;
         ctrun_agent__watchdog_blame(a, ev->worker);
+        ctrun_agent__fail_attempt(a);
+        return;
+    case CTRUN_AGENT__EV_FILETIMER:
+        if (a->state != CTRUN_AGENT_RUNNING || a->workers[ev->worker].state != CTRUN_WORKER_RUNNING)
+            return;
+        ctrun_agent__ftimer_blame(a, ev->worker);
         ctrun_agent__fail_attempt(a);
         return;
     case CTRUN_AGENT__EV_INJECT:

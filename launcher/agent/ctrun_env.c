@@ -148,6 +148,8 @@ int ctrun_env_build(const char *const *base, const ctrun_worker_info_t *w, char 
         ctrun_env__put(&o, "CTRUN_JOB_TAG", "%s", w->job_tag);
     else
         ctrun_env__put(&o, "CTRUN_JOB_TAG", NULL); /* an enclosing job's is not this one's */
+    if (w->timer_file != NULL && w->timer_file[0] != '\0')
+        ctrun_env__put(&o, "TORCHELASTIC_TIMER_FILE", "%s", w->timer_file);
 
     size_t nbase = 0;
     while (base[nbase] != NULL)

@@ -9,8 +9,9 @@
  *   (1 unless the agent has them), OMP_NUM_THREADS=1 (only when unset and more than one
  *   worker per node), TORCHELASTIC_SIGNALS_TO_HANDLE, CTRUN_HEARTBEAT_FD when the agent
  *   passes a heartbeat pipe (an inherited one is removed otherwise), CTRUN_INJECT when
- *   --inject armed a fault for this worker (removed otherwise), and CTRUN_JOB_TAG, the job's
- *   mark for its reaper (an inherited one, of an enclosing job, is replaced or removed).
+ *   --inject armed a fault for this worker (removed otherwise), CTRUN_JOB_TAG, the job's
+ *   mark for its reaper (an inherited one, of an enclosing job, is replaced or removed), and
+ *   TORCHELASTIC_TIMER_FILE when the agent serves FileTimer requests.
  *
  * A pure function of its inputs: the base environment is passed in, nothing is read from or
  * written to the process environment, and the result is a NULL-terminated envp the spawner
@@ -42,6 +43,7 @@ typedef struct ctrun_worker_info {
     int heartbeat_fd;              /* CTRUN_HEARTBEAT_FD, or -1 for none */
     const char *fault;             /* CTRUN_INJECT (ctrun_inject.h), or NULL to remove it */
     const char *job_tag;           /* CTRUN_JOB_TAG (ctrun_reaper.h), or NULL/"" to remove it */
+    const char *timer_file;        /* TORCHELASTIC_TIMER_FILE, or NULL/"" to leave it as it is */
 } ctrun_worker_info_t;
 
 /* Fills the fields that come from the configuration (role, world sizes of a single-node job,

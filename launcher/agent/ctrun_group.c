@@ -99,6 +99,7 @@ static void ctrun_group__worker_info(const ctrun_agent_t *a, const ctrun_worker_
     wi->heartbeat_fd = CTRUN_PROC_HEARTBEAT_FD;
     wi->fault = w->armed >= 0 ? w->fault_text : NULL;
     wi->job_tag = a->job_tag;
+    wi->timer_file = a->ftimer_path;
 }
 
 /* The sink of one stream, or NULL when the stream is discarded. */

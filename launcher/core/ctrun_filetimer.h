@@ -10,9 +10,8 @@
  *
  * Deliberately not here: the named pipe and reading it, knowing which pids are the agent's
  * workers (the caller drops requests of other pids), sending the signal, and the failure
- * records: those belong to the agent's FileTimer watchdog, which does not exist yet (ctrun
- * neither reads TORCHELASTIC_ENABLE_FILE_TIMER nor sets TORCHELASTIC_TIMER_FILE today). Pure:
- * no I/O, no clock; times are passed in.
+ * records: those belong to the agent's FileTimer watchdog (ctrun_agent_ftimer.c). Pure: no
+ * I/O, no clock; times are passed in.
  */
 #ifndef CTRUN_FILETIMER_H
 #define CTRUN_FILETIMER_H

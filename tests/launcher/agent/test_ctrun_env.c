@@ -185,7 +185,9 @@ static void test_presets_are_kept(void)
     w.heartbeat_fd = 5;
     w.signals_to_handle = NULL;
     w.job_tag = "0123456789abcdef0123456789abcdef";
+    w.timer_file = "/tmp/ctrun-timer-1";
     CT_ASSERT_OK(ctrun_env_build(base, &w, &envp));
+    CT_ENV_IS(envp, "TORCHELASTIC_TIMER_FILE", "/tmp/ctrun-timer-1");
     CT_ENV_IS(envp, "CTRUN_HEARTBEAT_FD", "5");
     CT_ENV_IS(envp, "CTRUN_JOB_TAG", "0123456789abcdef0123456789abcdef");
     CT_ASSERT(ct__get(envp, "TORCHELASTIC_SIGNALS_TO_HANDLE") == NULL);
