@@ -1,5 +1,5 @@
 /*
- * ct_fs.c - whole-buffer I/O, directory fsync and durable file replacement (ct_fs.h).
+ * ct_fs.c - whole-buffer I/O, directory fsync, mkdir -p and durable file replacement (ct_fs.h).
  */
 #include "ct_fs.h"
 
@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int ct_fs_write_full(int fd, const void *buf, size_t n, off_t off)
@@ -145,4 +146,25 @@ int ct_fs_replace(const char *path, const void *text, size_t n, ct_errbuf_t *eb)
     int rc = ct_fs_replace_at(dirfd, name, text, n, eb);
     close(dirfd);
     return rc;
+}
+
+int ct_fs_mkdir_p(const char *path, ct_errbuf_t *eb)
+{
+    char buf[PATH_MAX];
+    size_t len = strlen(path);
+    if (len == 0 || len >= sizeof buf)
+        return ct_errbuf_set(eb, -EINVAL, "directory \"%.80s\": empty or too long", path);
+    memcpy(buf, path, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        char saved = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+            int rc = -errno;
+            return ct_errbuf_set(eb, rc, "cannot create directory %s: %s", buf, strerror(-rc));
+        }
+        buf[i] = saved;
+    }
+    return 0;
 }

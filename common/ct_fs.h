@@ -6,8 +6,9 @@
  * Checkpoints and their `latest` pointer, safetensors files, ctrain's outputs and the error
  * file all replace files through this.
  *
- * Not here: formats, and the async-signal-safe error-file writer (ct_errfile_write.c), which
- * may only make system calls and so keeps its own open/write/renameat sequence.
+ * Also mkdir -p. Not here: formats, and the async-signal-safe error-file writer
+ * (ct_errfile_write.c), which may only make system calls and so keeps its own
+ * open/write/renameat sequence.
  */
 #ifndef CT_FS_H
 #define CT_FS_H
@@ -39,6 +40,11 @@ bool ct_fs_is_tmp_name(const char *name);
  * close, rename over name, fsync of the directory. fd is closed and, on failure, tmp removed,
  * whatever happens; the message names `name` and the step that failed. */
 int ct_fs_commit_at(int dirfd, int fd, const char *tmp, const char *name, ct_errbuf_t *eb);
+
+/* Creates the directory path and its missing parents (mode 0755), as mkdir -p. 0, or -EINVAL
+ * (empty or longer than PATH_MAX) / -errno with a line naming the directory that could not be
+ * made. */
+int ct_fs_mkdir_p(const char *path, ct_errbuf_t *eb);
 
 /* Replaces dirfd/name with the n bytes of text (temporary file, fsync, rename, directory
  * fsync). */

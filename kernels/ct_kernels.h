@@ -342,6 +342,81 @@ void ct_mhc_expand_backward_cpu(float *dx, const float *dX, int N, int n, int C)
 void ct_mhc_collapse_forward_cpu(float *x, const float *X, int N, int n, int C);
 void ct_mhc_collapse_backward_cpu(float *dX, const float *dx, int N, int n, int C);
 
+/* ---- the language models' ops (kernels/cpu/lm.c) ----------------------------------------------
+ * What transformers computes in float32 for GPT-2 and Qwen2 (CUDA twins: kernels/cuda/lm.cu;
+ * RoPE's table is computed here only and copied to the device).
+ *   HD  a head's width (Qwen2: C / NH unless head_dim says otherwise), H = HD / 2 */
+
+/* RMSNorm over the last dimension (Qwen2RMSNorm): out = weight * (x * rstd), rstd = 1 /
+ * sqrt(mean(x^2) + eps), saved for the backward.   out: (N,C)   rstd: (N)   inp: (N,C)
+ * weight: (C) */
+void ct_rmsnorm_forward_cpu(float *out, float *rstd, const float *inp, const float *weight, int N,
+                            int C, float eps);
+/*   dinp: (N,C) +=   dweight: (C) +=   dout, inp: (N,C)   weight: (C)   rstd: (N) */
+void ct_rmsnorm_backward_cpu(float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int C);
+
+/* GELU: the tanh approximation (GPT-2's gelu_new, gelu_pytorch_tanh) or the erf form (gelu). */
+typedef enum ct_gelu_kind {
+    CT_GELU_TANH = 0,
+    CT_GELU_ERF = 1,
+} ct_gelu_kind_t;
+
+/* out = gelu(inp); out may equal inp only when the backward gets the input some other way.
+ *   out, inp: (n) */
+void ct_gelu_forward_cpu(float *out, const float *inp, int64_t n, ct_gelu_kind_t kind);
+/* dinp += dout * gelu'(inp).   dinp: (n) +=   dout, inp: (n) */
+void ct_gelu_backward_cpu(float *dinp, const float *dout, const float *inp, int64_t n,
+                          ct_gelu_kind_t kind);
+
+/* SwiGLU's gate (Qwen2MLP): out = silu(gate) * up.   out, gate, up: (n) */
+void ct_swiglu_forward_cpu(float *out, const float *gate, const float *up, int64_t n);
+/*   dgate, dup: (n) +=   dout, gate, up: (n) */
+void ct_swiglu_backward_cpu(float *dgate, float *dup, const float *dout, const float *gate,
+                            const float *up, int64_t n);
+
+/* RoPE's table (Qwen2RotaryEmbedding, default rope_type): cos and sin of p * inv_freq[i] for
+ * positions p < P, inv_freq[i] = 1 / theta^(2i / HD), computed in float32 step for step as
+ * transformers does (so that long positions round the same way).   cos_t, sin_t: (P,H) */
+void ct_rope_table_cpu(float *cos_t, float *sin_t, int P, int HD, float theta);
+
+/* Rotates each head of row r by position pos[r] (apply_rotary_pos_emb, halves not interleaved):
+ * o[i] = x[i] cos - x[i+H] sin, o[i+H] = x[i+H] cos + x[i] sin. out may equal inp.
+ *   out, inp: (N,NH,HD)   cos_t, sin_t: (P,H)   pos: (N), each < P */
+void ct_rope_forward_cpu(float *out, const float *inp, const float *cos_t, const float *sin_t,
+                         const int32_t *pos, int N, int NH, int HD);
+/*   dinp: (N,NH,HD) +=   dout: (N,NH,HD) */
+void ct_rope_backward_cpu(float *dinp, const float *dout, const float *cos_t, const float *sin_t,
+                          const int32_t *pos, int N, int NH, int HD);
+
+/* Grouped-query causal attention (Qwen2; GPT-2 with KVH = NH) over a packed projection: row t
+ * of sequence b holds [q heads 0..NH-1 | k heads 0..KVH-1 | v heads 0..KVH-1], HD wide each
+ * (Qwen2's q_proj, k_proj and v_proj as one linear; GPT-2's c_attn). Query head h uses key and
+ * value head h / (NH / KVH), as transformers' repeat_kv. For each b, h:
+ *   S[i,j] = scale * q_i . k_j for j <= i (causal; no padding mask: right-padded lines put
+ *            their padding after every real token, where no real query looks),
+ *   att[i,:] = softmax_j S[i,:] (zeros above the diagonal), out_i = sum_j att[i,j] v_j.
+ * scale: 1 / sqrt(HD), GPT-2's scale_attn_by_inverse_layer_idx also / (layer + 1). NH % KVH == 0.
+ *   out: (B,L,NH*HD)   att: (B,NH,L,L) saved for the backward   qkv: (B,L,(NH+2KVH)*HD) */
+void ct_gqa_attention_forward_cpu(float *out, float *att, const float *qkv, int B, int L, int NH,
+                                  int KVH, int HD, float scale);
+/*   dqkv: (B,L,(NH+2KVH)*HD) +=   scratch: (L) floats   dout: (B,L,NH*HD)   att, qkv: as above */
+void ct_gqa_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *att,
+                                   const float *qkv, int B, int L, int NH, int KVH, int HD,
+                                   float scale);
+
+/* The token embedding, plus GPT-2's learned positions: out[r] = wte[ids[r]] (+ wpe[pos[r]]).
+ * Unlike SASRec's ct_embed_*, every id is a real token (GPT-2's id 0 is "!").
+ *   out: (N,C)   wte: (V,C)   wpe: (P,C) or NULL (Qwen2)   ids: (N)   pos: (N) (unused without
+ *   wpe) */
+void ct_lm_embed_forward_cpu(float *out, const float *wte, const float *wpe, const int32_t *ids,
+                             const int32_t *pos, int N, int C);
+/* dwte[ids[r]] += dout[r] except where ids[r] == skip_id (Qwen2's padding_idx; -1: none);
+ * dwpe[pos[r]] += dout[r]. Rows in order. dwte or dwpe NULL: a frozen table, no gradient.
+ *   dwte: (V,C) += or NULL   dwpe: (P,C) += or NULL   dout: (N,C) */
+void ct_lm_embed_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *ids,
+                              const int32_t *pos, int N, int C, int32_t skip_id);
+
 /* ---- element-wise ops (kernels/cpu/elementwise.c) -------------------------------------------- */
 
 /* out = max(inp, 0); out may equal inp.   out: (n)   inp: (n) */
@@ -398,6 +473,16 @@ void ct_bce_loss_cpu(float *loss, float *dpos, float *dneg, const float *pos_log
 #define CT_CE_SCRATCH(V, C) ((size_t)CT_CE_CHUNK * ((size_t)(V) + 2 * (size_t)(C) + 1))
 void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
                     const float *wte, const int32_t *pos, int N, int C, int V, float count);
+
+/* The language models' next-token loss through the (tied or separate) LM head wte: the same
+ * chunked pass over CT_CE_CHUNK rows (the N x V logits never exist at once), with every token
+ * 0..V-1 a class; row r has a target iff tgt[r] >= 0 (transformers' ignore index -100 is any
+ * negative). dfeats NULL: no feature gradient (evaluation); dwte NULL: a frozen head gets no
+ * gradient.
+ *   loss: (1)   dfeats: (N,C) += or NULL   dwte: (V,C) += or NULL
+ *   scratch: CT_CE_SCRATCH(V,C) floats   feats: (N,C)   wte: (V,C)   tgt: (N) */
+void ct_lm_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
+                       const float *wte, const int32_t *tgt, int N, int C, int V, float count);
 
 /* Sampled softmax cross-entropy with M negatives per sequence, shared by all its positions
  * (Klenitskiy & Vasilev's "SASRec+ with N negatives"): for row (b,t) with pos != 0,

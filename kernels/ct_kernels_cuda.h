@@ -205,6 +205,53 @@ int ct_residual_backward_cuda(float *dinp1, float *dinp2, const float *dout, int
                               ct_stream_t stream);
 int ct_scale_cuda(float *x, float s, int64_t n, ct_stream_t stream);
 
+/* ---- the language models' ops (kernels/cuda/lm.cu) ---------------------------------------------
+ * RMSNorm: one warp per row, row sums in double as the CPU (any C); the weight gradient is a
+ * column sum: one partial per warp of each block of CT_RMSNORM_BWD_CUDA_ROWS rows in scratch,
+ * added in order by a second kernel. RoPE takes the CPU's table (ct_rope_table_cpu) in device
+ * memory and gives the CPU's bits; GELU and SwiGLU use the device's tanhf, erff, expf. */
+int ct_rmsnorm_forward_cuda(float *out, float *rstd, const float *inp, const float *weight, int N,
+                            int C, float eps, ct_stream_t stream);
+/*   scratch: CT_RMSNORM_BWD_CUDA_SCRATCH(N, C) floats */
+#define CT_RMSNORM_CUDA_WARPS    4 /* warps per block */
+#define CT_RMSNORM_BWD_CUDA_ROWS 64
+#define CT_RMSNORM_BWD_CUDA_SCRATCH(N, C)  \
+    (CT_RMSNORM_CUDA_WARPS * (size_t)(C) * \
+     (((size_t)(N) + CT_RMSNORM_BWD_CUDA_ROWS - 1) / CT_RMSNORM_BWD_CUDA_ROWS))
+int ct_rmsnorm_backward_cuda(float *dinp, float *dweight, float *scratch, const float *dout,
+                             const float *inp, const float *weight, const float *rstd, int N, int C,
+                             ct_stream_t stream);
+int ct_gelu_forward_cuda(float *out, const float *inp, int64_t n, ct_gelu_kind_t kind,
+                         ct_stream_t stream);
+int ct_gelu_backward_cuda(float *dinp, const float *dout, const float *inp, int64_t n,
+                          ct_gelu_kind_t kind, ct_stream_t stream);
+int ct_swiglu_forward_cuda(float *out, const float *gate, const float *up, int64_t n,
+                           ct_stream_t stream);
+int ct_swiglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate,
+                            const float *up, int64_t n, ct_stream_t stream);
+int ct_rope_forward_cuda(float *out, const float *inp, const float *cos_t, const float *sin_t,
+                         const int32_t *pos, int N, int NH, int HD, ct_stream_t stream);
+int ct_rope_backward_cuda(float *dinp, const float *dout, const float *cos_t, const float *sin_t,
+                          const int32_t *pos, int N, int NH, int HD, ct_stream_t stream);
+/* Grouped-query causal attention: one warp per query row (forward; backward d scores and dq),
+ * one per key row (dk, dv: the group's heads and later rows added in a fixed order, no
+ * atomics). The backward keeps the d scores in scratch.
+ *   scratch: CT_GQA_BWD_CUDA_SCRATCH(B, NH, L) floats */
+#define CT_GQA_BWD_CUDA_SCRATCH(B, NH, L) ((size_t)(B) * (size_t)(NH) * (size_t)(L) * (size_t)(L))
+int ct_gqa_attention_forward_cuda(float *out, float *att, const float *qkv, int B, int L, int NH,
+                                  int KVH, int HD, float scale, ct_stream_t stream);
+int ct_gqa_attention_backward_cuda(float *dqkv, float *scratch, const float *dout, const float *att,
+                                   const float *qkv, int B, int L, int NH, int KVH, int HD,
+                                   float scale, ct_stream_t stream);
+/* The token embedding. The backward scatters rows into the tables as ct_embed_backward_cuda
+ * does: with scratch (ct_embed_backward_cuda_scratch(&bytes, 1, N)) sorted, the CPU's order and
+ * bits; with NULL scratch by float atomics. */
+int ct_lm_embed_forward_cuda(float *out, const float *wte, const float *wpe, const int32_t *ids,
+                             const int32_t *pos, int N, int C, ct_stream_t stream);
+int ct_lm_embed_backward_cuda(float *dwte, float *dwpe, void *scratch, const float *dout,
+                              const int32_t *ids, const int32_t *pos, int N, int C, int32_t skip_id,
+                              ct_stream_t stream);
+
 /* ---- scores and loss (kernels/cuda/loss.cu) ---------------------------------------------------
  */
 
@@ -365,6 +412,11 @@ int ct_mhc_collapse_backward_cuda(float *dX, const float *dx, int N, int n, int 
 int ct_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
                     const float *wte, const int32_t *pos, int N, int C, int V, float count,
                     const ct_cuda_ctx_t *ctx);
+/* The language models' loss (ct_lm_ce_loss_cpu): the same kernels over classes 0..V-1, rows
+ * with tgt < 0 without a target, NULL gradients skipped. Scratch: CT_CE_CUDA_SCRATCH(N, V). */
+int ct_lm_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
+                       const float *wte, const int32_t *tgt, int N, int C, int V, float count,
+                       const ct_cuda_ctx_t *ctx);
 int ct_sampled_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *scratch,
                             const float *feats, const float *wte, const int32_t *pos,
                             const int32_t *neg, int B, int L, int C, int M, float count,

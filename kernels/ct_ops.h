@@ -62,6 +62,7 @@ typedef enum ct_scratch_op {
     CT_SCRATCH_MHC_COEFFS_BWD, /* (N, n, iters) */
     CT_SCRATCH_CE,             /* (V, C, -) */
     CT_SCRATCH_SAMPLED_CE,     /* (L, M, C) */
+    CT_SCRATCH_GQA_BWD,        /* (B, NH, L) */
 } ct_scratch_op_t;
 
 /* The largest shapes a backend's kernels take (0: no limit), so a model can refuse a
@@ -199,6 +200,39 @@ struct ct_ops {
     void (*sampled_ce_loss)(ct_ops_t *o, float *loss, float *dfeats, float *dwte, float *scratch,
                             const float *feats, const float *wte, const int32_t *pos,
                             const int32_t *neg, int B, int L, int C, int M, float count);
+
+    /* ---- the language models (RMSNorm, GELU, SwiGLU, RoPE, grouped-query attention, token
+     * embedding, next-token loss); the CUDA backend takes the RMSNorm and embedding backwards'
+     * scratch from its own, the attention backward's and the loss's from the caller
+     * (CT_SCRATCH_GQA_BWD, CT_SCRATCH_CE). RoPE's tables are backend memory. ---- */
+    void (*rmsnorm_forward)(ct_ops_t *o, float *out, float *rstd, const float *inp,
+                            const float *weight, int N, int C, float eps);
+    void (*rmsnorm_backward)(ct_ops_t *o, float *dinp, float *dweight, const float *dout,
+                             const float *inp, const float *weight, const float *rstd, int N,
+                             int C);
+    void (*gelu_forward)(ct_ops_t *o, float *out, const float *inp, int64_t n, ct_gelu_kind_t kind);
+    void (*gelu_backward)(ct_ops_t *o, float *dinp, const float *dout, const float *inp, int64_t n,
+                          ct_gelu_kind_t kind);
+    void (*swiglu_forward)(ct_ops_t *o, float *out, const float *gate, const float *up, int64_t n);
+    void (*swiglu_backward)(ct_ops_t *o, float *dgate, float *dup, const float *dout,
+                            const float *gate, const float *up, int64_t n);
+    void (*rope_forward)(ct_ops_t *o, float *out, const float *inp, const float *cos_t,
+                         const float *sin_t, const int32_t *pos, int N, int NH, int HD);
+    void (*rope_backward)(ct_ops_t *o, float *dinp, const float *dout, const float *cos_t,
+                          const float *sin_t, const int32_t *pos, int N, int NH, int HD);
+    void (*gqa_attention_forward)(ct_ops_t *o, float *out, float *att, const float *qkv, int B,
+                                  int L, int NH, int KVH, int HD, float scale);
+    void (*gqa_attention_backward)(ct_ops_t *o, float *dqkv, float *scratch, const float *dout,
+                                   const float *att, const float *qkv, int B, int L, int NH,
+                                   int KVH, int HD, float scale);
+    void (*lm_embed_forward)(ct_ops_t *o, float *out, const float *wte, const float *wpe,
+                             const int32_t *ids, const int32_t *pos, int N, int C);
+    void (*lm_embed_backward)(ct_ops_t *o, float *dwte, float *dwpe, const float *dout,
+                              const int32_t *ids, const int32_t *pos, int N, int C,
+                              int32_t skip_id);
+    void (*lm_ce_loss)(ct_ops_t *o, float *loss, float *dfeats, float *dwte, float *scratch,
+                       const float *feats, const float *wte, const int32_t *tgt, int N, int C,
+                       int V, float count);
 };
 
 /* Fills o with the CPU backend (kernels/cpu/ops.c). Never fails. */

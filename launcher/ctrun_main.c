@@ -3,6 +3,10 @@
  * reject a bad flag or value with one line and exit status 2), set the log level, and run the
  * agent (ctrun_agent.h), whose result is the exit status.
  *
+ * Built twice: as ctrun, and as ctrun-launch (CTRUN_MAIN_LAUNCH=1), which takes
+ * torch.distributed.launch's command line: the same as `ctrun --launch_compat ARGS`, so
+ * `python -m torch.distributed.launch ARGS` becomes `ctrun-launch ARGS`.
+ *
  * Log level: CT_LOG_LEVEL when set; otherwise torchrun's LOGLEVEL (Python level names), so that
  * LOGLEVEL=INFO shows the same INFO blocks as torchrun; otherwise warnings and errors only, as
  * torchrun prints by default.
@@ -15,6 +19,10 @@
 #include "ct_log.h"
 #include "ctrun_agent.h"
 #include "ctrun_cli.h"
+
+#ifndef CTRUN_MAIN_LAUNCH
+#define CTRUN_MAIN_LAUNCH 0
+#endif
 
 static void ctrun_main__log_level(void)
 {
@@ -40,6 +48,20 @@ int main(int argc, char **argv)
 
     ctrun_config_t cfg;
     ctrun_cli_action_t action;
+#if CTRUN_MAIN_LAUNCH
+    /* ctrun-launch ARGS = ctrun --launch_compat ARGS */
+    char **largv = calloc((size_t)argc + 2, sizeof *largv);
+    if (largv == NULL) {
+        fprintf(stderr, "ctrun-launch: error: out of memory\n");
+        return 1;
+    }
+    largv[0] = argv[0];
+    largv[1] = "--launch_compat";
+    for (int i = 1; i < argc; i++)
+        largv[i + 1] = argv[i];
+    argc++;
+    argv = largv;
+#endif
     int rc = ctrun_cli_parse(argc, argv, NULL, &cfg, &action, &eb);
     if (rc != 0) {
         fprintf(stderr, "ctrun: error: %s\n", eb.msg);
@@ -61,5 +83,8 @@ int main(int argc, char **argv)
         exit_code = CTRUN_EXIT_FAILED;
     }
     ctrun_config_free(&cfg);
+#if CTRUN_MAIN_LAUNCH
+    free(largv);
+#endif
     return exit_code;
 }

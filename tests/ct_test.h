@@ -19,6 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "ct_error.h"
 
 #define CT_TEST_SKIP_CODE 77
@@ -156,6 +161,24 @@ __attribute__((unused)) static const char *ct_test_torch2_python(void)
     const char *home = getenv("HOME");
     snprintf(venv, sizeof venv, "%s/.venvs/torch2/bin/python", home ? home : "/root");
     return venv;
+}
+
+/* A loopback port that refuses connections: bound on 127.0.0.1 port 0, never listened on. With
+ * hold != NULL the socket stays bound (*hold, close-on-exec), so that nothing else on the machine
+ * can take the port until the caller closes it; with NULL it is closed at once, and the port is
+ * free for the test's own server (and for any other program's). */
+__attribute__((unused)) static int ct_test_refused_port(int *hold)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    CT_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+              getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    if (hold != NULL)
+        *hold = fd;
+    else
+        close(fd);
+    return ntohs(a.sin_port);
 }
 
 /* Whether case `name` runs: all of them, or only those named (comma-separated) in CT_TEST_ONLY,

@@ -9,12 +9,17 @@
 #      reference of the same ops and of one SASRec training step (bench/gpu/torch_ops.py), and
 #      prints them side by side with ratios (bench/gpu/compare.py);
 #   4. times ctrain's own training step (--device cuda, fp32 and --use_amp) against the PyTorch
-#      reference (tests/worker/trainer/torch_ref.py --device cuda) on the same GPU for SASRec ml-1m-r
+#      reference (tests/worker/trainer/torch_ref.py --device cuda), eager and under
+#      torch.compile, on the same GPU for SASRec ml-1m-r
 #      (L=200, B=128) and TiSASRec ml-100k, with the roofline column (bench/gpu/step_bench.py;
 #      data from $CT_DATA_DIR, else synthetic files of the same sizes).
 #
-#   bench/gpu/run.sh [--reps N] [--skip-tests] [--sanitize]
+#   bench/gpu/run.sh [--reps N] [--step-reps N] [--compile MODES] [--skip-tests] [--sanitize]
 #
+#   --step-reps N    runs of each ctrain and eager PyTorch step measurement (median; default 3)
+#   --compile MODES  torch.compile modes step_bench also times, comma-separated (default
+#                    default,reduce-overhead,max-autotune; '' for none), once each after the
+#                    eager rows
 #   --sanitize  also run the GPU tests under compute-sanitizer (memcheck: out-of-bounds and
 #               uninitialised accesses; racecheck and synccheck: shared-memory races and
 #               barrier misuse), which sees what the CPU emulator cannot; slow, minutes
@@ -32,21 +37,27 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top" || exit 1
 
 reps=50
+step_reps=3
+compile_modes=default,reduce-overhead,max-autotune
 run_tests=1
 sanitize=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --reps) reps=${2:-}; shift 2 ;;
+        --step-reps) step_reps=${2:-}; shift 2 ;;
+        --compile) compile_modes=${2-}; shift 2 ;;
         --skip-tests) run_tests=0; shift ;;
         --sanitize) sanitize=1; shift ;;
-        -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "run.sh: unknown argument '$1' (expected --reps N, --skip-tests or --sanitize)" >&2
+        -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "run.sh: unknown argument '$1' (expected --reps N, --step-reps N, --compile MODES, --skip-tests or --sanitize)" >&2
            exit 2 ;;
     esac
 done
-case "$reps" in
-    ''|*[!0-9]*) echo "run.sh: --reps wants a positive integer, got '$reps'" >&2; exit 2 ;;
-esac
+for n in "$reps" "$step_reps"; do
+    case "$n" in
+        ''|0|*[!0-9]*) echo "run.sh: --reps and --step-reps want a positive integer, got '$n'" >&2; exit 2 ;;
+    esac
+done
 
 out=${OUT:-$top/build-gpu/results}
 mkdir -p "$out"
@@ -138,9 +149,10 @@ python3 bench/gpu/compare.py "$out/kernels_bench_gpu.txt" "$out/torch_ops.txt" |
 
 # ---- ctrain's step against the PyTorch reference -----------------------------------------------
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-    if python3 bench/gpu/step_bench.py --ctrain build-gpu/worker/ctrain --reps 3 --out "$out" \
+    if python3 bench/gpu/step_bench.py --ctrain build-gpu/worker/ctrain --reps "$step_reps" \
+            --compile "$compile_modes" --out "$out" \
             >"$out/step_bench.txt" 2>"$out/step_bench.err"; then
-        say "# ctrain step against PyTorch on this GPU (ms/step, median of 3):"
+        say "# ctrain step against PyTorch eager and torch.compile on this GPU (ms/step, median of $step_reps):"
         tee -a "$summary" <"$out/step_bench.txt"
     else
         say "# step benchmark: failed: $(tail -n 1 "$out/step_bench.err")"

@@ -21,7 +21,9 @@ ms/step: ctrain's steady state, from its summaries (train_seconds, steps; evalua
 checkpoints excluded) of a 1-epoch and an 11-epoch run: the difference of the times over the
 difference of the steps, so the one-time set-up is left out (the 1-epoch figure, set-up
 included, is kept in step_bench.json as *_first_epoch); fp32 and with --use_amp; PyTorch's epoch event (train_seconds / steps,
-after 3 untimed warm-up steps). Each is run --reps times and the median taken. The roofline
+after 3 untimed warm-up steps), eager and under torch.compile in each mode of --compile (8 untimed
+warm-up steps, in which the compilation happens; their seconds and the timed steps' peak GPU
+memory are printed). Each is run --reps times and the median taken. The roofline
 column: SASRec 11.2 GFLOP per step (8.0 with causal skipping) and ~0.3-0.6 GB moved, so
 0.2-0.3 ms on an H100 (docs/models.md §6.4); TiSASRec at L = 50, 2.1 GFLOP (§6.3): ~0.03 ms of fp32
 compute, memory-bound in practice.
@@ -140,17 +142,28 @@ def ctrain_ms(ctrain, data, w, device, amp, out, tag):
     return 1000.0 * (t2 - t1) / max(s2 - s1, 1), 1000.0 * t1 / max(s1, 1)
 
 
-def torch_ms(python, data, w, device, steps, out, tag):
-    cmd = [python, TORCH_REF, "train", "--dataset", data, "--device", device, "--warmup", "3",
-           "--epochs", "1", "--max_steps", str(steps)] + w["torch"]
+TORCH_STATS = {}  # tag -> {"peak_bytes", "warmup_seconds"} of each PyTorch run
+
+
+def torch_ms(python, data, w, device, steps, out, tag, compile_mode="none"):
+    """Mean ms per step of the PyTorch reference, eager or torch.compile'd (compiled during
+    the warm-up steps, which are not timed; their seconds are kept in TORCH_STATS)."""
+    warmup = "3" if compile_mode == "none" else "8"
+    cmd = [python, TORCH_REF, "train", "--dataset", data, "--device", device, "--warmup", warmup,
+           "--epochs", "1", "--max_steps", str(steps), "--compile", compile_mode] + w["torch"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     with open(os.path.join(out, f"torch-{tag}.log"), "w") as f:
         f.write(" ".join(cmd) + "\n" + r.stdout + r.stderr)
     if r.returncode != 0:
         raise RuntimeError(f"torch_ref exited {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+    stats = TORCH_STATS.setdefault(tag, {})
     for line in r.stdout.splitlines():
         e = json.loads(line)
+        if e.get("event") == "warmup":
+            stats["warmup_seconds"] = e["seconds"]
         if e.get("event") == "epoch":
+            stats["peak_bytes"] = e.get("peak_bytes")
+            stats["wait_ms"] = 1000.0 * e["sample_wait_seconds"] / max(e["steps"], 1)
             return 1000.0 * e["train_seconds"] / max(e["steps"], 1)
     raise RuntimeError("torch_ref printed no epoch")
 
@@ -175,46 +188,103 @@ def main(argv):
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--steps", type=int, default=40, help="PyTorch steps timed")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--compile", default="default,reduce-overhead,max-autotune",
+                    help="torch.compile modes timed besides eager, comma-separated ('' for "
+                    "none); timed after the eager rows")
+    ap.add_argument("--compile_reps", type=int, default=1,
+                    help="runs of each torch.compile mode (median; each compiles anew)")
     ap.add_argument("--workload", default="all", choices=["all"] + list(WORKLOADS))
     ap.add_argument("--out", default=tempfile.gettempdir())
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
     names = list(WORKLOADS) if a.workload == "all" else [a.workload]
+    modes = [m for m in a.compile.split(",") if m]
+    for m in modes:
+        if m not in ("default", "reduce-overhead", "max-autotune"):
+            ap.error(f"--compile: unknown mode '{m}' (default, reduce-overhead, max-autotune)")
     rows = []
     for name in names:
         w = WORKLOADS[name]
         data, kind = dataset(name, w, a.out)
         row = {"workload": name, "data": kind}
-        for key, f in (
-                ("ctrain", lambda k: ctrain_ms(a.ctrain, data, w, a.device, False, a.out,
-                                               f"{name}-fp32-{k}")),
-                ("ctrain_amp", lambda k: ctrain_ms(a.ctrain, data, w, a.device, True, a.out,
-                                                   f"{name}-amp-{k}")),
-                ("torch", lambda k: torch_ms(a.python, data, w, a.device, a.steps, a.out,
-                                             f"{name}-{k}"))):
-            if key == "ctrain_amp" and a.device == "cpu":
-                continue
-            try:
-                row[key], row[key + "_all"], firsts = median(f, a.reps)
-                if firsts:
-                    row[key + "_first_epoch"] = statistics.median(firsts)
-            except (RuntimeError, OSError) as e:
-                row[key + "_error"] = str(e)
+        measure(row, [
+            ("ctrain", lambda k: ctrain_ms(a.ctrain, data, w, a.device, False, a.out,
+                                           f"{name}-fp32-{k}")),
+            ("ctrain_amp", lambda k: ctrain_ms(a.ctrain, data, w, a.device, True, a.out,
+                                               f"{name}-amp-{k}")),
+            ("torch", lambda k: torch_ms(a.python, data, w, a.device, a.steps, a.out,
+                                         f"{name}-{k}")),
+        ], a.reps, a.device)
         rows.append(row)
+        report(rows, [], a.out)
+    # torch.compile last: its compilations take the longest, and the rows above are already
+    # reported when a caller's time limit cuts them short
+    for mode in modes:
+        for row in rows:
+            name = row["workload"]
+            w = WORKLOADS[name]
+            data, _ = dataset(name, w, a.out)
+            measure(row, [("torch_" + mode, lambda k, m=mode: torch_ms(
+                a.python, data, w, a.device, a.steps, a.out, f"{name}-{m}-{k}", m))],
+                a.compile_reps, a.device)
+            report(rows, modes, a.out)
+    return 0
+
+
+def measure(row, runs, reps, device):
+    """Runs each (key, f) reps times into row: the median, all values, ctrain's first-epoch
+    figure, PyTorch's peak memory and warm-up seconds; an error is kept as key_error."""
+    for key, f in runs:
+        if key == "ctrain_amp" and device == "cpu":
+            continue
+        try:
+            row[key], row[key + "_all"], firsts = median(f, reps)
+            if firsts:
+                row[key + "_first_epoch"] = statistics.median(firsts)
+        except (RuntimeError, OSError) as e:
+            row[key + "_error"] = str(e)
+        tag = key[len("torch_"):] + "-" if key.startswith("torch_") else ""
+        st = [TORCH_STATS.get(f"{row['workload']}-{tag}{k}", {}) for k in range(reps)]
+        if key.startswith("torch") and any(st):
+            row[key + "_peak_mb"] = max((x.get("peak_bytes") or 0) for x in st) / 2**20
+            row[key + "_warmup_s"] = statistics.median(x.get("warmup_seconds", 0) for x in st)
+            row[key + "_wait_ms"] = statistics.median(x.get("wait_ms", 0) for x in st)
+
+
+def report(rows, modes, out):
+    """Prints the tables of the rows so far and rewrites step_bench.json."""
+    cell = lambda v: f"{v:.3f}" if v is not None else "-"  # noqa: E731
+    ratio = lambda x, y: f"{x / y:.1f}x" if x and y else "-"  # noqa: E731
     fmt = "{:<17} {:>12} {:>12} {:>12} {:>9} {:>9}  {}"
     print(fmt.format("workload", "ctrain ms", "ctrain amp", "torch ms", "speedup", "amp x",
                      "roofline ms (H100)"))
     for r in rows:
         c, ca, t = r.get("ctrain"), r.get("ctrain_amp"), r.get("torch")
-        cell = lambda v: f"{v:.3f}" if v is not None else "-"  # noqa: E731
-        ratio = lambda x, y: f"{x / y:.1f}x" if x and y else "-"  # noqa: E731
         print(fmt.format(r["workload"], cell(c), cell(ca), cell(t), ratio(t, c), ratio(t, ca),
                          WORKLOADS[r["workload"]]["roofline"]))
         print(f"  data: {r['data']}" + "".join(
             f"; {k}: {v}" for k, v in r.items() if k.endswith("_error")))
-    with open(os.path.join(a.out, "step_bench.json"), "w") as f:
+    # PyTorch eager and each torch.compile mode against ctrain (fp32 and amp): ms per step; the
+    # same less the time the step waited for the reference's Python sampler (the GPU's part,
+    # which the ratios use: the figure most favourable to PyTorch); peak GPU memory of the timed
+    # steps; the warm-up (compilation) seconds
+    print()
+    fmt2 = "{:<17} {:<26} {:>8} {:>10} {:>9} {:>12} {:>9} {:>10}"
+    print(fmt2.format("workload", "PyTorch", "ms/step", "w/o wait", "ctrain x", "ctrain amp x",
+                      "peak MiB", "warm-up s"))
+    for r in rows:
+        for mode in ["eager"] + modes:
+            key = "torch" if mode == "eager" else "torch_" + mode
+            v = r.get(key)
+            g = v - r.get(key + "_wait_ms", 0.0) if v is not None else None
+            pk, wu = r.get(key + "_peak_mb"), r.get(key + "_warmup_s")
+            print(fmt2.format(r["workload"], mode if mode == "eager" else f"compile {mode}",
+                              cell(v), cell(g), ratio(g, r.get("ctrain")),
+                              ratio(g, r.get("ctrain_amp")), f"{pk:.0f}" if pk else "-",
+                              f"{wu:.1f}" if wu else "-"))
+    with open(os.path.join(out, "step_bench.json"), "w") as f:
         json.dump(rows, f, indent=1)
-    return 0
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 /*
  * loss.c - what sits after the final LayerNorm in training: the tied-embedding scores of the
  * positive and negative items, SASRec's BCE loss with its gradient, the two softmax
- * cross-entropy losses (over the whole catalogue, and over a row's sampled negatives) with
- * their gradients, and the l2_emb regulariser. The model's choice of which ids to score and
+ * cross-entropy losses (over the whole catalogue - or every token of a language model's
+ * vocabulary through its LM head - and over a row's sampled negatives) with their gradients,
+ * and the l2_emb regulariser. The model's choice of which ids to score and
  * which count to divide by belongs to the caller.
  *
  * The cross-entropy losses compute loss and gradient in one pass: their logits ((rows, items)
@@ -147,10 +148,14 @@ static inline double ct_cpu_loss__softmax_xent_row(float *lg, int n, int tgt, do
     return log(s) - zt;
 }
 
-void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
-                    const float *wte, const int32_t *pos, int N, int C, int V, float count)
+/* Softmax cross-entropy over classes lo..V-1 (rows of wte); row r has a target iff
+ * pos[r] >= lo. dfeats or dwte NULL: that gradient is not computed. */
+static void ct_cpu_loss__ce(float *loss, float *dfeats, float *dwte, float *scratch,
+                            const float *feats, const float *wte, const int32_t *pos, int N, int C,
+                            int V, int lo, float count)
 {
-    const int NI = V - 1; /* classes: items 1..V-1 */
+    const int NI = V - lo;
+    const float *E = wte + (size_t)lo * C;
     const double inv = count > 0.0f ? 1.0 / (double)count : 0.0;
     float *fc = scratch;                                /* (CH, C) gathered feature rows */
     float *lg = fc + (size_t)CT_CE_CHUNK * C;           /* (CH, NI) logits, then their gradient */
@@ -161,7 +166,7 @@ void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, con
     while (r < N && count > 0.0f) {
         int m = 0;
         for (; r < N && m < CT_CE_CHUNK; r++) {
-            if (pos[r] == 0)
+            if (pos[r] < lo)
                 continue;
             rows[m] = r;
             memcpy(fc + (size_t)m * C, feats + (size_t)r * C, (size_t)C * sizeof *fc);
@@ -169,15 +174,18 @@ void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, con
         }
         if (m == 0)
             break;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, NI, C, 1.0f, fc, C, wte + C, C,
-                    0.0f, lg, NI);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, NI, C, 1.0f, fc, C, E, C, 0.0f, lg,
+                    NI);
         for (int k = 0; k < m; k++)
-            sum += ct_cpu_loss__softmax_xent_row(lg + (size_t)k * NI, NI, pos[rows[k]] - 1, inv);
+            sum += ct_cpu_loss__softmax_xent_row(lg + (size_t)k * NI, NI, pos[rows[k]] - lo, inv);
         /* d feats = d logits E;  d E += d logits^T feats */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, C, NI, 1.0f, lg, NI, wte + C, C,
-                    0.0f, dfc, C);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, NI, C, m, 1.0f, lg, NI, fc, C, 1.0f,
-                    dwte + C, C);
+        if (dwte)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, NI, C, m, 1.0f, lg, NI, fc, C,
+                        1.0f, dwte + (size_t)lo * C, C);
+        if (!dfeats)
+            continue;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, C, NI, 1.0f, lg, NI, E, C, 0.0f,
+                    dfc, C);
         for (int k = 0; k < m; k++) {
             float *d = dfeats + (size_t)rows[k] * C;
             const float *g = dfc + (size_t)k * C;
@@ -186,6 +194,18 @@ void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, con
         }
     }
     *loss = (float)(sum * inv);
+}
+
+void ct_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
+                    const float *wte, const int32_t *pos, int N, int C, int V, float count)
+{
+    ct_cpu_loss__ce(loss, dfeats, dwte, scratch, feats, wte, pos, N, C, V, 1, count);
+}
+
+void ct_lm_ce_loss_cpu(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
+                       const float *wte, const int32_t *tgt, int N, int C, int V, float count)
+{
+    ct_cpu_loss__ce(loss, dfeats, dwte, scratch, feats, wte, tgt, N, C, V, 0, count);
 }
 
 CT__MULTIVERSION void ct_sampled_ce_loss_cpu(float *loss, float *dfeats, float *dwte,

@@ -75,6 +75,8 @@ static size_t ct_cpu_ops__cpu_scratch(ct_ops_t *o, ct_scratch_op_t op, int64_t a
         return CT_CE_SCRATCH(a, b);
     case CT_SCRATCH_SAMPLED_CE:
         return CT_SAMPLED_CE_SCRATCH(a, b, c);
+    case CT_SCRATCH_GQA_BWD:
+        return (size_t)c; /* one row of d scores */
     }
     return 0;
 }
@@ -416,6 +418,105 @@ static void ct_cpu_ops__sampled_ce_loss(ct_ops_t *o, float *loss, float *dfeats,
     ct_sampled_ce_loss_cpu(loss, dfeats, dwte, scratch, feats, wte, pos, neg, B, L, C, M, count);
 }
 
+/* ---- the language models ---- */
+
+static void ct_cpu_ops__rmsnorm_forward(ct_ops_t *o, float *out, float *rstd, const float *inp,
+                                        const float *w, int N, int C, float eps)
+{
+    (void)o;
+    ct_rmsnorm_forward_cpu(out, rstd, inp, w, N, C, eps);
+}
+
+static void ct_cpu_ops__rmsnorm_backward(ct_ops_t *o, float *dinp, float *dw, const float *dout,
+                                         const float *inp, const float *w, const float *rstd, int N,
+                                         int C)
+{
+    (void)o;
+    ct_rmsnorm_backward_cpu(dinp, dw, dout, inp, w, rstd, N, C);
+}
+
+static void ct_cpu_ops__gelu_forward(ct_ops_t *o, float *out, const float *inp, int64_t n,
+                                     ct_gelu_kind_t kind)
+{
+    (void)o;
+    ct_gelu_forward_cpu(out, inp, n, kind);
+}
+
+static void ct_cpu_ops__gelu_backward(ct_ops_t *o, float *dinp, const float *dout, const float *inp,
+                                      int64_t n, ct_gelu_kind_t kind)
+{
+    (void)o;
+    ct_gelu_backward_cpu(dinp, dout, inp, n, kind);
+}
+
+static void ct_cpu_ops__swiglu_forward(ct_ops_t *o, float *out, const float *gate, const float *up,
+                                       int64_t n)
+{
+    (void)o;
+    ct_swiglu_forward_cpu(out, gate, up, n);
+}
+
+static void ct_cpu_ops__swiglu_backward(ct_ops_t *o, float *dgate, float *dup, const float *dout,
+                                        const float *gate, const float *up, int64_t n)
+{
+    (void)o;
+    ct_swiglu_backward_cpu(dgate, dup, dout, gate, up, n);
+}
+
+static void ct_cpu_ops__rope_forward(ct_ops_t *o, float *out, const float *inp, const float *cs,
+                                     const float *sn, const int32_t *pos, int N, int NH, int HD)
+{
+    (void)o;
+    ct_rope_forward_cpu(out, inp, cs, sn, pos, N, NH, HD);
+}
+
+static void ct_cpu_ops__rope_backward(ct_ops_t *o, float *dinp, const float *dout, const float *cs,
+                                      const float *sn, const int32_t *pos, int N, int NH, int HD)
+{
+    (void)o;
+    ct_rope_backward_cpu(dinp, dout, cs, sn, pos, N, NH, HD);
+}
+
+static void ct_cpu_ops__gqa_attention_forward(ct_ops_t *o, float *out, float *att, const float *qkv,
+                                              int B, int L, int NH, int KVH, int HD, float scale)
+{
+    (void)o;
+    ct_gqa_attention_forward_cpu(out, att, qkv, B, L, NH, KVH, HD, scale);
+}
+
+static void ct_cpu_ops__gqa_attention_backward(ct_ops_t *o, float *dqkv, float *scratch,
+                                               const float *dout, const float *att,
+                                               const float *qkv, int B, int L, int NH, int KVH,
+                                               int HD, float scale)
+{
+    (void)o;
+    ct_gqa_attention_backward_cpu(dqkv, scratch, dout, att, qkv, B, L, NH, KVH, HD, scale);
+}
+
+static void ct_cpu_ops__lm_embed_forward(ct_ops_t *o, float *out, const float *wte,
+                                         const float *wpe, const int32_t *ids, const int32_t *pos,
+                                         int N, int C)
+{
+    (void)o;
+    ct_lm_embed_forward_cpu(out, wte, wpe, ids, pos, N, C);
+}
+
+static void ct_cpu_ops__lm_embed_backward(ct_ops_t *o, float *dwte, float *dwpe, const float *dout,
+                                          const int32_t *ids, const int32_t *pos, int N, int C,
+                                          int32_t skip_id)
+{
+    (void)o;
+    ct_lm_embed_backward_cpu(dwte, dwpe, dout, ids, pos, N, C, skip_id);
+}
+
+static void ct_cpu_ops__lm_ce_loss(ct_ops_t *o, float *loss, float *dfeats, float *dwte,
+                                   float *scratch, const float *feats, const float *wte,
+                                   const int32_t *tgt, int N, int C, int V, float count)
+{
+    (void)o;
+    ct_lm_ce_loss_cpu(loss, dfeats, dwte, scratch, feats, wte, tgt, N, C, V, count);
+}
+
 void ct_ops_cpu_init(ct_ops_t *o)
 {
     *o = (ct_ops_t){
@@ -472,5 +573,18 @@ void ct_ops_cpu_init(ct_ops_t *o)
         .mhc_collapse_backward = ct_cpu_ops__mhc_collapse_backward,
         .ce_loss = ct_cpu_ops__ce_loss,
         .sampled_ce_loss = ct_cpu_ops__sampled_ce_loss,
+        .rmsnorm_forward = ct_cpu_ops__rmsnorm_forward,
+        .rmsnorm_backward = ct_cpu_ops__rmsnorm_backward,
+        .gelu_forward = ct_cpu_ops__gelu_forward,
+        .gelu_backward = ct_cpu_ops__gelu_backward,
+        .swiglu_forward = ct_cpu_ops__swiglu_forward,
+        .swiglu_backward = ct_cpu_ops__swiglu_backward,
+        .rope_forward = ct_cpu_ops__rope_forward,
+        .rope_backward = ct_cpu_ops__rope_backward,
+        .gqa_attention_forward = ct_cpu_ops__gqa_attention_forward,
+        .gqa_attention_backward = ct_cpu_ops__gqa_attention_backward,
+        .lm_embed_forward = ct_cpu_ops__lm_embed_forward,
+        .lm_embed_backward = ct_cpu_ops__lm_embed_backward,
+        .lm_ce_loss = ct_cpu_ops__lm_ce_loss,
     };
 }

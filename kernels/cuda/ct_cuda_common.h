@@ -183,14 +183,15 @@ __global__ void ct__sumsq_part_kernel(double *partials, const float *x, int64_t 
 }
 
 /* ---- the row-sorted item scatter (embed.cu) ---------------------------------------------------
- * dst[ids[r]] += rowscale(r) * src[r] for every row r with ids[r] != 0, rowscale(r) =
+ * dst[ids[r]] += rowscale(r) * src[r] for every row r with ids[r] != skip, rowscale(r) =
  * rowscale[r] when rowscale is not NULL, else scale. With scratch == NULL by float atomics; with
  * scratch (ct__scatter_rows_scratch(n) bytes) by a stable sort of the rows by id and one warp
  * per id adding its rows in row order with the CPU's rounding (one multiply, one add per
  * element), which reproduces the CPU's loop bit for bit.
  *   dst: (V,C) +=   src: (n,C)   ids: (n)   rowscale: (n) or NULL */
 int ct__scatter_rows_cuda(float *dst, void *scratch, const float *src, const int32_t *ids,
-                          const float *rowscale, float scale, int n, int C, cudaStream_t stream);
+                          const float *rowscale, float scale, int n, int C, int32_t skip,
+                          cudaStream_t stream);
 int ct__scatter_rows_scratch(size_t *nbytes, int n);
 
 #endif /* CT_CUDA_COMMON_H */

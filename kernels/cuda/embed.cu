@@ -94,7 +94,7 @@ extern "C" int ct_embed_backward_cuda(float *dwte, float *dwpe, void *scratch, c
     CT_CUDA_REQUIRE(pos_mode == CT_POS_PADDED || pos_mode == CT_POS_ABSOLUTE);
     if ((int64_t)B * L * C == 0)
         return 0;
-    int rc = ct__scatter_rows_cuda(dwte, scratch, dout, seq, NULL, scale, B * L, C,
+    int rc = ct__scatter_rows_cuda(dwte, scratch, dout, seq, NULL, scale, B * L, C, 0,
                                    (cudaStream_t)stream);
     if (rc != 0)
         return rc;
@@ -117,13 +117,14 @@ extern "C" int ct_embed_backward_cuda_scratch(size_t *nbytes, int B, int L)
 
 __global__ void ct_cuda_embed__scatter_atomic_kernel(float *dst, const float *src,
                                                      const int32_t *ids, const float *rowscale,
-                                                     float scale, int64_t total, int C)
+                                                     float scale, int64_t total, int C,
+                                                     int32_t skip)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / C;
         const int32_t id = ids[r];
-        if (id == 0)
+        if (id == skip)
             continue; /* the padding row gets no gradient */
         const float s = rowscale ? rowscale[r] : scale;
         atomicAdd(dst + (int64_t)id * C + (i - r * C), __fmul_rn(src[i], s));
@@ -144,14 +145,14 @@ __global__ void ct_cuda_embed__iota_kernel(int32_t *x, int n)
 __global__ void ct_cuda_embed__scatter_sorted_kernel(float *dst, const int32_t *skeys,
                                                      const int32_t *srows, const float *src,
                                                      const float *rowscale, float scale, int n,
-                                                     int C)
+                                                     int C, int32_t skip)
 {
     const int64_t w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
     const int lane = (int)(threadIdx.x & 31);
     if (w >= n)
         return;
     const int32_t id = skeys[w];
-    if (id == 0 || (w > 0 && skeys[w - 1] == id))
+    if (id == skip || (w > 0 && skeys[w - 1] == id))
         return;
     int64_t end = w + 1;
     while (end < n && skeys[end] == id)
@@ -211,14 +212,15 @@ int ct__scatter_rows_scratch(size_t *nbytes, int n)
 }
 
 int ct__scatter_rows_cuda(float *dst, void *scratch, const float *src, const int32_t *ids,
-                          const float *rowscale, float scale, int n, int C, cudaStream_t stream)
+                          const float *rowscale, float scale, int n, int C, int32_t skip,
+                          cudaStream_t stream)
 {
     if ((int64_t)n * C == 0)
         return 0;
     if (!scratch) {
         const int64_t total = (int64_t)n * C;
         CT_LAUNCH(ct_cuda_embed__scatter_atomic_kernel, ct__grid_1d(total, CT__THREADS),
-                  CT__THREADS, 0, stream, dst, src, ids, rowscale, scale, total, C);
+                  CT__THREADS, 0, stream, dst, src, ids, rowscale, scale, total, C, skip);
         CT_CUDA_CHECK_LAUNCH();
         return 0;
     }
@@ -244,7 +246,7 @@ int ct__scatter_rows_cuda(float *dst, void *scratch, const float *src, const int
     const int64_t threads = (int64_t)n * 32;
     CT_LAUNCH(ct_cuda_embed__scatter_sorted_kernel,
               (unsigned)CT_CEIL_DIV(threads, (int64_t)CT__THREADS), CT__THREADS, 0, stream, dst,
-              skeys, srows, src, rowscale, scale, n, C);
+              skeys, srows, src, rowscale, scale, n, C, skip);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }

@@ -67,7 +67,7 @@ extern "C" int ct_score_backward_cuda(float *dfeats, float *dwte, void *scratch,
               stream, dfeats, dlogits, wte, ids, n, C);
     CT_CUDA_CHECK_LAUNCH();
     /* dwte[ids[r]] += dlogits[r] * feats[r], except id 0. */
-    return ct__scatter_rows_cuda(dwte, scratch, feats, ids, dlogits, 0.0f, N, C,
+    return ct__scatter_rows_cuda(dwte, scratch, feats, ids, dlogits, 0.0f, N, C, 0,
                                  (cudaStream_t)stream);
 }
 

@@ -150,6 +150,8 @@ static size_t ct_cuda_ops__scratch_size(ct_ops_t *o, ct_scratch_op_t op, int64_t
         return CT_CE_CUDA_SCRATCH(rows, a);
     case CT_SCRATCH_SAMPLED_CE:
         return CT_SAMPLED_CE_CUDA_SCRATCH(rows, b);
+    case CT_SCRATCH_GQA_BWD:
+        return CT_GQA_BWD_CUDA_SCRATCH(a, b, c);
     }
     return 0;
 }
@@ -499,6 +501,105 @@ static void ct_cuda_ops__sampled_ce_loss(ct_ops_t *o, float *loss, float *dfeats
                                                   B, L, C, M, count, CT__S));
 }
 
+/* ---- the language models ---- */
+
+static void ct_cuda_ops__rmsnorm_forward(ct_ops_t *o, float *out, float *rstd, const float *inp,
+                                         const float *w, int N, int C, float eps)
+{
+    ct_cuda_ops__latch(o, ct_rmsnorm_forward_cuda(out, rstd, inp, w, N, C, eps, CT__S));
+}
+
+static void ct_cuda_ops__rmsnorm_backward(ct_ops_t *o, float *dinp, float *dw, const float *dout,
+                                          const float *inp, const float *w, const float *rstd,
+                                          int N, int C)
+{
+    float *sc = (float *)ct_cuda_ops__scratch(o, CT_RMSNORM_BWD_CUDA_SCRATCH(N, C) * sizeof(float));
+    if (!sc)
+        return;
+    ct_cuda_ops__latch(o, ct_rmsnorm_backward_cuda(dinp, dw, sc, dout, inp, w, rstd, N, C, CT__S));
+}
+
+static void ct_cuda_ops__gelu_forward(ct_ops_t *o, float *out, const float *inp, int64_t n,
+                                      ct_gelu_kind_t kind)
+{
+    ct_cuda_ops__latch(o, ct_gelu_forward_cuda(out, inp, n, kind, CT__S));
+}
+
+static void ct_cuda_ops__gelu_backward(ct_ops_t *o, float *dinp, const float *dout,
+                                       const float *inp, int64_t n, ct_gelu_kind_t kind)
+{
+    ct_cuda_ops__latch(o, ct_gelu_backward_cuda(dinp, dout, inp, n, kind, CT__S));
+}
+
+static void ct_cuda_ops__swiglu_forward(ct_ops_t *o, float *out, const float *gate, const float *up,
+                                        int64_t n)
+{
+    ct_cuda_ops__latch(o, ct_swiglu_forward_cuda(out, gate, up, n, CT__S));
+}
+
+static void ct_cuda_ops__swiglu_backward(ct_ops_t *o, float *dgate, float *dup, const float *dout,
+                                         const float *gate, const float *up, int64_t n)
+{
+    ct_cuda_ops__latch(o, ct_swiglu_backward_cuda(dgate, dup, dout, gate, up, n, CT__S));
+}
+
+static void ct_cuda_ops__rope_forward(ct_ops_t *o, float *out, const float *inp, const float *cs,
+                                      const float *sn, const int32_t *pos, int N, int NH, int HD)
+{
+    ct_cuda_ops__latch(o, ct_rope_forward_cuda(out, inp, cs, sn, pos, N, NH, HD, CT__S));
+}
+
+static void ct_cuda_ops__rope_backward(ct_ops_t *o, float *dinp, const float *dout, const float *cs,
+                                       const float *sn, const int32_t *pos, int N, int NH, int HD)
+{
+    ct_cuda_ops__latch(o, ct_rope_backward_cuda(dinp, dout, cs, sn, pos, N, NH, HD, CT__S));
+}
+
+static void ct_cuda_ops__gqa_attention_forward(ct_ops_t *o, float *out, float *att,
+                                               const float *qkv, int B, int L, int NH, int KVH,
+                                               int HD, float scale)
+{
+    ct_cuda_ops__latch(
+        o, ct_gqa_attention_forward_cuda(out, att, qkv, B, L, NH, KVH, HD, scale, CT__S));
+}
+
+static void ct_cuda_ops__gqa_attention_backward(ct_ops_t *o, float *dqkv, float *scratch,
+                                                const float *dout, const float *att,
+                                                const float *qkv, int B, int L, int NH, int KVH,
+                                                int HD, float scale)
+{
+    ct_cuda_ops__latch(o, ct_gqa_attention_backward_cuda(dqkv, scratch, dout, att, qkv, B, L, NH,
+                                                         KVH, HD, scale, CT__S));
+}
+
+static void ct_cuda_ops__lm_embed_forward(ct_ops_t *o, float *out, const float *wte,
+                                          const float *wpe, const int32_t *ids, const int32_t *pos,
+                                          int N, int C)
+{
+    ct_cuda_ops__latch(o, ct_lm_embed_forward_cuda(out, wte, wpe, ids, pos, N, C, CT__S));
+}
+
+static void ct_cuda_ops__lm_embed_backward(ct_ops_t *o, float *dwte, float *dwpe, const float *dout,
+                                           const int32_t *ids, const int32_t *pos, int N, int C,
+                                           int32_t skip_id)
+{
+    size_t nb = 0;
+    int rc = ct_embed_backward_cuda_scratch(&nb, 1, N);
+    void *sc = rc == 0 ? ct_cuda_ops__scratch(o, nb) : NULL;
+    if (rc != 0 || !sc)
+        return ct_cuda_ops__latch(o, rc != 0 ? rc : CT_ECUDA);
+    ct_cuda_ops__latch(
+        o, ct_lm_embed_backward_cuda(dwte, dwpe, sc, dout, ids, pos, N, C, skip_id, CT__S));
+}
+
+static void ct_cuda_ops__lm_ce_loss(ct_ops_t *o, float *loss, float *dfeats, float *dwte,
+                                    float *scratch, const float *feats, const float *wte,
+                                    const int32_t *tgt, int N, int C, int V, float count)
+{
+    ct_cuda_ops__latch(
+        o, ct_lm_ce_loss_cuda(loss, dfeats, dwte, scratch, feats, wte, tgt, N, C, V, count, CT__C));
+}
+
 #undef CT__S
 #undef CT__C
 
@@ -581,6 +682,19 @@ extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp)
     o->mhc_collapse_backward = ct_cuda_ops__mhc_collapse_backward;
     o->ce_loss = ct_cuda_ops__ce_loss;
     o->sampled_ce_loss = ct_cuda_ops__sampled_ce_loss;
+    o->rmsnorm_forward = ct_cuda_ops__rmsnorm_forward;
+    o->rmsnorm_backward = ct_cuda_ops__rmsnorm_backward;
+    o->gelu_forward = ct_cuda_ops__gelu_forward;
+    o->gelu_backward = ct_cuda_ops__gelu_backward;
+    o->swiglu_forward = ct_cuda_ops__swiglu_forward;
+    o->swiglu_backward = ct_cuda_ops__swiglu_backward;
+    o->rope_forward = ct_cuda_ops__rope_forward;
+    o->rope_backward = ct_cuda_ops__rope_backward;
+    o->gqa_attention_forward = ct_cuda_ops__gqa_attention_forward;
+    o->gqa_attention_backward = ct_cuda_ops__gqa_attention_backward;
+    o->lm_embed_forward = ct_cuda_ops__lm_embed_forward;
+    o->lm_embed_backward = ct_cuda_ops__lm_embed_backward;
+    o->lm_ce_loss = ct_cuda_ops__lm_ce_loss;
     return 0;
 fail:
     ct_cuda_ops__close(o);

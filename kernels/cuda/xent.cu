@@ -1,7 +1,7 @@
 /*
- * xent.cu - the softmax cross-entropy losses, full (over every item) and sampled (the positive
- * against the sequence's M negatives): the twins of ct_ce_loss_cpu and ct_sampled_ce_loss_cpu
- * (semantics in ct_kernels.h). Loss and gradient in one pass, as on the CPU.
+ * xent.cu - the softmax cross-entropy losses, full (over every item; over every token for the
+ * language models) and sampled (the positive against the sequence's M negatives): the twins of
+ * ct_ce_loss_cpu, ct_lm_ce_loss_cpu and ct_sampled_ce_loss_cpu (semantics in ct_kernels.h). Loss and gradient in one pass, as on the CPU.
  *
  * Full CE: rows in chunks of CT_CE_CUDA_ROWS(V) (bounded scratch whatever the catalogue): the
  * chunk's logits by one sgemm, one block per row for max, the double sum of exponentials, the
@@ -62,14 +62,14 @@ __device__ __forceinline__ float ct_cuda_xent__block_max(float v, float *sh)
 
 /* One block per row of the chunk: lg (NI classes) becomes the gradient row. */
 __global__ void ct_cuda_xent__ce_row_kernel(float *lg, double *rowloss, const int32_t *pos, int r0,
-                                            int NI, double inv)
+                                            int NI, int lo, double inv)
 {
     __shared__ float shf[33];
     __shared__ double shd[32];
     const int64_t k = blockIdx.x, r = r0 + k;
     float *row = lg + k * NI;
-    const int32_t t = pos[r];
-    if (t == 0) {
+    const int32_t t = pos[r] - lo; /* the class; < 0: no target */
+    if (t < 0) {
         for (int i = (int)threadIdx.x; i < NI; i += (int)blockDim.x)
             row[i] = 0.0f;
         if (threadIdx.x == 0)
@@ -77,7 +77,7 @@ __global__ void ct_cuda_xent__ce_row_kernel(float *lg, double *rowloss, const in
         return; /* the whole block */
     }
     /* read the target's logit before the barrier: after it, threads overwrite the row */
-    const float lt = row[t - 1];
+    const float lt = row[t];
     float mx = -INFINITY;
     for (int i = (int)threadIdx.x; i < NI; i += (int)blockDim.x)
         mx = fmaxf(mx, row[i]);
@@ -99,7 +99,7 @@ __global__ void ct_cuda_xent__ce_row_kernel(float *lg, double *rowloss, const in
         row[i] = row[i] * scale;
     __syncthreads();
     if (threadIdx.x == 0) {
-        row[t - 1] -= (float)inv;
+        row[t] -= (float)inv;
         rowloss[r] = log(s) - zt;
     }
 }
@@ -117,40 +117,57 @@ __global__ void ct_cuda_xent__xent_total_kernel(float *loss, const double *rowlo
         loss[0] = (float)(t * inv);
 }
 
-extern "C" int ct_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *scratch,
-                               const float *feats, const float *wte, const int32_t *pos, int N,
-                               int C, int V, float count, const ct_cuda_ctx_t *ctx)
+/* Classes lo..V-1; dfeats or dwte NULL: that gradient is not computed. */
+static int ct_cuda_xent__ce(float *loss, float *dfeats, float *dwte, float *scratch,
+                            const float *feats, const float *wte, const int32_t *pos, int N, int C,
+                            int V, int lo, float count, const ct_cuda_ctx_t *ctx)
 {
-    CT_CUDA_REQUIRE(N >= 0 && C >= 1 && V >= 2);
+    CT_CUDA_REQUIRE(N >= 0 && C >= 1 && V >= lo + 1);
     cudaStream_t st = (cudaStream_t)ctx->stream;
     if (count <= 0.0f || N == 0) {
         CT_CUDA_CHECK(cudaMemsetAsync(loss, 0, sizeof *loss, st), NULL);
         return 0;
     }
     const double inv = 1.0 / (double)count;
-    const int NI = V - 1, R = (int)CT_CE_CUDA_ROWS(V);
+    const int NI = V - lo, R = (int)CT_CE_CUDA_ROWS(V);
+    const float *E = wte + (size_t)lo * C;
     float *lg = scratch;
     double *rowloss = ct_cuda_xent__doubles_after(scratch, CT_CE_CUDA_ROWS(V) * (size_t)V);
     int rc;
     for (int r0 = 0; r0 < N; r0 += R) {
         const int m = N - r0 < R ? N - r0 : R;
         const float *f = feats + (size_t)r0 * C;
-        if ((rc = ct_cuda_xent__xent_sgemm(ctx, false, true, m, NI, C, 1.0f, f, C, wte + C, C, 0.0f,
-                                           lg, NI)) != 0)
+        if ((rc = ct_cuda_xent__xent_sgemm(ctx, false, true, m, NI, C, 1.0f, f, C, E, C, 0.0f, lg,
+                                           NI)) != 0)
             return rc;
-        CT_LAUNCH(ct_cuda_xent__ce_row_kernel, m, CT__THREADS, 0, st, lg, rowloss, pos, r0, NI,
+        CT_LAUNCH(ct_cuda_xent__ce_row_kernel, m, CT__THREADS, 0, st, lg, rowloss, pos, r0, NI, lo,
                   inv);
         CT_CUDA_CHECK_LAUNCH();
-        if ((rc = ct_cuda_xent__xent_sgemm(ctx, false, false, m, C, NI, 1.0f, lg, NI, wte + C, C,
-                                           1.0f, dfeats + (size_t)r0 * C, C)) != 0 ||
-            (rc = ct_cuda_xent__xent_sgemm(ctx, true, false, NI, C, m, 1.0f, lg, NI, f, C, 1.0f,
-                                           dwte + C, C)) != 0)
+        if (dfeats && (rc = ct_cuda_xent__xent_sgemm(ctx, false, false, m, C, NI, 1.0f, lg, NI, E,
+                                                     C, 1.0f, dfeats + (size_t)r0 * C, C)) != 0)
+            return rc;
+        if (dwte && (rc = ct_cuda_xent__xent_sgemm(ctx, true, false, NI, C, m, 1.0f, lg, NI, f, C,
+                                                   1.0f, dwte + (size_t)lo * C, C)) != 0)
             return rc;
     }
     CT_LAUNCH(ct_cuda_xent__xent_total_kernel, 1, CT__THREADS, 0, st, loss, rowloss, (int64_t)N,
               inv);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
+}
+
+extern "C" int ct_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *scratch,
+                               const float *feats, const float *wte, const int32_t *pos, int N,
+                               int C, int V, float count, const ct_cuda_ctx_t *ctx)
+{
+    return ct_cuda_xent__ce(loss, dfeats, dwte, scratch, feats, wte, pos, N, C, V, 1, count, ctx);
+}
+
+extern "C" int ct_lm_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *scratch,
+                                  const float *feats, const float *wte, const int32_t *tgt, int N,
+                                  int C, int V, float count, const ct_cuda_ctx_t *ctx)
+{
+    return ct_cuda_xent__ce(loss, dfeats, dwte, scratch, feats, wte, tgt, N, C, V, 0, count, ctx);
 }
 
 /* One warp per position r = (b, t): the K = M + 1 logits into G[r], then their gradient. */

@@ -129,7 +129,7 @@ static int ctrun_agent__setup_store(ctrun_agent_t *a, ct_errbuf_t *eb)
     bool want_host, may_fall_back = false;
     if (a->rdzv_kind == CTRUN_RDZV_KIND_STATIC) {
         want_host = cfg->node_rank == 0;
-    } else if (cfg->standalone) {
+    } else if (cfg->standalone || cfg->free_port) {
         want_host = true;
     } else if (cfg->rdzv_conf.is_host >= 0) {
         want_host = cfg->rdzv_conf.is_host == 1;
@@ -148,6 +148,10 @@ static int ctrun_agent__setup_store(ctrun_agent_t *a, ct_errbuf_t *eb)
             a->is_host = true;
             a->master_port = ctrun_store_port(a->store);
             ct_log_debug("store listening at %s", ctrun_store_address(a->store));
+            if (cfg->free_port)
+                ct_log_info("single-node job without --master_port or --rdzv_endpoint: the "
+                            "rendezvous store is on free port %d (the workers' MASTER_PORT)",
+                            a->master_port);
         } else if (may_fall_back && rc == -EADDRINUSE) {
             ct_log_info("port %d is taken on this machine (another agent hosts the store?); "
                         "joining as a client of %s:%d",
@@ -163,7 +167,9 @@ static int ctrun_agent__setup_store(ctrun_agent_t *a, ct_errbuf_t *eb)
     ctrun_kv_remote_opts_t ko = {
         .host = cfg->store_addr.host,
         .port = cfg->store_addr.port,
-        .connect_timeout_ms = (int64_t)(timeout_s * 1000.0),
+        /* The rendezvous timer owns the attempt's deadline and says why it passed; connecting
+         * gives up a second later, so a silent endpoint is reported once, by the timer. */
+        .connect_timeout_ms = (int64_t)(timeout_s * 1000.0) + 1000,
         .op_timeout_ms = (int64_t)(cfg->rdzv_conf.read_timeout_s * 1000.0),
         .backoff_max_ms = 1000,
         .token = cfg->rdzv_conf.store_token,
@@ -276,6 +282,8 @@ static int ctrun_agent__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
                        a->hb_interval_ms);
     ctrun_rdzv_init(&a->rdzv, a->kv, &rp);
     a->plan.nnodes = cfg->max_nodes;
+    if (cfg->metrics_port >= 0 && (rc = ctrun_metrics_start(a, eb)) != 0)
+        return rc;
     return 0;
 }
 
@@ -305,6 +313,8 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     a->cfg = cfg;
     a->reaper.pid = a->reaper.fd = -1;
     a->ftimer_fd = a->ftimer_wfd = -1;
+    a->filtered_fd[0] = a->filtered_fd[1] = -1;
+    a->ev_group_rank = a->ev_group_world = -1;
     int rc = uv_loop_init(&a->loop);
     if (rc != 0) {
         free(a);
@@ -327,6 +337,15 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
         if (ctrun_info_launch_config(cfg, &text) == 0)
             ct_log_info("%s", text);
         free(text);
+        if (cfg->use_python)
+            ct_log_info("worker interpreter: %s (%s)", cfg->python,
+                        ctrun_python_source_text(cfg->python_source));
+        for (int i = 0; cfg->numa_cpus != NULL && i < cfg->nproc_per_node; i++) {
+            char list[512];
+            ctrun_cpu_list_format(&cfg->numa_cpus[i], list, sizeof list);
+            ct_log_info("--numa_binding %s: local rank %d runs on CPUs %s",
+                        ctrun_numa_mode_name(cfg->numa_mode), i, list);
+        }
     }
 
     ct_errbuf_t seb = {{0}};
@@ -344,6 +363,8 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     uv_run(&a->loop, UV_RUN_DEFAULT);
     uv_loop_close(&a->loop);
     ctrun_group_free(a);
+    ctrun_agent__observe_end(a);
+    free(a->last);
     ctrun_cgroup_destroy(&a->cgroup, 2000);
     ctrun_reaper_close(&a->reaper);
     ctrun_agent__ftimer_cleanup(a);

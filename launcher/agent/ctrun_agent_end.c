@@ -64,6 +64,7 @@ void ctrun_agent__close(ctrun_agent_t *a)
          * just written, reads it in a second request. Serve them until they hang up. */
         ctrun_store_close_gently(a->store, CTRUN_STORE_LINGER_MS, ctrun_agent__store_closed, a);
     }
+    ctrun_metrics_close(a);
     for (int i = 0; i < a->nsignals; i++)
         uv_close((uv_handle_t *)&a->signals[i], ctrun_agent__close_cb);
     a->nsignals = 0;
@@ -147,8 +148,12 @@ void ctrun_agent__report(ctrun_agent_t *a, const char *lines)
     size_t nshown = from_store ? n : a->nfailures;
     if (nshown > 0) {
         char *text = NULL;
-        if (ctrun_report_format(a->entrypoint, shown, nshown, &text) == 0)
-            ctrun_agent__print(a, text);
+        char *with_line = NULL;
+        /* torchrun's exception line first, as its traceback ends on every node that fails. */
+        if (ctrun_report_format(a->entrypoint, shown, nshown, &text) == 0 &&
+            asprintf(&with_line, "%s\n%s", CTRUN_REPORT_EXCEPTION_LINE, text) >= 0)
+            ctrun_agent__print(a, with_line);
+        free(with_line);
         free(text);
         ct_errbuf_t eb = {{0}};
         const ctrun_failure_t *root = &shown[ctrun_report_root(shown, nshown)];

@@ -127,6 +127,7 @@ void ctrun_agent__worker_heartbeat(ctrun_agent_t *a, int i, const ct_heartbeat_r
     w->hb_step = rec->step;
     w->hb_last_ms = uv_now(&a->loop);
     w->hb_time_ns = rec->time_ns;
+    ctrun_agent__observe_heartbeat(a, i);
     if (a->state == CTRUN_AGENT_RUNNING || a->state == CTRUN_AGENT_SUCCEEDED ||
         a->state == CTRUN_AGENT_STOPPING) /* records read after a failure still count */
         ctrun_recovery_heartbeat(&a->recovery, a->attempt, (int64_t)rec->step, uv_hrtime());

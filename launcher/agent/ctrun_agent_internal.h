@@ -1,7 +1,8 @@
 /*
  * ctrun_agent_internal.h - the agent's data and the functions its files share:
  * ctrun_agent.c (set-up, run, teardown), ctrun_agent_step.c (events, the transition function
- * and its decisions), ctrun_agent_outcome.c (an attempt's outcome and failure records in the
+ * and its decisions), ctrun_agent_observe.c (torchelastic's event records and the numbers
+ * behind the metrics endpoint), ctrun_metrics.c (that endpoint), ctrun_agent_outcome.c (an attempt's outcome and failure records in the
  * store), ctrun_agent_end.c (report, exit barrier, closing), ctrun_agent_hb.c (heartbeats,
  * watchdog, store loss), ctrun_agent_inject.c (fault injection) and ctrun_group.c (the
  * mechanics of one attempt's workers: environments, output sinks, spawning, signalling,
@@ -39,6 +40,33 @@
 #include "ctrun_store.h"
 
 typedef struct ctrun_agent ctrun_agent_t;
+
+/* What a restart is blamed on, for the metrics: a local worker's exit status, a signal, a hang
+ * seen by the watchdog, a timer (a FileTimer expiry), a lost node, a failure on another node, a
+ * node joining (a membership change). */
+enum {
+    CTRUN_AGENT__CAUSE_EXIT = 0,
+    CTRUN_AGENT__CAUSE_SIGNAL,
+    CTRUN_AGENT__CAUSE_HANG,
+    CTRUN_AGENT__CAUSE_TIMER,
+    CTRUN_AGENT__CAUSE_LOST_NODE,
+    CTRUN_AGENT__CAUSE_REMOTE,
+    CTRUN_AGENT__CAUSE_MEMBERSHIP,
+    CTRUN_AGENT__CAUSES
+};
+extern const char *const ctrun_agent__cause_names[CTRUN_AGENT__CAUSES];
+
+/* Upper bounds (seconds) of the failure detection latency histogram's buckets, +Inf apart. */
+#define CTRUN_AGENT__DETECT_BUCKETS 10
+extern const double ctrun_agent__detect_bounds[CTRUN_AGENT__DETECT_BUCKETS];
+
+/* A worker of the latest attempt, as the final event records need it after the attempt's
+ * workers are freed. */
+typedef struct ctrun_agent__last_worker {
+    int rank, local_rank, pid, exitcode;
+    bool failed;
+    char error_file[PATH_MAX];
+} ctrun_agent__last_worker_t;
 
 /* How long the hosting agent keeps serving the store after the job's end while clients are
  * still connected (a waiting node reading the "closed" plan, another agent's last request). */
@@ -89,6 +117,8 @@ typedef struct ctrun_worker {
     uint64_t hb_count, hb_step;
     uint64_t hb_last_ms;  /* uv_now of the last record */
     uint64_t hb_time_ns;  /* the worker's CLOCK_MONOTONIC in the last record */
+    uint64_t rate_step, rate_ms; /* steps per second: the sample the rate is measured from */
+    double steps_per_s;          /* ... the last measured rate, -1 before there is one */
     /* fault injection (ctrun_inject.h) */
     int armed;                 /* spec armed in CTRUN_INJECT, -1 none */
     char fault_text[48];       /* its CTRUN_INJECT value */
@@ -111,6 +141,8 @@ struct ctrun_agent {
     bool coord_open;
     ctrun_kv_t *kv;
     bool store_lost; /* a store request failed: no more requests, no exit barrier */
+    bool fetching_failures; /* EXITING, reading every node's failure records for the report:
+                             * the exit barrier may not end the agent before it printed it */
     char master_addr[CT_HOST_MAX];
     int master_port;
     ctrun_rdzv_t rdzv;
@@ -171,8 +203,19 @@ struct ctrun_agent {
     ctrun_console_t *console; /* ctrun's stdout and stderr (ctrun_console.h); NULL: direct */
     ctrun_logs_t logs;
     const char *prefix_template; /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (from the config) */
+    int filtered_fd[2];          /* attempt_<k>/filtered_{stdout,stderr}.log, -1 when none */
     char host[256];              /* this node's name (FQDN), for reports */
     const char *entrypoint;
+
+    /* torchelastic's event records and the metrics' numbers (ctrun_agent_observe.c) */
+    uint64_t rdzv_start_ns;            /* when the current rendezvous began */
+    int ev_group_rank, ev_group_world; /* the group before this rendezvous, -1 before any */
+    ctrun_agent__last_worker_t *last;  /* the latest attempt's workers, kept past their freeing */
+    int nlast;
+    int restart_causes[CTRUN_AGENT__CAUSES]; /* restarts by cause (ctrun_agent__cause_names) */
+    uint64_t detect_count[CTRUN_AGENT__DETECT_BUCKETS + 1]; /* per bucket, the last is +Inf */
+    double detect_sum_s;                                    /* ... and their sum */
+    struct ctrun_metrics *metrics;                          /* the HTTP endpoint, NULL when off */
 };
 
 /* ---- events and kv requests (ctrun_agent_step.c) ---------------------------------------- */
@@ -281,6 +324,21 @@ void ctrun_agent__inject_fire(ctrun_agent_t *a);
 void ctrun_agent__exit_cause(ctrun_agent_t *a, int i, int exitcode, char *cause, size_t size,
                              int64_t *detect_ns);
 void ctrun_agent__inject_cb(uv_timer_t *t);
+
+/* ctrun_agent_observe.c: torchelastic's event records, the numbers behind the metrics */
+void ctrun_agent__observe_rendezvous(ctrun_agent_t *a);
+void ctrun_agent__observe_started(ctrun_agent_t *a, uint64_t prepare_ns);
+void ctrun_agent__observe_heartbeat(ctrun_agent_t *a, int i);
+void ctrun_agent__observe_detect(ctrun_agent_t *a, int64_t detect_ns);
+int ctrun_agent__cause_of(const char *recovery_cause);
+void ctrun_agent__observe_free(ctrun_agent_t *a);
+void ctrun_agent__observe_end(ctrun_agent_t *a);
+
+/* ctrun_metrics.c: the metrics endpoint on the agent's loop (--metrics_port) */
+int ctrun_metrics_start(ctrun_agent_t *a, ct_errbuf_t *eb);
+void ctrun_metrics_close(ctrun_agent_t *a);
+/* The exposition text of the agent's state (malloc'd). Returns 0 or -ENOMEM. */
+int ctrun_metrics_format(ctrun_agent_t *a, char **out);
 
 /* ---- ctrun_group.c ---------------------------------------------------------------------- */
 

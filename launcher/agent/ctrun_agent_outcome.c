@@ -73,6 +73,7 @@ void ctrun_agent__record_failure(ctrun_agent_t *a, int i, int exitcode, const ch
 {
     ctrun_worker_t *w = &a->workers[i];
     w->failed = true;
+    ctrun_agent__observe_detect(a, detect_ns);
     if (ctrun_recovery_add(&a->recovery, a->attempt, w->rank, i, cause, uv_hrtime(), detect_ns) !=
         0)
         ct_log_warn("out of memory: the recovery table misses a failure of rank %d", w->rank);

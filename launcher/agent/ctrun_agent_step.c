@@ -137,6 +137,7 @@ static void ctrun_agent__to_exiting(ctrun_agent_t *a, int exit_code)
 /* -> RENDEZVOUS of attempt k. */
 static void ctrun_agent__to_rendezvous(ctrun_agent_t *a, int attempt)
 {
+    ctrun_agent__observe_rendezvous(a);
     a->attempt = attempt;
     a->outcome = CTRUN_OUTCOME_NONE;
     a->failure_posted = false;
@@ -181,6 +182,7 @@ static void ctrun_agent__to_running(ctrun_agent_t *a)
     uv_timer_stop(&a->rdzv_timer);
     a->attempt = a->rdzv.attempt; /* a new node learns the round from the rendezvous */
     a->plan = a->rdzv.plan;
+    uint64_t prepare_start = uv_hrtime();
     if (ctrun_group_prepare(a, &eb) != 0) {
         ct_log_error("preparing attempt %d: %s", a->attempt, eb.msg);
         ctrun_group_free(a);
@@ -219,6 +221,7 @@ static void ctrun_agent__to_running(ctrun_agent_t *a)
         ctrun_agent__fail_attempt(a);
         return;
     }
+    ctrun_agent__observe_started(a, uv_hrtime() - prepare_start);
     ctrun_agent__inject_schedule(a);
 }
 
@@ -237,6 +240,7 @@ static void ctrun_agent__to_succeeded(ctrun_agent_t *a)
  * EXITING with the failed job's status. */
 static void ctrun_agent__report_and_exit(ctrun_agent_t *a, const char *lines)
 {
+    a->fetching_failures = false;
     ctrun_agent__report(a, lines);
     ctrun_agent__to_exiting(a, a->fail_exit);
     ctrun_group_free(a);
@@ -385,6 +389,10 @@ static void ctrun_agent__decide_restart(ctrun_agent_t *a, int left)
  * the store (EXITING until they arrive; without a store, this node's own, at once). */
 static void ctrun_agent__decide_failed(ctrun_agent_t *a)
 {
+    /* The other nodes may leave meanwhile (they read the records first): their leaving must
+     * not end this node before its report, nor with another status than the failure's. */
+    a->exit_code = a->fail_exit;
+    a->fetching_failures = true;
     ctrun_agent__enter(a, CTRUN_AGENT_EXITING);
     ctrun_agent__fetch_failures(a);
     if (a->store_lost)
@@ -522,7 +530,7 @@ static void ctrun_agent__on_kv(ctrun_agent_t *a, const ctrun_kv_reply_t *r)
         return;
     }
     if (kind == CTRUN_AGENT__KV_LEFT) {
-        if (a->state == CTRUN_AGENT_EXITING)
+        if (a->state == CTRUN_AGENT_EXITING && !a->fetching_failures)
             ctrun_agent__to_done(a, a->exit_code);
         return;
     }
@@ -721,7 +729,8 @@ void ctrun_agent__step(ctrun_agent_t *a, const ctrun_agent__event_t *ev)
                 ctrun_agent__to_done(a, CTRUN_EXIT_FAILED);
             return;
         }
-        if (a->state == CTRUN_AGENT_EXITING && ev->value >= ctrun_agent__barrier_target(a))
+        if (a->state == CTRUN_AGENT_EXITING && !a->fetching_failures &&
+            ev->value >= ctrun_agent__barrier_target(a))
             ctrun_agent__to_done(a, a->exit_code);
         return;
     case CTRUN_AGENT__EV_STORE_GONE:

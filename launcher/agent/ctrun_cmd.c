@@ -1,6 +1,7 @@
 /*
  * ctrun_cmd.c - argv assembly: a fixed head (interpreter and flags, or the program) and the
- * script arguments, every element after argv[0] passed through the ${local_rank} macro.
+ * script arguments, every element after argv[0] passed through the ${local_rank} macro (the
+ * launch-style --local-rank=N is written with the number already in it).
  */
 #include "ctrun_cmd.h"
 
@@ -27,7 +28,7 @@ const char *ctrun_cmd_entrypoint_name(const ctrun_config_t *cfg)
 
 int ctrun_cmd_argv(const ctrun_config_t *cfg, int local_rank, char ***argv_out)
 {
-    const char *head[4];
+    const char *head[5];
     size_t nhead = 0;
     if (cfg->use_python) {
         head[nhead++] = cfg->python;
@@ -36,6 +37,11 @@ int ctrun_cmd_argv(const ctrun_config_t *cfg, int local_rank, char ***argv_out)
             head[nhead++] = "-m";
     }
     head[nhead++] = cfg->script;
+    char lr_arg[64];
+    if (cfg->local_rank_arg != NULL) {
+        snprintf(lr_arg, sizeof lr_arg, "%s=%d", cfg->local_rank_arg, local_rank);
+        head[nhead++] = lr_arg;
+    }
 
     size_t total = nhead + cfg->nscript_args;
     char **argv = calloc(total + 1, sizeof *argv);

@@ -5,7 +5,9 @@
  * becomes `<python> -u [-m] script args...`; anything else is `script args...`, executed
  * directly (PATH lookup as execvp does). In every argument after argv[0], ${local_rank} and
  * $local_rank become the worker's local rank, with string.Template.safe_substitute rules
- * ("$$" -> "$"), as torchrun's macro substitution does.
+ * ("$$" -> "$"), as torchrun's macro substitution does. With torch.distributed.launch's
+ * command line (--launch_compat, ctrun-launch) and no --use_env, `--local-rank=N` (or
+ * `--local_rank=N`) comes right after the script, before its own arguments, as launch puts it.
  *
  * Deliberately not here: the environment (ctrun_env.h) and spawning.
  */

@@ -112,7 +112,7 @@ int ctrun_env_build(const char *const *base, const ctrun_worker_info_t *w, char 
     if (base == NULL)
         base = (const char *const *)environ;
     ctrun_env__overlay_t o = {.n = 0};
-    ctrun_env__put(&o, "LOCAL_RANK", "%d", w->local_rank);
+    ctrun_env__put(&o, "LOCAL_RANK", "%d", w->device != NULL ? 0 : w->local_rank);
     ctrun_env__put(&o, "RANK", "%d", w->rank);
     ctrun_env__put(&o, "GROUP_RANK", "%d", w->group_rank);
     ctrun_env__put(&o, "ROLE_RANK", "%d", w->role_rank);
@@ -140,6 +140,11 @@ int ctrun_env_build(const char *const *base, const ctrun_worker_info_t *w, char 
         ctrun_env__put(&o, "CTRUN_HEARTBEAT_FD", "%d", w->heartbeat_fd);
     else
         ctrun_env__put(&o, "CTRUN_HEARTBEAT_FD", NULL); /* an inherited one is not ours to give */
+    if (w->device != NULL) {
+        ctrun_env__put(&o, "CUDA_VISIBLE_DEVICES", "%s", w->device);
+        if (w->device_hip)
+            ctrun_env__put(&o, "HIP_VISIBLE_DEVICES", "%s", w->device);
+    }
     if (w->fault != NULL && w->fault[0] != '\0')
         ctrun_env__put(&o, "CTRUN_INJECT", "%s", w->fault);
     else

@@ -11,7 +11,9 @@
  *   passes a heartbeat pipe (an inherited one is removed otherwise), CTRUN_INJECT when
  *   --inject armed a fault for this worker (removed otherwise), CTRUN_JOB_TAG, the job's
  *   mark for its reaper (an inherited one, of an enclosing job, is replaced or removed), and
- *   TORCHELASTIC_TIMER_FILE when the agent serves FileTimer requests.
+ *   TORCHELASTIC_TIMER_FILE when the agent serves FileTimer requests. With
+ *   --virtual_local_rank, LOCAL_RANK is 0 and CUDA_VISIBLE_DEVICES (and HIP_VISIBLE_DEVICES
+ *   when the agent has it) names the worker's one device.
  *
  * A pure function of its inputs: the base environment is passed in, nothing is read from or
  * written to the process environment, and the result is a NULL-terminated envp the spawner
@@ -44,6 +46,8 @@ typedef struct ctrun_worker_info {
     const char *fault;             /* CTRUN_INJECT (ctrun_inject.h), or NULL to remove it */
     const char *job_tag;           /* CTRUN_JOB_TAG (ctrun_reaper.h), or NULL/"" to remove it */
     const char *timer_file;        /* TORCHELASTIC_TIMER_FILE, or NULL/"" to leave it as it is */
+    const char *device;            /* --virtual_local_rank: the worker's one device, else NULL */
+    bool device_hip;               /* ... set HIP_VISIBLE_DEVICES too */
 } ctrun_worker_info_t;
 
 /* Fills the fields that come from the configuration (role, world sizes of a single-node job,

@@ -1,7 +1,8 @@
 /*
  * ctrun_group.c - one attempt's local workers, mechanically: the environment and command line
  * of each (ctrun_env.h, ctrun_cmd.h), its output sinks per the --redirects/--tee/filter plan
- * (ctrun_logs.h, ctrun_sink.h), spawning and signalling (ctrun_proc.h), and freeing.
+ * and the attempt's filtered_std{out,err}.log (ctrun_logs.h, ctrun_sink.h), spawning (with the
+ * --numa_binding CPUs) and signalling (ctrun_proc.h), and freeing.
  *
  * Deliberately not here: deciding anything. Worker states change only in the agent's transition
  * function; the proc callbacks below just forward to it.
@@ -76,7 +77,14 @@ int ctrun_group_prepare(ctrun_agent_t *a, ct_errbuf_t *eb)
         ctrun_logs_path(&a->logs, a->plan.restarts, i, CTRUN_LOG_ERROR, w->error_file,
                         sizeof w->error_file);
     }
-    return ctrun_logs_attempt_prepare(&a->logs, a->plan.restarts, n, eb);
+    int rc = ctrun_logs_attempt_prepare(&a->logs, a->plan.restarts, n, eb);
+    /* --duplicate_std{out,err}_filters: one file per stream for the attempt's tee'd lines. */
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        if (a->cfg->dup_filters[k].count > 0 && !a->logs.disabled)
+            rc = ctrun_logs_filtered_open(&a->logs, a->plan.restarts, (ctrun_stream_t)k,
+                                          &a->filtered_fd[k], eb);
+    }
+    return rc;
 }
 
 static void ctrun_group__worker_info(const ctrun_agent_t *a, const ctrun_worker_t *w,
@@ -100,6 +108,10 @@ static void ctrun_group__worker_info(const ctrun_agent_t *a, const ctrun_worker_
     wi->fault = w->armed >= 0 ? w->fault_text : NULL;
     wi->job_tag = a->job_tag;
     wi->timer_file = a->ftimer_path;
+    if (a->cfg->virtual_local_rank) {
+        wi->device = a->cfg->virtual_devices[w->local_rank];
+        wi->device_hip = a->cfg->virtual_hip;
+    }
 }
 
 /* The sink of one stream, or NULL when the stream is discarded. */
@@ -127,6 +139,8 @@ static int ctrun_group__sink(ctrun_agent_t *a, ctrun_worker_t *w, ctrun_stream_t
     rc = ctrun_sink_init(sink, console, *file, prefix, 0);
     if (rc == 0 && a->console != NULL)
         ctrun_sink_use_console(sink, a->console);
+    if (rc == 0 && plan.prefixed)
+        ctrun_sink_duplicate(sink, a->filtered_fd[stream], &cfg->dup_filters[stream]);
     free(prefix);
     if (rc != 0)
         return ct_errbuf_set(eb, rc, "out of memory");
@@ -179,6 +193,8 @@ int ctrun_group_spawn(ctrun_agent_t *a, int i, ct_errbuf_t *eb)
         .cgroup_dir_fd = a->cgroup.attempt_dir_fd,
         .cgroup_fd =
             a->cgroup.attempt_procs_fd >= 0 ? a->cgroup.attempt_procs_fd : a->cgroup.procs_fd,
+        .cpus = a->cfg->numa_cpus ? a->cfg->numa_cpus[i].cpus : NULL,
+        .ncpus = a->cfg->numa_cpus ? a->cfg->numa_cpus[i].count : 0,
     };
     rc = ctrun_proc_spawn(&w->proc, &a->loop, &po, &ctrun_group__proc_cb, w, eb);
     if (w->proc.pid > 0)
@@ -220,6 +236,7 @@ void ctrun_group_kill(ctrun_agent_t *a)
 
 void ctrun_group_free(ctrun_agent_t *a)
 {
+    ctrun_agent__observe_free(a);
     for (int i = 0; i < a->nworkers; i++) {
         ctrun_worker_t *w = &a->workers[i];
         /* The worker is gone; what it started and left in its process group (a dataloader, a
@@ -233,6 +250,11 @@ void ctrun_group_free(ctrun_agent_t *a)
     free(a->workers);
     a->workers = NULL;
     a->nworkers = 0;
+    for (int k = 0; k < 2; k++) {
+        if (a->filtered_fd[k] >= 0)
+            close(a->filtered_fd[k]);
+        a->filtered_fd[k] = -1;
+    }
     for (size_t i = 0; i < a->nfailures; i++)
         ctrun_failure_free(&a->failures[i]);
     free(a->failures);

@@ -53,9 +53,9 @@ int ctrun_info_launch_config(const ctrun_config_t *cfg, char **out)
     fprintf(f, "  nproc_per_node   : %d\n", cfg->nproc_per_node);
     fprintf(f, "  run_id           : %s\n", cfg->run_id);
     fprintf(f, "  rdzv_backend     : %s\n", is_static ? "static" : "c10d");
+    bool own_store = cfg->standalone || cfg->free_port || cfg->rdzv_endpoint[0] == '\0';
     fprintf(f, "  rdzv_endpoint    : %s\n",
-            (is_static || cfg->standalone || cfg->rdzv_endpoint[0] == '\0') ? endpoint
-                                                                            : cfg->rdzv_endpoint);
+            (is_static || own_store) ? endpoint : cfg->rdzv_endpoint);
     fprintf(f, "  rdzv_configs     : {");
     bool has_rank = false, has_timeout = false;
     for (size_t i = 0; i < cfg->rdzv_conf.count; i++) {

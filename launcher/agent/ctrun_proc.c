@@ -92,7 +92,9 @@ typedef struct ctrun_proc__child_args {
     const char *path;
     char *const *argv, *const *envp;
     int out_fd, err_fd, hb_fd;
-    int cgroup_fd; /* cgroup.procs to join, -1 none */
+    int cgroup_fd;         /* cgroup.procs to join, -1 none */
+    const cpu_set_t *cpus; /* affinity to set, NULL none */
+    size_t cpus_size;
     pid_t parent;
     int *err; /* written by the child when a step before or at execve fails (memory the agent
                * shares with it) */
@@ -132,6 +134,8 @@ static int ctrun_proc__child(void *arg)
         err = errno;
     if (err == 0 && getppid() != a->parent)
         _exit(127); /* the agent died before the death signal was armed */
+    if (err == 0 && a->cpus != NULL && sched_setaffinity(0, a->cpus_size, a->cpus) != 0)
+        err = errno;
     int out_fd = ctrun_proc__lift(a->out_fd);
     int err_fd = ctrun_proc__lift(a->err_fd);
     int hb_fd = ctrun_proc__lift(a->hb_fd);
@@ -412,6 +416,23 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         goto fail_fds;
     }
 
+    /* The CPU set is made here: the child shares our memory and must not allocate. */
+    cpu_set_t *cpus = NULL;
+    size_t cpus_size = 0;
+    if (opts->cpus != NULL && opts->ncpus > 0) {
+        int max = opts->cpus[opts->ncpus - 1];
+        for (size_t i = 0; i < opts->ncpus; i++)
+            max = opts->cpus[i] > max ? opts->cpus[i] : max;
+        cpus = CPU_ALLOC((size_t)max + 1);
+        if (cpus == NULL) {
+            rc = ct_errbuf_set(eb, -ENOMEM, "out of memory");
+            goto fail_fds;
+        }
+        cpus_size = CPU_ALLOC_SIZE((size_t)max + 1);
+        CPU_ZERO_S(cpus_size, cpus);
+        for (size_t i = 0; i < opts->ncpus; i++)
+            CPU_SET_S((size_t)opts->cpus[i], cpus_size, cpus);
+    }
     ctrun_proc__child_args_t ca = {
         .path = path,
         .argv = opts->argv,
@@ -420,6 +441,8 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         .err_fd = opts->err ? errp[1] : devnull,
         .hb_fd = hbp[1],
         .cgroup_fd = opts->cgroup_fd > 0 ? opts->cgroup_fd : -1,
+        .cpus = cpus,
+        .cpus_size = cpus_size,
         .parent = getpid(),
     };
     /* The child's answer: a page shared with it whether or not it shares all our memory. */
@@ -428,6 +451,7 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
     if (child_err == MAP_FAILED) {
         rc = -errno;
         ct_errbuf_set(eb, rc, "mmap of a shared page: %s", strerror(errno));
+        CPU_FREE(cpus);
         goto fail_fds;
     }
     *child_err = 0;
@@ -435,6 +459,7 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
     void *stack = mmap(NULL, CTRUN_PROC__CHILD_STACK, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (stack == MAP_FAILED) {
+        CPU_FREE(cpus);
         rc = -errno;
         ct_errbuf_set(eb, rc, "mmap of a %d-byte stack: %s", CTRUN_PROC__CHILD_STACK,
                       strerror(errno));
@@ -461,6 +486,8 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
     munmap(stack, CTRUN_PROC__CHILD_STACK);
     int ca_err = *child_err;
     munmap(child_err, sizeof(int));
+    if (cpus != NULL)
+        CPU_FREE(cpus);
     if (pid < 0) {
         rc = ct_errbuf_set(eb, -clone_errno, "clone: %s", strerror(clone_errno));
         goto fail_fds;

@@ -6,6 +6,7 @@
  * (uv_spawn cannot): the child resets the signal handlers it inherited, calls setsid() (its own
  * session and process group, pgid = pid, so a signal to the group reaches anything the worker
  * starts), sets PR_SET_PDEATHSIG = SIGKILL (and exits at once if the agent is already gone),
+ * binds itself to the CPUs of --numa_binding when given (sched_setaffinity),
  * puts its pipes on fds 1, 2 and 3 (the heartbeat, CTRUN_HEARTBEAT_FD=3), marks every other
  * fd above 2 close-on-exec (as Python's subprocess closes them for torchrun's workers), and
  * execs. An exec failure travels back through a close-on-exec pipe, so ctrun_proc_spawn itself
@@ -64,6 +65,8 @@ typedef struct ctrun_proc_opts {
                               * CLONE_INTO_CGROUP; ctrun_cgroup.h); 0 or -1: none */
     int cgroup_fd;           /* > 0: its cgroup.procs, which the child joins before exec where
                               * the kernel cannot create it in the folder (best effort) */
+    const int *cpus;         /* CPUs the child is bound to before exec, or NULL: inherited */
+    size_t ncpus;
 } ctrun_proc_opts_t;
 
 struct ctrun_proc {

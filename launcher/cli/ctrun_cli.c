@@ -13,7 +13,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "ct_config.h"
 #include "ct_parse.h"
@@ -53,7 +55,18 @@ enum {
     CTRUN_CLI__O_TEE,
     CTRUN_CLI__O_LOCAL_RANKS_FILTER,
     CTRUN_CLI__O_LOGS_SPECS,
+    /* torchrun 2.x's newest options, torch.distributed.launch */
+    CTRUN_CLI__O_DUPLICATE_STDOUT_FILTERS,
+    CTRUN_CLI__O_DUPLICATE_STDERR_FILTERS,
+    CTRUN_CLI__O_LOG_LINE_PREFIX_TEMPLATE,
+    CTRUN_CLI__O_VIRTUAL_LOCAL_RANK,
     CTRUN_CLI__O_NUMA_BINDING,
+    CTRUN_CLI__O_SHUTDOWN_TIMEOUT,
+    CTRUN_CLI__O_METRICS_PORT,
+    CTRUN_CLI__O_METRICS_ADDR,
+    CTRUN_CLI__O_LAUNCH_COMPAT,
+    CTRUN_CLI__O_USE_ENV,
+    CTRUN_CLI__O_LOCAL_RANK_ARG,
     CTRUN_CLI__O_HELP,
     CTRUN_CLI__O_VERSION,
     CTRUN_CLI__O_COUNT
@@ -110,7 +123,8 @@ static const ctrun_cli__opt_t ctrun_cli__opts[CTRUN_CLI__O_COUNT] = {
                               "127.0.0.1)."},
     [CTRUN_CLI__O_MASTER_PORT] = {NULL, "master_port", 0, false, {"PET_MASTER_PORT"}, "PORT",
                               "Port of node 0's store, static backend only; 0 picks a free "
-                              "port on a single node (default 29500)."},
+                              "port on a single node (default 29500; a single-node job given "
+                              "neither this nor --rdzv_endpoint gets a free port)."},
     [CTRUN_CLI__O_LOCAL_ADDR] = {NULL, "local_addr", 0, false, {"PET_LOCAL_ADDR"}, "HOST",
                              "This node's address as other nodes reach it (default: its "
                              "fully qualified host name)."},
@@ -157,8 +171,10 @@ static const ctrun_cli__opt_t ctrun_cli__opts[CTRUN_CLI__O_COUNT] = {
                               "Seed of the injection's random choices (rank=any, phase=any; "
                               "default 0)."},
     [CTRUN_CLI__O_EVENT_LOG_HANDLER] = {NULL, "event_log_handler", 0, false,
-                                    {"PET_EVENT_LOG_HANDLER"}, "null",
-                                    "Accepted for compatibility; only null (default null)."},
+                                    {"PET_EVENT_LOG_HANDLER"}, "null|console",
+                                    "console: torchelastic's event records (rendezvous, worker "
+                                    "start and end, the agent's end) as JSON lines on stderr, "
+                                    "unless LOGLEVEL is above INFO; null: none (default null)."},
     [CTRUN_CLI__O_ROLE] = {"Workers", "role", 0, false, {"PET_ROLE"}, "NAME",
                        "Worker role: ROLE_NAME and the tee prefix [<role><local_rank>]: "
                        "(default default)."},
@@ -170,7 +186,9 @@ static const ctrun_cli__opt_t ctrun_cli__opts[CTRUN_CLI__O_COUNT] = {
                            "Run the script with the Python interpreter whatever its name; "
                            "wins over --no_python."},
     [CTRUN_CLI__O_PYTHON] = {NULL, "python", 0, false, {"CTRUN_PYTHON", "PYTHON_EXEC"}, "PATH",
-                         "Interpreter for .py scripts and -m (default python3 from PATH)."},
+                         "Interpreter for .py scripts and -m (default: the Python of the "
+                         "environment ctrun was pip-installed into, else $VIRTUAL_ENV's or "
+                         "$CONDA_PREFIX's, else python3 from PATH)."},
     [CTRUN_CLI__O_LOG_DIR] = {"Output", "log_dir", 0, false, {"PET_LOG_DIR"}, "DIR",
                           "Base folder for <run_id>_<random>/attempt_<k>/<local_rank>/ logs "
                           "(default: a new temp folder; /dev/null: no files)."},
@@ -185,9 +203,62 @@ static const ctrun_cli__opt_t ctrun_cli__opts[CTRUN_CLI__O_COUNT] = {
                                      "Show only these local ranks' output on the console; "
                                      "files are unaffected."},
     [CTRUN_CLI__O_LOGS_SPECS] = {NULL, "logs_specs", 0, false, {NULL}, "NAME",
-                             "Not supported (torchrun loads Python log-spec plugins)."},
-    [CTRUN_CLI__O_NUMA_BINDING] = {NULL, "numa_binding", 0, false, {NULL}, "MODE",
-                               "Not supported (run the worker under numactl instead)."},
+                             "Not supported: NAME is a Python plugin of torchrun "
+                             "(torchrun.logs_specs); ctrun writes torchrun's default layout, "
+                             "set with --log_dir, --redirects, --tee, --local_ranks_filter and "
+                             "--log_line_prefix_template."},
+    [CTRUN_CLI__O_DUPLICATE_STDOUT_FILTERS] = {NULL, "duplicate_stdout_filters", 0, false,
+                                           {"PET_DUPLICATE_STDOUT_FILTERS"}, "TEXT,...",
+                                           "Tee'd stdout lines that contain any TEXT also go "
+                                           "to attempt_<k>/filtered_stdout.log; ',,' is a "
+                                           "comma inside a TEXT (default none)."},
+    [CTRUN_CLI__O_DUPLICATE_STDERR_FILTERS] = {NULL, "duplicate_stderr_filters", 0, false,
+                                           {"PET_DUPLICATE_STDERR_FILTERS"}, "TEXT,...",
+                                           "The same for tee'd stderr lines, into "
+                                           "attempt_<k>/filtered_stderr.log (default none)."},
+    [CTRUN_CLI__O_LOG_LINE_PREFIX_TEMPLATE] = {NULL, "log_line_prefix_template", 0, false,
+                                           {"PET_LOG_LINE_PREFIX_TEMPLATE",
+                                            "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"},
+                                           "TEMPLATE",
+                                           "Console prefix of tee'd lines, with ${role_name}, "
+                                           "${rank}, ${local_rank}, ${group_rank}, "
+                                           "${restart_count} (default "
+                                           "[${role_name}${local_rank}]:)."},
+    [CTRUN_CLI__O_VIRTUAL_LOCAL_RANK] = {"Devices and shutdown", "virtual_local_rank", 0, true,
+                                     {"PET_VIRTUAL_LOCAL_RANK"}, NULL,
+                                     "Every worker gets LOCAL_RANK=0 and sees only its own GPU: "
+                                     "CUDA_VISIBLE_DEVICES is entry <local rank> of ctrun's "
+                                     "list (or <local rank> without one)."},
+    [CTRUN_CLI__O_NUMA_BINDING] = {NULL, "numa_binding", 0, false, {"PET_NUMA_BINDING"},
+                               "node|socket|exclusive|core-complex",
+                               "Bind each worker to CPUs near its GPU (device <local rank>): its "
+                               "NUMA node, its socket, an equal share of the node's cores, or "
+                               "one last-level-cache complex (default none)."},
+    [CTRUN_CLI__O_SHUTDOWN_TIMEOUT] = {NULL, "shutdown_timeout", 0, false,
+                                   {"PET_SHUTDOWN_TIMEOUT"}, "SECONDS",
+                                   "torchrun's name for --grace_period: whole seconds between "
+                                   "SIGTERM and SIGKILL (default: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, "
+                                   "else 30)."},
+    [CTRUN_CLI__O_METRICS_PORT] = {"Monitoring", "metrics_port", 0, false, {"CTRUN_METRICS_PORT"},
+                                   "PORT",
+                                   "Serve GET /metrics (Prometheus text format) and GET /healthz "
+                                   "on this port; 0 picks a free port and logs it (default off)."},
+    [CTRUN_CLI__O_METRICS_ADDR] = {NULL, "metrics_addr", 0, false, {"CTRUN_METRICS_ADDR"}, "ADDR",
+                                   "Address the metrics endpoint listens on (default "
+                                   "127.0.0.1)."},
+    [CTRUN_CLI__O_LAUNCH_COMPAT] = {"torch.distributed.launch", "launch_compat", 0, true, {NULL},
+                                NULL,
+                                "Take torch.distributed.launch's command line, as ctrun-launch "
+                                "does: --use_env, and --local-rank=N passed to the script "
+                                "without it."},
+    [CTRUN_CLI__O_USE_ENV] = {NULL, "use_env", 0, true, {NULL}, NULL,
+                          "With --launch_compat: pass the local rank in LOCAL_RANK only, not "
+                          "as an argument."},
+    [CTRUN_CLI__O_LOCAL_RANK_ARG] = {NULL, "local_rank_arg", 0, false,
+                                 {"CTRUN_LOCAL_RANK_ARG"}, "local-rank|local_rank",
+                                 "With --launch_compat: the argument the script gets, "
+                                 "--local-rank=N as PyTorch 2.x's launch passes it, or "
+                                 "--local_rank=N as 1.x's did (default local-rank)."},
     [CTRUN_CLI__O_HELP] = {"Information", "help", 'h', true, {NULL}, NULL,
                        "Show this help and exit."},
     [CTRUN_CLI__O_VERSION] = {NULL, "version", 0, true, {NULL}, NULL,
@@ -543,6 +614,30 @@ static int ctrun_cli__rendezvous(const ctrun_cli__raw_t *raw, ctrun_config_t *cf
     const char *backend =
         raw->given[CTRUN_CLI__O_RDZV_BACKEND] ? raw->value[CTRUN_CLI__O_RDZV_BACKEND] : "static";
     const char *src = raw->source[CTRUN_CLI__O_RDZV_BACKEND];
+    const char *endpoint =
+        raw->given[CTRUN_CLI__O_RDZV_ENDPOINT] ? raw->value[CTRUN_CLI__O_RDZV_ENDPOINT] : "";
+    if (strcmp(backend, "static") == 0 && endpoint[0] == '\0' &&
+        !raw->given[CTRUN_CLI__O_MASTER_PORT] && cfg->max_nodes == 1) {
+        /* torchrun 2.x: a single node given no port has nobody to agree on one with, so it
+         * takes a free port (c10d on localhost:0) and two such jobs on one machine never
+         * collide. A given --rdzv_id stays (torchrun replaces it with a uuid4: only the store's
+         * port has to be unique). */
+        cfg->free_port = true;
+        cfg->rdzv_backend = CTRUN_RDZV_C10D;
+        if ((cfg->rdzv_endpoint = strdup("localhost:0")) == NULL)
+            return -ENOMEM;
+        if (raw->given[CTRUN_CLI__O_RDZV_ID]) {
+            if ((cfg->run_id = strdup(raw->value[CTRUN_CLI__O_RDZV_ID])) == NULL)
+                return -ENOMEM;
+            if (strchr(cfg->run_id, '/') != NULL)
+                return ct_errbuf_set(eb, CT_EPARSE,
+                                     "%s: \"%.64s\" contains '/' (it names log folders)",
+                                     raw->source[CTRUN_CLI__O_RDZV_ID], cfg->run_id);
+        } else if ((rc = ctrun_cli__uuid4(&cfg->run_id)) != 0) {
+            return rc;
+        }
+        return ct_hostport_parse("localhost:0", -1, true, &cfg->store_addr, eb);
+    }
     if (strcmp(backend, "static") == 0)
         cfg->rdzv_backend = CTRUN_RDZV_STATIC;
     else if (strcmp(backend, "c10d") == 0)
@@ -655,13 +750,12 @@ static int ctrun_cli__workers(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
         return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN_CLI__O_LOCAL_RANKS_FILTER]);
     if (raw->given[CTRUN_CLI__O_LOGS_SPECS])
         return ct_errbuf_set(eb, CT_EPARSE,
-                             "%s: not supported by ctrun (log-spec plugins are Python entry "
-                             "points; ctrun writes torchrun's default layout)",
-                             raw->source[CTRUN_CLI__O_LOGS_SPECS]);
-    if (raw->given[CTRUN_CLI__O_NUMA_BINDING])
-        return ct_errbuf_set(eb, CT_EPARSE,
-                             "%s: not supported by ctrun (run the worker under numactl instead)",
-                             raw->source[CTRUN_CLI__O_NUMA_BINDING]);
+                             "%s: \"%.64s\" names a Python plugin (a torchrun.logs_specs entry "
+                             "point) that ctrun cannot load; ctrun writes torchrun's default "
+                             "layout, which --log_dir, --redirects, --tee, --local_ranks_filter, "
+                             "--duplicate_stdout_filters and --log_line_prefix_template adjust",
+                             raw->source[CTRUN_CLI__O_LOGS_SPECS],
+                             raw->value[CTRUN_CLI__O_LOGS_SPECS]);
 
     /* What to run: torchrun's flags, then ctrun's entry rule (.py or -m under Python). */
     if ((rc = ctrun_cli__flag(raw, CTRUN_CLI__O_MODULE, &cfg->module, eb)) != 0 ||
@@ -673,9 +767,14 @@ static int ctrun_cli__workers(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
     size_t slen = strlen(cfg->script);
     bool dot_py = slen >= 3 && strcmp(cfg->script + slen - 3, ".py") == 0;
     cfg->use_python = cfg->run_path || (!cfg->no_python && (cfg->module || dot_py));
-    if ((rc = ctrun_cli__str(raw, CTRUN_CLI__O_PYTHON, "python3", &cfg->python)) != 0 ||
-        cfg->python == NULL)
-        return -ENOMEM;
+    char self[PATH_MAX];
+    ssize_t self_len = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[self_len > 0 ? self_len : 0] = '\0';
+    if ((rc = ctrun_python_choose(
+             raw->given[CTRUN_CLI__O_PYTHON] ? raw->value[CTRUN_CLI__O_PYTHON] : NULL,
+             self_len > 0 ? self : NULL, ctrun_cli__getenv(env, "VIRTUAL_ENV"),
+             ctrun_cli__getenv(env, "CONDA_PREFIX"), &cfg->python, &cfg->python_source)) != 0)
+        return rc;
     if (cfg->use_python && cfg->python[0] == '\0')
         return ct_errbuf_set(eb, CT_EPARSE, "%s: empty interpreter path",
                              raw->source[CTRUN_CLI__O_PYTHON]);
@@ -685,6 +784,194 @@ static int ctrun_cli__workers(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
     rc = ctrun_nproc_resolve(nproc, ctrun_cli__getenv(env, "CTRUN_LIBCUDA"), &cfg->nproc_kind,
                              &cfg->nproc_per_node, eb);
     return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN_CLI__O_NPROC_PER_NODE]);
+}
+
+/* ---- torchrun 2.x's newest options, torch.distributed.launch ----------------------------------
+ */
+
+/* --virtual_local_rank: each local rank's device, as torchrun's _set_local_rank_env picks it:
+ * entry <local rank> of HIP_VISIBLE_DEVICES (when set and not empty) or CUDA_VISIBLE_DEVICES,
+ * blanks trimmed, or the local rank itself when neither is set. */
+static int ctrun_cli__virtual_devices(ctrun_config_t *cfg, const char *const *env, ct_errbuf_t *eb)
+{
+    const char *hip = ctrun_cli__getenv(env, "HIP_VISIBLE_DEVICES");
+    const char *var =
+        hip != NULL && hip[0] != '\0' ? "HIP_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES";
+    const char *parent = ctrun_cli__getenv(env, var);
+    cfg->virtual_hip = hip != NULL && hip[0] != '\0';
+    cfg->virtual_devices = calloc((size_t)cfg->nproc_per_node + 1, sizeof *cfg->virtual_devices);
+    if (cfg->virtual_devices == NULL)
+        return -ENOMEM;
+    for (int i = 0; i < cfg->nproc_per_node; i++) {
+        char buf[32];
+        const char *item = buf;
+        size_t len;
+        if (parent == NULL) {
+            len = (size_t)snprintf(buf, sizeof buf, "%d", i);
+        } else {
+            item = parent;
+            for (int k = 0; k < i && item != NULL; k++) {
+                item = strchr(item, ',');
+                item = item ? item + 1 : NULL;
+            }
+            if (item == NULL)
+                return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                                     "--virtual_local_rank: local rank %d exceeds the GPUs in "
+                                     "%s=%.64s (--nproc_per_node %d)",
+                                     i, var, parent, cfg->nproc_per_node);
+            len = strcspn(item, ",");
+            while (len > 0 && isspace((unsigned char)*item)) {
+                item++;
+                len--;
+            }
+            while (len > 0 && isspace((unsigned char)item[len - 1]))
+                len--;
+        }
+        if ((cfg->virtual_devices[i] = strndup(item, len)) == NULL)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+/* --numa_binding: the CPUs of every local rank, from the CUDA devices' PCI addresses and
+ * sysfs. */
+static int ctrun_cli__numa(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg, const char *const *env,
+                           ct_errbuf_t *eb)
+{
+    const char *src = raw->source[CTRUN_CLI__O_NUMA_BINDING];
+    int rc = ctrun_numa_mode_parse(raw->value[CTRUN_CLI__O_NUMA_BINDING], &cfg->numa_mode, eb);
+    if (rc != 0)
+        return ct_errbuf_wrap(eb, rc, "%s", src);
+    char(*pci)[CTRUN_GPU_PCI_LEN] = calloc(CTRUN_GPU_PCI_MAX, CTRUN_GPU_PCI_LEN);
+    const char **names = calloc(CTRUN_GPU_PCI_MAX, sizeof *names);
+    ctrun_cpu_list_t allowed = {0};
+    int ndev = 0;
+    cfg->numa_cpus = calloc((size_t)cfg->nproc_per_node, sizeof *cfg->numa_cpus);
+    if (pci == NULL || names == NULL || cfg->numa_cpus == NULL)
+        rc = -ENOMEM;
+    if (rc == 0)
+        rc = ctrun_gpu_pci(ctrun_cli__getenv(env, "CTRUN_LIBCUDA"), pci, &ndev, eb);
+    if (rc == 0)
+        rc = ctrun_cpu_list_allowed(&allowed, eb);
+    for (int i = 0; rc == 0 && i < ndev; i++)
+        names[i] = pci[i];
+    if (rc == 0)
+        rc = ctrun_numa_bind("/sys", cfg->numa_mode, names, ndev, &allowed, cfg->nproc_per_node,
+                             cfg->numa_cpus, eb);
+    ctrun_cpu_list_free(&allowed);
+    free(pci);
+    free(names);
+    if (rc == -ENOMEM)
+        return rc;
+    return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "%s %s", src, ctrun_numa_mode_name(cfg->numa_mode));
+}
+
+/* --shutdown_timeout and --grace_period are one setting: the command line first (both given
+ * must agree), then PET_SHUTDOWN_TIMEOUT, then TORCH_ELASTIC_SHUTDOWN_TIMEOUT, then 30 s. */
+static int ctrun_cli__shutdown(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
+{
+    int id = CTRUN_CLI__O_SHUTDOWN_TIMEOUT;
+    const bool grace_cli = raw->on_cli[CTRUN_CLI__O_GRACE_PERIOD];
+    if (!raw->given[id] || (grace_cli && !raw->on_cli[id]))
+        return 0; /* --grace_period (or its variable, or the default) holds */
+    int seconds = 0;
+    int rc = ct_parse_int(raw->value[id], INT_MIN, INT_MAX, &seconds, eb);
+    if (rc != 0)
+        return ct_errbuf_wrap(eb, rc, "%s", raw->source[id]);
+    if (seconds < 0)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE, "%s: must be non-negative, got %d",
+                             raw->source[id], seconds);
+    if (grace_cli && cfg->grace_period_s != (double)seconds)
+        return ct_errbuf_set(
+            eb, CT_EPARSE, "%s %d and %s %g are the same setting with different values",
+            raw->source[id], seconds, raw->source[CTRUN_CLI__O_GRACE_PERIOD], cfg->grace_period_s);
+    cfg->grace_period_s = seconds;
+    return 0;
+}
+
+/* torch.distributed.launch's command line: --use_env, and otherwise --local-rank=N (or
+ * --local_rank=N) for the script. */
+static int ctrun_cli__launch(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
+{
+    int rc;
+    if ((rc = ctrun_cli__flag(raw, CTRUN_CLI__O_LAUNCH_COMPAT, &cfg->launch, eb)) != 0 ||
+        (rc = ctrun_cli__flag(raw, CTRUN_CLI__O_USE_ENV, &cfg->use_env, eb)) != 0)
+        return rc;
+    const int only_launch[] = {CTRUN_CLI__O_USE_ENV, CTRUN_CLI__O_LOCAL_RANK_ARG};
+    for (size_t k = 0; !cfg->launch && k < 2; k++) {
+        if (raw->on_cli[only_launch[k]])
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "%s is an option of torch.distributed.launch's command line: "
+                                 "run ctrun-launch, or give --launch_compat first (ctrun itself "
+                                 "always passes the local rank as LOCAL_RANK)",
+                                 raw->source[only_launch[k]]);
+    }
+    if (!cfg->launch)
+        return 0;
+    static const char *const styles[] = {"local-rank", "local_rank", NULL};
+    char *style = NULL;
+    if ((rc = ctrun_cli__choice(raw, CTRUN_CLI__O_LOCAL_RANK_ARG, "local-rank", styles, &style,
+                                eb)) != 0)
+        return rc;
+    if (cfg->no_python && !cfg->run_path && !cfg->use_env) {
+        free(style);
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "when using the '--no-python' flag, you must also set the "
+                             "'--use-env' flag");
+    }
+    if (!cfg->use_env && asprintf(&cfg->local_rank_arg, "--%s", style) < 0)
+        cfg->local_rank_arg = NULL, rc = -ENOMEM;
+    free(style);
+    return rc;
+}
+
+/* Python's logging level names above INFO: the events logger prints nothing then. */
+static bool ctrun_cli__loglevel_quiet(const char *level)
+{
+    static const char *const quiet[] = {"WARNING", "WARN", "ERROR", "CRITICAL", "FATAL"};
+    for (size_t i = 0; level != NULL && i < sizeof quiet / sizeof quiet[0]; i++) {
+        if (strcasecmp(level, quiet[i]) == 0)
+            return true;
+    }
+    return false;
+}
+
+static int ctrun_cli__newer(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
+                            const char *const *env, ct_errbuf_t *eb)
+{
+    int rc;
+    static const int filter_ids[2] = {CTRUN_CLI__O_DUPLICATE_STDOUT_FILTERS,
+                                      CTRUN_CLI__O_DUPLICATE_STDERR_FILTERS};
+    for (int k = 0; k < 2; k++) {
+        if (raw->given[filter_ids[k]] &&
+            (rc = ctrun_line_filter_parse(raw->value[filter_ids[k]], &cfg->dup_filters[k], eb)) !=
+                0)
+            return rc;
+    }
+    const char *tmpl = raw->given[CTRUN_CLI__O_LOG_LINE_PREFIX_TEMPLATE]
+                           ? raw->value[CTRUN_CLI__O_LOG_LINE_PREFIX_TEMPLATE]
+                           : "";
+    if (tmpl[0] != '\0') { /* torchrun: the option, "or" TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE */
+        free(cfg->log_line_prefix_template);
+        if ((cfg->log_line_prefix_template = strdup(tmpl)) == NULL)
+            return -ENOMEM;
+    }
+    if ((rc = ctrun_cli__flag(raw, CTRUN_CLI__O_VIRTUAL_LOCAL_RANK, &cfg->virtual_local_rank,
+                              eb)) != 0 ||
+        (cfg->virtual_local_rank && (rc = ctrun_cli__virtual_devices(cfg, env, eb)) != 0) ||
+        (raw->given[CTRUN_CLI__O_NUMA_BINDING] && (rc = ctrun_cli__numa(raw, cfg, env, eb)) != 0) ||
+        (rc = ctrun_cli__shutdown(raw, cfg, eb)) != 0 ||
+        (rc = ctrun_cli__launch(raw, cfg, eb)) != 0)
+        return rc;
+    cfg->event_log_console = strcmp(cfg->event_log_handler, "console") == 0 &&
+                             !ctrun_cli__loglevel_quiet(ctrun_cli__getenv(env, "LOGLEVEL"));
+    /* The metrics endpoint. */
+    if ((rc = ctrun_cli__int(raw, CTRUN_CLI__O_METRICS_PORT, -1, 0, 65535, &cfg->metrics_port,
+                             eb)) != 0 ||
+        (rc = ctrun_cli__host(raw, CTRUN_CLI__O_METRICS_ADDR, "127.0.0.1", &cfg->metrics_addr,
+                              eb)) != 0)
+        return rc;
+    return 0;
 }
 
 /* --inject is parsed here (a bad spec is a usage error); ctrun_cli__job_fit checks that every spec
@@ -770,9 +1057,8 @@ static int ctrun_cli__convert(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
                               const char *const *env, ct_errbuf_t *eb)
 {
     static const char *const start_methods[] = {"spawn", "fork", "forkserver", NULL};
-    static const char *const log_handlers[] = {"null", NULL};
+    static const char *const log_handlers[] = {"null", "console", "dynamic_rendezvous", NULL};
     int rc;
-    char *handler = NULL;
     if ((rc = ctrun_cli__nnodes(raw, cfg, eb)) != 0 ||
         (rc = ctrun_cli__flag(raw, CTRUN_CLI__O_STANDALONE, &cfg->standalone, eb)) != 0 ||
         (rc = ctrun_cli__host(raw, CTRUN_CLI__O_MASTER_ADDR, "127.0.0.1", &cfg->master_addr, eb)) !=
@@ -812,20 +1098,17 @@ static int ctrun_cli__convert(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
         (rc = ctrun_cli__str(raw, CTRUN_CLI__O_SIGNALS_TO_HANDLE, CTRUN_CLI__SIGNALS_DEFAULT,
                              &cfg->signals_to_handle)) != 0)
         return rc;
-    if ((rc = ctrun_cli__choice(raw, CTRUN_CLI__O_EVENT_LOG_HANDLER, "null", log_handlers, &handler,
-                                eb)) != 0)
+    if ((rc = ctrun_cli__choice(raw, CTRUN_CLI__O_EVENT_LOG_HANDLER, "null", log_handlers,
+                                &cfg->event_log_handler, eb)) != 0 ||
+        (rc = ctrun_cli__inject(raw, cfg, eb)) != 0)
         return rc;
-    if ((rc = ctrun_cli__inject(raw, cfg, eb)) != 0) {
-        free(handler);
-        return rc;
-    }
-    free(handler);
     rc = ctrun_signal_list_parse(cfg->signals_to_handle, cfg->signals, CTRUN_SIGNALS_MAX,
                                  &cfg->nsignals, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "%s", raw->source[CTRUN_CLI__O_SIGNALS_TO_HANDLE]);
     if ((rc = ctrun_cli__workers(raw, cfg, env, eb)) != 0 ||
-        (rc = ctrun_cli__agent_env(cfg, env)) != 0)
+        (rc = ctrun_cli__agent_env(cfg, env)) != 0 ||
+        (rc = ctrun_cli__newer(raw, cfg, env, eb)) != 0)
         return rc;
     return ctrun_cli__job_fit(raw, cfg, env, eb);
 }
@@ -874,11 +1157,12 @@ int ctrun_cli_parse(int argc, char *const argv[], const char *const *env, ctrun_
 
 void ctrun_config_free(ctrun_config_t *cfg)
 {
-    char **strings[] = {&cfg->rdzv_endpoint, &cfg->run_id,       &cfg->master_addr,
-                        &cfg->local_addr,    &cfg->start_method, &cfg->signals_to_handle,
-                        &cfg->role,          &cfg->log_dir,      &cfg->python,
-                        &cfg->script,        &cfg->inject,       &cfg->log_line_prefix_template,
-                        &cfg->tmp_dir,       &cfg->error_file,   &cfg->timer_file};
+    char **strings[] = {&cfg->rdzv_endpoint,  &cfg->run_id,       &cfg->master_addr,
+                        &cfg->local_addr,     &cfg->start_method, &cfg->signals_to_handle,
+                        &cfg->role,           &cfg->log_dir,      &cfg->python,
+                        &cfg->script,         &cfg->inject,       &cfg->log_line_prefix_template,
+                        &cfg->tmp_dir,        &cfg->error_file,   &cfg->event_log_handler,
+                        &cfg->local_rank_arg, &cfg->metrics_addr, &cfg->timer_file};
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
         free(*strings[i]);
         *strings[i] = NULL;
@@ -896,6 +1180,16 @@ void ctrun_config_free(ctrun_config_t *cfg)
     ctrun_rdzv_conf_free(&cfg->rdzv_conf);
     ctrun_rank_filter_free(&cfg->local_ranks_filter);
     ctrun_inject_free(&cfg->inject_specs);
+    for (size_t i = 0; cfg->virtual_devices != NULL && cfg->virtual_devices[i] != NULL; i++)
+        free(cfg->virtual_devices[i]);
+    free(cfg->virtual_devices);
+    cfg->virtual_devices = NULL;
+    for (int k = 0; k < 2; k++)
+        ctrun_line_filter_free(&cfg->dup_filters[k]);
+    for (int i = 0; cfg->numa_cpus != NULL && i < cfg->nproc_per_node; i++)
+        ctrun_cpu_list_free(&cfg->numa_cpus[i]);
+    free(cfg->numa_cpus);
+    cfg->numa_cpus = NULL;
 }
 
 /* ---- --help / --version ---------------------------------------------------------------------- */

@@ -9,10 +9,14 @@
  * ones to bool(int(PET_<NAME>)); the command line wins. Values are validated here, so that a
  * bad flag or value is one line naming it and exit status 2, before anything starts. Every
  * other variable the agent acts on (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE,
- * TORCHELASTIC_ERROR_FILE, CTRUN_CGROUP, TMPDIR/TEMP/TMP, CTRUN_CONSOLE_BUFFER, CTRUN_LIBCUDA) is
- * read here too, once, so that the agent never reads its environment; only the copy of the
- * environment each worker gets (ctrun_env.h) and the PATH lookup of the worker's program
- * (ctrun_proc.h) use the agent's environment as it is when they run.
+ * TORCHELASTIC_ERROR_FILE, CTRUN_CGROUP, TMPDIR/TEMP/TMP, CTRUN_CONSOLE_BUFFER, CTRUN_LIBCUDA,
+ * CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES for --virtual_local_rank, LOGLEVEL for
+ * --event_log_handler, VIRTUAL_ENV and CONDA_PREFIX for the interpreter) is read here too, once, so that the agent never reads its
+ * environment; only the copy of the environment each worker gets (ctrun_env.h) and the PATH
+ * lookup of the worker's program (ctrun_proc.h) use the agent's environment as it is when they
+ * run. The GPU probe (ctrun_nproc.h) and sysfs (ctrun_numa.h) are read here too when
+ * --nproc_per_node or --numa_binding need them, and ctrun's own executable's path for the
+ * interpreter rule (ctrun_python.h).
  *
  * Deliberately not here: anything that runs (the agent), worker environments (ctrun_env.h),
  * worker command lines (ctrun_cmd.h), and printing other than --help/--version text.
@@ -30,6 +34,8 @@
 #include "ctrun_inject.h"
 #include "ctrun_logs.h"
 #include "ctrun_nproc.h"
+#include "ctrun_numa.h"
+#include "ctrun_python.h"
 #include "ctrun_rdzv_conf.h"
 #include "ctrun_signal.h"
 
@@ -64,7 +70,10 @@ typedef struct ctrun_config {
 
     /* rendezvous (after --standalone's rewrite) */
     ctrun_rdzv_backend_t rdzv_backend;
-    bool standalone;
+    bool standalone;     /* --standalone */
+    bool free_port;      /* torchrun 2.x's rule: a single-node job given no --master_port,
+                          * PET_MASTER_PORT or endpoint hosts its own store on a free port, as
+                          * --standalone does (c10d, localhost:0) */
     char *rdzv_endpoint; /* as given ("" when not) */
     char *run_id;        /* --rdzv_id; a fresh uuid4 with --standalone */
     ctrun_rdzv_conf_t rdzv_conf;
@@ -114,10 +123,26 @@ typedef struct ctrun_config {
     /* what to run */
     bool module, no_python, run_path;
     bool use_python;    /* the script runs as `<python> -u [-m] script args` */
-    char *python;       /* --python, CTRUN_PYTHON, PYTHON_EXEC, or "python3" */
+    char *python;       /* the interpreter (ctrun_python.h) */
+    ctrun_python_source_t python_source; /* why it was chosen */
     char *script;       /* training_script */
     char **script_args; /* everything after it, NULL-terminated */
     size_t nscript_args;
+
+    /* torchrun 2.x's newest options, torch.distributed.launch */
+    bool virtual_local_rank;  /* LOCAL_RANK=0, one device per worker */
+    char **virtual_devices;   /* ... each local rank's CUDA_VISIBLE_DEVICES (nproc_per_node) */
+    bool virtual_hip;         /* ... and HIP_VISIBLE_DEVICES too (the agent had it) */
+    ctrun_line_filter_t dup_filters[2]; /* --duplicate_std{out,err}_filters, by ctrun_stream_t */
+    ctrun_numa_mode_t numa_mode;        /* --numa_binding */
+    ctrun_cpu_list_t *numa_cpus;        /* ... each local rank's CPUs (nproc_per_node) */
+    bool event_log_console; /* --event_log_handler console, and LOGLEVEL lets INFO through */
+    char *event_log_handler;
+    bool launch;          /* torch.distributed.launch's command line (--launch_compat) */
+    bool use_env;         /* ... --use_env */
+    char *local_rank_arg; /* ... "--local-rank" or "--local_rank" appended as ARG=N, or NULL */
+    int metrics_port;     /* --metrics_port, -1 when off, 0 kernel-chosen */
+    char *metrics_addr;   /* --metrics_addr (default 127.0.0.1) */
 
     /* Non-fatal remarks for the agent to log as warnings (e.g. an unknown --rdzv_conf key). */
     char **warnings;

@@ -23,6 +23,14 @@ extern "C" {
  * error (-errno). */
 int ctrun_gpu_count(const char *lib, int *count, ct_errbuf_t *eb);
 
+/* The PCI address of each visible CUDA device, in device order ("0000:3b:00.0"), read by the
+ * same probe (cuDeviceGetAttribute: PCI domain, bus and device), for --numa_binding. At most
+ * CTRUN_GPU_PCI_MAX devices. No device (no driver, none visible) is CT_EPARSE with the reason;
+ * a failure to run the probe -errno. */
+#define CTRUN_GPU_PCI_MAX 64
+#define CTRUN_GPU_PCI_LEN 16
+int ctrun_gpu_pci(const char *lib, char (*pci)[CTRUN_GPU_PCI_LEN], int *count, ct_errbuf_t *eb);
+
 /* The most workers one node may run. */
 #define CTRUN_NPROC_MAX 65536
 

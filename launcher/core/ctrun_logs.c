@@ -324,6 +324,93 @@ int ctrun_logs_open(const ctrun_logs_t *logs, int attempt, int local_rank, ctrun
     return 0;
 }
 
+int ctrun_logs_filtered_open(const ctrun_logs_t *logs, int attempt, ctrun_stream_t stream, int *fd,
+                             ct_errbuf_t *eb)
+{
+    if (logs->disabled)
+        return ct_errbuf_set(eb, -ENOENT, "log files are disabled (--log_dir /dev/null)");
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/attempt_%d/filtered_%s.log", logs->run_dir, attempt,
+                     stream == CTRUN_STREAM_STDOUT ? "stdout" : "stderr");
+    if (n < 0 || (size_t)n >= sizeof path)
+        return ct_errbuf_set(eb, -ENAMETOOLONG, "log file under %.200s: path too long",
+                             logs->run_dir);
+    int f = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0666);
+    if (f < 0)
+        return ct_errbuf_set(eb, -errno, "cannot open log file %s: %s", path, strerror(errno));
+    *fd = f;
+    return 0;
+}
+
+/* ---- line filters -------------------------------------------------------------------------- */
+
+int ctrun_line_filter_parse(const char *text, ctrun_line_filter_t *out, ct_errbuf_t *eb)
+{
+    *out = (ctrun_line_filter_t){0};
+    size_t n = 1;
+    for (const char *p = text; *p != '\0'; p++) {
+        if (p[0] == ',' && p[1] == ',')
+            p++; /* an escaped comma, as str.replace(",,", placeholder) reads left to right */
+        else if (*p == ',')
+            n++;
+    }
+    out->needles = calloc(n, sizeof *out->needles);
+    if (out->needles == NULL)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory");
+    const char *p = text;
+    for (size_t k = 0; k < n; k++) {
+        char *needle = malloc(strlen(p) + 1);
+        if (needle == NULL) {
+            ctrun_line_filter_free(out);
+            return ct_errbuf_set(eb, -ENOMEM, "out of memory");
+        }
+        size_t len = 0;
+        while (*p != '\0') {
+            if (p[0] == ',' && p[1] == ',') {
+                needle[len++] = ',';
+                p += 2;
+            } else if (*p == ',') {
+                p++;
+                break;
+            } else {
+                needle[len++] = *p++;
+            }
+        }
+        needle[len] = '\0';
+        out->needles[out->count++] = needle;
+    }
+    return 0;
+}
+
+bool ctrun_line_filter_match(const ctrun_line_filter_t *filter, const char *a, size_t an,
+                             const char *b, size_t bn)
+{
+    for (size_t k = 0; k < filter->count; k++) {
+        const char *needle = filter->needles[k];
+        size_t nl = strlen(needle);
+        if (nl == 0)
+            return true;
+        if (memmem(a, an, needle, nl) != NULL || memmem(b, bn, needle, nl) != NULL)
+            return true;
+        /* A needle across the two pieces: it starts in the last nl-1 bytes of a. */
+        for (size_t i = an > nl - 1 ? an - (nl - 1) : 0; i < an; i++) {
+            size_t head = an - i;
+            if (head < nl && nl - head <= bn && memcmp(a + i, needle, head) == 0 &&
+                memcmp(b, needle + head, nl - head) == 0)
+                return true;
+        }
+    }
+    return false;
+}
+
+void ctrun_line_filter_free(ctrun_line_filter_t *filter)
+{
+    for (size_t k = 0; k < filter->count; k++)
+        free(filter->needles[k]);
+    free(filter->needles);
+    *filter = (ctrun_line_filter_t){0};
+}
+
 static int ctrun_logs__rm_empty_dir(const char *path, const struct stat *st, int flag,
                                     struct FTW *ftw)
 {

@@ -3,9 +3,10 @@
  * and --local_ranks_filter decisions per local rank and stream, and console line prefixes.
  *
  * Layout (torchrun's): <log_dir or a new temp dir>/<run_id>_<8 random chars>/
- * attempt_<k>/<local_rank>/{stdout.log,stderr.log,error.json}. The run folder is made once
- * per agent with mkdtemp semantics (so one --log_dir holds many runs); an attempt folder is
- * wiped and recreated when that attempt's workers start. --log_dir /dev/null disables every
+ * attempt_<k>/<local_rank>/{stdout.log,stderr.log,error.json}, and
+ * attempt_<k>/filtered_{stdout,stderr}.log with --duplicate_std{out,err}_filters. The run folder is
+ * made once per agent with mkdtemp semantics (so one --log_dir holds many runs); an attempt folder
+ * is wiped and recreated when that attempt's workers start. --log_dir /dev/null disables every
  * file.
  *
  * Deliberately not here: pipes, libuv handles, spawning. The agent feeds a ctrun_sink_t from
@@ -58,6 +59,26 @@ typedef struct ctrun_rank_filter {
 int ctrun_rank_filter_parse(const char *text, ctrun_rank_filter_t *out, ct_errbuf_t *eb);
 bool ctrun_rank_filter_shows(const ctrun_rank_filter_t *filter, int local_rank);
 void ctrun_rank_filter_free(ctrun_rank_filter_t *filter);
+
+/* ---- --duplicate_stdout_filters / --duplicate_stderr_filters --------------------------------- */
+
+/* Substrings: a tee'd console line that contains any of them is also written, with its prefix,
+ * to attempt_<k>/filtered_<stream>.log (lines of every tee'd local rank in one file). */
+typedef struct ctrun_line_filter {
+    char **needles;
+    size_t count; /* 0: no filter, nothing is duplicated */
+} ctrun_line_filter_t;
+
+/* torchrun's comma_separated_list: ",," stands for a comma, then the text is split on ','.
+ * So "" is one empty needle (every line matches), "a,,b" the single needle "a,b". Errors:
+ * -ENOMEM. */
+int ctrun_line_filter_parse(const char *text, ctrun_line_filter_t *out, ct_errbuf_t *eb);
+
+/* True when the line made of a[0..an) and b[0..bn) contains one of the needles. */
+bool ctrun_line_filter_match(const ctrun_line_filter_t *filter, const char *a, size_t an,
+                             const char *b, size_t bn);
+
+void ctrun_line_filter_free(ctrun_line_filter_t *filter);
 
 /* ---- per-stream decision --------------------------------------------------------------------- */
 
@@ -130,6 +151,11 @@ int ctrun_logs_path(const ctrun_logs_t *logs, int attempt, int local_rank, ctrun
  * owns *fd. Errors: -errno with the path in eb, -ENOENT when disabled. */
 int ctrun_logs_open(const ctrun_logs_t *logs, int attempt, int local_rank, ctrun_stream_t stream,
                     int *fd, ct_errbuf_t *eb);
+
+/* Opens (creates, truncates) attempt_<attempt>/filtered_<stream>.log for writing,
+ * close-on-exec, appending. Errors as ctrun_logs_open. */
+int ctrun_logs_filtered_open(const ctrun_logs_t *logs, int attempt, ctrun_stream_t stream, int *fd,
+                             ct_errbuf_t *eb);
 
 /* Removes the folders of this run that hold no file (bottom-up), and the temp base folder
  * when this agent made it and it ended up empty; folders with files stay. Best effort. */

@@ -86,6 +86,11 @@ size_t ctrun_report_root(const ctrun_failure_t *failures, size_t n);
  * Returns 0 or -ENOMEM. */
 int ctrun_report_format(const char *name, const ctrun_failure_t *failures, size_t n, char **out);
 
+/* The line torchrun's traceback ends with, right before the text above (log scrapers and job
+ * dashboards look for it): the exception's name, ':' and the message's empty first line. */
+#define CTRUN_REPORT_EXCEPTION_LINE \
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "
+
 /* torchrun's one-line log of a failed worker:
  * "failed (exitcode: 3) local_rank: 1 (pid: 11291) of binary: ./fail.sh". */
 int ctrun_report_failed_line(const ctrun_failure_t *f, const char *name, char *buf, size_t size);

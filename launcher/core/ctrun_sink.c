@@ -94,6 +94,17 @@ static int ctrun_sink__line(ctrun_sink_t *s, ctrun_sink__batch_t *b, const char 
     if (add_nl)
         ctrun_sink__add(b, "\n", 1);
     b->line_end[b->nlines++] = b->n;
+    if (s->dup_fd >= 0 && s->dup_err == 0 && ctrun_line_filter_match(s->dup_filter, a, an, c, cn)) {
+        struct iovec iov[4];
+        int n = 0;
+        const void *parts[4] = {s->prefix, a, c, "\n"};
+        size_t lens[4] = {s->prefix_len, an, cn, add_nl ? 1 : 0};
+        for (int k = 0; k < 4; k++) {
+            if (lens[k] > 0)
+                iov[n++] = (struct iovec){.iov_base = (void *)parts[k], .iov_len = lens[k]};
+        }
+        s->dup_err = ctrun_sink__writev_all(s->dup_fd, iov, n);
+    }
     return rc;
 }
 
@@ -117,6 +128,7 @@ int ctrun_sink_init(ctrun_sink_t *sink, int console_fd, int file_fd, const char 
     memset(sink, 0, sizeof *sink);
     sink->console_fd = console_fd;
     sink->file_fd = file_fd;
+    sink->dup_fd = -1;
     sink->line_max = line_max ? line_max : CTRUN_SINK_LINE_MAX;
     sink->prefix = strdup(prefix ? prefix : "");
     sink->pending = console_fd >= 0 ? malloc(sink->line_max) : NULL;
@@ -133,13 +145,20 @@ void ctrun_sink_use_console(ctrun_sink_t *sink, ctrun_console_t *console)
     sink->console = console;
 }
 
+void ctrun_sink_duplicate(ctrun_sink_t *sink, int fd, const ctrun_line_filter_t *filter)
+{
+    sink->dup_fd = filter != NULL && filter->count > 0 ? fd : -1;
+    sink->dup_filter = filter;
+}
+
 int ctrun_sink_write(ctrun_sink_t *sink, const void *data, size_t nbytes)
 {
     if (sink->file_fd >= 0 && sink->file_err == 0 && nbytes > 0) {
         struct iovec iov = {.iov_base = (void *)data, .iov_len = nbytes};
         sink->file_err = ctrun_sink__writev_all(sink->file_fd, &iov, 1);
     }
-    if (sink->console_fd < 0 || sink->console_err != 0)
+    bool dup = sink->dup_fd >= 0 && sink->dup_err == 0;
+    if (sink->console_fd < 0 || (sink->console_err != 0 && !dup))
         return sink->file_err ? sink->file_err : sink->console_err;
 
     ctrun_sink__batch_t b = {.n = 0, .nlines = 0};
@@ -190,7 +209,8 @@ int ctrun_sink_write(ctrun_sink_t *sink, const void *data, size_t nbytes)
 
 int ctrun_sink_finish(ctrun_sink_t *sink)
 {
-    if (sink->console_fd < 0 || sink->console_err != 0 || sink->pending_len == 0)
+    bool dup = sink->dup_fd >= 0 && sink->dup_err == 0;
+    if (sink->console_fd < 0 || (sink->console_err != 0 && !dup) || sink->pending_len == 0)
         return sink->file_err ? sink->file_err : sink->console_err;
     ctrun_sink__batch_t b = {.n = 0, .nlines = 0};
     ctrun_sink__line(sink, &b, sink->pending, sink->pending_len, NULL, 0, true);

@@ -10,6 +10,9 @@
  * queue has no room for is dropped whole); without one, to console_fd with blocking writev
  * calls, one per batch of lines (tools and tests).
  *
+ * A sink may also duplicate its console lines that match a filter, prefix included, into a
+ * file shared by the attempt's workers (--duplicate_std{out,err}_filters; ctrun_logs.h).
+ *
  * Deliberately not here: pipes and libuv (the agent calls ctrun_sink_write from its uv_read
  * callback), deciding where a stream goes (ctrun_logs.h), and the console queue itself
  * (ctrun_console.h).
@@ -21,6 +24,7 @@
 #include <stddef.h>
 
 #include "ctrun_console.h"
+#include "ctrun_logs.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,6 +48,9 @@ typedef struct ctrun_sink {
     bool cut_pending; /* the last piece was cut at line_max; a '\n' right after it ends it */
     int console_err, file_err; /* first write error (negative errno), 0 while healthy */
     ctrun_console_t *console;  /* not owned; NULL: blocking writes to console_fd */
+    int dup_fd;                /* filtered copy of the console lines, -1 none (not owned) */
+    const ctrun_line_filter_t *dup_filter;
+    int dup_err;
 } ctrun_sink_t;
 
 /* prefix may be NULL or "" (no prefix); line_max 0 means CTRUN_SINK_LINE_MAX. Returns 0 or
@@ -54,6 +61,10 @@ int ctrun_sink_init(ctrun_sink_t *sink, int console_fd, int file_fd, const char 
 /* Console lines go through console (for its fd console_fd) instead of blocking writes. The
  * console must outlive the sink's last write. */
 void ctrun_sink_use_console(ctrun_sink_t *sink, ctrun_console_t *console);
+
+/* Console lines that match filter also go, whole and with the prefix, to fd (blocking writes).
+ * Both must outlive the sink's last write; a write error switches the copy off. */
+void ctrun_sink_duplicate(ctrun_sink_t *sink, int fd, const ctrun_line_filter_t *filter);
 
 /* Takes the next chunk of the stream. Returns 0 while every destination in use is healthy,
  * else the error that switched one off (the file's first); the other keeps working. */

@@ -372,3 +372,106 @@ double ref_sampled_ce(const double *feats, const double *wte, const int32_t *pos
     free(lg);
     return count > 0 ? total / count : 0.0;
 }
+
+void ref_rmsnorm(double *out, const double *inp, const double *w, int N, int C, double eps)
+{
+    for (int r = 0; r < N; r++) {
+        const double *x = inp + (size_t)r * C;
+        double ms = 0.0;
+        for (int c = 0; c < C; c++)
+            ms += x[c] * x[c];
+        double s = 1.0 / sqrt(ms / C + eps);
+        for (int c = 0; c < C; c++)
+            out[(size_t)r * C + c] = w[c] * x[c] * s;
+    }
+}
+
+void ref_gelu(double *out, const double *inp, int64_t n, ct_gelu_kind_t kind)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double x = inp[i];
+        if (kind == CT_GELU_TANH)
+            out[i] = 0.5 * x *
+                     (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+        else
+            out[i] = 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    }
+}
+
+void ref_swiglu(double *out, const double *gate, const double *up, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = gate[i] / (1.0 + exp(-gate[i])) * up[i];
+}
+
+void ref_rope(double *out, const double *inp, const double *cos_t, const double *sin_t,
+              const int32_t *pos, int N, int NH, int HD)
+{
+    const int H = HD / 2;
+    for (int r = 0; r < N; r++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < HD; i++) {
+                size_t base = ((size_t)r * NH + h) * HD;
+                double c = cos_t[(size_t)pos[r] * H + i % H], s = sin_t[(size_t)pos[r] * H + i % H];
+                double rot = i < H ? -inp[base + i + H] : inp[base + i - H];
+                out[base + i] = inp[base + i] * c + rot * s;
+            }
+}
+
+double ref_lm_ce(const double *feats, const double *wte, const int32_t *tgt, int N, int C, int V,
+                 double count)
+{
+    double total = 0.0;
+    double *lg = malloc((size_t)V * sizeof *lg);
+    for (int r = 0; r < N; r++) {
+        if (tgt[r] < 0)
+            continue;
+        double mx = -INFINITY, s = 0.0;
+        for (int i = 0; i < V; i++) {
+            double d = 0.0;
+            for (int c = 0; c < C; c++)
+                d += feats[(size_t)r * C + c] * wte[(size_t)i * C + c];
+            lg[i] = d;
+            mx = fmax(mx, d);
+        }
+        for (int i = 0; i < V; i++)
+            s += exp(lg[i] - mx);
+        total += mx + log(s) - lg[tgt[r]];
+    }
+    free(lg);
+    return count > 0 ? total / count : 0.0;
+}
+
+void ref_gqa_attention(double *out, const double *qkv, int B, int L, int NH, int KVH, int HD,
+                       double scale)
+{
+    const size_t W = (size_t)(NH + 2 * KVH) * HD;
+    double *p = malloc((size_t)L * sizeof *p);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const int kh = h / (NH / KVH);
+            for (int i = 0; i < L; i++) {
+                const double *q = qkv + ((size_t)b * L + i) * W + (size_t)h * HD;
+                double mx = -INFINITY, s = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    const double *k = qkv + ((size_t)b * L + j) * W + (size_t)(NH + kh) * HD;
+                    double d = 0.0;
+                    for (int c = 0; c < HD; c++)
+                        d += q[c] * k[c];
+                    p[j] = d * scale;
+                    mx = fmax(mx, p[j]);
+                }
+                for (int j = 0; j <= i; j++)
+                    s += (p[j] = exp(p[j] - mx));
+                double *o = out + ((size_t)b * L + i) * NH * HD + (size_t)h * HD;
+                for (int c = 0; c < HD; c++) {
+                    double acc = 0.0;
+                    for (int j = 0; j <= i; j++)
+                        acc += p[j] / s *
+                               qkv[((size_t)b * L + j) * W + (size_t)(NH + KVH + kh) * HD + c];
+                    o[c] = acc;
+                }
+            }
+        }
+    free(p);
+}

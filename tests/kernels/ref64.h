@@ -60,4 +60,18 @@ double ref_ce(const double *feats, const double *wte, const int32_t *pos, int N,
 double ref_sampled_ce(const double *feats, const double *wte, const int32_t *pos,
                       const int32_t *neg, int B, int L, int C, int M, double count);
 
+/* The language models' ops (kernels/cpu/lm.c). RoPE takes the op's own float32 table, widened:
+ * the table is what transformers defines (float32 angles), checked on its own. */
+void ref_rmsnorm(double *out, const double *inp, const double *w, int N, int C, double eps);
+void ref_gelu(double *out, const double *inp, int64_t n, ct_gelu_kind_t kind);
+void ref_swiglu(double *out, const double *gate, const double *up, int64_t n);
+void ref_rope(double *out, const double *inp, const double *cos_t, const double *sin_t,
+              const int32_t *pos, int N, int NH, int HD);
+/* Grouped-query causal attention over the packed (B,L,(NH+2KVH)*HD) projection. */
+void ref_gqa_attention(double *out, const double *qkv, int B, int L, int NH, int KVH, int HD,
+                       double scale);
+/* The next-token loss: classes 0..V-1, rows with tgt < 0 skipped, the sum over count. */
+double ref_lm_ce(const double *feats, const double *wte, const int32_t *tgt, int N, int C, int V,
+                 double count);
+
 #endif /* REF64_H */

@@ -29,6 +29,7 @@
  *                        process exits, so the daemon's parent is no longer the worker (as
  *                        daemon(3) does); its pid goes to D/children too
  *     --heartbeat N      send N heartbeat records (steps 1..N) through CTRUN_HEARTBEAT_FD
+ *     --heartbeat-ms MS  ... MS milliseconds apart (default 0: all at once)
  *     --out TEXT         print TEXT and a newline to stdout (repeatable)
  *     --err TEXT         print TEXT and a newline to stderr (repeatable)
  *     --long N           print N bytes of 'x' to stdout with no newline at the end
@@ -174,7 +175,8 @@ static void flood_ms(long ms)
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *errfile_msg = NULL;
-    int when_rank = -1, when_attempt = -1, when_world = -1, exit_code = -1, sig = 0, heartbeat = 0;
+    int when_rank = -1, when_attempt = -1, when_world = -1, exit_code = -1, sig = 0, heartbeat = 0,
+        heartbeat_ms = 0;
     long delay_ms = 0, sleep_ms_v = 0, long_n = 0;
     bool child = false, daemon_child = false, double_fork = false, flood = false;
     int rank = env_int("RANK", 0), local_rank = env_int("LOCAL_RANK", 0);
@@ -209,6 +211,8 @@ int main(int argc, char **argv)
             sleep_ms_v = atol(v);
         else if (strcmp(a, "--heartbeat") == 0 && takes)
             heartbeat = atoi(v);
+        else if (strcmp(a, "--heartbeat-ms") == 0 && takes)
+            heartbeat_ms = atoi(v);
         else if (strcmp(a, "--long") == 0 && takes)
             long_n = atol(v);
         else if (strcmp(a, "--flood") == 0) {
@@ -315,8 +319,14 @@ int main(int argc, char **argv)
         ct_heartbeat_t hb;
         ct_errbuf_t eb = {{0}};
         if (ct_heartbeat_init(&hb, env_int("CTRUN_HEARTBEAT_FD", -1), 0, &eb) == 0) {
-            for (int s = 1; s <= heartbeat; s++)
+            for (int s = 1; s <= heartbeat; s++) {
+                if (s > 1 && heartbeat_ms > 0) {
+                    struct timespec ts = {heartbeat_ms / 1000,
+                                          (long)(heartbeat_ms % 1000) * 1000000L};
+                    nanosleep(&ts, NULL);
+                }
                 ct_heartbeat_beat(&hb, (uint64_t)s);
+            }
             ct_heartbeat_close(&hb);
         }
     }

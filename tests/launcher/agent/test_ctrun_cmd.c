@@ -68,9 +68,26 @@ static void test_local_rank_macro(void)
     CT_ASSERT_STR_EQ(ct__join(ct__argv(p, 2, ct__env, 12)), "python3|-u|s.py|--out=/tmp/r12");
 }
 
+/* torch.distributed.launch's command line: --local-rank=N right after the script (or the
+ * module), before the script's own arguments; none with --use_env. */
+static void test_launch_local_rank_argument(void)
+{
+    const char *py[] = {"CTRUN_PYTHON=py", NULL};
+    const char *a1[] = {
+        "--launch_compat", "--nproc_per_node=4", "--master_port=29500", "main.py", "--lr", "1"};
+    CT_ASSERT_STR_EQ(ct__join(ct__argv(a1, 6, py, 3)), "py|-u|main.py|--local-rank=3|--lr|1");
+    const char *a2[] = {"--launch_compat", "--local_rank_arg=local_rank", "-m", "pkg.train", "x"};
+    CT_ASSERT_STR_EQ(ct__join(ct__argv(a2, 5, py, 1)), "py|-u|-m|pkg.train|--local_rank=1|x");
+    const char *a3[] = {"--launch_compat", "--use_env", "main.py", "x"};
+    CT_ASSERT_STR_EQ(ct__join(ct__argv(a3, 4, py, 2)), "py|-u|main.py|x");
+    const char *a4[] = {"--nproc_per_node=2", "main.py", "x"};
+    CT_ASSERT_STR_EQ(ct__join(ct__argv(a4, 3, py, 1)), "py|-u|main.py|x");
+}
+
 int main(void)
 {
     CT_RUN(test_python_and_direct);
     CT_RUN(test_local_rank_macro);
+    CT_RUN(test_launch_local_rank_argument);
     return 0;
 }

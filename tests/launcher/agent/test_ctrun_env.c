@@ -43,8 +43,8 @@ static void test_one_node_two_workers(void)
     const char *base[] = {"PATH=/usr/bin:/bin", "FOO=bar", "CUDA_VISIBLE_DEVICES=0,1",
                           "PET_NPROC_PER_NODE=2", NULL};
     ctrun_config_t cfg;
-    char *args[] = {"--no_python", "./w.sh"};
-    ct__env_config(&cfg, 2, args, base);
+    char *args[] = {"--master_port=29500", "--no_python", "./w.sh"};
+    ct__env_config(&cfg, 3, args, base);
     for (int lr = 0; lr < 2; lr++) {
         ctrun_worker_info_t w;
         ctrun_worker_info_init(&w, &cfg);
@@ -157,8 +157,9 @@ static void test_presets_are_kept(void)
                           "CTRUN_JOB_TAG=enclosing",
                           NULL};
     ctrun_config_t cfg;
-    char *args[] = {"--nproc_per_node=4", "--role=trainer", "--rdzv_id=job", "x.py"};
-    ct__env_config(&cfg, 4, args, base);
+    char *args[] = {"--nproc_per_node=4", "--role=trainer", "--rdzv_id=job", "--master_port=29500",
+                    "x.py"};
+    ct__env_config(&cfg, 5, args, base);
     ctrun_worker_info_t w;
     ctrun_worker_info_init(&w, &cfg);
     w.rank = 3;
@@ -226,6 +227,42 @@ static void test_omp_notice_text(void)
     CT_ASSERT_STR_EQ(n + strlen(n) - 42, "\n*****************************************");
 }
 
+/* --virtual_local_rank: LOCAL_RANK=0 and the worker's one device in CUDA_VISIBLE_DEVICES (and
+ * HIP_VISIBLE_DEVICES when the agent has that list). */
+static void test_virtual_local_rank(void)
+{
+    const char *base[] = {"CUDA_VISIBLE_DEVICES=4,5", "PATH=/bin", NULL};
+    ctrun_config_t cfg;
+    char *args[] = {"--virtual_local_rank", "--nproc_per_node=2", "--master_port=29500", "x.py"};
+    ct__env_config(&cfg, 4, args, base);
+    ctrun_worker_info_t w;
+    ctrun_worker_info_init(&w, &cfg);
+    w.local_rank = 1;
+    w.rank = 1;
+    w.device = cfg.virtual_devices[1];
+    w.device_hip = cfg.virtual_hip;
+    char **envp;
+    CT_ASSERT_OK(ctrun_env_build(base, &w, &envp));
+    CT_ENV_IS(envp, "LOCAL_RANK", "0");
+    CT_ENV_IS(envp, "RANK", "1");
+    CT_ENV_IS(envp, "CUDA_VISIBLE_DEVICES", "5");
+    CT_ASSERT(ct__get(envp, "HIP_VISIBLE_DEVICES") == NULL);
+    ctrun_argv_free(envp);
+    ctrun_config_free(&cfg);
+
+    const char *hip[] = {"HIP_VISIBLE_DEVICES=6,7", NULL};
+    ct__env_config(&cfg, 4, args, hip);
+    ctrun_worker_info_init(&w, &cfg);
+    w.local_rank = 1;
+    w.device = cfg.virtual_devices[1];
+    w.device_hip = cfg.virtual_hip;
+    CT_ASSERT_OK(ctrun_env_build(hip, &w, &envp));
+    CT_ENV_IS(envp, "CUDA_VISIBLE_DEVICES", "7");
+    CT_ENV_IS(envp, "HIP_VISIBLE_DEVICES", "7");
+    ctrun_argv_free(envp);
+    ctrun_config_free(&cfg);
+}
+
 int main(void)
 {
     CT_RUN(test_one_node_two_workers);
@@ -233,5 +270,6 @@ int main(void)
     CT_RUN(test_presets_are_kept);
     CT_RUN(test_single_worker_has_no_omp);
     CT_RUN(test_omp_notice_text);
+    CT_RUN(test_virtual_local_rank);
     return 0;
 }

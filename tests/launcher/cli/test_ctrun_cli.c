@@ -43,17 +43,17 @@ static void test_defaults(void)
     CT_ASSERT_EQ(c.max_nodes, 1);
     CT_ASSERT_EQ(c.nproc_kind, CTRUN_NPROC_INT);
     CT_ASSERT_EQ(c.nproc_per_node, 1);
-    CT_ASSERT_EQ(c.rdzv_backend, CTRUN_RDZV_STATIC);
-    CT_ASSERT(!c.standalone);
-    CT_ASSERT_STR_EQ(c.rdzv_endpoint, "");
-    CT_ASSERT_STR_EQ(c.run_id, "none");
+    /* A single node given no port: its own store on a free port (torchrun 2.x). */
+    CT_ASSERT_EQ(c.rdzv_backend, CTRUN_RDZV_C10D);
+    CT_ASSERT(!c.standalone && c.free_port);
+    CT_ASSERT_STR_EQ(c.rdzv_endpoint, "localhost:0");
+    CT_ASSERT_EQ(strlen(c.run_id), 36);
     CT_ASSERT_EQ(c.node_rank, 0);
     CT_ASSERT_STR_EQ(c.master_addr, "127.0.0.1");
     CT_ASSERT_EQ(c.master_port, 29500);
     CT_ASSERT(c.local_addr == NULL);
-    CT_ASSERT_STR_EQ(c.store_addr.host, "127.0.0.1");
-    CT_ASSERT_EQ(c.store_addr.port, 29500);
-    CT_ASSERT_EQ(c.store_addr.kind, CT_HOST_IPV4);
+    CT_ASSERT_STR_EQ(c.store_addr.host, "localhost");
+    CT_ASSERT_EQ(c.store_addr.port, 0);
     CT_ASSERT_EQ(c.max_restarts, 0);
     CT_ASSERT_CLOSE(c.monitor_interval_s, 0.1, 1e-12, 0);
     CT_ASSERT_STR_EQ(c.start_method, "spawn");
@@ -73,6 +73,7 @@ static void test_defaults(void)
     CT_ASSERT(!c.module && !c.no_python && !c.run_path);
     CT_ASSERT(c.use_python);
     CT_ASSERT_STR_EQ(c.python, "python3");
+    CT_ASSERT_EQ(c.python_source, CTRUN_PYTHON_PATH);
     CT_ASSERT_STR_EQ(c.script, "train.py");
     CT_ASSERT_EQ(c.nscript_args, 0);
     CT_ASSERT(c.script_args != NULL && c.script_args[0] == NULL);
@@ -91,6 +92,16 @@ static void test_defaults(void)
     CT_ASSERT_CLOSE(c.rdzv_conf.node_hb_timeout_s, 4, 0, 0);
     CT_ASSERT_EQ(c.rdzv_conf.is_host, -1);
     CT_ASSERT(c.rdzv_conf.store_token == NULL);
+    CT_ASSERT(!c.virtual_local_rank && c.virtual_devices == NULL);
+    CT_ASSERT_EQ(c.dup_filters[0].count, 0);
+    CT_ASSERT_EQ(c.dup_filters[1].count, 0);
+    CT_ASSERT_EQ(c.numa_mode, CTRUN_NUMA_NONE);
+    CT_ASSERT(c.numa_cpus == NULL);
+    CT_ASSERT_STR_EQ(c.event_log_handler, "null");
+    CT_ASSERT(!c.event_log_console);
+    CT_ASSERT(!c.launch && !c.use_env && c.local_rank_arg == NULL);
+    CT_ASSERT_EQ(c.metrics_port, -1);
+    CT_ASSERT_STR_EQ(c.metrics_addr, "127.0.0.1");
     ctrun_config_free(&c);
     ctrun_config_free(&c);
 }
@@ -133,7 +144,9 @@ static void ck_node_rank(const ctrun_config_t *c)
 static void ck_master_addr(const ctrun_config_t *c)
 {
     CT_ASSERT_STR_EQ(c->master_addr, "10.0.0.5");
-    CT_ASSERT_STR_EQ(c->store_addr.host, "10.0.0.5");
+    /* Without a port the single node takes a free one on localhost (test_single_node_port_rule),
+     * where torchrun ignores --master_addr too. */
+    CT_ASSERT_STR_EQ(c->store_addr.host, c->free_port ? "localhost" : "10.0.0.5");
 }
 static void ck_master_port(const ctrun_config_t *c)
 {
@@ -215,6 +228,39 @@ static void ck_tee(const ctrun_config_t *c)
 {
     CT_ASSERT_EQ(ctrun_std_get(&c->tee, 5), 3);
 }
+static void ck_dup_out(const ctrun_config_t *c)
+{
+    CT_ASSERT_EQ(c->dup_filters[CTRUN_STREAM_STDOUT].count, 2);
+    CT_ASSERT_STR_EQ(c->dup_filters[CTRUN_STREAM_STDOUT].needles[0], "loss");
+    CT_ASSERT_STR_EQ(c->dup_filters[CTRUN_STREAM_STDOUT].needles[1], "a,b");
+    CT_ASSERT_EQ(c->dup_filters[CTRUN_STREAM_STDERR].count, 0);
+}
+static void ck_dup_err(const ctrun_config_t *c)
+{
+    CT_ASSERT_EQ(c->dup_filters[CTRUN_STREAM_STDERR].count, 1);
+    CT_ASSERT_STR_EQ(c->dup_filters[CTRUN_STREAM_STDERR].needles[0], "Traceback");
+}
+static void ck_template(const ctrun_config_t *c)
+{
+    CT_ASSERT_STR_EQ(c->log_line_prefix_template, "${rank}|");
+}
+static void ck_shutdown(const ctrun_config_t *c)
+{
+    CT_ASSERT_CLOSE(c->grace_period_s, 7, 0, 0);
+}
+static void ck_metrics_port(const ctrun_config_t *c)
+{
+    CT_ASSERT_EQ(c->metrics_port, 9464);
+}
+static void ck_metrics_addr(const ctrun_config_t *c)
+{
+    CT_ASSERT_STR_EQ(c->metrics_addr, "::1");
+}
+static void ck_local_rank_arg(const ctrun_config_t *c)
+{
+    CT_ASSERT(c->launch);
+    CT_ASSERT_STR_EQ(c->local_rank_arg, "--local_rank");
+}
 static void ck_filter(const ctrun_config_t *c)
 {
     CT_ASSERT_EQ(c->local_ranks_filter.count, 2);
@@ -235,7 +281,7 @@ static const struct {
     {"rdzv_id", "job42", NULL, ck_id},
     {"rdzv_conf", "join_timeout=7", NULL, ck_conf},
     {"node_rank", "1", "--nnodes=2", ck_node_rank},
-    {"master_addr", "10.0.0.5", NULL, ck_master_addr},
+    {"master_addr", "10.0.0.5", "--master_port=29500", ck_master_addr},
     {"master_port", "4567", NULL, ck_master_port},
     {"local_addr", "[fe80::1]", NULL, ck_local_addr},
     {"max_restarts", "5", NULL, ck_max_restarts},
@@ -255,6 +301,13 @@ static const struct {
     {"redirects", "0:1,1:2", NULL, ck_redirects},
     {"tee", "5:3", NULL, ck_tee},
     {"local_ranks_filter", "2,0", "--nproc_per_node=3", ck_filter},
+    {"duplicate_stdout_filters", "loss,a,,b", NULL, ck_dup_out},
+    {"duplicate_stderr_filters", "Traceback", NULL, ck_dup_err},
+    {"log_line_prefix_template", "${rank}|", NULL, ck_template},
+    {"shutdown_timeout", "7", NULL, ck_shutdown},
+    {"local_rank_arg", "local_rank", "--launch_compat", ck_local_rank_arg},
+    {"metrics_port", "9464", NULL, ck_metrics_port},
+    {"metrics_addr", "[::1]", NULL, ck_metrics_addr},
 };
 
 static void test_every_valued_option_both_spellings(void)
@@ -408,6 +461,12 @@ static void test_pet_fallbacks(void)
         {"CTRUN_PROGRESS_GUARD", "0", ck_guard},
         {"CTRUN_INJECT", "kill:rank=1:at=step=5;hang:rank=any:every=2s", ck_inject},
         {"CTRUN_INJECT_SEED", "77", ck_inject_seed},
+        {"PET_DUPLICATE_STDOUT_FILTERS", "loss,a,,b", ck_dup_out},
+        {"PET_DUPLICATE_STDERR_FILTERS", "Traceback", ck_dup_err},
+        {"PET_LOG_LINE_PREFIX_TEMPLATE", "${rank}|", ck_template},
+        {"PET_SHUTDOWN_TIMEOUT", "7", ck_shutdown},
+        {"CTRUN_METRICS_PORT", "9464", ck_metrics_port},
+        {"CTRUN_METRICS_ADDR", "::1", ck_metrics_addr},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char entry[128];
@@ -765,6 +824,182 @@ static void test_agent_environment(void)
     CT_ASSERT_EQ(rmdir(tmp), 0);
 }
 
+/* torchrun 2.x: a single node given neither a port nor an endpoint takes a free port; anything
+ * that names a port or more nodes keeps the static rendezvous on 29500. */
+static void test_single_node_port_rule(void)
+{
+    ctrun_config_t c;
+    ct_errbuf_t eb = {{0}};
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--rdzv_backend=static", "--rdzv_id=job7",
+                           "--nnodes=1:1", "w.py", NULL));
+    CT_ASSERT(c.free_port && !c.standalone);
+    CT_ASSERT_EQ(c.rdzv_backend, CTRUN_RDZV_C10D);
+    CT_ASSERT_EQ(c.store_addr.port, 0);
+    CT_ASSERT_STR_EQ(c.run_id, "job7"); /* a given id stays */
+    CT_ASSERT_EQ(c.nwarnings, 0);
+    ctrun_config_free(&c);
+    const char *pet_port[] = {"PET_MASTER_PORT=29511", NULL};
+    const char *pet_ep[] = {"PET_RDZV_ENDPOINT=h0:29512", NULL};
+    struct {
+        const char *const *env;
+        const char *arg;
+        int port;
+    } keep[] = {
+        {ct__noenv, "--master_port=29500", 29500},
+        {ct__noenv, "--nnodes=2", 29500},
+        {ct__noenv, "--nnodes=1:2", 29500},
+        {pet_port, "--role=x", 29511},
+        {pet_ep, "--role=x", 29512},
+    };
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+        CT_ASSERT_OK(ct__parse(&c, keep[i].env, &eb, keep[i].arg, "w.py", NULL));
+        CT_ASSERT_MSG(!c.free_port && c.rdzv_backend == CTRUN_RDZV_STATIC, "case %zu", i);
+        CT_ASSERT_EQ(c.store_addr.port, keep[i].port);
+        ctrun_config_free(&c);
+    }
+    /* c10d named without an endpoint stays on localhost:29400, as before. */
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--rdzv_backend=c10d", "w.py", NULL));
+    CT_ASSERT(!c.free_port);
+    CT_ASSERT_EQ(c.store_addr.port, 29400);
+    ctrun_config_free(&c);
+}
+
+static void test_newer_torchrun_options(void)
+{
+    ctrun_config_t c;
+    ct_errbuf_t eb = {{0}};
+    /* --virtual_local_rank: entry <local rank> of the agent's device list, blanks trimmed. */
+    const char *cvd[] = {"CUDA_VISIBLE_DEVICES=3, 5,7", "PET_VIRTUAL_LOCAL_RANK=1", NULL};
+    CT_ASSERT_OK(ct__parse(&c, cvd, &eb, "--nproc_per_node=2", "w.py", NULL));
+    CT_ASSERT(c.virtual_local_rank && !c.virtual_hip);
+    CT_ASSERT_STR_EQ(c.virtual_devices[0], "3");
+    CT_ASSERT_STR_EQ(c.virtual_devices[1], "5");
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(
+        ct__parse(&c, ct__noenv, &eb, "--virtual-local-rank", "--nproc_per_node=2", "w.py", NULL));
+    CT_ASSERT_STR_EQ(c.virtual_devices[1], "1");
+    ctrun_config_free(&c);
+    const char *hip[] = {"HIP_VISIBLE_DEVICES=4,6", "CUDA_VISIBLE_DEVICES=0", NULL};
+    CT_ASSERT_OK(
+        ct__parse(&c, hip, &eb, "--virtual_local_rank", "--nproc_per_node=2", "w.py", NULL));
+    CT_ASSERT(c.virtual_hip);
+    CT_ASSERT_STR_EQ(c.virtual_devices[1], "6");
+    ctrun_config_free(&c);
+    const char *two[] = {"CUDA_VISIBLE_DEVICES=0,1", NULL};
+    CT_ASSERT_ERR(
+        ct__parse(&c, two, &eb, "--virtual_local_rank", "--nproc_per_node=3", "w.py", NULL),
+        CT_ERANGE_VALUE);
+    CT_ASSERT_STR_EQ(eb.msg, "--virtual_local_rank: local rank 2 exceeds the GPUs in "
+                             "CUDA_VISIBLE_DEVICES=0,1 (--nproc_per_node 3)");
+
+    /* --shutdown_timeout is --grace_period: the command line, then PET_SHUTDOWN_TIMEOUT, then
+     * TORCH_ELASTIC_SHUTDOWN_TIMEOUT. */
+    const char *sd[] = {"PET_SHUTDOWN_TIMEOUT=9", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=4", NULL};
+    CT_ASSERT_OK(ct__parse(&c, sd, &eb, "w.py", NULL));
+    CT_ASSERT_CLOSE(c.grace_period_s, 9, 0, 0);
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(ct__parse(&c, sd, &eb, "--grace_period=2", "w.py", NULL));
+    CT_ASSERT_CLOSE(c.grace_period_s, 2, 0, 0);
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(ct__parse(&c, sd, &eb, "--shutdown-timeout", "3", "w.py", NULL));
+    CT_ASSERT_CLOSE(c.grace_period_s, 3, 0, 0);
+    ctrun_config_free(&c);
+    const char *sd_old[] = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=4", NULL};
+    CT_ASSERT_OK(ct__parse(&c, sd_old, &eb, "w.py", NULL));
+    CT_ASSERT_CLOSE(c.grace_period_s, 4, 0, 0);
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(
+        ct__parse(&c, ct__noenv, &eb, "--shutdown_timeout=5", "--grace_period=5", "w.py", NULL));
+    ctrun_config_free(&c);
+    CT_ASSERT_ERR(
+        ct__parse(&c, ct__noenv, &eb, "--shutdown_timeout=5", "--grace_period=6", "w.py", NULL),
+        CT_EPARSE);
+    CT_ASSERT_STR_EQ(eb.msg, "--shutdown_timeout 5 and --grace_period 6 are the same setting with "
+                             "different values");
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--shutdown_timeout=-1", "w.py", NULL),
+                  CT_ERANGE_VALUE);
+    CT_ASSERT_STR_EQ(eb.msg, "--shutdown_timeout: must be non-negative, got -1");
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--shutdown_timeout=2.5", "w.py", NULL), CT_EPARSE);
+
+    /* Filters: PET_*, and "" is one empty needle (every line), as torchrun's list makes it. */
+    const char *df[] = {"PET_DUPLICATE_STDERR_FILTERS=", NULL};
+    CT_ASSERT_OK(ct__parse(&c, df, &eb, "w.py", NULL));
+    CT_ASSERT_EQ(c.dup_filters[CTRUN_STREAM_STDERR].count, 1);
+    CT_ASSERT_STR_EQ(c.dup_filters[CTRUN_STREAM_STDERR].needles[0], "");
+    ctrun_config_free(&c);
+
+    /* The template option wins over TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; empty falls back. */
+    const char *tmpl[] = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=E ", NULL};
+    CT_ASSERT_OK(ct__parse(&c, tmpl, &eb, "--log_line_prefix_template=O", "w.py", NULL));
+    CT_ASSERT_STR_EQ(c.log_line_prefix_template, "O");
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(ct__parse(&c, tmpl, &eb, "--log_line_prefix_template=", "w.py", NULL));
+    CT_ASSERT_STR_EQ(c.log_line_prefix_template, "E ");
+    ctrun_config_free(&c);
+
+    /* --event_log_handler: console prints unless LOGLEVEL is above INFO. */
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--event_log_handler=console", "w.py", NULL));
+    CT_ASSERT(c.event_log_console);
+    ctrun_config_free(&c);
+    const char *quiet[] = {"PET_EVENT_LOG_HANDLER=console", "LOGLEVEL=WARNING", NULL};
+    CT_ASSERT_OK(ct__parse(&c, quiet, &eb, "w.py", NULL));
+    CT_ASSERT(!c.event_log_console);
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(
+        ct__parse(&c, ct__noenv, &eb, "--event_log_handler=dynamic_rendezvous", "w.py", NULL));
+    CT_ASSERT(!c.event_log_console);
+    ctrun_config_free(&c);
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--event_log_handler=file", "w.py", NULL),
+                  CT_EPARSE);
+    CT_ASSERT_STR_EQ(eb.msg, "--event_log_handler: invalid choice \"file\" (choose from null, "
+                             "console, dynamic_rendezvous)");
+
+    /* --logs_specs names a Python plugin. */
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--logs-specs=mine", "w.py", NULL), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--logs-specs: \"mine\" names a Python plugin");
+    /* --numa_binding: torchrun's choices; a binding needs a CUDA device. */
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--numa_binding=all", "w.py", NULL), CT_EPARSE);
+    CT_ASSERT_STR_EQ(eb.msg, "--numa_binding: invalid choice \"all\" (choose from node, socket, "
+                             "exclusive, core-complex)");
+    const char *nocuda[] = {"CTRUN_LIBCUDA=/nonexistent/libcuda.so.1", NULL};
+    CT_ASSERT_ERR(ct__parse(&c, nocuda, &eb, "--numa_binding=node", "w.py", NULL), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--numa_binding node: no CUDA device: /nonexistent/libcuda");
+}
+
+/* torch.distributed.launch's command line: --use_env, --local-rank=N otherwise. */
+static void test_launch_compat(void)
+{
+    ctrun_config_t c;
+    ct_errbuf_t eb = {{0}};
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--nproc_per_node=4",
+                           "--master_port=29500", "main.py", "--lr", "1", NULL));
+    CT_ASSERT(c.launch && !c.use_env);
+    CT_ASSERT_STR_EQ(c.local_rank_arg, "--local-rank");
+    CT_ASSERT_EQ(c.master_port, 29500);
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--use_env", "main.py", NULL));
+    CT_ASSERT(c.use_env && c.local_rank_arg == NULL);
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--use-env", "--no_python",
+                           "./run.sh", NULL));
+    ctrun_config_free(&c);
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--no_python", "./run.sh", NULL),
+                  CT_EPARSE);
+    CT_ASSERT_STR_EQ(eb.msg, "when using the '--no-python' flag, you must also set the "
+                             "'--use-env' flag");
+    const char *style[] = {"CTRUN_LOCAL_RANK_ARG=local_rank", NULL};
+    CT_ASSERT_OK(ct__parse(&c, style, &eb, "--launch_compat", "main.py", NULL));
+    CT_ASSERT_STR_EQ(c.local_rank_arg, "--local_rank");
+    ctrun_config_free(&c);
+    CT_ASSERT_ERR(
+        ct__parse(&c, ct__noenv, &eb, "--launch_compat", "--local_rank_arg=lr", "main.py", NULL),
+        CT_EPARSE);
+    /* Without launch's command line, its options are refused with the way to get it. */
+    CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--use_env", "main.py", NULL), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--use_env is an option of torch.distributed.launch's "
+                                   "command line: run ctrun-launch");
+}
+
 int main(void)
 {
     CT_RUN(test_defaults);
@@ -779,5 +1014,8 @@ int main(void)
     CT_RUN(test_entry_rule);
     CT_RUN(test_values_must_exist_in_the_job);
     CT_RUN(test_agent_environment);
+    CT_RUN(test_single_node_port_rule);
+    CT_RUN(test_newer_torchrun_options);
+    CT_RUN(test_launch_compat);
     return 0;
 }

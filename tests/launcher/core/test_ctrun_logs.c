@@ -295,6 +295,43 @@ static void test_temp_and_disabled(void)
     ctrun_logs_close(&l);
 }
 
+/* torchrun's comma_separated_list: ",," is a comma inside a needle; "" is one empty needle. */
+static void test_line_filters(void)
+{
+    static const struct {
+        const char *text;
+        size_t count;
+        const char *needles[4];
+    } cases[] = {
+        {"apple,orange", 2, {"apple", "orange"}},
+        {"a,,b", 1, {"a,b"}},
+        {"a,,,b", 2, {"a,", "b"}},
+        {"", 1, {""}},
+        {",x,", 3, {"", "x", ""}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ctrun_line_filter_t f;
+        ct_errbuf_t eb = {{0}};
+        CT_ASSERT_OK(ctrun_line_filter_parse(cases[i].text, &f, &eb));
+        CT_ASSERT_MSG(f.count == cases[i].count, "case %zu: %zu needles", i, f.count);
+        for (size_t k = 0; k < f.count; k++)
+            CT_ASSERT_STR_EQ(f.needles[k], cases[i].needles[k]);
+        ctrun_line_filter_free(&f);
+    }
+    ctrun_line_filter_t f;
+    ct_errbuf_t eb = {{0}};
+    CT_ASSERT_OK(ctrun_line_filter_parse("needle", &f, &eb));
+    CT_ASSERT(ctrun_line_filter_match(&f, "a needle", 8, "", 0));
+    CT_ASSERT(ctrun_line_filter_match(&f, "nee", 3, "dle\n", 4)); /* across the two pieces */
+    CT_ASSERT(ctrun_line_filter_match(&f, "", 0, "needle", 6));
+    CT_ASSERT(!ctrun_line_filter_match(&f, "needl", 5, "", 0));
+    CT_ASSERT(!ctrun_line_filter_match(&f, "need", 4, "x", 1));
+    ctrun_line_filter_free(&f);
+    CT_ASSERT_OK(ctrun_line_filter_parse("", &f, &eb));
+    CT_ASSERT(ctrun_line_filter_match(&f, "", 0, "", 0));
+    ctrun_line_filter_free(&f);
+}
+
 int main(void)
 {
     CT_RUN(test_std_grammar);
@@ -303,5 +340,6 @@ int main(void)
     CT_RUN(test_prefix);
     CT_RUN(test_layout);
     CT_RUN(test_temp_and_disabled);
+    CT_RUN(test_line_filters);
     return 0;
 }

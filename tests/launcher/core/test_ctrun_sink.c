@@ -313,6 +313,46 @@ static void test_console_queue_drops_whole_lines(void)
     CT_ASSERT_EQ(WEXITSTATUS(status), 0);
 }
 
+/* --duplicate_std*_filters: console lines containing a needle also go, with the prefix, to the
+ * shared filtered file, whatever the chunking (a needle split across two reads included); a
+ * console that went away does not stop the copy. */
+static void test_filtered_copy(void)
+{
+    ctrun_line_filter_t f;
+    ct_errbuf_t eb = {{0}};
+    CT_ASSERT_OK(ctrun_line_filter_parse("loss,a,,b", &f, &eb));
+    const char *text = "step 1 loss 0.5\nnothing here\nx a,b y\nfinal loss";
+    for (size_t chunk = 1; chunk <= strlen(text); chunk++) {
+        int con = ct__tmpfd(), dup = ct__tmpfd();
+        ctrun_sink_t s;
+        CT_ASSERT_OK(ctrun_sink_init(&s, con, -1, "[default1]:", 0));
+        ctrun_sink_duplicate(&s, dup, &f);
+        ct__feed(&s, text, chunk);
+        CT_ASSERT_OK(ctrun_sink_finish(&s));
+        CT_ASSERT_STR_EQ(ct__contents(dup), "[default1]:step 1 loss 0.5\n[default1]:x a,b y\n"
+                                            "[default1]:final loss\n");
+        ctrun_sink_close(&s);
+        close(con);
+        close(dup);
+    }
+    /* The console reader is gone (EPIPE): the copy goes on. */
+    int p[2];
+    CT_ASSERT_EQ(pipe(p), 0);
+    close(p[0]);
+    signal(SIGPIPE, SIG_IGN);
+    int dup = ct__tmpfd();
+    ctrun_sink_t s;
+    CT_ASSERT_OK(ctrun_sink_init(&s, p[1], -1, "", 0));
+    ctrun_sink_duplicate(&s, dup, &f);
+    ctrun_sink_write(&s, "loss 1\n", 7);
+    ctrun_sink_write(&s, "loss 2\nother\n", 14);
+    CT_ASSERT_STR_EQ(ct__contents(dup), "loss 1\nloss 2\n");
+    ctrun_sink_close(&s);
+    close(p[1]);
+    close(dup);
+    ctrun_line_filter_free(&f);
+}
+
 int main(void)
 {
     CT_RUN(test_whole_lines_any_chunking);
@@ -323,5 +363,6 @@ int main(void)
     CT_RUN(test_console_gone_file_continues);
     CT_RUN(test_large_output_through_a_pipe);
     CT_RUN(test_console_queue_drops_whole_lines);
+    CT_RUN(test_filtered_copy);
     return 0;
 }

@@ -547,24 +547,13 @@ static void *start_late(void *arg)
     return NULL;
 }
 
-/* A free port: bind port 0, read it, close. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr = {htonl(INADDR_LOOPBACK)}};
-    CT_ASSERT_OK(bind(fd, (struct sockaddr *)&a, sizeof a));
-    socklen_t l = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void test_connect_retry_and_deadline(void)
 {
     ct_errbuf_t eb = {{0}};
     ct_store_client_t c;
     /* Nobody listens: refused, retried with backoff, given up at the deadline. */
-    int port = free_port();
+    int hold = -1;
+    int port = ct_test_refused_port(&hold);
     ct_store_client_opts_t o = {.timeout_ms = 1500, .no_env_token = true};
     int64_t t0 = ct_time_ms();
     CT_ASSERT_ERR(ct_store_client_connect(&c, "127.0.0.1", port, &o, &eb), -ETIMEDOUT);
@@ -575,6 +564,7 @@ static void test_connect_retry_and_deadline(void)
     CT_ASSERT_STR_CONTAINS(eb.msg, "refused");
     ct_store_client_close(&c);
     /* The server comes up 700 ms later: the client gets in. */
+    close(hold);
     late_start_t l = {.port = port, .delay_ms = 700};
     pthread_t th;
     CT_ASSERT_OK(pthread_create(&th, NULL, start_late, &l));

@@ -206,22 +206,12 @@ static void test_bad_variables(void)
     ct_worker_close(&w);
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    CT_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-              getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void test_unreachable_store(void)
 {
     set_launched_env();
     char port[16], want[80];
-    int p = free_port();
+    int hold = -1;
+    int p = ct_test_refused_port(&hold);
     snprintf(port, sizeof port, "%d", p);
     snprintf(want, sizeof want, "MASTER_ADDR=127.0.0.1 MASTER_PORT=%d", p);
     setenv("MASTER_PORT", port, 1);
@@ -233,6 +223,7 @@ static void test_unreachable_store(void)
     int64_t dt = ct_time_ms() - t0;
     CT_ASSERT_GE(dt, 700);
     CT_ASSERT_LT(dt, 20000);
+    close(hold);
 }
 
 /* Rank 1 of 2, alone on its node: a loopback ring address would be unreachable. */

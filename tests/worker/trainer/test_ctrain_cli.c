@@ -295,18 +295,6 @@ static void test_spellings(void)
 
 /* ---- the environment ---------------------------------------------------------------------- */
 
-/* A port nothing listens on: bound, then closed. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    CT_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-              getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* WORLD_SIZE > 1 and no store at MASTER_ADDR:MASTER_PORT: one line naming them, the error
  * file, exit 1 - within the CTRUN_COMM_TIMEOUT, never a rank training alone. */
 static void test_store_unreachable(void)
@@ -316,7 +304,8 @@ static void test_store_unreachable(void)
     dir_path(dir, sizeof dir, "world2");
     char ef[400], port[64], want[96];
     snprintf(ef, sizeof ef, "TORCHELASTIC_ERROR_FILE=%s", errfile);
-    int p = free_port();
+    int hold = -1;
+    int p = ct_test_refused_port(&hold);
     snprintf(port, sizeof port, "MASTER_PORT=%d", p);
     snprintf(want, sizeof want, "MASTER_ADDR=127.0.0.1 MASTER_PORT=%d", p);
     const char *env[] = {"RANK=1",
@@ -339,6 +328,7 @@ static void test_store_unreachable(void)
     CT_ASSERT_STR_CONTAINS(c.err, "CTRUN_COMM_TIMEOUT");
     CT_ASSERT_MSG(c.elapsed_ms < 60000, "took %lld ms", (long long)c.elapsed_ms);
     ct_child_close(&c);
+    close(hold);
     json_error_t je;
     json_t *e = json_load_file(errfile, 0, &je);
     CT_ASSERT_MSG(e != NULL, "error file: %s", je.text);

@@ -272,6 +272,16 @@ def bce_loss(pos_logits, neg_logits, pos):
             bce(neg_logits[idx], torch.zeros_like(neg_logits[idx])))
 
 
+def bce_loss_masked(pos_logits, neg_logits, pos):
+    """bce_loss as a masked mean (BCEWithLogits(x, 1) = softplus(-x), (x, 0) = softplus(x)):
+    the same value with no data-dependent shapes, the form torch.compile wants (boolean
+    indexing makes every batch's count of targets a new shape to compile and record)."""
+    mask = (pos != 0).to(pos_logits.dtype)
+    n = mask.sum()
+    sp = torch.nn.functional.softplus
+    return ((sp(-pos_logits) * mask).sum() + (sp(neg_logits) * mask).sum()) / n
+
+
 # ---- data ---------------------------------------------------------------------------------------
 
 def load_sasrec(path):
@@ -543,21 +553,28 @@ def build(kind, data, a):
     return m
 
 
-def train_step(model, opt, batch, l2, device="cpu"):
+def forward_loss(model, seq_t, pos_t, neg_t, tm_t, l2, loss_fn=bce_loss):
+    """The step's forward: the model, BCE and the l2_emb penalty."""
+    pl, nl = model(seq_t, pos_t, neg_t, tm_t)
+    loss = loss_fn(pl, nl, pos_t)
+    if l2 > 0:
+        loss = loss + model.l2_penalty(l2)
+    return loss
+
+
+def train_step(model, opt, batch, l2, device="cpu", fwd=forward_loss):
     """One optimizer step of the references: forward, BCE + l2_emb, backward, Adam. The batch is
-    copied to device per step, as the references do (float(loss) waits for the step)."""
+    copied to device per step, as the references do (float(loss) waits for the step). fwd is
+    forward_loss, or its torch.compile'd form."""
     seq, pos, neg, tm = batch
     seq_t, pos_t, neg_t = (torch.as_tensor(x, dtype=torch.long, device=device)
                            for x in (seq, pos, neg))
     tm_t = torch.as_tensor(tm, dtype=torch.long, device=device) if tm is not None else None
-    pl, nl = model(seq_t, pos_t, neg_t, tm_t)
     opt.zero_grad()
-    loss = bce_loss(pl, nl, pos_t)
-    if l2 > 0:
-        loss = loss + model.l2_penalty(l2)
+    loss = fwd(model, seq_t, pos_t, neg_t, tm_t, l2)
     loss.backward()
     opt.step()
-    return float(loss), int((pos != 0).sum())
+    return float(loss.detach()), int((pos != 0).sum())
 
 
 def emit(obj):
@@ -582,9 +599,25 @@ def cmd_train(a):
     emit({"event": "start", "model": kind, "users": nu, "items": data["items"],
           "steps_per_epoch": per_epoch, "threads": torch.get_num_threads(),
           "torch": torch.__version__})
-    # warm-up steps (first-call allocations, the sampler's first batches) are not timed
+    fwd = forward_loss
+    if a.compile != "none":
+        # torch.compile of the forward and the loss (the backward is compiled with it), the
+        # loss as a masked mean so that every batch has the same shapes; Adam stays eager. The
+        # compilation happens in the warm-up steps.
+        def forward_loss_static(model, seq_t, pos_t, neg_t, tm_t, l2):
+            return forward_loss(model, seq_t, pos_t, neg_t, tm_t, l2, bce_loss_masked)
+        fwd = torch.compile(forward_loss_static,
+                            mode=None if a.compile == "default" else a.compile)
+    # warm-up steps (first-call allocations, the sampler's first batches, compilation) are not
+    # timed
+    tw0 = time.time()
     for _ in range(a.warmup):
-        train_step(model, opt, sampler.next_batch(), a.l2_emb, a.device)
+        train_step(model, opt, sampler.next_batch(), a.l2_emb, a.device, fwd)
+    if a.warmup:
+        emit({"event": "warmup", "steps": a.warmup, "seconds": time.time() - tw0,
+              "compile": a.compile})
+    if a.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats(a.device)
     steps = 0
     t_all = time.time()
     for epoch in range(1, a.epochs + 1):
@@ -599,15 +632,17 @@ def cmd_train(a):
             tw = time.time()
             batch = sampler.next_batch()
             t_wait += time.time() - tw
-            loss, npos = train_step(model, opt, batch, a.l2_emb, a.device)
+            loss, npos = train_step(model, opt, batch, a.l2_emb, a.device, fwd)
             positions += npos
             loss_sum += loss
             n += 1
             steps += 1
         dt = time.time() - t0
-        emit({"event": "epoch", "epoch": epoch, "steps": n, "positions": positions,
-              "train_seconds": dt, "sample_wait_seconds": t_wait,
-              "loss": loss_sum / max(n, 1)})
+        ev = {"event": "epoch", "epoch": epoch, "steps": n, "positions": positions,
+              "train_seconds": dt, "sample_wait_seconds": t_wait, "loss": loss_sum / max(n, 1)}
+        if a.device.startswith("cuda"):
+            ev["peak_bytes"] = torch.cuda.max_memory_allocated(a.device)
+        emit(ev)
         if a.max_steps and steps >= a.max_steps:
             break
         if a.eval_every and epoch % a.eval_every == 0:
@@ -656,6 +691,10 @@ def main(argv):
                    help="protocols (full ranking as ctrain defines it; default sampled)")
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--seed", type=int, default=42)
+    t.add_argument("--compile", default="none",
+                   choices=["none", "default", "reduce-overhead", "max-autotune"],
+                   help="torch.compile the forward and loss in this mode (compiled during the "
+                   "warm-up steps; give --warmup)")
     t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (training only; the "
                    "evaluation runs on the CPU copy of the model)")
     a = ap.parse_args(argv)

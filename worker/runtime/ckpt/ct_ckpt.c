@@ -64,29 +64,6 @@ static int64_t ct_ckpt__step_of(const char *name)
     return step;
 }
 
-static int ct_ckpt__mkdir_p(const char *path, ct_errbuf_t *eb)
-{
-    char buf[CT_WORKER_PATH_MAX];
-    size_t len = strlen(path);
-    if (len == 0 || len >= sizeof buf)
-        return ct_errbuf_set(eb, -EINVAL, "checkpoint directory \"%.80s\": empty or too long",
-                             path);
-    memcpy(buf, path, len + 1);
-    for (size_t i = 1; i <= len; i++) {
-        if (buf[i] != '/' && buf[i] != '\0')
-            continue;
-        char saved = buf[i];
-        buf[i] = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
-            int rc = -errno;
-            return ct_errbuf_set(eb, rc, "checkpoint directory: cannot create %s: %s", buf,
-                                 ct_strerror(rc));
-        }
-        buf[i] = saved;
-    }
-    return 0;
-}
-
 /* Every step in the directory, largest first, in a malloc'd array. */
 static int ct_ckpt__list_steps(ct_ckpt_dir_t *d, int64_t **out, size_t *count, ct_errbuf_t *eb)
 {
@@ -166,9 +143,9 @@ int ct_ckpt_dir_init(ct_ckpt_dir_t *d, const char *path, int keep_last, bool wri
     d->path[0] = '\0';
     if (keep_last < 1)
         return ct_errbuf_set(eb, -EINVAL, "checkpoints: keep_last %d (expected >= 1)", keep_last);
-    int rc = ct_ckpt__mkdir_p(path, eb);
+    int rc = ct_fs_mkdir_p(path, eb);
     if (rc != 0)
-        return rc;
+        return ct_errbuf_wrap(eb, rc, "checkpoint directory");
     snprintf(d->path, sizeof d->path, "%s", path);
     d->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (d->dirfd < 0) {

@@ -26,6 +26,25 @@ static int32_t ctrain_batch__item_of(uint32_t x, int32_t num_items)
     return 1 + (int32_t)(((uint64_t)x * (uint64_t)num_items) >> 32);
 }
 
+/* An item user u has not interacted with in training: draws index, index + 1, ... of the stream
+ * until one is unseen. After CT__MAX_REDRAWS rejections (a user who has seen most of the
+ * catalogue) it walks upward from the last draw to the next unseen item: still deterministic,
+ * and it ends because the split leaves some item unseen. */
+static int32_t ctrain_batch__unseen(const ctrain_dataset_t *ds, int32_t u, uint64_t seed,
+                                    uint64_t stream, uint64_t index)
+{
+    int32_t item = 0;
+    for (int k = 0; k < CT__MAX_REDRAWS; k++) {
+        item = ctrain_batch__item_of(ctrain_batch__draw(seed, stream, index + (uint64_t)k),
+                                     ds->num_items);
+        if (!ctrain_data_in_train(ds, u, item))
+            break;
+    }
+    for (int32_t tries = 0; ctrain_data_in_train(ds, u, item) && tries < ds->num_items; tries++)
+        item = item % ds->num_items + 1;
+    return item;
+}
+
 int ctrain_batch_init(ctrain_batch_t *b, int B, int L, int num_neg, bool with_time)
 {
     memset(b, 0, sizeof *b);
@@ -117,41 +136,15 @@ void ctrain_batch_fill_train(ctrain_batch_t *b, int r, const ctrain_dataset_t *d
     for (int64_t t = 0; t < L; t++) {
         if (pos[t] == 0)
             continue;
-        for (int j = 0; j < K; j++) {
-            uint64_t base = ((uint64_t)t * (uint64_t)K + (uint64_t)j) * CT__MAX_REDRAWS;
-            int32_t item = 0;
-            for (int k = 0; k < CT__MAX_REDRAWS; k++) {
-                item = ctrain_batch__item_of(ctrain_batch__draw(seed, stream, base + (uint64_t)k),
-                                             ds->num_items);
-                if (!ctrain_data_in_train(ds, u, item))
-                    break;
-            }
-            /* After CT__MAX_REDRAWS rejections (a user who has seen most of the catalogue),
-             * walk upward from the last draw to the next item the user has not seen: still
-             * deterministic, and it ends because the split leaves some item unseen. */
-            for (int32_t tries = 0; ctrain_data_in_train(ds, u, item) && tries < ds->num_items;
-                 tries++)
-                item = item % ds->num_items + 1;
-            neg[t * K + j] = item;
-        }
+        for (int j = 0; j < K; j++)
+            neg[t * K + j] = ctrain_batch__unseen(
+                ds, u, seed, stream, ((uint64_t)t * (uint64_t)K + (uint64_t)j) * CT__MAX_REDRAWS);
     }
     if (b->row_neg) {
         const uint64_t rs = (key << 4) | CT__PURPOSE_ROW_NEG;
         int32_t *rn = b->row_neg + (size_t)r * b->num_row_neg;
-        for (int j = 0; j < b->num_row_neg; j++) {
-            uint64_t base = (uint64_t)j * CT__MAX_REDRAWS;
-            int32_t item = 0;
-            for (int k = 0; k < CT__MAX_REDRAWS; k++) {
-                item = ctrain_batch__item_of(ctrain_batch__draw(seed, rs, base + (uint64_t)k),
-                                             ds->num_items);
-                if (!ctrain_data_in_train(ds, u, item))
-                    break;
-            }
-            for (int32_t tries = 0; ctrain_data_in_train(ds, u, item) && tries < ds->num_items;
-                 tries++)
-                item = item % ds->num_items + 1;
-            rn[j] = item;
-        }
+        for (int j = 0; j < b->num_row_neg; j++)
+            rn[j] = ctrain_batch__unseen(ds, u, seed, rs, (uint64_t)j * CT__MAX_REDRAWS);
     }
 }
 
