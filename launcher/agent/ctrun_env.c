@@ -92,6 +92,11 @@ ctrun_env__put(ctrun_env__overlay_t *o, const char *name, const char *fmt, ...)
     if (value != NULL && asprintf(&entry, "%s=%s", name, value) < 0)
         o->oom = true;
     free(value);
+    if (o->n == CTRUN_ENV__OVERLAY_MAX) { /* more variables than the table holds: a bug */
+        free(entry);
+        o->oom = true;
+        return;
+    }
     o->name[o->n] = name;
     o->entry[o->n] = entry;
     o->n++;
