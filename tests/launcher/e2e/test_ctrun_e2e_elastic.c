@@ -21,7 +21,8 @@
  *   - SIGKILL of one agent of two whose workers started children and double-forked daemons:
  *     1 s later nothing of that node's job is left;
  *   - SIGTERM to one agent of three (--nnodes=2:3, --max_restarts=0): it leaves with 143, the
- *     other two re-form without it at once and finish, without using up a restart; of two
+ *     other two re-form without it at once and finish, without using up a restart (the store
+ *     host's metrics count a membership restart); of two
  *     (MIN 2) the other exits 1 naming the node that left; with MIN == MAX (--nnodes=2) a
  *     signalled node still stops the job.
  */
@@ -235,29 +236,57 @@ static void test_three_c10d_nodes_restart(void)
 #define SHORT "--rdzv_conf=last_call_timeout=1,join_timeout=60"
 #define LONG  "--rdzv_conf=last_call_timeout=30,join_timeout=60"
 
-static void start_elastic(ct_child_t *c, const char *ep, const char *nnodes, const char *conf,
-                          const char *dir, const char *max_restarts, const char *const *work)
+/* The same, with one more option for ctrun (or NULL). */
+static void start_elastic_with(ct_child_t *c, const char *ep, const char *nnodes, const char *conf,
+                               const char *dir, const char *max_restarts, const char *option,
+                               const char *const *work)
 {
     char mr[32];
     snprintf(mr, sizeof mr, "--max_restarts=%s", max_restarts);
-    const char *args[40] = {"--rdzv_backend=c10d",
-                            ep,
-                            "--rdzv_id=elastic",
-                            nnodes,
-                            conf,
-                            mr,
-                            "--grace_period=5",
-                            "--log_dir=/dev/null",
-                            "--no_python",
-                            "WORKER",
-                            "--dir",
-                            dir};
-    size_t n = 12;
+    const char *args[40] = {
+        "--rdzv_backend=c10d", ep, "--rdzv_id=elastic", nnodes, conf, mr, "--grace_period=5",
+        "--log_dir=/dev/null"};
+    size_t n = 8;
+    if (option != NULL)
+        args[n++] = option;
+    const char *const tail[] = {"--no_python", "WORKER", "--dir", dir};
+    for (size_t i = 0; i < 4; i++)
+        args[n++] = tail[i];
     for (size_t i = 0; work[i] != NULL && n + 1 < 40; i++)
         args[n++] = work[i];
     args[n] = NULL;
     const char *const env[] = {"CT_LOG_LEVEL=info", NULL};
     e2e_start(c, env, args);
+}
+
+static void start_elastic(ct_child_t *c, const char *ep, const char *nnodes, const char *conf,
+                          const char *dir, const char *max_restarts, const char *const *work)
+{
+    start_elastic_with(c, ep, nnodes, conf, dir, max_restarts, NULL, work);
+}
+
+/* GET /metrics from 127.0.0.1:port (malloc'd), or NULL. */
+static char *scrape_metrics(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return NULL;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const char req[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap);
+    if (buf == NULL || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        write(fd, req, sizeof req - 1) != (ssize_t)(sizeof req - 1)) {
+        free(buf);
+        close(fd);
+        return NULL;
+    }
+    for (ssize_t n; len + 1 < cap && (n = read(fd, buf + len, cap - len - 1)) > 0;)
+        len += (size_t)n;
+    buf[len] = '\0';
+    close(fd);
+    return buf;
 }
 
 static void test_scale_up(void)
@@ -543,9 +572,14 @@ static void test_sigterm_node_leaves(void)
         snprintf(name, sizeof name, "leave%d", i);
         e2e_dir(d[i], sizeof d[i], name);
     }
-    const char *const work[] = {"--when-world", "2", "--exit", "0", "--sleep-ms", "60000", NULL};
+    /* Workers of the world of 2 wait a little, for the scrape below. */
+    const char *const work[] = {"--when-world", "2",     "--delay-ms", "1500", "--exit", "0",
+                                "--sleep-ms",   "60000", NULL};
+    int mport = e2e_free_port();
+    char mopt[48];
+    snprintf(mopt, sizeof mopt, "--metrics_port=%d", mport);
     ct_child_t c[AGENTS_MAX];
-    start_elastic(&c[0], ep, "--nnodes=2:3", LONG, d[0], "0", work);
+    start_elastic_with(&c[0], ep, "--nnodes=2:3", LONG, d[0], "0", mopt, work);
     wait_listening(port);
     start_elastic(&c[1], ep, "--nnodes=2:3", LONG, d[1], "0", work);
     start_elastic(&c[2], ep, "--nnodes=2:3", LONG, d[2], "0", work);
@@ -559,6 +593,12 @@ static void test_sigterm_node_leaves(void)
     int64_t took = ct_time_ms() - t0;
     printf("# SIGTERM to one of three nodes -> both survivors' workers running again: %lld ms\n",
            (long long)took);
+    /* The re-forming counts as a membership restart, not as a failure. */
+    char *m = scrape_metrics(mport);
+    CT_ASSERT_MSG(m != NULL, "no metrics on port %d", mport);
+    CT_ASSERT_STR_CONTAINS(m, "ctrun_restarts_by_cause_total{cause=\"membership\"} 1");
+    CT_ASSERT_STR_CONTAINS(m, "ctrun_restarts_by_cause_total{cause=\"remote\"} 0");
+    free(m);
     wait_all(c, 3);
     CT_ASSERT_MSG(c[2].exit_code == 143, "leaving agent exit %d:\n%s", c[2].exit_code, c[2].err);
     CT_ASSERT_STR_CONTAINS(c[2].err, "leaves the elastic job (SIGTERM)");
