@@ -1,9 +1,9 @@
 /*
  * ctrun_agent.c - ctrun_agent_run: sets the agent up (console queue, timers, signal handlers,
- * job cgroup, log folder, the store - hosted or reached as a client - the kv, the rendezvous
- * and, on the host, its coordinator), hands the result to the transition function as the START
- * event, runs the loop until the job is over, and tears down. Also this node's name, printing
- * through the console queue, and what a node can say about a rendezvous that timed out.
+ * job cgroup and its reaper, log folder, the store - hosted or reached as a client - the kv, the
+ * rendezvous and, on the host, its coordinator), hands the result to the transition function as
+ * the START event, runs the loop until the job is over, and tears down. Also this node's name,
+ * printing through the console queue, and what a node can say about a rendezvous that timed out.
  *
  * Deliberately not here: the states and what moves them (ctrun_agent_step.c), the job's end
  * (ctrun_agent_end.c), heartbeats (ctrun_agent_hb.c), fault injection (ctrun_agent_inject.c).
@@ -204,7 +204,7 @@ static int ctrun_agent__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
     }
     a->start_ms = uv_now(&a->loop);
     a->fail_exit = CTRUN_EXIT_FAILED;
-    a->cgroup.procs_fd = -1;
+    a->cgroup.procs_fd = a->cgroup.attempt_dir_fd = a->cgroup.attempt_procs_fd = -1;
     if (cfg->cgroup) {
         ct_errbuf_t ceb = {{0}};
         if (ctrun_cgroup_create(&a->cgroup, NULL, NULL, &ceb) == 0)
@@ -212,6 +212,19 @@ static int ctrun_agent__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
         else
             ct_log_debug("no job cgroup (%s); process groups only", ceb.msg);
     }
+    /* The reaper, before any worker exists: whatever ends the agent, the job goes with it. */
+    ct_errbuf_t reb = {{0}};
+    if (ctrun_reaper_tag(a->job_tag) != 0)
+        a->job_tag[0] = '\0';
+    if (ctrun_reaper_start(&a->reaper, a->cgroup.path, a->job_tag, &reb) == 0)
+        ct_log_debug("reaper %d watches this agent", (int)a->reaper.pid);
+    else
+        ct_log_warn("no reaper (%s): if ctrun is killed with SIGKILL, processes its workers "
+                    "started may survive it",
+                    reb.msg);
+    int frc = ctrun_agent__ftimer_setup(a, eb);
+    if (frc != 0)
+        return frc;
     if (cfg->inject_specs.n > 0) {
         if (ctrun_inject_copy(&a->inject, &cfg->inject_specs) != 0)
             return ct_errbuf_set(eb, -ENOMEM, "out of memory");
@@ -298,6 +311,8 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     if (a == NULL)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     a->cfg = cfg;
+    a->reaper.pid = a->reaper.fd = -1;
+    a->ftimer_fd = a->ftimer_wfd = -1;
     a->filtered_fd[0] = a->filtered_fd[1] = -1;
     a->ev_group_rank = a->ev_group_world = -1;
     int rc = uv_loop_init(&a->loop);
@@ -351,6 +366,8 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     ctrun_agent__observe_end(a);
     free(a->last);
     ctrun_cgroup_destroy(&a->cgroup, 2000);
+    ctrun_reaper_close(&a->reaper);
+    ctrun_agent__ftimer_cleanup(a);
     ctrun_agent__recovery_report(a);
     ctrun_recovery_free(&a->recovery);
     ctrun_inject_free(&a->inject);

@@ -75,6 +75,7 @@ void ctrun_agent__close(ctrun_agent_t *a)
     uv_close((uv_handle_t *)&a->hb_timer, ctrun_agent__close_cb);
     uv_close((uv_handle_t *)&a->inject_timer, ctrun_agent__close_cb);
     uv_close((uv_handle_t *)&a->restart_timer, ctrun_agent__close_cb);
+    ctrun_agent__ftimer_close(a);
 }
 
 /* The job is over for this node: nothing of the attempt may fire any more. */

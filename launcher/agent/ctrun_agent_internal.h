@@ -29,9 +29,11 @@
 #include "ctrun_console.h"
 #include "ctrun_inject.h"
 #include "ctrun_kv.h"
+#include "ctrun_filetimer.h"
 #include "ctrun_logs.h"
 #include "ctrun_proc.h"
 #include "ctrun_rdzv.h"
+#include "ctrun_reaper.h"
 #include "ctrun_recovery.h"
 #include "ctrun_report.h"
 #include "ctrun_sink.h"
@@ -96,6 +98,8 @@ typedef enum ctrun_outcome {
     CTRUN_OUTCOME_STOPPED,
     CTRUN_OUTCOME_LOST,   /* the coordinator lost a node's heartbeats (outcome_node = its id) */
     CTRUN_OUTCOME_REJOIN, /* a node waits to join: restart without using up a restart */
+    CTRUN_OUTCOME_LEFT,   /* a signalled node of an elastic job leaves (outcome_node = its id,
+                           * outcome_signal the signal): re-form without using up a restart */
 } ctrun_outcome_t;
 
 typedef struct ctrun_worker {
@@ -120,6 +124,7 @@ typedef struct ctrun_worker {
     char fault_text[48];       /* its CTRUN_INJECT value */
     int fault_spec;            /* spec the agent itself fired at this worker, -1 none */
     uint64_t fault_ns;         /* when (uv_hrtime) */
+    ctrun_filetimer_req_t timer_expired; /* its FileTimer that expired (the FILETIMER event) */
 } ctrun_worker_t;
 
 struct ctrun_agent {
@@ -179,6 +184,20 @@ struct ctrun_agent {
     int fail_exit;             /* exit status of a failed job (CTRUN_EXIT_FAILED or ..._NO_PROGRESS) */
     ctrun_recovery_t recovery;
     ctrun_cgroup_t cgroup; /* the job's cgroup v2, empty when unavailable */
+    ctrun_reaper_t reaper; /* cleans up after the agent, however it ends (ctrun_reaper.h) */
+    /* the FileTimer watchdog (ctrun_agent_ftimer.c) */
+    ctrun_filetimers_t ftimers;
+    char ftimer_path[PATH_MAX]; /* the named pipe (TORCHELASTIC_TIMER_FILE), "" when off */
+    bool ftimer_made;           /* ctrun made it and removes it */
+    int ftimer_fd, ftimer_wfd;  /* read end; a write end of its own, so it never reads EOF */
+    bool ftimer_open;           /* the poll and timer handles are open */
+    uv_poll_t ftimer_poll;
+    uv_timer_t ftimer_timer;
+    char ftimer_buf[2 * CTRUN_FILETIMER_REQUEST_MAX + 2];
+    size_t ftimer_len;
+    bool ftimer_skip; /* inside an oversized request: drop until its newline */
+    int ftimer_warnings;
+    char job_tag[CTRUN_REAPER_TAG_LEN + 1]; /* CTRUN_JOB_TAG of every worker, "" when none */
 
     /* output */
     ctrun_console_t *console; /* ctrun's stdout and stderr (ctrun_console.h); NULL: direct */
@@ -226,6 +245,7 @@ typedef enum ctrun_agent__event_kind {
     CTRUN_AGENT__EV_STORE_GONE, /* a heartbeat failed or got no reply in time (client agents) */
     CTRUN_AGENT__EV_INJECT,     /* a time-triggered --inject spec is due */
     CTRUN_AGENT__EV_RESTART,    /* --restart_backoff is over */
+    CTRUN_AGENT__EV_FILETIMER,  /* worker: its FileTimer expired (worker->timer_expired) */
 } ctrun_agent__event_kind_t;
 
 typedef struct ctrun_agent__event {
@@ -266,6 +286,8 @@ void ctrun_agent__log_outcome(const ctrun_agent_t *a);
 void ctrun_agent__post_outcome(ctrun_agent_t *a, const char *text);
 void ctrun_agent__post_failed(ctrun_agent_t *a);
 void ctrun_agent__post_stopped(ctrun_agent_t *a, int sig);
+bool ctrun_agent__can_leave(const ctrun_agent_t *a);
+void ctrun_agent__post_left(ctrun_agent_t *a, int sig);
 void ctrun_agent__post_ok(ctrun_agent_t *a);
 void ctrun_agent__record_failure(ctrun_agent_t *a, int i, int exitcode, const char *message,
                                  const char *cause, int64_t detect_ns);
@@ -287,6 +309,13 @@ void ctrun_agent__store_lost(ctrun_agent_t *a, const char *what);
 void ctrun_agent__kv(ctrun_agent_t *a, int rc);
 void ctrun_agent__watchdog_blame(ctrun_agent_t *a, int i);
 void ctrun_agent__hb_cb(uv_timer_t *t);
+
+/* ctrun_agent_ftimer.c: the FileTimer watchdog (TORCHELASTIC_ENABLE_FILE_TIMER=1) */
+int ctrun_agent__ftimer_setup(ctrun_agent_t *a, ct_errbuf_t *eb);
+void ctrun_agent__ftimer_blame(ctrun_agent_t *a, int i);
+void ctrun_agent__ftimer_forget(ctrun_agent_t *a, pid_t pid);
+void ctrun_agent__ftimer_close(ctrun_agent_t *a);
+void ctrun_agent__ftimer_cleanup(ctrun_agent_t *a);
 
 /* ctrun_agent_inject.c: fault injection */
 void ctrun_agent__inject_attempt(ctrun_agent_t *a);

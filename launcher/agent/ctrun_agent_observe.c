@@ -60,8 +60,8 @@ void ctrun_agent__observe_rendezvous(ctrun_agent_t *a)
     int cause = CTRUN_AGENT__CAUSE_REMOTE;
     if (a->outcome == CTRUN_OUTCOME_LOST) {
         cause = CTRUN_AGENT__CAUSE_LOST_NODE;
-    } else if (a->outcome == CTRUN_OUTCOME_REJOIN) {
-        cause = CTRUN_AGENT__CAUSE_MEMBERSHIP;
+    } else if (a->outcome == CTRUN_OUTCOME_REJOIN || a->outcome == CTRUN_OUTCOME_LEFT) {
+        cause = CTRUN_AGENT__CAUSE_MEMBERSHIP; /* a node joined, or one left (scale-down) */
     } else {
         for (size_t i = 0; i < a->recovery.n; i++) {
             if (a->recovery.rows[i].attempt == a->attempt) {

@@ -1,7 +1,8 @@
 /*
  * ctrun_agent_outcome.c - how an attempt ends, through the store: the outcome key
  * /ctrun/a/<k>/outcome (awaited from the start of RUNNING, parsed and noted, and compare-set
- * so that the first writer wins: "failed <g>", "stopped <g> <sig>", "succeeded"), the
+ * so that the first writer wins: "failed <g>", "stopped <g> <sig>", "left <id> <sig> <host>",
+ * "succeeded"), the
  * /ctrun/a/<k>/ok count of nodes whose workers all exited 0, and this node's failure records
  * (kept for the report, logged as torchrun does, appended to /ctrun/a/<k>/failures, and read
  * back from every node for the report).
@@ -31,6 +32,8 @@ static ctrun_outcome_t ctrun_agent__parse_outcome(const char *text, int *node, i
         return CTRUN_OUTCOME_LOST;
     if (sscanf(text, "rejoin %d", node) == 1)
         return CTRUN_OUTCOME_REJOIN;
+    if (sscanf(text, "left %d %d", node, sig) == 2)
+        return CTRUN_OUTCOME_LEFT;
     return CTRUN_OUTCOME_NONE;
 }
 
@@ -42,6 +45,8 @@ void ctrun_agent__note_outcome(ctrun_agent_t *a, const char *text)
     snprintf(a->outcome_host, sizeof a->outcome_host, "?");
     if (a->outcome == CTRUN_OUTCOME_LOST)
         sscanf(text, "lost %*d %63s", a->outcome_host);
+    if (a->outcome == CTRUN_OUTCOME_LEFT)
+        sscanf(text, "left %*d %*d %63s", a->outcome_host);
     if (a->outcome == CTRUN_OUTCOME_NONE)
         ct_log_warn("ignoring a malformed outcome of attempt %d: \"%.64s\"", a->attempt, text);
 }
@@ -139,6 +144,23 @@ void ctrun_agent__post_stopped(ctrun_agent_t *a, int sig)
     ctrun_agent__post_outcome(a, text);
 }
 
+/* A signal may make this node leave rather than stop the job: an elastic c10d job (MIN < MAX)
+ * that goes on without it, unless it hosts the store, without which nobody can. */
+bool ctrun_agent__can_leave(const ctrun_agent_t *a)
+{
+    return a->rdzv_kind == CTRUN_RDZV_KIND_C10D && a->cfg->min_nodes < a->cfg->max_nodes &&
+           !a->is_host && !a->store_lost;
+}
+
+/* This node leaves the job after a signal (ctrun_agent__can_leave): tell the others, who
+ * re-form without it. */
+void ctrun_agent__post_left(ctrun_agent_t *a, int sig)
+{
+    char text[128];
+    snprintf(text, sizeof text, "left %d %d %s", a->rdzv.node_id, sig, ctrun_agent__host(a));
+    ctrun_agent__post_outcome(a, text);
+}
+
 /* Every local worker exited 0: count this node in /ctrun/a/<k>/ok (whoever brings it to the
  * number of nodes writes "succeeded"). */
 void ctrun_agent__post_ok(ctrun_agent_t *a)
@@ -176,4 +198,8 @@ void ctrun_agent__log_outcome(const ctrun_agent_t *a)
     else if (a->outcome == CTRUN_OUTCOME_REJOIN)
         ct_log_info("node %d waits to join; stopping this node's workers to re-form the job",
                     a->outcome_node);
+    else if (a->outcome == CTRUN_OUTCOME_LEFT)
+        ct_log_warn("node %d (%s) leaves the job; stopping this node's workers to re-form the "
+                    "job without it",
+                    a->outcome_node, a->outcome_host);
 }

@@ -328,6 +328,17 @@ static void ctrun_agent__decide_rejoin(ctrun_agent_t *a)
     ctrun_agent__to_rendezvous(a, a->attempt + 1);
 }
 
+/* A signalled node left an elastic job: like a membership change, a restart that uses up
+ * nothing; the rendezvous ends the job when fewer than MIN nodes remain. */
+static void ctrun_agent__decide_left(ctrun_agent_t *a)
+{
+    char sn[32];
+    ct_log_warn("node %d (%s) left the job (%s); re-forming the job without it", a->outcome_node,
+                a->outcome_host, ctrun_signal_name(a->outcome_signal, sn, sizeof sn));
+    ctrun_group_free(a);
+    ctrun_agent__to_rendezvous(a, a->attempt + 1);
+}
+
 /* A node was lost (its heartbeats stopped): a c10d job with restarts left re-forms without it;
  * otherwise (this node was the lost one, a static job, no restart left) the job fails. */
 static void ctrun_agent__decide_node_lost(ctrun_agent_t *a, int left)
@@ -445,6 +456,10 @@ static void ctrun_agent__attempt_over(ctrun_agent_t *a)
     ctrun_cgroup_kill(&a->cgroup);
     if (a->outcome == CTRUN_OUTCOME_REJOIN) {
         ctrun_agent__decide_rejoin(a);
+        return;
+    }
+    if (a->outcome == CTRUN_OUTCOME_LEFT) {
+        ctrun_agent__decide_left(a);
         return;
     }
     int left = a->plan.max_restarts - a->plan.restarts;
@@ -566,6 +581,7 @@ static void ctrun_agent__on_worker_exit(ctrun_agent_t *a, int i, int exitcode)
     w->exitcode = exitcode;
     w->state = CTRUN_WORKER_EXITED;
     a->nrunning--;
+    ctrun_agent__ftimer_forget(a, w->proc.pid);
     char cause[CTRUN_RECOVERY_CAUSE_MAX];
     int64_t detect_ns = -1;
     if (exitcode != 0)
@@ -618,7 +634,13 @@ static void ctrun_agent__on_signal(ctrun_agent_t *a, int sig)
         a->stop_signal = sig;
         if (sig == SIGINT)
             a->sigint_count++;
-        ctrun_agent__post_stopped(a, sig);
+        if (ctrun_agent__can_leave(a)) {
+            ct_log_warn("node %d leaves the elastic job (%s); the other nodes re-form without it",
+                        a->rdzv.node_id, sn);
+            ctrun_agent__post_left(a, sig);
+        } else {
+            ctrun_agent__post_stopped(a, sig);
+        }
         ctrun_agent__to_stopping(a, sig);
         ctrun_agent__attempt_over(a);
         return;
@@ -672,6 +694,12 @@ void ctrun_agent__step(ctrun_agent_t *a, const ctrun_agent__event_t *ev)
         if (a->state != CTRUN_AGENT_RUNNING || a->workers[ev->worker].state != CTRUN_WORKER_RUNNING)
             return;
         ctrun_agent__watchdog_blame(a, ev->worker);
+        ctrun_agent__fail_attempt(a);
+        return;
+    case CTRUN_AGENT__EV_FILETIMER:
+        if (a->state != CTRUN_AGENT_RUNNING || a->workers[ev->worker].state != CTRUN_WORKER_RUNNING)
+            return;
+        ctrun_agent__ftimer_blame(a, ev->worker);
         ctrun_agent__fail_attempt(a);
         return;
     case CTRUN_AGENT__EV_INJECT:

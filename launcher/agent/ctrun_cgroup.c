@@ -81,7 +81,7 @@ static void ctrun_cgroup__reap_stale(const char *parent)
         pid_t pid = (pid_t)atol(name + 6);
         if (pid <= 0 || pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH)
             continue;
-        ctrun_cgroup_t stale = {.procs_fd = -1};
+        ctrun_cgroup_t stale = {.procs_fd = -1, .attempt_dir_fd = -1, .attempt_procs_fd = -1};
         int n = snprintf(stale.path, sizeof stale.path, "%s/%s", parent, name);
         if (n > 0 && (size_t)n < sizeof stale.path)
             ctrun_cgroup_destroy(&stale, 200);
@@ -94,6 +94,8 @@ int ctrun_cgroup_create(ctrun_cgroup_t *cg, const char *mountinfo, const char *s
 {
     cg->path[0] = '\0';
     cg->procs_fd = -1;
+    cg->attempt_dir_fd = cg->attempt_procs_fd = -1;
+    cg->attempts = 0;
     char mnt[PATH_MAX], self[PATH_MAX];
     int rc = ctrun_cgroup__mount(mountinfo ? mountinfo : "/proc/self/mountinfo", mnt, sizeof mnt);
     if (rc != 0)
@@ -128,6 +130,53 @@ int ctrun_cgroup_create(ctrun_cgroup_t *cg, const char *mountinfo, const char *s
     }
     snprintf(cg->path, sizeof cg->path, "%s", path);
     return 0;
+}
+
+/* Removes the folders of attempts in the job's folder; those still populated stay for a later
+ * call. */
+static void ctrun_cgroup__remove_attempts(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, "attempt-", 8) != 0)
+            continue;
+        unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+    }
+    closedir(d);
+}
+
+static void ctrun_cgroup__close_attempt(ctrun_cgroup_t *cg)
+{
+    if (cg->attempt_dir_fd >= 0)
+        close(cg->attempt_dir_fd);
+    if (cg->attempt_procs_fd >= 0)
+        close(cg->attempt_procs_fd);
+    cg->attempt_dir_fd = cg->attempt_procs_fd = -1;
+}
+
+int ctrun_cgroup_attempt(ctrun_cgroup_t *cg)
+{
+    if (cg->path[0] == '\0')
+        return 0;
+    ctrun_cgroup__close_attempt(cg);
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/attempt-%d", cg->path, cg->attempts++);
+    ctrun_cgroup__remove_attempts(cg->path);
+    int rc = 0;
+    if (mkdir(path, 0755) != 0)
+        return -errno;
+    cg->attempt_dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (cg->attempt_dir_fd >= 0)
+        cg->attempt_procs_fd = openat(cg->attempt_dir_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+    if (cg->attempt_dir_fd < 0 || cg->attempt_procs_fd < 0) {
+        rc = -errno;
+        ctrun_cgroup__close_attempt(cg);
+        rmdir(path);
+    }
+    return rc;
 }
 
 int ctrun_cgroup_kill(ctrun_cgroup_t *cg)
@@ -172,6 +221,8 @@ void ctrun_cgroup_destroy(ctrun_cgroup_t *cg, int64_t wait_ms)
     if (cg->procs_fd >= 0)
         close(cg->procs_fd);
     cg->procs_fd = -1;
+    ctrun_cgroup__close_attempt(cg);
+    ctrun_cgroup__remove_attempts(cg->path);
     rmdir(cg->path);
     cg->path[0] = '\0';
 }

@@ -64,7 +64,7 @@ void ctrun_worker_info_init(ctrun_worker_info_t *w, const ctrun_config_t *cfg)
     w->heartbeat_fd = -1;
 }
 
-#define CTRUN_ENV__OVERLAY_MAX 24
+#define CTRUN_ENV__OVERLAY_MAX 32
 
 typedef struct ctrun_env__overlay {
     const char *name[CTRUN_ENV__OVERLAY_MAX];
@@ -92,6 +92,11 @@ ctrun_env__put(ctrun_env__overlay_t *o, const char *name, const char *fmt, ...)
     if (value != NULL && asprintf(&entry, "%s=%s", name, value) < 0)
         o->oom = true;
     free(value);
+    if (o->n == CTRUN_ENV__OVERLAY_MAX) { /* more variables than the table holds: a bug */
+        free(entry);
+        o->oom = true;
+        return;
+    }
     o->name[o->n] = name;
     o->entry[o->n] = entry;
     o->n++;
@@ -149,6 +154,12 @@ int ctrun_env_build(const char *const *base, const ctrun_worker_info_t *w, char 
         ctrun_env__put(&o, "CTRUN_INJECT", "%s", w->fault);
     else
         ctrun_env__put(&o, "CTRUN_INJECT", NULL); /* only the agent arms faults */
+    if (w->job_tag != NULL && w->job_tag[0] != '\0')
+        ctrun_env__put(&o, "CTRUN_JOB_TAG", "%s", w->job_tag);
+    else
+        ctrun_env__put(&o, "CTRUN_JOB_TAG", NULL); /* an enclosing job's is not this one's */
+    if (w->timer_file != NULL && w->timer_file[0] != '\0')
+        ctrun_env__put(&o, "TORCHELASTIC_TIMER_FILE", "%s", w->timer_file);
 
     size_t nbase = 0;
     while (base[nbase] != NULL)

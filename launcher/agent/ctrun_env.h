@@ -8,10 +8,12 @@
  *   TORCHELASTIC_ERROR_FILE TORCH_NCCL_ASYNC_ERROR_HANDLING / NCCL_ASYNC_ERROR_HANDLING
  *   (1 unless the agent has them), OMP_NUM_THREADS=1 (only when unset and more than one
  *   worker per node), TORCHELASTIC_SIGNALS_TO_HANDLE, CTRUN_HEARTBEAT_FD when the agent
- *   passes a heartbeat pipe (an inherited one is removed otherwise), and CTRUN_INJECT when
- *   --inject armed a fault for this worker (removed otherwise). With --virtual_local_rank,
- *   LOCAL_RANK is 0 and CUDA_VISIBLE_DEVICES (and HIP_VISIBLE_DEVICES when the agent has it)
- *   names the worker's one device.
+ *   passes a heartbeat pipe (an inherited one is removed otherwise), CTRUN_INJECT when
+ *   --inject armed a fault for this worker (removed otherwise), CTRUN_JOB_TAG, the job's
+ *   mark for its reaper (an inherited one, of an enclosing job, is replaced or removed), and
+ *   TORCHELASTIC_TIMER_FILE when the agent serves FileTimer requests. With
+ *   --virtual_local_rank, LOCAL_RANK is 0 and CUDA_VISIBLE_DEVICES (and HIP_VISIBLE_DEVICES
+ *   when the agent has it) names the worker's one device.
  *
  * A pure function of its inputs: the base environment is passed in, nothing is read from or
  * written to the process environment, and the result is a NULL-terminated envp the spawner
@@ -42,6 +44,8 @@ typedef struct ctrun_worker_info {
     const char *signals_to_handle; /* TORCHELASTIC_SIGNALS_TO_HANDLE, or NULL to leave it out */
     int heartbeat_fd;              /* CTRUN_HEARTBEAT_FD, or -1 for none */
     const char *fault;             /* CTRUN_INJECT (ctrun_inject.h), or NULL to remove it */
+    const char *job_tag;           /* CTRUN_JOB_TAG (ctrun_reaper.h), or NULL/"" to remove it */
+    const char *timer_file;        /* TORCHELASTIC_TIMER_FILE, or NULL/"" to leave it as it is */
     const char *device;            /* --virtual_local_rank: the worker's one device, else NULL */
     bool device_hip;               /* ... set HIP_VISIBLE_DEVICES too */
 } ctrun_worker_info_t;

@@ -56,6 +56,11 @@ int ctrun_group_prepare(ctrun_agent_t *a, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory for %d workers", n);
     a->nworkers = n;
     a->nrunning = a->ngone = 0;
+    /* A fresh cgroup folder for this attempt's workers (ctrun_cgroup.h says why). */
+    int crc = ctrun_cgroup_attempt(&a->cgroup);
+    if (crc != 0)
+        ct_log_debug("no cgroup folder for this attempt (%s); workers join the job's folder",
+                     strerror(-crc));
     for (int i = 0; i < n; i++) {
         ctrun_worker_t *w = &a->workers[i];
         w->agent = a;
@@ -101,6 +106,8 @@ static void ctrun_group__worker_info(const ctrun_agent_t *a, const ctrun_worker_
     wi->error_file = w->error_file;
     wi->heartbeat_fd = CTRUN_PROC_HEARTBEAT_FD;
     wi->fault = w->armed >= 0 ? w->fault_text : NULL;
+    wi->job_tag = a->job_tag;
+    wi->timer_file = a->ftimer_path;
     if (a->cfg->virtual_local_rank) {
         wi->device = a->cfg->virtual_devices[w->local_rank];
         wi->device_hip = a->cfg->virtual_hip;
@@ -183,11 +190,15 @@ int ctrun_group_spawn(ctrun_agent_t *a, int i, ct_errbuf_t *eb)
         .out = out,
         .err = err,
         .heartbeat = true,
-        .cgroup_fd = a->cgroup.procs_fd,
+        .cgroup_dir_fd = a->cgroup.attempt_dir_fd,
+        .cgroup_fd =
+            a->cgroup.attempt_procs_fd >= 0 ? a->cgroup.attempt_procs_fd : a->cgroup.procs_fd,
         .cpus = a->cfg->numa_cpus ? a->cfg->numa_cpus[i].cpus : NULL,
         .ncpus = a->cfg->numa_cpus ? a->cfg->numa_cpus[i].count : 0,
     };
     rc = ctrun_proc_spawn(&w->proc, &a->loop, &po, &ctrun_group__proc_cb, w, eb);
+    if (w->proc.pid > 0)
+        ctrun_reaper_track(&a->reaper, w->proc.pid);
 out:
     ctrun_argv_free(argv);
     ctrun_argv_free(envp);
@@ -230,8 +241,10 @@ void ctrun_group_free(ctrun_agent_t *a)
         ctrun_worker_t *w = &a->workers[i];
         /* The worker is gone; what it started and left in its process group (a dataloader, a
          * shell's children) goes with it, also when it exited 0. */
-        if (w->proc.pid > 0)
+        if (w->proc.pid > 0) {
             killpg(w->proc.pid, SIGKILL);
+            ctrun_reaper_untrack(&a->reaper, w->proc.pid);
+        }
         ctrun_group__release_outputs(w);
     }
     free(a->workers);

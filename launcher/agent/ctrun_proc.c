@@ -12,14 +12,22 @@
  * shares the agent's memory, and the agent may have helper threads (the store client's lanes)
  * whose locks it must never touch. Signal dispositions and the fd table are the child's own
  * copies (no CLONE_SIGHAND, no CLONE_FILES), so resetting them does not touch the agent.
+ *
+ * A worker of a job with a cgroup is created in it by clone3's CLONE_INTO_CGROUP (Linux 5.7):
+ * moving a process in through cgroup.procs waits for an RCU grace period on the cgroup lock
+ * (8-15 ms on an idle 2-core VM, once per burst of moves), which creating it there does not.
+ * clone3 is not given a stack here, so that child is a copy (CLONE_VFORK without CLONE_VM, as
+ * fork, a page-table copy of the agent) and reports a failure through a shared page. Where
+ * clone3 or CLONE_INTO_CGROUP is refused, the child is made as above and writes cgroup.procs.
  */
 #include "ctrun_proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <linux/close_range.h>
+#include <linux/sched.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,7 +96,8 @@ typedef struct ctrun_proc__child_args {
     const cpu_set_t *cpus; /* affinity to set, NULL none */
     size_t cpus_size;
     pid_t parent;
-    int err; /* written by the child when a step before or at execve fails */
+    int *err; /* written by the child when a step before or at execve fails (memory the agent
+               * shares with it) */
 } ctrun_proc__child_args_t;
 
 static int ctrun_proc__child(void *arg)
@@ -150,8 +159,27 @@ static int ctrun_proc__child(void *arg)
         execve(a->path, a->argv, a->envp);
         err = errno;
     }
-    a->err = err ? err : EIO;
+    *a->err = err ? err : EIO;
     _exit(127);
+}
+
+/* clone3 refused CLONE_INTO_CGROUP once (an old kernel, a cgroup it will not create in): the
+ * other workers of this agent are moved in through cgroup.procs without asking again. */
+static bool ctrun_proc__no_clone3;
+
+/* The child created in the cgroup dir_fd by clone3 (see the top of the file); its pid, or -1
+ * with errno set. The caller has blocked every signal. */
+static pid_t ctrun_proc__clone_into(ctrun_proc__child_args_t *ca, int dir_fd)
+{
+    struct clone_args cl;
+    memset(&cl, 0, sizeof cl);
+    cl.flags = CLONE_VFORK | CLONE_INTO_CGROUP;
+    cl.exit_signal = SIGCHLD;
+    cl.cgroup = (uint64_t)dir_fd;
+    long pid = syscall(SYS_clone3, &cl, sizeof cl);
+    if (pid == 0)
+        ctrun_proc__child(ca); /* never returns */
+    return (pid_t)pid;
 }
 
 /* ---- handles ------------------------------------------------------------------------------ */
@@ -417,6 +445,17 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         .cpus_size = cpus_size,
         .parent = getpid(),
     };
+    /* The child's answer: a page shared with it whether or not it shares all our memory. */
+    int *child_err =
+        mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (child_err == MAP_FAILED) {
+        rc = -errno;
+        ct_errbuf_set(eb, rc, "mmap of a shared page: %s", strerror(errno));
+        CPU_FREE(cpus);
+        goto fail_fds;
+    }
+    *child_err = 0;
+    ca.err = child_err;
     void *stack = mmap(NULL, CTRUN_PROC__CHILD_STACK, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (stack == MAP_FAILED) {
@@ -424,17 +463,29 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         rc = -errno;
         ct_errbuf_set(eb, rc, "mmap of a %d-byte stack: %s", CTRUN_PROC__CHILD_STACK,
                       strerror(errno));
+        munmap(child_err, sizeof(int));
         goto fail_fds;
     }
     /* No signal may reach the child before it has reset the handlers it inherited. */
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t pid = clone(ctrun_proc__child, (char *)stack + CTRUN_PROC__CHILD_STACK,
-                      CLONE_VM | CLONE_VFORK | SIGCHLD, &ca);
+    pid_t pid = -1;
+    if (opts->cgroup_dir_fd > 0 && !ctrun_proc__no_clone3) {
+        ctrun_proc__child_args_t in_cg = ca;
+        in_cg.cgroup_fd = -1; /* created in it already */
+        pid = ctrun_proc__clone_into(&in_cg, opts->cgroup_dir_fd);
+        if (pid < 0 && errno != EAGAIN && errno != ENOMEM && errno != EINTR)
+            ctrun_proc__no_clone3 = true;
+    }
+    if (pid < 0)
+        pid = clone(ctrun_proc__child, (char *)stack + CTRUN_PROC__CHILD_STACK,
+                    CLONE_VM | CLONE_VFORK | SIGCHLD, &ca);
     int clone_errno = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     munmap(stack, CTRUN_PROC__CHILD_STACK);
+    int ca_err = *child_err;
+    munmap(child_err, sizeof(int));
     if (cpus != NULL)
         CPU_FREE(cpus);
     if (pid < 0) {
@@ -445,15 +496,15 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
     ctrun_proc__close_fd(&errp[1]);
     ctrun_proc__close_fd(&hbp[1]);
     ctrun_proc__close_fd(&devnull);
-    if (ca.err != 0) {
+    if (ca_err != 0) {
         /* The child got no further than execve: reap it and report why. */
         int st;
         while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
         }
         /* execve says EACCES for a directory; say what it is instead. */
         struct stat sb;
-        bool is_dir = ca.err == EACCES && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-        rc = ct_errbuf_set(eb, CT_ESPAWN, "%s: %s", path, strerror(is_dir ? EISDIR : ca.err));
+        bool is_dir = ca_err == EACCES && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+        rc = ct_errbuf_set(eb, CT_ESPAWN, "%s: %s", path, strerror(is_dir ? EISDIR : ca_err));
         goto fail_fds;
     }
     p->pid = pid;

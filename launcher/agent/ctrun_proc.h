@@ -61,8 +61,10 @@ typedef struct ctrun_proc_opts {
     ctrun_sink_t *out, *err; /* NULL: the stream goes to /dev/null */
     bool heartbeat;          /* give it a heartbeat pipe on CTRUN_PROC_HEARTBEAT_FD */
     int64_t drain_ms;        /* after the exit, how long to wait for end-of-file (0: 1000) */
-    int cgroup_fd;           /* > 0: a cgroup.procs the child joins before exec (best effort;
-                              * ctrun_cgroup.h); 0 or -1: none */
+    int cgroup_dir_fd;       /* > 0: the cgroup folder the child is created in (clone3's
+                              * CLONE_INTO_CGROUP; ctrun_cgroup.h); 0 or -1: none */
+    int cgroup_fd;           /* > 0: its cgroup.procs, which the child joins before exec where
+                              * the kernel cannot create it in the folder (best effort) */
     const int *cpus;         /* CPUs the child is bound to before exec, or NULL: inherited */
     size_t ncpus;
 } ctrun_proc_opts_t;

@@ -11,8 +11,9 @@
  * every node's clock instead of declaring anyone lost, and one that is merely late waits for
  * the next (timers run before the loop reads the heartbeats that arrived during the stall).
  *
- * Deliberately not here: the agents' side (ctrun_rdzv.c), outcomes other than "lost" and
- * "rejoin", and what agents do about them (ctrun_agent_step.c).
+ * Deliberately not here: the agents' side (ctrun_rdzv.c), writing outcomes other than "lost"
+ * and "rejoin" (it reads them all: "left" takes the node out at once), and what agents do about
+ * them (ctrun_agent_step.c).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -255,6 +256,12 @@ static void ctrun_rdzv_coord__outcome(ctrun_rdzv_coord_t *c, const char *text)
     c->running = false;
     bool counted = strncmp(text, "failed ", 7) == 0 || strncmp(text, "lost ", 5) == 0;
     bool over = strcmp(text, "succeeded") == 0 || strncmp(text, "stopped ", 8) == 0;
+    /* A node that leaves (a signal to its agent in an elastic job) is out for good, at once. */
+    int left_id = -1;
+    char left_host[64] = "?";
+    if (sscanf(text, "left %d %*d %63s", &left_id, left_host) >= 1 && left_id >= 0 &&
+        left_id < c->nnode_slots)
+        c->nodes[left_id].dead = true;
     c->round++;
     if (over) {
         ctrun_rdzv_coord_shut(c, strcmp(text, "succeeded") == 0 ? "the job has finished"
@@ -281,6 +288,10 @@ static void ctrun_rdzv_coord__outcome(ctrun_rdzv_coord_t *c, const char *text)
         if (sscanf(text, "lost %d %63s", &id, host) == 2) {
             char why[160];
             snprintf(why, sizeof why, "node %d (%s) was lost", id, host);
+            ctrun_rdzv_coord__too_few(c, why);
+        } else if (left_id >= 0) {
+            char why[160];
+            snprintf(why, sizeof why, "node %d (%s) left the job", left_id, left_host);
             ctrun_rdzv_coord__too_few(c, why);
         } else {
             ctrun_rdzv_coord__too_few(c, "nodes were lost");

@@ -1002,10 +1002,15 @@ static int ctrun_cli__agent_env(ctrun_config_t *cfg, const char *const *env)
     const char *tmpl = ctrun_cli__getenv(env, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
     const char *error_file = ctrun_cli__getenv(env, "TORCHELASTIC_ERROR_FILE");
     const char *cgroup = ctrun_cli__getenv(env, "CTRUN_CGROUP");
+    const char *file_timer = ctrun_cli__getenv(env, "TORCHELASTIC_ENABLE_FILE_TIMER");
+    const char *timer_file = ctrun_cli__getenv(env, "TORCHELASTIC_TIMER_FILE");
     const char *tmp[] = {ctrun_cli__getenv(env, "TMPDIR"), ctrun_cli__getenv(env, "TEMP"),
                          ctrun_cli__getenv(env, "TMP")};
     cfg->cgroup = cgroup == NULL || strcmp(cgroup, "off") != 0;
-    if ((tmpl != NULL && (cfg->log_line_prefix_template = strdup(tmpl)) == NULL) ||
+    cfg->file_timer = file_timer != NULL && strcmp(file_timer, "1") == 0;
+    if ((cfg->file_timer && timer_file != NULL && timer_file[0] != '\0' &&
+         (cfg->timer_file = strdup(timer_file)) == NULL) ||
+        (tmpl != NULL && (cfg->log_line_prefix_template = strdup(tmpl)) == NULL) ||
         (error_file != NULL && (cfg->error_file = strdup(error_file)) == NULL) ||
         (cfg->tmp_dir = strdup(ctrun_logs_tmpdir(tmp, sizeof tmp / sizeof tmp[0]))) == NULL)
         return -ENOMEM;
@@ -1157,7 +1162,7 @@ void ctrun_config_free(ctrun_config_t *cfg)
                         &cfg->role,           &cfg->log_dir,      &cfg->python,
                         &cfg->script,         &cfg->inject,       &cfg->log_line_prefix_template,
                         &cfg->tmp_dir,        &cfg->error_file,   &cfg->event_log_handler,
-                        &cfg->local_rank_arg, &cfg->metrics_addr};
+                        &cfg->local_rank_arg, &cfg->metrics_addr, &cfg->timer_file};
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
         free(*strings[i]);
         *strings[i] = NULL;

@@ -117,6 +117,8 @@ typedef struct ctrun_config {
                        * cause's when the job fails; NULL when unset */
     bool cgroup;      /* a cgroup v2 for the job's workers when possible: CTRUN_CGROUP is not
                        * "off" (ctrun_cgroup.h) */
+    bool file_timer;  /* TORCHELASTIC_ENABLE_FILE_TIMER=1: serve FileTimerClient's timers */
+    char *timer_file; /* TORCHELASTIC_TIMER_FILE: the named pipe to use; NULL: ctrun makes one */
 
     /* what to run */
     bool module, no_python, run_path;

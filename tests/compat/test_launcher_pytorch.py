@@ -30,7 +30,7 @@ Cases:
   5. ctrun only: two workers get 1, 4, 5 and 8 MiB values five times each from the agent's
      store with PyTorch's own TCPStore client (5 s timeout); the job ends with exit 0.
 Variables that differ by design (the run's port and paths are compared by shape, not value):
-ctrun also sets CTRUN_HEARTBEAT_FD, both NCCL async-error variables, and
+ctrun also sets CTRUN_HEARTBEAT_FD, CTRUN_JOB_TAG, both NCCL async-error variables, and
 TORCHELASTIC_SIGNALS_TO_HANDLE (as torchrun >= 2.6 does).
 """
 import argparse
@@ -51,7 +51,7 @@ TORCHRUN_VARS = ["RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "
                  "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR",
                  "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
                  "TORCHELASTIC_USE_AGENT_STORE", "OMP_NUM_THREADS", "CTRUN_COMPAT_MARK"]
-CTRUN_EXTRAS = {"CTRUN_HEARTBEAT_FD", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+CTRUN_EXTRAS = {"CTRUN_HEARTBEAT_FD", "CTRUN_JOB_TAG", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
                 "NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"}
 
 

@@ -25,6 +25,9 @@
  *                        D/children
  *     --daemon           the same, but the grandchild leaves the worker's session and process
  *                        group (setsid) and its output (/dev/null), as a daemon does
+ *     --daemonize        start a real daemon besides: fork, setsid, fork again; the middle
+ *                        process exits, so the daemon's parent is no longer the worker (as
+ *                        daemon(3) does); its pid goes to D/children too
  *     --heartbeat N      send N heartbeat records (steps 1..N) through CTRUN_HEARTBEAT_FD
  *     --heartbeat-ms MS  ... MS milliseconds apart (default 0: all at once)
  *     --out TEXT         print TEXT and a newline to stdout (repeatable)
@@ -44,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -174,7 +178,7 @@ int main(int argc, char **argv)
     int when_rank = -1, when_attempt = -1, when_world = -1, exit_code = -1, sig = 0, heartbeat = 0,
         heartbeat_ms = 0;
     long delay_ms = 0, sleep_ms_v = 0, long_n = 0;
-    bool child = false, daemon_child = false, flood = false;
+    bool child = false, daemon_child = false, double_fork = false, flood = false;
     int rank = env_int("RANK", 0), local_rank = env_int("LOCAL_RANK", 0);
     int attempt = env_int("TORCHELASTIC_RESTART_COUNT", 0);
 
@@ -218,6 +222,9 @@ int main(int argc, char **argv)
             child = true;
             daemon_child = daemon_child || strcmp(a, "--daemon") == 0;
             continue;
+        } else if (strcmp(a, "--daemonize") == 0) {
+            double_fork = true;
+            continue;
         } else if ((strcmp(a, "--out") == 0 || strcmp(a, "--err") == 0 ||
                     strcmp(a, "--ignore") == 0) &&
                    takes) {
@@ -235,6 +242,41 @@ int main(int argc, char **argv)
                  (int)getpgrp());
         append_line(path, line);
         dump_env(dir, rank, attempt, argc, argv);
+    }
+    if (double_fork) {
+        /* The daemon sends its pid back through a pipe; the worker records it, so the record
+         * exists before the worker goes on. */
+        int p[2];
+        if (pipe(p) != 0)
+            return 3;
+        pid_t mid = fork();
+        if (mid == 0) {
+            setsid();
+            pid_t d = fork();
+            if (d != 0)
+                _exit(d > 0 ? 0 : 1);
+            int self = (int)getpid();
+            write_all(p[1], (const char *)&self, sizeof self);
+            int fd = open("/dev/null", O_RDWR);
+            for (int k = 0; fd >= 0 && k < 3; k++)
+                dup2(fd, k);
+            for (int k = 3; k < 64; k++)
+                close(k);
+            for (;;)
+                pause();
+        }
+        close(p[1]);
+        int daemon_pid = 0;
+        if (mid > 0 && read(p[0], &daemon_pid, sizeof daemon_pid) == sizeof daemon_pid &&
+            dir != NULL) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/children", dir);
+            snprintf(line, sizeof line, "%d\n", daemon_pid);
+            append_line(path, line);
+        }
+        close(p[0]);
+        if (mid > 0)
+            waitpid(mid, NULL, 0);
     }
     if (child) {
         pid_t c = fork();

@@ -154,6 +154,7 @@ static void test_presets_are_kept(void)
                           "RANK=97",
                           "CTRUN_HEARTBEAT_FD=12",
                           "MASTER_PORT=1",
+                          "CTRUN_JOB_TAG=enclosing",
                           NULL};
     ctrun_config_t cfg;
     char *args[] = {"--nproc_per_node=4", "--role=trainer", "--rdzv_id=job", "--master_port=29500",
@@ -177,13 +178,19 @@ static void test_presets_are_kept(void)
     CT_ASSERT_STR_EQ(envp[3], "RANK=3"); /* replaced where the first copy was */
     /* An inherited heartbeat fd is not the worker's: removed unless the agent passes one. */
     CT_ASSERT(ct__get(envp, "CTRUN_HEARTBEAT_FD") == NULL);
+    /* An enclosing job's tag is not this job's: the reaper must not take this job for it. */
+    CT_ASSERT(ct__get(envp, "CTRUN_JOB_TAG") == NULL);
     ctrun_argv_free(envp);
     CT_ASSERT(!ctrun_env_omp_notice_needed(base, 4));
 
     w.heartbeat_fd = 5;
     w.signals_to_handle = NULL;
+    w.job_tag = "0123456789abcdef0123456789abcdef";
+    w.timer_file = "/tmp/ctrun-timer-1";
     CT_ASSERT_OK(ctrun_env_build(base, &w, &envp));
+    CT_ENV_IS(envp, "TORCHELASTIC_TIMER_FILE", "/tmp/ctrun-timer-1");
     CT_ENV_IS(envp, "CTRUN_HEARTBEAT_FD", "5");
+    CT_ENV_IS(envp, "CTRUN_JOB_TAG", "0123456789abcdef0123456789abcdef");
     CT_ASSERT(ct__get(envp, "TORCHELASTIC_SIGNALS_TO_HANDLE") == NULL);
     ctrun_argv_free(envp);
     ctrun_config_free(&cfg);

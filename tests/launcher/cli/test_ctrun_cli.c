@@ -797,12 +797,18 @@ static void test_agent_environment(void)
     snprintf(tmpdir, sizeof tmpdir, "TMPDIR=%s", tmp);
     snprintf(temp, sizeof temp, "TEMP=%s", tmp);
     const char *env[] = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[${role_name}${rank}]: ",
-                         "TORCHELASTIC_ERROR_FILE=/job/error.json", "CTRUN_CGROUP=off", tmpdir,
+                         "TORCHELASTIC_ERROR_FILE=/job/error.json",
+                         "CTRUN_CGROUP=off",
+                         tmpdir,
+                         "TORCHELASTIC_ENABLE_FILE_TIMER=1",
+                         "TORCHELASTIC_TIMER_FILE=/job/timer",
                          NULL};
     CT_ASSERT_OK(ct__parse(&c, env, &eb, "w.py", NULL));
     CT_ASSERT_STR_EQ(c.log_line_prefix_template, "[${role_name}${rank}]: ");
     CT_ASSERT_STR_EQ(c.error_file, "/job/error.json");
     CT_ASSERT(!c.cgroup);
+    CT_ASSERT(c.file_timer);
+    CT_ASSERT_STR_EQ(c.timer_file, "/job/timer");
     CT_ASSERT_STR_EQ(c.tmp_dir, tmp);
     ctrun_config_free(&c);
     ctrun_config_free(&c); /* twice is fine */
@@ -811,6 +817,9 @@ static void test_agent_environment(void)
     CT_ASSERT_OK(ct__parse(&c, env2, &eb, "w.py", NULL));
     CT_ASSERT_STR_EQ(c.tmp_dir, tmp);
     CT_ASSERT(c.cgroup);
+    /* Off unless TORCHELASTIC_ENABLE_FILE_TIMER is "1" (torchrun's test). */
+    CT_ASSERT(!c.file_timer);
+    CT_ASSERT(c.timer_file == NULL);
     ctrun_config_free(&c);
     CT_ASSERT_EQ(rmdir(tmp), 0);
 }

@@ -17,7 +17,14 @@
  *     left behind;
  *   - SIGKILL of the agent hosting the store: the other exits 1 naming the store, no orphans;
  *   - SIGKILL of a static node: node 0 stops at once and exits 1 naming it (a static job cannot
- *     re-form), well before any worker would have ended.
+ *     re-form), well before any worker would have ended;
+ *   - SIGKILL of one agent of two whose workers started children and double-forked daemons:
+ *     1 s later nothing of that node's job is left;
+ *   - SIGTERM to one agent of three (--nnodes=2:3, --max_restarts=0): it leaves with 143, the
+ *     other two re-form without it at once and finish, without using up a restart (the store
+ *     host's metrics count a membership restart); of two
+ *     (MIN 2) the other exits 1 naming the node that left; with MIN == MAX (--nnodes=2) a
+ *     signalled node still stops the job.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -229,29 +236,57 @@ static void test_three_c10d_nodes_restart(void)
 #define SHORT "--rdzv_conf=last_call_timeout=1,join_timeout=60"
 #define LONG  "--rdzv_conf=last_call_timeout=30,join_timeout=60"
 
-static void start_elastic(ct_child_t *c, const char *ep, const char *nnodes, const char *conf,
-                          const char *dir, const char *max_restarts, const char *const *work)
+/* The same, with one more option for ctrun (or NULL). */
+static void start_elastic_with(ct_child_t *c, const char *ep, const char *nnodes, const char *conf,
+                               const char *dir, const char *max_restarts, const char *option,
+                               const char *const *work)
 {
     char mr[32];
     snprintf(mr, sizeof mr, "--max_restarts=%s", max_restarts);
-    const char *args[40] = {"--rdzv_backend=c10d",
-                            ep,
-                            "--rdzv_id=elastic",
-                            nnodes,
-                            conf,
-                            mr,
-                            "--grace_period=5",
-                            "--log_dir=/dev/null",
-                            "--no_python",
-                            "WORKER",
-                            "--dir",
-                            dir};
-    size_t n = 12;
+    const char *args[40] = {
+        "--rdzv_backend=c10d", ep, "--rdzv_id=elastic", nnodes, conf, mr, "--grace_period=5",
+        "--log_dir=/dev/null"};
+    size_t n = 8;
+    if (option != NULL)
+        args[n++] = option;
+    const char *const tail[] = {"--no_python", "WORKER", "--dir", dir};
+    for (size_t i = 0; i < 4; i++)
+        args[n++] = tail[i];
     for (size_t i = 0; work[i] != NULL && n + 1 < 40; i++)
         args[n++] = work[i];
     args[n] = NULL;
     const char *const env[] = {"CT_LOG_LEVEL=info", NULL};
     e2e_start(c, env, args);
+}
+
+static void start_elastic(ct_child_t *c, const char *ep, const char *nnodes, const char *conf,
+                          const char *dir, const char *max_restarts, const char *const *work)
+{
+    start_elastic_with(c, ep, nnodes, conf, dir, max_restarts, NULL, work);
+}
+
+/* GET /metrics from 127.0.0.1:port (malloc'd), or NULL. */
+static char *scrape_metrics(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return NULL;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const char req[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap);
+    if (buf == NULL || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        write(fd, req, sizeof req - 1) != (ssize_t)(sizeof req - 1)) {
+        free(buf);
+        close(fd);
+        return NULL;
+    }
+    for (ssize_t n; len + 1 < cap && (n = read(fd, buf + len, cap - len - 1)) > 0;)
+        len += (size_t)n;
+    buf[len] = '\0';
+    close(fd);
+    return buf;
 }
 
 static void test_scale_up(void)
@@ -488,6 +523,146 @@ static void test_store_host_killed(void)
     ct_child_close(&c[1]);
 }
 
+/* SIGKILL of one agent of a two-node c10d job whose workers each started a child in their group
+ * and a double-forked setsid daemon: 1 s later nothing of that node's job is left (its reaper);
+ * the other node stops, and nothing of it is left either. */
+static void test_sigkill_agent_leaves_nothing(void)
+{
+    char d[2][600], ep[64];
+    int port = e2e_free_port();
+    snprintf(ep, sizeof ep, "--rdzv_endpoint=127.0.0.1:%d", port);
+    e2e_dir(d[0], sizeof d[0], "orphan0");
+    e2e_dir(d[1], sizeof d[1], "orphan1");
+    const char *const work[] = {"--child", "--daemonize", "--sleep-ms", "60000", NULL};
+    ct_child_t c[2];
+    start_elastic(&c[0], ep, "--nnodes=2", SHORT, d[0], "0", work);
+    wait_listening(port);
+    start_elastic(&c[1], ep, "--nnodes=2", SHORT, d[1], "0", work);
+    for (int i = 0; i < 2; i++) {
+        int64_t deadline = ct_time_ms() + 30000;
+        for (;;) { /* a worker, its child and its daemon on each node */
+            char *ch = e2e_read("%s/children", d[i]);
+            int lines = e2e_count(ch, "\n");
+            free(ch);
+            if (lines >= 2 && e2e_count_starts(d[i], -1) >= 1)
+                break;
+            CT_ASSERT_MSG(ct_time_ms() < deadline, "node %d did not start", i);
+            ct_sleep_ms(10);
+        }
+    }
+    kill(c[1].pid, SIGKILL);
+    CT_ASSERT_OK(ct_child_wait(&c[1], 30000));
+    CT_ASSERT_MSG(e2e_all_gone(d[1], 1000), "something of node 1 outlived its agent by 1 s");
+    CT_ASSERT_OK(ct_child_wait(&c[0], 60000));
+    CT_ASSERT_MSG(c[0].exit_code == 1, "exit %d:\n%s", c[0].exit_code, c[0].err);
+    CT_ASSERT(e2e_all_gone(d[0], 5000));
+    ct_child_close(&c[0]);
+    ct_child_close(&c[1]);
+}
+
+/* SIGTERM to the third agent of an elastic job: it leaves (143); the others re-form without it
+ * at once, with the restart count unchanged (--max_restarts=0), and finish in the world of 2. */
+static void test_sigterm_node_leaves(void)
+{
+    char d[AGENTS_MAX][600], ep[64];
+    int port = e2e_free_port();
+    snprintf(ep, sizeof ep, "--rdzv_endpoint=127.0.0.1:%d", port);
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "leave%d", i);
+        e2e_dir(d[i], sizeof d[i], name);
+    }
+    /* Workers of the world of 2 wait a little, for the scrape below. */
+    const char *const work[] = {"--when-world", "2",     "--delay-ms", "1500", "--exit", "0",
+                                "--sleep-ms",   "60000", NULL};
+    int mport = e2e_free_port();
+    char mopt[48];
+    snprintf(mopt, sizeof mopt, "--metrics_port=%d", mport);
+    ct_child_t c[AGENTS_MAX];
+    start_elastic_with(&c[0], ep, "--nnodes=2:3", LONG, d[0], "0", mopt, work);
+    wait_listening(port);
+    start_elastic(&c[1], ep, "--nnodes=2:3", LONG, d[1], "0", work);
+    start_elastic(&c[2], ep, "--nnodes=2:3", LONG, d[2], "0", work);
+    for (int i = 0; i < 3; i++)
+        CT_ASSERT_MSG(e2e_wait_starts(d[i], 1, 30000), "node %d did not start", i);
+    int64_t t0 = ct_time_ms();
+    kill(c[2].pid, SIGTERM);
+    /* The survivors' workers of the re-formed world (restart count still 0). */
+    for (int i = 0; i < 2; i++)
+        CT_ASSERT_MSG(e2e_wait_starts(d[i], 2, 30000), "node %d did not re-form", i);
+    int64_t took = ct_time_ms() - t0;
+    printf("# SIGTERM to one of three nodes -> both survivors' workers running again: %lld ms\n",
+           (long long)took);
+    /* The re-forming counts as a membership restart, not as a failure. */
+    char *m = scrape_metrics(mport);
+    CT_ASSERT_MSG(m != NULL, "no metrics on port %d", mport);
+    CT_ASSERT_STR_CONTAINS(m, "ctrun_restarts_by_cause_total{cause=\"membership\"} 1");
+    CT_ASSERT_STR_CONTAINS(m, "ctrun_restarts_by_cause_total{cause=\"remote\"} 0");
+    free(m);
+    wait_all(c, 3);
+    CT_ASSERT_MSG(c[2].exit_code == 143, "leaving agent exit %d:\n%s", c[2].exit_code, c[2].err);
+    CT_ASSERT_STR_CONTAINS(c[2].err, "leaves the elastic job (SIGTERM)");
+    CT_ASSERT(e2e_all_gone(d[2], 5000));
+    for (int i = 0; i < 2; i++) {
+        CT_ASSERT_MSG(c[i].exit_code == 0, "agent %d exit %d:\n%s", i, c[i].exit_code, c[i].err);
+        CT_ASSERT_STR_CONTAINS(c[i].err, "left the job (SIGTERM); re-forming the job without it");
+        CT_ASSERT_EQ(e2e_count_starts(d[i], 0), 2);
+        CT_ASSERT_EQ(e2e_count_starts(d[i], 1), 0);
+    }
+    int g[2];
+    check_ranks(d, 2, 0, 2, 2, g);
+    CT_ASSERT_MSG(took < 10000, "re-forming took %lld ms", (long long)took);
+    for (int i = 0; i < 3; i++)
+        ct_child_close(&c[i]);
+}
+
+/* Two agents, MIN 2 (--nnodes=2:3, or MIN == MAX with --nnodes=2): SIGTERM to the second; it
+ * exits 143 and the first exits 1 at once, naming why. */
+static void sigterm_one_of_two(const char *nnodes, const char *conf, const char *name,
+                               const char *why)
+{
+    char d[2][600], ep[64];
+    int port = e2e_free_port();
+    snprintf(ep, sizeof ep, "--rdzv_endpoint=127.0.0.1:%d", port);
+    for (int i = 0; i < 2; i++) {
+        char n[32];
+        snprintf(n, sizeof n, "%s%d", name, i);
+        e2e_dir(d[i], sizeof d[i], n);
+    }
+    const char *const work[] = {"--sleep-ms", "60000", NULL};
+    ct_child_t c[2];
+    start_elastic(&c[0], ep, nnodes, conf, d[0], "3", work);
+    wait_listening(port);
+    start_elastic(&c[1], ep, nnodes, conf, d[1], "3", work);
+    for (int i = 0; i < 2; i++)
+        CT_ASSERT_MSG(e2e_wait_starts(d[i], 1, 30000), "node %d did not start", i);
+    int64_t t0 = ct_time_ms();
+    kill(c[1].pid, SIGTERM);
+    wait_all(c, 2);
+    CT_ASSERT_MSG(c[1].exit_code == 143, "signalled agent exit %d:\n%s", c[1].exit_code, c[1].err);
+    CT_ASSERT_MSG(c[0].exit_code == 1, "agent 0 exit %d:\n%s", c[0].exit_code, c[0].err);
+    CT_ASSERT_STR_CONTAINS(c[0].err, why);
+    CT_ASSERT_MSG(ct_time_ms() - t0 < 20000, "stopping took %lld ms",
+                  (long long)(ct_time_ms() - t0));
+    CT_ASSERT_EQ(e2e_count_starts(d[0], -1), 1);
+    for (int i = 0; i < 2; i++) {
+        CT_ASSERT(e2e_all_gone(d[i], 5000));
+        ct_child_close(&c[i]);
+    }
+}
+
+static void test_sigterm_below_min(void)
+{
+    sigterm_one_of_two("--nnodes=2:3", SHORT, "leavemin",
+                       "left the job; 1 node is left, fewer than the minimum of 2");
+}
+
+static void test_sigterm_min_equals_max(void)
+{
+    sigterm_one_of_two("--nnodes=2", LONG, "leavefix",
+                       "was stopped by SIGTERM; stopping this node too");
+}
+
 static void test_static_node_lost(void)
 {
     char d[2][600], port[32], rank[32];
@@ -540,5 +715,9 @@ int main(int argc, char **argv)
     CT_RUN(test_sigkill_below_min);
     CT_RUN(test_store_host_killed);
     CT_RUN(test_static_node_lost);
+    CT_RUN(test_sigkill_agent_leaves_nothing);
+    CT_RUN(test_sigterm_node_leaves);
+    CT_RUN(test_sigterm_below_min);
+    CT_RUN(test_sigterm_min_equals_max);
     return 0;
 }

@@ -3,9 +3,12 @@
  * (argv[2]): SIGTERM, SIGINT and SIGHUP to ctrun while workers and their own children run are
  * forwarded, nothing of the job survives, and ctrun exits with 128+signal; a second SIGINT
  * kills workers that ignore the first; SIGTERM during the rendezvous exits 143 before any
- * worker starts; SIGKILL of ctrun takes its workers with it (parent-death signal); each worker
- * runs in its own session.
+ * worker starts; SIGKILL of ctrun leaves nothing of its job 1 s later - workers, children in
+ * their groups, double-forked setsid daemons - with the job's cgroup and without (the reaper),
+ * spares a process that is not the job's, and the reaper exits then, as after a normal end.
  */
+#include <sys/wait.h>
+
 #include "ctrun_e2e.h"
 
 /* Starts a 2-worker job whose workers each start a grandchild and run until killed. */
@@ -140,38 +143,134 @@ static void test_sigterm_during_rendezvous(void)
     ct_child_close(&c);
 }
 
-static void test_sigkill_takes_workers_along(void)
+/* The number in ctrun's debug line "<prefix><number>", or -1. */
+static int logged_number(const char *err, const char *prefix)
+{
+    const char *p = err != NULL ? strstr(err, prefix) : NULL;
+    return p != NULL ? atoi(p + strlen(prefix)) : -1;
+}
+
+/* The cgroup folder of ctrun's debug line "workers run in the cgroup <path>", or "". */
+static void logged_cgroup(const char *err, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    const char *p = err != NULL ? strstr(err, "workers run in the cgroup ") : NULL;
+    if (p != NULL) {
+        p += strlen("workers run in the cgroup ");
+        snprintf(buf, size, "%.*s", (int)strcspn(p, "\n"), p);
+    }
+}
+
+static bool wait_dead(pid_t pid, int64_t ms)
+{
+    int64_t deadline = ct_time_ms() + ms;
+    while (ct_proc_alive(pid)) {
+        if (ct_time_ms() > deadline)
+            return false;
+        ct_sleep_ms(10);
+    }
+    return true;
+}
+
+/* SIGKILL of ctrun whose two workers each started a child in their group and a double-forked
+ * setsid daemon: 1 s later nothing of the job is left (the reaper emptied the cgroup, or
+ * without one killed the workers' groups and the tagged daemons), the reaper has exited and
+ * the cgroup folder is gone. A process outside the job that carries another job's tag is
+ * left alone. */
+static void sigkill_leaves_nothing(const char *name, bool cgroup)
 {
     char dir[600];
-    e2e_dir(dir, sizeof dir, "kill9");
+    e2e_dir(dir, sizeof dir, name);
+    /* Not the job's: it mimics another job's worker, with that job's tag. */
+    pid_t bystander = fork();
+    if (bystander == 0) {
+        setenv("CTRUN_JOB_TAG", "00000000000000000000000000000000", 1);
+        execl("/bin/sleep", "sleep", "60", (char *)NULL);
+        _exit(127);
+    }
+    CT_ASSERT(bystander > 0);
+    char port[32];
+    snprintf(port, sizeof port, "--master_port=%d", e2e_free_port());
+    const char *const args[] = {"--nproc_per_node=2",
+                                port,
+                                "--log_dir=/dev/null",
+                                "--no_python",
+                                "WORKER",
+                                "--dir",
+                                dir,
+                                "--child",
+                                "--daemonize",
+                                "--sleep-ms",
+                                "-1",
+                                NULL};
+    const char *const env_on[] = {"CT_LOG_LEVEL=debug", NULL};
+    const char *const env_off[] = {"CT_LOG_LEVEL=debug", "CTRUN_CGROUP=off", NULL};
     ct_child_t c;
-    start_tree_job(&c, dir, NULL);
+    e2e_start(&c, cgroup ? env_on : env_off, args);
+    CT_ASSERT_MSG(e2e_wait_starts(dir, 2, 30000), "workers did not start");
+    int64_t deadline = ct_time_ms() + 30000;
+    for (;;) { /* 2 children and 2 daemons recorded */
+        char *ch = e2e_read("%s/children", dir);
+        int lines = e2e_count(ch, "\n");
+        free(ch);
+        if (lines >= 4)
+            break;
+        CT_ASSERT(ct_time_ms() < deadline);
+        ct_sleep_ms(10);
+    }
+    ct_child_poll_output(&c, 50);
+    int reaper = logged_number(c.err, "debug: reaper ");
+    char cg[600];
+    logged_cgroup(c.err, cg, sizeof cg);
+    if (cgroup && cg[0] == '\0')
+        printf("# %s: no writable cgroup v2 here; the reaper works without one\n", name);
     kill(c.pid, SIGKILL);
     CT_ASSERT_OK(ct_child_wait(&c, 30000));
-    /* The workers die with their agent (PR_SET_PDEATHSIG). Their own children are not the
-     * agent's to bound, but the workers must be gone. */
-    char *s = e2e_read("%s/starts", dir);
-    CT_ASSERT(s != NULL);
-    int64_t deadline = ct_time_ms() + 10000;
-    for (char *p = s; *p != '\0';) {
-        int r, lr, k, pid, pgid;
-        CT_ASSERT(sscanf(p, "%d %d %d %d %d", &r, &lr, &k, &pid, &pgid) == 5);
-        while (ct_proc_alive(pid) && ct_time_ms() < deadline)
-            ct_sleep_ms(10);
-        CT_ASSERT_MSG(!ct_proc_alive(pid), "worker %d outlived its agent", pid);
-        /* Its own session: pgid = pid. */
-        CT_ASSERT_EQ(pgid, pid);
-        p = strchr(p, '\n') + 1;
-    }
-    free(s);
-    /* Grandchildren stayed in the worker's group: clean them up for the next tests. */
-    char *ch = e2e_read("%s/children", dir);
-    for (char *p = ch; p != NULL && *p != '\0';) {
-        kill(atoi(p), SIGKILL);
-        char *nl = strchr(p, '\n');
-        p = nl ? nl + 1 : NULL;
-    }
-    free(ch);
+    CT_ASSERT_MSG(e2e_all_gone(dir, 1000), "%s: something of the job outlived ctrun by 1 s", name);
+    CT_ASSERT_MSG(reaper > 0, "no reaper in the log:\n%s", c.err);
+    CT_ASSERT_MSG(wait_dead(reaper, 2000), "%s: the reaper %d did not exit", name, reaper);
+    if (cg[0] != '\0')
+        CT_ASSERT_MSG(!e2e_exists("%s", cg), "%s: the cgroup %s is still there", name, cg);
+    CT_ASSERT_STR_CONTAINS(c.err, "ended without stopping its job");
+    CT_ASSERT_MSG(ct_proc_alive(bystander), "%s: a process outside the job was killed", name);
+    kill(bystander, SIGKILL);
+    waitpid(bystander, NULL, 0);
+    ct_child_close(&c);
+}
+
+static void test_sigkill_leaves_nothing(void)
+{
+    sigkill_leaves_nothing("kill9", true);
+}
+
+static void test_sigkill_leaves_nothing_without_cgroup(void)
+{
+    sigkill_leaves_nothing("kill9-nocg", false);
+}
+
+/* After a normal end the reaper exits too, quietly. */
+static void test_reaper_exits_with_the_job(void)
+{
+    char dir[600];
+    e2e_dir(dir, sizeof dir, "reaper-end");
+    const char *const args[] = {"--standalone",
+                                "--nproc_per_node=2",
+                                "--log_dir=/dev/null",
+                                "--no_python",
+                                "WORKER",
+                                "--dir",
+                                dir,
+                                "--sleep-ms",
+                                "100",
+                                NULL};
+    const char *const env[] = {"CT_LOG_LEVEL=debug", NULL};
+    ct_child_t c;
+    e2e_run(&c, env, args);
+    CT_ASSERT_MSG(c.exit_code == 0, "exit %d:\n%s", c.exit_code, c.err);
+    int reaper = logged_number(c.err, "debug: reaper ");
+    CT_ASSERT_MSG(reaper > 0, "no reaper in the log:\n%s", c.err);
+    CT_ASSERT_MSG(wait_dead(reaper, 2000), "the reaper %d outlived its job", reaper);
+    CT_ASSERT(strstr(c.err, "ended without stopping its job") == NULL);
     ct_child_close(&c);
 }
 
@@ -183,6 +282,8 @@ int main(int argc, char **argv)
     CT_RUN(test_sighup_forwarded);
     CT_RUN(test_second_sigint_kills);
     CT_RUN(test_sigterm_during_rendezvous);
-    CT_RUN(test_sigkill_takes_workers_along);
+    CT_RUN(test_sigkill_leaves_nothing);
+    CT_RUN(test_sigkill_leaves_nothing_without_cgroup);
+    CT_RUN(test_reaper_exits_with_the_job);
     return 0;
 }
