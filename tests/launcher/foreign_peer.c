@@ -38,6 +38,9 @@ static void *foreign__main(void *arg)
     foreign_peer_t *p = arg;
     static const char http[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n"
                                "Connection: close\r\n\r\n";
+    static const char bad_json[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                   "Content-Length: 12\r\nConnection: close\r\n\r\n"
+                                   "{\"header\":{\"";
     static const char ssh[] = "SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n";
     static const unsigned char junk[8] = {0xde, 0xad, 0xbe, 0xef, 0x01, 0x02, 0x03, 0x04};
     for (;;) {
@@ -57,6 +60,11 @@ static void *foreign__main(void *arg)
         case FOREIGN_HTTP:
             foreign__read_some(fd);
             foreign__send(fd, http, sizeof http - 1);
+            close(fd);
+            break;
+        case FOREIGN_HTTP_BAD_JSON:
+            foreign__read_some(fd);
+            foreign__send(fd, bad_json, sizeof bad_json - 1);
             close(fd);
             break;
         case FOREIGN_SSH:

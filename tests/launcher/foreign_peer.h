@@ -1,8 +1,8 @@
 /*
  * foreign_peer.h - something that is not a store, listening where a test points a store
- * client or a ctrun agent: an HTTP server, an SSH server, a peer that answers with binary
- * junk, or one that accepts connections and never answers. It runs on its own thread on
- * 127.0.0.1 and a port the kernel picks.
+ * client, a ctrun agent or the etcd client: an HTTP server, one that answers 200 with broken
+ * JSON, an SSH server, a peer that answers with binary junk, or one that accepts connections and
+ * never answers. It runs on its own thread on 127.0.0.1 and a port the kernel picks.
  *
  * Test code only; not here: anything that speaks the store protocol.
  */
@@ -12,10 +12,11 @@
 #include <pthread.h>
 
 typedef enum foreign_kind {
-    FOREIGN_HTTP,   /* reads the request, answers "HTTP/1.1 400 Bad Request", closes */
-    FOREIGN_SSH,    /* sends an SSH banner at once, then keeps the connection, silent */
-    FOREIGN_BINARY, /* reads, answers 8 bytes no store sends, keeps the connection */
-    FOREIGN_SILENT, /* accepts and keeps the connection, never reading or writing */
+    FOREIGN_HTTP,          /* reads the request, answers "HTTP/1.1 400 Bad Request", closes */
+    FOREIGN_SSH,           /* sends an SSH banner at once, then keeps the connection, silent */
+    FOREIGN_BINARY,        /* reads, answers 8 bytes no store sends, keeps the connection */
+    FOREIGN_SILENT,        /* accepts and keeps the connection, never reading or writing */
+    FOREIGN_HTTP_BAD_JSON, /* reads the request, answers 200 with a truncated JSON body, closes */
 } foreign_kind_t;
 
 typedef struct foreign_peer {
