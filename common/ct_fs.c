@@ -148,7 +148,7 @@ int ct_fs_replace(const char *path, const void *text, size_t n, ct_errbuf_t *eb)
     return rc;
 }
 
-int ct_fs_mkdir_p(const char *path, ct_errbuf_t *eb)
+int ct_fs_mkdir_p(const char *path, mode_t mode, ct_errbuf_t *eb)
 {
     char buf[PATH_MAX];
     size_t len = strlen(path);
@@ -160,7 +160,7 @@ int ct_fs_mkdir_p(const char *path, ct_errbuf_t *eb)
             continue;
         char saved = buf[i];
         buf[i] = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+        if (mkdir(buf, mode) != 0 && errno != EEXIST) {
             int rc = -errno;
             return ct_errbuf_set(eb, rc, "cannot create directory %s: %s", buf, strerror(-rc));
         }

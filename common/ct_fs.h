@@ -41,10 +41,10 @@ bool ct_fs_is_tmp_name(const char *name);
  * whatever happens; the message names `name` and the step that failed. */
 int ct_fs_commit_at(int dirfd, int fd, const char *tmp, const char *name, ct_errbuf_t *eb);
 
-/* Creates the directory path and its missing parents (mode 0755), as mkdir -p. 0, or -EINVAL
- * (empty or longer than PATH_MAX) / -errno with a line naming the directory that could not be
- * made. */
-int ct_fs_mkdir_p(const char *path, ct_errbuf_t *eb);
+/* Creates the directory path and its missing parents with mode (the umask applies), as
+ * mkdir -p. 0, or -EINVAL (empty or longer than PATH_MAX) / -errno with a line naming the
+ * directory that could not be made. */
+int ct_fs_mkdir_p(const char *path, mode_t mode, ct_errbuf_t *eb);
 
 /* Replaces dirfd/name with the n bytes of text (temporary file, fsync, rename, directory
  * fsync). */

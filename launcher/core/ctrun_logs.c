@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ct_fs.h"
 #include "ct_parse.h"
 #include "ctrun_template.h"
 
@@ -160,21 +161,9 @@ int ctrun_logs_prefix(const char *tmpl, const char *role, int rank, int local_ra
 /* mkdir -p with mode 0777 (the umask applies), like os.makedirs(exist_ok=True). */
 static int ctrun_logs__mkdirs(const char *path, ct_errbuf_t *eb)
 {
-    char buf[PATH_MAX];
-    size_t len = strlen(path);
-    if (len == 0 || len >= sizeof buf)
-        return ct_errbuf_set(eb, -ENAMETOOLONG, "log folder \"%.200s\": path too long", path);
-    memcpy(buf, path, len + 1);
-    for (size_t i = 1; i <= len; i++) {
-        if (buf[i] != '/' && buf[i] != '\0')
-            continue;
-        char saved = buf[i];
-        buf[i] = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return ct_errbuf_set(eb, -errno, "cannot create log folder %s: %s", buf,
-                                 strerror(errno));
-        buf[i] = saved;
-    }
+    int rc = ct_fs_mkdir_p(path, 0777, eb);
+    if (rc != 0)
+        return ct_errbuf_wrap(eb, rc, "cannot create log folder");
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
         return ct_errbuf_set(eb, -ENOTDIR, "log folder %s is not a directory", path);

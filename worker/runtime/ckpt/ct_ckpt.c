@@ -143,7 +143,7 @@ int ct_ckpt_dir_init(ct_ckpt_dir_t *d, const char *path, int keep_last, bool wri
     d->path[0] = '\0';
     if (keep_last < 1)
         return ct_errbuf_set(eb, -EINVAL, "checkpoints: keep_last %d (expected >= 1)", keep_last);
-    int rc = ct_fs_mkdir_p(path, eb);
+    int rc = ct_fs_mkdir_p(path, 0755, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "checkpoint directory");
     snprintf(d->path, sizeof d->path, "%s", path);

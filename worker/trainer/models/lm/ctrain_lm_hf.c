@@ -433,7 +433,7 @@ int ctrain_lm_hf_save(const char *dir, const char *src_dir, const ct_tensor_view
                                          "vocab.json",
                                          "merges.txt",
                                          "added_tokens.json"};
-    int rc = ct_fs_mkdir_p(dir, eb);
+    int rc = ct_fs_mkdir_p(dir, 0755, eb);
     if (rc != 0)
         return rc;
     int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
