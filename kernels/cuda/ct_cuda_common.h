@@ -78,6 +78,18 @@ static inline unsigned ct__grid_1d(int64_t n, int threads)
     return g < 1 ? 1u : (unsigned)g;
 }
 
+/* The body of an entry point that runs one grid-stride kernel over n elements: checks n,
+ * launches (nothing for n == 0), checks the launch and returns 0 from the caller. */
+#define CT__LAUNCH_1D(kernel, n, stream, ...)                                                \
+    do {                                                                                     \
+        CT_CUDA_REQUIRE((n) >= 0);                                                           \
+        if ((n) == 0)                                                                        \
+            return 0;                                                                        \
+        CT_LAUNCH(kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream, __VA_ARGS__); \
+        CT_CUDA_CHECK_LAUNCH();                                                              \
+        return 0;                                                                            \
+    } while (0)
+
 /* Blocks of a deterministic reduction over n elements: one per 1024 elements, at most
  * CT_REDUCE_CUDA_PARTS, at least 1. A function of n alone, so the split - and with it every
  * rounding - is the same on every device. */

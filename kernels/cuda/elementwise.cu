@@ -56,16 +56,6 @@ __global__ void ct_cuda_elementwise__scale_kernel(float *x, float s, int64_t n)
     }
 }
 
-#define CT__LAUNCH_1D(kernel, n, stream, ...)                                                \
-    do {                                                                                     \
-        CT_CUDA_REQUIRE((n) >= 0);                                                           \
-        if ((n) == 0)                                                                        \
-            return 0;                                                                        \
-        CT_LAUNCH(kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream, __VA_ARGS__); \
-        CT_CUDA_CHECK_LAUNCH();                                                              \
-        return 0;                                                                            \
-    } while (0)
-
 extern "C" int ct_relu_forward_cuda(float *out, const float *inp, int64_t n, ct_stream_t stream)
 {
     CT__LAUNCH_1D(ct_cuda_elementwise__relu_fwd_kernel, n, stream, out, inp, n);

@@ -197,16 +197,6 @@ __global__ void ct_cuda_lm__swiglu_bwd_kernel(float *dgate, float *dup, const fl
     }
 }
 
-#define CT__LAUNCH_1D(kernel, n, stream, ...)                                                \
-    do {                                                                                     \
-        CT_CUDA_REQUIRE((n) >= 0);                                                           \
-        if ((n) == 0)                                                                        \
-            return 0;                                                                        \
-        CT_LAUNCH(kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0, stream, __VA_ARGS__); \
-        CT_CUDA_CHECK_LAUNCH();                                                              \
-        return 0;                                                                            \
-    } while (0)
-
 extern "C" int ct_gelu_forward_cuda(float *out, const float *inp, int64_t n, ct_gelu_kind_t kind,
                                     ct_stream_t stream)
 {
