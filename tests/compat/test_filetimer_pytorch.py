@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 
+from compat_util import python_can, torch2_python
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "timer_job.py")
 
@@ -41,10 +43,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ctrun", required=True)
     args = ap.parse_args()
-    py = os.environ.get("CTRUN_TORCH2_PYTHON", os.path.expanduser("~/.venvs/torch2/bin/python"))
-    if not os.access(py, os.X_OK) or subprocess.run(
-            [py, "-c", "import torch.distributed.elastic.timer as t; t.FileTimerClient"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+    py = torch2_python()
+    if not python_can(py, "import torch.distributed.elastic.timer as t; t.FileTimerClient"):
         print("SKIP: no PyTorch 2.x with torch.distributed.elastic.timer.FileTimerClient at %s "
               "(set CTRUN_TORCH2_PYTHON)" % py)
         return 77

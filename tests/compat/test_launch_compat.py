@@ -22,21 +22,14 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 
+from compat_util import free_port, python_can, torch2_python
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "launch_job.py")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def run(cmd, env, what):
@@ -69,12 +62,9 @@ def main():
         py = os.environ.get("CTRUN_TORCH13_PYTHON", "/usr/bin/python3")
         style = ["--local_rank_arg=local_rank"]
     else:
-        py = os.environ.get("CTRUN_TORCH2_PYTHON",
-                            os.path.expanduser("~/.venvs/torch2/bin/python"))
+        py = torch2_python()
         style = []
-    probe = subprocess.run([py, "-c", "import torch.distributed as d; "
-                            "assert d.is_gloo_available()"], capture_output=True)
-    if probe.returncode != 0:
+    if not python_can(py, "import torch.distributed as d; assert d.is_gloo_available()"):
         print("SKIP: %s cannot import torch with gloo" % py)
         sys.exit(77)
     tmp = tempfile.mkdtemp(prefix="ctrun_launch_compat_")

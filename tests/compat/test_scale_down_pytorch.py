@@ -12,22 +12,15 @@ survivors' workers have started again. Skips (77) without PyTorch 2.x at CTRUN_T
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+from compat_util import free_port, python_can, torch2_python
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "allreduce_loop.py")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def read(path):
@@ -39,11 +32,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ctrun", required=True)
     args = ap.parse_args()
-    py = os.environ.get("CTRUN_TORCH2_PYTHON", os.path.expanduser("~/.venvs/torch2/bin/python"))
-    if not os.access(py, os.X_OK) or subprocess.run(
-            [py, "-c", "import torch, torch.distributed as d; assert d.is_gloo_available(); "
-             "assert int(torch.__version__.split('.')[0]) >= 2"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+    py = torch2_python()
+    if not python_can(py, "import torch, torch.distributed as d; assert d.is_gloo_available(); "
+                      "assert int(torch.__version__.split('.')[0]) >= 2"):
         print("SKIP: no PyTorch 2.x with gloo at %s (set CTRUN_TORCH2_PYTHON)" % py)
         return 77
     port = free_port()
