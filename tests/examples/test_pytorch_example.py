@@ -9,16 +9,15 @@ Python: $CTRUN_TORCH2_PYTHON, else ~/.venvs/torch2/bin/python (what scripts/test
 exit 77 with the reason when it lacks a package the program needs.
 
 1. A reference run, ctrun --standalone --nproc_per_node=2, the program's --smoke settings with
-   more epochs, no fault. The moments its lines arrive (from ctrun's start) give the window
-   between the first checkpoint and the last epoch.
-2. The same job in a fresh folder with --max_restarts=2 --inject 'kill:rank=1:at=time=T', T in
-   the middle of that window: ctrun must report one failure (the injected kill) and two
-   attempts; attempt 1 must print "resumed from .../epoch_E_step_S.pt at epoch E step S" with
-   E > 0, E the last epoch attempt 0 saved (the newest checkpoint), and finish with the same
-   final metrics line as the reference (the resumed job replays the same data order, masks and
-   negatives, so on the CPU the numbers agree exactly). When the kill misses the window (a
-   loaded machine: before the first checkpoint or after the end) the run is repeated once with
-   a T from its own timings.
+   more epochs, no fault; it must save at least two epoch checkpoints.
+2. The same job in a fresh folder with --max_restarts=2; when the first "saved .../epoch_"
+   line arrives, the test SIGKILLs local rank 1 of that attempt (found among ctrun's children
+   by its LOCAL_RANK), so the kill always lands between the first checkpoint and the end
+   however long the start-up takes on a loaded machine. ctrun must report one failure (rank 1,
+   SIGKILL) and two attempts; attempt 1 must print "resumed from .../epoch_E_step_S.pt at
+   epoch E step S" with E > 0, E the last epoch attempt 0 saved (the newest checkpoint), and
+   finish with the same final metrics line as the reference (the resumed job replays the same
+   data order, masks and negatives, so on the CPU the numbers agree exactly).
 """
 import argparse
 import glob
@@ -26,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -79,13 +79,33 @@ def interpreter(imports):
     return py
 
 
-def run(ctrun, py, script, args, cwd, inject=None):
-    """Runs the job; returns (exit status, [(seconds since start, line)], log_dir)."""
+def child_with_local_rank(parent, local_rank):
+    """The pid of the child process of parent whose environment has LOCAL_RANK=local_rank."""
+    want = b"LOCAL_RANK=%d" % local_rank
+    for task in glob.glob("/proc/%d/task/*/children" % parent):
+        try:
+            with open(task) as f:
+                pids = [int(x) for x in f.read().split()]
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                with open("/proc/%d/environ" % pid, "rb") as f:
+                    if want in f.read().split(b"\0"):
+                        return pid
+            except OSError:
+                pass
+    return None
+
+
+def run(ctrun, py, script, args, cwd, kill_rank1=False):
+    """Runs the job; returns (exit status, [(seconds since start, line)], log_dir). With
+    kill_rank1, SIGKILLs local rank 1 when the first epoch checkpoint is reported."""
     logs = os.path.join(cwd, "ctrun_logs")
     cmd = [ctrun, "--standalone", "--nproc_per_node=2", "--log_dir", logs, "--tee", "3",
            "--python", py]
-    if inject:
-        cmd += ["--max_restarts=2", "--inject", inject]
+    if kill_rank1:
+        cmd += ["--max_restarts=2"]
     cmd += [script] + args
     print("$ (cd %s && %s)" % (cwd, " ".join(cmd)), flush=True)
     env = dict(os.environ)
@@ -99,6 +119,12 @@ def run(ctrun, py, script, args, cwd, inject=None):
             # --tee prefixes each worker line with [ROLE LOCAL_RANK]:
             lines.append((time.monotonic() - t0, TEE_PREFIX.sub("", line.rstrip("\n"))))
             print("  %6.1f  %s" % (lines[-1][0], lines[-1][1]), flush=True)
+            if kill_rank1 and SAVED.match(lines[-1][1]):
+                kill_rank1 = False
+                pid = child_with_local_rank(p.pid, 1)
+                check(pid is not None, "no worker with LOCAL_RANK=1 under ctrun (pid %d)" % p.pid)
+                os.kill(pid, signal.SIGKILL)
+                print("# SIGKILL to local rank 1 (pid %d)" % pid, flush=True)
         rc = p.wait()
     return rc, lines, logs
 
@@ -149,64 +175,46 @@ def main():
         got = metrics(ref_done)
         for f in fields:
             check(f in got, "reference run: no %s= in %r" % (f, ref_done))
-        lo, hi = window(ref)
-        t_kill = lo + 0.5 * (hi - lo)
+        window(ref)
 
-        for attempt_no in (1, 2):
-            d = os.path.join(root, "killed%d" % attempt_no)
-            os.makedirs(d)
-            spec = "kill:rank=1:at=time=%dms" % int(t_kill * 1000)
-            rc, out, logs = run(ctrun, py, script, args, d, inject=spec)
-            check(rc == 0, "killed run: ctrun exited %d" % rc)
-            reports = glob.glob(os.path.join(logs, "*", "report.json"))
-            check(len(reports) == 1, "killed run: expected one report.json, found %d" %
-                  len(reports))
-            with open(reports[0]) as f:
-                report = json.load(f)
-            first = worker_lines(logs, 0)
-            saved0 = [int(m.group(2)) for m in map(SAVED.match, first) if m]
-            if report.get("attempts") == 1 or not saved0:
-                # A loaded machine: the kill came after the end, or before the first
-                # checkpoint. Once more, in the middle of this run's window or later.
-                check(attempt_no == 1, "the kill missed the training window twice")
-                if report.get("attempts") == 1:
-                    lo, hi = window(out)
-                    t_new = lo + 0.5 * (hi - lo)
-                else:
-                    t_new = t_kill + 0.5 * (hi - lo)
-                print("# the kill at %.1f s missed the window (%s); again at %.1f s" % (
-                    t_kill, "the job had ended" if report.get("attempts") == 1 else
-                    "no checkpoint yet", t_new), flush=True)
-                t_kill = t_new
-                continue
-            check(report.get("attempts") == 2, "report.json: attempts %r, want 2" %
-                  report.get("attempts"))
-            fails = report.get("failures") or []
-            check(len(fails) == 1 and fails[0].get("rank") == 1 and
-                  "injected kill" in str(fails[0].get("cause")),
-                  "report.json: failures %r, want one injected kill of rank 1" % fails)
-            second = worker_lines(logs, 1)
-            res = [m for m in map(RESUMED.match, second) if m]
-            check(len(res) == 1, "attempt 1 printed no 'resumed from ... at epoch E step S' "
-                  "line (it started from scratch?)")
-            m = res[0]
-            epoch, step = int(m.group(4)), int(m.group(5))
-            check(epoch > 0 and step > 0, "resumed at epoch %d step %d" % (epoch, step))
-            # Rank 0 may have renamed one more checkpoint into place before its stop, without
-            # printing its line: the newest is the last one printed or the one after it.
-            check(max(saved0) <= epoch <= max(saved0) + 1,
-                  "resumed at epoch %d, but attempt 0 had saved epoch %d (not the newest "
-                  "checkpoint)" % (epoch, max(saved0)))
-            check((int(m.group(2)), int(m.group(3))) == (epoch, step),
-                  "resume line names %s but says epoch %d step %d" % (m.group(1), epoch, step))
-            check(not any(x.startswith("epoch %d/" % epoch) for x in second),
-                  "attempt 1 trained epoch %d again" % epoch)
-            fin = done_line(second)
-            check(metrics(fin) == got, "final metrics differ from the uninterrupted run:\n"
-                  "  resumed:   %s\n  reference: %s" % (fin, ref_done))
-            print("ok - %s: killed rank 1 at %.1f s, restarted, %s, finished with %s" % (
-                a.program, t_kill, m.group(0), fin), flush=True)
-            return 0
+        d = os.path.join(root, "killed")
+        os.makedirs(d)
+        rc, out, logs = run(ctrun, py, script, args, d, kill_rank1=True)
+        check(rc == 0, "killed run: ctrun exited %d" % rc)
+        reports = glob.glob(os.path.join(logs, "*", "report.json"))
+        check(len(reports) == 1, "killed run: expected one report.json, found %d" % len(reports))
+        with open(reports[0]) as f:
+            report = json.load(f)
+        first = worker_lines(logs, 0)
+        saved0 = [int(m.group(2)) for m in map(SAVED.match, first) if m]
+        check(report.get("attempts") == 2, "report.json: attempts %r, want 2" %
+              report.get("attempts"))
+        fails = report.get("failures") or []
+        check(len(fails) == 1 and fails[0].get("rank") == 1 and
+              "SIGKILL" in str(fails[0].get("cause")),
+              "report.json: failures %r, want one SIGKILL of rank 1" % fails)
+        second = worker_lines(logs, 1)
+        res = [m for m in map(RESUMED.match, second) if m]
+        check(len(res) == 1, "attempt 1 printed no 'resumed from ... at epoch E step S' "
+              "line (it started from scratch?)")
+        m = res[0]
+        epoch, step = int(m.group(4)), int(m.group(5))
+        check(epoch > 0 and step > 0, "resumed at epoch %d step %d" % (epoch, step))
+        # Rank 0 may have renamed one more checkpoint into place before its stop, without
+        # printing its line: the newest is the last one printed or the one after it.
+        check(max(saved0) <= epoch <= max(saved0) + 1,
+              "resumed at epoch %d, but attempt 0 had saved epoch %d (not the newest "
+              "checkpoint)" % (epoch, max(saved0)))
+        check((int(m.group(2)), int(m.group(3))) == (epoch, step),
+              "resume line names %s but says epoch %d step %d" % (m.group(1), epoch, step))
+        check(not any(x.startswith("epoch %d/" % epoch) for x in second),
+              "attempt 1 trained epoch %d again" % epoch)
+        fin = done_line(second)
+        check(metrics(fin) == got, "final metrics differ from the uninterrupted run:\n"
+              "  resumed:   %s\n  reference: %s" % (fin, ref_done))
+        print("ok - %s: killed rank 1 after its first checkpoint, restarted, %s, finished with "
+              "%s" % (a.program, m.group(0), fin), flush=True)
+        return 0
     except Fail as e:
         print("FAIL: %s" % e, flush=True)
         return 1
