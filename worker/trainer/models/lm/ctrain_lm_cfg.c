@@ -431,7 +431,11 @@ static int ctrain_lm_cfg__add(ctrain_lm_cfg__list_t *l, const ctrain_lm_cfg_t *c
     ctrain_lm_tensor_t *t = &l->t[l->n++];
     memset(t, 0, sizeof *t);
     bool head = role == CTRAIN_LM_T_HEAD;
-    snprintf(t->name, sizeof t->name, "%s%s", head ? "" : c->prefix, local);
+    int len = snprintf(t->name, sizeof t->name, "%s%s", head ? "" : c->prefix, local);
+    if (len < 0 || (size_t)len >= sizeof t->name) {
+        l->n--;
+        return -ENAMETOOLONG;
+    }
     t->role = role;
     t->layer = layer;
     t->group = group;
