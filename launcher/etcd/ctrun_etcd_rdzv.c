@@ -57,7 +57,10 @@ struct ctrun_etcd_rdzv {
     ctrun_rdzv_plan_t plan; /* this node's view */
     char *outcome;          /* NULL while the round runs */
     bool told_round, told_waiting, told_closed, asked_rejoin, asked_close;
-    bool proposed; /* this node's proposal was decided: wait for the round to change */
+    /* A proposal is made against the round this node saw (proposal_base); once etcd decided it
+     * (won or lost), the round key has changed: no new proposal until the watch brings the new
+     * round (its PROPOSED may come before or after that ROUND). */
+    int64_t proposal_base, decided_base;
     int leaving;   /* requests of close still out */
     ctrun_etcd_rdzv_leave_t leave;
     int64_t lease;
@@ -208,7 +211,7 @@ static bool ctrun_etcd_rdzv__set_round(ctrun_etcd_rdzv_t *r, int64_t k, const ch
     free(r->outcome);
     r->outcome = NULL;
     r->round = k;
-    r->told_round = r->told_waiting = r->asked_rejoin = r->asked_close = r->proposed = false;
+    r->told_round = r->told_waiting = r->asked_rejoin = r->asked_close = false;
     r->last_call_expired = false;
     r->last_call_running = false;
     uv_timer_stop(&r->last_call_timer);
@@ -268,18 +271,20 @@ static bool ctrun_etcd_rdzv__ready(const ctrun_etcd_rdzv_t *r, const ctrun_etcd_
 
 static void ctrun_etcd_rdzv__propose_closed(ctrun_etcd_rdzv_t *r, const char *reason)
 {
-    if (r->asked_close || r->proposed)
+    if (r->asked_close || r->decided_base == r->round)
         return;
     char text[CT_ERRBUF_SIZE + 16];
     snprintf(text, sizeof text, "closed %s", reason);
-    if (ctrun_etcd_group_propose(r->g, r->round + 1, text) == 0)
+    if (ctrun_etcd_group_propose(r->g, r->round + 1, text) == 0) {
         r->asked_close = true;
+        r->proposal_base = r->round;
+    }
 }
 
 /* Proposes attempt `next` with the ready members (join order, MAX at most). */
 static void ctrun_etcd_rdzv__propose(ctrun_etcd_rdzv_t *r, int next, int restarts)
 {
-    if (r->proposed)
+    if (r->decided_base == r->round)
         return;
     int n = 0;
     int *nproc = malloc((r->nmembers + 1) * sizeof *nproc);
@@ -309,7 +314,8 @@ static void ctrun_etcd_rdzv__propose(ctrun_etcd_rdzv_t *r, int next, int restart
     }
     if (at < size) {
         ct_log_debug("etcd rendezvous: proposing attempt %d with %d nodes", next, n);
-        ctrun_etcd_group_propose(r->g, (int64_t)next + 1, text);
+        if (ctrun_etcd_group_propose(r->g, (int64_t)next + 1, text) == 0)
+            r->proposal_base = r->round;
     }
 out:
     free(nproc);
@@ -512,7 +518,7 @@ static void ctrun_etcd_rdzv__on_group(void *data, const ctrun_etcd_group_event_t
         if (ev->rc != 0)
             ct_log_warn("etcd rendezvous: a proposal failed: %s", ev->error);
         else
-            r->proposed = true;
+            r->decided_base = r->proposal_base;
         r->asked_close = false;
         break;
     case CTRUN_ETCD_GROUP_MEMBERS:
@@ -582,6 +588,7 @@ int ctrun_etcd_rdzv_start(uv_loop_t *loop, const ctrun_etcd_rdzv_params_t *p, ct
     r->last_call_ms = p->last_call_ms;
     r->join_timeout_ms = p->join_timeout_ms;
     r->done = -1;
+    r->decided_base = -1;
     int rc = ctrun_etcd_create(loop, &p->etcd, &r->etcd, eb);
     if (rc != 0) {
         ctrun_etcd_rdzv__free(r);
