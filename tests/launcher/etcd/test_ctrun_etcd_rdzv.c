@@ -3,12 +3,13 @@
  * a real etcd (etcd_cluster.h), several nodes on one loop, each with its own clients: three
  * nodes of --nnodes 2:3 form one round at once with ranks in join order and the same plan; a
  * failure one node records reaches all and the next round counts a restart; a finished job
- * leaves no key behind; two nodes of 2:3 form a round only after the last call; a third node
- * arriving at a running round of two ends it with "rejoin" and joins the next one without a
- * restart used; a fourth node at a full round waits, and joins the round formed after a node
- * stops without a word (killed), which every other node reports as lost within the lease TTL
- * plus slack; a node alone past the join timeout gets one line naming etcd and the count; a
- * three-member etcd losing a member mid-round does not disturb the round.
+ * leaves no key behind; two nodes of 2:3 form a round only after the last call, and a failure
+ * with no restart left closes the rendezvous for both; a third node arriving at a running round
+ * of two ends it with "rejoin" and joins the next one without a restart used; a fourth node at a
+ * full round waits, and joins the round formed after a node stops without a word (killed),
+ * which every other node reports as lost within the lease TTL plus slack; a node alone past the
+ * join timeout gets one line naming etcd and the count; a three-member etcd losing a member
+ * mid-round does not disturb the round.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -281,6 +282,19 @@ static void two_nodes_after_last_call(void)
            (long long)took);
     int ranks[] = {0, 1};
     check_round(n, 2, ranks, 0, 0);
+
+    /* A failure with no restart left (max_restarts 0): no further round, every node is told. */
+    CT_ASSERT_OK(ctrun_etcd_rdzv_failed(n[0].r, "boom"));
+    for (int i = 0; i < 2; i++) {
+        RUN_WHILE(n[i].nended < 1, 10000);
+        CT_ASSERT_STR_EQ(n[i].ended, "failed 0");
+        CT_ASSERT_OK(ctrun_etcd_rdzv_next(n[i].r));
+    }
+    for (int i = 0; i < 2; i++) {
+        RUN_WHILE(n[i].nclosed < 1, 10000);
+        CT_ASSERT_STR_EQ(n[i].closed, "the job failed with no restart left (--max_restarts=0)");
+        CT_ASSERT_EQ(n[i].nrounds, 1);
+    }
     close_all(n, 2, CTRUN_ETCD_RDZV_FINISH);
     CT_ASSERT_EQ(keys_under(one.endpoints, "/ctrun/two/"), 0);
 }
