@@ -3,13 +3,13 @@
  * a real etcd (etcd_cluster.h), several nodes on one loop, each with its own clients: three
  * nodes of --nnodes 2:3 form one round at once with ranks in join order and the same plan; a
  * failure one node records reaches all and the next round counts a restart; a finished job
- * leaves no key behind; two nodes of 2:3 form a round only after the last call, and a failure
- * with no restart left closes the rendezvous for both; a third node arriving at a running round
- * of two ends it with "rejoin" and joins the next one without a restart used; a fourth node at a
- * full round waits, and joins the round formed after a node stops without a word (killed),
- * which every other node reports as lost within the lease TTL plus slack; a node alone past the
- * join timeout gets one line naming etcd and the count; a three-member etcd losing a member
- * mid-round does not disturb the round.
+ * leaves no key behind; nodes started at once agree on one plan; two nodes of 2:3 form a round only
+ * after the last call, and a failure with no restart left closes the rendezvous for both; a third
+ * node arriving at a running round of two ends it with "rejoin" and joins the next one without a
+ * restart used; a fourth node at a full round waits, and joins the round formed after a node stops
+ * without a word (killed), which every other node reports as lost within the lease TTL plus slack;
+ * a node alone past the join timeout gets one line naming etcd and the count; a three-member etcd
+ * losing a member mid-round does not disturb the round.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -258,6 +258,45 @@ static void three_nodes_one_round(void)
     CT_ASSERT_EQ(keys_under(one.endpoints, "/ctrun/three/"), 0);
 }
 
+/* 2:3, three nodes started at once (their proposals race): one plan, ranks 0, 1 and 2 once each. */
+static void concurrent_starts(void)
+{
+    job_t j = {.endpoints = one.endpoints,
+               .run_id = "race",
+               .min = 2,
+               .max = 3,
+               .max_restarts = 0,
+               .last_call_ms = 0, /* everyone proposes as soon as MIN are ready */
+               .ttl_s = 5};
+    rnode_t n[3];
+    const char *ids[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++)
+        rdzv_start(&n[i], &j, ids[i]);
+    RUN_WHILE(n[0].nrounds + n[0].nwaiting < 1 || n[1].nrounds + n[1].nwaiting < 1 ||
+                  n[2].nrounds + n[2].nwaiting < 1,
+              10000);
+    run_for(300);
+    int seen = 0, in = 0;
+    for (int i = 0; i < 3; i++) {
+        if (n[i].nrounds == 0)
+            continue;
+        in++;
+        CT_ASSERT_EQ(n[i].nrounds, 1);
+        CT_ASSERT(n[i].plan.group_rank >= 0 && n[i].plan.group_rank < 3);
+        CT_ASSERT_MSG(!(seen & (1 << n[i].plan.group_rank)), "group rank %d given twice",
+                      n[i].plan.group_rank);
+        seen |= 1 << n[i].plan.group_rank;
+        CT_ASSERT_EQ(n[i].plan.attempt, 0);
+    }
+    for (int i = 0; i < 3; i++)
+        if (n[i].nrounds == 1)
+            CT_ASSERT_EQ(n[i].plan.nnodes, in);
+    CT_ASSERT_GE(in, 2);
+    CT_ASSERT_EQ(seen, (1 << in) - 1);
+    close_all(n, 3, CTRUN_ETCD_RDZV_FINISH);
+    CT_ASSERT_EQ(keys_under(one.endpoints, "/ctrun/race/"), 0);
+}
+
 /* 2:3, two nodes: the round forms only once the last call has passed. */
 static void two_nodes_after_last_call(void)
 {
@@ -447,6 +486,7 @@ int main(void)
     CT_RUN(bad_params);
     etcd_cluster_start(&one, 1); /* skips (77) from here without etcd */
     CT_RUN(three_nodes_one_round);
+    CT_RUN(concurrent_starts);
     CT_RUN(two_nodes_after_last_call);
     CT_RUN(scale_up_without_restart);
     CT_RUN(fourth_waits_and_lost_node);
