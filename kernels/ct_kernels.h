@@ -156,9 +156,19 @@ void ct_linear_forward_cpu(float *out, const float *inp, const float *weight, co
                            int N, int IC, int OC);
 
 /* dinp += dout W; dweight += dout^T inp; dbias += column sums of dout (rows in order).
- *   dinp: (N,IC) +=, or NULL   dweight: (OC,IC) +=   dbias: (OC) +=, or NULL
+ *   dinp: (N,IC) +=, or NULL   dweight: (OC,IC) +=, or NULL (a frozen weight)
+ *   dbias: (OC) +=, or NULL
  *   dout: (N,OC)   inp: (N,IC)   weight: (OC,IC) */
 void ct_linear_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int IC, int OC);
+
+/* GPT-2's Conv1D: out = inp W + b with the weight stored (in, out), as transformers keeps it.
+ *   out: (N,OC)   inp: (N,IC)   weight: (IC,OC)   bias: (OC) or NULL */
+void ct_conv1d_forward_cpu(float *out, const float *inp, const float *weight, const float *bias,
+                           int N, int IC, int OC);
+/* dinp += dout W^T; dweight += inp^T dout; dbias += column sums of dout (rows in order).
+ *   dinp: (N,IC) += or NULL   dweight: (IC,OC) += or NULL   dbias: (OC) += or NULL */
+void ct_conv1d_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int IC, int OC);
 
 /* ---- attention input projection (kernels/cpu/linear.c) --------------------------------------

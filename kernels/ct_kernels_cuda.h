@@ -163,6 +163,13 @@ int ct_linear_backward_cuda(float *dinp, float *dweight, float *dbias, const flo
                             const float *inp, const float *weight, int N, int IC, int OC,
                             const ct_cuda_ctx_t *ctx);
 
+/* GPT-2's Conv1D (weight (IC,OC)), as ct_conv1d_*_cpu; dinp, dweight, dbias may be NULL. */
+int ct_conv1d_forward_cuda(float *out, const float *inp, const float *weight, const float *bias,
+                           int N, int IC, int OC, const ct_cuda_ctx_t *ctx);
+int ct_conv1d_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int IC, int OC,
+                            const ct_cuda_ctx_t *ctx);
+
 int ct_qkv_forward_cuda(float *qkv, const float *xq, const float *xkv, const float *weight,
                         const float *bias, int N, int C, const ct_cuda_ctx_t *ctx);
 

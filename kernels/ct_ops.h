@@ -2,8 +2,9 @@
  * ct_ops.h - the dispatch table through which model code calls the compute ops: one struct of
  * function pointers whose entries have the signatures of ct_kernels.h with the table itself as
  * the first argument, plus the few memory operations a model needs (allocate, zero, copy,
- * synchronise). The model (worker/trainer/models/sasrec/ctrain_sasrec.c: SASRec, TiSASRec, mHC) is
- * written once against this table; a backend fills it in:
+ * synchronise). The models (worker/trainer/models/sasrec/ctrain_sasrec.c: SASRec, TiSASRec, mHC;
+ * models/lm/ctrain_lm.c: GPT-2, Qwen2) are written once against this table; a backend fills it
+ * in:
  *   - CPU (kernels/cpu/ops.c, ct_ops_cpu_init): each entry calls the ct_*_cpu function; memory
  *     is host memory (host_memory = true), copies are memcpy, nothing can fail.
  *   - CUDA (kernels/cuda/ops.cu, ct_ops_cuda_init): each entry calls the ct_*_cuda twin of
@@ -233,6 +234,13 @@ struct ct_ops {
     void (*lm_ce_loss)(ct_ops_t *o, float *loss, float *dfeats, float *dwte, float *scratch,
                        const float *feats, const float *wte, const int32_t *tgt, int N, int C,
                        int V, float count);
+    /* GPT-2's Conv1D (weight (IC,OC)); linear_backward and this take dweight NULL for a frozen
+     * weight. */
+    void (*conv1d_forward)(ct_ops_t *o, float *out, const float *inp, const float *weight,
+                           const float *bias, int N, int IC, int OC);
+    void (*conv1d_backward)(ct_ops_t *o, float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight, int N, int IC,
+                            int OC);
 };
 
 /* Fills o with the CPU backend (kernels/cpu/ops.c). Never fails. */

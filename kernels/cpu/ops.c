@@ -144,6 +144,21 @@ static void ct_cpu_ops__linear_backward(ct_ops_t *o, float *dinp, float *dw, flo
     ct_linear_backward_cpu(dinp, dw, db, dout, inp, w, N, IC, OC);
 }
 
+static void ct_cpu_ops__conv1d_forward(ct_ops_t *o, float *out, const float *inp, const float *w,
+                                       const float *b, int N, int IC, int OC)
+{
+    (void)o;
+    ct_conv1d_forward_cpu(out, inp, w, b, N, IC, OC);
+}
+
+static void ct_cpu_ops__conv1d_backward(ct_ops_t *o, float *dinp, float *dw, float *db,
+                                        const float *dout, const float *inp, const float *w, int N,
+                                        int IC, int OC)
+{
+    (void)o;
+    ct_conv1d_backward_cpu(dinp, dw, db, dout, inp, w, N, IC, OC);
+}
+
 static void ct_cpu_ops__qkv_forward(ct_ops_t *o, float *qkv, const float *xq, const float *xkv,
                                     const float *w, const float *b, int N, int C)
 {
@@ -538,6 +553,8 @@ void ct_ops_cpu_init(ct_ops_t *o)
         .layernorm_backward = ct_cpu_ops__layernorm_backward,
         .linear_forward = ct_cpu_ops__linear_forward,
         .linear_backward = ct_cpu_ops__linear_backward,
+        .conv1d_forward = ct_cpu_ops__conv1d_forward,
+        .conv1d_backward = ct_cpu_ops__conv1d_backward,
         .qkv_forward = ct_cpu_ops__qkv_forward,
         .qkv_backward = ct_cpu_ops__qkv_backward,
         .attention_forward = ct_cpu_ops__attention_forward,

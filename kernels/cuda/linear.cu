@@ -134,8 +134,9 @@ static int ct_cuda_linear__linear_bwd(float *dinp, int ldi, float *dweight, floa
     if (dinp)
         CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, &one, weight, IC, dout,
                                  lds, &one, dinp, ldi), NULL);
-    CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one, inp, ldi, dout, lds,
-                             &one, dweight, IC), NULL);
+    if (dweight)
+        CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one, inp, ldi, dout,
+                                 lds, &one, dweight, IC), NULL);
     if (dbias)
         return ct_cuda_linear__colsum(dbias, dout, lds, N, OC, ctx);
     return 0;
@@ -158,6 +159,50 @@ extern "C" int ct_linear_backward_cuda(float *dinp, float *dweight, float *dbias
     CT_CUDA_REQUIRE(N >= 0 && IC >= 1 && OC >= 0);
     return ct_cuda_linear__linear_bwd(dinp, IC, dweight, dbias, dout, OC, inp, weight, N, IC, OC,
                                       ctx);
+}
+
+/* GPT-2's Conv1D, weight (IC,OC) row-major: in cuBLAS's column-major terms
+ * out^T (OC,N) = W^T (OC,IC) inp^T (IC,N), where the stored W already reads as W^T (ld OC). */
+extern "C" int ct_conv1d_forward_cuda(float *out, const float *inp, const float *weight,
+                                      const float *bias, int N, int IC, int OC,
+                                      const ct_cuda_ctx_t *ctx)
+{
+    CT_CUDA_REQUIRE(ctx && ctx->blas);
+    CT_CUDA_REQUIRE(N >= 0 && IC >= 1 && OC >= 0);
+    if (N <= 0 || OC <= 0)
+        return 0;
+    float alpha = 1.0f, beta = 0.0f;
+    if (bias) {
+        const int64_t n = (int64_t)N * OC;
+        CT_LAUNCH(ct_cuda_linear__bias_fill_kernel, ct__grid_1d(n, CT__THREADS), CT__THREADS, 0,
+                  ctx->stream, out, OC, bias, n, OC);
+        CT_CUDA_CHECK_LAUNCH();
+        beta = 1.0f;
+    }
+    CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, IC, &alpha, weight, OC, inp, IC,
+                             &beta, out, OC), NULL);
+    return 0;
+}
+
+/* dinp^T (IC,N) += W (IC,OC) dout^T (OC,N); dW^T (OC,IC) += dout^T (OC,N) inp (N,IC). */
+extern "C" int ct_conv1d_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                                       const float *inp, const float *weight, int N, int IC, int OC,
+                                       const ct_cuda_ctx_t *ctx)
+{
+    CT_CUDA_REQUIRE(ctx && ctx->blas);
+    CT_CUDA_REQUIRE(N >= 0 && IC >= 1 && OC >= 0);
+    if (N <= 0 || OC <= 0)
+        return 0;
+    float one = 1.0f;
+    if (dinp)
+        CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, IC, N, OC, &one, weight, OC, dout,
+                                 OC, &one, dinp, IC), NULL);
+    if (dweight)
+        CT_CUBLAS_CHECK(ct__gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, N, &one, dout, OC, inp, IC,
+                                 &one, dweight, OC), NULL);
+    if (dbias)
+        return ct_cuda_linear__colsum(dbias, dout, OC, N, OC, ctx);
+    return 0;
 }
 
 extern "C" int ct_qkv_forward_cuda(float *qkv, const float *xq, const float *xkv,

@@ -242,6 +242,19 @@ static void ct_cuda_ops__linear_backward(ct_ops_t *o, float *dinp, float *dw, fl
     ct_cuda_ops__latch(o, ct_linear_backward_cuda(dinp, dw, db, dout, inp, w, N, IC, OC, CT__C));
 }
 
+static void ct_cuda_ops__conv1d_forward(ct_ops_t *o, float *out, const float *inp, const float *w,
+                                        const float *b, int N, int IC, int OC)
+{
+    ct_cuda_ops__latch(o, ct_conv1d_forward_cuda(out, inp, w, b, N, IC, OC, CT__C));
+}
+
+static void ct_cuda_ops__conv1d_backward(ct_ops_t *o, float *dinp, float *dw, float *db,
+                                         const float *dout, const float *inp, const float *w, int N,
+                                         int IC, int OC)
+{
+    ct_cuda_ops__latch(o, ct_conv1d_backward_cuda(dinp, dw, db, dout, inp, w, N, IC, OC, CT__C));
+}
+
 static void ct_cuda_ops__qkv_forward(ct_ops_t *o, float *qkv, const float *xq, const float *xkv,
                                      const float *w, const float *b, int N, int C)
 {
@@ -647,6 +660,8 @@ extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp)
     o->layernorm_backward = ct_cuda_ops__layernorm_backward;
     o->linear_forward = ct_cuda_ops__linear_forward;
     o->linear_backward = ct_cuda_ops__linear_backward;
+    o->conv1d_forward = ct_cuda_ops__conv1d_forward;
+    o->conv1d_backward = ct_cuda_ops__conv1d_backward;
     o->qkv_forward = ct_cuda_ops__qkv_forward;
     o->qkv_backward = ct_cuda_ops__qkv_backward;
     o->attention_forward = ct_cuda_ops__attention_forward;

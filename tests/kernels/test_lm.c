@@ -4,8 +4,8 @@
  * finite differences of that formula; the accumulate contract; poisoned outputs; RoPE's table
  * against the float64 cosine of transformers' float32 angles; and the next-token loss through the
  * LM head (ct_lm_ce_loss_cpu in kernels/cpu/loss.c: several chunks, ignored rows, a frozen head,
- * the loss alone). Widths are Qwen2's head width 64 and odd ones (13, 7 pairs) so the eight-wide
- * loops meet their tails.
+ * the loss alone); GPT-2's Conv1D (kernels/cpu/linear.c) against float64 sums. Widths are
+ * Qwen2's head width 64 and odd ones (13, 7 pairs) so the eight-wide loops meet their tails.
  *
  * Tolerances (|got - ref| <= atol + rtol |ref|; each case prints its worst element):
  *   RMSNorm: the row sum is double, so the error is the float element work: x * s, then
@@ -499,6 +499,67 @@ static void test_lm_ce(void)
     lce_check(300, 6, 40, 90);
 }
 
+/* ---- GPT-2's Conv1D (kernels/cpu/linear.c) -----------------------------------------------------
+ * out = inp W + b with W stored (in, out), against the float64 sums; the backward's three
+ * gradients accumulated twice onto random starting values; dweight NULL leaves the rest as they
+ * are. Sums of IC (or N) products of values of order 1: atol 1e-5, rtol 1e-5. */
+static void conv1d_check(int N, int IC, int OC)
+{
+    printf("conv1d N=%d IC=%d OC=%d\n", N, IC, OC);
+    float *x = KC_ALLOC(float, N *IC), *w = KC_ALLOC(float, IC *OC), *b = KC_ALLOC(float, OC);
+    float *out = KC_ALLOC(float, N *OC), *dout = KC_ALLOC(float, N *OC);
+    float *dx = KC_ALLOC(float, N *IC), *dw = KC_ALLOC(float, IC *OC), *db = KC_ALLOC(float, OC);
+    double *rf = KC_ALLOC(double, N *OC), *rdx = KC_ALLOC(double, N *IC);
+    double *rdw = KC_ALLOC(double, IC *OC), *rdb = KC_ALLOC(double, OC);
+    kc_fill(x, N * IC, -1, 1, 700), kc_fill(w, IC * OC, -1, 1, 701), kc_fill(b, OC, -1, 1, 702);
+    kc_fill(dout, N * OC, -1, 1, 703), kc_fill(dx, N * IC, -1, 1, 704);
+    kc_fill(dw, IC * OC, -1, 1, 705), kc_fill(db, OC, -1, 1, 706);
+    kc_to_double(rdx, dx, N * IC), kc_to_double(rdw, dw, IC * OC), kc_to_double(rdb, db, OC);
+    for (int r = 0; r < N; r++)
+        for (int o = 0; o < OC; o++) {
+            double s = b[o];
+            for (int i = 0; i < IC; i++)
+                s += (double)x[r * IC + i] * w[i * OC + o];
+            rf[r * OC + o] = s;
+        }
+    kc_poison(out, N * OC);
+    ct_conv1d_forward_cpu(out, x, w, b, N, IC, OC);
+    kc_check("conv1d out", out, rf, N * OC, 1e-5, 1e-5);
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; r < N; r++)
+            for (int o = 0; o < OC; o++) {
+                double g = dout[r * OC + o];
+                rdb[o] += g;
+                for (int i = 0; i < IC; i++) {
+                    rdx[r * IC + i] += g * w[i * OC + o];
+                    rdw[i * OC + o] += g * x[r * IC + i];
+                }
+            }
+    for (int k = 0; k < 2; k++)
+        ct_conv1d_backward_cpu(dx, dw, db, dout, x, w, N, IC, OC);
+    kc_check("conv1d dinp x2", dx, rdx, N * IC, 1e-5, 1e-5);
+    kc_check("conv1d dweight x2", dw, rdw, IC * OC, 1e-5, 1e-5);
+    kc_check("conv1d dbias x2", db, rdb, OC, 1e-5, 1e-5);
+    /* a frozen weight: dweight NULL, dinp and dbias as before */
+    float *dw2 = KC_ALLOC(float, IC *OC);
+    memcpy(dw2, dw, (size_t)IC * OC * sizeof *dw2);
+    ct_conv1d_backward_cpu(dx, NULL, NULL, dout, x, w, N, IC, OC);
+    CT_ASSERT(memcmp(dw2, dw, (size_t)IC * OC * sizeof *dw2) == 0);
+    for (int r = 0; r < N; r++)
+        for (int o = 0; o < OC; o++)
+            for (int i = 0; i < IC; i++)
+                rdx[r * IC + i] += (double)dout[r * OC + o] * w[i * OC + o];
+    kc_check("conv1d dinp, frozen weight", dx, rdx, N * IC, 1e-5, 1e-5);
+    free(x), free(w), free(b), free(out), free(dout), free(dx), free(dw), free(db), free(rf);
+    free(rdx), free(rdw), free(rdb), free(dw2);
+}
+
+static void test_conv1d(void)
+{
+    conv1d_check(7, 16, 48);
+    conv1d_check(33, 13, 5);
+}
+
 int main(void)
 {
     CT_RUN(test_rmsnorm);
@@ -511,5 +572,6 @@ int main(void)
     CT_RUN(test_gqa_is_mha);
     CT_RUN(test_lm_embed);
     CT_RUN(test_lm_ce);
+    CT_RUN(test_conv1d);
     return 0;
 }

@@ -10,7 +10,8 @@
  *     formulas multiply them by values up to ~6: atol 2e-6, rtol 2e-6.
  *   - the next-token loss (ct_lm_ce_loss_cuda in kernels/cuda/xent.cu): see lce_case;
  *   - grouped-query attention: see gqa_case;
- *   - every language-model entry of the op tables, CPU table against CUDA table (test_tables).
+ *   - every language-model entry of the op tables, CPU table against CUDA table (test_tables),
+ *     GPT-2's Conv1D and a linear backward with a frozen weight (dweight NULL) included.
  * Outputs are poisoned first; backward gradients start from random values and get two calls
  * (the += contract). Sizes: Qwen2.5-0.5B's width 896 and 7B's 3584 (wider than shared memory
  * would hold), an odd width, and an element count that needs the grid-stride loop's second
@@ -455,11 +456,32 @@ static void test_tables(void)
     lt_cmp("table lm ce loss", &gpu, g_loss, &loss, 1, 1e-7, 1e-5);
     lt_cmp("table lm ce dfeats", &gpu, g_o2, r2, nc, 1e-6, 1e-4);
 
+    printf("conv1d (weight (IC,OC)), frozen linear\n");
+    enum { OC = 24 }; /* weight: the first C*OC of wte, bias: the first OC of wpe, dout: u */
+    float *co = KC_ALLOC(float, N *OC), *cdb = KC_ALLOC(float, OC);
+    cpu.conv1d_forward(&cpu, co, x, wte, wpe, N, C, OC);
+    float *g_co = lt_up(&gpu, co, (size_t)N * OC * 4);
+    gpu.conv1d_forward(&gpu, g_co, g_x, g_wte, g_wpe, N, C, OC);
+    lt_cmp("table conv1d", &gpu, g_co, co, (int64_t)N * OC, 1e-5, 1e-5);
+    memcpy(r2, d, nc * 4), memcpy(r3, wte, V * C * 4), memcpy(cdb, wpe, OC * 4);
+    gpu.copy(&gpu, g_o, d, nc * 4, CT_COPY_H2D);
+    gpu.copy(&gpu, g_dte, wte, V * C * 4, CT_COPY_H2D);
+    float *g_db = lt_up(&gpu, wpe, OC * 4);
+    cpu.conv1d_backward(&cpu, r2, r3, cdb, u, x, wte, N, C, OC);
+    gpu.conv1d_backward(&gpu, g_o, g_dte, g_db, g_u, g_x, g_wte, N, C, OC);
+    lt_cmp("table conv1d dinp", &gpu, g_o, r2, nc, 1e-5, 1e-5);
+    lt_cmp("table conv1d dweight", &gpu, g_dte, r3, (int64_t)C * OC, 1e-5, 1e-5);
+    lt_cmp("table conv1d dbias", &gpu, g_db, cdb, OC, 1e-5, 1e-5);
+    /* dweight NULL (a frozen weight): dinp only, of the (OC,C) linear */
+    cpu.linear_backward(&cpu, r2, NULL, NULL, u, x, wte, N, C, OC);
+    gpu.linear_backward(&gpu, g_o, NULL, NULL, g_u, g_x, g_wte, N, C, OC);
+    lt_cmp("table linear dinp, frozen weight", &gpu, g_o, r2, nc, 1e-5, 1e-5);
+
     CT_ASSERT_OK(ct_ops_status(&gpu));
     ct_ops_close(&gpu);
     free(x), free(w), free(d), free(u), free(qkv), free(dq), free(wte), free(wpe), free(cs);
     free(sn), free(r1), free(r2), free(r3), free(rs), free(r2b), free(att), free(out), free(csc);
-    free(lsc);
+    free(lsc), free(co), free(cdb);
 }
 
 static void test_bad_shapes(void)
