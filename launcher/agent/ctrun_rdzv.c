@@ -218,6 +218,26 @@ ctrun_rdzv_result_t ctrun_rdzv_on_reply(ctrun_rdzv_t *r, const ctrun_kv_reply_t 
     return CTRUN_RDZV_PENDING;
 }
 
+/* ---- the rules ------------------------------------------------------------------------ */
+
+ctrun_rdzv_decision_t ctrun_rdzv_round_decide(int attempt, int ready, int wanting, int min_nodes,
+                                              int max_nodes)
+{
+    if (ready >= max_nodes || (attempt > 0 && ready == wanting && ready >= min_nodes))
+        return CTRUN_RDZV_ROUND_CLOSE;
+    return ready >= min_nodes ? CTRUN_RDZV_ROUND_LAST_CALL : CTRUN_RDZV_ROUND_WAIT;
+}
+
+bool ctrun_rdzv_outcome_counts(const char *outcome)
+{
+    return strncmp(outcome, "failed ", 7) == 0 || strncmp(outcome, "lost ", 5) == 0;
+}
+
+bool ctrun_rdzv_outcome_final(const char *outcome)
+{
+    return strcmp(outcome, "succeeded") == 0 || strncmp(outcome, "stopped ", 8) == 0;
+}
+
 /* ---- plans ---------------------------------------------------------------------------- */
 
 int ctrun_rdzv_plan_text(int attempt, int restarts, int nnodes, int max_restarts, const int *nproc,

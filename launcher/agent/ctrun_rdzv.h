@@ -49,7 +49,8 @@
  * when a round ends with "failed" or "lost" and stays when a round ends with "rejoin"
  * (membership changes do not use up --max_restarts, as in torchrun).
  *
- * When a round closes (torchrun's dynamic rendezvous rules, judged by the coordinator):
+ * When a round closes (torchrun's dynamic rendezvous rules, judged by the coordinator with
+ * ctrun_rdzv_round_decide, which launcher/etcd/ctrun_etcd_rdzv.c follows too):
  * - at once when MAX nodes are ready;
  * - after a re-rendezvous (k > 0), at once when every live node of the job (the previous
  *   round's survivors and the nodes waiting to join) is ready and they are at least MIN;
@@ -183,6 +184,26 @@ int ctrun_rdzv_plan_text(int attempt, int restarts, int nnodes, int max_restarts
 /* Reads a go text for the node node_id (group_rank -1 when the plan leaves it out). Errors:
  * CT_EPARSE / CT_EMISMATCH in eb; CT_ESTATE with the reason for "closed <reason>". */
 int ctrun_rdzv_plan_parse(const char *text, int node_id, ctrun_rdzv_plan_t *plan, ct_errbuf_t *eb);
+
+/* ---- the rules (pure; the coordinator here and the etcd rendezvous both follow them) ------ */
+
+typedef enum ctrun_rdzv_decision {
+    CTRUN_RDZV_ROUND_WAIT = 0,  /* fewer than MIN ready: keep collecting */
+    CTRUN_RDZV_ROUND_LAST_CALL, /* MIN ready: close when the last call ends */
+    CTRUN_RDZV_ROUND_CLOSE,     /* close now */
+} ctrun_rdzv_decision_t;
+
+/* What an open round `attempt` does with `ready` nodes ready for it, of `wanting` live nodes
+ * that want to be in the job: close at once at MAX, or (after a re-rendezvous) when every live
+ * node is ready and they are at least MIN; a last call from MIN; otherwise wait. */
+ctrun_rdzv_decision_t ctrun_rdzv_round_decide(int attempt, int ready, int wanting, int min_nodes,
+                                              int max_nodes);
+
+/* Whether a round's outcome uses up a restart ("failed ..." and "lost ..."). */
+bool ctrun_rdzv_outcome_counts(const char *outcome);
+
+/* Whether a round's outcome ends the job ("succeeded", "stopped ..."). */
+bool ctrun_rdzv_outcome_final(const char *outcome);
 
 /* ---- the coordinator (the agent that hosts the store) ------------------------------------ */
 

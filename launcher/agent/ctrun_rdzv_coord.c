@@ -199,11 +199,13 @@ static void ctrun_rdzv_coord__evaluate(ctrun_rdzv_coord_t *c)
         }
         return;
     }
-    if (ready >= c->nnodes || (c->round > 0 && ready == wanting && ready >= c->min_nodes)) {
+    ctrun_rdzv_decision_t d =
+        ctrun_rdzv_round_decide(c->round, ready, wanting, c->min_nodes, c->nnodes);
+    if (d == CTRUN_RDZV_ROUND_CLOSE) {
         ctrun_rdzv_coord__go(c);
         return;
     }
-    if (ready >= c->min_nodes && !c->last_call) {
+    if (d == CTRUN_RDZV_ROUND_LAST_CALL && !c->last_call) {
         c->last_call = true;
         if (c->last_call_ms <= 0) {
             ctrun_rdzv_coord__go(c);
@@ -254,8 +256,8 @@ static void ctrun_rdzv_coord__too_few(ctrun_rdzv_coord_t *c, const char *why)
 static void ctrun_rdzv_coord__outcome(ctrun_rdzv_coord_t *c, const char *text)
 {
     c->running = false;
-    bool counted = strncmp(text, "failed ", 7) == 0 || strncmp(text, "lost ", 5) == 0;
-    bool over = strcmp(text, "succeeded") == 0 || strncmp(text, "stopped ", 8) == 0;
+    bool counted = ctrun_rdzv_outcome_counts(text);
+    bool over = ctrun_rdzv_outcome_final(text);
     /* A node that leaves (a signal to its agent in an elastic job) is out for good, at once. */
     int left_id = -1;
     char left_host[64] = "?";

@@ -81,6 +81,46 @@ static void ctrun_etcd_group__emit(ctrun_etcd_group_t *g, ctrun_etcd_group_event
     g->cb(g->data, &ev);
 }
 
+/* A KEY event for one of the caller's keys (kv under the prefix, neither a member nor the round);
+ * -ENOMEM drops it. */
+static void ctrun_etcd_group__emit_key(ctrun_etcd_group_t *g, const ctrun_etcd_kv_t *kv,
+                                       bool deleted)
+{
+    size_t plen = strlen(g->prefix);
+    if (g->closing || kv->key_len <= plen)
+        return;
+    char *key = strndup((const char *)kv->key + plen, kv->key_len - plen);
+    char *value = deleted ? strdup("") : strndup((const char *)kv->value, kv->value_len);
+    if (key != NULL && value != NULL) {
+        ctrun_etcd_group_event_t ev = {.kind = CTRUN_ETCD_GROUP_KEY,
+                                       .members = g->view,
+                                       .nmembers = g->nmembers,
+                                       .self = -1,
+                                       .round = g->round,
+                                       .plan = g->plan ? g->plan : "",
+                                       .error = "",
+                                       .key = key,
+                                       .value = value,
+                                       .value_len = deleted ? 0 : kv->value_len,
+                                       .deleted = deleted};
+        for (size_t i = 0; i < g->nmembers; i++) {
+            g->view[i] =
+                (ctrun_etcd_member_t){g->members[i].id, g->members[i].value, g->members[i].joined};
+            if (strcmp(g->members[i].id, g->id) == 0)
+                ev.self = (long)i;
+        }
+        g->cb(g->data, &ev);
+    }
+    free(key);
+    free(value);
+}
+
+/* Whether kv is the round key. */
+static bool ctrun_etcd_group__is_round(const ctrun_etcd_group_t *g, const ctrun_etcd_kv_t *kv)
+{
+    return kv->key_len == strlen(g->round_key) && memcmp(kv->key, g->round_key, kv->key_len) == 0;
+}
+
 /* Stops everything and reports FAILED once; the caller closes the group. */
 __attribute__((format(printf, 3, 4))) static void
 ctrun_etcd_group__fail(ctrun_etcd_group_t *g, int rc, const char *fmt, ...)
@@ -235,17 +275,30 @@ static void ctrun_etcd_group__on_watch(void *data, const ctrun_etcd_result_t *re
                 members_changed = true;
             }
             free(id);
-        } else if (ev->kv.key_len == strlen(g->round_key) &&
-                   memcmp(ev->kv.key, g->round_key, ev->kv.key_len) == 0 && !ev->deleted) {
+        } else if (ctrun_etcd_group__is_round(g, &ev->kv)) {
+            if (ev->deleted)
+                continue;
             if (!ctrun_etcd_group__set_round(g, &ev->kv)) {
                 ctrun_etcd_group__fail(g, CT_EPARSE, "etcd: %s holds a malformed round",
                                        g->round_key);
                 return;
             }
             round_changed = true;
+        } else {
+            /* The caller's key: what changed before it in this message is told first. */
+            if (members_changed)
+                ctrun_etcd_group__emit(g, CTRUN_ETCD_GROUP_MEMBERS, false, 0, NULL);
+            if (round_changed && !g->closing && g->state != CTRUN_ETCD_GROUP__FAILED)
+                ctrun_etcd_group__emit(g, CTRUN_ETCD_GROUP_ROUND, false, 0, NULL);
+            members_changed = round_changed = false;
+            if (g->closing || g->state == CTRUN_ETCD_GROUP__FAILED)
+                return;
+            ctrun_etcd_group__emit_key(g, &ev->kv, ev->deleted);
+            if (g->closing || g->state == CTRUN_ETCD_GROUP__FAILED)
+                return;
         }
     }
-    if (members_changed)
+    if (members_changed && !g->closing && g->state != CTRUN_ETCD_GROUP__FAILED)
         ctrun_etcd_group__emit(g, CTRUN_ETCD_GROUP_MEMBERS, false, 0, NULL);
     if (round_changed && !g->closing && g->state != CTRUN_ETCD_GROUP__FAILED)
         ctrun_etcd_group__emit(g, CTRUN_ETCD_GROUP_ROUND, false, 0, NULL);
@@ -312,13 +365,17 @@ static void ctrun_etcd_group__on_joined(void *data, const ctrun_etcd_result_t *r
     g->seen_rev = res->revision;
     for (size_t i = 0; i < res->nkvs; i++) {
         const ctrun_etcd_kv_t *kv = &res->kvs[i];
-        if (kv->key_len == strlen(g->round_key) &&
-            memcmp(kv->key, g->round_key, kv->key_len) == 0) {
+        char *id = ctrun_etcd_group__member_id(g, kv);
+        bool member = id != NULL;
+        free(id);
+        if (ctrun_etcd_group__is_round(g, kv)) {
             if (!ctrun_etcd_group__set_round(g, kv)) {
                 ctrun_etcd_group__fail(g, CT_EPARSE, "etcd: %s holds a malformed round",
                                        g->round_key);
                 return;
             }
+        } else if (!member) {
+            continue; /* the caller's key: told after JOINED */
         } else if (ctrun_etcd_group__upsert(g, kv) != 0) {
             ctrun_etcd_group__fail(g, -ENOMEM, "joining %s: out of memory", g->prefix);
             return;
@@ -329,6 +386,14 @@ static void ctrun_etcd_group__on_joined(void *data, const ctrun_etcd_result_t *r
     uv_timer_start(&g->timer, ctrun_etcd_group__on_timer, (uint64_t)g->keepalive_ms,
                    (uint64_t)g->keepalive_ms);
     ctrun_etcd_group__watch_start(g);
+    /* The caller's keys of the snapshot first, so that JOINED finds them all told. */
+    for (size_t i = 0; i < res->nkvs && g->state == CTRUN_ETCD_GROUP__JOINED && !g->closing; i++) {
+        const ctrun_etcd_kv_t *kv = &res->kvs[i];
+        char *id = ctrun_etcd_group__member_id(g, kv);
+        if (id == NULL && !ctrun_etcd_group__is_round(g, kv))
+            ctrun_etcd_group__emit_key(g, kv, false);
+        free(id);
+    }
     if (g->state == CTRUN_ETCD_GROUP__JOINED)
         ctrun_etcd_group__emit(g, CTRUN_ETCD_GROUP_JOINED, false, 0, NULL);
 }
@@ -349,7 +414,7 @@ static void ctrun_etcd_group__on_lease(void *data, const ctrun_etcd_result_t *re
                                .target = CTRUN_ETCD_CREATE,
                                .result = CTRUN_ETCD_EQUAL,
                                .num = 0};
-    ctrun_etcd_op_t ops[3] = {
+    ctrun_etcd_op_t ops[2] = {
         {.kind = CTRUN_ETCD_OP_PUT,
          .key = g->self_key,
          .key_len = strlen(g->self_key),
@@ -357,12 +422,11 @@ static void ctrun_etcd_group__on_lease(void *data, const ctrun_etcd_result_t *re
          .value_len = strlen(g->value),
          .lease = g->lease},
         {.kind = CTRUN_ETCD_OP_RANGE,
-         .key = g->members_key,
-         .key_len = strlen(g->members_key),
+         .key = g->prefix,
+         .key_len = strlen(g->prefix),
          .prefix = true},
-        {.kind = CTRUN_ETCD_OP_RANGE, .key = g->round_key, .key_len = strlen(g->round_key)},
     };
-    int rc = ctrun_etcd_txn(g->etcd, &absent, 1, ops, 3, NULL, 0, ctrun_etcd_group__on_joined, g);
+    int rc = ctrun_etcd_txn(g->etcd, &absent, 1, ops, 2, NULL, 0, ctrun_etcd_group__on_joined, g);
     if (rc != 0)
         ctrun_etcd_group__fail(g, rc, "joining %s: %s", g->prefix, ct_strerror(rc));
 }
@@ -478,6 +542,41 @@ int ctrun_etcd_group_propose(ctrun_etcd_group_t *g, int64_t round, const char *p
     if (rc == 0)
         g->proposing = true;
     return rc;
+}
+
+static void ctrun_etcd_group__on_set(void *data, const ctrun_etcd_result_t *res)
+{
+    (void)data;
+    (void)res; /* a key that is gone is reported by the watch (FAILED) */
+}
+
+int ctrun_etcd_group_set_value(ctrun_etcd_group_t *g, const char *value)
+{
+    if (g == NULL || g->closing || g->state != CTRUN_ETCD_GROUP__JOINED)
+        return CT_ESTATE;
+    char *copy = strdup(value);
+    if (copy == NULL)
+        return -ENOMEM;
+    free(g->value);
+    g->value = copy;
+    /* Only while the key exists: a lost node must not come back by writing. */
+    ctrun_etcd_cmp_t exists = {.key = g->self_key,
+                               .key_len = strlen(g->self_key),
+                               .target = CTRUN_ETCD_VERSION,
+                               .result = CTRUN_ETCD_GREATER,
+                               .num = 0};
+    ctrun_etcd_op_t put = {.kind = CTRUN_ETCD_OP_PUT,
+                           .key = g->self_key,
+                           .key_len = strlen(g->self_key),
+                           .value = g->value,
+                           .value_len = strlen(g->value),
+                           .lease = g->lease};
+    return ctrun_etcd_txn(g->etcd, &exists, 1, &put, 1, NULL, 0, ctrun_etcd_group__on_set, g);
+}
+
+int64_t ctrun_etcd_group_lease(const ctrun_etcd_group_t *g)
+{
+    return g->lease;
 }
 
 const char *ctrun_etcd_group_endpoint(const ctrun_etcd_group_t *g)

@@ -13,16 +13,19 @@
  *                          makes unique and increasing: members are listed in that order.
  *   <prefix>round          "<k> <plan>": the current round number and its plan (the caller's
  *                          text), replaced by ctrun_etcd_group_propose.
+ *   <prefix><anything else> the caller's keys (written with its own client): the group passes
+ *                          each change on as a KEY event, in revision order with the others.
  *
- * A group joins in one transaction that also reads every member and the round (one consistent
- * snapshot), then watches the prefix from the snapshot's next revision, so it misses no change;
- * a watch that ends (the etcd member it used was lost) is started again from the revision after
- * the last change seen, on whichever etcd member answers. The lease is kept alive every
- * keepalive_ms (default a third of the TTL).
+ * A group joins in one transaction that also reads every key under the prefix (one consistent
+ * snapshot: the members, the round and the caller's keys), then watches the prefix from the
+ * snapshot's next revision, so it misses no change; a watch that ends (the etcd member it used was
+ * lost) is started again from the revision after the last change seen, on whichever etcd member
+ * answers. The lease is kept alive every keepalive_ms (default a third of the TTL).
  *
  * Events reach the caller through one callback on the loop's thread: JOINED once, MEMBERS when
  * the member list changed, ROUND when the round changed (also for the proposer that won),
- * PROPOSED with the outcome of the caller's own proposal, and FAILED at most once, after which
+ * PROPOSED with the outcome of the caller's own proposal, KEY for each of the caller's keys (those
+ * of the snapshot just before JOINED, then one per change), and FAILED at most once, after which
  * the group does nothing more but wait to be closed: this node's key disappeared (its lease
  * expired or was revoked: the others have declared it lost), no keepalive succeeded for a whole
  * TTL, or etcd could not be reached to watch again.
@@ -63,6 +66,7 @@ typedef enum ctrun_etcd_group_event_kind {
     CTRUN_ETCD_GROUP_ROUND,
     CTRUN_ETCD_GROUP_PROPOSED,
     CTRUN_ETCD_GROUP_FAILED,
+    CTRUN_ETCD_GROUP_KEY,
 } ctrun_etcd_group_event_kind_t;
 
 typedef struct ctrun_etcd_member {
@@ -81,6 +85,10 @@ typedef struct ctrun_etcd_group_event {
     bool won;          /* PROPOSED: this node's proposal became the round */
     int rc;            /* FAILED (and a PROPOSED that could not be decided): the error */
     const char *error; /* one line, "" when rc == 0 */
+    /* KEY: the key without the prefix, its value (NUL-terminated; "" when deleted) */
+    const char *key, *value;
+    size_t value_len;
+    bool deleted;
 } ctrun_etcd_group_event_t;
 
 typedef void (*ctrun_etcd_group_cb)(void *data, const ctrun_etcd_group_event_t *ev);
@@ -95,6 +103,14 @@ int ctrun_etcd_group_join(uv_loop_t *loop, const ctrun_etcd_group_opts_t *opts,
  * node last saw it. PROPOSED follows (won or not); a win also brings ROUND to everyone.
  * Returns 0, CT_ESTATE before JOINED or after FAILED, -EINVAL for a plan with a newline. */
 int ctrun_etcd_group_propose(ctrun_etcd_group_t *g, int64_t round, const char *plan);
+
+/* Replaces this node's value (its key stays on the lease and keeps its join order); the others
+ * see MEMBERS. Fire and forget: a node whose key is gone learns it through FAILED. Returns 0,
+ * CT_ESTATE before JOINED or after FAILED, -ENOMEM. */
+int ctrun_etcd_group_set_value(ctrun_etcd_group_t *g, const char *value);
+
+/* This node's lease (0 before it was granted). */
+int64_t ctrun_etcd_group_lease(const ctrun_etcd_group_t *g);
 
 /* The etcd member ("host:port") the group's watch runs through now; "" while no watch is
  * confirmed. For logs, and for tests that take that member away. */

@@ -6,8 +6,10 @@
  * stops without a word (no keepalives, no revoke: as when killed) disappears from the others'
  * lists once its lease expires, one that leaves with a revoke at once; a node whose own lease
  * expires is told so (FAILED); changes made by one transaction (one revision) all reach the
- * others; a node watching through a three-member etcd keeps seeing changes
- * after the etcd member it watched through is killed.
+ * others; the caller's own keys under the prefix reach it (from the join snapshot before
+ * JOINED, then each change), and a node's new value reaches the others in its place; a node
+ * watching through a three-member etcd keeps seeing changes after the etcd member it watched
+ * through is killed.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -30,6 +32,9 @@ typedef struct node {
     int64_t round;
     char members[512]; /* ids in order, comma-separated */
     char plan[128], error[1024];
+    char key[128]; /* the latest KEY event: "<key>=<value>" */
+    int nkeys, nkeys_at_join;
+    char values[512]; /* members' values in order, ';'-separated */
 } node_t;
 
 static void group_on_event(void *data, const ctrun_etcd_group_event_t *ev)
@@ -40,6 +45,11 @@ static void group_on_event(void *data, const ctrun_etcd_group_event_t *ev)
     for (size_t i = 0; i < ev->nmembers; i++)
         len += (size_t)snprintf(n->members + len, sizeof n->members - len, "%s%s", i ? "," : "",
                                 ev->members[i].id);
+    len = 0;
+    n->values[0] = '\0';
+    for (size_t i = 0; i < ev->nmembers; i++)
+        len += (size_t)snprintf(n->values + len, sizeof n->values - len, "%s%s", i ? ";" : "",
+                                ev->members[i].value);
     n->self = ev->self;
     n->round = ev->round;
     snprintf(n->plan, sizeof n->plan, "%s", ev->plan);
@@ -47,6 +57,7 @@ static void group_on_event(void *data, const ctrun_etcd_group_event_t *ev)
     case CTRUN_ETCD_GROUP_JOINED:
         CT_ASSERT(!n->joined);
         n->joined = true;
+        n->nkeys_at_join = n->nkeys;
         break;
     case CTRUN_ETCD_GROUP_MEMBERS:
         n->nmember_events++;
@@ -64,6 +75,11 @@ static void group_on_event(void *data, const ctrun_etcd_group_event_t *ev)
         n->failed = true;
         n->rc = ev->rc;
         snprintf(n->error, sizeof n->error, "%s", ev->error);
+        break;
+    case CTRUN_ETCD_GROUP_KEY:
+        snprintf(n->key, sizeof n->key, "%s=%s%s", ev->key, ev->value,
+                 ev->deleted ? " (deleted)" : "");
+        n->nkeys++;
         break;
     }
 }
@@ -341,6 +357,43 @@ static void changes_of_one_revision(void)
     close_all(&a, 1);
 }
 
+/* The caller's keys under the prefix: those of the join snapshot come before JOINED, changes
+ * after; a node's new value reaches the others and keeps its place in the join order. */
+static void caller_keys_and_values(void)
+{
+    ctrun_etcd_opts_t o = {.endpoints = one.endpoints};
+    ctrun_etcd_t *e = NULL;
+    ct_errbuf_t eb = {{0}};
+    CT_ASSERT_OK(ctrun_etcd_create(&loop, &o, &e, &eb));
+    int done = 0;
+    CT_ASSERT_OK(ctrun_etcd_txn(e, NULL, 0,
+                                &(ctrun_etcd_op_t){.kind = CTRUN_ETCD_OP_PUT,
+                                                   .key = "/job-e/a/0/outcome",
+                                                   .key_len = 18,
+                                                   .value = "lost x",
+                                                   .value_len = 6},
+                                1, NULL, 0, raw_on_result, &done));
+    RUN_WHILE(done == 0);
+    node_t n[2];
+    node_t *a = &n[0], *b = &n[1];
+    group_join(a, one.endpoints, "/job-e/", "a", 5, 0);
+    CT_ASSERT_EQ(a->nkeys_at_join, 1);
+    CT_ASSERT_STR_EQ(a->key, "a/0/outcome=lost x");
+    group_join(b, one.endpoints, "/job-e/", "b", 5, 0);
+    CT_ASSERT_EQ(b->nkeys_at_join, 1);
+    done = 0;
+    CT_ASSERT_OK(ctrun_etcd_delete(e, "/job-e/a/0/outcome", 18, false, raw_on_result, &done));
+    RUN_WHILE(a->nkeys < 2 || b->nkeys < 2);
+    CT_ASSERT_STR_EQ(a->key, "a/0/outcome= (deleted)");
+    CT_ASSERT_STR_EQ(b->key, "a/0/outcome= (deleted)");
+    CT_ASSERT_OK(ctrun_etcd_group_set_value(a->g, "nproc=3"));
+    RUN_WHILE(strcmp(b->values, "nproc=3;nproc=2") != 0);
+    CT_ASSERT_STR_EQ(b->members, "a,b");
+    CT_ASSERT_NE(ctrun_etcd_group_lease(a->g), 0);
+    ctrun_etcd_destroy(e);
+    close_all(n, 2);
+}
+
 /* Watching through a three-member etcd: the member the watch used is killed, the watch starts
  * again on another and misses nothing. */
 static void watch_survives_etcd_member_loss(void)
@@ -386,6 +439,7 @@ int main(void)
     CT_RUN(join_order_rounds_and_loss);
     CT_RUN(own_lease_expires);
     CT_RUN(changes_of_one_revision);
+    CT_RUN(caller_keys_and_values);
     CT_RUN(watch_survives_etcd_member_loss);
     etcd_cluster_stop(&one);
     CT_ASSERT_EQ(uv_loop_close(&loop), 0);
