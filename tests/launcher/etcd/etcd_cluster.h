@@ -220,9 +220,9 @@ __attribute__((unused)) static void etcd_cluster_start(etcd_cluster_t *c, int n)
                               "--initial-cluster-token",
                               token,
                               "--heartbeat-interval",
-                              "50",
+                              "100",
                               "--election-timeout",
-                              "500",
+                              "1000",
                               NULL};
         CT_ASSERT_OK(ct_child_start(&m->child, argv, NULL));
         m->running = true;

@@ -270,6 +270,9 @@ static void join_order_rounds_and_loss(void)
     CT_ASSERT_EQ(n[3].round, 1);
     CT_ASSERT_STR_EQ(n[3].plan, want);
     CT_ASSERT_STR_EQ(n[3].members, "n0,n1,n2,n3");
+    /* n0 learns of n3 through its watch: wait for it, or n0's list could still be the one
+     * before n3 joined when the loss is timed below. */
+    wait_members(&n[0], "n0,n1,n2,n3", 8000);
 
     /* n3 stops without a word (as if killed): the others drop it when its lease (2 s) expires;
      * etcd checks expiries every 500 ms, 8 s allowed on a loaded machine. */
