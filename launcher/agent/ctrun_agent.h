@@ -5,8 +5,8 @@
  * host) or reaches it as a client, meets the other agents (ctrun_rdzv.h), starts its workers
  * (ctrun_proc.h), supervises them, stops and restarts the whole job together with the other
  * nodes, prints the failure report, and returns the exit status. See ctrun_agent_step.c for
- * the states, events and the transition code, and docs/torchrun-compat.md §3 and §4 for the
- * life of a job (rendezvous, supervision, restarts, the end of the job).
+ * the states, events and the transition code, and docs/torchrun-compatibility.md §3 and §4 for
+ * the life of a job (rendezvous, supervision, restarts, the end of the job).
  *
  * Threads: the loop's thread does everything; a non-hosting agent has two more threads inside
  * its store client (ctrun_kv.h) that only ever block on the network.

@@ -1,6 +1,6 @@
 /*
  * ctrun_env.h - the environment of one worker: the agent's whole environment overlaid with
- * torchrun's variables (docs/torchrun-compat.md §2):
+ * torchrun's variables (docs/torchrun-compatibility.md §2):
  *
  *   LOCAL_RANK RANK GROUP_RANK ROLE_RANK ROLE_NAME LOCAL_WORLD_SIZE WORLD_SIZE
  *   GROUP_WORLD_SIZE ROLE_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT

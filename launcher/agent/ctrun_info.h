@@ -1,6 +1,6 @@
 /*
  * ctrun_info.h - the two INFO blocks torchrun logs at LOGLEVEL=INFO, which users and tests
- * diff against the workers' environment (docs/torchrun-compat.md §5.6, §7 item 34):
+ * diff against the workers' environment (docs/torchrun-compatibility.md §5.6, §7 item 34):
  *
  *   Starting elastic_operator with launch configs:
  *     entrypoint       : train.py

@@ -43,7 +43,7 @@ static void test_read_record_layout(void)
 {
     char p[256];
     ct__path(p, sizeof p, "record.json");
-    /* What @record wrote in the 1.13 run (docs/torchrun-compat.md §4.8). */
+    /* What @record wrote in the 1.13 run (docs/torchrun-compatibility.md §4.8). */
     ct__write(p,
               "{\"message\": {\"message\": \"ValueError: boom\", \"extraInfo\": {\"py_callstack\": "
               "\"Traceback (most recent call last):\\n  File \\\"x.py\\\", line 3\\nValueError: "

@@ -8,7 +8,8 @@ pt13 is Debian's PyTorch 1.13 (CTRUN_TORCH13_PYTHON, default /usr/bin/python3), 
 the reason when that interpreter cannot import torch. The reference launcher is that PyTorch's
 own `python -m torch.distributed.run`, with --monitor_interval 0.1 and underscore spellings; 1.13
 also gets --redirects 9:0 --tee 9:0, without which it crashes on Python 3.11
-(docs/torchrun-compat.md §0). ctrun runs the script with --python set to the same interpreter.
+(docs/torchrun-compatibility.md §0). ctrun runs the script with --python set to the same
+interpreter.
 
 Cases:
   1. one node, two workers, rank 1 crashes in attempt 0 (--max_restarts 1): both launchers
@@ -22,7 +23,7 @@ Cases:
   3. ctrun only, two nodes with rank 1 (node 1) crashing in attempt 0: ctrun restarts both nodes
      together and the results equal case 2's. (torchrun's static backend restarts only the
      failing node, whose peers then wait in their collectives until a timeout, so it has no
-     counterpart here; see docs/torchrun-compat.md §3.1.)
+     counterpart here; see docs/torchrun-compatibility.md §3.1.)
   4. two static nodes with two workers each under both launchers (same variables and results),
      then ctrun alone with the dynamic c10d rendezvous (--nnodes=1:2, both agents on
      127.0.0.1): the round closes at the maximum, ranks follow join order and the results equal

@@ -48,10 +48,10 @@ extern "C" {
 
 /* ==== 1. Environment ========================================================================
  *
- * The variables torchrun (and ctrun) set for each worker; see docs/torchrun-compat.md §2. When none
- * of RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE is set the program runs as a single process
- * (rank 0 of 1, `launched` false), so ctrain works without a launcher. Otherwise all four must
- * be set and consistent. */
+ * The variables torchrun (and ctrun) set for each worker; see docs/torchrun-compatibility.md §2.
+ * When none of RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE is set the program runs as a single
+ * process (rank 0 of 1, `launched` false), so ctrain works without a launcher. Otherwise all four
+ * must be set and consistent. */
 typedef struct ct_worker_env {
     bool launched;        /* the rank variables were present */
     int rank;             /* RANK, 0..world_size-1 */

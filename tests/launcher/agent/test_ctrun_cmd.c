@@ -1,7 +1,7 @@
 /*
  * test_ctrun_cmd.c - worker command lines: <python> -u [-m] script args for Python entry
  * points, the program itself otherwise, and ${local_rank} substitution in every argument
- * after argv[0] (docs/torchrun-compat.md §7 items 9–11).
+ * after argv[0] (docs/torchrun-compatibility.md §7 items 9–11).
  */
 #include <stdlib.h>
 

@@ -1,7 +1,7 @@
 /*
  * test_ctrun_env.c - worker environments, exact values: one node with 2 workers (the values
- * observed from torchrun 1.13, docs/torchrun-compat.md §2.1), two nodes with 2 and 3 workers,
- * OMP_NUM_THREADS and the NCCL variables with and without preset values, the agent's own
+ * observed from torchrun 1.13, docs/torchrun-compatibility.md §2.1), two nodes with 2 and 3
+ * workers, OMP_NUM_THREADS and the NCCL variables with and without preset values, the agent's own
  * variables passed through, duplicates collapsed, and the heartbeat fd slot.
  */
 #include <stdlib.h>

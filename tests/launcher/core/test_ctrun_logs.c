@@ -1,7 +1,7 @@
 /*
  * test_ctrun_logs.c - the --redirects/--tee grammar, --local_ranks_filter, the per-stream
- * plan for every combination docs/torchrun-compat.md §5 and its §7 items 26, 27 and 33 name,
- * tee prefixes, and the log folder layout: run folders made with mkdtemp semantics, attempt
+ * plan for every combination docs/torchrun-compatibility.md §5 and its §7 items 26, 27 and 33
+ * name, tee prefixes, and the log folder layout: run folders made with mkdtemp semantics, attempt
  * folders wiped and recreated, /dev/null, and the clean-up of empty folders.
  */
 #include <dirent.h>

@@ -1,7 +1,7 @@
 /*
  * test_ctrun_e2e_env.c - what workers see: ctrun (argv[1]) runs the test worker (argv[2]),
- * which dumps its environment and argv, and the exact values of docs/torchrun-compat.md §2 are
- * checked: one node with two workers, two static agents on 127.0.0.1 (node 1 started first,
+ * which dumps its environment and argv, and the exact values of docs/torchrun-compatibility.md §2
+ * are checked: one node with two workers, two static agents on 127.0.0.1 (node 1 started first,
  * different --nproc_per_node per node), --standalone, a c10d pair, the OMP_NUM_THREADS rule,
  * pass-through of the agent's own variables, the ${local_rank} macro, and the error-file paths.
  */
