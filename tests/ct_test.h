@@ -181,6 +181,28 @@ __attribute__((unused)) static int ct_test_refused_port(int *hold)
     return ntohs(a.sin_port);
 }
 
+static char ct_test__tmp_root[256];
+
+__attribute__((unused)) static void ct_test__remove_tmp(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", ct_test__tmp_root);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", ct_test__tmp_root);
+}
+
+/* A fresh folder /tmp/<prefix>XXXXXX, removed with all it holds when the test exits; one per
+ * process (a second call returns the same folder). */
+__attribute__((unused)) static const char *ct_test_tmpdir(const char *prefix)
+{
+    if (ct_test__tmp_root[0] == '\0') {
+        snprintf(ct_test__tmp_root, sizeof ct_test__tmp_root, "/tmp/%sXXXXXX", prefix);
+        CT_ASSERT(mkdtemp(ct_test__tmp_root) != NULL);
+        atexit(ct_test__remove_tmp);
+    }
+    return ct_test__tmp_root;
+}
+
 /* Whether case `name` runs: all of them, or only those named (comma-separated) in CT_TEST_ONLY,
  * for repeating one case of a long executable. */
 __attribute__((unused)) static bool ct_test__selected(const char *name)

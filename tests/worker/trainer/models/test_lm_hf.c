@@ -29,7 +29,7 @@
 #include "ctrain_lm_hf.h"
 #include "ctworker.h"
 
-static char tmp_root[256];
+static const char *tmp_root;
 static const char *script;
 
 static void hf_write_text(const char *dir, const char *name, const char *text)
@@ -535,23 +535,13 @@ static void test_transformers(void)
     ct_child_close(&ch);
 }
 
-static void remove_tmp(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_root);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp_root);
-}
-
 /* argv[1]: lm_hf.py; argv[2] "transformers" runs that case alone (meson test lm_hf_transformers,
  * which may skip), otherwise the others run. */
 int main(int argc, char **argv)
 {
     CT_ASSERT(argc >= 2);
     script = argv[1];
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/ct_lm_hf_XXXXXX");
-    CT_ASSERT(mkdtemp(tmp_root) != NULL);
-    atexit(remove_tmp);
+    tmp_root = ct_test_tmpdir("ct_lm_hf_");
     if (argc >= 3 && strcmp(argv[2], "transformers") == 0) {
         CT_RUN(test_transformers);
         return 0;
