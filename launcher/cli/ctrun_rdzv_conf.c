@@ -17,7 +17,7 @@ static const char *const ctrun_rdzv_conf__known_keys[] = {
     "timeout",      "join_timeout",      "last_call_timeout",   "close_timeout",
     "read_timeout", "heartbeat_timeout", "keep_alive_interval", "keep_alive_max_attempt",
     "is_host",      "store_type",        "store_token",         "rank",
-    "use_libuv",
+    "use_libuv",    "etcd_timeout",
 };
 
 bool ctrun_rdzv_conf_known(const char *key)
@@ -108,7 +108,8 @@ static int ctrun_rdzv_conf__typed(ctrun_rdzv_conf_t *c, ct_errbuf_t *eb)
         (rc = ctrun_rdzv_conf__seconds(c, "heartbeat_timeout", 5, &c->heartbeat_timeout_s, eb)) !=
             0 ||
         (rc = ctrun_rdzv_conf__seconds(c, "keep_alive_interval", 5, &c->keep_alive_interval_s,
-                                       eb)) != 0)
+                                       eb)) != 0 ||
+        (rc = ctrun_rdzv_conf__seconds(c, "etcd_timeout", 10, &c->etcd_timeout_s, eb)) != 0)
         return rc;
     const char *v = ctrun_rdzv_conf_get(c, "keep_alive_max_attempt");
     c->keep_alive_max_attempt = 3;

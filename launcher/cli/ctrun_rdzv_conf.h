@@ -39,6 +39,8 @@ typedef struct ctrun_rdzv_conf {
      * when given, else interval x keep_alive_max_attempt when keep_alive_interval is given
      * (torchrun's rule), else 4 s (a dead node is declared lost within 5 s). */
     double node_hb_interval_s, node_hb_timeout_s;
+    /* etcd-v3: how long one request to etcd may take over every member (etcd_timeout, 10) */
+    double etcd_timeout_s;
     int is_host;             /* is_host: -1 unset (inferred), 0, 1 */
     const char *store_token; /* store_token: shared secret (points into items), or NULL */
 } ctrun_rdzv_conf_t;

@@ -47,6 +47,8 @@ static void rdzv_on_event(void *data, const ctrun_etcd_rdzv_event_t *ev)
     case CTRUN_ETCD_RDZV_WAITING:
         n->nwaiting++;
         break;
+    case CTRUN_ETCD_RDZV_STORE:
+        break;
     case CTRUN_ETCD_RDZV_LOST:
         n->nlost++;
         n->lost_at_ms = ct_time_ms();
