@@ -589,8 +589,9 @@ static int ctrun_cli__uuid4(char **out)
 }
 
 /* Backend, endpoint, run id and the store address, after --standalone's rewrite. */
-/* etcd-v3: --rdzv_endpoint lists etcd's members, HOST[:PORT] each (port 2379 by default),
- * rewritten as HOST:PORT,...; store_addr is the first (for the INFO block). */
+/* etcd-v3: --rdzv_endpoint lists etcd's members, HOST[:PORT] each (port 2379 by default; blanks
+ * around an entry are dropped), rewritten as HOST:PORT,...; store_addr is the first (for the
+ * INFO block). */
 static int ctrun_cli__etcd_endpoints(ctrun_config_t *cfg, const char *src, ct_errbuf_t *eb)
 {
     if (cfg->rdzv_endpoint[0] == '\0')
@@ -603,6 +604,10 @@ static int ctrun_cli__etcd_endpoints(ctrun_config_t *cfg, const char *src, ct_er
     char *save = NULL;
     for (char *e = copy ? strtok_r(copy, ",", &save) : NULL; rc == 0 && e != NULL;
          e = strtok_r(NULL, ",", &save)) {
+        while (*e == ' ' || *e == '\t')
+            e++;
+        for (size_t n = strlen(e); n > 0 && (e[n - 1] == ' ' || e[n - 1] == '\t'); n--)
+            e[n - 1] = '\0';
         ct_hostport_t hp;
         if ((rc = ct_hostport_parse(e, CTRUN_DEFAULT_ETCD_PORT, false, &hp, eb)) != 0) {
             rc = ct_errbuf_wrap(eb, rc, "%s", src);

@@ -183,10 +183,18 @@ static const ct__bad_t ct__bad_cases[] = {
     /* rendezvous */
     {{"--rdzv_backend", "etcd", "x", NULL},
      {NULL},
-     "--rdzv_backend: \"etcd\" is not supported by ctrun (expected static or c10d)"},
+     "--rdzv_backend: \"etcd\" (etcd's v2 API) is not supported by ctrun (expected static, c10d "
+     "or etcd-v3)"},
     {{"--rdzv-backend", "zk", "x", NULL},
      {NULL},
-     "--rdzv-backend: unknown backend \"zk\" (expected static or c10d)"},
+     "--rdzv-backend: unknown backend \"zk\" (expected static, c10d or etcd-v3)"},
+    {{"--rdzv_backend", "etcd-v3", "x", NULL},
+     {NULL},
+     "--rdzv_backend=etcd-v3 needs --rdzv_endpoint=HOST:PORT[,HOST:PORT...] (etcd's client "
+     "URLs)"},
+    {{"--rdzv_backend", "etcd-v3", "--rdzv_endpoint", "e1:2379,e2:99999", "x", NULL},
+     {NULL},
+     "--rdzv_endpoint: address \"e2:99999\": port 99999 is out of range (expected 1..65535)"},
     {{"--rdzv_endpoint", "host", "x", NULL},
      {NULL},
      "--rdzv_endpoint: address \"host\": missing port (expected host:port)"},
