@@ -61,7 +61,13 @@ int ctrun_agent__etcd_rendezvous(ctrun_agent_t *a)
     double ttl = ceil(cfg->rdzv_conf.node_hb_timeout_s);
     ctrun_etcd_rdzv_params_t p = {
         .etcd = {.endpoints = cfg->rdzv_endpoint,
-                 .request_timeout_ms = (int64_t)(cfg->rdzv_conf.etcd_timeout_s * 1000.0 + 0.5)},
+                 .request_timeout_ms = (int64_t)(cfg->rdzv_conf.etcd_timeout_s * 1000.0 + 0.5),
+                 .https = cfg->rdzv_conf.etcd_https,
+                 .cacert = cfg->rdzv_conf.etcd_cacert,
+                 .cert = cfg->rdzv_conf.etcd_cert,
+                 .key = cfg->rdzv_conf.etcd_key,
+                 .user = cfg->rdzv_conf.etcd_user,
+                 .password = cfg->rdzv_conf.etcd_password},
         .run_id = cfg->run_id,
         .id = a->etcd_id,
         .host = ctrun_agent_etcd__advertised(a),

@@ -10,7 +10,10 @@
  *     in its first attempt;
  *   - etcd stopped entirely mid-job: every agent exits 1 within the bounded wait (etcd_timeout
  *     plus the lease TTL, plus the grace period), naming etcd, and no worker survives;
- *   - no etcd at the endpoint at start: one line naming etcd and the endpoint, exit 1.
+ *   - no etcd at the endpoint at start: one line naming etcd and the endpoint, exit 1;
+ *   - etcd over TLS (a CA and a certificate for 127.0.0.1 made by openssl) with authentication
+ *     and tokens that expire after 1 s: without the CA, or with a wrong password, one line and
+ *     exit 1; with both, the job runs, authenticating again once its token expired.
  * Skips with 77 when no etcd is installed.
  */
 #include <dirent.h>
@@ -321,12 +324,137 @@ static void test_unreachable_at_start(void)
     ct_child_close(&c);
 }
 
+/* openssl makes a CA and a certificate for 127.0.0.1 in dir; false when it cannot. */
+static bool make_certs(const char *dir)
+{
+    if (system("command -v openssl >/dev/null 2>&1") != 0)
+        return false;
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt "
+             "-days 2 -subj '/CN=ctrun test CA' && openssl req -newkey rsa:2048 -nodes -keyout "
+             "server.key -out server.csr -subj '/CN=127.0.0.1' && printf "
+             "'subjectAltName=IP:127.0.0.1\\n' >ext && openssl x509 -req -in server.csr -CA ca.crt "
+             "-CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile ext",
+             dir);
+    char quiet[4200];
+    snprintf(quiet, sizeof quiet, "(%s) >/dev/null 2>&1", cmd);
+    return system(quiet) == 0;
+}
+
+/* POST body to path on the TLS member; asserts HTTP 200. */
+static void etcd_tls_post(etcd_cluster_t *c, const char *path, const char *body)
+{
+    char url[256];
+    snprintf(url, sizeof url, "https://%s%s", c->m[0].endpoint, path);
+    CURL *h = curl_easy_init();
+    CT_ASSERT(h != NULL);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CAINFO, c->ca);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, etcd__sink);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+    long status = 0;
+    CURLcode rc = curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(h);
+    CT_ASSERT_MSG(rc == CURLE_OK && status == 200, "%s: %s, HTTP %ld", path, curl_easy_strerror(rc),
+                  status);
+}
+
+/* One agent of --nnodes=1:2 against the TLS member with conf; the worker sleeps sleep_ms. */
+static void run_tls_agent(ct_child_t *c, etcd_cluster_t *etcd, const char *conf, const char *dir,
+                          const char *sleep_ms)
+{
+    char ep[600];
+    snprintf(ep, sizeof ep, "--rdzv_endpoint=%s", etcd->endpoints);
+    const char *const args[] = {"--rdzv_backend=etcd-v3",
+                                ep,
+                                "--rdzv_id=tls",
+                                "--nnodes=1:2",
+                                "--local_addr=127.0.0.1",
+                                conf,
+                                "--log_dir=/dev/null",
+                                "--no_python",
+                                "WORKER",
+                                "--dir",
+                                dir,
+                                "--sleep-ms",
+                                sleep_ms,
+                                NULL};
+    const char *const env[] = {"CT_LOG_LEVEL=debug", NULL};
+    e2e_start(c, env, args);
+    CT_ASSERT_MSG(ct_child_wait(c, 60000) == 0, "timed out:\n%s", c->err ? c->err : "");
+}
+
+static void test_tls_and_auth(void)
+{
+    char certs[600], d[3][600], conf[2048], pw[700], badpw[700];
+    e2e_dir(certs, sizeof certs, "certs");
+    if (!make_certs(certs)) {
+        printf("# skipped: openssl cannot make a certificate\n");
+        return;
+    }
+    char ca[700], cert[700], key[700];
+    snprintf(ca, sizeof ca, "%s/ca.crt", certs);
+    snprintf(cert, sizeof cert, "%s/server.crt", certs);
+    snprintf(key, sizeof key, "%s/server.key", certs);
+    etcd_cluster_t etcd = {0};
+    etcd_cluster_start_tls(&etcd, cert, key, ca, "--auth-token-ttl=1");
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "tls%d", i);
+        e2e_dir(d[i], sizeof d[i], name);
+    }
+    ct_child_t c;
+    /* TLS without the CA: the member's certificate is not trusted. */
+    run_tls_agent(&c, &etcd, "--rdzv_conf=last_call_timeout=1,protocol=https,etcd_timeout=2", d[0],
+                  "0");
+    CT_ASSERT_MSG(c.exit_code == 1, "exit %d:\n%s", c.exit_code, c.err);
+    CT_ASSERT_STR_CONTAINS(c.err, "etcd rendezvous (127.0.0.1:");
+    CT_ASSERT_STR_CONTAINS(c.err, "certificate");
+    CT_ASSERT_EQ(e2e_count_starts(d[0], -1), 0);
+    ct_child_close(&c);
+    /* Authentication on: user root, password "s3cret". */
+    etcd_tls_post(&etcd, "/v3/auth/user/add", "{\"name\":\"root\",\"password\":\"s3cret\"}");
+    etcd_tls_post(&etcd, "/v3/auth/user/grant", "{\"user\":\"root\",\"role\":\"root\"}");
+    etcd_tls_post(&etcd, "/v3/auth/enable", "{}");
+    snprintf(pw, sizeof pw, "%s/pw", certs);
+    snprintf(badpw, sizeof badpw, "%s/badpw", certs);
+    FILE *f = fopen(pw, "w");
+    CT_ASSERT(f != NULL && fputs("s3cret\n", f) >= 0 && fclose(f) == 0);
+    f = fopen(badpw, "w");
+    CT_ASSERT(f != NULL && fputs("wrong\n", f) >= 0 && fclose(f) == 0);
+    snprintf(conf, sizeof conf,
+             "--rdzv_conf=last_call_timeout=1,protocol=https,cacert=%s,etcd_timeout=3,user=root,"
+             "password_file=%s",
+             ca, badpw);
+    run_tls_agent(&c, &etcd, conf, d[1], "0");
+    CT_ASSERT_MSG(c.exit_code == 1, "exit %d:\n%s", c.exit_code, c.err);
+    CT_ASSERT_STR_CONTAINS(c.err, "authenticating as root");
+    CT_ASSERT_STR_CONTAINS(c.err, "authentication failed");
+    CT_ASSERT_EQ(e2e_count_starts(d[1], -1), 0);
+    ct_child_close(&c);
+    /* The right password; requests 2.5 s apart outlive the 1 s tokens: authenticated again. */
+    snprintf(conf, sizeof conf,
+             "--rdzv_conf=last_call_timeout=1,protocol=https,cacert=%s,etcd_timeout=3,user=root,"
+             "password_file=%s,keep_alive_interval=2.5,heartbeat_timeout=8",
+             ca, pw);
+    run_tls_agent(&c, &etcd, conf, d[2], "6000");
+    CT_ASSERT_MSG(c.exit_code == 0, "exit %d:\n%s", c.exit_code, c.err);
+    CT_ASSERT_EQ(e2e_count_starts(d[2], -1), 1);
+    CT_ASSERT_STR_CONTAINS(c.err, "authenticating again");
+    ct_child_close(&c);
+    etcd_cluster_stop(&etcd);
+}
+
 int main(int argc, char **argv)
 {
     e2e_init(argc, argv, "test_ctrun_etcd_e2e");
     ctrain = argc > 3 ? argv[3] : NULL;
     etcd__binary(); /* skips (77) without etcd */
     CT_RUN(test_unreachable_at_start);
+    CT_RUN(test_tls_and_auth);
     CT_RUN(test_etcd_stopped);
     CT_RUN(test_etcd_member_lost);
     CT_RUN(test_ctrain_store_host_killed);
