@@ -1310,8 +1310,13 @@ int ctrun_etcd_create(uv_loop_t *loop, const ctrun_etcd_opts_t *opts, ctrun_etcd
         return rc;
     }
     e->loop = loop;
-    e->connect_timeout_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 1000;
-    e->attempt_timeout_ms = opts->attempt_timeout_ms > 0 ? opts->attempt_timeout_ms : 2000;
+    /* A TLS connection includes the handshake and, the first time, loading the CA bundle. */
+    e->connect_timeout_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms
+                            : e->https                   ? 3000
+                                                         : 1000;
+    e->attempt_timeout_ms = opts->attempt_timeout_ms > 0 ? opts->attempt_timeout_ms
+                            : e->https                   ? 5000
+                                                         : 2000;
     e->request_timeout_ms = opts->request_timeout_ms > 0 ? opts->request_timeout_ms : 10000;
     e->multi = curl_multi_init();
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");

@@ -57,8 +57,9 @@ typedef struct ctrun_etcd_watch ctrun_etcd_watch_t;
 
 typedef struct ctrun_etcd_opts {
     const char *endpoints;      /* "host:port[,host:port...]", IPv6 hosts in brackets */
-    int64_t connect_timeout_ms; /* one connection attempt to one member (0: 1000) */
-    int64_t attempt_timeout_ms; /* one member's answer, connection included (0: 2000) */
+    int64_t connect_timeout_ms; /* one connection attempt to one member (0: 1000; https 3000) */
+    int64_t attempt_timeout_ms; /* one member's answer, connection included (0: 2000; https
+                                 * 5000) */
     int64_t request_timeout_ms; /* a request, over every member and round (0: 10000) */
     bool https;                 /* TLS to every member */
     const char *cacert;         /* https: CA bundle that signs the members (NULL: the system's) */

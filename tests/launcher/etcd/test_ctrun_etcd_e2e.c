@@ -408,7 +408,7 @@ static void test_tls_and_auth(void)
     }
     ct_child_t c;
     /* TLS without the CA: the member's certificate is not trusted. */
-    run_tls_agent(&c, &etcd, "--rdzv_conf=last_call_timeout=1,protocol=https,etcd_timeout=2", d[0],
+    run_tls_agent(&c, &etcd, "--rdzv_conf=last_call_timeout=1,protocol=https,etcd_timeout=6", d[0],
                   "0");
     CT_ASSERT_MSG(c.exit_code == 1, "exit %d:\n%s", c.exit_code, c.err);
     CT_ASSERT_STR_CONTAINS(c.err, "etcd rendezvous (127.0.0.1:");
