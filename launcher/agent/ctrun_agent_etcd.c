@@ -96,14 +96,19 @@ static void ctrun_agent_etcd__old_store_closed(void *data)
     (void)data;
 }
 
-int ctrun_agent__etcd_host_store(ctrun_agent_t *a)
+/* The store this node hosted for an earlier round: its workers are gone, nobody uses it. */
+static void ctrun_agent_etcd__drop_store(ctrun_agent_t *a)
 {
-    if (a->store != NULL) {
-        /* The previous round's store: its workers are gone; nobody else uses it any more. */
+    if (a->store != NULL && !a->store_closing) {
         ctrun_store_close_gently(a->store, CTRUN_STORE_LINGER_MS,
                                  ctrun_agent_etcd__old_store_closed, NULL);
         a->store = NULL;
     }
+}
+
+int ctrun_agent__etcd_host_store(ctrun_agent_t *a)
+{
+    ctrun_agent_etcd__drop_store(a);
     ct_errbuf_t eb = {{0}};
     ctrun_store_opts_t so = {.host = NULL, .port = 0, .token = a->cfg->rdzv_conf.store_token};
     int rc = ctrun_store_create(&a->loop, &so, &a->store, &eb);
@@ -131,6 +136,7 @@ int ctrun_agent__etcd_host_store(ctrun_agent_t *a)
 
 int ctrun_agent__etcd_use_store(ctrun_agent_t *a, const char *addr)
 {
+    ctrun_agent_etcd__drop_store(a);
     ct_hostport_t hp;
     ct_errbuf_t eb = {{0}};
     int rc = ct_hostport_parse(addr, -1, false, &hp, &eb);
