@@ -1,4 +1,4 @@
-"""lm_train.py CTRAIN CTRUN DIR - ctrain --model lm against transformers (test_lm_train.c runs it
+"""lm_train.py CTRAIN CTRUN DIR DRIVER - ctrain --model lm against transformers (test_lm_train.c runs it
 with the PyTorch 2.x interpreter).
 
 For a tiny GPT-2 (GPT2LMHeadModel, tied, --maxlen below its positions) and a tiny Qwen2
@@ -15,6 +15,10 @@ byte-level BPE tokenizer trained here with `tokenizers` and saved as tokenizer.j
               clip_grad_norm_(1.0), Adam(lr 1e-3, betas (0.9, 0.98), eps 1e-8), frozen tensors
               with requires_grad False and out of the optimizer. Every step's training loss and
               the validation lm_loss after it (metrics.jsonl) within 1e-4;
+  shuffled    three epochs of 4-line batches (the last one 2 lines): ctrain on 1 rank and on 2
+              ranks against PyTorch taking the lines in the order ctrain's seeded shuffle
+              gives (DRIVER perm SEED N EPOCHS prints it): each epoch's mean training loss
+              and the validation lm_loss after it within 1e-4;
   errors      a line that is not UTF-8, a --freeze prefix that names nothing, --mhc, a file
               with no line to predict: exit 1 and one line naming the file and line or flag;
   --save_hf   the folder ctrain writes after training loads in transformers
@@ -38,7 +42,7 @@ except ImportError as e:  # the C driver passes 77 on: a skip
     print("skip: %s" % e)
     sys.exit(77)
 
-CTRAIN, CTRUN, ROOT = sys.argv[1], sys.argv[2], sys.argv[3]
+CTRAIN, CTRUN, ROOT, DRIVER = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 STEPS, LR, CLIP, SEED = 10, 1e-3, 1.0, 7
 QWEN2_PAT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"""
              r"""[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
@@ -193,13 +197,40 @@ def reference(model_dir, x, y, vx, vy, frozen):
     return model, losses, valid
 
 
+def shuffled_reference(model_dir, x, y, vx, vy, batch, epochs):
+    """Epochs of `batch`-line steps in ctrain's order: the mean step loss of each epoch and the
+    validation loss after it."""
+    n = x.shape[0]
+    perms = [[int(v) for v in line.split()] for line in
+             run([DRIVER, "perm", str(SEED), str(n), str(epochs)]).splitlines()]
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir,
+                                                              torch_dtype=torch.float32).eval()
+    opt = torch.optim.Adam(model.parameters(), lr=LR, betas=(0.9, 0.98), eps=1e-8)
+    means, valid = [], []
+    for perm in perms:
+        losses = []
+        for s in range(0, n, batch):
+            idx = torch.tensor(perm[s:s + batch])
+            opt.zero_grad(set_to_none=True)
+            loss = lm_loss(model, x[idx], y[idx])
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+            opt.step()
+            losses.append(loss.item())
+        means.append(sum(losses) / len(losses))
+        with torch.no_grad():
+            valid.append(lm_loss(model, vx, vy).item())
+    return means, valid
+
+
 def check_training(kind, label, train_dir, losses, valid):
     m = metrics(train_dir)
-    if len(m) != STEPS:
-        print("FAIL: %s: %d evaluations in metrics.jsonl, expected %d" % (label, len(m), STEPS))
+    if len(m) != len(losses):
+        print("FAIL: %s: %d evaluations in metrics.jsonl, expected %d" % (label, len(m),
+                                                                          len(losses)))
         sys.exit(1)
-    worst_t = max(abs(m[i]["train_loss"] - losses[i]) for i in range(STEPS))
-    worst_v = max(abs(m[i]["valid"]["lm_loss"] - valid[i]) for i in range(STEPS))
+    worst_t = max(abs(m[i]["train_loss"] - losses[i]) for i in range(len(losses)))
+    worst_v = max(abs(m[i]["valid"]["lm_loss"] - valid[i]) for i in range(len(losses)))
     print("  %s %s: losses %s" % (kind, label, " ".join("%.5f" % v for v in losses)))
     close("%s %s: worst step loss" % (kind, label), worst_t + losses[0], losses[0], 1e-4)
     close("%s %s: worst validation lm_loss" % (kind, label), worst_v + valid[0], valid[0], 1e-4)
@@ -291,6 +322,18 @@ def main():
             print("FAIL: %s: the resumed run's metrics differ from the straight run's" % kind)
             sys.exit(1)
         print("  %s: 4 steps + resumed to %d = the straight run, bit for bit" % (kind, STEPS))
+
+        # shuffled 4-line batches over three epochs, 1 and 2 ranks
+        means, svalid = shuffled_reference(d, x, y, vx, vy, 4, 3)
+        shuffled = list(train)
+        shuffled[shuffled.index("--num_epochs") + 1] = "3"
+        ts = os.path.join(ROOT, kind + "_shuffled")
+        run([CTRAIN] + shuffled + ["--train_dir", ts, "--batch_size", "4"])
+        check_training(kind, "4-line batches, 1 rank", ts, means, svalid)
+        ts2 = os.path.join(ROOT, kind + "_shuffled2")
+        run([CTRUN, "--standalone", "--nproc_per_node", "2", "--max_restarts", "0", CTRAIN] +
+            shuffled + ["--train_dir", ts2, "--batch_size", "4"])
+        check_training(kind, "4-line batches, 2 ranks", ts2, means, svalid)
 
         # --save_hf: transformers loads it, with the PyTorch run's weights and logits
         saved = transformers.AutoModelForCausalLM.from_pretrained(
