@@ -223,6 +223,32 @@ def shuffled_reference(model_dir, x, y, vx, vy, batch, epochs):
     return means, valid
 
 
+def check_frozen_checkpoints(kind, train_dir, frozen, model_dir):
+    """The checkpoints of a --freeze run hold every trainable tensor with its two Adam moments
+    and nothing of the frozen ones."""
+    from safetensors import safe_open
+    prefixes = [p for p in frozen.split(",") if p]
+    names = [n for n, _ in transformers.AutoModelForCausalLM.from_pretrained(
+        model_dir).named_parameters()]
+    trainable = [n for n in names if not any(n.startswith(p) for p in prefixes)]
+    files = [os.path.join(r, f) for r, _, fs in os.walk(train_dir) for f in fs
+             if f.endswith(".safetensors")]
+    if not files:
+        print("FAIL: %s: no checkpoint under %s" % (kind, train_dir))
+        sys.exit(1)
+    for path in files:
+        with safe_open(path, "pt") as f:
+            keys = set(f.keys())
+        want = set(trainable) | {"optimizer.exp_avg." + n for n in trainable} | \
+            {"optimizer.exp_avg_sq." + n for n in trainable}
+        if keys != want:
+            print("FAIL: %s: %s holds %s, expected %s" % (kind, path, sorted(keys ^ want)[:6],
+                                                         "the trainable tensors and Adam"))
+            sys.exit(1)
+    print("  %s: %d checkpoints hold the %d trainable tensors and their Adam moments only" % (
+        kind, len(files), len(trainable)))
+
+
 def check_training(kind, label, train_dir, losses, valid):
     m = metrics(train_dir)
     if len(m) != len(losses):
@@ -308,6 +334,7 @@ def main():
                                       "--freeze", frozen])
         check_training(kind, "--freeze " + frozen, tf, flosses, fvalid)
         print("  " + [ln for ln in out.splitlines() if "parameters trained" in ln][0])
+        check_frozen_checkpoints(kind, tf, frozen, d)
         # exact resume: 4 steps, then the same run to 10 from its checkpoint
         tr = os.path.join(ROOT, kind + "_resumed")
         first = [CTRAIN] + train + ["--train_dir", tr, "--batch_size", str(n), "--freeze", frozen]
