@@ -201,7 +201,7 @@ static int ctrain_lm_task__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
     if (strlen(c->freeze) >= sizeof s->spec.freeze)
         return ct_errbuf_set(eb, CT_ERANGE_VALUE, "--freeze: longer than %zu characters",
                              sizeof s->spec.freeze - 1);
-    snprintf(s->spec.freeze, sizeof s->spec.freeze, "%s", c->freeze);
+    memcpy(s->spec.freeze, c->freeze, strlen(c->freeze) + 1); /* fits: checked above */
     const int P = s->spec.cfg.max_pos;
     s->L = c->set_maxlen && c->maxlen < P ? c->maxlen : P;
     if (s->L < 2)
