@@ -1,5 +1,5 @@
 /*
- * ctrain_main.c - main() of ctrain, the native SASRec trainer: flags (exit 2 on a bad one), the
+ * ctrain_main.c - main() of ctrain, the native trainer (recommenders, causal LMs): flags (exit 2 on a bad one), the
  * worker (ct_worker_init: torchrun environment, runtime - heartbeat, error file, fatal signals -
  * store and communicator), the reducer over it, then training or --inference_only. An error
  * ctrain detects - in how it was started (a bad variable, a store that cannot be reached, peers

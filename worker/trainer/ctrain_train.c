@@ -1,8 +1,11 @@
 /*
- * ctrain_train.c - the training job of ctrain_train.h: set-up (data, model, evaluator, checkpoint
- * directory), resume, the step (micro-batches, the one gradient reduction, l2_emb, NaN check,
- * clipping, Adam), the epoch loop with evaluation and checkpoints, and the final summary. What
- * is printed and written lives in ctrain_out.c.
+ * ctrain_train.c - the training job of ctrain_train.h: set-up (the family's data, the model, the
+ * checkpoint directory), resume, the step (micro-batches, the one gradient reduction, l2_emb,
+ * NaN check, clipping, Adam), the epoch loop with evaluation and checkpoints, and the final
+ * summary; the table of the families' tasks (ctrain_train_internal.h) and the recommenders'
+ * task (user sequences, negatives, HR/NDCG, the popularity baseline). The loop asks the task
+ * and never tests the kind. What is printed and written lives in ctrain_out.c; the language
+ * model's task in ctrain_lm_task.c.
  */
 #include "ctrain_train.h"
 

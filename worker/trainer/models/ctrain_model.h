@@ -21,7 +21,9 @@
  * and time-interval keys and values); both are built by ctrain_sasrec.c, which shares the block
  * layouts between them. mHC residual streams (mhc_streams > 0) are a variant of the pre_ln
  * layout for either kind: every token carries n copies of the residual stream, mixed around
- * each sub-layer (docs/models.md §7). The training loop never knows which it runs.
+ * each sub-layer (docs/models.md §7). A third family, the causal language model (--model lm,
+ * models/lm/ctrain_lm_family.h), puts its trainable GPT-2 / Qwen2 tensors in the same flat
+ * buffers. The training loop never knows which it runs.
  *
  * Randomness: every dropout mask is a function of (seed, optimizer step, dropout site, element
  * index in the optimizer step's global batch) - ctrain_model_dropout_site - so a micro-batch that
