@@ -1,7 +1,7 @@
 /*
- * ctrain_main.c - main() of ctrain, the native trainer (recommenders, causal LMs): flags (exit 2 on a bad one), the
- * worker (ct_worker_init: torchrun environment, runtime - heartbeat, error file, fatal signals -
- * store and communicator), the reducer over it, then training or --inference_only. An error
+ * ctrain_main.c - main() of ctrain, the native trainer (recommenders, causal LMs): flags (exit
+ * 2 on a bad one), the worker (ct_worker_init: torchrun environment, runtime - heartbeat, error
+ * file, fatal signals - store and communicator), the reducer over it, then training or --inference_only. An error
  * ctrain detects - in how it was started (a bad variable, a store that cannot be reached, peers
  * that do not show up) or in the run (bad data, a checkpoint that does not fit, a non-finite
  * loss) - is one line on stderr and in TORCHELASTIC_ERROR_FILE, and exit 1: the line says what
