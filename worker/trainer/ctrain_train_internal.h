@@ -47,7 +47,8 @@ typedef struct ctrain_lm_result {
     double tokens, loss, perplexity;
 } ctrain_lm_result_t;
 
-/* One evaluation's numbers, as the family's task computes them. */
+/* One evaluation's numbers, as the family's task computes them (a family with numbers of its
+ * own adds a member; only its task's hooks read it). */
 typedef union ctrain_result {
     ctrain_eval_result_t rec; /* next-item models: HR/NDCG on the validation and test splits */
     ctrain_lm_result_t lm;
