@@ -141,7 +141,10 @@ int ct_layernorm_forward_cuda(float *out, float *mean, float *rstd, const float 
                               ct_stream_t stream);
 
 /* dweight and dbias are sums over rows: each block of CT_LAYERNORM_BWD_CUDA_ROWS rows writes
- * partial sums to scratch, a second kernel adds them in block order.
+ * partial sums to scratch, a second kernel adds them in a fixed order (one warp per column).
+ * ct_layernorm_backward_4warp_cuda is the previous launch (4 warps a block, one thread per
+ * column for the partials), kept as the GPU benchmark's baseline; dinp is the same bits, dweight
+ * and dbias are summed in another order.
  *   scratch: CT_LAYERNORM_BWD_CUDA_SCRATCH(N, C) floats */
 #define CT_LAYERNORM_BWD_CUDA_ROWS 64
 #define CT_LAYERNORM_BWD_CUDA_SCRATCH(N, C) \
@@ -151,6 +154,10 @@ int ct_layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, float 
                                const float *dout, const float *inp, const float *weight,
                                const float *mean, const float *rstd, int N, int C,
                                ct_stream_t stream);
+int ct_layernorm_backward_4warp_cuda(float *dinp, float *dweight, float *dbias, float *scratch,
+                                     const float *dout, const float *inp, const float *weight,
+                                     const float *mean, const float *rstd, int N, int C,
+                                     ct_stream_t stream);
 
 /* ---- linear and packed QKV (kernels/cuda/linear.cu): cuBLAS sgemm ----------------------------
  * Shapes as the CPU's; IC >= 1. The bias of the forward is broadcast into out and the product

@@ -136,6 +136,7 @@ for line in open(sys.argv[1], encoding="utf-8"):
     seen[(op, d)] = k + 1
     rows[(op, d, k)] = ms
 pairs = [
+    ("layernorm backward", ("layernorm", "bwd", 0), ("layernorm (4-warp)", "bwd", 0)),
     ("attention backward, dropout 0.2", ("attention", "bwd", 0), ("attention (recompute)", "bwd", 0)),
     ("attention backward, padding skipped", ("attention skip-pad", "bwd", 0),
      ("att skip-pad (recomp)", "bwd", 0)),

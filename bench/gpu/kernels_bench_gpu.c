@@ -406,6 +406,9 @@ int main(int argc, char **argv)
     TIME("attention skip-pad", "bwd", 2 * attn, 10 * nb + ab,
          CK(cudaMemsetAsync(gqkv, 0, 3 * nbytes, s));
          OK(ct_attention_backward_cuda(gqkv, att_scr, gao, att, qkv, seq, B, L, C, NH, d_attn, s)));
+    TIME("layernorm (4-warp)", "bwd", 0, 4 * nb, CK(cudaMemsetAsync(gs2, 0, nbytes, s));
+         OK(ct_layernorm_backward_4warp_cuda(gs2, gw, gb, ln_scr, gout, s2, ln_w, mean2, rstd2, N,
+                                             C, s)));
     /* The previous attention backward (dP recomputed in the dK/dV kernel), for the side-by-side
      * comparison with the rows above: same inputs, same work. */
     TIME("attention (recompute)", "bwd", 2 * attn, 10 * nb + ab,
