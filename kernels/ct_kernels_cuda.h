@@ -358,6 +358,10 @@ int ct_rows_broadcast_backward_cuda(float *dtable, const float *dout, int B, int
                                     ct_stream_t stream);
 int ct_tisas_mask_cuda(uint32_t *bits, const int32_t *qmask, int B, int L, int C, ct_dropout_t drop,
                        ct_stream_t stream);
+/* The previous mask launch (one thread per word of every row, right of the diagonal included),
+ * the same bits; kept as the GPU benchmark's baseline. */
+int ct_tisas_mask_perword_cuda(uint32_t *bits, const int32_t *qmask, int B, int L, int C,
+                               ct_dropout_t drop, ct_stream_t stream);
 int ct_tisas_attention_forward_cuda(float *out, float *att, float *scratch, const float *q,
                                     const float *k, const float *v, const float *rk,
                                     const float *rv, const int64_t *tseq, const int32_t *qmask,

@@ -141,6 +141,7 @@ pairs = [
     ("attention backward, padding skipped", ("attention skip-pad", "bwd", 0),
      ("att skip-pad (recomp)", "bwd", 0)),
     ("mHC mappings backward, n = 4", ("mhc mappings n=4", "bwd", 0), ("mhc mappings (pertok)", "bwd", 0)),
+    ("TiSASRec interval masks (2)", ("tisas masks (2)", "fwd", 0), ("tisas masks (per-word)", "fwd", 0)),
     ("full softmax CE, forward + backward", ("full CE loss", "f+b", 0), ("full CE (multipass)", "f+b", 0)),
 ]
 print("# %-38s %10s %10s %8s" % ("kernel", "new ms", "old ms", "old/new"))

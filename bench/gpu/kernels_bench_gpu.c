@@ -25,8 +25,8 @@
  * The variants section also times the ops of the other models at the same sizes: TiSASRec's
  * attention (with its interval masks), one mHC layer (n = 4) and the softmax losses; and, next
  * to the kernels that replaced them, the previous kernels that ct_kernels_cuda.h keeps as
- * baselines (rows marked recompute, recomp, pertok, multipass), so that one run times old and
- * new side by side (bench/gpu/kernels_ab.sh prints the pairs).
+ * baselines (rows marked recompute, recomp, pertok, multipass, 4-warp, per-word), so that one
+ * run times old and new side by side (bench/gpu/kernels_ab.sh prints the pairs).
  *
  * Deliberately not here: PyTorch (bench/gpu/torch_ops.py times the same ops; bench/gpu/run.sh
  * prints the ratios) and ctrain's own step (bench/gpu/step_bench.py).
@@ -473,6 +473,9 @@ int main(int argc, char **argv)
         ct_dropout_t d_tk = {PDROP, 7, 254, 0}, d_tv = {PDROP, 7, 255, 0};
         TIME("tisas masks (2)", "fwd", 0, 2 * mb, OK(ct_tisas_mask_cuda(mk, seq, B, L, C, d_tk, s));
              OK(ct_tisas_mask_cuda(mv, seq, B, L, C, d_tv, s)));
+        TIME("tisas masks (per-word)", "fwd", 0, 2 * mb,
+             OK(ct_tisas_mask_perword_cuda(mk, seq, B, L, C, d_tk, s));
+             OK(ct_tisas_mask_perword_cuda(mv, seq, B, L, C, d_tv, s)));
         TIME("tisas attention", "fwd", 3 * attn, 4 * nb + ab + 2 * mb,
              OK(ct_tisas_attention_forward_cuda(ao, att, NULL, q, k, v, rk, rv, ts, seq, B, L, C,
                                                 NH, T, d_attn, mk, mv, PDROP, s)));
