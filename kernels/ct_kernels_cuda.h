@@ -383,16 +383,19 @@ int ct_tisas_attention_backward_cuda(float *dq, float *dk, float *dv, float *drk
  * then one thread per token for the RMS factor (a double sum in the CPU's order), the gates and
  * Sinkhorn; the backward keeps d(pre-activation) per token in scratch (the Sinkhorn iterates
  * spread over tokens as above), applies the RMS factor's path to dX one thread per element, sums
- * the bias and gate gradients over tokens in a fixed order (double), and adds the (X phi) path
- * with two sgemms. ct_mhc_coeffs_backward_pertoken_cuda is the previous layout (each token's
- * iterates contiguous, its thread adding the RMS path over its own row of dX), the same
- * arithmetic and results, kept as the baseline the GPU benchmark times against.
+ * the bias and gate gradients over tokens in a fixed order (double; 32 slices of rows per
+ * column, then the slices in order), and adds the (X phi) path with two sgemms.
+ * ct_mhc_coeffs_backward_pertoken_cuda is the previous launch (each token's iterates contiguous,
+ * its thread adding the RMS path over its own row of dX, one block per column for the sums),
+ * kept as the baseline the GPU benchmark times against: dX and dphi are the same bits, dbias and
+ * dalpha the same double sums in another order.
  * The stream-mixing ops give one thread per output element, sums in the CPU's order.
  *   sinkhorn backward scratch: CT_SINKHORN_BWD_CUDA_SCRATCH(M, n, iters) floats
  *   mappings backward scratch: CT_MHC_COEFFS_BWD_CUDA_SCRATCH(N, n, iters) floats */
 #define CT_SINKHORN_BWD_CUDA_SCRATCH(M, n, iters) ((size_t)(M)*CT_SINKHORN_BWD_SCRATCH(n, iters))
-#define CT_MHC_COEFFS_BWD_CUDA_SCRATCH(N, n, iters) \
-    ((size_t)(N) * (2 * (size_t)CT_MHC_COEFFS(n) + CT_SINKHORN_BWD_SCRATCH(n, iters) + 1))
+#define CT_MHC_COEFFS_BWD_CUDA_SCRATCH(N, n, iters)                                             \
+    ((size_t)(N) * (2 * (size_t)CT_MHC_COEFFS(n) + CT_SINKHORN_BWD_SCRATCH(n, iters) + 1) + 2 + \
+     2 * 32 * ((size_t)CT_MHC_COEFFS(n) + 3))
 
 int ct_sinkhorn_forward_cuda(float *out, const float *logits, int M, int n, int iters,
                              ct_stream_t stream);

@@ -372,12 +372,61 @@ __global__ void ct_cuda_mhc__mhc_coeffs_sums_kernel(float *dbias, float *dalpha,
     }
 }
 
-static int ct_cuda_mhc__coeffs_bwd(bool spread, float *dX, float *dphi, float *dalpha,
-                                   float *dbias, float *scratch, const float *dhpre,
-                                   const float *dhpost, const float *dhres, const float *X,
-                                   const float *phi, const float *alpha, const float *bias,
-                                   const float *proj, const float *rstd, int N, int n, int C,
-                                   int iters, const ct_cuda_ctx_t *ctx)
+/* The sums above split over CT__MHC_SUM_SLICES slices of rows: block (c, sl) writes the double
+ * sum of its slice to part[c * slices + sl]; ct_cuda_mhc__mhc_coeffs_sums_final_kernel adds the
+ * slices in order. The same fixed order on every run; 27 x 32 blocks at n = 4 instead of 27. */
+#define CT__MHC_SUM_SLICES 32
+__global__ void ct_cuda_mhc__mhc_coeffs_sums_part_kernel(double *part, const float *gpre,
+                                                         const float *proj, int N, int n)
+{
+    __shared__ double sh[32];
+    const int K = CT_MHC_COEFFS(n);
+    const int c = (int)blockIdx.x, sl = (int)blockIdx.y, slices = (int)gridDim.y;
+    const int64_t rows = ((int64_t)N + slices - 1) / slices;
+    const int64_t r0 = (int64_t)sl * rows, r1 = r0 + rows < N ? r0 + rows : N;
+    double s = 0.0;
+    if (c < K) {
+        for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x)
+            s += (double)gpre[r * K + c];
+    } else {
+        const int grp = c - K;
+        const int c0 = grp == 0   ? 0
+                       : grp == 1 ? n
+                                  : 2 * n,
+                  c1 = grp == 0   ? n
+                       : grp == 1 ? 2 * n
+                                  : K;
+        for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x)
+            for (int cc = c0; cc < c1; cc++)
+                s += (double)gpre[r * K + cc] * proj[r * K + cc];
+    }
+    const double t = ct__block_sum_f64(s, sh);
+    if (threadIdx.x == 0)
+        part[(int64_t)c * slices + sl] = t;
+}
+
+__global__ void ct_cuda_mhc__mhc_coeffs_sums_final_kernel(float *dbias, float *dalpha,
+                                                          const double *part, int n, int slices)
+{
+    const int K = CT_MHC_COEFFS(n);
+    const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (c >= K + 3)
+        return;
+    double t = 0.0;
+    for (int sl = 0; sl < slices; sl++)
+        t += part[(int64_t)c * slices + sl];
+    if (c < K)
+        dbias[c] += (float)t;
+    else
+        dalpha[c - K] += (float)t;
+}
+
+static int ct_cuda_mhc__coeffs_bwd(bool spread, float *dX, float *dphi, float *dalpha, float *dbias,
+                                   float *scratch, const float *dhpre, const float *dhpost,
+                                   const float *dhres, const float *X, const float *phi,
+                                   const float *alpha, const float *bias, const float *proj,
+                                   const float *rstd, int N, int n, int C, int iters,
+                                   const ct_cuda_ctx_t *ctx)
 {
     int rc = ct_cuda_mhc__mhc_shape(N, n, C);
     if (rc != 0)
@@ -397,8 +446,20 @@ static int ct_cuda_mhc__coeffs_bwd(bool spread, float *dX, float *dphi, float *d
                   CT__THREADS, 0, ctx->stream, dX, cf, X, (int64_t)N, D);
         CT_CUDA_CHECK_LAUNCH();
     }
-    CT_LAUNCH(ct_cuda_mhc__mhc_coeffs_sums_kernel, K + 3, CT__THREADS, 0, ctx->stream, dbias,
-              dalpha, gpre, proj, N, n);
+    if (spread) {
+        /* the doubles after cf, 8-byte aligned (scratch is): an even float offset */
+        const size_t off = (size_t)(cf - scratch) + (size_t)N;
+        double *part = reinterpret_cast<double *>(scratch + (off + 1) / 2 * 2);
+        CT_LAUNCH(ct_cuda_mhc__mhc_coeffs_sums_part_kernel,
+                  dim3((unsigned)(K + 3), CT__MHC_SUM_SLICES), CT__THREADS, 0, ctx->stream, part,
+                  gpre, proj, N, n);
+        CT_CUDA_CHECK_LAUNCH();
+        CT_LAUNCH(ct_cuda_mhc__mhc_coeffs_sums_final_kernel, 1, 128, 0, ctx->stream, dbias, dalpha,
+                  part, n, CT__MHC_SUM_SLICES);
+    } else {
+        CT_LAUNCH(ct_cuda_mhc__mhc_coeffs_sums_kernel, K + 3, CT__THREADS, 0, ctx->stream, dbias,
+                  dalpha, gpre, proj, N, n);
+    }
     CT_CUDA_CHECK_LAUNCH();
     /* the (X phi) path: dX += dp phi^T; dphi += X^T dp */
     if ((rc = ct_cuda_mhc__sgemm_rm(ctx, false, true, N, D, K, 1.0f, dp, K, phi, K, 1.0f, dX, D)) !=
@@ -424,8 +485,8 @@ extern "C" int ct_mhc_coeffs_backward_pertoken_cuda(
     const float *bias, const float *proj, const float *rstd, int N, int n, int C, int iters,
     const ct_cuda_ctx_t *ctx)
 {
-    return ct_cuda_mhc__coeffs_bwd(false, dX, dphi, dalpha, dbias, scratch, dhpre, dhpost, dhres,
-                                   X, phi, alpha, bias, proj, rstd, N, n, C, iters, ctx);
+    return ct_cuda_mhc__coeffs_bwd(false, dX, dphi, dalpha, dbias, scratch, dhpre, dhpost, dhres, X,
+                                   phi, alpha, bias, proj, rstd, N, n, C, iters, ctx);
 }
 
 /* ---- stream mixing ----------------------------------------------------------------------------
