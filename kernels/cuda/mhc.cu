@@ -333,9 +333,11 @@ __global__ void ct_cuda_mhc__mhc_coeffs_bwd_kernel(
 __global__ void ct_cuda_mhc__mhc_rstd_dx_kernel(float *dX, const float *cf, const float *X,
                                                 int64_t N, int D)
 {
+    const bool narrow = N * D <= (int64_t)UINT32_MAX; /* a 32-bit division finds the row */
     CT__FOR_EACH(e, N * D)
     {
-        dX[e] = __fadd_rn(dX[e], __fmul_rn(cf[e / D], X[e]));
+        const int64_t r = narrow ? (int64_t)((uint32_t)e / (uint32_t)D) : e / D;
+        dX[e] = __fadd_rn(dX[e], __fmul_rn(cf[r], X[e]));
     }
 }
 
