@@ -2,9 +2,11 @@
 # bench/gpu/kernels_ab.sh - one short run on a GPU machine that checks the CUDA kernels and times
 # each rewritten kernel against the previous one it replaced, side by side, in the same process:
 #   1. configures build-gpu/ (release, as bench/gpu/run.sh) when it is not configured, and builds
-#      the GPU tests of the kernels, the whole-model GPU tests and the kernel benchmark only;
+#      only what the steps below run: the GPU tests of the kernels and of ctrain, ctrain and the
+#      launchers it needs, the kernel benchmark;
 #   2. runs those tests (every CUDA op against its CPU twin, the new kernels against their
-#      baselines, ctrain's model on the CUDA table against the CPU table), one at a time;
+#      baselines, ctrain's model on the CUDA table against the CPU table, ctrain --device cuda
+#      against --device cpu as processes), one at a time;
 #   3. optionally (--sanitize) runs the rewritten kernels' tests under compute-sanitizer
 #      (memcheck, racecheck, synccheck: what the CPU emulator cannot see);
 #   4. runs build-gpu/bench/kernels_bench_gpu (ml-1m sizes: B = 128, L = 200, d = 50) and prints
@@ -17,8 +19,8 @@
 #   --skip-tests  only build and time
 #
 # Results go to $OUT when it is set, else build-gpu/results-ab/: ab.txt (the table),
-# kernels_bench_gpu.txt (every row), tests.log, build.log, sanitize-*.log. The whole run without
-# --sanitize is about 3 minutes on a 16-core machine when build-gpu/ has to be built.
+# kernels_bench_gpu.txt (every row), tests.log, build.log, sanitize-*.log. Each step's line
+# carries the seconds since the start; on a fresh build-gpu/ the build is most of the run.
 # Exit status: 0 when the build and the tests passed (timings are reported, not judged); 1 when a
 # step failed (named on the last line); 2 on a bad argument.
 set -uo pipefail
@@ -60,7 +62,8 @@ fi
 
 # ---- build: only what this run uses ----------------------------------------------------------------
 units="adam attention dropout elementwise embed eval layernorm linear lm lm_model loss mhc rng sasrec tisas xent"
-targets=(bench/kernels_bench_gpu)
+targets=(bench/kernels_bench_gpu tests/worker/trainer/test_ctrain_cuda worker/ctrain launcher/ctrun
+         launcher/ctrun-store)
 for u in $units; do targets+=("tests/kernels/test_${u}_gpu"); done
 if [ ! -f build-gpu/build.ninja ]; then
     "${meson[@]}" setup build-gpu -Dcuda=enabled -Dbuildtype=release >"$out/meson-setup.log" 2>&1 \
@@ -73,18 +76,18 @@ say "# build: ok ($(elapsed))"
 # ---- tests -----------------------------------------------------------------------------------------
 status=0
 if [ "$run_tests" = 1 ]; then
-    names=()
+    names=(ctrain_cuda) # ctrain --device cuda against --device cpu, 1-rank NCCL, --use_amp
     for u in $units; do names+=("${u}_gpu"); done
     if "${meson[@]}" test -C build-gpu --no-rebuild --print-errorlogs --num-processes 1 "${names[@]}" \
             >"$out/tests.log" 2>&1; then
-        say "# gpu kernel tests: $(grep -E '^(Ok|Fail|Skipped):' "$out/tests.log" | tr -s ' ' | tr '\n' ' ')($(elapsed))"
+        say "# gpu tests: $(grep -E '^(Ok|Fail|Skipped):' "$out/tests.log" | tr -s ' ' | tr '\n' ' ')($(elapsed))"
         if grep -q 'SKIP' "$out/tests.log"; then
             say "# note: tests skipped (no GPU visible?): $(grep -c SKIP "$out/tests.log") rows"
         fi
     else
         status=1
         grep -E 'FAIL|ERROR|TIMEOUT' "$out/tests.log" | head -n 20 | tee -a "$table"
-        say "# gpu kernel tests: FAILED (log: $out/tests.log)"
+        say "# gpu tests: FAILED (log: $out/tests.log)"
     fi
 fi
 
