@@ -8,6 +8,11 @@
  * grouped-query attention reads; RoPE then rotates that packed buffer in place, viewed as rows of
  * one head each, with the value heads given position 0 (cos 1, sin 0: unchanged).
  *
+ * With activation recomputation the arena holds every block's input but one block's other
+ * activations, shared by all blocks; the backward runs each block's forward again (the same ops
+ * on the same input: the same bits) just before that block's backward, except the last block's,
+ * whose activations are still there from the forward.
+ *
  * Not here: the op kernels (kernels/), config.json and the tensor list (ctrain_lm_cfg.c), reading
  * a Hugging Face folder (ctrain_lm_load.c, so that this file needs no file I/O), the optimizer
  * and the training loop.
