@@ -104,6 +104,7 @@ typedef struct ctrain_cfg {
     char eval_dataset[CTRAIN_TRAIN_PATH_MAX]; /* validation lines ("": --dataset itself) */
     char save_hf[CTRAIN_TRAIN_PATH_MAX];      /* after training, a folder transformers loads */
     char freeze[CTRAIN_TRAIN_PATH_MAX];       /* comma-separated tensor-name prefixes */
+    bool grad_checkpointing; /* activations recomputed block by block in the backward */
     /* which model flags were given (inference adopts a checkpoint's values for the others) */
     bool set_maxlen, set_hidden, set_blocks, set_heads, set_layout;
     bool set_model, set_mhc, set_time_span, set_l2, set_epochs, set_num_negatives;
