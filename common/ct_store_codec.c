@@ -269,7 +269,7 @@ static int ct_store_codec__rd_list(ct_store_codec__rd_t *r, uint64_t n, bool pai
     }
     uint64_t key_max = values_only ? r->lim->max_value_len : r->lim->max_key_len;
     for (; done < n; done++) {
-        ct_store_bytes_t k, v;
+        ct_store_bytes_t k = {0}, v = {0};
         int rc = ct_store_codec__rd_str(r, &k, key_max, values_only ? "value" : "key");
         if (rc <= 0)
             return rc;

@@ -390,8 +390,8 @@ int ctrun_kv_open_remote(uv_loop_t *loop, const ctrun_kv_remote_opts_t *opts, ct
 {
     ctrun_kv_t *kv = NULL;
     int rc = ctrun_kv__open(loop, cb, data, &kv, eb);
-    if (rc != 0)
-        return rc;
+    if (rc != 0 || kv == NULL) /* kv is set when rc is 0; the check tells the compiler so */
+        return rc != 0 ? rc : -ENOMEM;
     kv->remote = true;
     kv->opts = *opts;
     kv->host = strdup(opts->host);

@@ -54,8 +54,8 @@ static void find_python(void)
     const char *env = getenv("CTRUN_TORCH_PYTHON");
     const char *cands[] = {env, "/usr/bin/python3", ct_test_torch2_python()};
     for (size_t i = 0; i < 3; i++) {
-        if (cands[i] && cands[i][0] && imports_torch(cands[i])) {
-            snprintf(py, sizeof py, "%s", cands[i]);
+        if (cands[i] && cands[i][0] && strlen(cands[i]) < sizeof py && imports_torch(cands[i])) {
+            memcpy(py, cands[i], strlen(cands[i]) + 1);
             return;
         }
     }

@@ -103,7 +103,7 @@ int ct_comm_allreduce(ct_comm_t *c, void *buf, int64_t count, ct_dtype_t dtype, 
         return ct_errbuf_set(eb, -EINVAL, "allreduce: bad count %lld", (long long)count);
     if (count > 0 && buf == NULL)
         return ct_errbuf_set(eb, -EINVAL, "allreduce: NULL buffer");
-    int64_t deadline;
+    int64_t deadline = 0;
     int rc = ct_comm__begin(c, "allreduce", &deadline, eb);
     if (rc != 0)
         return rc;
@@ -117,7 +117,7 @@ int ct_comm_broadcast(ct_comm_t *c, void *buf, size_t nbytes, int root, ct_errbu
         return ct_errbuf_set(eb, -EINVAL, "broadcast: root %d is not a rank of %d", root, c->world);
     if (nbytes > 0 && buf == NULL)
         return ct_errbuf_set(eb, -EINVAL, "broadcast: NULL buffer");
-    int64_t deadline;
+    int64_t deadline = 0;
     int rc = ct_comm__begin(c, "broadcast", &deadline, eb);
     if (rc != 0)
         return rc;
@@ -132,7 +132,7 @@ int ct_comm_allgather(ct_comm_t *c, const void *sendbuf, void *recvbuf, size_t n
         return ct_errbuf_set(eb, -EINVAL, "allgather: %zu bytes per rank overflow", nbytes);
     if (nbytes > 0 && (sendbuf == NULL || recvbuf == NULL))
         return ct_errbuf_set(eb, -EINVAL, "allgather: NULL buffer");
-    int64_t deadline;
+    int64_t deadline = 0;
     int rc = ct_comm__begin(c, "allgather", &deadline, eb);
     if (rc != 0)
         return rc;
@@ -142,7 +142,7 @@ int ct_comm_allgather(ct_comm_t *c, const void *sendbuf, void *recvbuf, size_t n
 
 int ct_comm_barrier(ct_comm_t *c, ct_errbuf_t *eb)
 {
-    int64_t deadline;
+    int64_t deadline = 0;
     int rc = ct_comm__begin(c, "barrier", &deadline, eb);
     if (rc != 0)
         return rc;
