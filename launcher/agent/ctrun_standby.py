@@ -2,8 +2,9 @@
 
 ctrun starts one per local rank as `<python> -u ctrun_standby.py` with the rank's worker
 environment, a Unix seqpacket socket on the fd named by CTRUN_STANDBY_FD, its own pid in
-CTRUN_STANDBY_AGENT and the --warm_preload modules in CTRUN_STANDBY_PRELOAD. It imports torch and
-those modules, checks that CUDA is not initialised, says READY (or FAIL <reason>) and waits.
+CTRUN_STANDBY_AGENT and the --warm_preload modules in CTRUN_STANDBY_PRELOAD. It imports torch
+(and torch._dynamo, which PyTorch 2.x's optimizers import at their first use) and those
+modules, checks that CUDA is not initialised, says READY (or FAIL <reason>) and waits.
 
 Each RUN request carries a worker: working directory, CPUs, `-m` or a script path, argv and the
 complete environment, with its stdin (when the agent has one), stdout, stderr, heartbeat and
@@ -55,6 +56,13 @@ def _preload(sock, modules):
     except BaseException as e:  # noqa: BLE001 - any failure only means: no standby
         _send(sock, "FAIL import torch: %s: %s" % (type(e).__name__, e))
         return False
+    # What PyTorch 2.x imports lazily at the first optimizer or torch.compile of nearly every
+    # training program (about 2 s on a small CPU): imported here too when it exists; a failure
+    # only leaves it to the worker.
+    try:
+        importlib.import_module("torch._dynamo")
+    except Exception:  # noqa: BLE001
+        pass
     for name in modules:
         try:
             importlib.import_module(name)
