@@ -36,7 +36,7 @@ def parse(line):
     return m.group(1), kv, float(m.group(3))
 
 
-def trial(name, cmd, env, warmup_s, timeout_s=90):
+def trial(name, cmd, env, warmup_s, timeout_s=90, log=None):
     work = tempfile.mkdtemp(prefix="warm_bench_")
     snap = os.path.join(work, "snapshot.pt")
     full = cmd + [PROG, "--snapshot", snap]
@@ -47,6 +47,8 @@ def trial(name, cmd, env, warmup_s, timeout_s=90):
 
     def reader():
         for line in p.stdout:
+            if log is not None:
+                log.write("%.6f %s" % (time.monotonic(), line))
             ev = parse(line)
             if ev:
                 with cond:
@@ -112,6 +114,8 @@ def main():
     ap.add_argument("--warmup_s", type=float, default=8.0,
                     help="attempt 0's run time before the kill (the standbys import meanwhile)")
     ap.add_argument("--only", default="ctrun_cold,ctrun_warm,torchrun")
+    ap.add_argument("--out", default="",
+                    help="folder for each trial's launcher output, with monotonic time stamps")
     ap.add_argument("--verbose", action="store_true",
                     help="print every worker event after the kill, relative to it")
     args = ap.parse_args()
@@ -130,7 +134,15 @@ def main():
     for name in args.only.split(","):
         rows[name] = []
         for k in range(args.trials):
-            r = trial(name, launchers[name], env, args.warmup_s)
+            log = None
+            if args.out:
+                os.makedirs(args.out, exist_ok=True)
+                log = open(os.path.join(args.out, "%s_%d.log" % (name, k + 1)), "w")
+            try:
+                r = trial(name, launchers[name], env, args.warmup_s, log=log)
+            finally:
+                if log is not None:
+                    log.close()
             rows[name].append(r)
             print("%-11s trial %d: kill -> resumed %.3f s, kill -> first step %.3f s" %
                   (name, k + 1, r[0], r[1]), flush=True)

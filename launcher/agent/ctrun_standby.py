@@ -8,9 +8,9 @@ modules, checks that CUDA is not initialised, says READY (or FAIL <reason>) and 
 
 Each RUN request carries a worker: working directory, CPUs, `-m` or a script path, argv and the
 complete environment, with its stdin (when the agent has one), stdout, stderr, heartbeat and
-cgroup.procs descriptors over SCM_RIGHTS. The standby forks; that child forks the worker, sends
-"PID <n>" and exits, so the worker is re-parented to ctrun (a child subreaper while it waits for
-the reply) and ctrun waits for it, signals its process group and reads its exit status as for a
+cgroup.procs descriptors over SCM_RIGHTS. A forked copy of the standby (made in advance, while
+idle) reads it, forks the worker, sends "PID <n>" and exits, so the worker is re-parented to
+ctrun (a child subreaper while it waits for the reply) and ctrun waits for it, signals its process group and reads its exit status as for a
 worker it started itself. The worker waits until ctrun is its parent, arms its parent-death
 signal, joins the attempt's cgroup, starts its own session, puts its descriptors on 0-3, restores
 the signal handlers and mask the interpreter started with, takes the environment, working
@@ -172,15 +172,40 @@ def serve():
         return None
     # What the imports changed in the handlers is undone in each worker.
     _send(sock, "READY")
+    # A forked copy waits for the request, so that a restart costs one fork, not two; the
+    # standby makes the next copy when this one has served (or died).
+    while True:
+        try:
+            zygote = os.fork()
+        except OSError:
+            return None
+        if zygote == 0:
+            return _zygote(sock, handlers)
+        while True:
+            try:
+                _, status = os.waitpid(zygote, 0)
+                break
+            except InterruptedError:
+                continue
+        if os.waitstatus_to_exitcode(status) == _ZYGOTE_AGENT_GONE:
+            return None
+
+
+_ZYGOTE_AGENT_GONE = 3
+
+
+def _zygote(sock, handlers):
+    """Serves one request: forks the worker, says its pid and exits (the worker is then
+    re-parented to ctrun). Returns the request in the worker."""
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 8)
         except InterruptedError:
             continue
         except OSError:
-            return None
+            os._exit(_ZYGOTE_AGENT_GONE)
         if not msg:
-            return None  # ctrun closed its end or died
+            os._exit(_ZYGOTE_AGENT_GONE)  # ctrun closed its end or died
         try:
             req = _parse(msg)
             if len(fds) != len(req["fds"]):
@@ -191,39 +216,23 @@ def serve():
             _send(sock, "ERR %s" % e)
             continue
         try:
-            mid = os.fork()
+            pid = os.fork()
         except OSError as e:
             for x in fds:
                 os.close(x)
             _send(sock, "ERR fork: %s" % e)
             continue
-        if mid == 0:
+        if pid == 0:
             try:
-                pid = os.fork()
-            except OSError as e:
-                _send(sock, "ERR fork: %s" % e)
-                os._exit(1)
-            if pid == 0:
+                _grandchild_setup(sock, req, fds, handlers)
+            except BaseException as e:  # noqa: BLE001
                 try:
-                    _grandchild_setup(sock, req, fds, handlers)
-                except BaseException as e:  # noqa: BLE001
-                    try:
-                        os.write(2, ("ctrun standby: worker set-up failed: %s\n" % e).encode())
-                    finally:
-                        os._exit(127)
-                return req
-            _send(sock, "PID %d" % pid)
-            os._exit(0)
-        for x in fds:
-            os.close(x)
-        while True:
-            try:
-                os.waitpid(mid, 0)
-                break
-            except InterruptedError:
-                continue
-            except ChildProcessError:
-                break
+                    os.write(2, ("ctrun standby: worker set-up failed: %s\n" % e).encode())
+                finally:
+                    os._exit(127)
+            return req
+        _send(sock, "PID %d" % pid)
+        os._exit(0)
 
 
 def _run_script(path):

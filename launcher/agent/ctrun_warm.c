@@ -32,8 +32,8 @@
 
 #define CTRUN_WARM__SCRIPT        "ctrun_standby.py"
 #define CTRUN_WARM__FD            3
-#define CTRUN_WARM__REPLY_MS      10000
-#define CTRUN_WARM__READY_WAIT_MS 30000
+#define CTRUN_WARM__REPLY_MS      3000
+#define CTRUN_WARM__READY_WAIT_MS 10000
 #define CTRUN_WARM__MAX_FDS       5
 
 static char *ctrun_warm__find_script(const char *self_exe)
