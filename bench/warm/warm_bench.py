@@ -8,7 +8,9 @@ The job is ddp_snapshot.py (gloo, snapshot every epoch). Once attempt 0 has run 
 seconds and saved a snapshot, rank 1's worker gets SIGKILL; measured on CLOCK_MONOTONIC from
 the kill to the first RESUMED line of the next attempt (the snapshot loaded) and to its first
 STEP line (the first training step after the resume, after the gloo rendezvous). The job is
-then stopped with SIGTERM. Prints one row per launcher and trial, and a markdown table of all.
+then stopped with SIGTERM. A trial whose job does not resume within 60 s is reported as such
+(torchrun's restarted workers can fail in gloo's connect or hang, see
+docs/torchrun-compatibility.md). Prints one row per launcher and trial, and a markdown table of all.
 """
 import argparse
 import os
@@ -36,7 +38,7 @@ def parse(line):
     return m.group(1), kv, float(m.group(3))
 
 
-def trial(name, cmd, env, warmup_s, timeout_s=90, log=None):
+def trial(name, cmd, env, warmup_s, timeout_s=60, log=None):
     work = tempfile.mkdtemp(prefix="warm_bench_")
     snap = os.path.join(work, "snapshot.pt")
     full = cmd + [PROG, "--snapshot", snap]
@@ -140,18 +142,25 @@ def main():
                 log = open(os.path.join(args.out, "%s_%d.log" % (name, k + 1)), "w")
             try:
                 r = trial(name, launchers[name], env, args.warmup_s, log=log)
+            except RuntimeError as e:
+                r = None  # the job never resumed (torchrun's restarts are not reliable)
+                print("%-11s trial %d: %s" % (name, k + 1, e), flush=True)
             finally:
                 if log is not None:
                     log.close()
             rows[name].append(r)
-            print("%-11s trial %d: kill -> resumed %.3f s, kill -> first step %.3f s" %
-                  (name, k + 1, r[0], r[1]), flush=True)
+            if r is not None:
+                print("%-11s trial %d: kill -> resumed %.3f s, kill -> first step %.3f s" %
+                      (name, k + 1, r[0], r[1]), flush=True)
     print("\n| launcher | kill -> resumed (s) | kill -> first step (s) | median resumed / step |")
     print("|---|---|---|---|")
     for name, rs in rows.items():
-        print("| %s | %s | %s | %.2f / %.2f |" % (
-            name, ", ".join("%.2f" % r[0] for r in rs), ", ".join("%.2f" % r[1] for r in rs),
-            statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs)))
+        ok = [r for r in rs if r is not None]
+        med = "%.2f / %.2f" % (statistics.median(r[0] for r in ok),
+                               statistics.median(r[1] for r in ok)) if ok else "-"
+        print("| %s | %s | %s | %s |" % (
+            name, ", ".join("%.2f" % r[0] if r else "no resume" for r in rs),
+            ", ".join("%.2f" % r[1] if r else "no resume" for r in rs), med))
     return 0
 
 
