@@ -202,8 +202,7 @@ static bool ctrun_group__spawn_warm(ctrun_agent_t *a, int i, char **argv, char *
     }
     char cwd[PATH_MAX];
     if (getcwd(cwd, sizeof cwd) == NULL) {
-        ct_log_warn("--warm_restart: getcwd: %s; starting local rank %d cold", strerror(errno),
-                    i);
+        ct_log_warn("--warm_restart: getcwd: %s; starting local rank %d cold", strerror(errno), i);
         return false;
     }
     /* argv is `<python> -u [-m] target args...` (ctrun_cmd.h). */
@@ -246,8 +245,8 @@ static bool ctrun_group__spawn_warm(ctrun_agent_t *a, int i, char **argv, char *
         return false;
     }
     w->warm = true;
-    ct_log_info("local rank %d: worker %d forked from standby %d in %.1f ms", i,
-                (int)w->proc.pid, (int)a->warm.sb[i].pid, (double)(uv_hrtime() - t0) / 1e6);
+    ct_log_info("local rank %d: worker %d forked from standby %d in %.1f ms", i, (int)w->proc.pid,
+                (int)a->warm.sb[i].pid, (double)(uv_hrtime() - t0) / 1e6);
     return true;
 }
 

@@ -72,8 +72,7 @@ typedef struct ctrun_proc_opts {
      * the heartbeat pipe or -1): 0 with *pid a child of this process that already runs the
      * program with those descriptors, in its own process group (a warm worker, ctrun_warm.h),
      * or a negative error with the reason in eb. */
-    int (*start)(void *start_data, int out_fd, int err_fd, int hb_fd, pid_t *pid,
-                 ct_errbuf_t *eb);
+    int (*start)(void *start_data, int out_fd, int err_fd, int hb_fd, pid_t *pid, ct_errbuf_t *eb);
     void *start_data;
 } ctrun_proc_opts_t;
 

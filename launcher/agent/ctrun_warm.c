@@ -62,9 +62,8 @@ int ctrun_warm_init(ctrun_warm_t *w, const char *self_exe, const char *python, c
     w->ready_wait_ms = CTRUN_WARM__READY_WAIT_MS;
     w->script = ctrun_warm__find_script(self_exe);
     if (w->script == NULL)
-        return ct_errbuf_set(eb, -ENOENT,
-                             "%s not found next to %s or in its ../share/ctrun/", CTRUN_WARM__SCRIPT,
-                             self_exe != NULL ? self_exe : "ctrun");
+        return ct_errbuf_set(eb, -ENOENT, "%s not found next to %s or in its ../share/ctrun/",
+                             CTRUN_WARM__SCRIPT, self_exe != NULL ? self_exe : "ctrun");
     w->python = strdup(python);
     w->preload = strdup(preload != NULL ? preload : "");
     w->sb = calloc((size_t)(n > 0 ? n : 1), sizeof *w->sb);
@@ -168,8 +167,8 @@ int ctrun_warm_start(ctrun_warm_t *w, int i, char *const *envp, ct_errbuf_t *eb)
     sigemptyset(&none);
     posix_spawnattr_setsigdefault(&at, &all);
     posix_spawnattr_setsigmask(&at, &none);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSID);
+    posix_spawnattr_setflags(&at,
+                             POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSID);
     char *argv[] = {w->python, "-u", w->script, NULL};
     pid_t pid = -1;
     int rc = posix_spawn(&pid, w->python, &fa, &at, argv, env);
@@ -333,8 +332,7 @@ int ctrun_warm_fork(ctrun_warm_t *w, int i, const ctrun_warm_req_t *req, pid_t *
                 err = ct_errbuf_set(eb, rc, "standby %d not ready after %.1f s", (int)s->pid,
                                     (double)(ct_time_ms() - t0) / 1000.0);
             else
-                err = ct_errbuf_set(eb, rc, "standby %d exited before it was ready",
-                                    (int)s->pid);
+                err = ct_errbuf_set(eb, rc, "standby %d exited before it was ready", (int)s->pid);
             ctrun_warm__stop(w, i);
             return err;
         }

@@ -47,14 +47,14 @@ typedef struct ctrun_warm {
 /* One worker for a standby. */
 typedef struct ctrun_warm_req {
     const char *cwd;
-    bool module;           /* -m target, else a script path */
-    const char *target;    /* the module or script as the command line gives it */
-    char *const *args;     /* the script's arguments, NULL-terminated */
-    char *const *envp;     /* its complete environment */
-    int out_fd, err_fd;    /* its stdout and stderr */
-    int hb_fd;             /* its heartbeat pipe, -1 none */
-    int cgroup_fd;         /* a cgroup.procs it joins, -1 none */
-    const int *cpus;       /* CPUs it is bound to, NULL: inherited */
+    bool module;        /* -m target, else a script path */
+    const char *target; /* the module or script as the command line gives it */
+    char *const *args;  /* the script's arguments, NULL-terminated */
+    char *const *envp;  /* its complete environment */
+    int out_fd, err_fd; /* its stdout and stderr */
+    int hb_fd;          /* its heartbeat pipe, -1 none */
+    int cgroup_fd;      /* a cgroup.procs it joins, -1 none */
+    const int *cpus;    /* CPUs it is bound to, NULL: inherited */
     size_t ncpus;
 } ctrun_warm_req_t;
 

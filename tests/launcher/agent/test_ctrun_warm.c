@@ -104,8 +104,7 @@ static int warm_start(void *data, int out_fd, int err_fd, int hb_fd, pid_t *pid,
 
 /* Forks script (a file in scratch) with args from standby 0 under a loop, stdout into a file;
  * sig > 0 is sent to its group once it started. Returns its output (malloc'd). */
-static char *run_warm(ctrun_warm_t *w, const char *script, char *const *args, int sig,
-                      result_t *r)
+static char *run_warm(ctrun_warm_t *w, const char *script, char *const *args, int sig, result_t *r)
 {
     uv_loop_t loop;
     CT_ASSERT_OK(uv_loop_init(&loop));
@@ -117,12 +116,9 @@ static char *run_warm(ctrun_warm_t *w, const char *script, char *const *args, in
     ctrun_sink_t sink;
     CT_ASSERT_OK(ctrun_sink_init(&sink, -1, fd, NULL, 0));
     char *envp[] = {"WARM_TEST=yes", "PATH=/usr/bin:/bin", NULL};
-    warm_ctx_t c = {.w = w,
-                    .req = {.cwd = scratch,
-                            .target = path,
-                            .args = args,
-                            .envp = envp,
-                            .cgroup_fd = -1}};
+    warm_ctx_t c = {
+        .w = w,
+        .req = {.cwd = scratch, .target = path, .args = args, .envp = envp, .cgroup_fd = -1}};
     ctrun_proc_opts_t o = {.out = &sink, .heartbeat = true, .start = warm_start, .start_data = &c};
     ctrun_proc_t p;
     ct_errbuf_t eb = {{0}};
@@ -176,8 +172,8 @@ static void test_fork_is_our_child(void)
     char *out = run_warm(&w, "show.py", args, 0, &r);
     CT_ASSERT_EQ(r.exitcode, 7);
     char want[1024];
-    snprintf(want, sizeof want, "__main__ ['%s', 'b c'] yes None True %s True True True\n",
-             scratch, parent);
+    snprintf(want, sizeof want, "__main__ ['%s', 'b c'] yes None True %s True True True\n", scratch,
+             parent);
     CT_ASSERT_STR_EQ(out, want);
     free(out);
     CT_ASSERT(ctrun_warm_alive(&w, 0)); /* and it serves again */

@@ -2,11 +2,11 @@
  * test_ctrun_e2e_restart.c - failures, restarts and the failure report, with ctrun (argv[1])
  * and the test worker (argv[2]): a worker failing only in attempt 0 is restarted and the job
  * succeeds with TORCHELASTIC_RESTART_COUNT 1 and attempt_1 paths (also when ctrun has no
- * stdin); a worker failing every time runs max_restarts+1 times, then the report and exit 1; a SIGSEGV is named; an error file's
- * message and traceback reach the report and the launcher's own TORCHELASTIC_ERROR_FILE; an
- * unstartable program is reported at spawn time; on two nodes a failure on node 1 restarts the
- * whole job and both nodes print the same root cause; the heartbeat watchdog and the SIGKILL
- * after the grace period.
+ * stdin); a worker failing every time runs max_restarts+1 times, then the report and exit 1; a
+ * SIGSEGV is named; an error file's message and traceback reach the report and the launcher's own
+ * TORCHELASTIC_ERROR_FILE; an unstartable program is reported at spawn time; on two nodes a failure
+ * on node 1 restarts the whole job and both nodes print the same root cause; the heartbeat watchdog
+ * and the SIGKILL after the grace period.
  */
 #include "ctrun_e2e.h"
 
@@ -70,10 +70,25 @@ static void test_restart_without_stdin(void)
     char dir[600], port[32];
     e2e_dir(dir, sizeof dir, "nostdin");
     port_arg(port, sizeof port);
-    char *argv[] = {"/bin/sh", "-c", "exec \"$0\" \"$@\" <&-", (char *)e2e_ctrun,
-                    "--nproc_per_node=2", "--max_restarts=1", port, "--log_dir=/dev/null",
-                    "--no_python", (char *)e2e_worker, "--dir", dir, "--when-attempt", "0",
-                    "--when-rank", "1", "--exit", "3", NULL};
+    char *argv[] = {"/bin/sh",
+                    "-c",
+                    "exec \"$0\" \"$@\" <&-",
+                    (char *)e2e_ctrun,
+                    "--nproc_per_node=2",
+                    "--max_restarts=1",
+                    port,
+                    "--log_dir=/dev/null",
+                    "--no_python",
+                    (char *)e2e_worker,
+                    "--dir",
+                    dir,
+                    "--when-attempt",
+                    "0",
+                    "--when-rank",
+                    "1",
+                    "--exit",
+                    "3",
+                    NULL};
     ct_child_t c;
     ct_child_opts_t opts = {0};
     CT_ASSERT_OK(ct_child_start(&c, argv, &opts));
