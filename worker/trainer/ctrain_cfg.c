@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ct_config.h"
@@ -115,7 +116,17 @@ static const ctrain_cfg__flag_t ctrain_cfg__flags[] = {
     {"dataset", CT__PATH, CT__OFF(dataset), 0, 0,
      "FILE|synthetic[:users=N,items=N,len=N,noise=X,seed=N]  interactions (default synthetic)"},
     {"model", CT__ENUM, CT__OFF(model), 0, 0,
-     "sasrec|tisasrec  the model (default tisasrec; --no_time = sasrec)"},
+     "sasrec|tisasrec|lm  the model (default tisasrec; --no_time = sasrec; lm: a GPT-2 or Qwen2 "
+     "causal LM from --lm_dir)"},
+    {"lm_dir", CT__PATH, CT__OFF(lm_dir), 0, 0,
+     "DIR  --model lm: a Hugging Face folder (config.json, weights, tokenizer)"},
+    {"eval_dataset", CT__PATH, CT__OFF(eval_dataset), 0, 0,
+     "FILE  --model lm: validation lines (default: --dataset itself)"},
+    {"save_hf", CT__PATH, CT__OFF(save_hf), 0, 0,
+     "DIR  --model lm: after training, write a folder transformers loads"},
+    {"freeze", CT__PATH, CT__OFF(freeze), 0, 0,
+     "P[,P...]  --model lm: tensors whose names start with a prefix get no gradient and no "
+     "optimizer state"},
     {"mhc", CT__BOOL, CT__OFF(mhc), 0, 0,
      "[true|false]  mHC residual streams (4, on pre_ln) around every sub-layer (default true)"},
     {"no_mhc", CT__BOOL, CT__OFF(no_mhc), 0, 0, "[true|false]  = --mhc false"},
@@ -370,6 +381,12 @@ static int ctrain_cfg__resolve_model(ctrain_cfg_t *c, ct_errbuf_t *eb)
         c->mhc = !c->no_mhc;
     }
     c->set_mhc = c->set_mhc_flag || c->set_no_mhc_flag;
+    const ctrain_family_t *mf = ctrain_family(c->model);
+    if (!mf->takes_mhc) {
+        if (c->set_mhc_flag && c->mhc)
+            return ct_errbuf_set(eb, CT_EPARSE, "--mhc: %s has no mHC residual streams", mf->title);
+        c->mhc = false;
+    }
     if (c->mhc && c->set_layout && c->layout != CTRAIN_LAYOUT_PRE_LN &&
         (c->set_mhc || !c->inference_only))
         return ct_errbuf_set(eb, CT_EPARSE,
@@ -400,6 +417,39 @@ static int ctrain_cfg__resolve_model(ctrain_cfg_t *c, ct_errbuf_t *eb)
     /* Inference takes what the checkpoint says (ctrain_infer.c); training the model's defaults. */
     if (!c->inference_only)
         ctrain_train_model_defaults(c);
+    return 0;
+}
+
+/* The LM family's flags: --lm_dir for --model lm and for nothing else. */
+static int ctrain_cfg__check_lm(const ctrain_cfg_t *c, ct_errbuf_t *eb)
+{
+    const char *lm_flag = c->lm_dir[0]         ? "--lm_dir"
+                          : c->eval_dataset[0] ? "--eval_dataset"
+                          : c->save_hf[0]      ? "--save_hf"
+                          : c->freeze[0]       ? "--freeze"
+                                               : NULL;
+    if (c->model != CTRAIN_MODEL_LM)
+        return ct_errbuf_set(eb, CT_EPARSE, "%s: only --model lm takes it (this run's model is %s)",
+                             lm_flag, ctrain_model_kind_name(c->model));
+    if (c->lm_dir[0] == '\0')
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--model lm: needs --lm_dir (a Hugging Face folder with config.json, "
+                             "the weights and the tokenizer)");
+    struct stat st;
+    if (stat(c->lm_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return ct_errbuf_set(eb, CT_EPARSE, "--lm_dir: \"%.200s\" is not a folder", c->lm_dir);
+    if (c->eval_dataset[0] != '\0' && access(c->eval_dataset, R_OK) != 0) {
+        int e = errno;
+        return ct_errbuf_set(eb, CT_EPARSE, "--eval_dataset: cannot read \"%.200s\": %s",
+                             c->eval_dataset, strerror(e));
+    }
+    if (strncmp(c->dataset, "synthetic", 9) == 0 && (c->dataset[9] == '\0' || c->dataset[9] == ':'))
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--dataset: --model lm reads a text file (one document per line), "
+                             "not the synthetic interactions");
+    if (c->inference_only && (c->save_hf[0] != '\0' || c->freeze[0] != '\0'))
+        return ct_errbuf_set(eb, CT_EPARSE, "%s: --inference_only trains nothing",
+                             c->save_hf[0] ? "--save_hf" : "--freeze");
     return 0;
 }
 
@@ -441,7 +491,14 @@ static int ctrain_cfg__check(ctrain_cfg_t *c, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, CT_EPARSE, "--dataset: cannot read \"%.200s\": %s", c->dataset,
                              strerror(e));
     }
-    if (c->inference_only && c->state_dict_path[0] == '\0')
+    const ctrain_family_t *fam = ctrain_family(c->model);
+    if (c->model == CTRAIN_MODEL_LM || c->lm_dir[0] != '\0' || c->eval_dataset[0] != '\0' ||
+        c->save_hf[0] != '\0' || c->freeze[0] != '\0') {
+        int rc = ctrain_cfg__check_lm(c, eb);
+        if (rc != 0)
+            return rc;
+    }
+    if (c->inference_only && c->state_dict_path[0] == '\0' && !fam->own_weights)
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--inference_only: needs --state_dict_path (the weights to "
                              "evaluate)");
@@ -584,6 +641,16 @@ json_t *ctrain_cfg_to_json(const ctrain_cfg_t *c)
     json_object_set_new(o, "use_amp", json_boolean(c->use_amp));
     json_object_set_new(o, "collective_timeout", json_real(c->collective_timeout));
     json_object_set_new(o, "overlap_reduction", json_boolean(c->overlap_reduction));
+    /* the LM family's, when given */
+    const struct {
+        const char *key, *v;
+    } lm[] = {{"lm_dir", c->lm_dir},
+              {"eval_dataset", c->eval_dataset},
+              {"save_hf", c->save_hf},
+              {"freeze", c->freeze}};
+    for (size_t i = 0; i < sizeof lm / sizeof lm[0]; i++)
+        if (lm[i].v[0] != '\0')
+            json_object_set_new(o, lm[i].key, json_string(lm[i].v));
     return o;
 }
 

@@ -16,6 +16,10 @@
  * epochs, layout post_ln) or TiSASRec.pytorch's (maxlen 50, l2_emb 5e-5, 201 epochs, its own
  * layout original2020); mHC runs on pre_ln.
  *
+ * --model lm trains a GPT-2 or Qwen2 causal LM from --lm_dir on --dataset's lines (the
+ * recommender's --mhc and --inference_only's --state_dict_path do not apply; --maxlen caps the
+ * tokens per line below the model's max positions).
+ *
  * Not here: what the flags do (ctrain_train.c, ctrain_eval.c), the dataset (ctrain_data.h).
  */
 #ifndef CTRAIN_CFG_H
@@ -95,6 +99,11 @@ typedef struct ctrain_cfg {
     int time_span;             /* TiSASRec's interval clip */
     ctrain_loss_t loss;
     int num_negatives; /* --loss sampled_ce */
+    /* the LM family (--model lm) */
+    char lm_dir[CTRAIN_TRAIN_PATH_MAX]; /* the Hugging Face folder: config, weights, tokenizer */
+    char eval_dataset[CTRAIN_TRAIN_PATH_MAX]; /* validation lines ("": --dataset itself) */
+    char save_hf[CTRAIN_TRAIN_PATH_MAX];      /* after training, a folder transformers loads */
+    char freeze[CTRAIN_TRAIN_PATH_MAX];       /* comma-separated tensor-name prefixes */
     /* which model flags were given (inference adopts a checkpoint's values for the others) */
     bool set_maxlen, set_hidden, set_blocks, set_heads, set_layout;
     bool set_model, set_mhc, set_time_span, set_l2, set_epochs, set_num_negatives;

@@ -1,6 +1,7 @@
 /*
- * ctrain_infer.c - --inference_only: evaluate the weights of --state_dict_path on the dataset and
- * print the metrics (one row and a "# summary:" line, as training does), writing nothing.
+ * ctrain_infer.c - --inference_only: the family's task does it (ctrain_infer_run); here the
+ * recommender's, which evaluates the weights of --state_dict_path on the dataset and prints the
+ * metrics (one row and a "# summary:" line, as training does), writing nothing.
  *
  * The model's shape comes from the file where it can: a ctrain checkpoint carries its whole
  * model configuration; a converted SASRec.pytorch or TiSASRec.pytorch state dict tells the
@@ -116,6 +117,12 @@ static int ctrain_infer__resolve_cfg(const ctrain_cfg_t *c, int32_t num_items,
 }
 
 int ctrain_infer_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_reducer_t *red,
+                     ct_errbuf_t *eb)
+{
+    return ctrain_task_of(cfg)->infer(cfg, env, red, eb);
+}
+
+int ctrain_infer_rec(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_reducer_t *red,
                      ct_errbuf_t *eb)
 {
     ctrain_dataset_t ds;

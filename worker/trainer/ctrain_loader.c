@@ -34,8 +34,8 @@ static void ctrain_loader__fill(ctrain_loader_t *b, ctrain_train_chunk_t *ch)
         n = 0;
     for (int r = 0; r < n; r++) {
         int64_t j = begin + b->off + r;
-        ctrain_batch_fill_train(&ch->batch, r, b->ds, b->samples[b->perm[j]], b->seed,
-                                (uint64_t)(epoch * b->shard.n_samples + j));
+        b->fill(b->fill_ctx, &ch->batch, r, b->samples[b->perm[j]], b->seed,
+                (uint64_t)(epoch * b->shard.n_samples + j));
     }
     ch->n = n;
     ch->step = b->step;
@@ -70,13 +70,14 @@ static void *ctrain_loader__producer(void *arg)
     return NULL;
 }
 
-int ctrain_loader_init(ctrain_loader_t *b, const ctrain_dataset_t *ds, const int32_t *samples,
-                       const int32_t *targets, const ct_shard_t *shard, int micro, int L,
-                       bool with_time, int row_neg, uint64_t seed, int64_t start_step,
-                       int64_t total_steps, bool threaded, ct_errbuf_t *eb)
+int ctrain_loader_init(ctrain_loader_t *b, ctrain_loader_fill_t fill, const void *fill_ctx,
+                       const int32_t *samples, const int32_t *targets, const ct_shard_t *shard,
+                       int micro, int L, bool with_time, int row_neg, uint64_t seed,
+                       int64_t start_step, int64_t total_steps, bool threaded, ct_errbuf_t *eb)
 {
     memset(b, 0, sizeof *b);
-    b->ds = ds;
+    b->fill = fill;
+    b->fill_ctx = fill_ctx;
     b->samples = samples;
     b->targets = targets;
     b->shard = *shard;

@@ -2,17 +2,18 @@
  * ctrain_loader.h - the stream of training micro-batches one rank consumes, in order: for every
  * optimizer step from a start step on, this rank's slice of the step's global batch
  * (ct_shard_range over the epoch's permutation) cut into chunks of at most `micro` rows, each
- * filled with ctrain_batch_fill_train keyed by the example's global index (epoch * samples +
- * permutation position). A step whose slice is empty on this rank (fewer users than ranks in
- * a last partial batch) still yields one empty chunk, so every rank takes part in every step's
- * reduction.
+ * filled by the caller's fill function (the recommender's ctrain_batch_fill_train, the LM's
+ * token copy) keyed by the example's global index (epoch * samples + permutation position). A step
+ * whose slice is empty on this rank (fewer users than ranks in a last partial batch) still yields
+ * one empty chunk, so every rank takes part in every step's reduction.
  *
  * With threaded = true (--num_workers >= 1) one background thread builds the next chunk while
  * the trainer computes on the current one (two buffers); otherwise chunks are built on the
  * caller's thread when asked for. The chunks are the same either way: every draw is keyed,
  * nothing depends on timing.
  *
- * Not here: what a sample is (the trainer passes the sample users and their target counts),
+ * Not here: what a sample is (the trainer passes the samples, their target counts and how a
+ * sample becomes a row),
  * the model, the reduction.
  */
 #ifndef CTRAIN_LOADER_H
@@ -40,9 +41,14 @@ typedef struct ctrain_train_chunk {
     bool last;      /* the step's last chunk on this rank */
 } ctrain_train_chunk_t;
 
+/* Row r of b <- sample `sample` (a user, a line), keyed by key for any random draw. */
+typedef void (*ctrain_loader_fill_t)(const void *ctx, ctrain_batch_t *b, int r, int32_t sample,
+                                     uint64_t seed, uint64_t key);
+
 typedef struct ctrain_loader {
     /* what to read */
-    const ctrain_dataset_t *ds;
+    ctrain_loader_fill_t fill;
+    const void *fill_ctx;
     const int32_t *samples; /* (n_samples) user of each sample */
     const int32_t *targets; /* (n_samples) targets of each sample */
     ct_shard_t shard;       /* global_batch = the optimizer batch */
@@ -68,10 +74,10 @@ typedef struct ctrain_loader {
 /* Sets up the stream from start_step to total_steps. Chunks carry TiSASRec's times when
  * with_time, and row_neg negatives per row when row_neg > 0 (the sampled softmax). Returns 0
  * or -ENOMEM / a pthread error (eb says which). */
-int ctrain_loader_init(ctrain_loader_t *b, const ctrain_dataset_t *ds, const int32_t *samples,
-                       const int32_t *targets, const ct_shard_t *shard, int micro, int L,
-                       bool with_time, int row_neg, uint64_t seed, int64_t start_step,
-                       int64_t total_steps, bool threaded, ct_errbuf_t *eb);
+int ctrain_loader_init(ctrain_loader_t *b, ctrain_loader_fill_t fill, const void *fill_ctx,
+                       const int32_t *samples, const int32_t *targets, const ct_shard_t *shard,
+                       int micro, int L, bool with_time, int row_neg, uint64_t seed,
+                       int64_t start_step, int64_t total_steps, bool threaded, ct_errbuf_t *eb);
 
 /* The next chunk, valid until the next call (or close). Must not be called past the last
  * chunk of total_steps. */

@@ -1,13 +1,13 @@
 /*
- * ctrain_main.c - main() of ctrain, the native SASRec trainer: flags (exit 2 on a bad one), the
- * worker (ct_worker_init: torchrun environment, runtime - heartbeat, error file, fatal signals -
- * store and communicator), the reducer over it, then training or --inference_only. An error
- * ctrain detects - in how it was started (a bad variable, a store that cannot be reached, peers
- * that do not show up) or in the run (bad data, a checkpoint that does not fit, a non-finite
- * loss) - is one line on stderr and in TORCHELASTIC_ERROR_FILE, and exit 1: the line says what
- * and where, and a backtrace would only show main(). Backtraces are for crashes (the fatal
- * signal handler of ct_fatal.c) and for the NCCL watchdog. The work itself is in ctrain_train.c,
- * ctrain_infer.c and what they call.
+ * ctrain_main.c - main() of ctrain, the native trainer (recommenders, causal LMs): flags (exit
+ * 2 on a bad one), the worker (ct_worker_init: torchrun environment, runtime - heartbeat, error
+ * file, fatal signals - store and communicator), the reducer over it, then training or
+ * --inference_only. An error ctrain detects - in how it was started (a bad variable, a store that
+ * cannot be reached, peers that do not show up) or in the run (bad data, a checkpoint that does not
+ * fit, a non-finite loss) - is one line on stderr and in TORCHELASTIC_ERROR_FILE, and exit 1: the
+ * line says what and where, and a backtrace would only show main(). Backtraces are for crashes (the
+ * fatal signal handler of ct_fatal.c) and for the NCCL watchdog. The work itself is in
+ * ctrain_train.c, ctrain_infer.c and what they call.
  *
  * The communicator: the CPU ring for --device cpu (host buffers); NCCL for --backend nccl, and
  * with --backend auto on a GPU (CT_COMM_AUTO: NCCL when every local rank has a GPU), where the

@@ -112,15 +112,7 @@ void ctrain_out_header(ctrain_trainer_t *t)
            t->ds.source, t->ds.num_users, t->ds.num_items, (long long)t->ds.num_interactions,
            filtered, ctrain_data_mean_train_len(&t->ds), (long long)t->n_samples,
            t->ds.num_eval_users);
-    printf("# training: %d users x %d accumulation = %lld per optimizer step over %d rank%s "
-           "(%s reduction), %lld steps per epoch, %d epochs, lr %g (%s, warmup %lld, scale %s), "
-           "l2_emb %g, grad_clip %g, seed %llu; %s backend, %d BLAS thread%s\n",
-           c->batch_size, c->grad_accum, (long long)t->shard.global_batch, t->env->world_size,
-           t->env->world_size == 1 ? "" : "s", ct_reducer_name(t->red),
-           (long long)t->steps_per_epoch, c->num_epochs, c->lr,
-           ctrain_lr_schedule_name(c->lr_schedule), (long long)c->warmup_steps,
-           ctrain_lr_scale_name(c->lr_scale), c->l2_emb, c->grad_clip, (unsigned long long)c->seed,
-           t->ops.name, c->threads, c->threads == 1 ? "" : "s");
+    ctrain_out_training_line(t, "users");
     printf("# evaluation every %d epoch%s: ", c->eval_every, c->eval_every == 1 ? "" : "s");
     if (c->eval & CTRAIN_EVAL_MODE_SAMPLED)
         printf("sampled = the target + %d negatives not among the user's training items (for "
@@ -134,6 +126,20 @@ void ctrain_out_header(ctrain_trainer_t *t)
     printf("; best checkpoint = highest validation %s\n",
            (c->eval & CTRAIN_EVAL_MODE_FULL) ? "full_ndcg@10" : "ndcg@10");
     fflush(stdout);
+}
+
+void ctrain_out_training_line(ctrain_trainer_t *t, const char *rows)
+{
+    const ctrain_cfg_t *c = t->cfg;
+    printf("# training: %d %s x %d accumulation = %lld per optimizer step over %d rank%s "
+           "(%s reduction), %lld steps per epoch, %d epochs, lr %g (%s, warmup %lld, scale %s), "
+           "l2_emb %g, grad_clip %g, seed %llu; %s backend, %d BLAS thread%s\n",
+           c->batch_size, rows, c->grad_accum, (long long)t->shard.global_batch, t->env->world_size,
+           t->env->world_size == 1 ? "" : "s", ct_reducer_name(t->red),
+           (long long)t->steps_per_epoch, c->num_epochs, c->lr,
+           ctrain_lr_schedule_name(c->lr_schedule), (long long)c->warmup_steps,
+           ctrain_lr_scale_name(c->lr_scale), c->l2_emb, c->grad_clip, (unsigned long long)c->seed,
+           t->ops.name, c->threads, c->threads == 1 ? "" : "s");
 }
 
 static void ctrain_out__cell(double x)
@@ -236,6 +242,14 @@ void ctrain_out_progress_clear(ctrain_trainer_t *t)
 
 /* ---- files ---------------------------------------------------------------------------------- */
 
+int ctrain_out_write_json(const char *dir, const char *name, const json_t *o, ct_errbuf_t *eb)
+{
+    char *text = json_dumps(o, JSON_INDENT(2));
+    int rc = text ? ctrain_out_write_file(dir, name, text, eb) : -ENOMEM;
+    free(text);
+    return rc;
+}
+
 int ctrain_out_write_file(const char *dir, const char *name, const char *text, ct_errbuf_t *eb)
 {
     char path[CTRAIN_TRAIN_PATH_MAX + 64];
@@ -322,13 +336,6 @@ int ctrain_out_open(ctrain_trainer_t *t, bool resumed, int64_t keep_step, ct_err
     free(text);
     if (rc != 0)
         return rc;
-    json_t *pop = ctrain_out_result_json(&t->popularity);
-    text = json_dumps(pop, JSON_INDENT(2));
-    json_decref(pop);
-    rc = text ? ctrain_out_write_file(c->train_dir, "popularity.json", text, eb) : -ENOMEM;
-    free(text);
-    if (rc != 0)
-        return rc;
 
     char path[CTRAIN_TRAIN_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", c->train_dir, CT__METRICS);
@@ -358,7 +365,7 @@ void ctrain_out_close(ctrain_trainer_t *t)
 }
 
 int ctrain_out_metrics(ctrain_trainer_t *t, int64_t epoch, double loss, double pos_per_s,
-                   const ctrain_eval_result_t *r, ct_errbuf_t *eb)
+                       const ctrain_result_t *r, ct_errbuf_t *eb)
 {
     json_t *o = json_object();
     json_object_set_new(o, "epoch", json_integer((json_int_t)epoch));
@@ -367,8 +374,9 @@ int ctrain_out_metrics(ctrain_trainer_t *t, int64_t epoch, double loss, double p
     json_object_set_new(o, "positions_per_s", json_real(pos_per_s));
     json_object_set_new(o, "lr", json_real(t->lr_now));
     json_object_set_new(o, "skipped_steps", json_integer((json_int_t)t->st.skipped_steps));
-    json_object_set_new(o, "valid", ctrain_out_split_json(&r->valid));
-    json_object_set_new(o, "test", ctrain_out_split_json(&r->test));
+    json_t *res = t->task->result_json(r);
+    json_object_update(o, res);
+    json_decref(res);
     char *text = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (!text)
@@ -379,21 +387,10 @@ int ctrain_out_metrics(ctrain_trainer_t *t, int64_t epoch, double loss, double p
         return ct_errbuf_set(eb, -EIO, "%s/%s: write failed: %s", t->cfg->train_dir, CT__METRICS,
                              strerror(errno));
 
-    struct {
-        const char *tag;
-        double v;
-    } sc[] = {{"train/loss", loss},
-              {"train/positions_per_s", pos_per_s},
-              {"train/lr", t->lr_now},
-              {"valid/hr@10", r->valid.hr},
-              {"valid/ndcg@10", r->valid.ndcg},
-              {"valid/full_hr@10", r->valid.full_hr},
-              {"valid/full_ndcg@10", r->valid.full_ndcg},
-              {"test/hr@10", r->test.hr},
-              {"test/ndcg@10", r->test.ndcg},
-              {"test/full_hr@10", r->test.full_hr},
-              {"test/full_ndcg@10", r->test.full_ndcg}};
-    for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) {
+    ctrain_scalar_t sc[3 + CTRAIN_TASK_MAX_SCALARS] = {
+        {"train/loss", loss}, {"train/positions_per_s", pos_per_s}, {"train/lr", t->lr_now}};
+    const size_t nsc = 3 + t->task->scalars(r, sc + 3);
+    for (size_t i = 0; i < nsc; i++) {
         if (!isfinite(sc[i].v))
             continue;
         int rc = ctrain_tboard_scalar(&t->tb, sc[i].tag, t->step, sc[i].v, eb);
@@ -414,20 +411,18 @@ json_t *ctrain_out_summary(ctrain_trainer_t *t)
     json_object_set_new(o, "wall_seconds", json_real((double)(ct_time_ns() - t->t_start_ns) / 1e9));
     json_object_set_new(o, "parameters", json_integer((json_int_t)t->model->num_params));
     if (t->st.has_best) {
-        json_t *b = ctrain_out_result_json(&t->st.best);
+        json_t *b = t->task->result_json(&t->st.best);
         json_object_set_new(b, "epoch", json_integer((json_int_t)t->st.best_epoch));
         json_object_set_new(b, "step", json_integer((json_int_t)t->st.best_step));
-        json_object_set_new(b, "selected_on",
-                            json_string((c->eval & CTRAIN_EVAL_MODE_FULL) ? "valid.full_ndcg@10"
-                                                                          : "valid.ndcg@10"));
+        json_object_set_new(b, "selected_on", json_string(t->task->selected_on(c)));
         json_object_set_new(o, "best", b);
     }
     if (t->has_last) {
-        json_t *f = ctrain_out_result_json(&t->last);
+        json_t *f = t->task->result_json(&t->last);
         json_object_set_new(f, "epoch", json_integer((json_int_t)t->last_epoch));
         json_object_set_new(f, "step", json_integer((json_int_t)t->last_step));
         json_object_set_new(o, "final", f);
     }
-    json_object_set_new(o, "popularity", ctrain_out_result_json(&t->popularity));
+    t->task->summary(t, o);
     return o;
 }

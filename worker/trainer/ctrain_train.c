@@ -1,8 +1,11 @@
 /*
- * ctrain_train.c - the training job of ctrain_train.h: set-up (data, model, evaluator, checkpoint
- * directory), resume, the step (micro-batches, the one gradient reduction, l2_emb, NaN check,
- * clipping, Adam), the epoch loop with evaluation and checkpoints, and the final summary. What
- * is printed and written lives in ctrain_out.c.
+ * ctrain_train.c - the training job of ctrain_train.h: set-up (the family's data, the model, the
+ * checkpoint directory), resume, the step (micro-batches, the one gradient reduction, l2_emb,
+ * NaN check, clipping, Adam), the epoch loop with evaluation and checkpoints, and the final
+ * summary; the table of the families' tasks (ctrain_train_internal.h) and the recommenders'
+ * task (user sequences, negatives, HR/NDCG, the popularity baseline). The loop asks the task
+ * and never tests the kind. What is printed and written lives in ctrain_out.c; the language
+ * model's task in ctrain_lm_task.c.
  */
 #include "ctrain_train.h"
 
@@ -93,7 +96,7 @@ int ctrain_train_eval_chunk(const ctrain_cfg_t *cfg, int world)
 
 /* ---- checkpoint configuration and state ------------------------------------------------------ */
 
-static json_t *ctrain_train__state_json(const ctrain_train_state_t *s)
+static json_t *ctrain_train__state_json(const ctrain_trainer_t *t, const ctrain_train_state_t *s)
 {
     json_t *o =
         json_pack("{s:I, s:I, s:b, s:f, s:I, s:I, s:f, s:I, s:f}", "adam_steps",
@@ -101,11 +104,12 @@ static json_t *ctrain_train__state_json(const ctrain_train_state_t *s)
                   "has_best", s->has_best, "best_metric", s->best_metric, "best_epoch",
                   (json_int_t)s->best_epoch, "best_step", (json_int_t)s->best_step, "loss_sum",
                   s->loss_sum, "loss_steps", (json_int_t)s->loss_steps, "positions", s->positions);
-    json_object_set_new(o, "best", ctrain_out_result_json(&s->best));
+    json_object_set_new(o, "best", t->task->result_json(&s->best));
     return o;
 }
 
-static int ctrain_train__state_from_json(const json_t *o, ctrain_train_state_t *s, ct_errbuf_t *eb)
+static int ctrain_train__state_from_json(const ctrain_trainer_t *t, const json_t *o,
+                                         ctrain_train_state_t *s, ct_errbuf_t *eb)
 {
     json_int_t adam = 0, skipped = 0, be = 0, bs = 0, ls = 0;
     int has_best = 0;
@@ -119,7 +123,7 @@ static int ctrain_train__state_from_json(const json_t *o, ctrain_train_state_t *
         return ct_errbuf_set(eb, CT_EFORMAT, "training state: %s", je.text);
     s->adam_steps = adam, s->skipped_steps = skipped, s->has_best = has_best;
     s->best_epoch = be, s->best_step = bs, s->loss_steps = ls;
-    if (ctrain_out_result_from_json(best, &s->best) != 0)
+    if (t->task->result_from_json(best, &s->best) != 0)
         return ct_errbuf_set(eb, CT_EFORMAT, "training state: bad \"best\" metrics");
     return 0;
 }
@@ -130,17 +134,14 @@ static json_t *ctrain_train__ckpt_config(const ctrain_trainer_t *t)
     const ctrain_cfg_t *c = t->cfg;
     json_t *o = json_object();
     json_object_set_new(o, "ctrain_checkpoint", json_integer(1));
-    json_object_set_new(o, "model", ctrain_model_cfg_to_json(&t->mcfg));
-    json_object_set_new(o, "data",
-                        json_pack("{s:s, s:I, s:I, s:I}", "source", t->ds.source, "num_users",
-                                  (json_int_t)t->ds.num_users, "num_items",
-                                  (json_int_t)t->ds.num_items, "num_interactions",
-                                  (json_int_t)t->ds.num_interactions));
+    json_t *md = t->task->ckpt_json(t); /* "model" and "data" */
+    json_object_update(o, md);
+    json_decref(md);
     json_object_set_new(o, "train",
                         json_pack("{s:i, s:i, s:I, s:i, s:f}", "batch_size", c->batch_size,
                                   "grad_accum", c->grad_accum, "seed", (json_int_t)c->seed,
                                   "num_epochs", c->num_epochs, "lr", c->lr));
-    json_object_set_new(o, "state", ctrain_train__state_json(&t->st));
+    json_object_set_new(o, "state", ctrain_train__state_json(t, &t->st));
     return o;
 }
 
@@ -184,37 +185,19 @@ static int ctrain_train__check_resume(ctrain_trainer_t *t, const char *name, con
     json_error_t je;
     json_t *o = json_loads(config, 0, &je);
     int rc = 0;
-    ctrain_model_cfg_t mc = {0};
-    json_int_t users = 0, items = 0, inter = 0, bs = 0, accum = 0, seed = 0;
+    json_int_t bs = 0, accum = 0, seed = 0;
     json_t *state = NULL;
-    if (!o || ctrain_model_cfg_from_json(json_object_get(o, "model"), &mc, eb) != 0 ||
-        json_unpack_ex(o, &je, 0, "{s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:o}", "data",
-                       "num_users", &users, "num_items", &items, "num_interactions", &inter,
-                       "train", "batch_size", &bs, "grad_accum", &accum, "seed", &seed, "state",
-                       &state) != 0) {
+    if (!o || json_unpack_ex(o, &je, 0, "{s:{s:I, s:I, s:I}, s:o}", "train", "batch_size", &bs,
+                             "grad_accum", &accum, "seed", &seed, "state", &state) != 0) {
         rc = ct_errbuf_set(eb, CT_EFORMAT,
                            "refusing to resume from %s/%s: it is not a ctrain training "
                            "checkpoint (no usable configuration)",
                            t->ckpt.path, name);
         goto out;
     }
-    char what[160];
-    const char *field = ctrain_model_cfg_diff(&mc, &t->mcfg, what, sizeof what);
-    if (field) {
-        rc = ct_errbuf_set(eb, CT_EMISMATCH,
-                           "refusing to resume from %s/%s: its model configuration differs from "
-                           "this run's (%s); use another --train_dir or --resume never",
-                           t->ckpt.path, name, what);
+    /* the family's model and data */
+    if ((rc = t->task->check_ckpt(t, o, name, eb)) != 0)
         goto out;
-    }
-    if (users != t->ds.num_users || items != t->ds.num_items || inter != t->ds.num_interactions) {
-        rc = ct_errbuf_set(eb, CT_EMISMATCH,
-                           "refusing to resume from %s/%s: it was trained on other data (%lld "
-                           "users, %lld items, %lld interactions; this run has %d, %d, %lld)",
-                           t->ckpt.path, name, (long long)users, (long long)items, (long long)inter,
-                           t->ds.num_users, t->ds.num_items, (long long)t->ds.num_interactions);
-        goto out;
-    }
     if (bs != t->cfg->batch_size || accum != t->cfg->grad_accum || (uint64_t)seed != t->cfg->seed) {
         rc =
             ct_errbuf_set(eb, CT_EMISMATCH,
@@ -225,7 +208,7 @@ static int ctrain_train__check_resume(ctrain_trainer_t *t, const char *name, con
                           t->cfg->batch_size, t->cfg->grad_accum, (unsigned long long)t->cfg->seed);
         goto out;
     }
-    rc = ctrain_train__state_from_json(state, &t->st, eb);
+    rc = ctrain_train__state_from_json(t, state, &t->st, eb);
 out:
     json_decref(o);
     return rc;
@@ -304,31 +287,12 @@ static int ctrain_train__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
 {
     const ctrain_cfg_t *c = t->cfg;
     const int W = t->env->world_size, R = t->env->rank;
-    int rc = ctrain_train_load_data(c, &t->ds, eb);
+    int rc = t->task->setup(t, eb); /* data, t->mcfg, samples */
     if (rc != 0)
         return rc;
-    if ((rc = ctrain_train_backend(c, t->env, &t->ops, eb)) != 0)
-        return rc;
-    t->mcfg = ctrain_train_model_cfg(c, t->ds.num_items);
-    if ((rc = ctrain_train_check_data(&t->mcfg, &t->ds, eb)) != 0 ||
+    if ((rc = ctrain_train_backend(c, t->env, &t->ops, eb)) != 0 ||
         (rc = ctrain_train_check_device(&t->mcfg, &t->ops, eb)) != 0)
         return rc;
-
-    /* Samples: users that yield at least one training target. */
-    t->samples = malloc(((size_t)t->ds.num_users + 1) * sizeof *t->samples);
-    t->targets = malloc(((size_t)t->ds.num_users + 1) * sizeof *t->targets);
-    if (!t->samples || !t->targets)
-        return ct_errbuf_set(eb, -ENOMEM, "out of memory");
-    for (int32_t u = 1; u <= t->ds.num_users; u++) {
-        int32_t m = t->ds.train_len[u];
-        if (m < 2)
-            continue;
-        t->samples[t->n_samples] = u;
-        t->targets[t->n_samples++] = m - 1 < c->maxlen ? m - 1 : c->maxlen;
-    }
-    if (t->n_samples == 0)
-        return ct_errbuf_set(eb, CT_EFORMAT, "%s: no user has 2 training interactions",
-                             t->ds.source);
     t->shard = (ct_shard_t){.n_samples = t->n_samples,
                             .global_batch = (int64_t)c->batch_size * c->grad_accum,
                             .world_size = W,
@@ -344,11 +308,8 @@ static int ctrain_train__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
 
     if ((rc = ctrain_model_create(&t->model, &t->mcfg, &t->ops, t->micro, eb)) != 0)
         return rc;
-    if ((rc = ctrain_model_init_params(t->model, c->seed)) != 0)
-        return ct_errbuf_set(eb, rc, "initialising the model failed");
-    if (c->state_dict_path[0] != '\0' &&
-        (rc = ctrain_model_load_params(t->model, c->state_dict_path, eb)) != 0)
-        return ct_errbuf_wrap(eb, rc, "--state_dict_path");
+    if ((rc = t->task->init(t, eb)) != 0) /* first weights, evaluation */
+        return rc;
     t->views = calloc((size_t)t->model->n_params * 3, sizeof *t->views);
     if (!t->views)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
@@ -364,13 +325,6 @@ static int ctrain_train__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
         if ((rc = ct_reducer_use_device(t->red, &dev, eb)) != 0)
             return rc;
     }
-
-    if ((rc = ctrain_evaluator_init(&t->ev, &t->ds, &t->ops, t->micro, c->maxlen, c->eval,
-                                    ctrain_family(t->mcfg.kind)->eval_excludes_target, R, W, eb)) !=
-        0)
-        return rc;
-    t->ev.progress = ctrain_train__eval_progress;
-    t->ev.progress_ctx = t;
     return ct_ckpt_dir_init(&t->ckpt, c->train_dir, c->keep_checkpoints, t->rank0, eb);
 }
 
@@ -378,14 +332,14 @@ static void ctrain_train__teardown(ctrain_trainer_t *t)
 {
     ctrain_out_close(t);
     ct_ckpt_dir_close(&t->ckpt);
-    ctrain_evaluator_close(&t->ev);
     ctrain_loader_close(&t->loader);
+    if (t->task)
+        t->task->teardown(t);
     ctrain_model_destroy(t->model);
     ct_ops_close(&t->ops);
     free(t->views);
     free(t->samples);
     free(t->targets);
-    ctrain_data_free(&t->ds);
 }
 
 /* ---- one optimizer step ---------------------------------------------------------------------- */
@@ -485,13 +439,6 @@ static int ctrain_train__step(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *e
 
 /* ---- evaluation inside training -------------------------------------------------------------- */
 
-/* The number models are selected on: validation full-ranking NDCG@10 when full ranking is
- * evaluated (docs/models.md §4.3), else the sampled one. Never a test number. */
-static double ctrain_train__select_metric(const ctrain_cfg_t *c, const ctrain_eval_result_t *r)
-{
-    return (c->eval & CTRAIN_EVAL_MODE_FULL) ? r->valid.full_ndcg : r->valid.ndcg;
-}
-
 int ctrain_train_check_scores(const ctrain_cfg_t *cfg, const ctrain_eval_result_t *r, bool speak,
                               const char *when, ct_errbuf_t *eb)
 {
@@ -519,16 +466,11 @@ int ctrain_train_check_scores(const ctrain_cfg_t *cfg, const ctrain_eval_result_
 
 static int ctrain_train__evaluate(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *eb)
 {
-    ctrain_eval_result_t r;
+    ctrain_result_t r;
+    memset(&r, 0, sizeof r);
     double train_s = t->train_seconds;
-    int rc = ctrain_eval_model(&t->ev, t->model, t->red, &r, eb);
+    int rc = t->task->evaluate(t, epoch, &r, eb);
     if (rc != 0)
-        return rc;
-    char when[96];
-    snprintf(when, sizeof when, "evaluation after epoch %lld (step %lld)", (long long)epoch,
-             (long long)t->step);
-    /* every rank holds the same reduced counts, so all of them fail (or go on) together */
-    if ((rc = ctrain_train_check_scores(t->cfg, &r, t->rank0, when, eb)) != 0)
         return rc;
     double loss = t->st.loss_steps > 0 ? t->st.loss_sum / (double)t->st.loss_steps : NAN;
     double pps = train_s > 0 ? t->rate_positions / train_s : 0.0;
@@ -536,7 +478,7 @@ static int ctrain_train__evaluate(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_
     t->last_epoch = epoch;
     t->last_step = t->step;
     t->has_last = true;
-    double metric = ctrain_train__select_metric(t->cfg, &r);
+    double metric = t->task->select(t->cfg, &r);
     /* an evaluation without metrics (non-finite scores) is never the best one */
     bool better = isfinite(metric) && (!t->st.has_best || metric > t->st.best_metric);
     if (better) {
@@ -548,7 +490,7 @@ static int ctrain_train__evaluate(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_
     }
     if (t->rank0) {
         ctrain_out_progress_clear(t);
-        ctrain_out_row(epoch, t->step, loss, pps, &r);
+        t->task->row(epoch, t->step, loss, pps, &r);
         if ((rc = ctrain_out_metrics(t, epoch, loss, pps, &r, eb)) != 0)
             return rc;
     }
@@ -560,6 +502,228 @@ static int ctrain_train__evaluate(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_
     if (better && (rc = ctrain_train__save(t, CT_CKPT_BEST, eb)) != 0)
         return rc;
     return 0;
+}
+
+/* ---- the recommender task (SASRec, TiSASRec): user sequences, negatives, HR/NDCG ------------ */
+
+static int ctrain_train__rec_setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
+{
+    const ctrain_cfg_t *c = t->cfg;
+    int rc = ctrain_train_load_data(c, &t->ds, eb);
+    if (rc != 0)
+        return rc;
+    t->mcfg = ctrain_train_model_cfg(c, t->ds.num_items);
+    if ((rc = ctrain_train_check_data(&t->mcfg, &t->ds, eb)) != 0)
+        return rc;
+    /* Samples: users that yield at least one training target. */
+    t->samples = malloc(((size_t)t->ds.num_users + 1) * sizeof *t->samples);
+    t->targets = malloc(((size_t)t->ds.num_users + 1) * sizeof *t->targets);
+    if (!t->samples || !t->targets)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory");
+    for (int32_t u = 1; u <= t->ds.num_users; u++) {
+        int32_t m = t->ds.train_len[u];
+        if (m < 2)
+            continue;
+        t->samples[t->n_samples] = u;
+        t->targets[t->n_samples++] = m - 1 < c->maxlen ? m - 1 : c->maxlen;
+    }
+    if (t->n_samples == 0)
+        return ct_errbuf_set(eb, CT_EFORMAT, "%s: no user has 2 training interactions",
+                             t->ds.source);
+    return 0;
+}
+
+static int ctrain_train__rec_init(ctrain_trainer_t *t, ct_errbuf_t *eb)
+{
+    const ctrain_cfg_t *c = t->cfg;
+    int rc;
+    if ((rc = ctrain_model_init_params(t->model, c->seed)) != 0)
+        return ct_errbuf_set(eb, rc, "initialising the model failed");
+    if (c->state_dict_path[0] != '\0' &&
+        (rc = ctrain_model_load_params(t->model, c->state_dict_path, eb)) != 0)
+        return ct_errbuf_wrap(eb, rc, "--state_dict_path");
+    if ((rc = ctrain_evaluator_init(&t->ev, &t->ds, &t->ops, t->micro, c->maxlen, c->eval,
+                                    ctrain_family(t->mcfg.kind)->eval_excludes_target, t->env->rank,
+                                    t->env->world_size, eb)) != 0)
+        return rc;
+    t->ev.progress = ctrain_train__eval_progress;
+    t->ev.progress_ctx = t;
+    return 0;
+}
+
+static void ctrain_train__rec_teardown(ctrain_trainer_t *t)
+{
+    ctrain_evaluator_close(&t->ev);
+    ctrain_data_free(&t->ds);
+}
+
+static json_t *ctrain_train__rec_ckpt_json(const ctrain_trainer_t *t)
+{
+    return json_pack("{s:o, s:o}", "model", ctrain_model_cfg_to_json(&t->mcfg), "data",
+                     json_pack("{s:s, s:I, s:I, s:I}", "source", t->ds.source, "num_users",
+                               (json_int_t)t->ds.num_users, "num_items",
+                               (json_int_t)t->ds.num_items, "num_interactions",
+                               (json_int_t)t->ds.num_interactions));
+}
+
+static int ctrain_train__rec_check_ckpt(const ctrain_trainer_t *t, const json_t *o,
+                                        const char *name, ct_errbuf_t *eb)
+{
+    json_error_t je;
+    ctrain_model_cfg_t mc = {0};
+    json_int_t users = 0, items = 0, inter = 0;
+    if (ctrain_model_cfg_from_json(json_object_get(o, "model"), &mc, eb) != 0 ||
+        json_unpack_ex((json_t *)o, &je, 0, "{s:{s:I, s:I, s:I}}", "data", "num_users", &users,
+                       "num_items", &items, "num_interactions", &inter) != 0)
+        return ct_errbuf_set(eb, CT_EFORMAT,
+                             "refusing to resume from %s/%s: it is not a ctrain training "
+                             "checkpoint (no usable configuration)",
+                             t->ckpt.path, name);
+    char what[160];
+    const char *field = ctrain_model_cfg_diff(&mc, &t->mcfg, what, sizeof what);
+    if (field)
+        return ct_errbuf_set(eb, CT_EMISMATCH,
+                             "refusing to resume from %s/%s: its model configuration differs from "
+                             "this run's (%s); use another --train_dir or --resume never",
+                             t->ckpt.path, name, what);
+    if (users != t->ds.num_users || items != t->ds.num_items || inter != t->ds.num_interactions)
+        return ct_errbuf_set(eb, CT_EMISMATCH,
+                             "refusing to resume from %s/%s: it was trained on other data (%lld "
+                             "users, %lld items, %lld interactions; this run has %d, %d, %lld)",
+                             t->ckpt.path, name, (long long)users, (long long)items,
+                             (long long)inter, t->ds.num_users, t->ds.num_items,
+                             (long long)t->ds.num_interactions);
+    return 0;
+}
+
+static void ctrain_train__rec_fill(const void *ctx, ctrain_batch_t *b, int r, int32_t sample,
+                                   uint64_t seed, uint64_t key)
+{
+    const ctrain_trainer_t *t = ctx;
+    ctrain_batch_fill_train(b, r, &t->ds, sample, seed, key);
+}
+
+static int ctrain_train__rec_start(ctrain_trainer_t *t, ct_errbuf_t *eb)
+{
+    const ctrain_cfg_t *cfg = t->cfg;
+    int rc = ctrain_eval_popularity(&t->ev, t->red, &t->popularity, eb);
+    if (rc != 0)
+        return rc;
+    if (t->rank0) {
+        ctrain_out_popularity(&t->popularity);
+        json_t *pop = ctrain_out_result_json(&t->popularity);
+        rc = ctrain_out_write_json(cfg->train_dir, "popularity.json", pop, eb);
+        json_decref(pop);
+        if (rc != 0)
+            return rc;
+    }
+    return ctrain_loader_init(&t->loader, ctrain_train__rec_fill, t, t->samples, t->targets,
+                              &t->shard, t->micro, cfg->maxlen,
+                              ctrain_family(t->mcfg.kind)->uses_times,
+                              cfg->loss == CTRAIN_LOSS_SAMPLED_CE ? cfg->num_negatives : 0,
+                              cfg->seed, t->step, t->total_steps, cfg->num_workers > 0, eb);
+}
+
+static int ctrain_train__rec_evaluate(ctrain_trainer_t *t, int64_t epoch, ctrain_result_t *r,
+                                      ct_errbuf_t *eb)
+{
+    int rc = ctrain_eval_model(&t->ev, t->model, t->red, &r->rec, eb);
+    if (rc != 0)
+        return rc;
+    char when[96];
+    snprintf(when, sizeof when, "evaluation after epoch %lld (step %lld)", (long long)epoch,
+             (long long)t->step);
+    /* every rank holds the same reduced counts, so all of them fail (or go on) together */
+    return ctrain_train_check_scores(t->cfg, &r->rec, t->rank0, when, eb);
+}
+
+/* The number models are selected on: validation full-ranking NDCG@10 when full ranking is
+ * evaluated (docs/models.md §4.3), else the sampled one. Never a test number. */
+static double ctrain_train__rec_select(const ctrain_cfg_t *c, const ctrain_result_t *r)
+{
+    return (c->eval & CTRAIN_EVAL_MODE_FULL) ? r->rec.valid.full_ndcg : r->rec.valid.ndcg;
+}
+
+static const char *ctrain_train__rec_selected_on(const ctrain_cfg_t *c)
+{
+    return (c->eval & CTRAIN_EVAL_MODE_FULL) ? "valid.full_ndcg@10" : "valid.ndcg@10";
+}
+
+static json_t *ctrain_train__rec_result_json(const ctrain_result_t *r)
+{
+    return ctrain_out_result_json(&r->rec);
+}
+
+static int ctrain_train__rec_result_from_json(const json_t *o, ctrain_result_t *r)
+{
+    return ctrain_out_result_from_json(o, &r->rec);
+}
+
+static void ctrain_train__rec_row(int64_t epoch, int64_t step, double loss, double rate,
+                                  const ctrain_result_t *r)
+{
+    if (r == NULL)
+        ctrain_out_row_header();
+    else
+        ctrain_out_row(epoch, step, loss, rate, &r->rec);
+}
+
+static size_t ctrain_train__rec_scalars(const ctrain_result_t *res, ctrain_scalar_t *sc)
+{
+    const ctrain_eval_result_t *r = &res->rec;
+    const ctrain_scalar_t all[] = {{"valid/hr@10", r->valid.hr},
+                                   {"valid/ndcg@10", r->valid.ndcg},
+                                   {"valid/full_hr@10", r->valid.full_hr},
+                                   {"valid/full_ndcg@10", r->valid.full_ndcg},
+                                   {"test/hr@10", r->test.hr},
+                                   {"test/ndcg@10", r->test.ndcg},
+                                   {"test/full_hr@10", r->test.full_hr},
+                                   {"test/full_ndcg@10", r->test.full_ndcg}};
+    memcpy(sc, all, sizeof all);
+    return sizeof all / sizeof all[0];
+}
+
+static void ctrain_train__rec_summary(ctrain_trainer_t *t, json_t *o)
+{
+    json_object_set_new(o, "popularity", ctrain_out_result_json(&t->popularity));
+}
+
+static int ctrain_train__rec_finish(ctrain_trainer_t *t, ct_errbuf_t *eb)
+{
+    (void)t, (void)eb;
+    return 0;
+}
+
+const ctrain_task_t ctrain_rec_task = {
+    .setup = ctrain_train__rec_setup,
+    .init = ctrain_train__rec_init,
+    .teardown = ctrain_train__rec_teardown,
+    .header = ctrain_out_header,
+    .ckpt_json = ctrain_train__rec_ckpt_json,
+    .check_ckpt = ctrain_train__rec_check_ckpt,
+    .start = ctrain_train__rec_start,
+    .evaluate = ctrain_train__rec_evaluate,
+    .select = ctrain_train__rec_select,
+    .selected_on = ctrain_train__rec_selected_on,
+    .result_json = ctrain_train__rec_result_json,
+    .result_from_json = ctrain_train__rec_result_from_json,
+    .row = ctrain_train__rec_row,
+    .scalars = ctrain_train__rec_scalars,
+    .summary = ctrain_train__rec_summary,
+    .finish = ctrain_train__rec_finish,
+    .infer = ctrain_infer_rec,
+};
+
+/* Every family's task, by kind (ctrain_registry.c lists the families). */
+static const ctrain_task_t *const ctrain_train__tasks[] = {
+    [CTRAIN_MODEL_SASREC] = &ctrain_rec_task,
+    [CTRAIN_MODEL_TISASREC] = &ctrain_rec_task,
+    [CTRAIN_MODEL_LM] = &ctrain_lm_task,
+};
+
+const ctrain_task_t *ctrain_task_of(const ctrain_cfg_t *cfg)
+{
+    return ctrain_train__tasks[cfg->model];
 }
 
 /* ---- the job --------------------------------------------------------------------------------- */
@@ -606,6 +770,7 @@ int ctrain_train_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
     if (!t)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     t->cfg = cfg;
+    t->task = ctrain_task_of(cfg);
     t->env = env;
     t->red = red;
     t->rank0 = env->rank == 0;
@@ -614,7 +779,7 @@ int ctrain_train_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
     if (rc != 0)
         goto out;
     if (t->rank0)
-        ctrain_out_header(t);
+        t->task->header(t);
 
     bool resumed = false;
     if (!cfg->resume_never || env->restart_count > 0) {
@@ -626,23 +791,17 @@ int ctrain_train_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
         if ((rc = ct_ckpt_clear(&t->ckpt, eb)) != 0)
             goto out;
     }
-    if ((rc = ctrain_eval_popularity(&t->ev, red, &t->popularity, eb)) != 0)
+    /* baselines, then the batch stream from the step resumed at */
+    if ((rc = t->task->start(t, eb)) != 0)
         goto out;
     if (t->rank0) {
-        ctrain_out_popularity(&t->popularity);
         if ((rc = ctrain_out_open(t, resumed, t->step, eb)) != 0)
             goto out;
-        ctrain_out_row_header();
+        t->task->row(0, 0, 0.0, 0.0, NULL);
     }
-    if ((rc = ctrain_loader_init(&t->loader, &t->ds, t->samples, t->targets, &t->shard, t->micro,
-                                 cfg->maxlen, ctrain_family(t->mcfg.kind)->uses_times,
-                                 cfg->loss == CTRAIN_LOSS_SAMPLED_CE ? cfg->num_negatives : 0,
-                                 cfg->seed, t->step, t->total_steps, cfg->num_workers > 0, eb)) !=
-        0)
-        goto out;
     if ((rc = ctrain_train__loop(t, eb)) != 0)
         goto out;
-    if ((rc = ctrain_train__save(t, CT_CKPT_FINAL, eb)) != 0)
+    if ((rc = ctrain_train__save(t, CT_CKPT_FINAL, eb)) != 0 || (rc = t->task->finish(t, eb)) != 0)
         goto out;
     if (t->rank0) {
         ctrain_out_progress_clear(t);

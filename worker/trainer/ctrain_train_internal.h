@@ -1,7 +1,25 @@
 /*
  * ctrain_train_internal.h - what ctrain_train.c (the loop, checkpoints, resume), ctrain_out.c (what
- * the trainer writes: stdout rows, progress, metrics.jsonl, the event file, summary) and
- * ctrain_infer.c share. Not for other code.
+ * the trainer writes: stdout rows, progress, metrics.jsonl, the event file, summary),
+ * ctrain_infer.c and the families' tasks (ctrain_lm_task.c) share. Not for other code.
+ *
+ * ---- tasks -----------------------------------------------------------------------------------
+ * The shared loop (ctrain_train.c) owns the step - micro-batches and accumulation, the one
+ * gradient reduction, the NaN check, clipping, Adam, the lr schedule - epochs, checkpoints,
+ * exact resume, the outputs and data parallelism. What it trains on and how it judges the model
+ * is the family's task (one per family, in ctrain_train.c's table by kind), which the loop asks
+ * and never second-guesses:
+ *   setup      data; the model configuration (t->mcfg); the samples of an epoch (t->samples,
+ *              their target counts t->targets - the loss normaliser - and t->n_samples)
+ *   init       after ctrain_model_create: the first weights, the evaluation's set-up
+ *   start      after resume: baselines, and the batch stream from t->step (t->loader, whose
+ *              fill callback turns a sample into a row of ctrain_batch_t)
+ *   evaluate   one evaluation (every rank), and how results are selected on, printed and stored
+ *   finish     after the final checkpoint (exports)
+ *   infer      --inference_only as a whole
+ * A row of ctrain_batch_t means what the family's model reads from ctrain_model_batch_t: the
+ * recommender's item sequence, targets and negatives; the LM's token ids (seq) and next-token
+ * targets (pos, < 0 for none).
  */
 #ifndef CTRAIN_TRAIN_INTERNAL_H
 #define CTRAIN_TRAIN_INTERNAL_H
@@ -22,6 +40,20 @@
 #include "ctrain_cfg.h"
 #include "ctworker.h"
 
+/* The language model's evaluation: lines and predicted tokens (all ranks), the mean next-token
+ * cross-entropy and exp of it. */
+typedef struct ctrain_lm_result {
+    int64_t lines;
+    double tokens, loss, perplexity;
+} ctrain_lm_result_t;
+
+/* One evaluation's numbers, as the family's task computes them (a family with numbers of its
+ * own adds a member; only its task's hooks read it). */
+typedef union ctrain_result {
+    ctrain_eval_result_t rec; /* next-item models: HR/NDCG on the validation and test splits */
+    ctrain_lm_result_t lm;
+} ctrain_result_t;
+
 /* The state a checkpoint carries beyond the buffers and ct_ckpt_meta_t's step. */
 typedef struct ctrain_train_state {
     int64_t adam_steps;    /* Adam updates done (skipped steps do not count) */
@@ -29,29 +61,32 @@ typedef struct ctrain_train_state {
     bool has_best;
     double best_metric; /* the validation metric of the best evaluation */
     int64_t best_epoch, best_step;
-    ctrain_eval_result_t
-        best;        /* that evaluation (its test numbers are reported, never selected on) */
-    double loss_sum; /* since the last evaluation */
+    ctrain_result_t best; /* that evaluation (its test numbers are reported, never selected on) */
+    double loss_sum;      /* since the last evaluation */
     int64_t loss_steps;
     double positions; /* targets trained on since the last evaluation */
 } ctrain_train_state_t;
 
+typedef struct ctrain_task ctrain_task_t;
+
 typedef struct ctrain_trainer {
     const ctrain_cfg_t *cfg;
+    const ctrain_task_t *task; /* the family's */
+    void *task_state;          /* the task's own (the recommender's lives in the fields below) */
     const ct_worker_env_t *env;
     ct_reducer_t *red;
     bool rank0;
 
-    ctrain_dataset_t ds;
+    ctrain_dataset_t ds; /* recommender task */
     ct_ops_t ops;
     ct_errbuf_t ready_eb; /* why an early gradient reduction (ct__grads_ready) failed */
     ctrain_model_cfg_t mcfg;
     ctrain_model_t *model;
-    ctrain_evaluator_t ev;
-    ctrain_eval_result_t popularity;
+    ctrain_evaluator_t ev;           /* recommender task */
+    ctrain_eval_result_t popularity; /* recommender task */
 
-    /* training samples: users with >= 2 training items */
-    int32_t *samples; /* (n_samples) user ids */
+    /* training samples (the recommender's: users with >= 2 training items; the LM's: lines) */
+    int32_t *samples; /* (n_samples) user ids, line numbers */
     int32_t *targets; /* (n_samples) positions with a target: min(train_len - 1, L) */
     int64_t n_samples;
     ct_shard_t shard; /* global_batch = batch_size * grad_accum */
@@ -82,17 +117,59 @@ typedef struct ctrain_trainer {
      * second after a resume do not count work done before it. */
     double rate_positions;
     double total_train_seconds; /* this process's training time */
-    ctrain_eval_result_t last;
+    ctrain_result_t last;
     int64_t last_epoch, last_step;
     bool has_last;
 } ctrain_trainer_t;
 
+/* A TensorBoard scalar of an evaluation. */
+typedef struct ctrain_scalar {
+    const char *tag;
+    double v;
+} ctrain_scalar_t;
+#define CTRAIN_TASK_MAX_SCALARS 16
+
+/* What a family brings to the shared loop (see the top of this file). Every hook is set. */
+struct ctrain_task {
+    int (*setup)(ctrain_trainer_t *t, ct_errbuf_t *eb);
+    int (*init)(ctrain_trainer_t *t, ct_errbuf_t *eb);
+    void (*teardown)(ctrain_trainer_t *t);
+    /* '#' lines about the model, data and evaluation (rank 0) */
+    void (*header)(ctrain_trainer_t *t);
+    /* the checkpoint's {"model": ..., "data": ...}, and whether a checkpoint's configuration
+     * (all of it) fits this run's model and data: CT_EMISMATCH / CT_EFORMAT with one line that
+     * begins "refusing to resume from <dir>/<name>: " */
+    json_t *(*ckpt_json)(const ctrain_trainer_t *t);
+    int (*check_ckpt)(const ctrain_trainer_t *t, const json_t *config, const char *name,
+                      ct_errbuf_t *eb);
+    int (*start)(ctrain_trainer_t *t, ct_errbuf_t *eb);
+    /* one evaluation; every rank calls it and gets the same numbers */
+    int (*evaluate)(ctrain_trainer_t *t, int64_t epoch, ctrain_result_t *r, ct_errbuf_t *eb);
+    double (*select)(const ctrain_cfg_t *c, const ctrain_result_t *r); /* higher is better */
+    const char *(*selected_on)(const ctrain_cfg_t *c);                 /* its name */
+    json_t *(*result_json)(const ctrain_result_t *r);
+    int (*result_from_json)(const json_t *o, ctrain_result_t *r);
+    /* a stdout row of an evaluation; r NULL: the column header */
+    void (*row)(int64_t epoch, int64_t step, double loss, double rate, const ctrain_result_t *r);
+    size_t (*scalars)(const ctrain_result_t *r, ctrain_scalar_t *out); /* <= MAX_SCALARS */
+    void (*summary)(ctrain_trainer_t *t, json_t *o); /* the task's keys of the summary */
+    int (*finish)(ctrain_trainer_t *t, ct_errbuf_t *eb);
+    int (*infer)(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_reducer_t *red,
+                 ct_errbuf_t *eb);
+};
+
+/* The task of cfg's model (ctrain_train.c's table). */
+const ctrain_task_t *ctrain_task_of(const ctrain_cfg_t *cfg);
+extern const ctrain_task_t ctrain_rec_task; /* SASRec, TiSASRec (ctrain_train.c) */
+extern const ctrain_task_t ctrain_lm_task;  /* the LM (ctrain_lm_task.c) */
+
 /* ---- ctrain_out.c ---- */
 json_t *ctrain_out_result_json(const ctrain_eval_result_t *r);
 int ctrain_out_result_from_json(const json_t *o, ctrain_eval_result_t *r);
-/* '#' header lines about the run (rank 0). */
+/* '#' header lines about a recommender run (rank 0), and the training line every task prints. */
 void ctrain_out_header(ctrain_trainer_t *t);
-/* The column header and one row per evaluation on stdout. */
+void ctrain_out_training_line(ctrain_trainer_t *t, const char *rows);
+/* The column header and one row per evaluation on stdout (recommender). */
 void ctrain_out_row_header(void);
 void ctrain_out_row(int64_t epoch, int64_t step, double loss, double pos_per_s,
                     const ctrain_eval_result_t *r);
@@ -102,7 +179,7 @@ void ctrain_out_progress(ctrain_trainer_t *t, double loss, bool force);
 void ctrain_out_progress_clear(ctrain_trainer_t *t);
 /* metrics.jsonl and the event file: one evaluation. */
 int ctrain_out_metrics(ctrain_trainer_t *t, int64_t epoch, double loss, double pos_per_s,
-                       const ctrain_eval_result_t *r, ct_errbuf_t *eb);
+                       const ctrain_result_t *r, ct_errbuf_t *eb);
 /* metrics.jsonl at start: emptied (fresh run) or cut back to records with step <= keep_step
  * (resume), then opened for appending; and the event file. */
 int ctrain_out_open(ctrain_trainer_t *t, bool resumed, int64_t keep_step, ct_errbuf_t *eb);
@@ -133,5 +210,10 @@ int ctrain_train_eval_chunk(const ctrain_cfg_t *cfg, int world);
  * speak) one warning line, the result's metrics being NAN already. 0 for finite scores. */
 int ctrain_train_check_scores(const ctrain_cfg_t *cfg, const ctrain_eval_result_t *r, bool speak,
                               const char *when, ct_errbuf_t *eb);
+/* The recommender's --inference_only (ctrain_infer.c). */
+int ctrain_infer_rec(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_reducer_t *red,
+                     ct_errbuf_t *eb);
+/* ctrain_out_write_file's JSON form: dir/name <- o indented (o is not taken). */
+int ctrain_out_write_json(const char *dir, const char *name, const json_t *o, ct_errbuf_t *eb);
 
 #endif /* CTRAIN_TRAIN_INTERNAL_H */

@@ -4,7 +4,8 @@
  * the model flags and their conflicts, the flag spellings, standalone booleans, cross-flag
  * checks, args.json, the learning rate schedule (warmup, constant / linear / cosine, lr_scale)
  * at chosen steps, the model configuration's JSON round trip and difference report, and
- * --min_count (the data loader's count filter, through ctrain_train_load_data).
+ * --min_count (the data loader's count filter, through ctrain_train_load_data), and the
+ * language-model family's flags (--model lm, --lm_dir, --eval_dataset, --save_hf, --freeze).
  */
 #include <errno.h>
 #include <math.h>
@@ -337,6 +338,50 @@ static void write_temp(char *path, size_t size, const char *text)
  * each); user 1 also rates item 99 once. The default (5, TiSASRec's) drops item 99; 1 keeps it;
  * 6 leaves nothing. A sasrec file is never filtered, so the flag is refused with one (given as
  * such, or detected at load) and with the synthetic data. */
+static void test_lm_flags(void)
+{
+    char txt[64];
+    write_temp(txt, sizeof txt, "one line\nanother line\n");
+    const char *dir = ct_test_tmpdir("ct_cfg_lm_");
+    ctrain_cfg_t c;
+    ct_errbuf_t eb;
+    const char *ok[] = {"--model", "lm", "--lm_dir", dir, "--dataset", txt, "--freeze", "a.,b."};
+    CT_ASSERT_OK(parse(&c, &eb, ok, 8));
+    CT_ASSERT(c.model == CTRAIN_MODEL_LM && !c.mhc && strcmp(c.freeze, "a.,b.") == 0);
+    CT_ASSERT_EQ(c.num_epochs, 1);
+    json_t *j = ctrain_cfg_to_json(&c);
+    CT_ASSERT_STR_EQ(json_string_value(json_object_get(j, "lm_dir")), dir);
+    CT_ASSERT(json_object_get(j, "save_hf") == NULL);
+    json_decref(j);
+    /* --inference_only evaluates --lm_dir's weights: no --state_dict_path needed */
+    const char *infer[] = {"--model", "lm", "--lm_dir", dir, "--dataset", txt, "--inference_only"};
+    CT_ASSERT_OK(parse(&c, &eb, infer, 7));
+
+    const char *no_dir[] = {"--model", "lm", "--dataset", txt};
+    CT_ASSERT_ERR(parse(&c, &eb, no_dir, 4), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--model lm: needs --lm_dir");
+    const char *not_dir[] = {"--model", "lm", "--lm_dir", txt, "--dataset", txt};
+    CT_ASSERT_ERR(parse(&c, &eb, not_dir, 6), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "is not a folder");
+    const char *rec[] = {"--no_time", "--no_mhc", "--lm_dir", dir};
+    CT_ASSERT_ERR(parse(&c, &eb, rec, 4), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--lm_dir: only --model lm takes it");
+    const char *frz[] = {"--freeze", "x."};
+    CT_ASSERT_ERR(parse(&c, &eb, frz, 2), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--freeze: only --model lm");
+    const char *synth[] = {"--model", "lm", "--lm_dir", dir};
+    CT_ASSERT_ERR(parse(&c, &eb, synth, 4), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "reads a text file");
+    const char *mhc[] = {"--model", "lm", "--lm_dir", dir, "--dataset", txt, "--mhc"};
+    CT_ASSERT_ERR(parse(&c, &eb, mhc, 7), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--mhc: LM has no mHC");
+    const char *save[] = {"--model",          "lm",        "--lm_dir", dir, "--dataset", txt,
+                          "--inference_only", "--save_hf", dir};
+    CT_ASSERT_ERR(parse(&c, &eb, save, 9), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--save_hf: --inference_only trains nothing");
+    unlink(txt);
+}
+
 static void test_min_count(void)
 {
     char tsv[64], sas[64], text[1024] = "";
@@ -406,5 +451,6 @@ int main(void)
     CT_RUN(test_lr_schedule);
     CT_RUN(test_model_cfg);
     CT_RUN(test_min_count);
+    CT_RUN(test_lm_flags);
     return 0;
 }

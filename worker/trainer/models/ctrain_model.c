@@ -55,7 +55,10 @@ int ctrain_model_create(ctrain_model_t **out, const ctrain_model_cfg_t *cfg, ct_
                         int max_batch, ct_errbuf_t *eb)
 {
     *out = NULL;
-    int rc = ctrain_model_cfg_check(cfg, eb);
+    const ctrain_family_t *fam = ctrain_family(cfg->kind);
+    if (fam == NULL)
+        return ct_errbuf_set(eb, -EINVAL, "model kind %d is not known", (int)cfg->kind);
+    int rc = fam->check_cfg ? fam->check_cfg(cfg, eb) : ctrain_model_cfg_check(cfg, eb);
     if (rc != 0)
         return rc;
     if (max_batch < 1)
@@ -66,7 +69,6 @@ int ctrain_model_create(ctrain_model_t **out, const ctrain_model_cfg_t *cfg, ct_
     m->cfg = *cfg;
     m->ops = ops;
     m->max_batch = max_batch;
-    const ctrain_family_t *fam = ctrain_family(cfg->kind);
     rc = fam->build(m, eb);
     if (rc != 0)
         goto fail;

@@ -21,7 +21,9 @@
  * and time-interval keys and values); both are built by ctrain_sasrec.c, which shares the block
  * layouts between them. mHC residual streams (mhc_streams > 0) are a variant of the pre_ln
  * layout for either kind: every token carries n copies of the residual stream, mixed around
- * each sub-layer (docs/models.md §7). The training loop never knows which it runs.
+ * each sub-layer (docs/models.md §7). A third family, the causal language model (--model lm,
+ * models/lm/ctrain_lm_family.h), puts its trainable GPT-2 / Qwen2 tensors in the same flat
+ * buffers. The training loop never knows which it runs.
  *
  * Randomness: every dropout mask is a function of (seed, optimizer step, dropout site, element
  * index in the optimizer step's global batch) - ctrain_model_dropout_site - so a micro-batch that
@@ -53,6 +55,7 @@ extern "C" {
 typedef enum ctrain_model_kind {
     CTRAIN_MODEL_SASREC = 0,
     CTRAIN_MODEL_TISASREC = 1, /* TiSASRec.pytorch (docs/models.md §3) */
+    CTRAIN_MODEL_LM = 2,       /* a GPT-2 or Qwen2 causal LM from a Hugging Face folder */
 } ctrain_model_kind_t;
 
 /* The training loss after the final LayerNorm. */
@@ -90,6 +93,10 @@ typedef struct ctrain_model_cfg {
     /* training details that do not change the parameters */
     ctrain_loss_t loss;
     int num_negatives; /* CTRAIN_LOSS_SAMPLED_CE: negatives per sequence (M) */
+    /* A family's own configuration, when the fields above do not describe its model (the LM:
+     * a ctrain_lm_model_spec_t, ctrain_lm_family.h), owned by whoever fills cfg; NULL for the
+     * SASRec family. Not part of the JSON form. */
+    const void *ext;
 } ctrain_model_cfg_t;
 
 /* mHC constants (docs/models.md §7): Sinkhorn-Knopp iterations, the RMSNorm epsilon of the
@@ -153,7 +160,9 @@ typedef struct ctrain_model ctrain_model_t;
  * carry, how it is evaluated, the defaults of the flags a user leaves unset, how to build it, and
  * which backends can run its shapes. The trainer asks the family; it never tests the kind.
  * Adding a family: its code in a file or folder under models/ that defines its descriptor, and
- * one entry in the table of ctrain_registry.c. */
+ * one entry in the table of ctrain_registry.c; what the trainer does with it (its data, batches,
+ * evaluation and outputs) is its task, one entry in the table of ctrain_train.c
+ * (ctrain_train_internal.h's ctrain_task_t). */
 typedef struct ctrain_family {
     const char *name;  /* the --model value and the checkpoint's "kind" */
     const char *title; /* "SASRec": the reference's name */
@@ -174,6 +183,12 @@ typedef struct ctrain_family {
     /* Whether ops' kernels take the configuration's shapes (ct_ops_t.limits): one line naming
      * the limits, before any step runs; NULL when any shape runs everywhere. */
     int (*check_backend)(const ctrain_model_cfg_t *mc, const ct_ops_t *ops, ct_errbuf_t *eb);
+    /* The configuration's own check (ctrain_model_create calls it), or NULL for
+     * ctrain_model_cfg_check (SASRec's fields). */
+    int (*check_cfg)(const ctrain_model_cfg_t *mc, ct_errbuf_t *eb);
+    bool takes_mhc;   /* --mhc applies (the SASRec family); otherwise it is off and refused */
+    bool own_weights; /* --inference_only evaluates the weights the family loads itself (the
+                         LM's --lm_dir): --state_dict_path is optional */
 } ctrain_family_t;
 
 /* The family of a kind, or NULL for an unknown kind. */

@@ -68,10 +68,15 @@ static int ctrain_lm__idx(const ctrain_lm_t *m, ctrain_lm_role_t role, int layer
     return -1;
 }
 
+float *ctrain_lm_tensor(const ctrain_lm_t *m, int i)
+{
+    return (m->frozen[i] && m->frozen_mem ? m->frozen_mem : m->params_mem) + m->offset[i];
+}
+
 static float *ctrain_lm__p(const ctrain_lm_t *m, ctrain_lm_role_t role, int layer)
 {
     int i = ctrain_lm__idx(m, role, layer);
-    return i < 0 ? NULL : m->params_mem + m->offset[i];
+    return i < 0 ? NULL : ctrain_lm_tensor(m, i);
 }
 
 /* The gradient of a tensor, or NULL when it is frozen (or absent). */
@@ -101,16 +106,18 @@ void ctrain_lm_destroy(ctrain_lm_t *m)
         free(im->hpos_host);
         free(im);
     }
-    m->ops->release(m->ops, m->params_mem);
-    m->ops->release(m->ops, m->grads_mem);
+    if (m->own_buffers) {
+        m->ops->release(m->ops, m->params_mem);
+        m->ops->release(m->ops, m->grads_mem);
+    }
     free(m->tensors);
     free(m->offset);
     free(m->frozen);
     free(m);
 }
 
-int ctrain_lm_create(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *ops, int max_rows,
-                     int max_len, ct_errbuf_t *eb)
+static int ctrain_lm__create(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *ops,
+                             int max_rows, int max_len, bool own, ct_errbuf_t *eb)
 {
     *out = NULL;
     int rc = ctrain_lm_cfg_check(cfg, eb);
@@ -151,14 +158,17 @@ int ctrain_lm_create(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *op
         m->offset[i] = off;
         off += (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
     }
-    m->num_params = off;
-    rc = ops->alloc(ops, (void **)&m->params_mem, off * sizeof(float));
-    if (rc == 0)
-        rc = ops->alloc(ops, (void **)&m->grads_mem, off * sizeof(float));
-    if (rc != 0)
-        goto fail;
-    ops->zero(ops, m->params_mem, off * sizeof(float));
-    ops->zero(ops, m->grads_mem, off * sizeof(float));
+    m->own_buffers = own;
+    if (own) {
+        m->num_params = off;
+        rc = ops->alloc(ops, (void **)&m->params_mem, off * sizeof(float));
+        if (rc == 0)
+            rc = ops->alloc(ops, (void **)&m->grads_mem, off * sizeof(float));
+        if (rc != 0)
+            goto fail;
+        ops->zero(ops, m->params_mem, off * sizeof(float));
+        ops->zero(ops, m->grads_mem, off * sizeof(float));
+    }
 
     /* the arena: sizes first, then pointers */
     const bool gpt2 = cfg->arch == CTRAIN_LM_GPT2;
@@ -294,9 +304,20 @@ fail:
     return rc;
 }
 
+int ctrain_lm_create(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *ops, int max_rows,
+                     int max_len, ct_errbuf_t *eb)
+{
+    return ctrain_lm__create(out, cfg, ops, max_rows, max_len, true, eb);
+}
+
+int ctrain_lm_create_shared(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *ops,
+                            int max_rows, int max_len, ct_errbuf_t *eb)
+{
+    return ctrain_lm__create(out, cfg, ops, max_rows, max_len, false, eb);
+}
+
 void ctrain_lm_views(const ctrain_lm_t *m, bool grads, ct_tensor_view_t *views)
 {
-    float *base = grads ? m->grads_mem : m->params_mem;
     for (int i = 0; i < m->n_tensors; i++) {
         const ctrain_lm_tensor_t *t = &m->tensors[i];
         memset(&views[i], 0, sizeof views[i]);
@@ -305,7 +326,9 @@ void ctrain_lm_views(const ctrain_lm_t *m, bool grads, ct_tensor_view_t *views)
         views[i].ndim = t->ndim;
         views[i].shape[0] = t->shape[0];
         views[i].shape[1] = t->ndim == 2 ? t->shape[1] : 0;
-        views[i].data = base + m->offset[i];
+        views[i].data = !grads                          ? ctrain_lm_tensor(m, i)
+                        : m->frozen[i] && m->frozen_mem ? NULL
+                                                        : m->grads_mem + m->offset[i];
     }
 }
 

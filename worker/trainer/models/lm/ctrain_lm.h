@@ -13,8 +13,12 @@
  * attention mask), so rows are meant to be right-padded, and the next-token loss is the mean over
  * the targets given.
  *
- * Not here: the optimizer, the training loop, the trainer's model registry (this family is not
- * reachable from the ctrain command yet), activation recomputation, mixed precision.
+ * Buffers: ctrain_lm_create allocates the flat buffers itself; ctrain_lm_create_shared leaves
+ * them to the caller (the trainer's family, ctrain_lm_family.c, points them into the trainer's
+ * flat buffers), who may also keep frozen tensors apart in frozen_mem (no gradient range at all).
+ *
+ * Not here: the optimizer, the training loop and the trainer's family (ctrain_lm_family.h),
+ * activation recomputation, mixed precision.
  */
 #ifndef CTRAIN_LM_H
 #define CTRAIN_LM_H
@@ -40,12 +44,15 @@ typedef struct ctrain_lm {
 
     ctrain_lm_tensor_t *tensors; /* n_tensors, in flat-buffer order */
     int n_tensors;
-    size_t *offset;    /* (n_tensors) in floats, into params_mem and grads_mem */
+    size_t *offset;    /* (n_tensors) in floats, into params_mem and grads_mem (a frozen tensor
+                          with frozen_mem set: into frozen_mem) */
     bool *frozen;      /* (n_tensors) no gradient */
-    size_t num_params; /* floats in the flat buffers */
+    size_t num_params; /* floats in the flat buffers (ctrain_lm_create's; 0 when shared) */
 
     float *params_mem; /* (num_params) backend memory */
     float *grads_mem;  /* (num_params) backend memory, += by the backward */
+    float *frozen_mem; /* backend memory of the frozen tensors kept apart, or NULL (shared only) */
+    bool own_buffers;  /* params_mem and grads_mem are this struct's (ctrain_lm_create) */
 
     void *impl; /* activations, scratch and the per-layer pointers */
 } ctrain_lm_t;
@@ -67,6 +74,15 @@ typedef struct ctrain_lm_batch {
 int ctrain_lm_create(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *ops, int max_rows,
                      int max_len, ct_errbuf_t *eb);
 
+/* ctrain_lm_create without the flat buffers: params_mem, grads_mem, frozen_mem and offset[] are
+ * the caller's to set (every tensor's offset, before the first pass) and to free. */
+int ctrain_lm_create_shared(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *ops,
+                            int max_rows, int max_len, ct_errbuf_t *eb);
+
+/* Tensor i's weights in backend memory (params_mem, or frozen_mem for a frozen tensor kept
+ * apart). */
+float *ctrain_lm_tensor(const ctrain_lm_t *m, int i);
+
 /* ctrain_lm_create with dir/config.json's configuration, then the weights of dir. */
 int ctrain_lm_open(ctrain_lm_t **out, const char *dir, ct_ops_t *ops, int max_rows, int max_len,
                    ct_errbuf_t *eb);
@@ -77,7 +93,8 @@ void ctrain_lm_destroy(ctrain_lm_t *m); /* NULL is fine */
 int ctrain_lm_load(ctrain_lm_t *m, const char *dir, ct_errbuf_t *eb);
 
 /* Views of the flat buffers (host memory only: a CPU backend) under the transformers names, for
- * ctrain_lm_hf_save; views has room for n_tensors. grads true: the gradient buffer. */
+ * ctrain_lm_hf_save; views has room for n_tensors. grads true: the gradient buffer (a frozen
+ * tensor kept apart in frozen_mem has no gradient: its view's data is NULL). */
 void ctrain_lm_views(const ctrain_lm_t *m, bool grads, ct_tensor_view_t *views);
 
 /* The table entry called name (the state_dict name), or -1. */

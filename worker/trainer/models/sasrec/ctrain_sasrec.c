@@ -1137,6 +1137,7 @@ const ctrain_family_t ctrain_sasrec_family = {
     .has_time_span = false,
     .build = ctrain_sasrec__build,
     .check_backend = ctrain_sasrec__check_backend,
+    .takes_mhc = true,
 };
 
 /* TiSASRec.pytorch's defaults and rules. */
@@ -1155,4 +1156,5 @@ const ctrain_family_t ctrain_tisasrec_family = {
     .has_time_span = true,
     .build = ctrain_sasrec__build,
     .check_backend = ctrain_sasrec__check_backend,
+    .takes_mhc = true,
 };
