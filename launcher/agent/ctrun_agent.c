@@ -230,6 +230,9 @@ static int ctrun_agent__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
         if (ctrun_warm_init(&a->warm, n > 0 ? self : NULL, cfg->python, cfg->warm_preload,
                             cfg->nproc_per_node, &web) != 0)
             ct_log_warn("--warm_restart: %s; workers start cold", web.msg);
+        /* Waiting for a standby blocks the loop: only where no other node's heartbeats need it. */
+        if (cfg->max_nodes > 1)
+            a->warm.ready_wait_ms = 0;
     } else if (cfg->warm_restart) {
         ct_log_warn("--warm_restart: %s is not run by Python; workers start cold", cfg->script);
     }

@@ -4,8 +4,9 @@
  * descriptors, the reply, and making the forked worker this process's child.
  *
  * Everything here is synchronous and bounded: a fork request waits for the standby's reply
- * (a few milliseconds: two forks of an interpreter) and at most ctrun_warm_t.ready_wait_ms for a
- * standby that is still importing, which is never longer than a cold start would take.
+ * (milliseconds: one fork of an interpreter) and at most ctrun_warm_t.ready_wait_ms for a
+ * standby that is still importing (the caller sets it: 0 where other nodes need the agent's loop
+ * to answer their heartbeats).
  *
  * Deliberately not here: the standby's own code (ctrun_standby.py), the decision to go warm and
  * the cold fallback (ctrun_group.c), watching the worker (ctrun_proc.c).
@@ -329,8 +330,9 @@ int ctrun_warm_fork(ctrun_warm_t *w, int i, const ctrun_warm_req_t *req, pid_t *
             if (rc == 0)
                 err = ct_errbuf_set(eb, -EPROTO, "standby %d: %s", (int)s->pid, reply);
             else if (rc == -ETIMEDOUT)
-                err = ct_errbuf_set(eb, rc, "standby %d not ready after %.1f s", (int)s->pid,
-                                    (double)(ct_time_ms() - t0) / 1000.0);
+                /* Still importing: it stays, for the next restart. */
+                return ct_errbuf_set(eb, rc, "standby %d is still importing (waited %.1f s)",
+                                     (int)s->pid, (double)(ct_time_ms() - t0) / 1000.0);
             else
                 err = ct_errbuf_set(eb, rc, "standby %d exited before it was ready", (int)s->pid);
             ctrun_warm__stop(w, i);

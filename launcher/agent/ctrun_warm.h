@@ -41,7 +41,8 @@ typedef struct ctrun_warm {
     char *python, *script, *preload; /* interpreter, ctrun_standby.py, modules (or "") */
     ctrun_warm_standby_t *sb;
     int n;
-    int64_t ready_wait_ms; /* how long a fork waits for a standby still importing */
+    int64_t ready_wait_ms; /* how long a fork waits for a standby still importing (the loop
+                            * is blocked meanwhile; default 10 s) */
 } ctrun_warm_t;
 
 /* One worker for a standby. */
@@ -69,9 +70,9 @@ int ctrun_warm_init(ctrun_warm_t *w, const char *self_exe, const char *python, c
 int ctrun_warm_start(ctrun_warm_t *w, int i, char *const *envp, ct_errbuf_t *eb);
 
 /* Forks local rank i's worker from its standby: *pid is then a child of this process. Waits
- * up to w->ready_wait_ms for a standby still importing. A negative error with the reason in eb
- * when the standby is missing, died, refused or could not fork; a standby that failed is
- * stopped (ctrun_warm_start starts a new one). */
+ * up to w->ready_wait_ms for a standby still importing (-ETIMEDOUT: it stays, for the next
+ * restart). A negative error with the reason in eb when the standby is missing, died, refused
+ * or could not fork; a standby that failed is stopped (ctrun_warm_start starts a new one). */
 int ctrun_warm_fork(ctrun_warm_t *w, int i, const ctrun_warm_req_t *req, pid_t *pid,
                     ct_errbuf_t *eb);
 
