@@ -14,8 +14,9 @@ attempt. report.json must count attempt 1's workers as warm. Cases:
   module   -m warm_pkg.probe_mod with stdin closed
   record   attempt 1's rank 1 raises in a @record function: the failure report has its message
            from the error file and ctrun exits 1
-  signals  attempt 1's rank 1 kills itself with SIGKILL: reported as that signal; rank 0 gets
-           ctrun's SIGTERM in its own handler (the signal reaches the worker, not the standby)
+  signals  attempt 1's rank 1 kills itself with SIGKILL: reported as that signal (report.json's
+           cause says "(warm worker)"); rank 0 gets ctrun's SIGTERM in its own handler (the
+           signal reaches the worker, not the standby)
   preload  --warm_preload json,no_such_module_x: the standby cannot import it; one warning,
            attempt 1 starts cold and the job succeeds
 pt13 is Debian's PyTorch 1.13 (CTRUN_TORCH13_PYTHON, default /usr/bin/python3), pt2 a PyTorch
@@ -161,6 +162,9 @@ def case_signals(ctrun, py, work):
         raise Fail("exit %d, expected 1:\n%s" % (rc, text[-4000:]))
     if "SIGKILL" not in text:
         raise Fail("rank 1's SIGKILL is not reported:\n" + text[-4000:])
+    causes = [f["cause"] for f in reports[0]["failures"] if f["attempt"] == 1] if reports else []
+    if not any(c.endswith("(warm worker)") and "SIGKILL" in c for c in causes):
+        raise Fail("report.json does not name the warm worker's SIGKILL: %s" % causes)
     term = load(out, "term", 1, 0)
     snap = load(out, "snap", 1, 0)
     if term is None or term["pid"] != snap["pid"]:
