@@ -12,9 +12,11 @@
  * torchrun prints by default.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "ct_log.h"
 #include "ctrun_agent.h"
@@ -39,9 +41,26 @@ static void ctrun_main__log_level(void)
     ct_log_set_level(level);
 }
 
+/* A descriptor 0-2 that ctrun was started without would be the first one it opens (a worker's
+ * pipe), which libuv refuses to close: each gets /dev/null, close-on-exec, so workers still
+ * start without it as they would have. */
+static void ctrun_main__std_fds(void)
+{
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+            continue;
+        int n = open("/dev/null", (fd == 0 ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
+        if (n >= 0 && n != fd) {
+            dup3(n, fd, O_CLOEXEC);
+            close(n);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     ct_errbuf_t eb = {{0}};
+    ctrun_main__std_fds();
     if (ct_log_init("[ctrun]", &eb) != 0)
         ct_log_warn("%s", eb.msg);
     ctrun_main__log_level();

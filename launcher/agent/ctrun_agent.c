@@ -224,6 +224,20 @@ static int ctrun_agent__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
         ct_log_warn("no reaper (%s): if ctrun is killed with SIGKILL, processes its workers "
                     "started may survive it",
                     reb.msg);
+    if (cfg->warm_restart && cfg->use_python) {
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        self[n > 0 ? n : 0] = '\0';
+        ct_errbuf_t web = {{0}};
+        if (ctrun_warm_init(&a->warm, n > 0 ? self : NULL, cfg->python, cfg->warm_preload,
+                            cfg->nproc_per_node, &web) != 0)
+            ct_log_warn("--warm_restart: %s; workers start cold", web.msg);
+        /* Waiting for a standby blocks the loop: only where no other node's heartbeats need it. */
+        if (cfg->max_nodes > 1)
+            a->warm.ready_wait_ms = 0;
+    } else if (cfg->warm_restart) {
+        ct_log_warn("--warm_restart: %s is not run by Python; workers start cold", cfg->script);
+    }
     int frc = ctrun_agent__ftimer_setup(a, eb);
     if (frc != 0)
         return frc;
@@ -366,6 +380,7 @@ int ctrun_agent_run(const ctrun_config_t *cfg, int *exit_code, ct_errbuf_t *eb)
     uv_run(&a->loop, UV_RUN_DEFAULT);
     uv_loop_close(&a->loop);
     ctrun_group_free(a);
+    ctrun_warm_free(&a->warm);
     ctrun_agent__observe_end(a);
     free(a->last);
     ctrun_cgroup_destroy(&a->cgroup, 2000);

@@ -39,6 +39,7 @@
 #include "ctrun_report.h"
 #include "ctrun_sink.h"
 #include "ctrun_store.h"
+#include "ctrun_warm.h"
 
 typedef struct ctrun_agent ctrun_agent_t;
 
@@ -113,6 +114,7 @@ typedef struct ctrun_worker {
     int out_file, err_file; /* log files, -1 when none */
     char error_file[PATH_MAX];
     int exitcode;
+    bool warm;   /* forked from its standby (--warm_restart), not started cold */
     bool failed; /* ended on its own with a non-zero status (or was the watchdog's victim) */
     /* heartbeat */
     uint64_t hb_count, hb_step;
@@ -196,6 +198,7 @@ struct ctrun_agent {
     ctrun_recovery_t recovery;
     ctrun_cgroup_t cgroup; /* the job's cgroup v2, empty when unavailable */
     ctrun_reaper_t reaper; /* cleans up after the agent, however it ends (ctrun_reaper.h) */
+    ctrun_warm_t warm;     /* --warm_restart's standbys; warm.on false when off */
     /* the FileTimer watchdog (ctrun_agent_ftimer.c) */
     ctrun_filetimers_t ftimers;
     char ftimer_path[PATH_MAX]; /* the named pipe (TORCHELASTIC_TIMER_FILE), "" when off */

@@ -79,6 +79,12 @@ void ctrun_agent__record_failure(ctrun_agent_t *a, int i, int exitcode, const ch
     ctrun_worker_t *w = &a->workers[i];
     w->failed = true;
     ctrun_agent__observe_detect(a, detect_ns);
+    /* A worker forked from a --warm_restart standby says so in the table and report.json. */
+    char warm_cause[CTRUN_RECOVERY_CAUSE_MAX];
+    if (w->warm) {
+        snprintf(warm_cause, sizeof warm_cause, "%s (warm worker)", cause ? cause : "");
+        cause = warm_cause;
+    }
     if (ctrun_recovery_add(&a->recovery, a->attempt, w->rank, i, cause, uv_hrtime(), detect_ns) !=
         0)
         ct_log_warn("out of memory: the recovery table misses a failure of rank %d", w->rank);

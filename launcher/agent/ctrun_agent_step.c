@@ -234,6 +234,10 @@ static void ctrun_agent__to_running(ctrun_agent_t *a)
         ctrun_agent__fail_attempt(a);
         return;
     }
+    int warm = 0;
+    for (int i = 0; i < a->nworkers; i++)
+        warm += a->workers[i].warm ? 1 : 0;
+    ctrun_recovery_started(&a->recovery, a->attempt, a->nworkers, warm);
     ctrun_agent__observe_started(a, uv_hrtime() - prepare_start);
     ctrun_agent__inject_schedule(a);
 }

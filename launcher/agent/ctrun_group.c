@@ -2,12 +2,15 @@
  * ctrun_group.c - one attempt's local workers, mechanically: the environment and command line
  * of each (ctrun_env.h, ctrun_cmd.h), its output sinks per the --redirects/--tee/filter plan
  * and the attempt's filtered_std{out,err}.log (ctrun_logs.h, ctrun_sink.h), spawning (with the
- * --numa_binding CPUs) and signalling (ctrun_proc.h), and freeing.
+ * --numa_binding CPUs) and signalling (ctrun_proc.h), and freeing. With --warm_restart, a later
+ * attempt's Python worker is forked from its local rank's standby (ctrun_warm.h) and started
+ * cold, with a warning, when that fails; each rank's standby is (re)started after its spawn.
  *
  * Deliberately not here: deciding anything. Worker states change only in the agent's transition
  * function; the proc callbacks below just forward to it.
  */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,6 +169,87 @@ static void ctrun_group__release_outputs(ctrun_worker_t *w)
     w->out_file = w->err_file = -1;
 }
 
+/* --warm_restart: ctrun_proc's start function, forking worker i from its standby. */
+typedef struct ctrun_group__warm_ctx {
+    ctrun_agent_t *a;
+    int i;
+    ctrun_warm_req_t req;
+} ctrun_group__warm_ctx_t;
+
+static int ctrun_group__warm_start(void *data, int out_fd, int err_fd, int hb_fd, pid_t *pid,
+                                   ct_errbuf_t *eb)
+{
+    ctrun_group__warm_ctx_t *c = data;
+    c->req.out_fd = out_fd;
+    c->req.err_fd = err_fd;
+    c->req.hb_fd = hb_fd;
+    return ctrun_warm_fork(&c->a->warm, c->i, &c->req, pid, eb);
+}
+
+/* Starts worker i from its standby when this is a later attempt and one is alive; false when
+ * it started cold (or must: the caller then does), with the reason logged once. */
+static bool ctrun_group__spawn_warm(ctrun_agent_t *a, int i, char **argv, char **envp,
+                                    ctrun_sink_t *out, ctrun_sink_t *err)
+{
+    ctrun_worker_t *w = &a->workers[i];
+    const ctrun_config_t *cfg = a->cfg;
+    if (!a->warm.on || a->attempt == 0 || i >= a->warm.n)
+        return false;
+    if (!ctrun_warm_alive(&a->warm, i)) {
+        ct_log_warn("--warm_restart: local rank %d has no standby (it exited); starting it cold",
+                    i);
+        return false;
+    }
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof cwd) == NULL) {
+        ct_log_warn("--warm_restart: getcwd: %s; starting local rank %d cold", strerror(errno), i);
+        return false;
+    }
+    /* argv is `<python> -u [-m] target args...` (ctrun_cmd.h). */
+    bool module = cfg->module && !cfg->run_path;
+    size_t head = module ? 3 : 2;
+    ctrun_group__warm_ctx_t c = {
+        .a = a,
+        .i = i,
+        .req =
+            {
+                .cwd = cwd,
+                .module = module,
+                .target = argv[head],
+                .args = &argv[head + 1],
+                .envp = envp,
+                .cgroup_fd = a->cgroup.attempt_procs_fd >= 0 ? a->cgroup.attempt_procs_fd
+                                                             : a->cgroup.procs_fd,
+                .cpus = cfg->numa_cpus ? cfg->numa_cpus[i].cpus : NULL,
+                .ncpus = cfg->numa_cpus ? cfg->numa_cpus[i].count : 0,
+            },
+    };
+    ctrun_proc_opts_t po = {
+        .out = out,
+        .err = err,
+        .heartbeat = true,
+        .start = ctrun_group__warm_start,
+        .start_data = &c,
+    };
+    ct_errbuf_t web = {{0}};
+    uint64_t t0 = uv_hrtime();
+    if (ctrun_proc_spawn(&w->proc, &a->loop, &po, &ctrun_group__proc_cb, w, &web) != 0) {
+        if (!w->proc.done) {
+            /* Forked, then could not be watched (and was killed): its handles are closing. */
+            ct_log_warn("--warm_restart: local rank %d: %s", i, web.msg);
+            return true;
+        }
+        ct_log_warn("--warm_restart: local rank %d: %s; starting it cold", i, web.msg);
+        memset(&w->proc, 0, sizeof w->proc);
+        w->proc.pid = -1;
+        return false;
+    }
+    w->warm = true;
+    ct_log_info("local rank %d: worker %d forked from standby %d in %.1f ms", i, (int)w->proc.pid,
+                (int)a->warm.sb[i].pid, (double)(uv_hrtime() - t0) / 1e6);
+    return true;
+}
+
 int ctrun_group_spawn(ctrun_agent_t *a, int i, ct_errbuf_t *eb)
 {
     ctrun_worker_t *w = &a->workers[i];
@@ -183,6 +267,12 @@ int ctrun_group_spawn(ctrun_agent_t *a, int i, ct_errbuf_t *eb)
     if ((rc = ctrun_group__sink(a, w, CTRUN_STREAM_STDOUT, &out, eb)) != 0 ||
         (rc = ctrun_group__sink(a, w, CTRUN_STREAM_STDERR, &err, eb)) != 0)
         goto out;
+    if (ctrun_group__spawn_warm(a, i, argv, envp, out, err)) {
+        rc = w->proc.done ? CT_ESPAWN : 0;
+        if (rc != 0)
+            ct_errbuf_set(eb, rc, "the worker forked from the standby could not be watched");
+        goto started;
+    }
     ctrun_proc_opts_t po = {
         .file = argv[0],
         .argv = argv,
@@ -197,8 +287,15 @@ int ctrun_group_spawn(ctrun_agent_t *a, int i, ct_errbuf_t *eb)
         .ncpus = a->cfg->numa_cpus ? a->cfg->numa_cpus[i].count : 0,
     };
     rc = ctrun_proc_spawn(&w->proc, &a->loop, &po, &ctrun_group__proc_cb, w, eb);
+started:
     if (w->proc.pid > 0)
         ctrun_reaper_track(&a->reaper, w->proc.pid);
+    /* --warm_restart: this rank's standby for the next attempt, if it has none. */
+    if (a->warm.on && i < a->warm.n && !ctrun_warm_alive(&a->warm, i)) {
+        ct_errbuf_t seb = {{0}};
+        if (ctrun_warm_start(&a->warm, i, envp, &seb) != 0)
+            ct_log_warn("--warm_restart: no standby for local rank %d: %s", i, seb.msg);
+    }
 out:
     ctrun_argv_free(argv);
     ctrun_argv_free(envp);

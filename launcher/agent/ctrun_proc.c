@@ -19,6 +19,9 @@
  * clone3 is not given a stack here, so that child is a copy (CLONE_VFORK without CLONE_VM, as
  * fork, a page-table copy of the agent) and reports a failure through a shared page. Where
  * clone3 or CLONE_INTO_CGROUP is refused, the child is made as above and writes cgroup.procs.
+ *
+ * A caller's start function may make the child instead (a worker forked by a --warm_restart
+ * standby, ctrun_warm.c): the pipes, the pidfd and everything after are the same.
  */
 #include "ctrun_proc.h"
 
@@ -393,7 +396,7 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
     /* The agent's PATH as it is now, as execvp would use it: the one environment read outside
      * the command line's parsing besides the workers' copy (ctrun_env.c), because the worker
      * runs with that environment too. */
-    int rc = ctrun_proc_resolve(opts->file, getenv("PATH"), &path, eb);
+    int rc = opts->start != NULL ? 0 : ctrun_proc_resolve(opts->file, getenv("PATH"), &path, eb);
     if (rc != 0)
         return rc;
 
@@ -414,6 +417,15 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         rc = -errno;
         ct_errbuf_set(eb, rc, "%s: %s", what, strerror(errno));
         goto fail_fds;
+    }
+
+    pid_t pid = -1;
+    if (opts->start != NULL) {
+        rc = opts->start(opts->start_data, opts->out ? outp[1] : devnull,
+                         opts->err ? errp[1] : devnull, hbp[1], &pid, eb);
+        if (rc != 0)
+            goto fail_fds;
+        goto started;
     }
 
     /* The CPU set is made here: the child shares our memory and must not allocate. */
@@ -470,7 +482,6 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t pid = -1;
     if (opts->cgroup_dir_fd > 0 && !ctrun_proc__no_clone3) {
         ctrun_proc__child_args_t in_cg = ca;
         in_cg.cgroup_fd = -1; /* created in it already */
@@ -492,10 +503,6 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         rc = ct_errbuf_set(eb, -clone_errno, "clone: %s", strerror(clone_errno));
         goto fail_fds;
     }
-    ctrun_proc__close_fd(&outp[1]);
-    ctrun_proc__close_fd(&errp[1]);
-    ctrun_proc__close_fd(&hbp[1]);
-    ctrun_proc__close_fd(&devnull);
     if (ca_err != 0) {
         /* The child got no further than execve: reap it and report why. */
         int st;
@@ -507,6 +514,11 @@ int ctrun_proc_spawn(ctrun_proc_t *p, uv_loop_t *loop, const ctrun_proc_opts_t *
         rc = ct_errbuf_set(eb, CT_ESPAWN, "%s: %s", path, strerror(is_dir ? EISDIR : ca_err));
         goto fail_fds;
     }
+started:
+    ctrun_proc__close_fd(&outp[1]);
+    ctrun_proc__close_fd(&errp[1]);
+    ctrun_proc__close_fd(&hbp[1]);
+    ctrun_proc__close_fd(&devnull);
     p->pid = pid;
 
     p->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);

@@ -67,6 +67,13 @@ typedef struct ctrun_proc_opts {
                               * the kernel cannot create it in the folder (best effort) */
     const int *cpus;         /* CPUs the child is bound to before exec, or NULL: inherited */
     size_t ncpus;
+    /* NULL: the child is created here (file, argv, cgroup and cpus apply). Otherwise start
+     * makes it, given the child's ends of its streams (stdout, stderr: a pipe or /dev/null;
+     * the heartbeat pipe or -1): 0 with *pid a child of this process that already runs the
+     * program with those descriptors, in its own process group (a warm worker, ctrun_warm.h),
+     * or a negative error with the reason in eb. */
+    int (*start)(void *start_data, int out_fd, int err_fd, int hb_fd, pid_t *pid, ct_errbuf_t *eb);
+    void *start_data;
 } ctrun_proc_opts_t;
 
 struct ctrun_proc {

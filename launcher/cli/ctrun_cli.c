@@ -50,6 +50,8 @@ enum {
     CTRUN_CLI__O_NO_PYTHON,
     CTRUN_CLI__O_RUN_PATH,
     CTRUN_CLI__O_PYTHON,
+    CTRUN_CLI__O_WARM_RESTART,
+    CTRUN_CLI__O_WARM_PRELOAD,
     CTRUN_CLI__O_LOG_DIR,
     CTRUN_CLI__O_REDIRECTS,
     CTRUN_CLI__O_TEE,
@@ -191,6 +193,14 @@ static const ctrun_cli__opt_t ctrun_cli__opts[CTRUN_CLI__O_COUNT] = {
                          "Interpreter for .py scripts and -m (default: the Python of the "
                          "environment ctrun was pip-installed into, else $VIRTUAL_ENV's or "
                          "$CONDA_PREFIX's, else python3 from PATH)."},
+    [CTRUN_CLI__O_WARM_RESTART] = {NULL, "warm_restart", 0, true, {"CTRUN_WARM_RESTART"}, NULL,
+                               "Python workers of a restart are forked from a standby "
+                               "interpreter per local rank that has imported torch already "
+                               "(falls back to a cold start with a warning; see ctrun(1))."},
+    [CTRUN_CLI__O_WARM_PRELOAD] = {NULL, "warm_preload", 0, false, {"CTRUN_WARM_PRELOAD"},
+                               "MOD,...",
+                               "With --warm_restart: modules the standby imports after torch "
+                               "(default none)."},
     [CTRUN_CLI__O_LOG_DIR] = {"Output", "log_dir", 0, false, {"PET_LOG_DIR"}, "DIR",
                           "Base folder for <run_id>_<random>/attempt_<k>/<local_rank>/ logs "
                           "(default: a new temp folder; /dev/null: no files)."},
@@ -486,6 +496,36 @@ static int ctrun_cli__flag(const ctrun_cli__raw_t *raw, int id, bool *out, ct_er
         return ct_errbuf_wrap(eb, rc, "%s", raw->source[id]);
     *out = v != 0;
     return 0;
+}
+
+/* --warm_preload: a comma-separated list of dotted Python module names, kept as given. */
+static int ctrun_cli__warm_preload(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
+                                   ct_errbuf_t *eb)
+{
+    int id = CTRUN_CLI__O_WARM_PRELOAD;
+    if (!raw->given[id] || raw->value[id][0] == '\0')
+        return 0;
+    const char *v = raw->value[id];
+    bool start = true; /* at the start of a name part */
+    for (size_t i = 0;; i++) {
+        char c = v[i];
+        bool ok;
+        if (c == ',' || c == '.' || c == '\0')
+            ok = !start;
+        else
+            ok = c == '_' || isalpha((unsigned char)c) || (!start && isdigit((unsigned char)c)) ||
+                 (unsigned char)c >= 0x80;
+        if (!ok)
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "%s: \"%.64s\" is not a comma-separated list of Python module "
+                                 "names (at character %zu)",
+                                 raw->source[id], v, i + 1);
+        if (c == '\0')
+            break;
+        start = c == ',' || c == '.';
+    }
+    cfg->warm_preload = strdup(v);
+    return cfg->warm_preload == NULL ? -ENOMEM : 0;
 }
 
 static int ctrun_cli__int(const ctrun_cli__raw_t *raw, int id, int dflt, int min, int max, int *out,
@@ -819,7 +859,9 @@ static int ctrun_cli__workers(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg,
     /* What to run: torchrun's flags, then ctrun's entry rule (.py or -m under Python). */
     if ((rc = ctrun_cli__flag(raw, CTRUN_CLI__O_MODULE, &cfg->module, eb)) != 0 ||
         (rc = ctrun_cli__flag(raw, CTRUN_CLI__O_NO_PYTHON, &cfg->no_python, eb)) != 0 ||
-        (rc = ctrun_cli__flag(raw, CTRUN_CLI__O_RUN_PATH, &cfg->run_path, eb)) != 0)
+        (rc = ctrun_cli__flag(raw, CTRUN_CLI__O_RUN_PATH, &cfg->run_path, eb)) != 0 ||
+        (rc = ctrun_cli__flag(raw, CTRUN_CLI__O_WARM_RESTART, &cfg->warm_restart, eb)) != 0 ||
+        (rc = ctrun_cli__warm_preload(raw, cfg, eb)) != 0)
         return rc;
     if (cfg->module && cfg->no_python && !cfg->run_path)
         return ct_errbuf_set(eb, CT_EPARSE, "--no_python and --module cannot be used together");
@@ -1221,7 +1263,8 @@ void ctrun_config_free(ctrun_config_t *cfg)
                         &cfg->role,           &cfg->log_dir,      &cfg->python,
                         &cfg->script,         &cfg->inject,       &cfg->log_line_prefix_template,
                         &cfg->tmp_dir,        &cfg->error_file,   &cfg->event_log_handler,
-                        &cfg->local_rank_arg, &cfg->metrics_addr, &cfg->timer_file};
+                        &cfg->local_rank_arg, &cfg->metrics_addr, &cfg->timer_file,
+                        &cfg->warm_preload};
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
         free(*strings[i]);
         *strings[i] = NULL;

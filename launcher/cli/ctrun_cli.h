@@ -128,6 +128,8 @@ typedef struct ctrun_config {
     bool module, no_python, run_path;
     bool use_python;    /* the script runs as `<python> -u [-m] script args` */
     char *python;       /* the interpreter (ctrun_python.h) */
+    bool warm_restart;  /* --warm_restart: restarts fork Python workers from a standby */
+    char *warm_preload; /* --warm_preload: modules the standby imports, comma-separated; NULL */
     ctrun_python_source_t python_source; /* why it was chosen */
     char *script;       /* training_script */
     char **script_args; /* everything after it, NULL-terminated */

@@ -20,7 +20,7 @@ static int ctrun_recovery__attempt(ctrun_recovery_t *r, int k, ctrun_recovery_at
         if (g == NULL)
             return -ENOMEM;
         for (size_t i = r->nattempts; i < n; i++)
-            g[i] = (ctrun_recovery_attempt_t){.first_step = -1, .max_step = -1, .first_ns = 0};
+            g[i] = (ctrun_recovery_attempt_t){.first_step = -1, .max_step = -1};
         r->attempts = g;
         r->nattempts = n;
     }
@@ -75,6 +75,17 @@ int ctrun_recovery_heartbeat(ctrun_recovery_t *r, int attempt, int64_t step, uin
     return 0;
 }
 
+int ctrun_recovery_started(ctrun_recovery_t *r, int attempt, int workers, int warm)
+{
+    ctrun_recovery_attempt_t *a;
+    int rc = ctrun_recovery__attempt(r, attempt, &a);
+    if (rc != 0)
+        return rc;
+    a->workers = workers;
+    a->warm = warm;
+    return 0;
+}
+
 void ctrun_recovery_end_attempt(ctrun_recovery_t *r, int attempt)
 {
     if (attempt < 0 || (size_t)attempt >= r->nattempts)
@@ -106,7 +117,7 @@ static void ctrun_recovery__ms(char *buf, size_t size, int64_t ns)
 
 int ctrun_recovery_format(const ctrun_recovery_t *r, int attempts, char **out)
 {
-    size_t cap = 256 + r->n * 320;
+    size_t cap = 256 + r->n * 320 + r->nattempts * 96;
     char *s = malloc(cap);
     if (s == NULL)
         return -ENOMEM;
@@ -131,6 +142,13 @@ int ctrun_recovery_format(const ctrun_recovery_t *r, int attempts, char **out)
             snprintf(rep, sizeof rep, "-");
         len += (size_t)snprintf(s + len, cap - len, "  %-7d %-5d %-44.44s %-10s %-10s %s\n",
                                 row->attempt, row->rank, row->cause, det, res, rep);
+    }
+    for (size_t k = 0; k < r->nattempts && len < cap; k++) {
+        if (r->attempts[k].warm > 0 && len + 96 < cap)
+            len += (size_t)snprintf(s + len, cap - len,
+                                    "  attempt %zu: %d of %d local workers forked from warm "
+                                    "standbys\n",
+                                    k, r->attempts[k].warm, r->attempts[k].workers);
     }
     if (len >= cap)
         s[cap - 1] = '\0';
@@ -175,6 +193,18 @@ int ctrun_recovery_json(const ctrun_recovery_t *r, int attempts, int exit_code, 
         json_array_append_new(list, o);
     }
     json_object_set_new(root, "failures", list);
+    /* Per attempt this node started: its local workers, and how many were forked warm. */
+    json_t *starts = json_array();
+    for (size_t k = 0; starts != NULL && k < r->nattempts; k++) {
+        if (r->attempts[k].workers == 0)
+            continue;
+        json_t *o = json_object();
+        json_object_set_new(o, "attempt", json_integer((json_int_t)k));
+        json_object_set_new(o, "workers", json_integer(r->attempts[k].workers));
+        json_object_set_new(o, "warm_workers", json_integer(r->attempts[k].warm));
+        json_array_append_new(starts, o);
+    }
+    json_object_set_new(root, "attempt_starts", starts);
     char *text = json_dumps(root, JSON_INDENT(2));
     json_decref(root);
     if (text == NULL)

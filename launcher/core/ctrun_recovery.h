@@ -48,6 +48,7 @@ typedef struct ctrun_recovery_row {
 typedef struct ctrun_recovery_attempt {
     int64_t first_step, max_step; /* -1 until a heartbeat arrives */
     uint64_t first_ns;            /* when the first heartbeat arrived */
+    int workers, warm;            /* local workers started, of them forked from a standby */
 } ctrun_recovery_attempt_t;
 
 typedef struct ctrun_recovery {
@@ -65,6 +66,10 @@ int ctrun_recovery_add(ctrun_recovery_t *r, int attempt, int rank, int local_ran
 /* A heartbeat of attempt k reporting step at now_ns; the first one of an attempt fills in the
  * resume columns of the earlier attempts' rows still waiting for one. 0 or -ENOMEM. */
 int ctrun_recovery_heartbeat(ctrun_recovery_t *r, int attempt, int64_t step, uint64_t now_ns);
+
+/* Attempt k started workers local workers, warm of them forked from a --warm_restart standby
+ * (the table and report.json say so). 0 or -ENOMEM. */
+int ctrun_recovery_started(ctrun_recovery_t *r, int attempt, int workers, int warm);
 
 /* Marks attempt k as over: its rows get the attempt's highest step. */
 void ctrun_recovery_end_attempt(ctrun_recovery_t *r, int attempt);

@@ -371,6 +371,36 @@ static void test_short_forms_and_flags(void)
     }
 }
 
+static void test_warm_restart(void)
+{
+    ctrun_config_t c;
+    ct_errbuf_t eb = {{0}};
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "train.py", NULL));
+    CT_ASSERT(!c.warm_restart && c.warm_preload == NULL);
+    ctrun_config_free(&c);
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--warm-restart", "--warm_preload",
+                           "transformers,my_pkg.sub_2", "train.py", NULL));
+    CT_ASSERT(c.warm_restart);
+    CT_ASSERT_STR_EQ(c.warm_preload, "transformers,my_pkg.sub_2");
+    ctrun_config_free(&c);
+    static const char *const env[] = {"CTRUN_WARM_RESTART=1", "CTRUN_WARM_PRELOAD=json", NULL};
+    CT_ASSERT_OK(ct__parse(&c, env, &eb, "train.py", NULL));
+    CT_ASSERT(c.warm_restart);
+    CT_ASSERT_STR_EQ(c.warm_preload, "json");
+    ctrun_config_free(&c);
+    static const char *const off[] = {"CTRUN_WARM_RESTART=0", NULL};
+    CT_ASSERT_OK(ct__parse(&c, off, &eb, "train.py", NULL));
+    CT_ASSERT(!c.warm_restart);
+    ctrun_config_free(&c);
+    static const char *const bad[] = {"a,,b", "a.", "1mod", "a b", ",a"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CT_ASSERT_ERR(ct__parse(&c, ct__noenv, &eb, "--warm_preload", bad[i], "train.py", NULL),
+                      CT_EPARSE);
+        CT_ASSERT_STR_CONTAINS(eb.msg, "--warm_preload");
+        CT_ASSERT_STR_CONTAINS(eb.msg, "Python module names");
+    }
+}
+
 static void test_scanning_rules(void)
 {
     ctrun_config_t c;
@@ -1026,5 +1056,6 @@ int main(void)
     CT_RUN(test_single_node_port_rule);
     CT_RUN(test_newer_torchrun_options);
     CT_RUN(test_launch_compat);
+    CT_RUN(test_warm_restart);
     return 0;
 }

@@ -176,6 +176,26 @@ static void test_recovery_table(void)
     ctrun_recovery_free(&r);
 }
 
+/* --warm_restart: the table and report.json say which attempts' workers were forked warm. */
+static void test_recovery_warm_attempts(void)
+{
+    ctrun_recovery_t r = {0};
+    CT_ASSERT_OK(ctrun_recovery_started(&r, 0, 2, 0));
+    CT_ASSERT_OK(ctrun_recovery_add(&r, 0, 1, 1, "exit 3", 1000, -1));
+    CT_ASSERT_OK(ctrun_recovery_started(&r, 1, 2, 2));
+    char *text = NULL, *json = NULL;
+    CT_ASSERT_OK(ctrun_recovery_format(&r, 2, &text));
+    CT_ASSERT_STR_CONTAINS(text, "attempt 1: 2 of 2 local workers forked from warm standbys");
+    CT_ASSERT_STR_NOT_CONTAINS(text, "attempt 0: ");
+    CT_ASSERT_OK(ctrun_recovery_json(&r, 2, 0, &json));
+    CT_ASSERT_STR_CONTAINS(json, "\"attempt_starts\"");
+    CT_ASSERT_STR_CONTAINS(json, "\"warm_workers\": 2");
+    CT_ASSERT_STR_CONTAINS(json, "\"warm_workers\": 0");
+    free(text);
+    free(json);
+    ctrun_recovery_free(&r);
+}
+
 int main(void)
 {
     CT_RUN(test_parse_every_kind);
@@ -183,5 +203,6 @@ int main(void)
     CT_RUN(test_arm_lowest_step_per_rank);
     CT_RUN(test_seeded_choices_are_reproducible);
     CT_RUN(test_recovery_table);
+    CT_RUN(test_recovery_warm_attempts);
     return 0;
 }

@@ -1,12 +1,12 @@
 /*
  * test_ctrun_e2e_restart.c - failures, restarts and the failure report, with ctrun (argv[1])
  * and the test worker (argv[2]): a worker failing only in attempt 0 is restarted and the job
- * succeeds with TORCHELASTIC_RESTART_COUNT 1 and attempt_1 paths; a worker failing every time
- * runs max_restarts+1 times, then the report and exit 1; a SIGSEGV is named; an error file's
- * message and traceback reach the report and the launcher's own TORCHELASTIC_ERROR_FILE; an
- * unstartable program is reported at spawn time; on two nodes a failure on node 1 restarts the
- * whole job and both nodes print the same root cause; the heartbeat watchdog and the SIGKILL
- * after the grace period.
+ * succeeds with TORCHELASTIC_RESTART_COUNT 1 and attempt_1 paths (also when ctrun has no
+ * stdin); a worker failing every time runs max_restarts+1 times, then the report and exit 1; a
+ * SIGSEGV is named; an error file's message and traceback reach the report and the launcher's own
+ * TORCHELASTIC_ERROR_FILE; an unstartable program is reported at spawn time; on two nodes a failure
+ * on node 1 restarts the whole job and both nodes print the same root cause; the heartbeat watchdog
+ * and the SIGKILL after the grace period.
  */
 #include "ctrun_e2e.h"
 
@@ -60,6 +60,41 @@ static void test_fail_once_then_succeed(void)
                                   "worker group");
     CT_ASSERT_STR_CONTAINS(c.err, "restart_count=1");
     CT_ASSERT_STR_NOT_CONTAINS(c.err, "FAILED\n---");
+    ct_child_close(&c);
+}
+
+/* ctrun started with stdin closed (a cron job, `ctrun ... <&-`): a restart still works (the
+ * first pipe it made used to be fd 0, which libuv refuses to close: an abort). */
+static void test_restart_without_stdin(void)
+{
+    char dir[600], port[32];
+    e2e_dir(dir, sizeof dir, "nostdin");
+    port_arg(port, sizeof port);
+    char *argv[] = {"/bin/sh",
+                    "-c",
+                    "exec \"$0\" \"$@\" <&-",
+                    (char *)e2e_ctrun,
+                    "--nproc_per_node=2",
+                    "--max_restarts=1",
+                    port,
+                    "--log_dir=/dev/null",
+                    "--no_python",
+                    (char *)e2e_worker,
+                    "--dir",
+                    dir,
+                    "--when-attempt",
+                    "0",
+                    "--when-rank",
+                    "1",
+                    "--exit",
+                    "3",
+                    NULL};
+    ct_child_t c;
+    ct_child_opts_t opts = {0};
+    CT_ASSERT_OK(ct_child_start(&c, argv, &opts));
+    CT_ASSERT_OK(ct_child_wait(&c, 60000));
+    CT_ASSERT_MSG(c.exit_code == 0, "exit %d:\n%s", c.exit_code, c.err);
+    CT_ASSERT_EQ(e2e_count_starts(dir, 1), 2);
     ct_child_close(&c);
 }
 
@@ -419,6 +454,7 @@ int main(int argc, char **argv)
 {
     e2e_init(argc, argv, "test_ctrun_e2e_restart");
     CT_RUN(test_fail_once_then_succeed);
+    CT_RUN(test_restart_without_stdin);
     CT_RUN(test_always_failing);
     CT_RUN(test_sigsegv_is_named);
     CT_RUN(test_error_file_reaches_the_report);
