@@ -603,6 +603,12 @@ int ctrain_lm_forward_backward(ctrain_lm_t *m, const ctrain_lm_batch_t *b, float
     return o->sync(o);
 }
 
+const float *ctrain_lm_hidden(const ctrain_lm_t *m)
+{
+    const ctrain_lm__impl_t *im = m->impl;
+    return im->lnf;
+}
+
 int ctrain_lm_logits(ctrain_lm_t *m, float *logits, int64_t rows)
 {
     ct_ops_t *o = m->ops;
