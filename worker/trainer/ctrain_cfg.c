@@ -58,6 +58,8 @@ void ctrain_cfg_default(ctrain_cfg_t *c)
     snprintf(c->split, sizeof c->split, "0.8,0.1,0.1");
     c->embed_dim = 64;
     c->max_text_len = 24;
+    snprintf(c->text_mode, sizeof c->text_mode, "cached");
+    c->lm_lr = 1e-4;
     ctrain_train_model_defaults(c);
 }
 
@@ -135,6 +137,11 @@ static const ctrain_cfg__flag_t ctrain_cfg__flags[] = {
      "D  --model gpt2rec: user and item vectors (default 64)"},
     {"max_text_len", CT__INT, CT__OFF(max_text_len), 1, CTRAIN_MODEL_MAX_LEN,
      "N  --model gpt2rec: tokens of an item's text the LM reads (default 24)"},
+    {"text_mode", CT__PATH, CT__OFF(text_mode), 0, 0,
+     "cached|dynamic  --model gpt2rec: the LM embeds every text once at start, or is fine-tuned "
+     "with the recommender (default cached)"},
+    {"lm_lr", CT__DOUBLE, CT__OFF(lm_lr), 0, 1e30,
+     "X  --model gpt2rec --text_mode dynamic: the LM's Adam learning rate (default 1e-4)"},
     {"eval_dataset", CT__PATH, CT__OFF(eval_dataset), 0, 0,
      "FILE  --model lm: validation lines (default: --dataset itself)"},
     {"save_hf", CT__PATH, CT__OFF(save_hf), 0, 0,
@@ -700,6 +707,8 @@ json_t *ctrain_cfg_to_json(const ctrain_cfg_t *c)
         json_object_set_new(o, "split", json_string(c->split));
         json_object_set_new(o, "embed_dim", json_integer(c->embed_dim));
         json_object_set_new(o, "max_text_len", json_integer(c->max_text_len));
+        json_object_set_new(o, "text_mode", json_string(c->text_mode));
+        json_object_set_new(o, "lm_lr", json_real(c->lm_lr));
     }
     return o;
 }

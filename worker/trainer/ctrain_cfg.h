@@ -112,6 +112,9 @@ typedef struct ctrain_cfg {
     char split[CTRAIN_TRAIN_PATH_MAX];     /* "train,validation,test" fractions per user */
     int embed_dim;                         /* D */
     int max_text_len;                      /* tokens of an item's text the LM reads */
+    char text_mode[CTRAIN_TRAIN_PATH_MAX]; /* cached (the LM once per item) or dynamic (fine-tuned)
+                                            */
+    double lm_lr;                          /* dynamic: the LM's learning rate */
     /* which model flags were given (inference adopts a checkpoint's values for the others) */
     bool set_maxlen, set_hidden, set_blocks, set_heads, set_layout;
     bool set_model, set_mhc, set_time_span, set_l2, set_epochs, set_num_negatives;

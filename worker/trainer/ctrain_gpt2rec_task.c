@@ -3,8 +3,10 @@
  * data handling, loss and evaluation of examples/pytorch/gpt2rec_ddp.py: the samples are the
  * training interactions (file order; the loop's seeded shuffle orders each epoch), a row is
  * (user, positive, negative) with the keyed negative of ctrain_gpt2rec_negative, the loss BPR
- * (ctrain_gpt2rec.h). --lm_dir adds the text side in cached mode: every item's text is tokenized
- * (cut at --max_text_len tokens), run once through the LM, and the mean of its final hidden
+ * (ctrain_gpt2rec.h). --lm_dir adds the text side; every item's text is tokenized at set-up by
+ * every rank (cut at --max_text_len tokens). In dynamic mode the model runs the LM on them
+ * (ctrain_gpt2rec.c); in cached mode every item's text is run once through the LM (rank 0), and
+ * the mean of its final hidden
  * states over the item's tokens is kept - in memory, and on disk in
  * TRAIN_DIR/text_cache_<key>.safetensors, key = a 64-bit FNV-1a of the LM's weights and of every
  * item's token ids, which later runs reuse. Rank 0 computes or reads it and broadcasts it.
@@ -16,8 +18,7 @@
  * The popularity baseline (items ranked by their training count) is evaluated the same way at
  * start.
  *
- * Not here: the model and the data files (models/gpt2rec/), the LM's passes, the loop; the LM
- * fine-tuned with the recommender (the reference's second phase).
+ * Not here: the model and the data files (models/gpt2rec/), the LM's passes, the loop.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -33,6 +34,7 @@
 #include "ct_time.h"
 #include "ctrain_gpt2rec.h"
 #include "ctrain_lm.h"
+#include "ctrain_lm_hf.h"
 #include "ctrain_lm_tok.h"
 #include "ctrain_train.h"
 #include "ctrain_train_internal.h"
@@ -43,6 +45,11 @@
 typedef struct ctrain_gpt2rec_task__state {
     ctrain_gpt2rec_data_t data;
     ctrain_gpt2rec_spec_t spec;
+    ctrain_lm_cfg_t lmcfg;
+    bool dynamic;
+    int L;               /* token columns: min(--max_text_len, the LM's positions) */
+    int32_t *tokens;     /* (n_items, L) right-padded with 0 */
+    int32_t *tok_len;    /* (n_items) */
     char cache_name[64]; /* the text cache's file name, "" without a text side */
     bool cache_reused;
     double cache_seconds;
@@ -52,6 +59,60 @@ typedef struct ctrain_gpt2rec_task__state {
 } ctrain_gpt2rec_task__state_t;
 
 /* ---- set-up ---------------------------------------------------------------------------------- */
+
+/* Every item's token ids by --lm_dir's tokenizer (no special tokens), cut at L. */
+static int ctrain_gpt2rec_task__tokenize(ctrain_trainer_t *t, ct_errbuf_t *eb)
+{
+    const ctrain_cfg_t *c = t->cfg;
+    ctrain_gpt2rec_task__state_t *s = t->task_state;
+    const ctrain_gpt2rec_data_t *d = &s->data;
+    const ctrain_lm_cfg_t *lc = &s->lmcfg;
+    const int L = c->max_text_len < lc->max_pos ? c->max_text_len : lc->max_pos;
+    s->L = L;
+    ctrain_lm_tok_t *tok = NULL;
+    ctrain_lm_ids_t ids = {0};
+    int rc = ctrain_lm_tok_load(&tok, c->lm_dir, eb);
+    if (rc != 0)
+        return ct_errbuf_wrap(eb, rc, "--lm_dir");
+    s->tokens = malloc((size_t)d->n_items * (size_t)L * sizeof *s->tokens);
+    s->tok_len = malloc((size_t)d->n_items * sizeof *s->tok_len);
+    if (!s->tokens || !s->tok_len) {
+        rc = ct_errbuf_set(eb, -ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int32_t i = 0; i < d->n_items; i++) {
+        ids.n = 0;
+        ct_errbuf_t teb;
+        if ((rc = ctrain_lm_tok_encode(tok, d->text + d->text_off[i], (size_t)d->text_len[i], &ids,
+                                       &teb)) != 0) {
+            rc = ct_errbuf_set(eb, rc, "--item_text %s: item %lld: %s", c->item_text,
+                               (long long)d->raw_item[i], teb.msg);
+            goto out;
+        }
+        if (ids.n == 0) {
+            rc = ct_errbuf_set(eb, CT_EFORMAT, "--item_text %s: item %lld: no tokens", c->item_text,
+                               (long long)d->raw_item[i]);
+            goto out;
+        }
+        int32_t *row = s->tokens + (size_t)i * L;
+        s->tok_len[i] = ids.n < (size_t)L ? (int32_t)ids.n : L;
+        for (int j = 0; j < L; j++)
+            row[j] = j < s->tok_len[i] ? ids.ids[j] : 0;
+        for (int j = 0; j < s->tok_len[i]; j++)
+            if (row[j] >= lc->vocab) {
+                rc = ct_errbuf_set(eb, CT_EFORMAT,
+                                   "--item_text %s: item %lld: token id %d is outside the "
+                                   "model's vocabulary of %d (the tokenizer of --lm_dir does "
+                                   "not fit its model)",
+                                   c->item_text, (long long)d->raw_item[i], row[j], lc->vocab);
+                goto out;
+            }
+    }
+out:
+    ctrain_lm_ids_free(&ids);
+    ctrain_lm_tok_destroy(tok);
+    return rc;
+}
 
 static int ctrain_gpt2rec_task__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
 {
@@ -73,10 +134,24 @@ static int ctrain_gpt2rec_task__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
                                       .dim = c->embed_dim,
                                       .l2 = (float)c->l2_emb};
     if (c->lm_dir[0] != '\0') {
-        ctrain_lm_cfg_t lc;
-        if ((rc = ctrain_lm_cfg_read(c->lm_dir, &lc, eb)) != 0)
+        if (strcmp(c->text_mode, "cached") != 0 && strcmp(c->text_mode, "dynamic") != 0)
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "--text_mode: \"%.60s\" is not a mode (expected cached or "
+                                 "dynamic)",
+                                 c->text_mode);
+        if ((rc = ctrain_lm_cfg_read(c->lm_dir, &s->lmcfg, eb)) != 0)
             return ct_errbuf_wrap(eb, rc, "--lm_dir");
-        s->spec.text_dim = lc.hidden;
+        s->spec.text_dim = s->lmcfg.hidden;
+        if ((rc = ctrain_gpt2rec_task__tokenize(t, eb)) != 0)
+            return rc;
+        s->dynamic = strcmp(c->text_mode, "dynamic") == 0;
+        if (s->dynamic) {
+            s->spec.lm = &s->lmcfg;
+            s->spec.lm_lr_ratio = c->lm_lr / c->lr;
+            s->spec.text_len = s->L;
+            s->spec.tokens = s->tokens;
+            s->spec.tok_len = s->tok_len;
+        }
     }
     t->mcfg = (ctrain_model_cfg_t){.kind = CTRAIN_MODEL_GPT2REC,
                                    .layout = CTRAIN_LAYOUT_PRE_LN,
@@ -118,57 +193,14 @@ static int ctrain_gpt2rec_task__text_rank0(ctrain_trainer_t *t, float *text, ct_
     const ctrain_gpt2rec_data_t *d = &s->data;
     const int T = s->spec.text_dim;
     int64_t t0 = ct_time_ns();
-    ctrain_lm_tok_t *tok = NULL;
     ctrain_lm_t *lm = NULL;
-    ctrain_lm_ids_t ids = {0};
-    int32_t *all = NULL, *len = NULL, *rows = NULL;
+    int32_t *rows = NULL;
     float *hid = NULL;
     ct_tensor_view_t *views = NULL;
     ct_st_file_t *f = NULL;
-    int rc = ctrain_lm_tok_load(&tok, c->lm_dir, eb);
-    if (rc != 0)
-        return ct_errbuf_wrap(eb, rc, "--lm_dir");
-    /* the token ids of every item, cut at L */
-    ctrain_lm_cfg_t lc;
-    if ((rc = ctrain_lm_cfg_read(c->lm_dir, &lc, eb)) != 0) {
-        rc = ct_errbuf_wrap(eb, rc, "--lm_dir");
-        goto out;
-    }
-    const int L = c->max_text_len < lc.max_pos ? c->max_text_len : lc.max_pos;
-    all = malloc((size_t)d->n_items * (size_t)L * sizeof *all);
-    len = malloc((size_t)d->n_items * sizeof *len);
-    if (!all || !len) {
-        rc = ct_errbuf_set(eb, -ENOMEM, "out of memory");
-        goto out;
-    }
-    for (int32_t i = 0; i < d->n_items; i++) {
-        ids.n = 0;
-        ct_errbuf_t teb;
-        if ((rc = ctrain_lm_tok_encode(tok, d->text + d->text_off[i], (size_t)d->text_len[i], &ids,
-                                       &teb)) != 0) {
-            rc = ct_errbuf_set(eb, rc, "--item_text %s: item %lld: %s", c->item_text,
-                               (long long)d->raw_item[i], teb.msg);
-            goto out;
-        }
-        if (ids.n == 0) {
-            rc = ct_errbuf_set(eb, CT_EFORMAT, "--item_text %s: item %lld: no tokens", c->item_text,
-                               (long long)d->raw_item[i]);
-            goto out;
-        }
-        len[i] = ids.n < (size_t)L ? (int32_t)ids.n : L;
-        for (int j = 0; j < L; j++)
-            all[(size_t)i * L + j] = j < len[i] ? ids.ids[j] : 0;
-        for (int j = 0; j < len[i]; j++)
-            if (all[(size_t)i * L + j] >= lc.vocab) {
-                rc = ct_errbuf_set(eb, CT_EFORMAT,
-                                   "--item_text %s: item %lld: token id %d is outside the "
-                                   "model's vocabulary of %d (the tokenizer of --lm_dir does "
-                                   "not fit its model)",
-                                   c->item_text, (long long)d->raw_item[i], all[(size_t)i * L + j],
-                                   lc.vocab);
-                goto out;
-            }
-    }
+    const int L = s->L;
+    const int32_t *all = s->tokens, *len = s->tok_len;
+    int rc;
     const int chunk = CTRAIN_GPT2REC_TASK__CHUNK;
     if ((rc = ctrain_lm_open(&lm, c->lm_dir, &t->ops, chunk * L, L, eb)) != 0) {
         rc = ct_errbuf_wrap(eb, rc, "--lm_dir");
@@ -253,11 +285,7 @@ out:
     free(views);
     free(rows);
     free(hid);
-    free(all);
-    free(len);
-    ctrain_lm_ids_free(&ids);
     ctrain_lm_destroy(lm);
-    ctrain_lm_tok_destroy(tok);
     return rc;
 }
 
@@ -293,6 +321,23 @@ static int ctrain_gpt2rec_task__text(ctrain_trainer_t *t, ct_errbuf_t *eb)
     return rc;
 }
 
+/* Dynamic mode: the LM's weights from the Hugging Face folder dir (host memory: CPU backend). */
+static int ctrain_gpt2rec_task__load_lm(ctrain_model_t *m, const char *dir, ct_errbuf_t *eb)
+{
+    ctrain_lm_t *lm = ctrain_gpt2rec_lm(m);
+    ct_tensor_view_t *v = calloc((size_t)lm->n_tensors, sizeof *v);
+    if (!v)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory reading %s", dir);
+    ctrain_lm_views(lm, false, v);
+    ctrain_lm_hf_t *h = NULL;
+    int rc = ctrain_lm_hf_open(&h, dir, eb);
+    if (rc == 0)
+        rc = ctrain_lm_hf_read(h, v, (size_t)lm->n_tensors, lm->cfg.prefix, eb);
+    ctrain_lm_hf_close(h);
+    free(v);
+    return rc;
+}
+
 static int ctrain_gpt2rec_task__init(ctrain_trainer_t *t, ct_errbuf_t *eb)
 {
     const ctrain_cfg_t *c = t->cfg;
@@ -300,10 +345,12 @@ static int ctrain_gpt2rec_task__init(ctrain_trainer_t *t, ct_errbuf_t *eb)
     int rc;
     if ((rc = ctrain_gpt2rec_init(t->model, c->seed)) != 0)
         return ct_errbuf_set(eb, rc, "initialising the model failed");
+    if (s->dynamic && (rc = ctrain_gpt2rec_task__load_lm(t->model, c->lm_dir, eb)) != 0)
+        return ct_errbuf_wrap(eb, rc, "--lm_dir");
     if (c->state_dict_path[0] != '\0' &&
         (rc = ctrain_model_load_params(t->model, c->state_dict_path, eb)) != 0)
         return ct_errbuf_wrap(eb, rc, "--state_dict_path");
-    if (s->spec.text_dim > 0 && (rc = ctrain_gpt2rec_task__text(t, eb)) != 0)
+    if (s->spec.text_dim > 0 && !s->dynamic && (rc = ctrain_gpt2rec_task__text(t, eb)) != 0)
         return rc;
     s->items = malloc((size_t)s->spec.n_items * (size_t)s->spec.dim * sizeof *s->items);
     s->scores = malloc((size_t)s->spec.n_items * sizeof *s->scores);
@@ -318,6 +365,8 @@ static void ctrain_gpt2rec_task__teardown(ctrain_trainer_t *t)
     if (!s)
         return;
     ctrain_gpt2rec_data_free(&s->data);
+    free(s->tokens);
+    free(s->tok_len);
     free(s->items);
     free(s->scores);
     free(s);
@@ -330,8 +379,12 @@ static json_t *ctrain_gpt2rec_task__model_json(const ctrain_trainer_t *t)
 {
     const ctrain_cfg_t *c = t->cfg;
     const ctrain_gpt2rec_task__state_t *s = t->task_state;
-    return json_pack("{s:s, s:i, s:i, s:s, s:i}", "kind", "gpt2rec", "embed_dim", s->spec.dim,
-                     "text_dim", s->spec.text_dim, "text", s->cache_name, "max_text_len",
+    return json_pack("{s:s, s:i, s:i, s:s, s:s, s:i}", "kind", "gpt2rec", "embed_dim", s->spec.dim,
+                     "text_dim", s->spec.text_dim, "text_mode",
+                     s->spec.text_dim == 0 ? "none"
+                     : s->dynamic          ? "dynamic"
+                                           : "cached",
+                     "text", s->cache_name, "max_text_len",
                      s->spec.text_dim > 0 ? c->max_text_len : 0);
 }
 
@@ -391,8 +444,12 @@ static void ctrain_gpt2rec_task__header(ctrain_trainer_t *t)
     printf("# ctrain %s: GPT2Rec: user and item vectors of %d", CT_VERSION, s->spec.dim);
     if (s->spec.text_dim > 0)
         printf(" plus proj(text), text = mean of %s's final hidden states (width %d) over the "
-               "item's first %d tokens, cached in %s/%s (%s, %.1f s)",
-               c->lm_dir, s->spec.text_dim, c->max_text_len, c->train_dir, s->cache_name,
+               "item's first %d tokens, ",
+               c->lm_dir, s->spec.text_dim, s->L);
+    if (s->dynamic)
+        printf("the LM fine-tuned with the recommender (lr %g)", c->lm_lr);
+    else if (s->spec.text_dim > 0)
+        printf("cached in %s/%s (%s, %.1f s)", c->train_dir, s->cache_name,
                s->cache_reused ? "reused" : "computed", s->cache_seconds);
     else
         printf(" (ID embeddings only: matrix factorisation)");

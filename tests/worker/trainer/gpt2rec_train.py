@@ -16,6 +16,9 @@ GPT-2 (GPT2LMHeadModel, 2 layers, width 32) with a byte-level BPE tokenizer trai
               cached embeddings; ctrain's cache file equal to the program's text_embeddings
               (1e-5), twenty steps' losses within 1e-4, then a 2-rank run that reuses the cache
               file and gives the same losses;
+  dynamic     the tiny GPT-2 fine-tuned with the recommender (the program without --use_cache,
+              --text_lr; ctrain --text_mode dynamic --lm_lr): twenty steps' losses within 1e-4
+              on 1 and 2 ranks, and the LM's weights must move;
   resume      2 ranks under ctrun, 24 steps, checkpoints every 3 steps, a rank killed at step
               10 (ctrun --inject) and restarted: final.safetensors (weights and Adam moments)
               bit-identical to an uninterrupted run's;
@@ -43,7 +46,7 @@ except ImportError as e:  # the C driver passes 77 on: a skip
 CTRAIN, CTRUN, EXAMPLE, ROOT, DRIVER = sys.argv[1:6]
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
-SEED, DIM, LR, L2, STEPS = 3, 16, 5e-3, 1e-4, 20
+SEED, DIM, LR, L2, STEPS, LM_LR = 3, 16, 5e-3, 1e-4, 20, 1e-3
 
 spec = importlib.util.spec_from_file_location("gpt2rec_ddp", EXAMPLE)
 gd = importlib.util.module_from_spec(spec)
@@ -109,14 +112,21 @@ def catalogue(data, item_text):
     return len(set(raw_u.tolist())), len(iids), texts
 
 
-def reference(init, steps, n_users, n_items, text_dim=0, cache=None):
-    """The losses of the program's bpr_step on the given rows from the exported weights."""
+def reference(init, steps, n_users, n_items, text_dim=0, cache=None, gpt2=None, tokens=None):
+    """The losses of the program's bpr_step on the given rows from the exported weights (with
+    gpt2: fine-tuned at LM_LR, the program's two parameter groups)."""
     torch.manual_seed(0)
     z = torch.zeros(0)
-    model = gd.Recommender(n_users, n_items, DIM, text_dim, None, z, z,
+    model = gd.Recommender(n_users, n_items, DIM, text_dim, gpt2,
+                           tokens[0] if tokens else z, tokens[1] if tokens else z,
                            cache if cache is not None else z)
     model.load_state_dict(load_file(init))
-    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    groups = [{"params": [p for k, p in model.named_parameters() if not k.startswith("gpt2.")],
+               "lr": LR}]
+    if gpt2 is not None:
+        groups.append({"params": list(gpt2.parameters()), "lr": LM_LR})
+        model.train()
+    opt = torch.optim.Adam(groups)
     return [gd.bpr_step(model, opt, u, p, n, L2) for u, p, n in steps]
 
 
@@ -223,6 +233,24 @@ if "reused" not in out:
     print("FAIL: the second run did not reuse the text cache:\n%s" % out[:2000])
     sys.exit(1)
 compare_steps("cached, 2 ranks, cache reused", d, want)
+
+# dynamic: the tiny GPT-2 fine-tuned with the recommender, 1 and 2 ranks
+print("dynamic")
+init = export_init("init_dyn", ["--item_text", ITEMS, "--gpt2_path", lm, "--text_lr",
+                                str(LM_LR)])
+gpt2 = transformers.GPT2Model.from_pretrained(lm)
+want = reference(init, steps, n_users, n_items, gpt2.config.n_embd, None, gpt2, (tokens, tmask))
+for ranks in (1, 2):
+    out, d = ctrain("c_dyn%d" % ranks, ["--state_dict_path", init, "--lm_dir", lm, "--item_text",
+                                        ITEMS, "--text_mode", "dynamic", "--lm_lr", str(LM_LR)],
+                    4096, STEPS, ranks)
+    compare_steps("dynamic, %d rank(s)" % ranks, d, want)
+a, b = load_file(init), load_file(os.path.join(d, "final.safetensors"))
+moved = float((a["gpt2.h.0.attn.c_attn.weight"] - b["gpt2.h.0.attn.c_attn.weight"]).abs().max())
+if not moved > 1e-4:
+    print("FAIL: dynamic mode left the LM as it was (max change %g)" % moved)
+    sys.exit(1)
+print("  the LM's gpt2.h.0.attn.c_attn.weight moved by up to %.2e" % moved)
 
 # resume: a kill under ctrun, then the exact resume
 print("resume")

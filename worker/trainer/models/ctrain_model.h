@@ -277,6 +277,11 @@ struct ctrain_model {
     float *scalars;     /* (4) backend scratch for scalar results (penalty, sum of squares) */
     float *host_mirror; /* (3 * num_params) host copy of params, m, v; NULL with host memory */
 
+    /* A second learning rate (a family's own, set by its build): floats from lr2_from on are
+     * stepped with lr * lr2_ratio; lr2_ratio 0: one learning rate for the whole buffer. */
+    size_t lr2_from;
+    double lr2_ratio;
+
     char *view_names; /* storage for the checkpoint view names */
     void *impl;       /* the kind's state: activation arena and offsets */
 
@@ -351,7 +356,7 @@ int ctrain_model_l2(ctrain_model_t *m, float lambda, ct_l2_mode_t mode, float *p
 int ctrain_model_grad_sumsq(ctrain_model_t *m, float *sumsq);
 
 /* One Adam step (beta 0.9, 0.98 - or the family's adam_beta2 -, eps 1e-8: CT_SASREC_ADAM_*) over
- * the whole flat buffer with
+ * the whole flat buffer (lr, and lr * lr2_ratio past lr2_from) with
  * g = grads * grad_scale; t counts Adam updates from 1. */
 int ctrain_model_adam(ctrain_model_t *m, double lr, float grad_scale, int64_t t);
 

@@ -1,10 +1,11 @@
 /*
  * ctrain_gpt2rec.c - the GPT-2 recommender of ctrain_gpt2rec.h: reading and splitting the ratings
  * and item texts, the keyed negatives, and the model family (its parameter table, the BPR pass of
- * a micro-batch, the item vectors evaluation scores with). The passes run on host memory (the CPU
- * backend); check_backend refuses the others with one line.
+ * a micro-batch, the item vectors evaluation scores with; in dynamic mode the LM's passes on the
+ * items' texts through ctrain_lm.c). The passes run on host memory (the CPU backend);
+ * check_backend refuses the others with one line.
  *
- * Not here: the text cache and the language model's pass (ctrain_gpt2rec_task.c), evaluation.
+ * Not here: tokenizing the texts and the text cache (ctrain_gpt2rec_task.c), evaluation.
  */
 #include "ctrain_gpt2rec.h"
 
@@ -608,8 +609,20 @@ int32_t ctrain_gpt2rec_negative(const ctrain_gpt2rec_data_t *d, int32_t u, uint6
 /* ---- the model ----------------------------------------------------------------------------- */
 
 typedef struct ctrain_gpt2rec__impl {
-    float *text; /* (n_items, T) host, or NULL */
-    float *vec;  /* (2, D) scratch: the row's two item vectors */
+    float *text; /* (n_items, T) host: the cached embeddings, or dynamic mode's of the last
+                    ctrain_gpt2rec_item_vectors; NULL before either */
+    float *vec;  /* (4, D) scratch */
+    /* with a text side: the distinct items of a pass */
+    int max_u;     /* distinct items one pass takes: min(2 * max_batch, n_items) */
+    int32_t *map;  /* (n_items) item -> its index among the pass's items, -1 */
+    int32_t *uniq; /* (max_u) */
+    /* dynamic mode */
+    ctrain_lm_t *lm;
+    size_t frozen_floats;
+    int32_t *rows;     /* (max_u * L) */
+    float *dh;         /* (max_u * L * T) */
+    float *txt, *dtxt; /* (max_u * T) the pass's items' texts and their gradient */
+    float *pu, *dpu;   /* (max_u * D) their projections and the gradient */
 } ctrain_gpt2rec__impl_t;
 
 static const ctrain_gpt2rec_spec_t *ctrain_gpt2rec__spec(const ctrain_model_t *m)
@@ -617,49 +630,35 @@ static const ctrain_gpt2rec_spec_t *ctrain_gpt2rec__spec(const ctrain_model_t *m
     return m->cfg.ext;
 }
 
-/* v <- item_i + proj(text_i) (D floats). */
-static void ctrain_gpt2rec__vector(const ctrain_model_t *m, int32_t i, float *v)
+ctrain_lm_t *ctrain_gpt2rec_lm(ctrain_model_t *m)
 {
-    const ctrain_gpt2rec_spec_t *s = ctrain_gpt2rec__spec(m);
-    const ctrain_gpt2rec__impl_t *im = m->impl;
-    const int D = s->dim, T = s->text_dim;
-    const float *it = m->params_mem + m->params[1].offset + (size_t)i * D;
-    if (T == 0) {
-        memcpy(v, it, (size_t)D * sizeof *v);
-        return;
-    }
-    const float *W = m->params_mem + m->params[2].offset,
-                *bias = m->params_mem + m->params[3].offset;
-    const float *t = im->text + (size_t)i * T;
-    for (int k = 0; k < D; k++) {
-        const float *w = W + (size_t)k * T;
-        float acc = 0.0f;
-        for (int j = 0; j < T; j++)
-            acc += w[j] * t[j];
-        v[k] = it[k] + (acc + bias[k]);
-    }
+    ctrain_gpt2rec__impl_t *im = m->impl;
+    if (!im->lm)
+        return NULL;
+    im->lm->params_mem = m->params_mem;
+    im->lm->grads_mem = m->grads_mem;
+    return im->lm;
 }
 
-/* The gradient dv of item i's vector into item.weight and proj. */
-static void ctrain_gpt2rec__vector_bwd(ctrain_model_t *m, int32_t i, const float *dv)
+/* v <- item_i + p (D floats); p NULL: item_i. */
+static void ctrain_gpt2rec__vector(const ctrain_model_t *m, int32_t i, const float *p, float *v)
 {
-    const ctrain_gpt2rec_spec_t *s = ctrain_gpt2rec__spec(m);
-    const ctrain_gpt2rec__impl_t *im = m->impl;
-    const int D = s->dim, T = s->text_dim;
+    const int D = ctrain_gpt2rec__spec(m)->dim;
+    const float *it = m->params_mem + m->params[1].offset + (size_t)i * D;
+    for (int k = 0; k < D; k++)
+        v[k] = p ? it[k] + p[k] : it[k];
+}
+
+/* The gradient dv of item i's vector into item.weight, and into dp (D floats) unless NULL. */
+static void ctrain_gpt2rec__vector_bwd(ctrain_model_t *m, int32_t i, const float *dv, float *dp)
+{
+    const int D = ctrain_gpt2rec__spec(m)->dim;
     float *git = m->grads_mem + m->params[1].offset + (size_t)i * D;
     for (int k = 0; k < D; k++)
         git[k] += dv[k];
-    if (T == 0)
-        return;
-    float *gW = m->grads_mem + m->params[2].offset, *gb = m->grads_mem + m->params[3].offset;
-    const float *t = im->text + (size_t)i * T;
-    for (int k = 0; k < D; k++) {
-        float *g = gW + (size_t)k * T;
-        const float d = dv[k];
-        for (int j = 0; j < T; j++)
-            g[j] += d * t[j];
-        gb[k] += d;
-    }
+    if (dp)
+        for (int k = 0; k < D; k++)
+            dp[k] += dv[k];
 }
 
 static float ctrain_gpt2rec__dot(const float *a, const float *b, int n)
@@ -670,15 +669,97 @@ static float ctrain_gpt2rec__dot(const float *a, const float *b, int n)
     return acc;
 }
 
+/* Dynamic mode: the LM on the texts of items[0..n) (n <= max_u) into out (n, T), the mean of
+ * the final hidden states over each item's tokens; with dout, the backward pass from
+ * d loss / d out (gradients added to the LM's; the forward runs again inside, as the LM's
+ * backward starts from its own forward). */
+static int ctrain_gpt2rec__lm_pass(ctrain_model_t *m, const int32_t *items, int n, float *out,
+                                   const float *dout)
+{
+    const ctrain_gpt2rec_spec_t *s = ctrain_gpt2rec__spec(m);
+    ctrain_gpt2rec__impl_t *im = m->impl;
+    const int L = s->text_len, T = s->text_dim;
+    ctrain_lm_t *lm = ctrain_gpt2rec_lm(m);
+    int Lc = 1;
+    for (int k = 0; k < n; k++)
+        Lc = s->tok_len[items[k]] > Lc ? s->tok_len[items[k]] : Lc;
+    for (int k = 0; k < n; k++)
+        memcpy(im->rows + (size_t)k * Lc, s->tokens + (size_t)items[k] * L,
+               (size_t)Lc * sizeof *im->rows);
+    ctrain_lm_batch_t b = {.B = n, .L = Lc, .ids = im->rows};
+    ct_errbuf_t eb;
+    float unused = 0.0f;
+    int rc;
+    if (dout) {
+        for (int k = 0; k < n; k++) {
+            const int len = s->tok_len[items[k]];
+            for (int j = 0; j < Lc; j++) {
+                float *d = im->dh + ((size_t)k * Lc + j) * T;
+                for (int c = 0; c < T; c++)
+                    d[c] = j < len ? dout[(size_t)k * T + c] / (float)len : 0.0f;
+            }
+        }
+        return ctrain_lm_backward_hidden(lm, &b, im->dh, &eb);
+    }
+    if ((rc = ctrain_lm_forward_backward(lm, &b, 1.0f, false, &unused, &eb)) != 0)
+        return rc;
+    const float *h = ctrain_lm_hidden(lm);
+    for (int k = 0; k < n; k++) {
+        const int len = s->tok_len[items[k]];
+        float *o = out + (size_t)k * T;
+        for (int c = 0; c < T; c++)
+            o[c] = 0.0f;
+        for (int j = 0; j < len; j++) {
+            const float *x = h + ((size_t)k * Lc + j) * T;
+            for (int c = 0; c < T; c++)
+                o[c] += x[c];
+        }
+        for (int c = 0; c < T; c++)
+            o[c] /= (float)len;
+    }
+    return 0;
+}
+
 static int ctrain_gpt2rec__forward_backward(ctrain_model_t *m, const ctrain_model_batch_t *b,
                                             float count, uint64_t seed, int64_t step, float *loss)
 {
     (void)seed, (void)step; /* no dropout */
     const ctrain_gpt2rec_spec_t *s = ctrain_gpt2rec__spec(m);
     ctrain_gpt2rec__impl_t *im = m->impl;
-    const int D = s->dim;
-    if (s->text_dim > 0 && !im->text)
+    ct_ops_t *o = m->ops;
+    const int D = s->dim, T = s->text_dim;
+    const bool dyn = im->lm != NULL;
+    if (T > 0 && !dyn && !im->text)
         return -EINVAL;
+    for (int r = 0; r < b->B; r++)
+        if (b->seq[r] < 0 || b->seq[r] >= s->n_users || b->pos[r] < 0 || b->pos[r] >= s->n_items ||
+            b->neg[r] < 0 || b->neg[r] >= s->n_items)
+            return -EINVAL;
+    int n_u = 0, rc = 0;
+    const float *W = NULL, *bias = NULL;
+    if (T > 0) {
+        /* the batch's distinct items: their texts (the cache's, or the LM's now) projected */
+        for (int r = 0; r < b->B; r++) {
+            const int32_t two[2] = {b->pos[r], b->neg[r]};
+            for (int k = 0; k < 2; k++)
+                if (im->map[two[k]] < 0) {
+                    im->map[two[k]] = n_u;
+                    im->uniq[n_u++] = two[k];
+                }
+        }
+        if (dyn) {
+            if ((rc = ctrain_gpt2rec__lm_pass(m, im->uniq, n_u, im->txt, NULL)) != 0)
+                goto out;
+        } else {
+            for (int k = 0; k < n_u; k++)
+                memcpy(im->txt + (size_t)k * T, im->text + (size_t)im->uniq[k] * T,
+                       (size_t)T * sizeof *im->txt);
+        }
+        W = m->params_mem + m->params[2].offset;
+        bias = m->params_mem + m->params[3].offset;
+        o->linear_forward(o, im->pu, im->txt, W, bias, n_u, T, D);
+        memset(im->dpu, 0, (size_t)n_u * D * sizeof *im->dpu);
+    }
     const float *U = m->params_mem + m->params[0].offset;
     float *gU = m->grads_mem + m->params[0].offset;
     float *vp = im->vec, *vn = im->vec + D, *du = im->vec + 2 * D, *dv = im->vec + 3 * D;
@@ -686,11 +767,13 @@ static int ctrain_gpt2rec__forward_backward(ctrain_model_t *m, const ctrain_mode
     double total = 0.0;
     for (int r = 0; r < b->B; r++) {
         const int32_t u = b->seq[r], p = b->pos[r], n = b->neg[r];
-        if (u < 0 || u >= s->n_users || p < 0 || p >= s->n_items || n < 0 || n >= s->n_items)
-            return -EINVAL;
+        const float *pp = T > 0 ? im->pu + (size_t)im->map[p] * D : NULL;
+        const float *pn = T > 0 ? im->pu + (size_t)im->map[n] * D : NULL;
+        float *dpp = T > 0 ? im->dpu + (size_t)im->map[p] * D : NULL;
+        float *dpn = T > 0 ? im->dpu + (size_t)im->map[n] * D : NULL;
         const float *eu = U + (size_t)u * D;
-        ctrain_gpt2rec__vector(m, p, vp);
-        ctrain_gpt2rec__vector(m, n, vn);
+        ctrain_gpt2rec__vector(m, p, pp, vp);
+        ctrain_gpt2rec__vector(m, n, pn, vn);
         const float x = ctrain_gpt2rec__dot(eu, vp, D) - ctrain_gpt2rec__dot(eu, vn, D);
         /* -log sigmoid(x) = softplus(-x), computed stably */
         const float sp = x > 0 ? log1pf(expf(-x)) : -x + log1pf(expf(x));
@@ -700,16 +783,27 @@ static int ctrain_gpt2rec__forward_backward(ctrain_model_t *m, const ctrain_mode
             du[k] = g * (vp[k] - vn[k]) + l2 * eu[k];
         for (int k = 0; k < D; k++)
             dv[k] = g * eu[k] + l2 * vp[k];
-        ctrain_gpt2rec__vector_bwd(m, p, dv);
+        ctrain_gpt2rec__vector_bwd(m, p, dv, dpp);
         for (int k = 0; k < D; k++)
             dv[k] = -g * eu[k] + l2 * vn[k];
-        ctrain_gpt2rec__vector_bwd(m, n, dv);
+        ctrain_gpt2rec__vector_bwd(m, n, dv, dpn);
         float *gu = gU + (size_t)u * D;
         for (int k = 0; k < D; k++)
             gu[k] += du[k];
     }
     *loss = (float)(total / count);
-    return 0;
+    if (T > 0) {
+        if (dyn)
+            memset(im->dtxt, 0, (size_t)n_u * T * sizeof *im->dtxt);
+        o->linear_backward(o, dyn ? im->dtxt : NULL, m->grads_mem + m->params[2].offset,
+                           m->grads_mem + m->params[3].offset, im->dpu, im->txt, W, n_u, T, D);
+        if (dyn)
+            rc = ctrain_gpt2rec__lm_pass(m, im->uniq, n_u, NULL, im->dtxt);
+    }
+out:
+    for (int k = 0; k < n_u; k++)
+        im->map[im->uniq[k]] = -1;
+    return rc;
 }
 
 static int ctrain_gpt2rec__features(ctrain_model_t *m, const int32_t *seq, const int64_t *tseq,
@@ -733,6 +827,19 @@ static void ctrain_gpt2rec__destroy(ctrain_model_t *m)
         return;
     free(im->text);
     free(im->vec);
+    if (im->lm) {
+        m->ops->sync(m->ops);
+        m->ops->release(m->ops, im->lm->frozen_mem);
+        ctrain_lm_destroy(im->lm);
+    }
+    free(im->map);
+    free(im->uniq);
+    free(im->rows);
+    free(im->dh);
+    free(im->txt);
+    free(im->dtxt);
+    free(im->pu);
+    free(im->dpu);
     free(im);
     m->impl = NULL;
 }
@@ -748,7 +855,7 @@ int ctrain_gpt2rec_set_text(ctrain_model_t *m, const float *text)
 {
     const ctrain_gpt2rec_spec_t *s = ctrain_gpt2rec__spec(m);
     ctrain_gpt2rec__impl_t *im = m->impl;
-    if (s->text_dim == 0)
+    if (s->text_dim == 0 || im->lm)
         return -EINVAL;
     const size_t n = (size_t)s->n_items * (size_t)s->text_dim;
     if (!im->text && !(im->text = malloc(n * sizeof *im->text)))
@@ -760,12 +867,33 @@ int ctrain_gpt2rec_set_text(ctrain_model_t *m, const float *text)
 int ctrain_gpt2rec_item_vectors(ctrain_model_t *m, float *out)
 {
     const ctrain_gpt2rec_spec_t *s = ctrain_gpt2rec__spec(m);
-    const ctrain_gpt2rec__impl_t *im = m->impl;
-    if (s->text_dim > 0 && !im->text)
+    ctrain_gpt2rec__impl_t *im = m->impl;
+    ct_ops_t *o = m->ops;
+    const int T = s->text_dim, D = s->dim;
+    if (im->lm) {
+        if (!im->text && !(im->text = malloc((size_t)s->n_items * T * sizeof *im->text)))
+            return -ENOMEM;
+        for (int32_t i0 = 0; i0 < s->n_items; i0 += im->max_u) {
+            const int n = s->n_items - i0 < im->max_u ? s->n_items - i0 : im->max_u;
+            for (int k = 0; k < n; k++)
+                im->uniq[k] = i0 + k;
+            int rc = ctrain_gpt2rec__lm_pass(m, im->uniq, n, im->text + (size_t)i0 * T, NULL);
+            if (rc != 0)
+                return rc;
+        }
+    }
+    if (T == 0) {
+        memcpy(out, m->params_mem + m->params[1].offset, (size_t)s->n_items * D * sizeof *out);
+        return 0;
+    }
+    if (!im->text)
         return -EINVAL;
-    for (int32_t i = 0; i < s->n_items; i++)
-        ctrain_gpt2rec__vector(m, i, out + (size_t)i * s->dim);
-    return 0;
+    o->linear_forward(o, out, im->text, m->params_mem + m->params[2].offset,
+                      m->params_mem + m->params[3].offset, s->n_items, T, D);
+    const float *it = m->params_mem + m->params[1].offset;
+    for (size_t j = 0; j < (size_t)s->n_items * D; j++)
+        out[j] = it[j] + out[j];
+    return o->sync(o);
 }
 
 const float *ctrain_gpt2rec_user_table(ctrain_model_t *m)
@@ -795,6 +923,61 @@ int ctrain_gpt2rec_init(ctrain_model_t *m, uint64_t seed)
     return 0;
 }
 
+/* Dynamic mode: the LM's tensors after the recommender's, its scratch. */
+static int ctrain_gpt2rec__build_lm(ctrain_model_t *m, ctrain_gpt2rec__impl_t *im,
+                                    const ctrain_gpt2rec_spec_t *s, ct_errbuf_t *eb)
+{
+    const int L = s->text_len, T = s->text_dim;
+    if ((int64_t)im->max_u * L > INT32_MAX / 4)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE, "gpt2rec: %d items of %d tokens per pass",
+                             im->max_u, L);
+    int rc = ctrain_lm_create_shared(&im->lm, s->lm, m->ops, im->max_u * L, L, eb);
+    if (rc != 0)
+        return rc;
+    ctrain_lm_t *lm = im->lm;
+    if (!s->lm->tied && (rc = ctrain_lm_freeze(lm, "lm_head.", true, eb)) != 0)
+        return rc;
+    const size_t pl = strlen(s->lm->prefix);
+    m->lr2_from = m->num_params;
+    for (int i = 0; i < lm->n_tensors; i++) {
+        const ctrain_lm_tensor_t *t = &lm->tensors[i];
+        const size_t numel = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+        if (lm->frozen[i]) { /* the LM head: never read (no targets) */
+            lm->offset[i] = im->frozen_floats;
+            im->frozen_floats += numel;
+            continue;
+        }
+        char name[CTRAIN_PARAM_NAME_MAX];
+        const char *local = strncmp(t->name, s->lm->prefix, pl) == 0 ? t->name + pl : t->name;
+        const size_t ln = strlen(local);
+        if (ln + 5 >= sizeof name)
+            return ct_errbuf_set(eb, CT_ERANGE_VALUE, "gpt2rec: the LM tensor name %s is too long",
+                                 t->name);
+        memcpy(name, "gpt2.", 5);
+        memcpy(name + 5, local, ln + 1);
+        int64_t shape[3] = {t->shape[0], t->ndim == 2 ? t->shape[1] : 0, 0};
+        ctrain_param_t *p = ctrain_model__param_add(m, name, t->ndim, shape, CTRAIN_INIT_ZEROS);
+        if (!p)
+            return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
+        if (i == 0 || m->lr2_from > p->offset)
+            m->lr2_from = p->offset;
+        lm->offset[i] = p->offset;
+    }
+    m->lr2_ratio = s->lm_lr_ratio;
+    if (im->frozen_floats > 0) {
+        if (m->ops->alloc(m->ops, (void **)&lm->frozen_mem, im->frozen_floats * sizeof(float)) != 0)
+            return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
+        m->ops->zero(m->ops, lm->frozen_mem, im->frozen_floats * sizeof(float));
+    }
+    const size_t u = (size_t)im->max_u;
+    im->rows = malloc(u * L * sizeof *im->rows);
+    im->dh = malloc(u * L * T * sizeof *im->dh);
+    im->dtxt = malloc(u * T * sizeof *im->dtxt);
+    if (!im->rows || !im->dh || !im->dtxt)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
+    return 0;
+}
+
 static int ctrain_gpt2rec__build(ctrain_model_t *m, ct_errbuf_t *eb)
 {
     const ctrain_gpt2rec_spec_t *s = m->cfg.ext;
@@ -820,7 +1003,20 @@ static int ctrain_gpt2rec__build(ctrain_model_t *m, ct_errbuf_t *eb)
             return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
         b->fan_in = s->text_dim;
     }
-    return 0;
+    if (s->text_dim == 0)
+        return 0;
+    im->max_u = 2 * m->max_batch < s->n_items ? 2 * m->max_batch : s->n_items;
+    const size_t u = (size_t)im->max_u;
+    im->map = malloc((size_t)s->n_items * sizeof *im->map);
+    im->uniq = malloc(u * sizeof *im->uniq);
+    im->txt = malloc(u * s->text_dim * sizeof *im->txt);
+    im->pu = malloc(u * s->dim * sizeof *im->pu);
+    im->dpu = malloc(u * s->dim * sizeof *im->dpu);
+    if (!im->map || !im->uniq || !im->txt || !im->pu || !im->dpu)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
+    for (int32_t i = 0; i < s->n_items; i++)
+        im->map[i] = -1;
+    return s->lm ? ctrain_gpt2rec__build_lm(m, im, s, eb) : 0;
 }
 
 static int ctrain_gpt2rec__check_backend(const ctrain_model_cfg_t *mc, const ct_ops_t *ops,

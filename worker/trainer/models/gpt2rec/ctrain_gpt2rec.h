@@ -16,7 +16,10 @@
  * (I, D) and, with a text side, proj.weight (D, T) and proj.bias (D) - the reference's state_dict
  * names and shapes. text_i is the mean over the item's tokens of the language model's final
  * hidden states, computed once (cached mode) and handed to the model with
- * ctrain_gpt2rec_set_text. Without a text side the model is matrix factorisation.
+ * ctrain_gpt2rec_set_text; in dynamic mode the LM is part of the model: each micro-batch runs it
+ * on the texts of the batch's distinct items (forward, then forward and backward from the
+ * gradient of the pooled states), and evaluation runs it on every item. Without a text side
+ * the model is matrix factorisation.
  *
  * A micro-batch (ctrain_model_batch_t, L = 1) holds one interaction per row: seq = the user, pos =
  * the positive item, neg = the sampled negative. The loss is BPR, -log sigmoid(s+ - s-), summed
@@ -32,6 +35,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ctrain_lm.h"
 #include "ctrain_model.h"
 
 #ifdef __cplusplus
@@ -79,12 +83,26 @@ typedef struct ctrain_gpt2rec_spec {
     int dim;      /* D, --embed_dim */
     int text_dim; /* T, the LM's width; 0: ID embeddings only */
     float l2;     /* the penalty's lambda (--l2_emb) */
+    /* Dynamic mode (the LM fine-tuned with the recommender): the LM's configuration, or NULL
+     * (cached mode, or no text side). Its tensors join the parameter table as "gpt2.<name>"
+     * (the backbone prefix dropped: the reference's GPT2Model under model.gpt2) and are stepped
+     * with lr * lm_lr_ratio. */
+    const ctrain_lm_cfg_t *lm;
+    double lm_lr_ratio;
+    int text_len;           /* L: columns of tokens */
+    const int32_t *tokens;  /* (n_items, L) each item's token ids, right-padded with 0 */
+    const int32_t *tok_len; /* (n_items) tokens of each item, 1..L */
 } ctrain_gpt2rec_spec_t;
+
+/* Dynamic mode: the LM with its buffers bound to m's (valid until m is destroyed), for loading
+ * its weights; NULL in the other modes. */
+ctrain_lm_t *ctrain_gpt2rec_lm(ctrain_model_t *m);
 
 /* The text embeddings (n_items, T), host memory, copied into the model. */
 int ctrain_gpt2rec_set_text(ctrain_model_t *m, const float *text);
 
-/* Every item's vector item_i + proj(text_i) into out (n_items, D), host memory. */
+/* Every item's vector item_i + proj(text_i) into out (n_items, D), host memory (dynamic mode:
+ * the LM embeds every item's text first). */
 int ctrain_gpt2rec_item_vectors(ctrain_model_t *m, float *out);
 
 /* The user table (n_users, D), host memory (valid until the next step). */

@@ -408,8 +408,8 @@ static const float *ctrain_lm__head(const ctrain_lm_t *m)
                        : ctrain_lm__p(m, CTRAIN_LM_T_HEAD, -1);
 }
 
-int ctrain_lm_forward_backward(ctrain_lm_t *m, const ctrain_lm_batch_t *b, float count,
-                               bool backward, float *loss, ct_errbuf_t *eb)
+static int ctrain_lm__pass(ctrain_lm_t *m, const ctrain_lm_batch_t *b, float count, bool backward,
+                           const float *dhidden, float *loss, ct_errbuf_t *eb)
 {
     ct_ops_t *o = m->ops;
     ctrain_lm__impl_t *im = m->impl;
@@ -527,7 +527,9 @@ int ctrain_lm_forward_backward(ctrain_lm_t *m, const ctrain_lm_batch_t *b, float
     } else {
         *loss = 0.0f;
     }
-    if (!backward || !b->tgt)
+    if (backward && dhidden)
+        o->residual_forward(o, im->dln, im->dln, dhidden, (int64_t)N * C);
+    if (!backward || (!b->tgt && !dhidden))
         return o->sync(o);
 
     /* ---- backward ---- */
@@ -601,6 +603,21 @@ int ctrain_lm_forward_backward(ctrain_lm_t *m, const ctrain_lm_batch_t *b, float
     if (b->embeds && b->dembeds)
         o->residual_forward(o, b->dembeds, b->dembeds, dres, (int64_t)N * C);
     return o->sync(o);
+}
+
+int ctrain_lm_forward_backward(ctrain_lm_t *m, const ctrain_lm_batch_t *b, float count,
+                               bool backward, float *loss, ct_errbuf_t *eb)
+{
+    return ctrain_lm__pass(m, b, count, backward, NULL, loss, eb);
+}
+
+int ctrain_lm_backward_hidden(ctrain_lm_t *m, const ctrain_lm_batch_t *b, const float *dhidden,
+                              ct_errbuf_t *eb)
+{
+    ctrain_lm_batch_t nb = *b;
+    nb.tgt = NULL;
+    float unused = 0.0f;
+    return ctrain_lm__pass(m, &nb, 1.0f, true, dhidden, &unused, eb);
 }
 
 const float *ctrain_lm_hidden(const ctrain_lm_t *m)
