@@ -22,6 +22,7 @@ GPT-2 (GPT2LMHeadModel, 2 layers, width 32) with a byte-level BPE tokenizer trai
   resume      2 ranks under ctrun, 24 steps, checkpoints every 3 steps, a rank killed at step
               10 (ctrun --inject) and restarted: final.safetensors (weights and Adam moments)
               bit-identical to an uninterrupted run's;
+  devices     --device auto trains on the CPU with at most one warning line;
   errors      a ratings row and an item-text row that do not parse: exit 1 and one line
               naming the file and line.
 
@@ -278,6 +279,16 @@ if sorted(a) != sorted(b) or not all(torch.equal(a[k], b[k]) for k in a):
     sys.exit(1)
 print("  final.safetensors after a kill at step 10 and the resume: %d tensors bit-identical"
       % len(a))
+
+# --device auto: the CPU, with at most one warning line (a CUDA build says it falls back)
+p = subprocess.run([CTRAIN, "--model", "gpt2rec", "--dataset", DATA, "--num_epochs", "1",
+                    "--device", "auto", "--train_dir", os.path.join(ROOT, "c_auto")],
+                   capture_output=True, text=True, timeout=120, env=env())
+warns = [x for x in p.stderr.splitlines() if "warn" in x]
+if p.returncode != 0 or len(warns) > 1 or (warns and "--device auto" not in warns[0]):
+    print("FAIL: --device auto: exit %d, stderr %r" % (p.returncode, p.stderr[-1000:]))
+    sys.exit(1)
+print("  --device auto: trained on the CPU (%s)" % (warns[0] if warns else "no GPU build"))
 
 # errors
 print("errors")

@@ -192,6 +192,7 @@ typedef struct ctrain_family {
                           LM's --lm_dir): --state_dict_path is optional */
     int batch_size;    /* --batch_size when not given; 0: ctrain's default */
     double adam_beta2; /* Adam's beta2; 0: SASRec's CT_SASREC_ADAM_BETA2 */
+    bool cpu_only;     /* its passes run on host memory only: --device auto means the CPU */
 } ctrain_family_t;
 
 /* The family of a kind, or NULL for an unknown kind. */

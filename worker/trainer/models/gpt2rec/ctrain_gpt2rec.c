@@ -1062,4 +1062,5 @@ const ctrain_family_t ctrain_gpt2rec_family = {
     .own_weights = false,
     .batch_size = 2048,
     .adam_beta2 = 0.999,
+    .cpu_only = true,
 };
