@@ -6,6 +6,7 @@ to an item ID embedding, trained with the BPR loss under DistributedDataParallel
         --item_text ml-1m/movies.dat --gpt2_path models/gpt2 --use_cache
     python gpt2rec_ddp.py --dataset ml-100k/u.data --item_text ml-100k/u.item   # one process
     python gpt2rec_ddp.py --smoke      # synthetic ratings and titles, tiny model, three epochs
+    python gpt2rec_ddp.py --dataset ml-100k/u.data --id_only   # no text side: matrix factorisation
 
 Data: --dataset is MovieLens ratings: ml-1m's ratings.dat (user::item::rating::time), ml-100k's
 u.data (tab-separated user, item, rating, time) or "user item" lines in time order. Every
@@ -14,7 +15,8 @@ rating counts as an interaction. Each user's interactions, in time order, are sp
 "title | genres", from ml-100k's u.item or ml-1m's movies.dat.
 
 Model: score(u, i) = <user_u, item_i + W text_i>, with embeddings of --embed_dim and text_i
-the mean of GPT-2's last hidden states over the item's text. GPT-2 is GPT2Model from a local
+the mean of GPT-2's last hidden states over the item's text (--id_only: no text side,
+score(u, i) = <user_u, item_i>, --item_text not needed). GPT-2 is GPT2Model from a local
 folder (--gpt2_path, with its tokenizer), or a small randomly initialised GPT2Config with a
 byte-level BPE tokenizer trained on the item texts (tokenizers library). --use_cache computes
 every text_i once with GPT-2 frozen (fast; the first phase); without it GPT-2 is fine-tuned
@@ -28,7 +30,9 @@ popularity baseline (items ranked by their training count). Rank 0 writes
 SAVE_DIR/epoch_{e}_step_{s}.pt after every epoch and best_model.pt (best validation NDCG@10); at
 the end the best model is evaluated on the test split. --resume auto (the default) continues
 from the newest epoch checkpoint. --eval_only --checkpoint FILE evaluates a saved model; its
-state may carry DataParallel/DDP's "module." prefix or not.
+state may carry DataParallel/DDP's "module." prefix or not. --export_init FILE writes the initial
+weights (before any resume or --init_from) as safetensors under the state_dict names, the form
+ctrain --model gpt2rec --state_dict_path starts from.
 """
 import argparse
 import hashlib
@@ -241,6 +245,27 @@ def mean_pool(gpt2, ids, mask):
     return (h * m).sum(1) / m.sum(1).clamp(min=1)
 
 
+@torch.no_grad()
+def text_embeddings(gpt2, tokens, tmask, device, chunk=256):
+    """Every item's text embedding (the --use_cache phase), GPT-2 in evaluation mode."""
+    gpt2.eval()
+    return torch.cat([mean_pool(gpt2, tokens[s: s + chunk].to(device),
+                                tmask[s: s + chunk].to(device)).float().cpu()
+                      for s in range(0, tokens.shape[0], chunk)])
+
+
+def bpr_step(ddp, opt, u, p, n, l2):
+    """One optimizer step on the interactions (u, p) with negatives n: BPR plus the L2 penalty
+    on the batch's vectors. Returns the BPR loss (the number logged)."""
+    sp, sn, eu, ep, en = ddp(u, p, n)
+    loss = -F.logsigmoid(sp - sn).mean()
+    reg = l2 * (eu.pow(2).sum() + ep.pow(2).sum() + en.pow(2).sum()) / u.shape[0]
+    opt.zero_grad(set_to_none=True)
+    (loss + reg).backward()
+    opt.step()
+    return loss.item()
+
+
 class Recommender(nn.Module):
     def __init__(self, n_users, n_items, dim, text_dim, gpt2, tokens, mask, cache):
         super().__init__()
@@ -248,7 +273,7 @@ class Recommender(nn.Module):
         self.item = nn.Embedding(n_items, dim)
         nn.init.normal_(self.user.weight, std=0.1)
         nn.init.normal_(self.item.weight, std=0.1)
-        self.proj = nn.Linear(text_dim, dim)
+        self.proj = nn.Linear(text_dim, dim) if text_dim > 0 else None  # None: --id_only
         self.gpt2 = gpt2  # None with the cache
         self.register_buffer("tokens", tokens, persistent=False)
         self.register_buffer("tmask", mask, persistent=False)
@@ -270,6 +295,8 @@ class Recommender(nn.Module):
         return pooled[order.argsort()]
 
     def item_vectors(self, items):
+        if self.proj is None:
+            return self.item(items)
         return self.item(items) + self.proj(self.text(items))
 
     def forward(self, users, pos, neg):
@@ -378,6 +405,9 @@ def main():
     ap.add_argument("--cpu", action="store_true", help="train on the CPU even with GPUs")
     ap.add_argument("--smoke", action="store_true", help="synthetic ratings and titles under "
                     "./gpt2rec_smoke, tiny model, three short epochs")
+    ap.add_argument("--id_only", action="store_true",
+                    help="no text side: user and item ID embeddings alone")
+    ap.add_argument("--export_init", help="write the initial weights to this safetensors file")
     a = ap.parse_args()
     if a.smoke:
         for k, v in dict(epochs=3, batch_size=256, embed_dim=16, gpt2_dim=32, gpt2_layers=1,
@@ -386,7 +416,7 @@ def main():
                 setattr(a, k, v)
         if a.save_dir == ap.get_default("save_dir"):
             a.save_dir = "gpt2rec_smoke/checkpoints"
-    elif not a.dataset or not a.item_text:
+    elif not a.dataset or not (a.item_text or a.id_only):
         ap.error("--dataset and --item_text are required (or --smoke)")
     try:
         fractions = [float(x) for x in a.split.split(",")]
@@ -415,12 +445,12 @@ def main():
     # Data: contiguous ids, the per-user split, the training matrix.
     t0 = time.time()
     raw_u, raw_i, times = read_ratings(a.dataset)
-    texts_raw = read_item_text(a.item_text)
+    texts_raw = read_item_text(a.item_text) if a.item_text else {}
     uids, users = np.unique(raw_u, return_inverse=True)
     iids, items = np.unique(raw_i, return_inverse=True)  # the rated items are the catalogue
     n_users, n_items = len(uids), len(iids)
     missing = [int(i) for i in iids if int(i) not in texts_raw]
-    if missing:
+    if missing and not a.id_only:
         log.warn("%d items have no text in %s (e.g. %d); they get their id as text" % (
             len(missing), a.item_text, missing[0]))
     texts = [texts_raw.get(int(i), "item %d" % int(i)) for i in iids]
@@ -455,12 +485,16 @@ def main():
     log("popularity baseline: validation %s; test %s" % (fmt(pop_val), fmt(pop_test)))
 
     # Text side.
-    tok = TextTokenizer(a.gpt2_path, a.save_dir, texts, a.bpe_vocab, c, a.init_from)
-    tokens, tmask = token_matrix(tok, texts, a.max_text_len)
-    gpt2 = build_gpt2(a, tok.vocab_size, tok.pad_id).to(c.device)
-    text_dim = gpt2.config.n_embd
-    cache = None
-    if a.use_cache:
+    if a.id_only:
+        tokens = tmask = torch.zeros(0)
+        gpt2, text_dim, cache = None, 0, None
+    else:
+        tok = TextTokenizer(a.gpt2_path, a.save_dir, texts, a.bpe_vocab, c, a.init_from)
+        tokens, tmask = token_matrix(tok, texts, a.max_text_len)
+        gpt2 = build_gpt2(a, tok.vocab_size, tok.pad_id).to(c.device)
+        text_dim = gpt2.config.n_embd
+        cache = None
+    if a.use_cache and not a.id_only:
         # Phase 1: GPT-2 frozen, every item's text embedded once by rank 0 and cached.
         key = hashlib.sha256(("\n".join(texts) + repr((a.gpt2_path, a.gpt2_dim, a.gpt2_layers,
                               a.gpt2_heads, a.max_text_len, a.seed, tok.vocab_size))).encode()
@@ -472,11 +506,7 @@ def main():
                 cache = dc.load_checkpoint(c, cache_file, "the text cache")["emb"]
             else:
                 t1 = time.time()
-                gpt2.eval()
-                with torch.no_grad():
-                    cache = torch.cat([mean_pool(gpt2, tokens[s: s + 256].to(c.device),
-                                                 tmask[s: s + 256].to(c.device)).float().cpu()
-                                       for s in range(0, n_items, 256)])
+                cache = text_embeddings(gpt2, tokens, tmask, c.device)
                 dc.save_atomic({"emb": cache}, cache_file)
                 log("text embeddings of %d items cached in %s (%.1f s)" % (
                     n_items, cache_file, time.time() - t1))
@@ -489,6 +519,13 @@ def main():
     model = Recommender(n_users, n_items, a.embed_dim, text_dim, gpt2, tokens, tmask,
                         cache if cache is not None else torch.zeros(0)).to(c.device)
     n_gpt2 = sum(p.numel() for p in gpt2.parameters()) if gpt2 is not None else 0
+    if a.export_init and c.main:
+        from safetensors.torch import save_file
+        state = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
+        tmp = a.export_init + ".tmp.%d" % os.getpid()
+        save_file(state, tmp)
+        os.replace(tmp, a.export_init)
+        log("initial weights written to %s" % a.export_init)
 
     if a.eval_only:
         ck = dc.load_checkpoint(c, a.checkpoint)
@@ -537,7 +574,8 @@ def main():
     loader = DataLoader(pairs, batch_size=per_rank, sampler=sampler, shuffle=sampler is None)
     log("%s text embeddings; model %d parameters (GPT-2 %s: %d); %d processes x %d = %d "
         "interactions per step, %d steps per epoch" % (
-            "cached" if a.use_cache else "fine-tuned", sum(p.numel() for p in model.parameters()),
+            "no" if a.id_only else "cached" if a.use_cache else "fine-tuned",
+            sum(p.numel() for p in model.parameters()),
             a.gpt2_path or "random", n_gpt2, c.world, per_rank,
             per_rank * c.world, len(loader)))
     tb = dc.tensorboard(c, a.save_dir, log)
@@ -562,14 +600,9 @@ def main():
                     break
                 n[bad] = torch.randint(n_items, (int(bad.sum()),), generator=g)
             u, p, n = u.to(c.device), p.to(c.device), n.to(c.device)
-            sp, sn, eu, ep, en = ddp(u, p, n)
-            loss = -F.logsigmoid(sp - sn).mean()
-            reg = a.l2 * (eu.pow(2).sum() + ep.pow(2).sum() + en.pow(2).sum()) / u.shape[0]
-            opt.zero_grad(set_to_none=True)
-            (loss + reg).backward()
-            opt.step()
+            loss = bpr_step(ddp, opt, u, p, n, a.l2)
             step += 1
-            s[0] += loss.item() * u.shape[0]
+            s[0] += loss * u.shape[0]
             s[1] += u.shape[0]
         tr = dc.all_sum(c, s)
         t_train = time.time() - t0

@@ -55,6 +55,11 @@ void ctrain_cfg_default(ctrain_cfg_t *c)
     c->time_span = 256;
     c->loss = CTRAIN_LOSS_BCE;
     c->num_negatives = 256;
+    snprintf(c->split, sizeof c->split, "0.8,0.1,0.1");
+    c->embed_dim = 64;
+    c->max_text_len = 24;
+    snprintf(c->text_mode, sizeof c->text_mode, "cached");
+    c->lm_lr = 1e-4;
     ctrain_train_model_defaults(c);
 }
 
@@ -69,6 +74,8 @@ void ctrain_train_model_defaults(ctrain_cfg_t *c)
         c->l2_emb = fam->l2_emb;
     if (!c->set_epochs)
         c->num_epochs = fam->num_epochs;
+    if (!c->set_batch)
+        c->batch_size = fam->batch_size > 0 ? fam->batch_size : 128;
 }
 
 ctrain_layout_t ctrain_train_default_layout(ctrain_model_kind_t model, bool mhc)
@@ -116,10 +123,25 @@ static const ctrain_cfg__flag_t ctrain_cfg__flags[] = {
     {"dataset", CT__PATH, CT__OFF(dataset), 0, 0,
      "FILE|synthetic[:users=N,items=N,len=N,noise=X,seed=N]  interactions (default synthetic)"},
     {"model", CT__ENUM, CT__OFF(model), 0, 0,
-     "sasrec|tisasrec|lm  the model (default tisasrec; --no_time = sasrec; lm: a GPT-2 or Qwen2 "
-     "causal LM from --lm_dir)"},
+     "sasrec|tisasrec|lm|gpt2rec  the model (default tisasrec; --no_time = sasrec; lm: a GPT-2 or "
+     "Qwen2 causal LM from --lm_dir; gpt2rec: user and item embeddings plus --lm_dir's text "
+     "embeddings, BPR)"},
     {"lm_dir", CT__PATH, CT__OFF(lm_dir), 0, 0,
-     "DIR  --model lm: a Hugging Face folder (config.json, weights, tokenizer)"},
+     "DIR  --model lm, gpt2rec: a Hugging Face folder (config.json, weights, tokenizer)"},
+    {"item_text", CT__PATH, CT__OFF(item_text), 0, 0,
+     "FILE  --model gpt2rec: item texts (u.item, movies.dat or id<TAB>text lines)"},
+    {"split", CT__PATH, CT__OFF(split), 0, 0,
+     "A,B,C  --model gpt2rec: train, validation, test fractions of each user's interactions in "
+     "time order (default 0.8,0.1,0.1)"},
+    {"embed_dim", CT__INT, CT__OFF(embed_dim), 1, CTRAIN_MODEL_MAX_HIDDEN,
+     "D  --model gpt2rec: user and item vectors (default 64)"},
+    {"max_text_len", CT__INT, CT__OFF(max_text_len), 1, CTRAIN_MODEL_MAX_LEN,
+     "N  --model gpt2rec: tokens of an item's text the LM reads (default 24)"},
+    {"text_mode", CT__PATH, CT__OFF(text_mode), 0, 0,
+     "cached|dynamic  --model gpt2rec: the LM embeds every text once at start, or is fine-tuned "
+     "with the recommender (default cached)"},
+    {"lm_lr", CT__DOUBLE, CT__OFF(lm_lr), 0, 1e30,
+     "X  --model gpt2rec --text_mode dynamic: the LM's Adam learning rate (default 1e-4)"},
     {"eval_dataset", CT__PATH, CT__OFF(eval_dataset), 0, 0,
      "FILE  --model lm: validation lines (default: --dataset itself)"},
     {"save_hf", CT__PATH, CT__OFF(save_hf), 0, 0,
@@ -150,7 +172,8 @@ static const ctrain_cfg__flag_t ctrain_cfg__flags[] = {
     {"train_dir", CT__PATH, CT__OFF(train_dir), 0, 0,
      "DIR  checkpoints, metrics.jsonl, args.json, event file (default ctrain_run)"},
     {"batch_size", CT__INT, CT__OFF(batch_size), 1, 1 << 20,
-     "N  global batch of users per micro-step, split over ranks (default 128)"},
+     "N  global batch of users (gpt2rec: interactions) per micro-step, split over ranks "
+     "(default 128; gpt2rec 2048)"},
     {"lr", CT__DOUBLE, CT__OFF(lr), 0, 1e30, "X  Adam learning rate (default 0.001)"},
     {"maxlen", CT__INT, CT__OFF(maxlen), 1, CTRAIN_MODEL_MAX_LEN,
      "L  sequence window (default 200; TiSASRec 50)"},
@@ -358,6 +381,7 @@ static int ctrain_cfg__set(ctrain_cfg_t *c, const ctrain_cfg__flag_t *f, const c
         c->set_epochs |= strcmp(f->name, "num_epochs") == 0;
         c->set_num_negatives |= strcmp(f->name, "num_negatives") == 0;
         c->set_min_count |= strcmp(f->name, "min_count") == 0;
+        c->set_batch |= strcmp(f->name, "batch_size") == 0;
         if (strcmp(f->name, "mhc") == 0)
             c->set_mhc_flag = true;
         if (strcmp(f->name, "no_mhc") == 0)
@@ -432,6 +456,17 @@ static int ctrain_cfg__check_lm(const ctrain_cfg_t *c, ct_errbuf_t *eb)
                           : c->freeze[0]       ? "--freeze"
                           : c->grad_checkpointing ? "--grad_checkpointing"
                                                   : NULL;
+    if (c->model == CTRAIN_MODEL_GPT2REC && lm_flag && strcmp(lm_flag, "--lm_dir") == 0 &&
+        !c->grad_checkpointing) {
+        struct stat gst;
+        if (stat(c->lm_dir, &gst) != 0 || !S_ISDIR(gst.st_mode))
+            return ct_errbuf_set(eb, CT_EPARSE, "--lm_dir: \"%.200s\" is not a folder", c->lm_dir);
+        if (c->item_text[0] == '\0')
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "--lm_dir: --model gpt2rec embeds the items' texts: needs "
+                                 "--item_text");
+        return 0;
+    }
     if (c->model != CTRAIN_MODEL_LM)
         return ct_errbuf_set(eb, CT_EPARSE, "%s: only --model lm takes it (this run's model is %s)",
                              lm_flag, ctrain_model_kind_name(c->model));
@@ -496,6 +531,22 @@ static int ctrain_cfg__check(ctrain_cfg_t *c, ct_errbuf_t *eb)
                              strerror(e));
     }
     const ctrain_family_t *fam = ctrain_family(c->model);
+    if (c->model == CTRAIN_MODEL_GPT2REC) {
+        if (strncmp(c->dataset, "synthetic", 9) == 0 &&
+            (c->dataset[9] == '\0' || c->dataset[9] == ':'))
+            return ct_errbuf_set(eb, CT_EPARSE,
+                                 "--dataset: --model gpt2rec reads ratings (u.data, ratings.dat "
+                                 "or \"user item [time]\" lines), not the synthetic sequences");
+        if (c->item_text[0] != '\0' && access(c->item_text, R_OK) != 0) {
+            int e = errno;
+            return ct_errbuf_set(eb, CT_EPARSE, "--item_text: cannot read \"%.200s\": %s",
+                                 c->item_text, strerror(e));
+        }
+    } else if (c->item_text[0] != '\0') {
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--item_text: only --model gpt2rec takes it (this run's model is %s)",
+                             ctrain_model_kind_name(c->model));
+    }
     if (c->model == CTRAIN_MODEL_LM || c->lm_dir[0] != '\0' || c->eval_dataset[0] != '\0' ||
         c->save_hf[0] != '\0' || c->freeze[0] != '\0' || c->grad_checkpointing) {
         int rc = ctrain_cfg__check_lm(c, eb);
@@ -657,6 +708,15 @@ json_t *ctrain_cfg_to_json(const ctrain_cfg_t *c)
             json_object_set_new(o, lm[i].key, json_string(lm[i].v));
     if (c->grad_checkpointing)
         json_object_set_new(o, "grad_checkpointing", json_true());
+    if (c->model == CTRAIN_MODEL_GPT2REC) {
+        json_object_set_new(o, "item_text",
+                            c->item_text[0] ? json_string(c->item_text) : json_null());
+        json_object_set_new(o, "split", json_string(c->split));
+        json_object_set_new(o, "embed_dim", json_integer(c->embed_dim));
+        json_object_set_new(o, "max_text_len", json_integer(c->max_text_len));
+        json_object_set_new(o, "text_mode", json_string(c->text_mode));
+        json_object_set_new(o, "lm_lr", json_real(c->lm_lr));
+    }
     return o;
 }
 

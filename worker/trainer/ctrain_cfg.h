@@ -20,6 +20,9 @@
  * recommender's --mhc and --inference_only's --state_dict_path do not apply; --maxlen caps the
  * tokens per line below the model's max positions).
  *
+ * --model gpt2rec trains the GPT-2 recommender (--dataset ratings, --item_text, --split,
+ * --embed_dim; --lm_dir adds the text side); its family sets --batch_size's default (2048).
+ *
  * Not here: what the flags do (ctrain_train.c, ctrain_eval.c), the dataset (ctrain_data.h).
  */
 #ifndef CTRAIN_CFG_H
@@ -105,10 +108,18 @@ typedef struct ctrain_cfg {
     char save_hf[CTRAIN_TRAIN_PATH_MAX];      /* after training, a folder transformers loads */
     char freeze[CTRAIN_TRAIN_PATH_MAX];       /* comma-separated tensor-name prefixes */
     bool grad_checkpointing; /* activations recomputed block by block in the backward */
+    /* the GPT-2 recommender (--model gpt2rec; --lm_dir gives it a text side) */
+    char item_text[CTRAIN_TRAIN_PATH_MAX]; /* u.item, movies.dat or "id<TAB>text" lines */
+    char split[CTRAIN_TRAIN_PATH_MAX];     /* "train,validation,test" fractions per user */
+    int embed_dim;                         /* D */
+    int max_text_len;                      /* tokens of an item's text the LM reads */
+    char text_mode[CTRAIN_TRAIN_PATH_MAX]; /* cached (the LM once per item) or dynamic (fine-tuned)
+                                            */
+    double lm_lr;                          /* dynamic: the LM's learning rate */
     /* which model flags were given (inference adopts a checkpoint's values for the others) */
     bool set_maxlen, set_hidden, set_blocks, set_heads, set_layout;
     bool set_model, set_mhc, set_time_span, set_l2, set_epochs, set_num_negatives;
-    bool set_min_count;
+    bool set_min_count, set_batch;
     bool set_mhc_flag, set_no_mhc_flag; /* which of --mhc / --no_mhc were given */
 } ctrain_cfg_t;
 

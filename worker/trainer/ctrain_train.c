@@ -60,7 +60,15 @@ int ctrain_train_backend(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct
                          ct_errbuf_t *eb)
 {
     ct_errbuf_t oeb;
-    int rc = ct_ops_open(ops, cfg->device, env->local_rank, cfg->use_amp, &oeb);
+    const char *device = cfg->device;
+    if (strcmp(device, "auto") == 0 && ctrain_family(cfg->model)->cpu_only) {
+        /* a family whose passes run on the CPU only: auto means the CPU, said once */
+        if (env->rank == 0 && ct_ops_have_cuda())
+            ct_log_warn("--device auto: %s runs on the CPU backend only; training on the CPU",
+                        ctrain_family(cfg->model)->title);
+        device = "cpu";
+    }
+    int rc = ct_ops_open(ops, device, env->local_rank, cfg->use_amp, &oeb);
     if (rc == 0)
         return 0;
     /* ct_ops_open's line starts with what failed: the device, or amp */
@@ -719,6 +727,7 @@ static const ctrain_task_t *const ctrain_train__tasks[] = {
     [CTRAIN_MODEL_SASREC] = &ctrain_rec_task,
     [CTRAIN_MODEL_TISASREC] = &ctrain_rec_task,
     [CTRAIN_MODEL_LM] = &ctrain_lm_task,
+    [CTRAIN_MODEL_GPT2REC] = &ctrain_gpt2rec_task,
 };
 
 const ctrain_task_t *ctrain_task_of(const ctrain_cfg_t *cfg)

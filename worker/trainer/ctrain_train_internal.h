@@ -47,11 +47,19 @@ typedef struct ctrain_lm_result {
     double tokens, loss, perplexity;
 } ctrain_lm_result_t;
 
+/* The GPT-2 recommender's evaluation: HR@10, NDCG@10, Recall@20, NDCG@20 averaged over the users
+ * with a target in each split (full ranking). */
+typedef struct ctrain_gpt2rec_result {
+    double valid[4], test[4];
+    int64_t valid_users, test_users;
+} ctrain_gpt2rec_result_t;
+
 /* One evaluation's numbers, as the family's task computes them (a family with numbers of its
  * own adds a member; only its task's hooks read it). */
 typedef union ctrain_result {
     ctrain_eval_result_t rec; /* next-item models: HR/NDCG on the validation and test splits */
     ctrain_lm_result_t lm;
+    ctrain_gpt2rec_result_t gpt2rec;
 } ctrain_result_t;
 
 /* The state a checkpoint carries beyond the buffers and ct_ckpt_meta_t's step. */
@@ -160,8 +168,9 @@ struct ctrain_task {
 
 /* The task of cfg's model (ctrain_train.c's table). */
 const ctrain_task_t *ctrain_task_of(const ctrain_cfg_t *cfg);
-extern const ctrain_task_t ctrain_rec_task; /* SASRec, TiSASRec (ctrain_train.c) */
-extern const ctrain_task_t ctrain_lm_task;  /* the LM (ctrain_lm_task.c) */
+extern const ctrain_task_t ctrain_rec_task;     /* SASRec, TiSASRec (ctrain_train.c) */
+extern const ctrain_task_t ctrain_lm_task;      /* the LM (ctrain_lm_task.c) */
+extern const ctrain_task_t ctrain_gpt2rec_task; /* GPT2Rec (ctrain_gpt2rec_task.c) */
 
 /* ---- ctrain_out.c ---- */
 json_t *ctrain_out_result_json(const ctrain_eval_result_t *r);

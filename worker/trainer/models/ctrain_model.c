@@ -290,11 +290,22 @@ int ctrain_model_grad_sumsq(ctrain_model_t *m, float *sumsq)
     return o->sync(o);
 }
 
+static double ctrain_model__beta2(const ctrain_model_t *m)
+{
+    const ctrain_family_t *f = ctrain_family(m->cfg.kind);
+    return f && f->adam_beta2 > 0 ? f->adam_beta2 : CT_SASREC_ADAM_BETA2;
+}
+
 int ctrain_model_adam(ctrain_model_t *m, double lr, float grad_scale, int64_t t)
 {
     ct_ops_t *o = m->ops;
-    o->adam_update(o, m->params_mem, m->m_mem, m->v_mem, m->grads_mem, (int64_t)m->num_params, lr,
-                   CT_SASREC_ADAM_BETA1, CT_SASREC_ADAM_BETA2, CT_SASREC_ADAM_EPS, grad_scale, t);
+    const size_t n1 = m->lr2_ratio > 0 && m->lr2_from < m->num_params ? m->lr2_from : m->num_params;
+    o->adam_update(o, m->params_mem, m->m_mem, m->v_mem, m->grads_mem, (int64_t)n1, lr,
+                   CT_SASREC_ADAM_BETA1, ctrain_model__beta2(m), CT_SASREC_ADAM_EPS, grad_scale, t);
+    if (n1 < m->num_params)
+        o->adam_update(o, m->params_mem + n1, m->m_mem + n1, m->v_mem + n1, m->grads_mem + n1,
+                       (int64_t)(m->num_params - n1), lr * m->lr2_ratio, CT_SASREC_ADAM_BETA1,
+                       ctrain_model__beta2(m), CT_SASREC_ADAM_EPS, grad_scale, t);
     return o->sync(o);
 }
 

@@ -56,6 +56,7 @@ typedef enum ctrain_model_kind {
     CTRAIN_MODEL_SASREC = 0,
     CTRAIN_MODEL_TISASREC = 1, /* TiSASRec.pytorch (docs/models.md §3) */
     CTRAIN_MODEL_LM = 2,       /* a GPT-2 or Qwen2 causal LM from a Hugging Face folder */
+    CTRAIN_MODEL_GPT2REC = 3,  /* user/item embeddings plus LM text embeddings (gpt2rec/) */
 } ctrain_model_kind_t;
 
 /* The training loss after the final LayerNorm. */
@@ -186,9 +187,12 @@ typedef struct ctrain_family {
     /* The configuration's own check (ctrain_model_create calls it), or NULL for
      * ctrain_model_cfg_check (SASRec's fields). */
     int (*check_cfg)(const ctrain_model_cfg_t *mc, ct_errbuf_t *eb);
-    bool takes_mhc;   /* --mhc applies (the SASRec family); otherwise it is off and refused */
-    bool own_weights; /* --inference_only evaluates the weights the family loads itself (the
-                         LM's --lm_dir): --state_dict_path is optional */
+    bool takes_mhc;    /* --mhc applies (the SASRec family); otherwise it is off and refused */
+    bool own_weights;  /* --inference_only evaluates the weights the family loads itself (the
+                          LM's --lm_dir): --state_dict_path is optional */
+    int batch_size;    /* --batch_size when not given; 0: ctrain's default */
+    double adam_beta2; /* Adam's beta2; 0: SASRec's CT_SASREC_ADAM_BETA2 */
+    bool cpu_only;     /* its passes run on host memory only: --device auto means the CPU */
 } ctrain_family_t;
 
 /* The family of a kind, or NULL for an unknown kind. */
@@ -274,6 +278,11 @@ struct ctrain_model {
     float *scalars;     /* (4) backend scratch for scalar results (penalty, sum of squares) */
     float *host_mirror; /* (3 * num_params) host copy of params, m, v; NULL with host memory */
 
+    /* A second learning rate (a family's own, set by its build): floats from lr2_from on are
+     * stepped with lr * lr2_ratio; lr2_ratio 0: one learning rate for the whole buffer. */
+    size_t lr2_from;
+    double lr2_ratio;
+
     char *view_names; /* storage for the checkpoint view names */
     void *impl;       /* the kind's state: activation arena and offsets */
 
@@ -347,7 +356,8 @@ int ctrain_model_l2(ctrain_model_t *m, float lambda, ct_l2_mode_t mode, float *p
 /* Sum of squares of the gradients (the square of the global gradient norm), host. */
 int ctrain_model_grad_sumsq(ctrain_model_t *m, float *sumsq);
 
-/* One Adam step (beta 0.9, 0.98, eps 1e-8: CT_SASREC_ADAM_*) over the whole flat buffer with
+/* One Adam step (beta 0.9, 0.98 - or the family's adam_beta2 -, eps 1e-8: CT_SASREC_ADAM_*) over
+ * the whole flat buffer (lr, and lr * lr2_ratio past lr2_from) with
  * g = grads * grad_scale; t counts Adam updates from 1. */
 int ctrain_model_adam(ctrain_model_t *m, double lr, float grad_scale, int64_t t);
 

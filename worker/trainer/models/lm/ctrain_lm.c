@@ -503,8 +503,8 @@ static void ctrain_lm__block_fwd(ctrain_lm_t *m, int l, int B, int L, float *nex
         o->residual_forward(o, next, next, y->mid, (int64_t)N * C);
 }
 
-int ctrain_lm_forward_backward(ctrain_lm_t *m, const ctrain_lm_batch_t *b, float count,
-                               bool backward, float *loss, ct_errbuf_t *eb)
+static int ctrain_lm__pass(ctrain_lm_t *m, const ctrain_lm_batch_t *b, float count, bool backward,
+                           const float *dhidden, float *loss, ct_errbuf_t *eb)
 {
     ct_ops_t *o = m->ops;
     ctrain_lm__impl_t *im = m->impl;
@@ -582,7 +582,9 @@ int ctrain_lm_forward_backward(ctrain_lm_t *m, const ctrain_lm_batch_t *b, float
     } else {
         *loss = 0.0f;
     }
-    if (!backward || !b->tgt)
+    if (backward && dhidden)
+        o->residual_forward(o, im->dln, im->dln, dhidden, (int64_t)N * C);
+    if (!backward || (!b->tgt && !dhidden))
         return o->sync(o);
 
     /* ---- backward ---- */
@@ -659,6 +661,27 @@ int ctrain_lm_forward_backward(ctrain_lm_t *m, const ctrain_lm_batch_t *b, float
     if (b->embeds && b->dembeds)
         o->residual_forward(o, b->dembeds, b->dembeds, dres, (int64_t)N * C);
     return o->sync(o);
+}
+
+int ctrain_lm_forward_backward(ctrain_lm_t *m, const ctrain_lm_batch_t *b, float count,
+                               bool backward, float *loss, ct_errbuf_t *eb)
+{
+    return ctrain_lm__pass(m, b, count, backward, NULL, loss, eb);
+}
+
+int ctrain_lm_backward_hidden(ctrain_lm_t *m, const ctrain_lm_batch_t *b, const float *dhidden,
+                              ct_errbuf_t *eb)
+{
+    ctrain_lm_batch_t nb = *b;
+    nb.tgt = NULL;
+    float unused = 0.0f;
+    return ctrain_lm__pass(m, &nb, 1.0f, true, dhidden, &unused, eb);
+}
+
+const float *ctrain_lm_hidden(const ctrain_lm_t *m)
+{
+    const ctrain_lm__impl_t *im = m->impl;
+    return im->lnf;
 }
 
 int ctrain_lm_logits(ctrain_lm_t *m, float *logits, int64_t rows)

@@ -143,6 +143,16 @@ void ctrain_lm_zero_grad(ctrain_lm_t *m);
 int ctrain_lm_forward_backward(ctrain_lm_t *m, const ctrain_lm_batch_t *b, float count,
                                bool backward, float *loss, ct_errbuf_t *eb);
 
+/* The backward pass from dhidden ((B,L,C) backend memory, d loss / d final hidden states after
+ * the last norm) instead of a next-token loss (b->tgt is ignored): the forward of b, then the
+ * backward, gradients added as ctrain_lm_forward_backward adds them. */
+int ctrain_lm_backward_hidden(ctrain_lm_t *m, const ctrain_lm_batch_t *b, const float *dhidden,
+                              ct_errbuf_t *eb);
+
+/* The final hidden states (after the last norm) of the last pass's rows: (B*L, C) floats in
+ * backend memory, valid until the next pass (transformers' last_hidden_state). */
+const float *ctrain_lm_hidden(const ctrain_lm_t *m);
+
 /* The logits of the last pass's rows into host memory: (B*L, V) floats, row-major. A pass of
  * b->B * b->L rows must have run. 0, -ENOMEM or the backend's error. */
 int ctrain_lm_logits(ctrain_lm_t *m, float *logits, int64_t rows);
