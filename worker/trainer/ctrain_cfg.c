@@ -55,6 +55,12 @@ void ctrain_cfg_default(ctrain_cfg_t *c)
     c->time_span = 256;
     c->loss = CTRAIN_LOSS_BCE;
     c->num_negatives = 256;
+    c->patch_len = 16;
+    c->ff_dim = 256;
+    c->mask_ratio = 0.4;
+    c->val_fraction = 0.1;
+    c->weight_decay = 0.01;
+    c->lr_floor = 0.0;
     ctrain_train_model_defaults(c);
 }
 
@@ -127,6 +133,22 @@ static const ctrain_cfg__flag_t ctrain_cfg__flags[] = {
     {"freeze", CT__PATH, CT__OFF(freeze), 0, 0,
      "P[,P...]  --model lm: tensors whose names start with a prefix get no gradient and no "
      "optimizer state"},
+    {"config", CT__PATH, CT__OFF(config), 0, 0,
+     "FILE  --model temporal: the reference's YAML configuration (flags override its keys)"},
+    {"stage", CT__ENUM, CT__OFF(model), 0, 0,
+     "reconstruct  --model temporal: the training stage (masked-patch reconstruction)"},
+    {"patch_len", CT__INT, CT__OFF(patch_len), 1, 4096,
+     "P  --model temporal: points per patch (default 16)"},
+    {"ff_dim", CT__INT, CT__OFF(ff_dim), 1, 1 << 20,
+     "N  --model temporal: the encoder's feed-forward width (default 256)"},
+    {"mask_ratio", CT__DOUBLE, CT__OFF(mask_ratio), 0, 1,
+     "X  --model temporal: share of patches masked (default 0.4)"},
+    {"val_fraction", CT__DOUBLE, CT__OFF(val_fraction), 0, 0.99,
+     "X  --model temporal: the last share of the curves validates (default 0.1)"},
+    {"weight_decay", CT__DOUBLE, CT__OFF(weight_decay), 0, 1e6,
+     "X  --model temporal: AdamW's decoupled weight decay (default 0.01)"},
+    {"lr_floor", CT__DOUBLE, CT__OFF(lr_floor), 0, 1,
+     "F  --lr_schedule cosine decays to F * lr (default 0; --model temporal 0.05)"},
     {"mhc", CT__BOOL, CT__OFF(mhc), 0, 0,
      "[true|false]  mHC residual streams (4, on pre_ln) around every sub-layer (default true)"},
     {"no_mhc", CT__BOOL, CT__OFF(no_mhc), 0, 0, "[true|false]  = --mhc false"},
@@ -261,6 +283,9 @@ static int ctrain_cfg__set_enum(ctrain_cfg_t *c, const ctrain_cfg__flag_t *f, co
     int k = 0, rc;
     if (strcmp(f->name, "data_format") == 0) {
         return ctrain_data_parse_format(v, &c->data_format, eb);
+    } else if (strcmp(f->name, "stage") == 0) {
+        static const char *const w[] = {"reconstruct"};
+        return ctrain_cfg__enum(v, w, 1, &k, eb);
     } else if (strcmp(f->name, "layout") == 0) {
         rc = ctrain_layout_parse(v, &c->layout, eb);
         c->set_layout = rc == 0;
@@ -355,6 +380,13 @@ static int ctrain_cfg__set(ctrain_cfg_t *c, const ctrain_cfg__flag_t *f, const c
         c->set_epochs |= strcmp(f->name, "num_epochs") == 0;
         c->set_num_negatives |= strcmp(f->name, "num_negatives") == 0;
         c->set_min_count |= strcmp(f->name, "min_count") == 0;
+        c->set_lr_schedule |= strcmp(f->name, "lr_schedule") == 0;
+        c->set_lr_floor |= strcmp(f->name, "lr_floor") == 0;
+        c->set_dropout |= strcmp(f->name, "dropout_rate") == 0;
+        c->set_batch |= strcmp(f->name, "batch_size") == 0;
+        c->set_lr |= strcmp(f->name, "lr") == 0;
+        c->set_warmup |= strcmp(f->name, "warmup_steps") == 0;
+        c->set_clip |= strcmp(f->name, "grad_clip") == 0;
         if (strcmp(f->name, "mhc") == 0)
             c->set_mhc_flag = true;
         if (strcmp(f->name, "no_mhc") == 0)
@@ -454,8 +486,48 @@ static int ctrain_cfg__check_lm(const ctrain_cfg_t *c, ct_errbuf_t *eb)
 }
 
 /* Checks across flags, after all are read. */
+/* --model temporal: the reference's defaults (configs/temporal_encoder.yaml) for the shared
+ * flags not given, and its data: a curve cache folder. */
+static int ctrain_cfg__check_temporal(ctrain_cfg_t *c, ct_errbuf_t *eb)
+{
+    if (!c->set_hidden)
+        c->hidden_units = 128;
+    if (!c->set_blocks)
+        c->num_blocks = 3;
+    if (!c->set_heads)
+        c->num_heads = 4;
+    if (!c->set_dropout)
+        c->dropout_rate = 0.1;
+    if (!c->set_batch)
+        c->batch_size = 16;
+    if (!c->set_lr)
+        c->lr = 3e-4;
+    if (!c->set_warmup)
+        c->warmup_steps = 100;
+    if (!c->set_clip)
+        c->grad_clip = 1.0;
+    if (!c->set_lr_schedule)
+        c->lr_schedule = CTRAIN_LR_COSINE;
+    if (!c->set_lr_floor)
+        c->lr_floor = 0.05;
+    if (strncmp(c->dataset, "synthetic", 9) == 0)
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--dataset: --model temporal reads a curve cache folder (meta.json, "
+                             "curves.npy: examples/pytorch/pregenerate_temporal_data.py writes "
+                             "one), not \"%.100s\"",
+                             c->dataset);
+    return 0;
+}
+
 static int ctrain_cfg__check(ctrain_cfg_t *c, ct_errbuf_t *eb)
 {
+    if (c->model == CTRAIN_MODEL_TEMPORAL) {
+        int rc = ctrain_cfg__check_temporal(c, eb);
+        if (rc != 0)
+            return rc;
+    } else if (c->config[0] != '\0') {
+        return ct_errbuf_set(eb, CT_EPARSE, "--config: only --model temporal takes it");
+    }
     if (c->norm_first) {
         if (c->set_layout && c->layout != CTRAIN_LAYOUT_PRE_LN)
             return ct_errbuf_set(eb, CT_EPARSE,
@@ -689,5 +761,6 @@ double ctrain_train_lr_at(const ctrain_cfg_t *c, int64_t s, int64_t total_steps)
         t = 1.0;
     if (c->lr_schedule == CTRAIN_LR_LINEAR)
         return base * (1.0 - t);
-    return base * 0.5 * (1.0 + cos(3.14159265358979323846 * t));
+    const double f = c->lr_floor;
+    return base * (f + (1.0 - f) * 0.5 * (1.0 + cos(3.14159265358979323846 * t)));
 }
