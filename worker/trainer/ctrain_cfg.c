@@ -17,6 +17,7 @@
 #include "ct_config.h"
 #include "ct_ops.h"
 #include "ct_parse.h"
+#include "ctrain_yaml.h"
 
 void ctrain_cfg_default(ctrain_cfg_t *c)
 {
@@ -618,10 +619,147 @@ static bool ctrain_cfg__looks_bool(const char *v)
     return false;
 }
 
+/* ---- --config: the temporal encoder's YAML (examples/pytorch/configs/temporal_encoder.yaml) -- */
+
+typedef enum ctrain_cfg__ytype {
+    CT__Y_INT,
+    CT__Y_NUM, /* a number; YAML 1.1 reads 1e-4 as a string, accepted as the reference does */
+    CT__Y_BOOL,
+    CT__Y_STR,  /* a string */
+    CT__Y_PATH, /* a string or null */
+} ctrain_cfg__ytype_t;
+
+/* Every key the reference reads, its type, and the flag it sets (NULL: a key of the reference
+ * that this stage does not use - the on-the-fly generator's, the DataLoader's, stage 2's and the
+ * logging's - checked for its type and otherwise left alone). */
+static const struct ctrain_cfg__ykey {
+    const char *section, *key;
+    ctrain_cfg__ytype_t type;
+    const char *flag;
+} ctrain_cfg__ykeys[] = {
+    {"data", "cache_dir", CT__Y_PATH, "dataset"},
+    {"data", "num_samples", CT__Y_INT, NULL},
+    {"data", "seq_len", CT__Y_INT, NULL},
+    {"data", "val_fraction", CT__Y_NUM, "val_fraction"},
+    {"data", "seed", CT__Y_INT, NULL},
+    {"data", "batch_size", CT__Y_INT, "batch_size"}, /* per process: times WORLD_SIZE */
+    {"data", "num_workers", CT__Y_INT, NULL},
+    {"data", "pin_memory", CT__Y_BOOL, NULL},
+    {"data", "prefetch_factor", CT__Y_INT, NULL},
+    {"model", "patch_len", CT__Y_INT, "patch_len"},
+    {"model", "d_model", CT__Y_INT, "hidden_units"},
+    {"model", "num_layers", CT__Y_INT, "num_blocks"},
+    {"model", "num_heads", CT__Y_INT, "num_heads"},
+    {"model", "ff_dim", CT__Y_INT, "ff_dim"},
+    {"model", "dropout", CT__Y_NUM, "dropout_rate"},
+    {"model", "num_soft_tokens", CT__Y_INT, NULL},
+    {"model", "mask_ratio", CT__Y_NUM, "mask_ratio"},
+    {"model", "gradient_checkpointing", CT__Y_BOOL, NULL},
+    {"lm", "path", CT__Y_PATH, NULL},
+    {"lm", "dtype", CT__Y_STR, NULL},
+    {"lm", "hidden_size", CT__Y_INT, NULL},
+    {"lm", "num_layers", CT__Y_INT, NULL},
+    {"lm", "num_heads", CT__Y_INT, NULL},
+    {"lm", "num_kv_heads", CT__Y_INT, NULL},
+    {"lm", "intermediate_size", CT__Y_INT, NULL},
+    {"lm", "seed", CT__Y_INT, NULL},
+    {"lm", "pretrain_steps", CT__Y_INT, NULL},
+    {"lm", "prompt", CT__Y_STR, NULL},
+    {"lm", "max_text_tokens", CT__Y_INT, NULL},
+    {"lm", "gradient_checkpointing", CT__Y_BOOL, NULL},
+    {"training", "num_epochs", CT__Y_INT, NULL},
+    {"training", "reconstruct_epochs", CT__Y_INT, "num_epochs"}, /* stage reconstruct's epochs */
+    {"training", "learning_rate", CT__Y_NUM, "lr"},
+    {"training", "weight_decay", CT__Y_NUM, "weight_decay"},
+    {"training", "warmup_steps", CT__Y_INT, "warmup_steps"},
+    {"training", "gradient_accumulation_steps", CT__Y_INT, "grad_accum"},
+    {"training", "fp16", CT__Y_BOOL, NULL}, /* mixed precision on GPUs; the CPU runs float32 */
+    {"training", "gradient_clip", CT__Y_NUM, "grad_clip"},
+    {"training", "seed", CT__Y_INT, "seed"},
+    {"training", "log_interval", CT__Y_INT, NULL},
+    {"output", "checkpoint_dir", CT__Y_PATH, "train_dir"},
+    {"output", "log_dir", CT__Y_PATH, NULL},
+};
+
+static int ctrain_cfg__yleaf(void *ctx, const char *sec, const char *key, const char *v,
+                             ctrain_yaml_kind_t kind, ct_errbuf_t *eb)
+{
+    ctrain_cfg_t *c = ctx;
+    const struct ctrain_cfg__ykey *y = NULL;
+    bool section_known = false;
+    for (size_t i = 0; i < sizeof ctrain_cfg__ykeys / sizeof ctrain_cfg__ykeys[0]; i++) {
+        section_known |= strcmp(ctrain_cfg__ykeys[i].section, sec) == 0;
+        if (strcmp(ctrain_cfg__ykeys[i].section, sec) == 0 &&
+            strcmp(ctrain_cfg__ykeys[i].key, key) == 0)
+            y = &ctrain_cfg__ykeys[i];
+    }
+    if (!section_known)
+        return ct_errbuf_set(
+            eb, CT_EPARSE, "unknown section %.60s (known: data, model, lm, training, output)", sec);
+    if (!y)
+        return ct_errbuf_set(eb, CT_EPARSE, "unknown key %.60s.%.60s", sec, key);
+    static const char *const tname[] = {"an integer", "a number", "true or false", "a string",
+                                        "a string or null"};
+    bool ok = kind == CTRAIN_YAML_PLAIN || kind == CTRAIN_YAML_QUOTED ||
+              (kind == CTRAIN_YAML_NULL && y->type == CT__Y_PATH);
+    ct_errbuf_t teb;
+    int iv;
+    double dv;
+    bool bv;
+    if (ok && y->type == CT__Y_INT)
+        ok = kind == CTRAIN_YAML_PLAIN && ct_parse_int(v, INT32_MIN, INT32_MAX, &iv, &teb) == 0;
+    else if (ok && y->type == CT__Y_NUM)
+        ok = ct_parse_double(v, -1e300, 1e300, &dv, &teb) == 0;
+    else if (ok && y->type == CT__Y_BOOL)
+        ok = kind == CTRAIN_YAML_PLAIN && ct_parse_bool(v, &bv, &teb) == 0;
+    if (!ok)
+        return ct_errbuf_set(eb, CT_EPARSE, "%s.%s = %.60s is not %s", sec, key,
+                             v                          ? v
+                             : kind == CTRAIN_YAML_NULL ? "null"
+                                                        : "a list or mapping",
+                             tname[y->type]);
+    if (!y->flag || kind == CTRAIN_YAML_NULL)
+        return 0;
+    char buf[64];
+    if (strcmp(y->flag, "batch_size") == 0) {
+        /* the reference's batch is per process; ctrain's is global */
+        const char *w = getenv("WORLD_SIZE");
+        long world = w ? strtol(w, NULL, 10) : 1;
+        snprintf(buf, sizeof buf, "%lld", (long long)iv * (world > 0 ? world : 1));
+        v = buf;
+    }
+    for (size_t k = 0; k < CT__NFLAGS; k++)
+        if (strcmp(ctrain_cfg__flags[k].name, y->flag) == 0) {
+            int rc = ctrain_cfg__set(c, &ctrain_cfg__flags[k], v, eb);
+            return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "%s.%s", sec, key);
+        }
+    return ct_errbuf_set(eb, -EINVAL, "%s.%s: no flag %s", sec, key, y->flag);
+}
+
+/* --config FILE or --config=FILE in argv: its keys, before the flags (which override them). */
+static int ctrain_cfg__config(ctrain_cfg_t *c, int argc, char **argv, ct_errbuf_t *eb)
+{
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2) == 0 &&
+            ctrain_cfg__name_eq(argv[i] + 2, strlen(argv[i] + 2), "config") && i + 1 < argc)
+            path = argv[i + 1];
+        else if (strncmp(argv[i], "--config=", 9) == 0)
+            path = argv[i] + 9;
+    }
+    if (path == NULL)
+        return 0;
+    int rc = ctrain_yaml_read(path, ctrain_cfg__yleaf, c, eb);
+    return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "--config %s", path);
+}
+
 int ctrain_args_parse(ctrain_cfg_t *c, int argc, char **argv, ctrain_args_action_t *action,
                       ct_errbuf_t *eb)
 {
     *action = CTRAIN_ARGS_RUN;
+    int rc0 = ctrain_cfg__config(c, argc, argv, eb);
+    if (rc0 != 0)
+        return rc0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
