@@ -581,7 +581,7 @@ void ct_rank_all_cpu(int32_t *ranks, const float *scores, const int32_t *targets
  * row t = [q | k | v]): every query attends to every key of its sequence, no mask,
  *   att[b,h,i,j] = softmax_j(q_i . k_j / sqrt(HS)),   out_i = sum_j drop(att)[i,j] v_j
  * with dropout on the probabilities (element index ((b*NH + h)*L + i)*L + j of drop's stream)
- * as torch.nn.MultiheadAttention applies it. att keeps the probabilities before dropout.
+ * as torch.nn.MultiheadAttention applies it. att keeps the probabilities before dropout. L <= 4096.
  *   out: (B,L,C)   att: (B,NH,L,L)   qkv: (B,L,3C) */
 void ct_enc_attention_forward_cpu(float *out, float *att, const float *qkv, int B, int L, int C,
                                   int NH, ct_dropout_t drop);

@@ -14,14 +14,22 @@
 #include "ct_kernels.h"
 #include "ct_philox.h"
 
-/* The dropout factor of element idx of drop's stream (1 when p == 0). */
-static inline float ct_cpu_encoder__keep(ct_dropout_t drop, uint64_t idx, float keep_scale)
+#define CT_CPU_ENCODER__MAX_L 4096 /* keys per row the dropout factors are drawn for at once */
+
+/* keep[j] <- the dropout factor of elements idx .. idx + L - 1 of drop's stream (1 when
+ * p == 0), drawn a row at a time (four draws per Philox block). */
+static void ct_cpu_encoder__keep_row(float *keep, ct_dropout_t drop, uint64_t idx, int L,
+                                     float keep_scale)
 {
-    if (drop.p <= 0.0f)
-        return 1.0f;
-    uint64_t k = drop.offset + idx;
-    ct_philox_block_t b = ct_philox_block_at(drop.seed, drop.stream, k / 4);
-    return ct_philox_dropout_factor(b.v[k % 4], drop.p, keep_scale);
+    if (drop.p <= 0.0f) {
+        for (int j = 0; j < L; j++)
+            keep[j] = 1.0f;
+        return;
+    }
+    uint32_t u[CT_CPU_ENCODER__MAX_L];
+    ct_rng_u32_cpu(u, L, drop.seed, drop.stream, drop.offset + idx);
+    for (int j = 0; j < L; j++)
+        keep[j] = ct_philox_dropout_factor(u[j], drop.p, keep_scale);
 }
 
 void ct_enc_attention_forward_cpu(float *out, float *att, const float *qkv, int B, int L, int C,
@@ -56,9 +64,11 @@ void ct_enc_attention_forward_cpu(float *out, float *att, const float *qkv, int 
                 float *o = out + ((size_t)b * L + i) * C + h * HS;
                 for (int e = 0; e < HS; e++)
                     o[e] = 0.0f;
-                const uint64_t base = (((uint64_t)b * NH + h) * L + i) * L;
+                float keep[CT_CPU_ENCODER__MAX_L];
+                ct_cpu_encoder__keep_row(keep, drop, (((uint64_t)b * NH + h) * L + i) * L, L,
+                                         keep_scale);
                 for (int j = 0; j < L; j++) {
-                    const float p = row[j] * ct_cpu_encoder__keep(drop, base + j, keep_scale);
+                    const float p = row[j] * keep[j];
                     const float *v = qkv + ((size_t)b * L + j) * C3 + 2 * C + h * HS;
                     for (int e = 0; e < HS; e++)
                         o[e] += p * v[e];
@@ -80,11 +90,11 @@ void ct_enc_attention_backward_cpu(float *dqkv, float *scratch, const float *dou
             for (int i = 0; i < L; i++) {
                 const float *row = A + (size_t)i * L;
                 const float *go = dout + ((size_t)b * L + i) * C + h * HS;
-                const uint64_t base = (((uint64_t)b * NH + h) * L + i) * L;
+                ct_cpu_encoder__keep_row(keep, drop, (((uint64_t)b * NH + h) * L + i) * L, L,
+                                         keep_scale);
                 /* d(dropped probabilities) and dv */
                 float dot = 0.0f;
                 for (int j = 0; j < L; j++) {
-                    keep[j] = ct_cpu_encoder__keep(drop, base + j, keep_scale);
                     const float *v = qkv + ((size_t)b * L + j) * C3 + 2 * C + h * HS;
                     float *dv = dqkv + ((size_t)b * L + j) * C3 + 2 * C + h * HS;
                     float s = 0.0f;
