@@ -18,10 +18,24 @@
  * store CPU = CPU time of the store's thread (server and coordinator) over that interval; plan
  * = size of the published plan. Every run checks that the ranks are 0..N-1, each once, and the
  * world sizes agree. Not a test: nothing asserts speed.
+ *
+ * The etcd column (--etcd-max M, default 1024; 0: none): the same join through the rendezvous
+ * kept in etcd (ctrun_etcd_rdzv.h, --rdzv_backend=etcd-v3), N simulated agents on one libuv loop,
+ * each with its own etcd clients (membership lease, join transaction, watch, proposals), against
+ * one etcd member this program starts on loopback ports (etcd from $CTRUN_ETCD or PATH; the
+ * column is skipped without one): time from the first join to the moment every agent knows its
+ * rank, one run per N up to M, given up after --etcd-timeout seconds (default 300).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +46,7 @@
 
 #include "ct_store_client.h"
 #include "ct_time.h"
+#include "ctrun_etcd_rdzv.h"
 #include "ctrun_rdzv.h"
 #include "ctrun_store.h"
 
@@ -331,6 +346,247 @@ static int run_once(int n, int threads, result_t *out)
     return rc;
 }
 
+/* ---- the etcd column ------------------------------------------------------------------------ */
+
+typedef struct etcd_server {
+    pid_t pid;
+    char dir[256];
+    char endpoint[64];
+} etcd_server_t;
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static size_t etcd_sink(char *p, size_t size, size_t n, void *data)
+{
+    (void)p;
+    (void)data;
+    return size * n;
+}
+
+/* Starts one etcd member on two free loopback ports, data in a temporary folder; waits (20 s
+ * at most) until it answers /health. Returns 0, 1 when there is no etcd, -1 on failure. */
+static int etcd_server_start(etcd_server_t *s)
+{
+    const char *bin = getenv("CTRUN_ETCD");
+    static char found[4096];
+    if (bin == NULL || bin[0] == '\0') {
+        char path[4096];
+        snprintf(path, sizeof path, "%s", getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+        bin = NULL;
+        for (char *save = NULL, *d = strtok_r(path, ":", &save); d && !bin;
+             d = strtok_r(NULL, ":", &save)) {
+            snprintf(found, sizeof found, "%s/etcd", d);
+            if (access(found, X_OK) == 0)
+                bin = found;
+        }
+    }
+    if (bin == NULL || access(bin, X_OK) != 0)
+        return 1;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(s->dir, sizeof s->dir, "%s/rdzv_bench_etcd.XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (mkdtemp(s->dir) == NULL)
+        return -1;
+    int cport = free_port(), pport = free_port();
+    while (pport == cport)
+        pport = free_port();
+    char client[64], peer[64], cluster[96], data[300], log[300];
+    snprintf(s->endpoint, sizeof s->endpoint, "127.0.0.1:%d", cport);
+    snprintf(client, sizeof client, "http://127.0.0.1:%d", cport);
+    snprintf(peer, sizeof peer, "http://127.0.0.1:%d", pport);
+    snprintf(cluster, sizeof cluster, "b=%s", peer);
+    snprintf(data, sizeof data, "%s/data", s->dir);
+    snprintf(log, sizeof log, "%s/etcd.log", s->dir);
+    fflush(stdout); /* the child must not write what is buffered here */
+    fflush(stderr);
+    s->pid = fork();
+    if (s->pid < 0)
+        return -1;
+    if (s->pid == 0) {
+        FILE *f = freopen(log, "w", stdout);
+        if (f != NULL)
+            dup2(STDOUT_FILENO, STDERR_FILENO);
+        execl(bin, bin, "--name", "b", "--data-dir", data, "--listen-client-urls", client,
+              "--advertise-client-urls", client, "--listen-peer-urls", peer,
+              "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster, (char *)NULL);
+        _exit(127);
+    }
+    char url[128];
+    snprintf(url, sizeof url, "%s/health", client);
+    int64_t deadline = ct_time_ms() + 20000;
+    while (ct_time_ms() < deadline) {
+        CURL *h = curl_easy_init();
+        long status = 0;
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 1000L);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, etcd_sink);
+        bool ok = curl_easy_perform(h) == CURLE_OK &&
+                  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK &&
+                  status == 200;
+        curl_easy_cleanup(h);
+        if (ok)
+            return 0;
+        if (waitpid(s->pid, NULL, WNOHANG) == s->pid) {
+            s->pid = -1;
+            fprintf(stderr, "rdzv_bench: etcd exited; see %s\n", log);
+            return -1;
+        }
+        struct timespec ts = {0, 50 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr, "rdzv_bench: etcd did not answer in 20 s; see %s\n", log);
+    return -1;
+}
+
+static void etcd_server_stop(etcd_server_t *s)
+{
+    if (s->pid > 0) {
+        kill(s->pid, SIGKILL);
+        waitpid(s->pid, NULL, 0);
+        s->pid = -1;
+    }
+    if (s->dir[0] != '\0') {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "rdzv_bench: cannot remove %s\n", s->dir);
+        s->dir[0] = '\0';
+    }
+}
+
+typedef struct enode {
+    struct erun *run;
+    ctrun_etcd_rdzv_t *r;
+    char id[32];
+    int rank, nnodes;
+    bool got;
+} enode_t;
+
+typedef struct erun {
+    uv_loop_t loop;
+    uv_timer_t deadline;
+    enode_t *nodes;
+    int n, got;
+    bool failed, timed_out;
+    int64_t t_end;
+    char error[CT_ERRBUF_SIZE * 2];
+} erun_t;
+
+static void etcd_on_event(void *data, const ctrun_etcd_rdzv_event_t *ev)
+{
+    enode_t *x = data;
+    erun_t *R = x->run;
+    if (ev->kind == CTRUN_ETCD_RDZV_ROUND && !x->got) {
+        x->got = true;
+        x->rank = ev->plan->group_rank;
+        x->nnodes = ev->plan->nnodes;
+        if (++R->got == R->n) {
+            R->t_end = ct_time_ns();
+            uv_stop(&R->loop);
+        }
+    } else if (ev->kind == CTRUN_ETCD_RDZV_ERROR && !R->failed) {
+        R->failed = true;
+        snprintf(R->error, sizeof R->error, "%s: %s", x->id, ev->text);
+        uv_stop(&R->loop);
+    }
+}
+
+static void etcd_on_deadline(uv_timer_t *t)
+{
+    erun_t *R = t->data;
+    R->timed_out = true;
+    uv_stop(&R->loop);
+}
+
+/* One run of n agents through the rendezvous in etcd; the milliseconds until every agent knew
+ * its rank in *ms, or -1 (with a message) when it failed or timed out. */
+static int etcd_run_once(const char *endpoint, int n, int timeout_s, double *ms)
+{
+    erun_t *R = calloc(1, sizeof *R);
+    if (R == NULL || (R->nodes = calloc((size_t)n, sizeof *R->nodes)) == NULL) {
+        free(R);
+        return -1;
+    }
+    R->n = n;
+    uv_loop_init(&R->loop);
+    uv_timer_init(&R->loop, &R->deadline);
+    R->deadline.data = R;
+    char run_id[64];
+    snprintf(run_id, sizeof run_id, "bench-%d-%d", n, (int)getpid());
+    int64_t t0 = ct_time_ns();
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        enode_t *x = &R->nodes[i];
+        x->run = R;
+        x->rank = -1;
+        snprintf(x->id, sizeof x->id, "a%d", i);
+        ctrun_etcd_rdzv_params_t p = {.etcd = {.endpoints = endpoint,
+                                               .request_timeout_ms = (int64_t)timeout_s * 1000},
+                                      .run_id = run_id,
+                                      .id = x->id,
+                                      .host = "bench",
+                                      .nproc = 1 + i % 8,
+                                      .min_nodes = 1,
+                                      .max_nodes = n,
+                                      .max_restarts = 0,
+                                      .last_call_ms = (int64_t)timeout_s * 1000 * 2,
+                                      .ttl_s = timeout_s + 60};
+        ct_errbuf_t eb = {{0}};
+        if (ctrun_etcd_rdzv_start(&R->loop, &p, etcd_on_event, x, &x->r, &eb) != 0) {
+            snprintf(R->error, sizeof R->error, "%s", eb.msg);
+            rc = -1;
+        }
+    }
+    if (rc == 0) {
+        uv_timer_start(&R->deadline, etcd_on_deadline, (uint64_t)timeout_s * 1000, 0);
+        uv_run(&R->loop, UV_RUN_DEFAULT);
+        uv_timer_stop(&R->deadline);
+        *ms = (double)(R->t_end - t0) / 1e6;
+        if (R->failed || R->timed_out) {
+            if (R->timed_out)
+                snprintf(R->error, sizeof R->error, "%d of %d agents knew their rank after %d s",
+                         R->got, n, timeout_s);
+            rc = -1;
+        }
+    }
+    /* Every rank once, everyone in one round of n. */
+    char *seen = calloc((size_t)n, 1);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        enode_t *x = &R->nodes[i];
+        if (seen == NULL || x->rank < 0 || x->rank >= n || seen[x->rank] || x->nnodes != n) {
+            snprintf(R->error, sizeof R->error, "agent %d has a bad plan (rank %d of %d)", i,
+                     x->rank, x->nnodes);
+            rc = -1;
+            break;
+        }
+        seen[x->rank] = 1;
+    }
+    free(seen);
+    if (rc != 0)
+        fprintf(stderr, "rdzv_bench: etcd, N=%d: %s\n", n, R->error);
+    /* Leave: revoke the leases; the last one out removes the job's keys. */
+    for (int i = 0; i < n; i++)
+        ctrun_etcd_rdzv_close(R->nodes[i].r, CTRUN_ETCD_RDZV_FINISH);
+    uv_close((uv_handle_t *)&R->deadline, NULL);
+    uv_run(&R->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&R->loop);
+    free(R->nodes);
+    free(R);
+    return rc;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -346,7 +602,7 @@ static double median(double *v, int n)
 int main(int argc, char **argv)
 {
     const char *list = "16,256,1024,4096";
-    int threads = 32, runs = 3;
+    int threads = 32, runs = 3, etcd_max = 1024, etcd_timeout = 300;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--agents") == 0 && i + 1 < argc)
             list = argv[++i];
@@ -354,13 +610,19 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc)
             runs = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--etcd-max") == 0 && i + 1 < argc)
+            etcd_max = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--etcd-timeout") == 0 && i + 1 < argc)
+            etcd_timeout = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: rdzv_bench [--agents N,N,...] [--threads K] [--runs R]\n");
+            fprintf(stderr, "usage: rdzv_bench [--agents N,N,...] [--threads K] [--runs R] "
+                            "[--etcd-max M] [--etcd-timeout S]\n");
             return 2;
         }
     }
-    if (threads < 1 || runs < 1 || runs > 100) {
-        fprintf(stderr, "rdzv_bench: --threads and --runs must be positive (runs <= 100)\n");
+    if (threads < 1 || runs < 1 || runs > 100 || etcd_max < 0 || etcd_timeout < 1) {
+        fprintf(stderr, "rdzv_bench: --threads, --runs and --etcd-timeout must be positive (runs "
+                        "<= 100), --etcd-max at least 0\n");
         return 2;
     }
     /* Two descriptors per agent (its client and the store's end). */
@@ -373,8 +635,23 @@ int main(int argc, char **argv)
     printf("# rdzv_bench: ctrun's dynamic rendezvous (--nnodes=1:N), N agents as blocking store "
            "clients on %d threads, store + coordinator on one thread; median of %d runs\n",
            threads, runs);
-    printf("# %6s %12s %12s %14s %14s %12s\n", "agents", "connect_ms", "joined_ms", "rendezvous_ms",
-           "store_cpu_ms", "plan_bytes");
+    etcd_server_t etcd = {.pid = -1};
+    if (etcd_max > 0) {
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        int erc = etcd_server_start(&etcd);
+        if (erc == 1)
+            printf("# etcd column skipped: no etcd (set CTRUN_ETCD or put etcd on PATH)\n");
+        if (erc != 0) {
+            etcd_server_stop(&etcd);
+            etcd_max = 0;
+        } else {
+            printf("# etcd_ms: the same join through --rdzv_backend=etcd-v3's rendezvous, N agents "
+                   "on one loop against one etcd member at %s; one run, N <= %d\n",
+                   etcd.endpoint, etcd_max);
+        }
+    }
+    printf("# %6s %12s %12s %14s %14s %12s %12s\n", "agents", "connect_ms", "joined_ms",
+           "rendezvous_ms", "store_cpu_ms", "plan_bytes", "etcd_ms");
     char *copy = strdup(list);
     int status = 0;
     for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok != NULL;
@@ -407,11 +684,20 @@ int main(int argc, char **argv)
             plan = res.plan_bytes;
             ok++;
         }
+        char ecol[32] = "-";
+        if (ok > 0 && n <= etcd_max) {
+            double ems = 0;
+            if (etcd_run_once(etcd.endpoint, n, etcd_timeout, &ems) == 0)
+                snprintf(ecol, sizeof ecol, "%.1f", ems);
+            else
+                snprintf(ecol, sizeof ecol, "failed");
+        }
         if (ok > 0)
-            printf("  %6d %12.1f %12.1f %14.1f %14.1f %12zu\n", n, median(c, ok), median(j, ok),
-                   median(t, ok), median(cpu, ok), plan);
+            printf("  %6d %12.1f %12.1f %14.1f %14.1f %12zu %12s\n", n, median(c, ok),
+                   median(j, ok), median(t, ok), median(cpu, ok), plan, ecol);
         fflush(stdout);
     }
     free(copy);
+    etcd_server_stop(&etcd);
     return status;
 }

@@ -216,7 +216,7 @@ int ct_scale_cuda(float *x, float s, int64_t n, ct_stream_t stream);
  * RMSNorm: one warp per row, row sums in double as the CPU (any C); the weight gradient is a
  * column sum: one partial per warp of each block of CT_RMSNORM_BWD_CUDA_ROWS rows in scratch,
  * added in order by a second kernel. RoPE takes the CPU's table (ct_rope_table_cpu) in device
- * memory and gives the CPU's bits; GELU and SwiGLU use the device's tanhf, erff, expf. */
+ * memory and gives the CPU's bits; GELU and SwiGLU use the device's erff, expf. */
 int ct_rmsnorm_forward_cuda(float *out, float *rstd, const float *inp, const float *weight, int N,
                             int C, float eps, ct_stream_t stream);
 /*   scratch: CT_RMSNORM_BWD_CUDA_SCRATCH(N, C) floats */

@@ -11,7 +11,8 @@
  * scratch (lanes own channels: no two threads touch one element, no shared memory, so any width
  * works), and a second kernel adds the partials in order: deterministic, no atomics.
  * RoPE is two products and a sum per element with the same intrinsics: the CPU's bits.
- * GELU and SwiGLU call the device's tanhf / erff / expf, which are within 2 ulp of glibc's.
+ * GELU (the tanh form as x sigmoid(2u), the CPU's formula) and SwiGLU call the device's erff /
+ * expf, which are within 2 ulp of glibc's.
  *
  * Not here: the table (the CPU computes it), the LM head's loss (xent.cu).
  */
@@ -139,7 +140,8 @@ __global__ void ct_cuda_lm__gelu_fwd_kernel(float *out, const float *inp, int64_
             const float u =
                 __fmul_rn(CT__SQRT_2_OVER_PI,
                           __fadd_rn(x, __fmul_rn(CT__GELU_A, __fmul_rn(__fmul_rn(x, x), x))));
-            out[i] = __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(u)));
+            /* x sigmoid(2u), as the CPU computes 0.5 x (1 + tanh u) */
+            out[i] = __fdiv_rn(x, __fadd_rn(1.0f, expf(__fmul_rn(-2.0f, u))));
         } else {
             out[i] =
                 __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, erff(__fmul_rn(x, CT__INV_SQRT_2))));
@@ -158,13 +160,14 @@ __global__ void ct_cuda_lm__gelu_bwd_kernel(float *dinp, const float *dout, cons
             const float u =
                 __fmul_rn(CT__SQRT_2_OVER_PI,
                           __fadd_rn(x, __fmul_rn(CT__GELU_A, __fmul_rn(__fmul_rn(x, x), x))));
-            const float t = tanhf(u);
+            /* s = sigmoid(2u) = 0.5 (1 + tanh u), 0.5 (1 - tanh^2 u) = 2 s (1 - s) */
+            const float sg = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(__fmul_rn(-2.0f, u))));
             const float du =
                 __fmul_rn(CT__SQRT_2_OVER_PI,
                           __fadd_rn(1.0f, __fmul_rn(__fmul_rn(3.0f, CT__GELU_A), __fmul_rn(x, x))));
             dg = __fadd_rn(
-                __fmul_rn(0.5f, __fadd_rn(1.0f, t)),
-                __fmul_rn(__fmul_rn(__fmul_rn(0.5f, x), __fsub_rn(1.0f, __fmul_rn(t, t))), du));
+                sg,
+                __fmul_rn(__fmul_rn(__fmul_rn(2.0f, x), __fmul_rn(sg, __fsub_rn(1.0f, sg))), du));
         } else {
             const float cdf = __fmul_rn(0.5f, __fadd_rn(1.0f, erff(__fmul_rn(x, CT__INV_SQRT_2))));
             const float pdf = __fmul_rn(CT__INV_SQRT_2PI, expf(__fmul_rn(__fmul_rn(-0.5f, x), x)));

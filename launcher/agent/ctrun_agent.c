@@ -1,9 +1,10 @@
 /*
  * ctrun_agent.c - ctrun_agent_run: sets the agent up (console queue, timers, signal handlers,
  * job cgroup and its reaper, log folder, the store - hosted or reached as a client - the kv, the
- * rendezvous and, on the host, its coordinator), hands the result to the transition function as
- * the START event, runs the loop until the job is over, and tears down. Also this node's name,
- * printing through the console queue, and what a node can say about a rendezvous that timed out.
+ * rendezvous and, on the host, its coordinator; with etcd-v3 none of the store's parts), hands the
+ * result to the transition function as the START event, runs the loop until the job is over, and
+ * tears down. Also this node's name, printing through the console queue, and what a node can say
+ * about a rendezvous that timed out.
  *
  * Deliberately not here: the states and what moves them (ctrun_agent_step.c), the job's end
  * (ctrun_agent_end.c), heartbeats (ctrun_agent_hb.c), fault injection (ctrun_agent_inject.c).
@@ -182,6 +183,7 @@ static int ctrun_agent__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
     const ctrun_config_t *cfg = a->cfg;
     a->rdzv_kind =
         cfg->rdzv_backend == CTRUN_RDZV_STATIC ? CTRUN_RDZV_KIND_STATIC : CTRUN_RDZV_KIND_C10D;
+    a->use_etcd = cfg->rdzv_backend == CTRUN_RDZV_ETCD_V3;
     a->entrypoint = ctrun_cmd_entrypoint_name(cfg);
     a->prefix_template = cfg->log_line_prefix_template;
 
@@ -251,7 +253,8 @@ static int ctrun_agent__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
     int rc = ctrun_logs_init(&a->logs, cfg->log_dir, cfg->tmp_dir, cfg->run_id, eb);
     if (rc != 0)
         return rc;
-    if ((rc = ctrun_agent__setup_store(a, eb)) != 0)
+    /* etcd-v3: no store until this node hosts a round's workers' store (ctrun_agent_etcd.c). */
+    if (!a->use_etcd && (rc = ctrun_agent__setup_store(a, eb)) != 0)
         return rc;
     bool multi = cfg->max_nodes > 1;
     a->hb_interval_ms = (uint64_t)(cfg->rdzv_conf.node_hb_interval_s * 1000.0 + 0.5);
@@ -277,7 +280,7 @@ static int ctrun_agent__setup(ctrun_agent_t *a, ct_errbuf_t *eb)
             return rc;
         a->coord_open = true;
     }
-    if (multi)
+    if (multi && !a->use_etcd) /* etcd: the node's lease is its heartbeat */
         uv_timer_start(&a->hb_timer, ctrun_agent__hb_cb, a->hb_interval_ms / 4 + 1,
                        a->hb_interval_ms);
     ctrun_rdzv_init(&a->rdzv, a->kv, &rp);

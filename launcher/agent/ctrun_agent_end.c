@@ -52,6 +52,8 @@ void ctrun_agent__close(ctrun_agent_t *a)
     }
     ctrun_kv_close(a->kv);
     a->kv = NULL;
+    if (a->use_etcd)
+        ctrun_agent__etcd_close(a);
     if (a->coord_open) {
         /* Nodes still waiting to join learn why no round will come. */
         ctrun_rdzv_coord_shut(&a->coord, "the job has ended (its store's host is leaving)");

@@ -2,11 +2,12 @@
  * ctrun_agent_internal.h - the agent's data and the functions its files share:
  * ctrun_agent.c (set-up, run, teardown), ctrun_agent_step.c (events, the transition function
  * and its decisions), ctrun_agent_observe.c (torchelastic's event records and the numbers
- * behind the metrics endpoint), ctrun_metrics.c (that endpoint), ctrun_agent_outcome.c (an attempt's outcome and failure records in the
- * store), ctrun_agent_end.c (report, exit barrier, closing), ctrun_agent_hb.c (heartbeats,
- * watchdog, store loss), ctrun_agent_inject.c (fault injection) and ctrun_group.c (the
- * mechanics of one attempt's workers: environments, output sinks, spawning, signalling,
- * freeing).
+ * behind the metrics endpoint), ctrun_metrics.c (that endpoint), ctrun_agent_outcome.c (an
+ * attempt's outcome and failure records in the store), ctrun_agent_etcd.c (the rendezvous kept in
+ * etcd: --rdzv_backend=etcd-v3), ctrun_agent_end.c (report, exit barrier, closing),
+ * ctrun_agent_hb.c (heartbeats, watchdog, store loss), ctrun_agent_inject.c (fault injection) and
+ * ctrun_group.c (the mechanics of one attempt's workers: environments, output sinks, spawning,
+ * signalling, freeing).
  *
  * Two explicit state machines, both changed only in ctrun_agent_step.c (the transition code;
  * ctrun_group_prepare creates an attempt's workers IDLE):
@@ -148,6 +149,16 @@ struct ctrun_agent {
     ctrun_rdzv_t rdzv;
     ctrun_rdzv_kind_t rdzv_kind;
 
+    /* etcd-v3 (ctrun_agent_etcd.c): the rounds are kept in etcd, not in a store of ours; kv,
+     * coordinator and node heartbeats are unused, and `store` is the workers' store this node
+     * hosts as a round's group rank 0 */
+    bool use_etcd;
+    struct ctrun_etcd_rdzv *etcd;
+    char etcd_id[128];   /* this node in etcd: "<name>-<pid>" */
+    bool etcd_round;     /* RENDEZVOUS: a round with this node formed; its store is awaited */
+    char *etcd_report;   /* this node's failure record of the attempt (JSON), NULL when none */
+    char *etcd_failures; /* the other nodes' records of the attempt seen so far, one a line */
+
     /* the current attempt */
     int attempt;
     ctrun_rdzv_plan_t plan;
@@ -246,6 +257,7 @@ typedef enum ctrun_agent__event_kind {
     CTRUN_AGENT__EV_INJECT,     /* a time-triggered --inject spec is due */
     CTRUN_AGENT__EV_RESTART,    /* --restart_backoff is over */
     CTRUN_AGENT__EV_FILETIMER,  /* worker: its FileTimer expired (worker->timer_expired) */
+    CTRUN_AGENT__EV_ETCD,       /* an event of the rendezvous kept in etcd (etcd) */
 } ctrun_agent__event_kind_t;
 
 typedef struct ctrun_agent__event {
@@ -253,6 +265,7 @@ typedef struct ctrun_agent__event {
     int worker;
     int value;
     const ctrun_kv_reply_t *reply;
+    const struct ctrun_etcd_rdzv_event *etcd;
 } ctrun_agent__event_t;
 
 static inline uint64_t ctrun_agent__tag(const ctrun_agent_t *a, unsigned kind)
@@ -292,6 +305,23 @@ void ctrun_agent__post_ok(ctrun_agent_t *a);
 void ctrun_agent__record_failure(ctrun_agent_t *a, int i, int exitcode, const char *message,
                                  const char *cause, int64_t detect_ns);
 void ctrun_agent__fetch_failures(ctrun_agent_t *a);
+
+/* ctrun_agent_etcd.c: the rendezvous kept in etcd */
+/* Joins (the first time) or asks for the next round. Returns 0 or an error (logged). */
+int ctrun_agent__etcd_rendezvous(ctrun_agent_t *a);
+/* Group rank 0: a fresh workers' store, published in etcd (master_addr/port set). */
+int ctrun_agent__etcd_host_store(ctrun_agent_t *a);
+/* Another node's store "host:port" as the workers' MASTER_ADDR/MASTER_PORT. */
+int ctrun_agent__etcd_use_store(ctrun_agent_t *a, const char *addr);
+void ctrun_agent__etcd_failure(ctrun_agent_t *a, const char *node, const char *record);
+/* Every failure record of the attempt for the report (this node's first), or NULL. */
+const char *ctrun_agent__etcd_report_lines(ctrun_agent_t *a);
+/* An outcome from etcd (node ids become group ranks) -> ctrun_agent__note_outcome. */
+void ctrun_agent__etcd_note_outcome(ctrun_agent_t *a, const char *text);
+void ctrun_agent__etcd_post(ctrun_agent_t *a, const char *text);
+void ctrun_agent__etcd_post_failed(ctrun_agent_t *a);
+void ctrun_agent__etcd_post_ok(ctrun_agent_t *a);
+void ctrun_agent__etcd_close(ctrun_agent_t *a);
 
 /* ctrun_agent_end.c: the end of the job */
 void ctrun_agent__report(ctrun_agent_t *a, const char *lines);

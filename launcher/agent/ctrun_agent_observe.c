@@ -114,7 +114,9 @@ static void ctrun_agent__event_base(const ctrun_agent_t *a, ctrun_event_t *ev, c
     ev->run_id = cfg->run_id;
     ev->role = cfg->role;
     ev->hostname = a->host;
-    ev->rdzv_backend = a->rdzv_kind == CTRUN_RDZV_KIND_STATIC ? "static" : "c10d";
+    ev->rdzv_backend = a->use_etcd                              ? "etcd-v3"
+                       : a->rdzv_kind == CTRUN_RDZV_KIND_STATIC ? "static"
+                                                                : "c10d";
     /* torchrun names the program it executes: its interpreter's file name for scripts */
     const char *prog = cfg->use_python ? cfg->python : cfg->script;
     const char *slash = strrchr(prog, '/');

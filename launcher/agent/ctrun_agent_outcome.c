@@ -5,7 +5,8 @@
  * "succeeded"), the
  * /ctrun/a/<k>/ok count of nodes whose workers all exited 0, and this node's failure records
  * (kept for the report, logged as torchrun does, appended to /ctrun/a/<k>/failures, and read
- * back from every node for the report).
+ * back from every node for the report). With etcd-v3 the same writes go through the
+ * rendezvous in etcd (ctrun_agent_etcd.c).
  *
  * Deliberately not here: deciding what an outcome leads to (ctrun_agent_step.c) and the report
  * itself (ctrun_agent_end.c).
@@ -58,6 +59,10 @@ void ctrun_agent__post_outcome(ctrun_agent_t *a, const char *text)
         ctrun_agent__note_outcome(a, text);
         return;
     }
+    if (a->use_etcd) {
+        ctrun_agent__etcd_post(a, text);
+        return;
+    }
     char key[CTRUN_RDZV_KEY_MAX];
     ctrun_rdzv_key(key, "a/%d/outcome", a->attempt);
     ctrun_agent__kv(a,
@@ -108,6 +113,12 @@ void ctrun_agent__record_failure(ctrun_agent_t *a, int i, int exitcode, const ch
     if (a->store_lost)
         return;
     char *json = NULL;
+    if (a->use_etcd) {
+        /* One record per node and attempt in etcd: its first failure. */
+        if (a->etcd_report == NULL && ctrun_failure_to_json(f, a->plan.group_rank, &json) == 0)
+            a->etcd_report = json;
+        return;
+    }
     if (ctrun_failure_to_json(f, a->plan.group_rank, &json) == 0) {
         size_t n = strlen(json);
         char *line_nl = malloc(n + 2);
@@ -130,6 +141,10 @@ void ctrun_agent__post_failed(ctrun_agent_t *a)
 {
     if (!a->failure_posted) {
         a->failure_posted = true;
+        if (a->use_etcd && !a->store_lost) {
+            ctrun_agent__etcd_post_failed(a);
+            return;
+        }
         char text[64];
         snprintf(text, sizeof text, "failed %d", a->plan.group_rank);
         ctrun_agent__post_outcome(a, text);
@@ -145,9 +160,12 @@ void ctrun_agent__post_stopped(ctrun_agent_t *a, int sig)
 }
 
 /* A signal may make this node leave rather than stop the job: an elastic c10d job (MIN < MAX)
- * that goes on without it, unless it hosts the store, without which nobody can. */
+ * that goes on without it, unless it hosts the store, without which nobody can (with etcd, the
+ * next round hosts a new one). */
 bool ctrun_agent__can_leave(const ctrun_agent_t *a)
 {
+    if (a->use_etcd)
+        return a->cfg->min_nodes < a->cfg->max_nodes && !a->store_lost;
     return a->rdzv_kind == CTRUN_RDZV_KIND_C10D && a->cfg->min_nodes < a->cfg->max_nodes &&
            !a->is_host && !a->store_lost;
 }
@@ -165,6 +183,10 @@ void ctrun_agent__post_left(ctrun_agent_t *a, int sig)
  * number of nodes writes "succeeded"). */
 void ctrun_agent__post_ok(ctrun_agent_t *a)
 {
+    if (a->use_etcd) {
+        ctrun_agent__etcd_post_ok(a);
+        return;
+    }
     char key[CTRUN_RDZV_KEY_MAX];
     ctrun_rdzv_key(key, "a/%d/ok", a->attempt);
     ctrun_agent__kv(a, ctrun_kv_add(a->kv, key, 1, ctrun_agent__tag(a, CTRUN_AGENT__KV_OK)));
@@ -173,6 +195,8 @@ void ctrun_agent__post_ok(ctrun_agent_t *a)
 /* The attempt's outcome, whoever writes it: a GET that waits for the key. */
 void ctrun_agent__await_outcome(ctrun_agent_t *a)
 {
+    if (a->use_etcd)
+        return; /* the rendezvous passes every outcome on (ENDED) */
     char key[CTRUN_RDZV_KEY_MAX];
     ctrun_rdzv_key(key, "a/%d/outcome", a->attempt);
     ctrun_agent__kv(a, ctrun_kv_get(a->kv, key, ctrun_agent__tag(a, CTRUN_AGENT__KV_OUTCOME)));
@@ -181,6 +205,8 @@ void ctrun_agent__await_outcome(ctrun_agent_t *a)
 /* Every node's failure records of the attempt, for the report. */
 void ctrun_agent__fetch_failures(ctrun_agent_t *a)
 {
+    if (a->use_etcd)
+        return; /* collected as they came (ctrun_agent__etcd_report_lines) */
     char key[CTRUN_RDZV_KEY_MAX];
     ctrun_rdzv_key(key, "a/%d/failures", a->attempt);
     ctrun_agent__kv(a, ctrun_kv_get(a->kv, key, ctrun_agent__tag(a, CTRUN_AGENT__KV_FAILURES)));

@@ -47,6 +47,11 @@
  *   A signal in INIT or RENDEZVOUS -> DONE with 128+signal; a rendezvous that fails or times
  *   out, or a set-up that failed -> DONE with 1.
  *
+ * With etcd-v3 the same machine runs on the rendezvous in etcd (the ETCD event): a round's plan
+ * comes as ROUND; group rank 0 hosts the workers' store and starts its workers at once, the
+ * others once its address arrives (STORE); outcomes come as ENDED, failure records as FAILURE;
+ * etcd out of reach (ERROR) is a lost store; there is no exit barrier.
+ *
  * The job-wide restart count is the attempt number the coordinator publishes in each plan;
  * --max_restarts is the host's (carried in the plan), so every node restarts the same number
  * of times.
@@ -58,6 +63,7 @@
 
 #include "ct_log.h"
 #include "ctrun_agent_internal.h"
+#include "ctrun_etcd_rdzv.h"
 #include "ctrun_signal.h"
 
 static const char *const ctrun_agent__state_names[] = {
@@ -118,7 +124,8 @@ static void ctrun_agent__to_exiting(ctrun_agent_t *a, int exit_code)
     a->exit_code = exit_code;
     ctrun_agent__enter(a, CTRUN_AGENT_EXITING);
     ctrun_agent__end_timers(a);
-    if (a->store_lost || a->plan.nnodes <= 1) {
+    /* etcd keeps no exit barrier: nothing of ours serves the others after the job's end. */
+    if (a->store_lost || a->plan.nnodes <= 1 || a->use_etcd) {
         ctrun_agent__to_done(a, exit_code);
         return;
     }
@@ -143,6 +150,12 @@ static void ctrun_agent__to_rendezvous(ctrun_agent_t *a, int attempt)
     a->failure_posted = false;
     a->killed = false;
     ctrun_agent__enter(a, CTRUN_AGENT_RENDEZVOUS);
+    if (a->use_etcd) {
+        /* The rendezvous in etcd times the join itself and says why it gave up. */
+        if (ctrun_agent__etcd_rendezvous(a) != 0)
+            ctrun_agent__to_done(a, CTRUN_EXIT_FAILED);
+        return;
+    }
     uv_timer_start(&a->rdzv_timer, a->rdzv_timer.timer_cb,
                    (uint64_t)(ctrun_agent__rdzv_timeout_s(a) * 1000.0), 0);
     int rc = ctrun_rdzv_start(&a->rdzv, attempt);
@@ -392,6 +405,10 @@ static void ctrun_agent__decide_failed(ctrun_agent_t *a)
     /* The other nodes may leave meanwhile (they read the records first): their leaving must
      * not end this node before its report, nor with another status than the failure's. */
     a->exit_code = a->fail_exit;
+    if (a->use_etcd) {
+        ctrun_agent__report_and_exit(a, a->store_lost ? NULL : ctrun_agent__etcd_report_lines(a));
+        return;
+    }
     a->fetching_failures = true;
     ctrun_agent__enter(a, CTRUN_AGENT_EXITING);
     ctrun_agent__fetch_failures(a);
@@ -497,6 +514,103 @@ static void ctrun_agent__on_store_gone(ctrun_agent_t *a)
         ctrun_agent__to_done(a, a->exit_code);
         return;
     case CTRUN_AGENT_DONE:
+        return;
+    }
+}
+
+/* The rendezvous kept in etcd (etcd-v3). */
+static void ctrun_agent__on_etcd(ctrun_agent_t *a, const ctrun_etcd_rdzv_event_t *ev)
+{
+    if (a->state == CTRUN_AGENT_DONE)
+        return;
+    switch (ev->kind) {
+    case CTRUN_ETCD_RDZV_ROUND:
+        if (a->state != CTRUN_AGENT_RENDEZVOUS)
+            return;
+        a->rdzv.attempt = a->attempt = ev->attempt;
+        a->rdzv.plan = *ev->plan;
+        a->rdzv.node_id = ev->plan->group_rank;
+        a->etcd_round = true;
+        if (ev->plan->group_rank != 0)
+            return; /* RENDEZVOUS until group rank 0 publishes the workers' store */
+        if (ctrun_agent__etcd_host_store(a) != 0) {
+            ctrun_agent__to_done(a, CTRUN_EXIT_FAILED);
+            return;
+        }
+        ctrun_agent__to_running(a);
+        return;
+    case CTRUN_ETCD_RDZV_STORE:
+        if (a->state != CTRUN_AGENT_RENDEZVOUS || !a->etcd_round || ev->attempt != a->attempt)
+            return;
+        if (ctrun_agent__etcd_use_store(a, ev->text) != 0) {
+            ctrun_agent__to_done(a, CTRUN_EXIT_FAILED);
+            return;
+        }
+        ctrun_agent__to_running(a);
+        return;
+    case CTRUN_ETCD_RDZV_WAITING:
+        ct_log_info("etcd rendezvous: attempt %d runs without this node; it waits for the next "
+                    "round",
+                    ev->attempt);
+        return;
+    case CTRUN_ETCD_RDZV_LOST:
+        return; /* logged by the rendezvous; its outcome follows (ENDED) */
+    case CTRUN_ETCD_RDZV_FAILURE:
+        if (ev->attempt == a->attempt)
+            ctrun_agent__etcd_failure(a, ev->node, ev->text);
+        return;
+    case CTRUN_ETCD_RDZV_ENDED:
+        if (a->state == CTRUN_AGENT_RENDEZVOUS) {
+            /* A round of this node ended before its workers started (its store's host was
+             * lost before publishing it): on to the next one. */
+            if (a->etcd_round && ev->attempt == a->attempt) {
+                ct_log_warn("etcd rendezvous: attempt %d ended (%s) before its workers started",
+                            a->attempt, ev->text);
+                if (ctrun_agent__etcd_rendezvous(a) != 0)
+                    ctrun_agent__to_done(a, CTRUN_EXIT_FAILED);
+            }
+            return;
+        }
+        if (ev->attempt != a->attempt || a->state == CTRUN_AGENT_EXITING)
+            return;
+        ctrun_agent__etcd_note_outcome(a, ev->text);
+        if (a->state == CTRUN_AGENT_RUNNING && a->outcome != CTRUN_OUTCOME_NONE &&
+            a->outcome != CTRUN_OUTCOME_SUCCEEDED) {
+            ctrun_agent__log_outcome(a);
+            ctrun_agent__to_stopping(a, SIGTERM);
+        }
+        ctrun_agent__attempt_over(a);
+        return;
+    case CTRUN_ETCD_RDZV_CLOSED:
+        if (a->state != CTRUN_AGENT_RENDEZVOUS)
+            return;
+        ct_log_error("etcd rendezvous: no further round will run: %s", ev->text);
+        ctrun_agent__to_done(a, CTRUN_EXIT_FAILED);
+        return;
+    case CTRUN_ETCD_RDZV_ERROR:
+        ct_log_error("%s", ev->text);
+        switch (a->state) {
+        case CTRUN_AGENT_INIT:
+        case CTRUN_AGENT_RENDEZVOUS:
+            ctrun_agent__to_done(a, CTRUN_EXIT_FAILED);
+            return;
+        case CTRUN_AGENT_RUNNING:
+        case CTRUN_AGENT_SUCCEEDED:
+        case CTRUN_AGENT_STOPPING:
+            /* Nobody can tell this node how the job goes on: as a lost store. */
+            a->store_lost = true;
+            if (a->state != CTRUN_AGENT_STOPPING)
+                ctrun_agent__to_stopping(a, SIGTERM);
+            ctrun_agent__attempt_over(a);
+            return;
+        case CTRUN_AGENT_EXITING:
+            a->store_lost = true;
+            if (!a->fetching_failures)
+                ctrun_agent__to_done(a, a->exit_code);
+            return;
+        case CTRUN_AGENT_DONE:
+            return;
+        }
         return;
     }
 }
@@ -735,6 +849,9 @@ void ctrun_agent__step(ctrun_agent_t *a, const ctrun_agent__event_t *ev)
         return;
     case CTRUN_AGENT__EV_STORE_GONE:
         ctrun_agent__on_store_gone(a);
+        return;
+    case CTRUN_AGENT__EV_ETCD:
+        ctrun_agent__on_etcd(a, ev->etcd);
         return;
     case CTRUN_AGENT__EV_BARRIER_TIMEOUT:
         if (a->state != CTRUN_AGENT_EXITING)

@@ -52,7 +52,10 @@ int ctrun_info_launch_config(const ctrun_config_t *cfg, char **out)
     fprintf(f, "  max_nodes        : %d\n", cfg->max_nodes);
     fprintf(f, "  nproc_per_node   : %d\n", cfg->nproc_per_node);
     fprintf(f, "  run_id           : %s\n", cfg->run_id);
-    fprintf(f, "  rdzv_backend     : %s\n", is_static ? "static" : "c10d");
+    fprintf(f, "  rdzv_backend     : %s\n",
+            is_static                                 ? "static"
+            : cfg->rdzv_backend == CTRUN_RDZV_ETCD_V3 ? "etcd-v3"
+                                                      : "c10d");
     bool own_store = cfg->standalone || cfg->free_port || cfg->rdzv_endpoint[0] == '\0';
     fprintf(f, "  rdzv_endpoint    : %s\n",
             (is_static || own_store) ? endpoint : cfg->rdzv_endpoint);

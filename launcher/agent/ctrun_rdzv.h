@@ -50,7 +50,7 @@
  * (membership changes do not use up --max_restarts, as in torchrun).
  *
  * When a round closes (torchrun's dynamic rendezvous rules, judged by the coordinator with
- * ctrun_rdzv_round_decide, which launcher/etcd/ctrun_etcd_rdzv.c follows too):
+ * ctrun_rdzv_round_decide, which ctrun_etcd_rdzv.c follows too):
  * - at once when MAX nodes are ready;
  * - after a re-rendezvous (k > 0), at once when every live node of the job (the previous
  *   round's survivors and the nodes waiting to join) is ready and they are at least MIN;

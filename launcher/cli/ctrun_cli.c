@@ -95,15 +95,17 @@ static const ctrun_cli__opt_t ctrun_cli__opts[CTRUN_CLI__O_COUNT] = {
                                  "visible CUDA device) or auto (gpu when there are GPUs, else "
                                  "cpu) (default 1)."},
     [CTRUN_CLI__O_RDZV_BACKEND] = {"Rendezvous", "rdzv_backend", 0, false, {"PET_RDZV_BACKEND"},
-                               "static|c10d",
+                               "static|c10d|etcd-v3",
                                "static: fixed --nnodes, group rank = --node_rank; c10d: "
-                               "dynamic membership through the store at --rdzv_endpoint "
+                               "dynamic membership through the store at --rdzv_endpoint; "
+                               "etcd-v3: as c10d, kept in the etcd cluster at --rdzv_endpoint "
                                "(default static)."},
     [CTRUN_CLI__O_RDZV_ENDPOINT] = {NULL, "rdzv_endpoint", 0, false, {"PET_RDZV_ENDPOINT"},
                                 "HOST[:PORT]",
                                 "Store address; IPv6 in brackets, [::1]:29400. static: "
                                 "overrides --master_addr/--master_port; c10d: default port "
-                                "29400."},
+                                "29400; etcd-v3: HOST:PORT[,HOST:PORT...], etcd's members "
+                                "(default port 2379)."},
     [CTRUN_CLI__O_RDZV_ID] = {NULL, "rdzv_id", 0, false, {"PET_RDZV_ID"}, "ID",
                           "Job id: TORCHELASTIC_RUN_ID and the log folder prefix (default "
                           "none)."},
@@ -587,6 +589,57 @@ static int ctrun_cli__uuid4(char **out)
 }
 
 /* Backend, endpoint, run id and the store address, after --standalone's rewrite. */
+/* etcd-v3: --rdzv_endpoint lists etcd's members, HOST[:PORT] each (port 2379 by default; blanks
+ * around an entry are dropped), rewritten as HOST:PORT,...; store_addr is the first (for the
+ * INFO block). */
+static int ctrun_cli__etcd_endpoints(ctrun_config_t *cfg, const char *src, ct_errbuf_t *eb)
+{
+    if (cfg->rdzv_endpoint[0] == '\0')
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--rdzv_backend=etcd-v3 needs --rdzv_endpoint=HOST:PORT[,HOST:PORT"
+                             "...] (etcd's client URLs)");
+    size_t size = strlen(cfg->rdzv_endpoint) * 2 + 64, at = 0;
+    char *out = malloc(size), *copy = strdup(cfg->rdzv_endpoint);
+    int rc = out && copy ? 0 : -ENOMEM;
+    char *save = NULL;
+    for (char *e = copy ? strtok_r(copy, ",", &save) : NULL; rc == 0 && e != NULL;
+         e = strtok_r(NULL, ",", &save)) {
+        while (*e == ' ' || *e == '\t')
+            e++;
+        for (size_t n = strlen(e); n > 0 && (e[n - 1] == ' ' || e[n - 1] == '\t'); n--)
+            e[n - 1] = '\0';
+        ct_hostport_t hp;
+        if ((rc = ct_hostport_parse(e, CTRUN_DEFAULT_ETCD_PORT, false, &hp, eb)) != 0) {
+            rc = ct_errbuf_wrap(eb, rc, "%s", src);
+            break;
+        }
+        if (at == 0)
+            cfg->store_addr = hp;
+        else
+            out[at++] = ',';
+        char one[CT_HOST_MAX + 16];
+        int n = ct_hostport_format(&hp, one, sizeof one);
+        if (n < 0 || at + (size_t)n + 2 > size) {
+            rc = ct_errbuf_set(eb, CT_EPARSE, "%s: endpoint \"%.64s\" is too long", src, e);
+            break;
+        }
+        memcpy(out + at, one, (size_t)n);
+        at += (size_t)n;
+    }
+    if (rc == 0 && at == 0)
+        rc = ct_errbuf_set(eb, CT_EPARSE, "%s: no etcd endpoint in \"%.64s\"", src,
+                           cfg->rdzv_endpoint);
+    free(copy);
+    if (rc != 0) {
+        free(out);
+        return rc;
+    }
+    out[at] = '\0';
+    free(cfg->rdzv_endpoint);
+    cfg->rdzv_endpoint = out;
+    return 0;
+}
+
 static int ctrun_cli__rendezvous(const ctrun_cli__raw_t *raw, ctrun_config_t *cfg, ct_errbuf_t *eb)
 {
     int rc;
@@ -642,13 +695,17 @@ static int ctrun_cli__rendezvous(const ctrun_cli__raw_t *raw, ctrun_config_t *cf
         cfg->rdzv_backend = CTRUN_RDZV_STATIC;
     else if (strcmp(backend, "c10d") == 0)
         cfg->rdzv_backend = CTRUN_RDZV_C10D;
+    else if (strcmp(backend, "etcd-v3") == 0)
+        cfg->rdzv_backend = CTRUN_RDZV_ETCD_V3;
     else if (strcmp(backend, "etcd") == 0 || strcmp(backend, "etcd-v2") == 0)
         return ct_errbuf_set(eb, CT_EPARSE,
-                             "%s: \"%s\" is not supported by ctrun (expected static or c10d)", src,
-                             backend);
+                             "%s: \"%s\" (etcd's v2 API) is not supported by ctrun (expected "
+                             "static, c10d or etcd-v3)",
+                             src, backend);
     else
-        return ct_errbuf_set(
-            eb, CT_EPARSE, "%s: unknown backend \"%.64s\" (expected static or c10d)", src, backend);
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "%s: unknown backend \"%.64s\" (expected static, c10d or etcd-v3)",
+                             src, backend);
 
     if ((rc = ctrun_cli__str(raw, CTRUN_CLI__O_RDZV_ID, "none", &cfg->run_id)) != 0 ||
         cfg->run_id == NULL)
@@ -662,6 +719,8 @@ static int ctrun_cli__rendezvous(const ctrun_cli__raw_t *raw, ctrun_config_t *cf
 
     bool is_static = cfg->rdzv_backend == CTRUN_RDZV_STATIC;
     const char *ep_src = raw->source[CTRUN_CLI__O_RDZV_ENDPOINT];
+    if (cfg->rdzv_backend == CTRUN_RDZV_ETCD_V3)
+        return ctrun_cli__etcd_endpoints(cfg, ep_src, eb);
     if (cfg->rdzv_endpoint[0] != '\0') {
         /* static needs the port (torchrun: "Port is missing in endpoint"); port 0 only works
          * where nobody else has to find the store. */

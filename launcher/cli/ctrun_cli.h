@@ -49,6 +49,7 @@ extern "C" {
 /* Default ports: static rendezvous (--master_port) and c10d endpoints without a port. */
 #define CTRUN_DEFAULT_MASTER_PORT 29500
 #define CTRUN_DEFAULT_C10D_PORT   29400
+#define CTRUN_DEFAULT_ETCD_PORT   2379 /* etcd-v3: an endpoint without a port */
 
 /* The most nodes a job may have (a rendezvous plan lists them all: CTRUN_RDZV_MAX_NODES). */
 #define CTRUN_MAX_NODES 4096
@@ -58,8 +59,11 @@ extern "C" {
 #define CTRUN_DEFAULT_WATCHDOG_S 120.0
 
 typedef enum ctrun_rdzv_backend {
-    CTRUN_RDZV_STATIC = 0, /* fixed --nnodes, group rank = --node_rank (torchrun's default) */
-    CTRUN_RDZV_C10D = 1,   /* dynamic: store at --rdzv_endpoint, ranks by join order */
+    CTRUN_RDZV_STATIC = 0,  /* fixed --nnodes, group rank = --node_rank (torchrun's default) */
+    CTRUN_RDZV_C10D = 1,    /* dynamic: store at --rdzv_endpoint, ranks by join order */
+    CTRUN_RDZV_ETCD_V3 = 2, /* dynamic as c10d, the rendezvous kept in the etcd cluster at
+                             * --rdzv_endpoint (HOST:PORT,...); group rank 0 hosts the workers'
+                             * store each round */
 } ctrun_rdzv_backend_t;
 
 typedef struct ctrun_config {
@@ -74,7 +78,7 @@ typedef struct ctrun_config {
     bool free_port;      /* torchrun 2.x's rule: a single-node job given no --master_port,
                           * PET_MASTER_PORT or endpoint hosts its own store on a free port, as
                           * --standalone does (c10d, localhost:0) */
-    char *rdzv_endpoint; /* as given ("" when not) */
+    char *rdzv_endpoint; /* as given ("" when not); etcd-v3: the etcd members, comma-separated */
     char *run_id;        /* --rdzv_id; a fresh uuid4 with --standalone */
     ctrun_rdzv_conf_t rdzv_conf;
     int node_rank;     /* --node_rank (static: this node's group rank) */

@@ -8,16 +8,34 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ct_parse.h"
 
 static const char *const ctrun_rdzv_conf__known_keys[] = {
-    "timeout",      "join_timeout",      "last_call_timeout",   "close_timeout",
-    "read_timeout", "heartbeat_timeout", "keep_alive_interval", "keep_alive_max_attempt",
-    "is_host",      "store_type",        "store_token",         "rank",
+    "timeout",
+    "join_timeout",
+    "last_call_timeout",
+    "close_timeout",
+    "read_timeout",
+    "heartbeat_timeout",
+    "keep_alive_interval",
+    "keep_alive_max_attempt",
+    "is_host",
+    "store_type",
+    "store_token",
+    "rank",
     "use_libuv",
+    "etcd_timeout",
+    "protocol",
+    "cacert",
+    "cert",
+    "key",
+    "user",
+    "password_file",
 };
 
 bool ctrun_rdzv_conf_known(const char *key)
@@ -49,6 +67,57 @@ void ctrun_rdzv_conf_free(ctrun_rdzv_conf_t *conf)
     conf->items = NULL;
     conf->count = 0;
     conf->store_token = NULL;
+    conf->etcd_cacert = conf->etcd_cert = conf->etcd_key = conf->etcd_user = NULL;
+    free(conf->etcd_password);
+    conf->etcd_password = NULL;
+}
+
+/* etcd-v3's TLS and authentication keys: files must be readable; the password is the first
+ * line of password_file. */
+static int ctrun_rdzv_conf__etcd(ctrun_rdzv_conf_t *c, ct_errbuf_t *eb)
+{
+    const char *v = ctrun_rdzv_conf_get(c, "protocol");
+    if (v != NULL && strcmp(v, "http") != 0 && strcmp(v, "https") != 0)
+        return ct_errbuf_set(eb, CT_EPARSE, "protocol: \"%.32s\" (expected http or https)", v);
+    c->etcd_https = v != NULL && strcmp(v, "https") == 0;
+    const char *names[] = {"cacert", "cert", "key"};
+    const char **dst[] = {&c->etcd_cacert, &c->etcd_cert, &c->etcd_key};
+    for (size_t i = 0; i < 3; i++) {
+        *dst[i] = ctrun_rdzv_conf_get(c, names[i]);
+        if (*dst[i] == NULL)
+            continue;
+        if (!c->etcd_https)
+            return ct_errbuf_set(eb, CT_EPARSE, "%s: needs protocol=https", names[i]);
+        if (access(*dst[i], R_OK) != 0)
+            return ct_errbuf_set(eb, CT_EPARSE, "%s: cannot read %.200s: %s", names[i], *dst[i],
+                                 strerror(errno));
+    }
+    if ((c->etcd_cert == NULL) != (c->etcd_key == NULL))
+        return ct_errbuf_set(eb, CT_EPARSE, "%s: needs %s too", c->etcd_cert ? "cert" : "key",
+                             c->etcd_cert ? "key" : "cert");
+    c->etcd_user = ctrun_rdzv_conf_get(c, "user");
+    const char *pf = ctrun_rdzv_conf_get(c, "password_file");
+    if ((c->etcd_user == NULL) != (pf == NULL))
+        return ct_errbuf_set(eb, CT_EPARSE, "%s: needs %s too", pf ? "password_file" : "user",
+                             pf ? "user" : "password_file");
+    if (pf == NULL)
+        return 0;
+    FILE *f = fopen(pf, "r");
+    if (f == NULL)
+        return ct_errbuf_set(eb, CT_EPARSE, "password_file: cannot read %.200s: %s", pf,
+                             strerror(errno));
+    char line[1024];
+    bool got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    line[got ? strcspn(line, "\r\n") : 0] = '\0';
+    if (line[0] == '\0')
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "password_file: %.200s has no password on its first "
+                             "line",
+                             pf);
+    if ((c->etcd_password = strdup(line)) == NULL)
+        return -ENOMEM;
+    return 0;
 }
 
 /* A copy of [p, p+len) without surrounding blanks. */
@@ -108,7 +177,8 @@ static int ctrun_rdzv_conf__typed(ctrun_rdzv_conf_t *c, ct_errbuf_t *eb)
         (rc = ctrun_rdzv_conf__seconds(c, "heartbeat_timeout", 5, &c->heartbeat_timeout_s, eb)) !=
             0 ||
         (rc = ctrun_rdzv_conf__seconds(c, "keep_alive_interval", 5, &c->keep_alive_interval_s,
-                                       eb)) != 0)
+                                       eb)) != 0 ||
+        (rc = ctrun_rdzv_conf__seconds(c, "etcd_timeout", 10, &c->etcd_timeout_s, eb)) != 0)
         return rc;
     const char *v = ctrun_rdzv_conf_get(c, "keep_alive_max_attempt");
     c->keep_alive_max_attempt = 3;
@@ -152,7 +222,7 @@ static int ctrun_rdzv_conf__typed(ctrun_rdzv_conf_t *c, ct_errbuf_t *eb)
                              "store_type: unknown store type \"%.32s\" (expected tcp)", v);
     }
     c->store_token = ctrun_rdzv_conf_get(c, "store_token");
-    return 0;
+    return ctrun_rdzv_conf__etcd(c, eb);
 }
 
 int ctrun_rdzv_conf_parse(const char *text, ctrun_rdzv_conf_t *out, ct_errbuf_t *eb)

@@ -39,6 +39,13 @@ typedef struct ctrun_rdzv_conf {
      * when given, else interval x keep_alive_max_attempt when keep_alive_interval is given
      * (torchrun's rule), else 4 s (a dead node is declared lost within 5 s). */
     double node_hb_interval_s, node_hb_timeout_s;
+    /* etcd-v3: how long one request to etcd may take over every member (etcd_timeout, 10) */
+    double etcd_timeout_s;
+    /* etcd-v3: protocol=https, cacert, cert, key (readable files; they point into items), user
+     * and the first line of password_file (malloc'd) */
+    bool etcd_https;
+    const char *etcd_cacert, *etcd_cert, *etcd_key, *etcd_user;
+    char *etcd_password;
     int is_host;             /* is_host: -1 unset (inferred), 0, 1 */
     const char *store_token; /* store_token: shared secret (points into items), or NULL */
 } ctrun_rdzv_conf_t;
@@ -47,7 +54,9 @@ typedef struct ctrun_rdzv_conf {
  * Every key needs a value; a repeated key keeps the last value. Known keys are validated:
  * the *_timeout keys and keep_alive_interval are numbers > 0, keep_alive_max_attempt an
  * integer >= 1, is_host and use_libuv booleans, rank an integer >= 0, store_type "tcp"; the
- * node heartbeat timeout must be longer than its interval.
+ * node heartbeat timeout must be longer than its interval; protocol http or https, cacert, cert
+ * and key readable files (https only; cert and key together), user and password_file together
+ * (the file's first line is the password).
  * Errors: CT_EPARSE / CT_ERANGE_VALUE with the key in eb; out is left empty. */
 int ctrun_rdzv_conf_parse(const char *text, ctrun_rdzv_conf_t *out, ct_errbuf_t *eb);
 

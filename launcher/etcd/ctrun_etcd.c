@@ -27,6 +27,7 @@
 #include <jansson.h>
 
 #include "ct_addr.h"
+#include "ct_log.h"
 #include "ct_time.h"
 
 #define CTRUN_ETCD__REPLY_MAX     (64u << 20) /* a reply (or unread watch data) larger is an error */
@@ -45,6 +46,7 @@ typedef enum ctrun_etcd__kind {
     CTRUN_ETCD__KEEPALIVE,
     CTRUN_ETCD__REVOKE,
     CTRUN_ETCD__WATCH,
+    CTRUN_ETCD__AUTH, /* the client's own: a token for its user */
 } ctrun_etcd__kind_t;
 
 static const struct {
@@ -59,11 +61,12 @@ static const struct {
     [CTRUN_ETCD__KEEPALIVE] = {"lease keepalive", "/v3/lease/keepalive", false},
     [CTRUN_ETCD__REVOKE] = {"lease revoke", "/v3/lease/revoke", true},
     [CTRUN_ETCD__WATCH] = {"watch", "/v3/watch", false},
+    [CTRUN_ETCD__AUTH] = {"authenticate", "/v3/auth/authenticate", false},
 };
 
 typedef struct ctrun_etcd__ep {
     char name[CT_HOST_MAX + 16]; /* host:port as the user wrote it (normalized) */
-    char base[CT_HOST_MAX + 32]; /* http://host:port */
+    char base[CT_HOST_MAX + 32]; /* http[s]://host:port */
 } ctrun_etcd__ep_t;
 
 /* One socket curl asked us to watch. */
@@ -88,7 +91,11 @@ struct ctrun_etcd_watch {
     int64_t deadline_ms, attempt_deadline_ms, retry_at_ms;
     bool in_multi, waiting_retry, ambiguous, attempt_sent;
     bool created, finished, cancelled, delivering, pending;
-    char *ep_errs; /* neps * CTRUN_ETCD__EP_ERR: what went wrong at each member */
+    bool waiting_auth;          /* not started: waits for the token of authentication auth_gen */
+    uint64_t auth_gen;          /* ... and, once sent, the token it carries */
+    int auth_retries;           /* sent again after an expired token */
+    struct curl_slist *headers; /* the client's headers plus Authorization, NULL without */
+    char *ep_errs;              /* neps * CTRUN_ETCD__EP_ERR: what went wrong at each member */
     ctrun_etcd_cb cb;
     void *data;
     struct ctrun_etcd_watch *prev, *next;
@@ -108,6 +115,12 @@ struct ctrun_etcd {
     ctrun_etcd__sock_t *socks;
     int open_handles;
     bool closing;
+    /* TLS and authentication (ctrun_etcd_opts_t) */
+    bool https;
+    char *cacert, *cert, *key, *user, *password;
+    char *token;       /* NULL until authenticated (or after it expired) */
+    uint64_t auth_gen; /* the authentication running or done last; tokens are numbered alike */
+    bool auth_inflight;
 };
 
 /* ---- base64 ------------------------------------------------------------------------------- */
@@ -328,10 +341,12 @@ typedef struct ctrun_etcd__parsed {
     uint8_t *arena;
     size_t arena_used, arena_cap;
     size_t kv_cap, ev_cap;
+    char *token;
 } ctrun_etcd__parsed_t;
 
 static void ctrun_etcd__parsed_free(ctrun_etcd__parsed_t *p)
 {
+    free(p->token);
     free(p->kvs);
     free(p->events);
     free(p->arena);
@@ -471,6 +486,16 @@ static int ctrun_etcd__parse_ok(ctrun_etcd__kind_t kind, json_t *root, size_t te
         p->res.created = json_is_true(json_object_get(root, "created"));
         rc = ctrun_etcd__add_events(p, json_object_get(root, "events"));
         break;
+    case CTRUN_ETCD__AUTH: {
+        const json_t *t = json_object_get(root, "token");
+        if (!json_is_string(t) || json_string_length(t) == 0 || json_string_length(t) > 4096 ||
+            strpbrk(json_string_value(t), "\r\n") != NULL)
+            return CT_EPARSE;
+        if ((p->token = strdup(json_string_value(t))) == NULL)
+            return -ENOMEM;
+        p->res.token = p->token;
+        break;
+    }
     default:
         break;
     }
@@ -508,6 +533,7 @@ static int ctrun_etcd__grpc_rc(int64_t code)
 
 static void ctrun_etcd__attempt_or_fail(ctrun_etcd__req_t *r);
 static void ctrun_etcd__update_tick(ctrun_etcd_t *e);
+static void ctrun_etcd__need_auth(ctrun_etcd_t *e);
 
 static void ctrun_etcd__list_remove(ctrun_etcd__req_t *r)
 {
@@ -536,6 +562,7 @@ static void ctrun_etcd__req_free(ctrun_etcd__req_t *r)
 {
     ctrun_etcd__detach(r);
     ctrun_etcd__list_remove(r);
+    curl_slist_free_all(r->headers);
     free(r->body);
     free(r->resp);
     free(r->ep_errs);
@@ -564,6 +591,7 @@ static void ctrun_etcd__finish(ctrun_etcd__req_t *r, ctrun_etcd_result_t *res)
     ctrun_etcd__list_remove(r);
     r->e = NULL;
     r->cb(r->data, res);
+    curl_slist_free_all(r->headers);
     free(r->body);
     free(r->resp);
     free(r->ep_errs);
@@ -668,6 +696,30 @@ static size_t ctrun_etcd__on_write(char *ptr, size_t size, size_t nmemb, void *u
 static int ctrun_etcd__start_attempt(ctrun_etcd__req_t *r)
 {
     ctrun_etcd_t *e = r->e;
+    if (e->user != NULL && r->kind != CTRUN_ETCD__AUTH) {
+        if (e->token == NULL) {
+            /* Started once a token is there (ctrun_etcd__on_auth). */
+            r->waiting_auth = true;
+            ctrun_etcd__need_auth(e);
+            r->auth_gen = e->auth_gen;
+            return 0;
+        }
+        curl_slist_free_all(r->headers);
+        r->headers = NULL;
+        char auth[4200];
+        snprintf(auth, sizeof auth, "Authorization: %s", e->token);
+        for (struct curl_slist *h = e->headers; h != NULL; h = h->next) {
+            struct curl_slist *n = curl_slist_append(r->headers, h->data);
+            if (n == NULL)
+                return -ENOMEM;
+            r->headers = n;
+        }
+        struct curl_slist *n = curl_slist_append(r->headers, auth);
+        if (n == NULL)
+            return -ENOMEM;
+        r->headers = n;
+        r->auth_gen = e->auth_gen;
+    }
     int64_t left = r->deadline_ms - ct_time_ms();
     if (left < 1)
         left = 1; /* the transfer's own timeout ends it; the round logic then gives up */
@@ -690,8 +742,16 @@ static int ctrun_etcd__start_attempt(ctrun_etcd__req_t *r)
     curl_easy_setopt(c, CURLOPT_PRIVATE, r);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http");
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, e->headers);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, e->https ? "https" : "http");
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, r->headers ? r->headers : e->headers);
+    if (e->https) {
+        if (e->cacert != NULL)
+            curl_easy_setopt(c, CURLOPT_CAINFO, e->cacert);
+        if (e->cert != NULL)
+            curl_easy_setopt(c, CURLOPT_SSLCERT, e->cert);
+        if (e->key != NULL)
+            curl_easy_setopt(c, CURLOPT_SSLKEY, e->key);
+    }
     curl_easy_setopt(c, CURLOPT_POST, 1L);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, r->body);
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
@@ -768,6 +828,20 @@ static void ctrun_etcd__complete(ctrun_etcd__req_t *r, long status)
                                  json_is_string(msg) ? json_string_value(msg) : "HTTP 503");
             json_decref(root);
             ctrun_etcd__next_endpoint(r);
+            return;
+        }
+        if (grpc == 16 && e->user != NULL && r->kind != CTRUN_ETCD__AUTH && r->auth_retries < 1) {
+            /* The token expired (or etcd restarted): once more with a fresh one. */
+            ct_log_debug("etcd %s: %s refused the token of %s (%s); authenticating again",
+                         ctrun_etcd__kinds[r->kind].name, ep, e->user,
+                         json_is_string(msg) ? json_string_value(msg) : "unauthenticated");
+            r->auth_retries++;
+            if (r->auth_gen == e->auth_gen) {
+                free(e->token);
+                e->token = NULL;
+            }
+            json_decref(root);
+            ctrun_etcd__attempt_or_fail(r);
             return;
         }
         if (json_is_string(msg))
@@ -937,6 +1011,12 @@ static void ctrun_etcd__after_curl(ctrun_etcd_t *e)
 static void ctrun_etcd__maybe_free(ctrun_etcd_t *e)
 {
     if (e->closing && e->open_handles == 0) {
+        free(e->cacert);
+        free(e->cert);
+        free(e->key);
+        free(e->user);
+        free(e->password);
+        free(e->token);
         free(e->eps);
         free(e);
     }
@@ -1052,6 +1132,10 @@ static ctrun_etcd__req_t *ctrun_etcd__due(ctrun_etcd_t *e, int64_t now, bool *an
     for (ctrun_etcd__req_t *r = e->reqs; r != NULL; r = r->next) {
         bool waits = r->waiting_retry ||
                      (r->kind == CTRUN_ETCD__WATCH && r->in_multi && !r->created && !r->finished);
+        if (r->waiting_auth && !e->auth_inflight) {
+            *any = true;
+            return r; /* its authentication could not even be sent */
+        }
         if (!waits)
             continue;
         *any = true;
@@ -1068,7 +1152,10 @@ static void ctrun_etcd__on_tick(uv_timer_t *t)
     bool any;
     ctrun_etcd__req_t *r;
     while (!e->closing && (r = ctrun_etcd__due(e, ct_time_ms(), &any)) != NULL) {
-        if (r->waiting_retry) {
+        if (r->waiting_auth) {
+            r->waiting_auth = false;
+            ctrun_etcd__fail(r, -ENOMEM, "cannot send the authentication request (out of memory)");
+        } else if (r->waiting_retry) {
             r->waiting_retry = false;
             ctrun_etcd__attempt_or_fail(r);
         } else {
@@ -1093,6 +1180,57 @@ static void ctrun_etcd__update_tick(ctrun_etcd_t *e)
     else if (!any && e->tick_on)
         uv_timer_stop(&e->tick);
     e->tick_on = any;
+}
+
+/* ---- authentication ------------------------------------------------------------------------ */
+
+static int ctrun_etcd__submit(ctrun_etcd_t *e, ctrun_etcd__kind_t kind, json_t *body,
+                              ctrun_etcd_cb cb, void *data, ctrun_etcd__req_t **out);
+
+/* The first request of authentication gen still waiting for it, or NULL. */
+static ctrun_etcd__req_t *ctrun_etcd__waiting(ctrun_etcd_t *e, uint64_t gen)
+{
+    for (ctrun_etcd__req_t *r = e->reqs; r != NULL; r = r->next)
+        if (r->waiting_auth && r->auth_gen == gen)
+            return r;
+    return NULL;
+}
+
+static void ctrun_etcd__on_auth(void *data, const ctrun_etcd_result_t *res)
+{
+    ctrun_etcd_t *e = data;
+    uint64_t gen = e->auth_gen;
+    e->auth_inflight = false;
+    if (res->rc == 0) {
+        free(e->token);
+        e->token = strdup(res->token);
+    }
+    ctrun_etcd__req_t *r;
+    while (!e->closing && (r = ctrun_etcd__waiting(e, gen)) != NULL) {
+        r->waiting_auth = false;
+        if (e->token != NULL) {
+            ctrun_etcd__attempt_or_fail(r);
+            continue;
+        }
+        if (res->rc == 0)
+            ctrun_etcd__fail(r, -ENOMEM, "authenticating as %s: out of memory", e->user);
+        else
+            ctrun_etcd__fail(r, res->rc, "authenticating as %s: %s", e->user, res->error);
+    }
+}
+
+/* Asks etcd for a token (once at a time); waiting requests start when it comes. */
+static void ctrun_etcd__need_auth(ctrun_etcd_t *e)
+{
+    if (e->auth_inflight)
+        return;
+    e->auth_inflight = true;
+    e->auth_gen++;
+    json_t *body = json_pack("{s:s, s:s}", "name", e->user, "password", e->password);
+    if (ctrun_etcd__submit(e, CTRUN_ETCD__AUTH, body, ctrun_etcd__on_auth, e, NULL) != 0) {
+        e->auth_inflight = false; /* the tick fails the waiting requests */
+        ctrun_etcd__update_tick(e);
+    }
 }
 
 /* ---- public -------------------------------------------------------------------------------- */
@@ -1134,7 +1272,7 @@ static int ctrun_etcd__parse_endpoints(ctrun_etcd_t *e, const char *text, ct_err
             return ct_errbuf_set(eb, rc, "etcd endpoints: member '%s': %s", item, sub.msg);
         ctrun_etcd__ep_t *ep = &e->eps[e->neps++];
         ct_hostport_format(&hp, ep->name, sizeof ep->name);
-        snprintf(ep->base, sizeof ep->base, "http://%s", ep->name);
+        snprintf(ep->base, sizeof ep->base, "%s://%s", e->https ? "https" : "http", ep->name);
         if (comma == NULL)
             break;
         p = comma + 1;
@@ -1153,15 +1291,32 @@ int ctrun_etcd_create(uv_loop_t *loop, const ctrun_etcd_opts_t *opts, ctrun_etcd
     ctrun_etcd_t *e = calloc(1, sizeof *e);
     if (e == NULL)
         return ct_errbuf_set(eb, -ENOMEM, "etcd client: out of memory");
+    e->https = opts->https;
+    if (opts->user != NULL && opts->password == NULL) {
+        free(e);
+        return ct_errbuf_set(eb, -EINVAL, "etcd client: user %s without a password", opts->user);
+    }
     int rc = ctrun_etcd__parse_endpoints(e, opts->endpoints, eb);
+    char **strs[] = {&e->cacert, &e->cert, &e->key, &e->user, &e->password};
+    const char *from[] = {opts->cacert, opts->cert, opts->key, opts->user, opts->password};
+    for (size_t i = 0; rc == 0 && i < sizeof strs / sizeof strs[0]; i++)
+        if (from[i] != NULL && (*strs[i] = strdup(from[i])) == NULL)
+            rc = ct_errbuf_set(eb, -ENOMEM, "etcd client: out of memory");
     if (rc != 0) {
+        for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
+            free(*strs[i]);
         free(e->eps);
         free(e);
         return rc;
     }
     e->loop = loop;
-    e->connect_timeout_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 1000;
-    e->attempt_timeout_ms = opts->attempt_timeout_ms > 0 ? opts->attempt_timeout_ms : 2000;
+    /* A TLS connection includes the handshake and, the first time, loading the CA bundle. */
+    e->connect_timeout_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms
+                            : e->https                   ? 3000
+                                                         : 1000;
+    e->attempt_timeout_ms = opts->attempt_timeout_ms > 0 ? opts->attempt_timeout_ms
+                            : e->https                   ? 5000
+                                                         : 2000;
     e->request_timeout_ms = opts->request_timeout_ms > 0 ? opts->request_timeout_ms : 10000;
     e->multi = curl_multi_init();
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");

@@ -28,9 +28,14 @@
  * of the stream (member killed, connection lost) is reported once through the watch's callback
  * with rc != 0, and the caller watches again from the revision after the last event it saw.
  *
- * Deliberately not here: TLS and authentication (plain http only for now), what keys mean (the
- * rendezvous), retries of requests etcd answered with an error, and keeping leases alive on a
- * timer (the caller sends keepalives when it wants).
+ * TLS (https to every member, with a CA bundle and a client certificate when given) and etcd's
+ * authentication: with a user, the client gets a token from /v3/auth/authenticate before its
+ * first request and sends it in every request's Authorization header; a request that etcd
+ * refuses as unauthenticated (the token expired) is sent again, once, after a fresh token.
+ *
+ * Deliberately not here: what keys mean (the rendezvous), retries of requests etcd answered with
+ * any other error, and keeping leases alive on a timer (the caller sends keepalives when it
+ * wants).
  */
 #ifndef CTRUN_ETCD_H
 #define CTRUN_ETCD_H
@@ -52,9 +57,15 @@ typedef struct ctrun_etcd_watch ctrun_etcd_watch_t;
 
 typedef struct ctrun_etcd_opts {
     const char *endpoints;      /* "host:port[,host:port...]", IPv6 hosts in brackets */
-    int64_t connect_timeout_ms; /* one connection attempt to one member (0: 1000) */
-    int64_t attempt_timeout_ms; /* one member's answer, connection included (0: 2000) */
+    int64_t connect_timeout_ms; /* one connection attempt to one member (0: 1000; https 3000) */
+    int64_t attempt_timeout_ms; /* one member's answer, connection included (0: 2000; https
+                                 * 5000) */
     int64_t request_timeout_ms; /* a request, over every member and round (0: 10000) */
+    bool https;                 /* TLS to every member */
+    const char *cacert;         /* https: CA bundle that signs the members (NULL: the system's) */
+    const char *cert, *key;     /* https: this client's certificate and key files (NULL: none) */
+    const char *user;           /* etcd authentication: the user (NULL: none) */
+    const char *password;       /* ... and its password */
 } ctrun_etcd_opts_t;
 
 /* A key-value pair as etcd returns it (value empty for a deleted key's event). */
@@ -86,7 +97,8 @@ typedef struct ctrun_etcd_result {
     int64_t ttl;                      /* lease grant / keepalive: seconds */
     const ctrun_etcd_event_t *events; /* watch */
     size_t nevents;
-    bool created; /* watch: etcd confirmed it (the first message) */
+    bool created;      /* watch: etcd confirmed it (the first message) */
+    const char *token; /* the client's authentication: the token etcd gave */
 } ctrun_etcd_result_t;
 
 typedef void (*ctrun_etcd_cb)(void *data, const ctrun_etcd_result_t *res);

@@ -355,7 +355,15 @@ static void ctrun_etcd_group__on_joined(void *data, const ctrun_etcd_result_t *r
         ctrun_etcd_group__fail(g, res->rc, "joining %s: %s", g->prefix, res->error);
         return;
     }
-    if (!res->succeeded) {
+    /* A compare that failed against this node's own key: an earlier attempt of this very
+     * transaction was applied (its answer was lost, the client sent it again). The failure
+     * branch read the same snapshot, so the join goes on from it. */
+    bool ours = false;
+    for (size_t i = 0; !res->succeeded && i < res->nkvs; i++)
+        ours =
+            ours || (res->kvs[i].lease == g->lease && res->kvs[i].key_len == strlen(g->self_key) &&
+                     memcmp(res->kvs[i].key, g->self_key, res->kvs[i].key_len) == 0);
+    if (!res->succeeded && !ours) {
         ctrun_etcd_group__fail(g, CT_ESTATE,
                                "joining %s: a node with id '%s' is already a member (etcd %s "
                                "exists)",
@@ -426,7 +434,10 @@ static void ctrun_etcd_group__on_lease(void *data, const ctrun_etcd_result_t *re
          .key_len = strlen(g->prefix),
          .prefix = true},
     };
-    int rc = ctrun_etcd_txn(g->etcd, &absent, 1, ops, 2, NULL, 0, ctrun_etcd_group__on_joined, g);
+    /* Failed (the key exists): the same snapshot, to tell this node's own key (a retried
+     * transaction) from another node's. */
+    int rc =
+        ctrun_etcd_txn(g->etcd, &absent, 1, ops, 2, &ops[1], 1, ctrun_etcd_group__on_joined, g);
     if (rc != 0)
         ctrun_etcd_group__fail(g, rc, "joining %s: %s", g->prefix, ct_strerror(rc));
 }

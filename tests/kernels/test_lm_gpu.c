@@ -6,7 +6,7 @@
  *     are double on both, in another order), checked within atol 1e-6, rtol 1e-6 and counted;
  *     dweight, a column sum in another order over N rows of terms of order 1: atol 1e-5,
  *     rtol 1e-5 (float rounding 6e-8 per addition, a few hundred rows);
- *   - GELU and SwiGLU: the device's tanhf, erff, expf are within 2 ulp of glibc's, and the
+ *   - GELU and SwiGLU: the device's erff, expf are within 2 ulp of glibc's, and the
  *     formulas multiply them by values up to ~6: atol 2e-6, rtol 2e-6.
  *   - the next-token loss (ct_lm_ce_loss_cuda in kernels/cuda/xent.cu): see lce_case;
  *   - grouped-query attention: see gqa_case;

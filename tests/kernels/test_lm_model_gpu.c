@@ -5,7 +5,8 @@
  * grouped-query, NH * HD != C) with the same random weights and token ids: the loss within 1e-5
  * relative, the logits within 1e-4, every parameter's gradient within 1e-4 of the largest entry
  * of that tensor's gradient (1e-5 absolute), and with some tensors frozen and the token rows given
- * as input embeddings, the frozen ranges untouched and the input gradient likewise close.
+ * as input embeddings, the frozen ranges untouched and the input gradient likewise close; the
+ * same with the CUDA model recomputing its activations in the backward.
  */
 #include <math.h>
 #include <stdio.h>
@@ -51,7 +52,8 @@ static double lmg_maxdiff(const float *a, const float *b, size_t n, double *scal
     return d;
 }
 
-static void lmg_case(ctrain_lm_arch_t arch, bool tied)
+/* recompute: the CUDA model recomputes its activations in the backward (the CPU one does not). */
+static void lmg_case(ctrain_lm_arch_t arch, bool tied, bool recompute)
 {
     ctrain_lm_cfg_t c;
     lmg_cfg(&c, arch, tied);
@@ -63,7 +65,8 @@ static void lmg_case(ctrain_lm_arch_t arch, bool tied)
     const int N = LMG_B * LMG_L, C = c.hidden, V = c.vocab;
     int rc = ctrain_lm_create(&mc, &c, &cpu, N, LMG_L, &eb);
     CT_ASSERT_MSG(rc == 0, "%s", eb.msg);
-    rc = ctrain_lm_create(&mg, &c, &gpu, N, LMG_L, &eb);
+    const ctrain_lm_opts_t opts = {.recompute = recompute};
+    rc = ctrain_lm_create_opts(&mg, &c, &gpu, N, LMG_L, &opts, &eb);
     CT_ASSERT_MSG(rc == 0, "%s", eb.msg);
     const size_t P = mc->num_params;
     float *w = gk_host_rand((int64_t)P, -0.4f, 0.4f, 500 + (uint64_t)arch * 2 + tied);
@@ -145,9 +148,10 @@ static void lmg_case(ctrain_lm_arch_t arch, bool tied)
             CT_ASSERT_MSG(d <= fmax(1e-5, 1e-4 * s), "%s (embeddings in): differ by %.3g", t->name,
                           d);
     }
-    printf("  %s%s: loss %.7f, logits max diff %.1e, gradients worst %.1e of the tensor's "
+    printf("  %s%s%s: loss %.7f, logits max diff %.1e, gradients worst %.1e of the tensor's "
            "largest, input embedding gradient %.1e\n",
-           ctrain_lm_arch_name(&c), tied ? " (tied)" : "", (double)lc, dl, worst, de);
+           ctrain_lm_arch_name(&c), tied ? " (tied)" : "", recompute ? " (CUDA recomputing)" : "",
+           (double)lc, dl, worst, de);
     gpu.release(&gpu, g_emb);
     gpu.release(&gpu, g_d);
     ctrain_lm_destroy(mc);
@@ -159,9 +163,11 @@ static void lmg_case(ctrain_lm_arch_t arch, bool tied)
 
 static void test_models(void)
 {
-    lmg_case(CTRAIN_LM_GPT2, true);
-    lmg_case(CTRAIN_LM_QWEN2, false);
-    lmg_case(CTRAIN_LM_QWEN2, true);
+    lmg_case(CTRAIN_LM_GPT2, true, false);
+    lmg_case(CTRAIN_LM_QWEN2, false, false);
+    lmg_case(CTRAIN_LM_QWEN2, true, false);
+    lmg_case(CTRAIN_LM_GPT2, true, true);
+    lmg_case(CTRAIN_LM_QWEN2, false, true);
 }
 
 int main(void)

@@ -620,6 +620,15 @@ static void test_store_address(void)
     CT_ASSERT_EQ(c.nwarnings, 1);
     CT_ASSERT_STR_CONTAINS(c.warnings[0], "only used by the static backend");
     ctrun_config_free(&c);
+    /* etcd-v3: the endpoint lists etcd's members, port 2379 by default; the first is store_addr
+     * (for the INFO block). */
+    CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--rdzv_backend=etcd-v3",
+                           "--rdzv_endpoint=e1,[::1]:2380,e3:2381", "w.py", NULL));
+    CT_ASSERT_EQ(c.rdzv_backend, CTRUN_RDZV_ETCD_V3);
+    CT_ASSERT_STR_EQ(c.rdzv_endpoint, "e1:2379,[::1]:2380,e3:2381");
+    CT_ASSERT_STR_EQ(c.store_addr.host, "e1");
+    CT_ASSERT_EQ(c.store_addr.port, 2379);
+    ctrun_config_free(&c);
     /* Port 0 on a single node; static MIN:MAX waits for MAX (a warning says so). */
     CT_ASSERT_OK(ct__parse(&c, ct__noenv, &eb, "--master_port=0", "w.py", NULL));
     CT_ASSERT_EQ(c.store_addr.port, 0);

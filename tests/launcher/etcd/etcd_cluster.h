@@ -41,6 +41,7 @@ typedef struct etcd_cluster {
     etcd_member_t m[ETCD_MEMBERS_MAX];
     char root[512];
     char endpoints[ETCD_MEMBERS_MAX * 64]; /* every member's endpoint, comma-separated */
+    char ca[512]; /* etcd_cluster_start_tls: the CA that signed the members' certificate */
 } etcd_cluster_t;
 
 static etcd_cluster_t *etcd__clusters[8];
@@ -127,10 +128,12 @@ static size_t etcd__sink(char *p, size_t size, size_t n, void *data)
 static bool etcd__healthy(etcd_cluster_t *c, int i)
 {
     char url[128];
-    snprintf(url, sizeof url, "http://%s/health", c->m[i].endpoint);
+    snprintf(url, sizeof url, "%s://%s/health", c->ca[0] ? "https" : "http", c->m[i].endpoint);
     CURL *h = curl_easy_init();
     CT_ASSERT(h != NULL);
     curl_easy_setopt(h, CURLOPT_URL, url);
+    if (c->ca[0])
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->ca);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 1000L);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, etcd__sink);
@@ -141,13 +144,17 @@ static bool etcd__healthy(etcd_cluster_t *c, int i)
     return ok;
 }
 
-/* Starts n members forming one cluster and waits (20 s at most) until each answers. */
-__attribute__((unused)) static void etcd_cluster_start(etcd_cluster_t *c, int n)
+/* Starts n members forming one cluster and waits (20 s at most) until each answers; with cert
+ * (and key, ca), clients speak TLS to the members; extra: more flags for every member (NULL). */
+static void etcd__start(etcd_cluster_t *c, int n, const char *cert, const char *key, const char *ca,
+                        const char *extra)
 {
     const char *bin = etcd__binary();
     CT_ASSERT(n >= 1 && n <= ETCD_MEMBERS_MAX);
     memset(c, 0, sizeof *c);
     c->n = n;
+    if (cert != NULL)
+        snprintf(c->ca, sizeof c->ca, "%s", ca);
     static bool registered;
     if (!registered) {
         atexit(etcd__atexit);
@@ -191,7 +198,7 @@ __attribute__((unused)) static void etcd_cluster_start(etcd_cluster_t *c, int n)
         snprintf(name, sizeof name, "m%d", i);
         snprintf(dir, sizeof dir, "%s/%s", c->root, name);
         snprintf(m->log, sizeof m->log, "%s/%s.log", c->root, name);
-        snprintf(client, sizeof client, "http://%s", m->endpoint);
+        snprintf(client, sizeof client, "%s://%s", cert ? "https" : "http", m->endpoint);
         snprintf(peer, sizeof peer, "http://127.0.0.1:%d", m->peer_port);
         snprintf(token, sizeof token, "ctrun-test-%d-%d", (int)getpid(), ports[0]);
         /* The log goes to a file: nobody reads the child's pipes while the test runs. */
@@ -223,6 +230,11 @@ __attribute__((unused)) static void etcd_cluster_start(etcd_cluster_t *c, int n)
                               "100",
                               "--election-timeout",
                               "1000",
+                              cert ? "--cert-file" : NULL,
+                              (char *)cert,
+                              "--key-file",
+                              (char *)key,
+                              (char *)extra,
                               NULL};
         CT_ASSERT_OK(ct_child_start(&m->child, argv, NULL));
         m->running = true;
@@ -237,6 +249,19 @@ __attribute__((unused)) static void etcd_cluster_start(etcd_cluster_t *c, int n)
             ct_sleep_ms(50);
         }
     }
+}
+
+__attribute__((unused)) static void etcd_cluster_start(etcd_cluster_t *c, int n)
+{
+    etcd__start(c, n, NULL, NULL, NULL, NULL);
+}
+
+/* One member whose clients speak TLS (cert and key signed by ca), with one extra flag (or NULL). */
+__attribute__((unused)) static void etcd_cluster_start_tls(etcd_cluster_t *c, const char *cert,
+                                                           const char *key, const char *ca,
+                                                           const char *extra)
+{
+    etcd__start(c, 1, cert, key, ca, extra);
 }
 
 /* SIGKILLs member i and reaps it. */

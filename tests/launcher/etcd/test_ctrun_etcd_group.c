@@ -9,12 +9,19 @@
  * others; the caller's own keys under the prefix reach it (from the join snapshot before
  * JOINED, then each change), and a node's new value reaches the others in its place; a node
  * watching through a three-member etcd keeps seeing changes after the etcd member it watched
- * through is killed.
+ * through is killed; a join transaction whose answer is lost on the way (a proxy closes the
+ * connection once etcd has answered it) is sent again and the node joins with its own key.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <uv.h>
 
@@ -433,6 +440,139 @@ static void watch_survives_etcd_member_loss(void)
     etcd_cluster_stop(&c);
 }
 
+/* A TCP proxy on 127.0.0.1 to one etcd member, on its own thread: bytes go through both ways,
+ * except that the first connection to carry a POST of /v3/kv/txn is closed when etcd starts
+ * answering it, so the client never sees that answer. */
+#define PROXY_PAIRS 32
+typedef struct proxy {
+    int lfd, port, target;
+    int cfd[PROXY_PAIRS], sfd[PROXY_PAIRS];
+    bool drop[PROXY_PAIRS];
+    int dropped; /* answers withheld */
+    volatile bool stop;
+    pthread_t thread;
+} proxy_t;
+
+static void proxy_close_pair(proxy_t *p, int i)
+{
+    close(p->cfd[i]);
+    close(p->sfd[i]);
+    p->cfd[i] = p->sfd[i] = -1;
+}
+
+static void *proxy_main(void *arg)
+{
+    proxy_t *p = arg;
+    bool armed = true;
+    char buf[65536];
+    while (!p->stop) {
+        struct pollfd fds[1 + 2 * PROXY_PAIRS];
+        int map[1 + 2 * PROXY_PAIRS], nf = 0;
+        fds[nf] = (struct pollfd){.fd = p->lfd, .events = POLLIN};
+        map[nf++] = -1;
+        for (int i = 0; i < PROXY_PAIRS; i++) {
+            if (p->cfd[i] < 0)
+                continue;
+            fds[nf] = (struct pollfd){.fd = p->cfd[i], .events = POLLIN};
+            map[nf++] = i;
+            fds[nf] = (struct pollfd){.fd = p->sfd[i], .events = POLLIN};
+            map[nf++] = PROXY_PAIRS + i;
+        }
+        if (poll(fds, (nfds_t)nf, 50) <= 0)
+            continue;
+        for (int k = 0; k < nf; k++) {
+            if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            if (map[k] < 0) {
+                int c = accept(p->lfd, NULL, NULL);
+                int sfd = socket(AF_INET, SOCK_STREAM, 0);
+                struct sockaddr_in a = {.sin_family = AF_INET,
+                                        .sin_port = htons((uint16_t)p->target)};
+                a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                int slot = -1;
+                for (int i = 0; i < PROXY_PAIRS && slot < 0; i++)
+                    if (p->cfd[i] < 0)
+                        slot = i;
+                if (c < 0 || sfd < 0 || slot < 0 ||
+                    connect(sfd, (struct sockaddr *)&a, sizeof a) != 0) {
+                    if (c >= 0)
+                        close(c);
+                    if (sfd >= 0)
+                        close(sfd);
+                    continue;
+                }
+                p->cfd[slot] = c;
+                p->sfd[slot] = sfd;
+                p->drop[slot] = false;
+                continue;
+            }
+            int i = map[k] % PROXY_PAIRS;
+            bool from_client = map[k] < PROXY_PAIRS;
+            if (p->cfd[i] < 0)
+                continue;
+            ssize_t n = read(from_client ? p->cfd[i] : p->sfd[i], buf, sizeof buf);
+            if (n <= 0) {
+                proxy_close_pair(p, i);
+                continue;
+            }
+            if (from_client && armed && memmem(buf, (size_t)n, "POST /v3/kv/txn", 15) != NULL) {
+                armed = false;
+                p->drop[i] = true;
+            }
+            if (!from_client && p->drop[i]) {
+                p->dropped++;
+                proxy_close_pair(p, i); /* etcd applied it; the client never learns */
+                continue;
+            }
+            if (write(from_client ? p->sfd[i] : p->cfd[i], buf, (size_t)n) != n)
+                proxy_close_pair(p, i);
+        }
+    }
+    for (int i = 0; i < PROXY_PAIRS; i++)
+        if (p->cfd[i] >= 0)
+            proxy_close_pair(p, i);
+    close(p->lfd);
+    return NULL;
+}
+
+static void proxy_start(proxy_t *p, int target)
+{
+    memset(p, 0, sizeof *p);
+    for (int i = 0; i < PROXY_PAIRS; i++)
+        p->cfd[i] = p->sfd[i] = -1;
+    p->target = target;
+    p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    CT_ASSERT(p->lfd >= 0 && bind(p->lfd, (struct sockaddr *)&a, sizeof a) == 0 &&
+              listen(p->lfd, 16) == 0 && getsockname(p->lfd, (struct sockaddr *)&a, &len) == 0);
+    p->port = ntohs(a.sin_port);
+    CT_ASSERT_EQ(pthread_create(&p->thread, NULL, proxy_main, p), 0);
+}
+
+static void proxy_stop(proxy_t *p)
+{
+    p->stop = true;
+    pthread_join(p->thread, NULL);
+}
+
+static void join_answer_lost(void)
+{
+    proxy_t px;
+    proxy_start(&px, one.m[0].client_port);
+    char ep[64];
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", px.port);
+    node_t n[1];
+    group_join(&n[0], ep, "/lost-answer/", "a", 30, 0);
+    CT_ASSERT_MSG(n[0].joined && !n[0].failed, "not joined: %s", n[0].error);
+    CT_ASSERT_EQ(px.dropped, 1);
+    CT_ASSERT_STR_EQ(n[0].members, "a");
+    CT_ASSERT_EQ(n[0].self, 0);
+    close_all(n, 1);
+    proxy_stop(&px);
+}
+
 int main(void)
 {
     CT_ASSERT_OK(uv_loop_init(&loop));
@@ -444,6 +584,7 @@ int main(void)
     CT_RUN(changes_of_one_revision);
     CT_RUN(caller_keys_and_values);
     CT_RUN(watch_survives_etcd_member_loss);
+    CT_RUN(join_answer_lost);
     etcd_cluster_stop(&one);
     CT_ASSERT_EQ(uv_loop_close(&loop), 0);
     return 0;

@@ -1,5 +1,5 @@
 /*
- * test_ctrun_etcd_rdzv.c - the rendezvous kept in etcd (launcher/etcd/ctrun_etcd_rdzv.c) against
+ * test_ctrun_etcd_rdzv.c - the rendezvous kept in etcd (launcher/agent/ctrun_etcd_rdzv.c) against
  * a real etcd (etcd_cluster.h), several nodes on one loop, each with its own clients: three
  * nodes of --nnodes 2:3 form one round at once with ranks in join order and the same plan; a
  * failure one node records reaches all and the next round counts a restart; a finished job
@@ -46,6 +46,8 @@ static void rdzv_on_event(void *data, const ctrun_etcd_rdzv_event_t *ev)
         break;
     case CTRUN_ETCD_RDZV_WAITING:
         n->nwaiting++;
+        break;
+    case CTRUN_ETCD_RDZV_STORE:
         break;
     case CTRUN_ETCD_RDZV_LOST:
         n->nlost++;

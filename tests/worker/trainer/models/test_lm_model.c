@@ -4,7 +4,8 @@
  *   - finite differences (no Python): GPT-2 and Qwen2 configurations with random weights, the
  *     loss's gradient for three entries of every tensor against central differences (step 1e-2)
  *     of the float32 loss, within 2e-2 relative; freezing (frozen ranges stay exactly zero, the
- *     other gradients do not change by a bit) and the one-line errors;
+ *     other gradients do not change by a bit) and the one-line errors; activation recomputation
+ *     (the same loss, gradients and input gradient, bit for bit, in a smaller arena);
  *   - with transformers (the PyTorch 2.x venv; that case skips without it): tiny GPT2LMHeadModel
  *     and Qwen2ForCausalLM models (tied and untied, grouped-query, GELU tanh and erf, per-layer
  *     attention scaling) saved by save_pretrained (lm_model.py): logits within 1e-4, the mean
@@ -226,6 +227,116 @@ static void test_freezing_and_errors(void)
     ops.close(&ops);
 }
 
+/* ---- activation recomputation -------------------------------------------------------------------
+ */
+
+/* One pass of b on m (grads zeroed first); the loss. */
+static float lmm_pass(ctrain_lm_t *m, ctrain_lm_batch_t *b, float count)
+{
+    ct_errbuf_t eb;
+    float loss = 0.0f;
+    ctrain_lm_zero_grad(m);
+    int rc = ctrain_lm_forward_backward(m, b, count, true, &loss, &eb);
+    CT_ASSERT_MSG(rc == 0, "%s", eb.msg);
+    return loss;
+}
+
+/* The same weights with and without recomputation (three blocks, so one keeps its activations
+ * from the forward and two are recomputed): the same loss, gradients and input gradient, bit for
+ * bit, from token ids, from input embeddings with some tensors frozen, and from a shorter batch;
+ * and a smaller arena. */
+static void recompute_check(ctrain_lm_arch_t arch, bool tied)
+{
+    ctrain_lm_cfg_t c;
+    random_cfg(&c, arch, tied);
+    c.layers = 3;
+    ct_ops_t ops;
+    ct_ops_cpu_init(&ops);
+    ct_errbuf_t eb;
+    ctrain_lm_t *m[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        ctrain_lm_opts_t opts = {.recompute = k == 1};
+        CT_ASSERT_MSG(ctrain_lm_create_opts(&m[k], &c, &ops, LM_B * LM_L, LM_L, &opts, &eb) == 0,
+                      "%s", eb.msg);
+        CT_ASSERT(m[k]->recompute == (k == 1));
+        lmm_fill_random(m[k], 5);
+    }
+    const size_t n = m[0]->num_params, E = (size_t)LM_B * LM_L * (size_t)c.hidden;
+    int32_t ids[LM_B * LM_L], tgt[LM_B * LM_L];
+    lm_ids(ids, tgt, c.vocab);
+    float *embeds = malloc(E * sizeof *embeds), *dembeds[2];
+    float *grads = malloc(n * sizeof *grads);
+    CT_ASSERT(embeds && grads);
+    for (size_t i = 0; i < E; i++)
+        embeds[i] = m[0]->params_mem[(size_t)ids[i / (size_t)c.hidden] * (size_t)c.hidden +
+                                     i % (size_t)c.hidden];
+    for (int k = 0; k < 2; k++) {
+        dembeds[k] = calloc(E, sizeof *dembeds[k]);
+        CT_ASSERT(dembeds[k] != NULL);
+    }
+    const char *freeze = arch == CTRAIN_LM_GPT2 ? "transformer.h.1." : "model.layers.1.mlp.";
+    int32_t tgt7[2 * 7]; /* 2 rows of 7 tokens (ids[0..13]): a pass smaller than the arena */
+    for (int r = 0; r < 2 * 7; r++)
+        tgt7[r] = (r + 1) % 7 == 0 ? -100 : ids[r + 1];
+    for (int pass = 0; pass < 3; pass++) {
+        float loss[2];
+        for (int k = 0; k < 2; k++) {
+            ctrain_lm_batch_t b = {LM_B, LM_L, ids, NULL, tgt, NULL};
+            if (pass == 1) {
+                b.embeds = embeds;
+                b.dembeds = dembeds[k];
+                CT_ASSERT_OK(ctrain_lm_freeze(m[k], freeze, true, &eb));
+            } else if (pass == 2) {
+                b.B = 2;
+                b.L = 7;
+                b.tgt = tgt7;
+            }
+            loss[k] = lmm_pass(m[k], &b, 17.0f);
+            if (pass == 1)
+                CT_ASSERT_OK(ctrain_lm_freeze(m[k], freeze, false, &eb));
+            if (k == 0)
+                memcpy(grads, m[0]->grads_mem, n * sizeof *grads);
+        }
+        CT_ASSERT_MSG(memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0,
+                      "pass %d: loss %.9g without recomputation, %.9g with", pass, (double)loss[0],
+                      (double)loss[1]);
+        for (int i = 0; i < m[0]->n_tensors; i++) {
+            const ctrain_lm_tensor_t *t = &m[0]->tensors[i];
+            size_t cnt = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+            for (size_t e = 0; e < cnt; e++) {
+                float a = grads[m[0]->offset[i] + e], r = m[1]->grads_mem[m[1]->offset[i] + e];
+                CT_ASSERT_MSG(memcmp(&a, &r, sizeof a) == 0,
+                              "pass %d: %s[%zu]: %.9g without recomputation, %.9g with", pass,
+                              t->name, e, (double)a, (double)r);
+            }
+        }
+        bool nonzero = false;
+        for (size_t i = 0; i < n; i++)
+            nonzero |= grads[i] != 0.0f;
+        CT_ASSERT(nonzero);
+    }
+    CT_ASSERT(memcmp(dembeds[0], dembeds[1], E * sizeof *dembeds[0]) == 0);
+    /* three blocks' activations against one block's and three inputs */
+    CT_ASSERT_MSG(m[1]->act_bytes < m[0]->act_bytes, "arena %zu bytes with, %zu without",
+                  m[1]->act_bytes, m[0]->act_bytes);
+    printf("  %s%s: gradients identical; arena %zu bytes without recomputation, %zu with\n",
+           ctrain_lm_arch_name(&c), tied ? " (tied)" : "", m[0]->act_bytes, m[1]->act_bytes);
+    free(embeds);
+    free(grads);
+    for (int k = 0; k < 2; k++) {
+        free(dembeds[k]);
+        ctrain_lm_destroy(m[k]);
+    }
+    ops.close(&ops);
+}
+
+static void test_recompute(void)
+{
+    recompute_check(CTRAIN_LM_GPT2, true);
+    recompute_check(CTRAIN_LM_QWEN2, false);
+    recompute_check(CTRAIN_LM_QWEN2, true);
+}
+
 /* ---- with transformers ------------------------------------------------------------------------
  */
 
@@ -388,5 +499,6 @@ int main(int argc, char **argv)
     }
     CT_RUN(test_finite_differences);
     CT_RUN(test_freezing_and_errors);
+    CT_RUN(test_recompute);
     return 0;
 }

@@ -8,6 +8,11 @@
  * grouped-query attention reads; RoPE then rotates that packed buffer in place, viewed as rows of
  * one head each, with the value heads given position 0 (cos 1, sin 0: unchanged).
  *
+ * With activation recomputation the arena holds every block's input but one block's other
+ * activations, shared by all blocks; the backward runs each block's forward again (the same ops
+ * on the same input: the same bits) just before that block's backward, except the last block's,
+ * whose activations are still there from the forward.
+ *
  * Not here: the op kernels (kernels/), config.json and the tensor list (ctrain_lm_cfg.c), reading
  * a Hugging Face folder (ctrain_lm_load.c, so that this file needs no file I/O), the optimizer
  * and the training loop.
@@ -116,75 +121,29 @@ void ctrain_lm_destroy(ctrain_lm_t *m)
     free(m);
 }
 
-static int ctrain_lm__create(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *ops,
-                             int max_rows, int max_len, bool own, ct_errbuf_t *eb)
+/* The activation arena of m for passes of up to m->max_rows rows: sizes first, then pointers.
+ * Without recomputation every block keeps all its activations; with it, every block keeps its
+ * input (res) and the other per-block pointers of every block name one shared set, which the
+ * forward overwrites block after block and the backward refills block by block. */
+static int ctrain_lm__arena(ctrain_lm_t *m)
 {
-    *out = NULL;
-    int rc = ctrain_lm_cfg_check(cfg, eb);
-    if (rc != 0)
-        return rc;
-    if (max_len < 1 || max_len > cfg->max_pos || max_rows < max_len)
-        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
-                             "language model: %d tokens per row (the model takes 1..%d) in %d rows",
-                             max_len, cfg->max_pos, max_rows);
-    if (cfg->arch == CTRAIN_LM_QWEN2 && cfg->head_dim % 2 != 0)
-        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
-                             "language model: RoPE needs an even head_dim, got %d", cfg->head_dim);
-    ctrain_lm_t *m = calloc(1, sizeof *m);
-    ctrain_lm__impl_t *im = calloc(1, sizeof *im);
-    if (!m || !im) {
-        free(m);
-        free(im);
-        return -ENOMEM;
-    }
-    m->cfg = *cfg;
-    m->ops = ops;
-    m->max_rows = max_rows;
-    m->max_len = max_len;
-    m->impl = im;
-    rc = ctrain_lm_cfg_tensors(cfg, &m->tensors, &m->n_tensors);
-    if (rc != 0)
-        goto fail;
-    m->offset = calloc((size_t)m->n_tensors, sizeof *m->offset);
-    m->frozen = calloc((size_t)m->n_tensors, sizeof *m->frozen);
-    im->lay = calloc((size_t)cfg->layers, sizeof *im->lay);
-    if (!m->offset || !m->frozen || !im->lay) {
-        rc = -ENOMEM;
-        goto fail;
-    }
-    size_t off = 0;
-    for (int i = 0; i < m->n_tensors; i++) {
-        const ctrain_lm_tensor_t *t = &m->tensors[i];
-        m->offset[i] = off;
-        off += (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
-    }
-    m->own_buffers = own;
-    if (own) {
-        m->num_params = off;
-        rc = ops->alloc(ops, (void **)&m->params_mem, off * sizeof(float));
-        if (rc == 0)
-            rc = ops->alloc(ops, (void **)&m->grads_mem, off * sizeof(float));
-        if (rc != 0)
-            goto fail;
-        ops->zero(ops, m->params_mem, off * sizeof(float));
-        ops->zero(ops, m->grads_mem, off * sizeof(float));
-    }
-
-    /* the arena: sizes first, then pointers */
+    ct_ops_t *ops = m->ops;
+    const ctrain_lm_cfg_t *cfg = &m->cfg;
+    ctrain_lm__impl_t *im = m->impl;
     const bool gpt2 = cfg->arch == CTRAIN_LM_GPT2;
-    const size_t N = (size_t)max_rows, C = (size_t)cfg->hidden, I = (size_t)cfg->inner;
+    const size_t N = (size_t)m->max_rows, C = (size_t)cfg->hidden, I = (size_t)cfg->inner;
     const size_t NH = (size_t)cfg->heads, KVH = (size_t)cfg->kv_heads, HD = (size_t)cfg->head_dim;
     const size_t Q = NH * HD, W = (NH + 2 * KVH) * HD;
-    const size_t Lm = (size_t)max_len, Bmax = (N + Lm - 1) / Lm;
+    const size_t Lm = (size_t)m->max_len, Bmax = (N + Lm - 1) / Lm;
     /* att holds (B,NH,L,L) for any B*L <= max_rows with L <= max_len: at most N/L*L*L = N*L */
     const size_t att = N * NH * Lm;
     /* (B,NH,L) with B = ceil(N / max_len) covers every B*L <= N with L <= max_len */
     const size_t gqa =
         ops->scratch(ops, CT_SCRATCH_GQA_BWD, (int64_t)Bmax, (int64_t)NH, (int64_t)Lm, (int64_t)N);
     const size_t ce = ops->scratch(ops, CT_SCRATCH_CE, cfg->vocab, (int64_t)C, 0, (int64_t)N);
-    size_t per_layer = 0;
-#define CT__SZ(x) per_layer += ctrain_lm__align(x)
-    CT__SZ(N * C), CT__SZ(N * C), CT__SZ(N * C), CT__SZ(N * C); /* res mid ln1 ln2 */
+    size_t rest = 0; /* one block's activations other than its input */
+#define CT__SZ(x) rest += ctrain_lm__align(x)
+    CT__SZ(N * C), CT__SZ(N * C), CT__SZ(N * C); /* mid ln1 ln2 */
     CT__SZ(N), CT__SZ(N), CT__SZ(N), CT__SZ(N);
     CT__SZ(N * W), CT__SZ(att), CT__SZ(N * Q);
     if (gpt2)
@@ -193,7 +152,9 @@ static int ctrain_lm__create(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_o
         CT__SZ(N * I), CT__SZ(N * I), CT__SZ(N * I);
 #undef CT__SZ
     const size_t P = (size_t)cfg->max_pos, H = HD / 2, heads_all = NH + 2 * KVH;
-    size_t total = per_layer * (size_t)cfg->layers;
+    const size_t layers = (size_t)cfg->layers;
+    size_t total =
+        layers * ctrain_lm__align(N * C) + (m->recompute ? (layers > 0 ? rest : 0) : layers * rest);
     const size_t tail[] = {N * C,
                            N * C,
                            N,
@@ -219,9 +180,10 @@ static int ctrain_lm__create(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_o
                            N * heads_all};
     for (size_t k = 0; k < sizeof tail / sizeof tail[0]; k++)
         total += ctrain_lm__align(tail[k]);
-    rc = ops->alloc(ops, &im->arena, total * sizeof(float));
+    int rc = ops->alloc(ops, &im->arena, total * sizeof(float));
     if (rc != 0)
-        goto fail;
+        return rc;
+    m->act_bytes = total * sizeof(float);
     ops->zero(ops, im->arena, total * sizeof(float));
     float *p = im->arena;
 #define CT__TAKE(dst, x)          \
@@ -231,6 +193,11 @@ static int ctrain_lm__create(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_o
     } while (0)
     for (int l = 0; l < cfg->layers; l++) {
         ctrain_lm__layer_t *y = &im->lay[l];
+        if (m->recompute && l > 0) {
+            *y = im->lay[0]; /* the shared set */
+            CT__TAKE(y->res, N * C);
+            continue;
+        }
         CT__TAKE(y->res, N * C);
         CT__TAKE(y->mid, N * C);
         CT__TAKE(y->ln1, N * C);
@@ -275,7 +242,70 @@ static int ctrain_lm__create(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_o
     CT__TAKE(im->pos, N);
     CT__TAKE(im->hpos, N * heads_all);
 #undef CT__TAKE
-    im->hpos_host = malloc(N * heads_all * sizeof *im->hpos_host);
+    return 0;
+}
+
+static int ctrain_lm__create(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *ops,
+                             int max_rows, int max_len, bool own, const ctrain_lm_opts_t *opts,
+                             ct_errbuf_t *eb)
+{
+    *out = NULL;
+    int rc = ctrain_lm_cfg_check(cfg, eb);
+    if (rc != 0)
+        return rc;
+    if (max_len < 1 || max_len > cfg->max_pos || max_rows < max_len)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "language model: %d tokens per row (the model takes 1..%d) in %d rows",
+                             max_len, cfg->max_pos, max_rows);
+    if (cfg->arch == CTRAIN_LM_QWEN2 && cfg->head_dim % 2 != 0)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "language model: RoPE needs an even head_dim, got %d", cfg->head_dim);
+    ctrain_lm_t *m = calloc(1, sizeof *m);
+    ctrain_lm__impl_t *im = calloc(1, sizeof *im);
+    if (!m || !im) {
+        free(m);
+        free(im);
+        return -ENOMEM;
+    }
+    m->cfg = *cfg;
+    m->ops = ops;
+    m->max_rows = max_rows;
+    m->max_len = max_len;
+    m->recompute = opts && opts->recompute;
+    m->impl = im;
+    rc = ctrain_lm_cfg_tensors(cfg, &m->tensors, &m->n_tensors);
+    if (rc != 0)
+        goto fail;
+    m->offset = calloc((size_t)m->n_tensors, sizeof *m->offset);
+    m->frozen = calloc((size_t)m->n_tensors, sizeof *m->frozen);
+    im->lay = calloc((size_t)cfg->layers, sizeof *im->lay);
+    if (!m->offset || !m->frozen || !im->lay) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    size_t off = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ctrain_lm_tensor_t *t = &m->tensors[i];
+        m->offset[i] = off;
+        off += (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+    }
+    m->own_buffers = own;
+    if (own) {
+        m->num_params = off;
+        rc = ops->alloc(ops, (void **)&m->params_mem, off * sizeof(float));
+        if (rc == 0)
+            rc = ops->alloc(ops, (void **)&m->grads_mem, off * sizeof(float));
+        if (rc != 0)
+            goto fail;
+        ops->zero(ops, m->params_mem, off * sizeof(float));
+        ops->zero(ops, m->grads_mem, off * sizeof(float));
+    }
+    rc = ctrain_lm__arena(m);
+    if (rc != 0)
+        goto fail;
+    const bool gpt2 = cfg->arch == CTRAIN_LM_GPT2;
+    const size_t N = (size_t)max_rows, P = (size_t)cfg->max_pos, H = (size_t)cfg->head_dim / 2;
+    im->hpos_host = malloc(N * (size_t)(cfg->heads + 2 * cfg->kv_heads) * sizeof *im->hpos_host);
     if (!im->hpos_host) {
         rc = -ENOMEM;
         goto fail;
@@ -286,7 +316,7 @@ static int ctrain_lm__create(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_o
             rc = -ENOMEM;
             goto fail;
         }
-        ct_rope_table_cpu(tab, tab + P * H, (int)P, (int)HD, (float)cfg->rope_theta);
+        ct_rope_table_cpu(tab, tab + P * H, (int)P, cfg->head_dim, (float)cfg->rope_theta);
         ops->copy(ops, im->rope_cos, tab, P * H * sizeof *tab, CT_COPY_H2D);
         ops->copy(ops, im->rope_sin, tab + P * H, P * H * sizeof *tab, CT_COPY_H2D);
         rc = ops->sync(ops);
@@ -307,13 +337,26 @@ fail:
 int ctrain_lm_create(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *ops, int max_rows,
                      int max_len, ct_errbuf_t *eb)
 {
-    return ctrain_lm__create(out, cfg, ops, max_rows, max_len, true, eb);
+    return ctrain_lm__create(out, cfg, ops, max_rows, max_len, true, NULL, eb);
+}
+
+int ctrain_lm_create_opts(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *ops,
+                          int max_rows, int max_len, const ctrain_lm_opts_t *opts, ct_errbuf_t *eb)
+{
+    return ctrain_lm__create(out, cfg, ops, max_rows, max_len, true, opts, eb);
 }
 
 int ctrain_lm_create_shared(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *ops,
                             int max_rows, int max_len, ct_errbuf_t *eb)
 {
-    return ctrain_lm__create(out, cfg, ops, max_rows, max_len, false, eb);
+    return ctrain_lm__create(out, cfg, ops, max_rows, max_len, false, NULL, eb);
+}
+
+int ctrain_lm_create_shared_opts(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *ops,
+                                 int max_rows, int max_len, const ctrain_lm_opts_t *opts,
+                                 ct_errbuf_t *eb)
+{
+    return ctrain_lm__create(out, cfg, ops, max_rows, max_len, false, opts, eb);
 }
 
 void ctrain_lm_views(const ctrain_lm_t *m, bool grads, ct_tensor_view_t *views)
@@ -408,6 +451,58 @@ static const float *ctrain_lm__head(const ctrain_lm_t *m)
                        : ctrain_lm__p(m, CTRAIN_LM_T_HEAD, -1);
 }
 
+/* Block l's forward from its input im->lay[l].res into its saved activations, and with next,
+ * the block's output into next; without (the backward's recomputation) it stops at the FFN's
+ * hidden activation, the last thing the block's backward reads. */
+static void ctrain_lm__block_fwd(ctrain_lm_t *m, int l, int B, int L, float *next)
+{
+    ct_ops_t *o = m->ops;
+    ctrain_lm__impl_t *im = m->impl;
+    const ctrain_lm_cfg_t *c = &m->cfg;
+    const int N = B * L, C = c->hidden, I = c->inner, NH = c->heads, KVH = c->kv_heads;
+    const int HD = c->head_dim, Q = NH * HD, W = (NH + 2 * KVH) * HD;
+    const bool gpt2 = c->arch == CTRAIN_LM_GPT2;
+    ctrain_lm__layer_t *y = &im->lay[l];
+    ctrain_lm__norm_fwd(m, y->ln1, y->mean1, y->rstd1, y->res, CTRAIN_LM_T_LN1_W, CTRAIN_LM_T_LN1_B,
+                        l, N);
+    if (gpt2) {
+        o->conv1d_forward(o, y->qkv, y->ln1, ctrain_lm__p(m, CTRAIN_LM_T_QKV_W, l),
+                          ctrain_lm__p(m, CTRAIN_LM_T_QKV_B, l), N, C, W);
+    } else {
+        o->linear_forward(o, y->qkv, y->ln1, ctrain_lm__p(m, CTRAIN_LM_T_Q_W, l),
+                          ctrain_lm__p(m, CTRAIN_LM_T_Q_B, l), N, C, W);
+        o->rope_forward(o, y->qkv, y->qkv, im->rope_cos, im->rope_sin, im->hpos, N * (NH + 2 * KVH),
+                        1, HD);
+    }
+    o->gqa_attention_forward(o, y->atty, y->att, y->qkv, B, L, NH, KVH, HD, ctrain_lm__scale(c, l));
+    if (gpt2)
+        o->conv1d_forward(o, y->mid, y->atty, ctrain_lm__p(m, CTRAIN_LM_T_O_W, l),
+                          ctrain_lm__p(m, CTRAIN_LM_T_O_B, l), N, C, C);
+    else
+        o->linear_forward(o, y->mid, y->atty, ctrain_lm__p(m, CTRAIN_LM_T_O_W, l), NULL, N, Q, C);
+    o->residual_forward(o, y->mid, y->mid, y->res, (int64_t)N * C);
+    ctrain_lm__norm_fwd(m, y->ln2, y->mean2, y->rstd2, y->mid, CTRAIN_LM_T_LN2_W, CTRAIN_LM_T_LN2_B,
+                        l, N);
+    if (gpt2) {
+        o->conv1d_forward(o, y->fc, y->ln2, ctrain_lm__p(m, CTRAIN_LM_T_FC_W, l),
+                          ctrain_lm__p(m, CTRAIN_LM_T_FC_B, l), N, C, I);
+        o->gelu_forward(o, y->act, y->fc, (int64_t)N * I,
+                        c->act == CTRAIN_LM_ACT_GELU ? CT_GELU_ERF : CT_GELU_TANH);
+        if (next)
+            o->conv1d_forward(o, next, y->act, ctrain_lm__p(m, CTRAIN_LM_T_FC2_W, l),
+                              ctrain_lm__p(m, CTRAIN_LM_T_FC2_B, l), N, I, C);
+    } else {
+        o->linear_forward(o, y->gate, y->ln2, ctrain_lm__p(m, CTRAIN_LM_T_GATE_W, l), NULL, N, C,
+                          I);
+        o->linear_forward(o, y->up, y->ln2, ctrain_lm__p(m, CTRAIN_LM_T_UP_W, l), NULL, N, C, I);
+        o->swiglu_forward(o, y->h, y->gate, y->up, (int64_t)N * I);
+        if (next)
+            o->linear_forward(o, next, y->h, ctrain_lm__p(m, CTRAIN_LM_T_DOWN_W, l), NULL, N, I, C);
+    }
+    if (next)
+        o->residual_forward(o, next, next, y->mid, (int64_t)N * C);
+}
+
 int ctrain_lm_forward_backward(ctrain_lm_t *m, const ctrain_lm_batch_t *b, float count,
                                bool backward, float *loss, ct_errbuf_t *eb)
 {
@@ -469,48 +564,8 @@ int ctrain_lm_forward_backward(ctrain_lm_t *m, const ctrain_lm_batch_t *b, float
     } else {
         o->lm_embed_forward(o, x0, wte, wpe, im->ids, im->pos, N, C);
     }
-    for (int l = 0; l < c->layers; l++) {
-        ctrain_lm__layer_t *y = &im->lay[l];
-        float *next = l + 1 < c->layers ? im->lay[l + 1].res : im->res_out;
-        ctrain_lm__norm_fwd(m, y->ln1, y->mean1, y->rstd1, y->res, CTRAIN_LM_T_LN1_W,
-                            CTRAIN_LM_T_LN1_B, l, N);
-        if (gpt2) {
-            o->conv1d_forward(o, y->qkv, y->ln1, ctrain_lm__p(m, CTRAIN_LM_T_QKV_W, l),
-                              ctrain_lm__p(m, CTRAIN_LM_T_QKV_B, l), N, C, W);
-        } else {
-            o->linear_forward(o, y->qkv, y->ln1, ctrain_lm__p(m, CTRAIN_LM_T_Q_W, l),
-                              ctrain_lm__p(m, CTRAIN_LM_T_Q_B, l), N, C, W);
-            o->rope_forward(o, y->qkv, y->qkv, im->rope_cos, im->rope_sin, im->hpos,
-                            N * (NH + 2 * KVH), 1, HD);
-        }
-        o->gqa_attention_forward(o, y->atty, y->att, y->qkv, B, L, NH, KVH, HD,
-                                 ctrain_lm__scale(c, l));
-        if (gpt2)
-            o->conv1d_forward(o, y->mid, y->atty, ctrain_lm__p(m, CTRAIN_LM_T_O_W, l),
-                              ctrain_lm__p(m, CTRAIN_LM_T_O_B, l), N, C, C);
-        else
-            o->linear_forward(o, y->mid, y->atty, ctrain_lm__p(m, CTRAIN_LM_T_O_W, l), NULL, N, Q,
-                              C);
-        o->residual_forward(o, y->mid, y->mid, y->res, (int64_t)N * C);
-        ctrain_lm__norm_fwd(m, y->ln2, y->mean2, y->rstd2, y->mid, CTRAIN_LM_T_LN2_W,
-                            CTRAIN_LM_T_LN2_B, l, N);
-        if (gpt2) {
-            o->conv1d_forward(o, y->fc, y->ln2, ctrain_lm__p(m, CTRAIN_LM_T_FC_W, l),
-                              ctrain_lm__p(m, CTRAIN_LM_T_FC_B, l), N, C, I);
-            o->gelu_forward(o, y->act, y->fc, (int64_t)N * I,
-                            c->act == CTRAIN_LM_ACT_GELU ? CT_GELU_ERF : CT_GELU_TANH);
-            o->conv1d_forward(o, next, y->act, ctrain_lm__p(m, CTRAIN_LM_T_FC2_W, l),
-                              ctrain_lm__p(m, CTRAIN_LM_T_FC2_B, l), N, I, C);
-        } else {
-            o->linear_forward(o, y->gate, y->ln2, ctrain_lm__p(m, CTRAIN_LM_T_GATE_W, l), NULL, N,
-                              C, I);
-            o->linear_forward(o, y->up, y->ln2, ctrain_lm__p(m, CTRAIN_LM_T_UP_W, l), NULL, N, C,
-                              I);
-            o->swiglu_forward(o, y->h, y->gate, y->up, (int64_t)N * I);
-            o->linear_forward(o, next, y->h, ctrain_lm__p(m, CTRAIN_LM_T_DOWN_W, l), NULL, N, I, C);
-        }
-        o->residual_forward(o, next, next, y->mid, (int64_t)N * C);
-    }
+    for (int l = 0; l < c->layers; l++)
+        ctrain_lm__block_fwd(m, l, B, L, l + 1 < c->layers ? im->lay[l + 1].res : im->res_out);
     ctrain_lm__norm_fwd(m, im->lnf, im->meanf, im->rstdf, im->res_out, CTRAIN_LM_T_LNF_W,
                         CTRAIN_LM_T_LNF_B, -1, N);
 
@@ -537,6 +592,9 @@ int ctrain_lm_forward_backward(ctrain_lm_t *m, const ctrain_lm_batch_t *b, float
                         CTRAIN_LM_T_LNF_B, -1, N);
     for (int l = c->layers - 1; l >= 0; l--) {
         ctrain_lm__layer_t *y = &im->lay[l];
+        /* the shared set holds the last block's activations from the forward */
+        if (m->recompute && l + 1 < c->layers)
+            ctrain_lm__block_fwd(m, l, B, L, NULL);
         /* the FFN: dres is d next = d (mid + ffn) */
         o->zero(o, im->dln, (size_t)N * C * sizeof(float));
         if (gpt2) {

@@ -13,12 +13,16 @@
  * attention mask), so rows are meant to be right-padded, and the next-token loss is the mean over
  * the targets given.
  *
+ * With activation recomputation (ctrain_lm_opts_t.recompute) the forward keeps only each block's
+ * input and the backward runs each block's forward again just before that block's backward; the
+ * ops are deterministic, so the gradients are the same bits as without it.
+ *
  * Buffers: ctrain_lm_create allocates the flat buffers itself; ctrain_lm_create_shared leaves
  * them to the caller (the trainer's family, ctrain_lm_family.c, points them into the trainer's
  * flat buffers), who may also keep frozen tensors apart in frozen_mem (no gradient range at all).
  *
  * Not here: the optimizer, the training loop and the trainer's family (ctrain_lm_family.h),
- * activation recomputation, mixed precision.
+ * mixed precision.
  */
 #ifndef CTRAIN_LM_H
 #define CTRAIN_LM_H
@@ -55,7 +59,17 @@ typedef struct ctrain_lm {
     bool own_buffers;  /* params_mem and grads_mem are this struct's (ctrain_lm_create) */
 
     void *impl; /* activations, scratch and the per-layer pointers */
+
+    bool recompute;   /* activation recomputation (ctrain_lm_opts_t); read-only */
+    size_t act_bytes; /* the activation and scratch arena's size in bytes; read-only */
 } ctrain_lm_t;
+
+/* How ctrain_lm_create_opts builds a model; all zero (or NULL) is ctrain_lm_create's default. */
+typedef struct ctrain_lm_opts {
+    bool recompute; /* keep only each block's input in the forward and run the block's forward
+                       again in the backward (gradient checkpointing): the activation memory of
+                       one block instead of one per block, for about one more forward */
+} ctrain_lm_opts_t;
 
 /* One pass's input, host memory except where said. Rows hold L tokens each. */
 typedef struct ctrain_lm_batch {
@@ -74,10 +88,19 @@ typedef struct ctrain_lm_batch {
 int ctrain_lm_create(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *ops, int max_rows,
                      int max_len, ct_errbuf_t *eb);
 
+/* ctrain_lm_create with options (opts NULL: the defaults). */
+int ctrain_lm_create_opts(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *ops,
+                          int max_rows, int max_len, const ctrain_lm_opts_t *opts, ct_errbuf_t *eb);
+
 /* ctrain_lm_create without the flat buffers: params_mem, grads_mem, frozen_mem and offset[] are
  * the caller's to set (every tensor's offset, before the first pass) and to free. */
 int ctrain_lm_create_shared(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *ops,
                             int max_rows, int max_len, ct_errbuf_t *eb);
+
+/* ctrain_lm_create_shared with options (opts NULL: the defaults). */
+int ctrain_lm_create_shared_opts(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_ops_t *ops,
+                                 int max_rows, int max_len, const ctrain_lm_opts_t *opts,
+                                 ct_errbuf_t *eb);
 
 /* Tensor i's weights in backend memory (params_mem, or frozen_mem for a frozen tensor kept
  * apart). */
@@ -86,6 +109,9 @@ float *ctrain_lm_tensor(const ctrain_lm_t *m, int i);
 /* ctrain_lm_create with dir/config.json's configuration, then the weights of dir. */
 int ctrain_lm_open(ctrain_lm_t **out, const char *dir, ct_ops_t *ops, int max_rows, int max_len,
                    ct_errbuf_t *eb);
+/* ctrain_lm_open with options (opts NULL: the defaults). */
+int ctrain_lm_open_opts(ctrain_lm_t **out, const char *dir, ct_ops_t *ops, int max_rows,
+                        int max_len, const ctrain_lm_opts_t *opts, ct_errbuf_t *eb);
 void ctrain_lm_destroy(ctrain_lm_t *m); /* NULL is fine */
 
 /* (ctrain_lm_load.c) Reads every tensor from the Hugging Face folder dir (ctrain_lm_hf_read; half

@@ -46,13 +46,19 @@ int ctrain_lm_load(ctrain_lm_t *m, const char *dir, ct_errbuf_t *eb)
 int ctrain_lm_open(ctrain_lm_t **out, const char *dir, ct_ops_t *ops, int max_rows, int max_len,
                    ct_errbuf_t *eb)
 {
+    return ctrain_lm_open_opts(out, dir, ops, max_rows, max_len, NULL, eb);
+}
+
+int ctrain_lm_open_opts(ctrain_lm_t **out, const char *dir, ct_ops_t *ops, int max_rows,
+                        int max_len, const ctrain_lm_opts_t *opts, ct_errbuf_t *eb)
+{
     ctrain_lm_cfg_t cfg;
     *out = NULL;
     int rc = ctrain_lm_cfg_read(dir, &cfg, eb);
     if (rc != 0)
         return rc;
     ctrain_lm_t *m = NULL;
-    rc = ctrain_lm_create(&m, &cfg, ops, max_rows, max_len, eb);
+    rc = ctrain_lm_create_opts(&m, &cfg, ops, max_rows, max_len, opts, eb);
     if (rc == 0)
         rc = ctrain_lm_load(m, dir, eb);
     if (rc != 0) {

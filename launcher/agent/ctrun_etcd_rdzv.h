@@ -18,6 +18,8 @@
  *   a/<k>/ok/<id>            node <id>'s workers of attempt k all exited 0; the node that sees
  *                            every node of the round there writes "succeeded".
  *   a/<k>/failures/<id>      node <id>'s failure report for attempt k.
+ *   a/<k>/store              "<host>:<port>": the workers' store of attempt k, hosted by the
+ *                            round's group rank 0 (ctrun_etcd_rdzv_publish_store).
  *
  * The rules are c10d's (ctrun_rdzv_round_decide, ctrun_rdzv_outcome_counts, the plan text):
  * a round forms when MAX nodes are ready, or at least MIN are and last_call_ms has passed since
@@ -31,8 +33,8 @@
  * within join_timeout_ms (from the start, and from each ctrun_etcd_rdzv_next) gets ERROR, one
  * line naming etcd and how many nodes it saw.
  *
- * Deliberately not here: workers, the workers' store, the command line, TLS; reading failure
- * reports beyond passing them on.
+ * Deliberately not here: workers, hosting the workers' store (only its address passes through),
+ * the command line, TLS; reading failure reports beyond passing them on.
  */
 #ifndef CTRUN_ETCD_RDZV_H
 #define CTRUN_ETCD_RDZV_H
@@ -74,6 +76,8 @@ typedef enum ctrun_etcd_rdzv_event_kind {
     CTRUN_ETCD_RDZV_ENDED,     /* the running round ended: text is its outcome */
     CTRUN_ETCD_RDZV_CLOSED,    /* no further round will run: text says why */
     CTRUN_ETCD_RDZV_ERROR,     /* this node cannot go on: text (one line); nothing follows */
+    CTRUN_ETCD_RDZV_STORE,     /* the workers' store of this node's round: text "host:port"
+                                * (after ROUND, at most once per round) */
 } ctrun_etcd_rdzv_event_kind_t;
 
 typedef struct ctrun_etcd_rdzv_event {
@@ -102,6 +106,17 @@ int ctrun_etcd_rdzv_succeeded(ctrun_etcd_rdzv_t *r);
 /* Records this node's failure report (one line) for the running round, which ends "failed <its
  * group rank>" unless it has ended already; every node gets FAILURE. */
 int ctrun_etcd_rdzv_failed(ctrun_etcd_rdzv_t *r, const char *report);
+
+/* Writes the running round's outcome unless one is there (e.g. "stopped <g> <signal>" or "left
+ * <g> <signal> <host>"): every node gets ENDED with the first outcome written. */
+int ctrun_etcd_rdzv_outcome(ctrun_etcd_rdzv_t *r, const char *text);
+
+/* Publishes the address of the workers' store of the running round (this node is its group rank
+ * 0); every node of the round gets STORE. */
+int ctrun_etcd_rdzv_publish_store(ctrun_etcd_rdzv_t *r, const char *addr);
+
+/* The group rank of node id in the latest round, -1 when it is not in it. */
+int ctrun_etcd_rdzv_group_rank(const ctrun_etcd_rdzv_t *r, const char *id);
 
 typedef enum ctrun_etcd_rdzv_leave {
     CTRUN_ETCD_RDZV_SILENT = 0, /* as a killed node: the key stays until its lease expires */

@@ -56,6 +56,8 @@ struct ctrun_etcd_rdzv {
     bool *plan_lost, *plan_ok;
     ctrun_rdzv_plan_t plan; /* this node's view */
     char *outcome;          /* NULL while the round runs */
+    char *store;            /* the round's workers' store ("host:port"), NULL until published */
+    bool told_store;
     bool told_round, told_waiting, told_closed, asked_rejoin, asked_close;
     /* A proposal is made against the round this node saw (proposal_base); once etcd decided it
      * (won or lost), the round key has changed: no new proposal until the watch brings the new
@@ -210,6 +212,9 @@ static bool ctrun_etcd_rdzv__set_round(ctrun_etcd_rdzv_t *r, int64_t k, const ch
     ctrun_etcd_rdzv__free_plan(r);
     free(r->outcome);
     r->outcome = NULL;
+    free(r->store);
+    r->store = NULL;
+    r->told_store = false;
     r->round = k;
     r->told_round = r->told_waiting = r->asked_rejoin = r->asked_close = false;
     r->last_call_expired = false;
@@ -325,6 +330,15 @@ out:
 
 static void ctrun_etcd_rdzv__on_last_call(uv_timer_t *t);
 
+/* STORE once the round's store is known and this node was told its round. */
+static void ctrun_etcd_rdzv__tell_store(ctrun_etcd_rdzv_t *r)
+{
+    if (r->store == NULL || !r->told_round || r->told_store || r->outcome != NULL)
+        return;
+    r->told_store = true;
+    ctrun_etcd_rdzv__emit(r, CTRUN_ETCD_RDZV_STORE, NULL, r->store, 0);
+}
+
 /* Decides what this node does now, from the view. */
 static void ctrun_etcd_rdzv__evaluate(ctrun_etcd_rdzv_t *r)
 {
@@ -346,6 +360,9 @@ static void ctrun_etcd_rdzv__evaluate(ctrun_etcd_rdzv_t *r)
             r->told_round = true;
             uv_timer_stop(&r->join_timer);
             ctrun_etcd_rdzv__emit(r, CTRUN_ETCD_RDZV_ROUND, NULL, NULL, 0);
+            if (r->closing || r->errored)
+                return;
+            ctrun_etcd_rdzv__tell_store(r);
             if (r->closing || r->errored)
                 return;
         }
@@ -475,6 +492,14 @@ static void ctrun_etcd_rdzv__on_key(ctrun_etcd_rdzv_t *r, const ctrun_etcd_group
         uv_timer_stop(&r->last_call_timer);
         r->last_call_running = r->last_call_expired = false;
         ctrun_etcd_rdzv__emit(r, CTRUN_ETCD_RDZV_ENDED, NULL, r->outcome, 0);
+    } else if (strcmp(what, "store") == 0 && rest[0] == '\0') {
+        if (r->store != NULL || r->outcome != NULL)
+            return;
+        if ((r->store = strdup(ev->value)) == NULL) {
+            ctrun_etcd_rdzv__error(r, -ENOMEM, "etcd rendezvous: out of memory");
+            return;
+        }
+        ctrun_etcd_rdzv__tell_store(r);
     } else if (strcmp(what, "failures") == 0 && rest[0] == '/') {
         ctrun_etcd_rdzv__emit(r, CTRUN_ETCD_RDZV_FAILURE, rest + 1, ev->value, 0);
     } else if (strcmp(what, "ok") == 0 && rest[0] == '/') {
@@ -536,6 +561,7 @@ static void ctrun_etcd_rdzv__free(ctrun_etcd_rdzv_t *r)
     ctrun_etcd_rdzv__free_members(r);
     ctrun_etcd_rdzv__free_plan(r);
     free(r->outcome);
+    free(r->store);
     free(r->closed_reason);
     free(r->id);
     free(r->host);
@@ -653,6 +679,30 @@ int ctrun_etcd_rdzv_failed(ctrun_etcd_rdzv_t *r, const char *report)
     snprintf(text, sizeof text, "failed %d", r->plan.group_rank);
     snprintf(key, sizeof key, "failures/%s", r->id);
     return ctrun_etcd_rdzv__write_outcome(r, text, key, report);
+}
+
+int ctrun_etcd_rdzv_outcome(ctrun_etcd_rdzv_t *r, const char *text)
+{
+    if (r == NULL || r->closing || r->errored || r->round == 0 || r->outcome != NULL ||
+        ctrun_etcd_rdzv__in_plan(r, r->id) < 0)
+        return CT_ESTATE;
+    return ctrun_etcd_rdzv__write_outcome(r, text, NULL, NULL);
+}
+
+int ctrun_etcd_rdzv_publish_store(ctrun_etcd_rdzv_t *r, const char *addr)
+{
+    if (r == NULL || r->closing || r->errored || r->round == 0 || r->outcome != NULL ||
+        r->plan.group_rank != 0)
+        return CT_ESTATE;
+    char key[CTRUN_ETCD_RDZV__KEY_MAX];
+    snprintf(key, sizeof key, "%sa/%d/store", r->prefix, ctrun_etcd_rdzv__attempt(r));
+    return ctrun_etcd_put(r->etcd, key, strlen(key), addr, strlen(addr), 0,
+                          ctrun_etcd_rdzv__on_written, r);
+}
+
+int ctrun_etcd_rdzv_group_rank(const ctrun_etcd_rdzv_t *r, const char *id)
+{
+    return r == NULL ? -1 : ctrun_etcd_rdzv__in_plan(r, id);
 }
 
 const char *ctrun_etcd_rdzv_prefix(const ctrun_etcd_rdzv_t *r)
