@@ -12,6 +12,8 @@ warm-up + cosine schedule), run by test_temporal_train.c with the PyTorch 2.x in
      the patches ctrain masks (ctrain's rule, reproduced here: Philox4x32-10 draws, the k
      smallest of a curve's n draws);
   4. the same run on 2 ranks under ctrun (CPU ring): the same losses within 1e-4;
+  4b. the summary's val_loss and baseline_val_loss against PyTorch's on the same masks, and
+     --inference_only of the final weights giving the same numbers;
   5. a run under ctrun killed at step 12 (--inject) and restarted from its checkpoint: the
      resumed run ends with the uninterrupted run's final weights, bit for bit.
 
@@ -71,6 +73,16 @@ def uniforms(seed, stream, offset, n):
 def ctrain_mask(seed, epoch, i, n, k):
     """ctrain's training mask of curve i in epoch (from 0): the k smallest of n draws."""
     u = uniforms(seed, (270 << 48) | epoch, i * n, n)
+    order = sorted(range(n), key=lambda j: (u[j], j))
+    m = [False] * n
+    for j in order[:k]:
+        m[j] = True
+    return m
+
+
+def ctrain_eval_mask(seed, i, n, k):
+    """ctrain's evaluation mask of curve i: stream (271, 0)."""
+    u = uniforms(seed, 271 << 48, i * n, n)
     order = sorted(range(n), key=lambda j: (u[j], j))
     m = [False] * n
     for j in order[:k]:
@@ -166,6 +178,33 @@ def main():
             raise SystemExit("FAIL: %s differs from PyTorch's by %.3g after %d steps" % (
                 name, diff, STEPS))
     print("stage 1, 1 rank: final weights within 1e-4 of PyTorch's")
+
+    # ---- the evaluation: val_loss and baseline_val_loss of the summary against PyTorch's
+    # computation with the final weights on ctrain's evaluation masks (stream (271, 0))
+    with open(os.path.join(r1, "summary.json")) as f:
+        summ = json.load(f)
+    model.eval()
+    xv = torch.from_numpy(np.array(curves[n_train:]))
+    vmask = torch.tensor([[m for m in ctrain_eval_mask(SEED, n_train + i, n, k)]
+                          for i in range(n_val)])
+    with torch.no_grad():
+        pred, target = model(xv, vmask)
+        v_want = F.mse_loss(pred[vmask], target[vmask]).item()
+        vis = (~vmask).unsqueeze(-1).float()
+        mean = (target * vis).sum(1, keepdim=True) / vis.sum(1, keepdim=True)
+        b_want = ((mean.expand_as(target) - target)[vmask] ** 2).mean().item()
+    print("val_loss ctrain %.7f torch %.7f; baseline_val_loss ctrain %.7f torch %.7f" % (
+        summ["val_loss"], v_want, summ["baseline_val_loss"], b_want))
+    if not (abs(summ["val_loss"] - v_want) < 1e-4 and abs(summ["baseline_val_loss"] - b_want) <
+            1e-5):
+        raise SystemExit("FAIL: the evaluation differs from PyTorch's")
+    p = run([ctrain] + ctrain_args(ctrain, cache, os.path.join(r1, "final.safetensors"),
+                                   os.path.join(d, "infer"))[1:] + ["--inference_only"])
+    inf = json.loads(p.stdout.split("# summary: ")[1].splitlines()[0])
+    if inf["val_loss"] != summ["val_loss"] or inf["baseline_val_loss"] != summ["baseline_val_loss"]:
+        raise SystemExit("FAIL: --inference_only gives %r, training's last evaluation %r" % (
+            inf, summ))
+    print("--inference_only of final.safetensors: the same val_loss and baseline_val_loss")
 
     # ---- ctrain, 2 ranks under ctrun (the CPU ring)
     r2 = os.path.join(d, "run2")
