@@ -6,7 +6,9 @@
  * by its mean and unbiased standard deviation + 1e-5 as the reference does, the patch masks,
  * the evaluation (mean squared error over the masked patches of the validation curves, and
  * beside it the mean-of-visible-patches predictor's), and --inference_only (that evaluation of
- * --state_dict_path).
+ * --state_dict_path; with --dataset a CSV file of real curves, one series per row, their
+ * embeddings instead: --train_dir/embeddings.npy, float32 (rows, d_model), each row the mean
+ * over the curve's patches of the encoder's final LayerNorm output, computed by rank 0).
  *
  * Masks: every curve has k = max(1, round(mask_ratio * n)) masked patches out of n (round half
  * to even, as Python's round). In training epoch e (from 0) curve i masks the k patches with
@@ -24,10 +26,13 @@
  * Not here: the model (models/temporal/ctrain_temporal.c), the loop.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ct_config.h"
 #include "ct_fs.h"
@@ -45,6 +50,7 @@ typedef struct ctrain_temporal_task__state {
     char path[CTRAIN_TRAIN_PATH_MAX];
     int64_t n_curves, n_train, n_val;
     int S, n, P, k;
+    bool csv;            /* --dataset is a CSV file of curves to embed (--inference_only) */
     float *patches;      /* (n_curves, S) normalised */
     int32_t *ids, *mask; /* evaluation rows, (micro, n) */
 } ctrain_temporal_task__state_t;
@@ -132,8 +138,15 @@ static int ctrain_temporal_task__read_cache(ctrain_temporal_task__state_t *s, co
     float *raw = NULL;
     if ((rc = ctrain_temporal_task__read_npy(dir, s->n_curves, s->S, &raw, eb)) != 0)
         return rc;
-    /* (curve - mean) / (std + 1e-5), std with Bessel's correction (torch.std's default) */
     s->patches = raw;
+    return 0;
+}
+
+/* Each curve <- (curve - mean) / (std + 1e-5), std with Bessel's correction (torch.std's
+ * default), as the reference's TemporalModel.patches. */
+static void ctrain_temporal_task__normalise(ctrain_temporal_task__state_t *s)
+{
+    float *raw = s->patches;
     for (int64_t i = 0; i < s->n_curves; i++) {
         float *c = raw + (size_t)i * s->S;
         double mu = 0.0, ss = 0.0;
@@ -147,6 +160,82 @@ static int ctrain_temporal_task__read_cache(ctrain_temporal_task__state_t *s, co
         for (int t = 0; t < s->S; t++)
             c[t] = (c[t] - mean) / sd;
     }
+}
+
+/* A CSV file of curves, one series per row (numbers separated by commas; blank lines skipped),
+ * every row as long as the first: *out (malloc'd, rows x S). Errors name the file and line. */
+static int ctrain_temporal_task__read_csv(ctrain_temporal_task__state_t *s, const char *path,
+                                          ct_errbuf_t *eb)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return ct_errbuf_set(eb, -errno, "%s: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0, have = 0, room = 0;
+    float *x = NULL;
+    long lineno = 0;
+    int rc = 0;
+    s->S = 0;
+    s->n_curves = 0;
+    while (rc == 0 && getline(&line, &cap, f) >= 0) {
+        lineno++;
+        char *p = line;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p == '\n' || *p == '\r' || *p == '\0')
+            continue;
+        int cols = 0;
+        for (;;) {
+            char *end;
+            errno = 0;
+            float v = strtof(p, &end);
+            if (end == p || errno == ERANGE || !isfinite(v)) {
+                rc = ct_errbuf_set(eb, CT_EFORMAT, "%s:%ld: column %d is not a finite number", path,
+                                   lineno, cols + 1);
+                break;
+            }
+            if (have == room) {
+                room = room ? 2 * room : 4096;
+                float *nx = realloc(x, room * sizeof *x);
+                if (!nx) {
+                    rc = ct_errbuf_set(eb, -ENOMEM, "%s: out of memory", path);
+                    break;
+                }
+                x = nx;
+            }
+            x[have++] = v;
+            cols++;
+            p = end;
+            while (*p == ' ' || *p == '\t')
+                p++;
+            if (*p != ',')
+                break;
+            p++;
+        }
+        if (rc != 0)
+            break;
+        if (*p != '\n' && *p != '\r' && *p != '\0') {
+            rc = ct_errbuf_set(eb, CT_EFORMAT, "%s:%ld: unexpected text after column %d", path,
+                               lineno, cols);
+        } else if (s->S == 0) {
+            s->S = cols;
+        } else if (cols != s->S) {
+            rc = ct_errbuf_set(eb, CT_EFORMAT,
+                               "%s:%ld: %d points, where the first series has %d (every row "
+                               "must be as long)",
+                               path, lineno, cols, s->S);
+        }
+        s->n_curves++;
+    }
+    free(line);
+    fclose(f);
+    if (rc == 0 && s->n_curves == 0)
+        rc = ct_errbuf_set(eb, CT_EFORMAT, "%s: no series", path);
+    if (rc != 0) {
+        free(x);
+        return rc;
+    }
+    s->patches = x;
     return 0;
 }
 
@@ -186,9 +275,13 @@ static int ctrain_temporal_task__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     t->task_state = s;
     snprintf(s->path, sizeof s->path, "%s", c->dataset);
-    int rc = ctrain_temporal_task__read_cache(s, c->dataset, eb);
+    struct stat st;
+    s->csv = c->inference_only && stat(c->dataset, &st) == 0 && !S_ISDIR(st.st_mode);
+    int rc = s->csv ? ctrain_temporal_task__read_csv(s, c->dataset, eb)
+                    : ctrain_temporal_task__read_cache(s, c->dataset, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "--dataset");
+    ctrain_temporal_task__normalise(s);
     s->P = c->patch_len;
     if (s->S % s->P != 0 || s->S / s->P > CTRAIN_MODEL_MAX_LEN)
         return ct_errbuf_set(eb, CT_ERANGE_VALUE,
@@ -201,7 +294,9 @@ static int ctrain_temporal_task__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
     s->n_val = (int64_t)floor((double)s->n_curves * c->val_fraction);
     s->n_val = s->n_val < 1 ? 1 : s->n_val;
     s->n_train = s->n_curves - s->n_val;
-    if (s->n_train < 1)
+    if (s->csv)
+        s->n_val = s->n_curves, s->n_train = 0; /* all embedded, nothing trained */
+    else if (s->n_train < 1)
         return ct_errbuf_set(eb, CT_ERANGE_VALUE,
                              "--val_fraction %g leaves no training curve of the %lld in %s",
                              c->val_fraction, (long long)s->n_curves, c->dataset);
@@ -219,8 +314,8 @@ static int ctrain_temporal_task__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
                                    .dropout = (float)c->dropout_rate,
                                    .ext = &s->spec};
     t->n_samples = s->n_train;
-    t->samples = malloc((size_t)t->n_samples * sizeof *t->samples);
-    t->targets = malloc((size_t)t->n_samples * sizeof *t->targets);
+    t->samples = malloc(((size_t)t->n_samples + 1) * sizeof *t->samples);
+    t->targets = malloc(((size_t)t->n_samples + 1) * sizeof *t->targets);
     if (!t->samples || !t->targets)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     for (int64_t i = 0; i < t->n_samples; i++) {
@@ -514,6 +609,72 @@ static int ctrain_temporal_task__finish(ctrain_trainer_t *t, ct_errbuf_t *eb)
 
 /* ---- --inference_only ------------------------------------------------------------------------ */
 
+/* dir/name <- a float32 (rows, cols) .npy file, atomically (temporary file, fsync, rename). */
+static int ctrain_temporal_task__write_npy(const char *dir, const char *name, const float *x,
+                                           int64_t rows, int cols, ct_errbuf_t *eb)
+{
+    char path[CTRAIN_TRAIN_PATH_MAX + 32], tmp[CTRAIN_TRAIN_PATH_MAX + 40];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    char hdr[128];
+    int h = snprintf(hdr, sizeof hdr,
+                     "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, "
+                     "%d), }",
+                     (long long)rows, cols);
+    const int total = (10 + h + 1 + 63) / 64 * 64; /* magic, version, length, header, '\n' */
+    while (10 + h + 1 < total)
+        hdr[h++] = ' ';
+    hdr[h++] = '\n';
+    unsigned char pre[10] = {
+        0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(h & 0xff), (unsigned char)(h >> 8)};
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return ct_errbuf_set(eb, -errno, "%s: %s", dir, strerror(errno));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return ct_errbuf_set(eb, -errno, "%s: %s", tmp, strerror(errno));
+    const size_t bytes = (size_t)rows * (size_t)cols * sizeof *x;
+    int rc = ct_fs_write_full(fd, pre, sizeof pre, 0);
+    if (rc == 0)
+        rc = ct_fs_write_full(fd, hdr, (size_t)h, (off_t)sizeof pre);
+    if (rc == 0)
+        rc = ct_fs_write_full(fd, x, bytes, (off_t)(sizeof pre + (size_t)h));
+    if (rc == 0 && fsync(fd) != 0)
+        rc = -errno;
+    if (close(fd) != 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = -errno;
+    if (rc != 0) {
+        unlink(tmp);
+        return ct_errbuf_set(eb, rc, "%s: %s", path, ct_strerror(rc));
+    }
+    return 0;
+}
+
+/* The embeddings of every curve of the CSV file into --train_dir/embeddings.npy (rank 0). */
+static int ctrain_temporal_task__export(ctrain_trainer_t *t, ct_errbuf_t *eb)
+{
+    ctrain_temporal_task__state_t *s = t->task_state;
+    const int C = t->mcfg.hidden, n = s->n;
+    float *emb = malloc((size_t)s->n_curves * (size_t)C * sizeof *emb);
+    if (!emb)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory for %lld embeddings",
+                             (long long)s->n_curves);
+    memset(s->mask, 0, (size_t)t->micro * (size_t)n * sizeof *s->mask);
+    int rc = 0;
+    for (int64_t i = 0; i < s->n_curves && rc == 0; i += t->micro) {
+        const int B = (int)(s->n_curves - i < t->micro ? s->n_curves - i : t->micro);
+        for (int b = 0; b < B; b++)
+            s->ids[(size_t)b * n] = (int32_t)(i + b);
+        rc = ctrain_temporal_embed(t->model, s->ids, s->mask, B, emb + (size_t)i * C, eb);
+    }
+    if (rc == 0)
+        rc = ctrain_temporal_task__write_npy(t->cfg->train_dir, "embeddings.npy", emb, s->n_curves,
+                                             C, eb);
+    free(emb);
+    return rc;
+}
+
 static int ctrain_temporal_task__infer(const ctrain_cfg_t *cfg, const ct_worker_env_t *env,
                                        ct_reducer_t *red, ct_errbuf_t *eb)
 {
@@ -536,9 +697,26 @@ static int ctrain_temporal_task__infer(const ctrain_cfg_t *cfg, const ct_worker_
         rc = ctrain_model_create(&t->model, &t->mcfg, &t->ops, t->micro, eb);
     if (rc == 0)
         rc = ctrain_temporal_task__init(t, eb);
-    if (rc == 0)
+    const ctrain_temporal_task__state_t *s = t->task_state;
+    const bool csv = s != NULL && s->csv;
+    if (rc == 0 && csv) {
+        if (t->rank0 && (rc = ctrain_temporal_task__export(t, eb)) == 0) {
+            char out[CTRAIN_TRAIN_PATH_MAX + 32];
+            snprintf(out, sizeof out, "%s/embeddings.npy", cfg->train_dir);
+            json_t *o =
+                json_pack("{s:s, s:I, s:i, s:s, s:f}", "inference", cfg->state_dict_path,
+                          "embedded", (json_int_t)s->n_curves, "dim", t->mcfg.hidden, "embeddings",
+                          out, "wall_seconds", (double)(ct_time_ns() - t0) / 1e9);
+            char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+            json_decref(o);
+            printf("# summary: %s\n", line ? line : "{}");
+            fflush(stdout);
+            free(line);
+        }
+    } else if (rc == 0) {
         rc = ctrain_temporal_task__eval_val(t, &r.temporal, eb);
-    if (rc == 0 && t->rank0) {
+    }
+    if (rc == 0 && t->rank0 && !csv) {
         json_t *o = json_object();
         json_object_set_new(o, "inference", json_string(cfg->state_dict_path));
         json_object_set_new(o, "model", ctrain_temporal_task__model_json(t));

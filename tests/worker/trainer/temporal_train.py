@@ -13,7 +13,8 @@ warm-up + cosine schedule), run by test_temporal_train.c with the PyTorch 2.x in
      smallest of a curve's n draws);
   4. the same run on 2 ranks under ctrun (CPU ring): the same losses within 1e-4;
   4b. the summary's val_loss and baseline_val_loss against PyTorch's on the same masks, and
-     --inference_only of the final weights giving the same numbers;
+     --inference_only of the final weights giving the same numbers, and its embeddings of a CSV
+     file of curves against the reference's encoder output (mean over the patches);
   5. a run under ctrun killed at step 12 (--inject) and restarted from its checkpoint: the
      resumed run ends with the uninterrupted run's final weights, bit for bit.
 
@@ -205,6 +206,39 @@ def main():
         raise SystemExit("FAIL: --inference_only gives %r, training's last evaluation %r" % (
             inf, summ))
     print("--inference_only of final.safetensors: the same val_loss and baseline_val_loss")
+
+    # ---- embeddings of real curves from a CSV file (one series per row) against PyTorch's
+    # encoder output, mean over the patches, with ctrain's final weights loaded into it
+    real = (np.sin(np.arange(S) / 3.0)[None, :] * np.arange(1, 6)[:, None] +
+            np.cos(np.arange(S))[None, :]).astype(np.float32)
+    csv = os.path.join(d, "real.csv")
+    with open(csv, "w") as f:
+        for row in real:
+            f.write(",".join(repr(float(v)) for v in row) + "\n")
+    emb_dir = os.path.join(d, "emb")
+    run([ctrain] + ctrain_args(ctrain, csv, os.path.join(r1, "final.safetensors"),
+                               emb_dir)[1:] + ["--inference_only"])
+    got_e = np.load(os.path.join(emb_dir, "embeddings.npy"))
+    fresh = ref.TemporalModel(MODEL, S, 32)
+    fresh.load_state_dict({k: torch.from_numpy(v) for k, v in final.items()
+                           if not k.startswith("optimizer.")}, strict=False)
+    fresh.eval()
+    with torch.no_grad():
+        want_e = fresh.encode(fresh.patches(torch.from_numpy(real))).mean(1).numpy()
+    diff = float(np.abs(got_e - want_e).max()) if got_e.shape == want_e.shape else float("inf")
+    print("embeddings of %d CSV curves: shape %s, max |ctrain - torch| = %.3g" % (
+        len(real), got_e.shape, diff))
+    if not diff < 1e-5:
+        raise SystemExit("FAIL: the embeddings differ from PyTorch's")
+    bad = os.path.join(d, "bad.csv")
+    with open(bad, "w") as f:
+        f.write(",".join(["1.0"] * S) + "\n" + ",".join(["1.0"] * (S - 1)) + "\n")
+    p = run([ctrain] + ctrain_args(ctrain, bad, os.path.join(r1, "final.safetensors"),
+                                   os.path.join(d, "emb_bad"))[1:] + ["--inference_only"],
+            check=False)
+    if p.returncode == 0 or "bad.csv:2: %d points" % (S - 1) not in p.stderr or \
+            os.path.exists(os.path.join(d, "emb_bad", "embeddings.npy")):
+        raise SystemExit("FAIL: a short CSV row: exit %d, %r" % (p.returncode, p.stderr))
 
     # ---- ctrain, 2 ranks under ctrun (the CPU ring)
     r2 = os.path.join(d, "run2")

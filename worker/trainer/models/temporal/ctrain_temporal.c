@@ -208,6 +208,25 @@ int ctrain_temporal_eval(ctrain_model_t *m, const int32_t *ids, const int32_t *m
     return 0;
 }
 
+int ctrain_temporal_embed(ctrain_model_t *m, const int32_t *ids, const int32_t *zero_mask, int B,
+                          float *out, ct_errbuf_t *eb)
+{
+    if (ctrain_temporal__check_rows(m, B) != 0)
+        return ct_errbuf_set(eb, -EINVAL, "temporal encoder: %d rows (up to %d)", B, m->max_batch);
+    ctrain_temporal__impl_t *im = m->impl;
+    const int n = m->cfg.maxlen, C = m->cfg.hidden;
+    ctrain_temporal__gather(m, ids, zero_mask, B);
+    ctrain_temporal__forward(m, B, false, 0, 0, 0);
+    for (int r = 0; r < B; r++)
+        for (int c = 0; c < C; c++) {
+            double s = 0.0;
+            for (int j = 0; j < n; j++)
+                s += im->lnf[((size_t)r * n + j) * C + c];
+            out[(size_t)r * C + c] = (float)(s / n);
+        }
+    return 0;
+}
+
 static int ctrain_temporal__features(ctrain_model_t *m, const int32_t *seq, const int64_t *tseq,
                                      int B, const float **feats, int *ldf)
 {

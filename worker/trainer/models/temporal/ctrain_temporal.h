@@ -45,6 +45,12 @@ typedef struct ctrain_temporal_spec {
 int ctrain_temporal_eval(ctrain_model_t *m, const int32_t *ids, const int32_t *mask, int B,
                          double *sum, ct_errbuf_t *eb);
 
+/* The embeddings of B curves (ids as in a micro-batch, nothing masked, no dropout): row r of out
+ * (B, hidden) is the mean over the curve's patches of the encoder's output after its final
+ * LayerNorm (the states the reference's projector reads). */
+int ctrain_temporal_embed(ctrain_model_t *m, const int32_t *ids, const int32_t *zero_mask, int B,
+                          float *out, ct_errbuf_t *eb);
+
 #ifdef __cplusplus
 }
 #endif
