@@ -861,6 +861,18 @@ json_t *ctrain_cfg_to_json(const ctrain_cfg_t *c)
     for (size_t i = 0; i < sizeof lm / sizeof lm[0]; i++)
         if (lm[i].v[0] != '\0')
             json_object_set_new(o, lm[i].key, json_string(lm[i].v));
+    if (c->model == CTRAIN_MODEL_TEMPORAL) {
+        if (c->config[0] != '\0')
+            json_object_set_new(o, "config", json_string(c->config));
+        json_object_set_new(o, "stage", json_string("reconstruct"));
+        json_object_set_new(o, "patch_len", json_integer(c->patch_len));
+        json_object_set_new(o, "ff_dim", json_integer(c->ff_dim));
+        json_object_set_new(o, "mask_ratio", json_real(c->mask_ratio));
+        json_object_set_new(o, "val_fraction", json_real(c->val_fraction));
+        json_object_set_new(o, "weight_decay", json_real(c->weight_decay));
+    }
+    if (c->lr_floor != 0.0)
+        json_object_set_new(o, "lr_floor", json_real(c->lr_floor));
     return o;
 }
 

@@ -476,6 +476,11 @@ static void test_temporal_flags(void)
     CT_ASSERT(c.hidden_units == 32 && c.num_heads == 4 && c.patch_len == 8);
     CT_ASSERT(c.dropout_rate == 0.0 && c.lr == 2e-3 && c.num_epochs == 2 && c.batch_size == 8);
     CT_ASSERT(c.warmup_steps == 100); /* not in the file: the reference's default */
+    json_t *j = ctrain_cfg_to_json(&c);
+    CT_ASSERT_STR_EQ(json_string_value(json_object_get(j, "config")), yml);
+    CT_ASSERT(json_integer_value(json_object_get(j, "patch_len")) == 8);
+    CT_ASSERT(json_real_value(json_object_get(j, "lr_floor")) == 0.05);
+    json_decref(j);
 
     const char *unk[] = {"--model", "temporal", "--dataset", dir, "--config", bad};
     CT_ASSERT_ERR(parse(&c, &eb, unk, 6), CT_EPARSE);
