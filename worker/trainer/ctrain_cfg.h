@@ -104,6 +104,7 @@ typedef struct ctrain_cfg {
     char eval_dataset[CTRAIN_TRAIN_PATH_MAX]; /* validation lines ("": --dataset itself) */
     char save_hf[CTRAIN_TRAIN_PATH_MAX];      /* after training, a folder transformers loads */
     char freeze[CTRAIN_TRAIN_PATH_MAX];       /* comma-separated tensor-name prefixes */
+    bool grad_checkpointing; /* activations recomputed block by block in the backward */
     /* the temporal encoder (--model temporal) */
     char config[CTRAIN_TRAIN_PATH_MAX]; /* --config: the reference's YAML, read before the flags */
     int patch_len, ff_dim;

@@ -202,6 +202,7 @@ static int ctrain_lm_task__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, CT_ERANGE_VALUE, "--freeze: longer than %zu characters",
                              sizeof s->spec.freeze - 1);
     memcpy(s->spec.freeze, c->freeze, strlen(c->freeze) + 1); /* fits: checked above */
+    s->spec.recompute = c->grad_checkpointing;
     const int P = s->spec.cfg.max_pos;
     s->L = c->set_maxlen && c->maxlen < P ? c->maxlen : P;
     if (s->L < 2)
@@ -357,10 +358,13 @@ static void ctrain_lm_task__header(ctrain_trainer_t *t)
     const ctrain_lm_cfg_t *lc = &s->spec.cfg;
     const size_t P = t->model->num_params, F = ctrain_lm_family_frozen_floats(t->model);
     printf("# ctrain %s: LM %s from %s: vocab %d, hidden %d, %d layers, %d heads (%d key/value), "
-           "%d tokens per line; %zu parameters trained, %zu frozen%s%s (flat buffers %.1f MiB)\n",
+           "%d tokens per line; %zu parameters trained, %zu frozen%s%s (flat buffers %.1f MiB, "
+           "activations %.1f MiB%s)\n",
            CT_VERSION, ctrain_lm_arch_name(lc), c->lm_dir, lc->vocab, lc->hidden, lc->layers,
            lc->heads, lc->kv_heads, s->L, P, F, F ? " by --freeze " : "", F ? c->freeze : "",
-           (double)(4 * P + F) * sizeof(float) / 1048576.0);
+           (double)(4 * P + F) * sizeof(float) / 1048576.0,
+           (double)ctrain_lm_family_lm(t->model)->act_bytes / 1048576.0,
+           s->spec.recompute ? ", recomputed by --grad_checkpointing" : "");
     printf("# data: %s: %lld lines, %lld with a prediction, %.0f predicted tokens; validation: "
            "%s (%lld lines, %.0f predicted tokens)\n",
            s->train.path, (long long)s->train.read, (long long)s->train.n, s->train.tokens,

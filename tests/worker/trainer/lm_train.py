@@ -9,7 +9,8 @@ byte-level BPE tokenizer trained here with `tokenizers` and saved as tokenizer.j
               mean next-token cross-entropy over every predicted token of every line
               (each line tokenized on its own, no special tokens, cut): within 1e-5 relative;
   training    ten optimizer steps of ctrain (1 rank; 2 ranks under ctrun on the CPU ring with
-              --grad_accum 2; and 1 rank with --freeze) against the same steps in PyTorch:
+              --grad_accum 2; and 1 rank with --freeze) against the same steps in PyTorch;
+              with --grad_checkpointing the 1-rank run's numbers bit for bit:
               every step's batch is every line (batch_size >= lines: one step per epoch, so
               both sides see the same rows), loss = sum of the cross-entropies / their count,
               clip_grad_norm_(1.0), Adam(lr 1e-3, betas (0.9, 0.98), eps 1e-8), frozen tensors
@@ -349,6 +350,15 @@ def main():
             print("FAIL: %s: the resumed run's metrics differ from the straight run's" % kind)
             sys.exit(1)
         print("  %s: 4 steps + resumed to %d = the straight run, bit for bit" % (kind, STEPS))
+        # --grad_checkpointing: the blocks computed again in the backward, the same numbers
+        tg = os.path.join(ROOT, kind + "_recompute")
+        out = run([CTRAIN] + train + ["--train_dir", tg, "--batch_size", str(n),
+                                      "--grad_checkpointing"])
+        if "recomputed by --grad_checkpointing" not in out or numbers(tg) != numbers(t1):
+            print("FAIL: %s: --grad_checkpointing changed the run (or did not say so)\n%s" %
+                  (kind, out))
+            sys.exit(1)
+        print("  %s: --grad_checkpointing = the 1-rank run, bit for bit" % kind)
 
         # shuffled 4-line batches over three epochs, 1 and 2 ranks
         means, svalid = shuffled_reference(d, x, y, vx, vy, 4, 3)

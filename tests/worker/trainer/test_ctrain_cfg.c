@@ -366,6 +366,12 @@ static void test_lm_flags(void)
     const char *rec[] = {"--no_time", "--no_mhc", "--lm_dir", dir};
     CT_ASSERT_ERR(parse(&c, &eb, rec, 4), CT_EPARSE);
     CT_ASSERT_STR_CONTAINS(eb.msg, "--lm_dir: only --model lm takes it");
+    const char *gc[] = {"--model", "lm", "--lm_dir", dir, "--dataset", txt, "--grad_checkpointing"};
+    CT_ASSERT_OK(parse(&c, &eb, gc, 7));
+    CT_ASSERT(c.grad_checkpointing);
+    const char *gc_rec[] = {"--no_time", "--no_mhc", "--grad_checkpointing"};
+    CT_ASSERT_ERR(parse(&c, &eb, gc_rec, 3), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--grad_checkpointing: only --model lm takes it");
     const char *frz[] = {"--freeze", "x."};
     CT_ASSERT_ERR(parse(&c, &eb, frz, 2), CT_EPARSE);
     CT_ASSERT_STR_CONTAINS(eb.msg, "--freeze: only --model lm");

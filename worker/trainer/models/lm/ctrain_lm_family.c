@@ -151,7 +151,8 @@ static int ctrain_lm_family__build(ctrain_model_t *m, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, CT_ERANGE_VALUE,
                              "language model: %d rows of %d tokens per micro-batch is too many",
                              m->max_batch, L);
-    int rc = ctrain_lm_create_shared(&im->lm, &spec->cfg, m->ops, (int)cells, L, eb);
+    const ctrain_lm_opts_t opts = {.recompute = spec->recompute};
+    int rc = ctrain_lm_create_shared_opts(&im->lm, &spec->cfg, m->ops, (int)cells, L, &opts, eb);
     if (rc != 0)
         return rc;
     if ((rc = ctrain_lm_family__freeze(im->lm, spec->freeze, eb)) != 0)

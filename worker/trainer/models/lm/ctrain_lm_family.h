@@ -31,6 +31,7 @@ extern "C" {
 typedef struct ctrain_lm_model_spec {
     ctrain_lm_cfg_t cfg;
     char freeze[CTRAIN_LM_FREEZE_MAX]; /* comma-separated tensor-name prefixes, "" for none */
+    bool recompute; /* activation recomputation (ctrain_lm_opts_t.recompute) */
 } ctrain_lm_model_spec_t;
 
 /* The decoder of a CTRAIN_MODEL_LM model with its buffers bound to m's (valid until m is
