@@ -11,7 +11,8 @@ warm-up + cosine schedule), run by test_temporal_train.c with the PyTorch 2.x in
      (the batch is the whole training set): every step's loss equal within 1e-4. PyTorch masks
      the patches ctrain masks (ctrain's rule, reproduced here: Philox4x32-10 draws, the k
      smallest of a curve's n draws);
-  4. the same run on 2 ranks under ctrun (CPU ring): the same losses within 1e-4;
+  4. the same run on 2 ranks under ctrun (CPU ring) with 2 accumulated micro-batches of 8 curves
+     per step: the same losses within 1e-4;
   4b. the summary's val_loss and baseline_val_loss against PyTorch's on the same masks, and
      --inference_only of the final weights giving the same numbers, and its embeddings of a CSV
      file of curves against the reference's encoder output (mean over the patches);
@@ -105,13 +106,14 @@ def train_losses(run_dir):
         return [json.loads(line)["train_loss"] for line in f]
 
 
-def ctrain_args(ctrain, cache, init, run_dir, epochs=STEPS):
+def ctrain_args(ctrain, cache, init, run_dir, epochs=STEPS, batch=16, accum=1):
     return [ctrain, "--model", "temporal", "--dataset", cache, "--state_dict_path", init,
             "--train_dir", run_dir, "--patch_len", str(MODEL["patch_len"]),
             "--hidden_units", str(MODEL["d_model"]), "--num_blocks", str(MODEL["num_layers"]),
             "--num_heads", str(MODEL["num_heads"]), "--ff_dim", str(MODEL["ff_dim"]),
             "--dropout_rate", "0", "--mask_ratio", str(MODEL["mask_ratio"]),
-            "--val_fraction", str(VAL), "--batch_size", "16", "--num_epochs", str(epochs),
+            "--val_fraction", str(VAL), "--batch_size", str(batch), "--grad_accum", str(accum),
+            "--num_epochs", str(epochs),
             "--eval_every", "1", "--lr", repr(LR), "--weight_decay", repr(WD),
             "--warmup_steps", str(WARMUP), "--grad_clip", repr(CLIP), "--seed", str(SEED),
             "--num_workers", "0", "--ckpt_every_steps", "5"]
@@ -240,13 +242,14 @@ def main():
             os.path.exists(os.path.join(d, "emb_bad", "embeddings.npy")):
         raise SystemExit("FAIL: a short CSV row: exit %d, %r" % (p.returncode, p.stderr))
 
-    # ---- ctrain, 2 ranks under ctrun (the CPU ring)
+    # ---- ctrain, 2 ranks under ctrun (the CPU ring), 2 micro-batches of 8 curves per step
     r2 = os.path.join(d, "run2")
     run([ctrun, "--standalone", "--nproc_per_node", "2", "--max_restarts", "0"] +
-        ctrain_args(ctrain, cache, init, r2))
+        ctrain_args(ctrain, cache, init, r2, batch=8, accum=2))
     got2 = train_losses(r2)
     worst2 = max(abs(a - b) for a, b in zip(got2, want))
-    print("stage 1, 2 ranks: max |loss ctrain - loss torch| = %.3g" % worst2)
+    print("stage 1, 2 ranks x 2 accumulated micro-batches: max |loss ctrain - loss torch| = %.3g"
+          % worst2)
     if len(got2) != STEPS or not worst2 < 1e-4:
         raise SystemExit("FAIL: 2-rank losses differ")
 
