@@ -582,10 +582,10 @@ void ct_rank_all_cpu(int32_t *ranks, const float *scores, const int32_t *targets
  *   att[b,h,i,j] = softmax_j(q_i . k_j / sqrt(HS)),   out_i = sum_j drop(att)[i,j] v_j
  * with dropout on the probabilities (element index ((b*NH + h)*L + i)*L + j of drop's stream)
  * as torch.nn.MultiheadAttention applies it. att keeps the probabilities before dropout. L <= 4096.
- *   out: (B,L,C)   att: (B,NH,L,L)   qkv: (B,L,3C) */
-void ct_enc_attention_forward_cpu(float *out, float *att, const float *qkv, int B, int L, int C,
-                                  int NH, ct_dropout_t drop);
-/*   dqkv: (B,L,3C) +=   scratch: (2L)   dout: (B,L,C)   att, qkv: the forward's */
+ *   out: (B,L,C)   att: (B,NH,L,L)   scratch: (L*C/NH)   qkv: (B,L,3C) */
+void ct_enc_attention_forward_cpu(float *out, float *att, float *scratch, const float *qkv, int B,
+                                  int L, int C, int NH, ct_dropout_t drop);
+/*   dqkv: (B,L,3C) +=   scratch: (2L + L*C/NH)   dout: (B,L,C)   att, qkv: the forward's */
 void ct_enc_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *att,
                                    const float *qkv, int B, int L, int C, int NH,
                                    ct_dropout_t drop);

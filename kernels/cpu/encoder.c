@@ -32,25 +32,43 @@ static void ct_cpu_encoder__keep_row(float *keep, ct_dropout_t drop, uint64_t id
         keep[j] = ct_philox_dropout_factor(u[j], drop.p, keep_scale);
 }
 
-void ct_enc_attention_forward_cpu(float *out, float *att, const float *qkv, int B, int L, int C,
-                                  int NH, ct_dropout_t drop)
+/* kt (HS, L) <- the head's column block of L rows of the packed projection at col, transposed,
+ * so that a query's scores against every key accumulate over e in vector lanes over j (each
+ * score still sums its HS products in order e = 0, 1, ...). */
+static void ct_cpu_encoder__transpose(float *kt, const float *qkv, int b, int L, int C3, int col,
+                                      int HS)
+{
+    for (int j = 0; j < L; j++) {
+        const float *k = qkv + ((size_t)b * L + j) * C3 + col;
+        for (int e = 0; e < HS; e++)
+            kt[(size_t)e * L + j] = k[e];
+    }
+}
+
+void ct_enc_attention_forward_cpu(float *out, float *att, float *scratch, const float *qkv, int B,
+                                  int L, int C, int NH, ct_dropout_t drop)
 {
     const int HS = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)HS);
     const float keep_scale = drop.p > 0.0f ? 1.0f / (1.0f - drop.p) : 1.0f;
+    float *kt = scratch; /* (HS, L) */
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             float *A = att + ((size_t)b * NH + h) * L * L;
+            ct_cpu_encoder__transpose(kt, qkv, b, L, C3, C + h * HS, HS);
             for (int i = 0; i < L; i++) {
                 const float *q = qkv + ((size_t)b * L + i) * C3 + h * HS;
                 float *row = A + (size_t)i * L;
+                for (int j = 0; j < L; j++)
+                    row[j] = 0.0f;
+                for (int e = 0; e < HS; e++) {
+                    const float qe = q[e], *ke = kt + (size_t)e * L;
+                    for (int j = 0; j < L; j++)
+                        row[j] += qe * ke[j];
+                }
                 float mx = -INFINITY;
                 for (int j = 0; j < L; j++) {
-                    const float *k = qkv + ((size_t)b * L + j) * C3 + C + h * HS;
-                    float s = 0.0f;
-                    for (int e = 0; e < HS; e++)
-                        s += q[e] * k[e];
-                    row[j] = s * scale;
+                    row[j] *= scale;
                     mx = row[j] > mx ? row[j] : mx;
                 }
                 float sum = 0.0f;
@@ -83,27 +101,31 @@ void ct_enc_attention_backward_cpu(float *dqkv, float *scratch, const float *dou
     const int HS = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)HS);
     const float keep_scale = drop.p > 0.0f ? 1.0f / (1.0f - drop.p) : 1.0f;
-    float *dp = scratch, *keep = scratch + L; /* (L) each */
+    float *dp = scratch, *keep = scratch + L, *vt = scratch + 2 * (size_t)L; /* (L) (L) (HS,L) */
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             const float *A = att + ((size_t)b * NH + h) * L * L;
+            ct_cpu_encoder__transpose(vt, qkv, b, L, C3, 2 * C + h * HS, HS);
             for (int i = 0; i < L; i++) {
                 const float *row = A + (size_t)i * L;
                 const float *go = dout + ((size_t)b * L + i) * C + h * HS;
                 ct_cpu_encoder__keep_row(keep, drop, (((uint64_t)b * NH + h) * L + i) * L, L,
                                          keep_scale);
-                /* d(dropped probabilities) and dv */
+                /* d(dropped probabilities) = dout . v_j, then dv */
+                for (int j = 0; j < L; j++)
+                    dp[j] = 0.0f;
+                for (int e = 0; e < HS; e++) {
+                    const float ge = go[e], *ve = vt + (size_t)e * L;
+                    for (int j = 0; j < L; j++)
+                        dp[j] += ge * ve[j];
+                }
                 float dot = 0.0f;
                 for (int j = 0; j < L; j++) {
-                    const float *v = qkv + ((size_t)b * L + j) * C3 + 2 * C + h * HS;
                     float *dv = dqkv + ((size_t)b * L + j) * C3 + 2 * C + h * HS;
-                    float s = 0.0f;
                     const float p = row[j] * keep[j];
-                    for (int e = 0; e < HS; e++) {
-                        s += go[e] * v[e];
+                    for (int e = 0; e < HS; e++)
                         dv[e] += p * go[e];
-                    }
-                    dp[j] = s * keep[j];
+                    dp[j] *= keep[j];
                     dot += dp[j] * row[j];
                 }
                 /* softmax backward, then the scores' factors */

@@ -68,7 +68,7 @@ static void ref_backward(double *dqkv, double *qkv, const double *keep, const do
 static void check_attention(float p)
 {
     static float qkv[B * L * C3], out[B * L * C], att[B * NH * L * L], g[B * L * C],
-        dqkv[B * L * C3], dqkv2[B * L * C3], scratch[2 * L];
+        dqkv[B * L * C3], dqkv2[B * L * C3], scratch[2 * L + L * HS];
     static double qd[B * L * C3], keep[B * NH * L * L], gd[B * L * C], od[B * L * C],
         dqd[B * L * C3];
     kc_fill(qkv, B * L * C3, -1.5f, 1.5f, 11);
@@ -82,7 +82,7 @@ static void check_attention(float p)
         keep[i] = p > 0.0f ? ct_philox_dropout_factor(u[i], p, 1.0f / (1.0f - p)) : 1.0;
     kc_poison(out, B * L * C);
     kc_poison(att, B * NH * L * L);
-    ct_enc_attention_forward_cpu(out, att, qkv, B, L, C, NH, drop);
+    ct_enc_attention_forward_cpu(out, att, scratch, qkv, B, L, C, NH, drop);
     KC_ASSERT_FINITE(att, B * NH * L * L);
     ref_forward(od, qd, keep);
     kc_check(p > 0 ? "attention fwd, dropout" : "attention fwd", out, od, B * L * C, 1e-6, 1e-5);

@@ -89,7 +89,7 @@ static void ctrain_temporal__forward(ctrain_model_t *m, int B, bool train, uint6
                                  CTRAIN_TEMPORAL_LN_EPS);
         ct_linear_forward_cpu(a->qkv, a->ln1, w + o->in_w, w + o->in_b, R, C, 3 * C);
         ct_enc_attention_forward_cpu(
-            a->ao, a->att, a->qkv, B, n, C, NH,
+            a->ao, a->att, im->scratch, a->qkv, B, n, C, NH,
             ctrain_temporal__drop(m, train, seed, step, site, row0, (int64_t)NH * n * n));
         ct_linear_forward_cpu(im->d0, a->ao, w + o->out_w, w + o->out_b, R, C, C);
         ct_dropout_cpu(im->d0, im->d0, (int64_t)R * C,
@@ -371,7 +371,8 @@ static int ctrain_temporal__build(ctrain_model_t *m, ct_errbuf_t *eb)
         a->f1d = ctrain_temporal__take(&cur, R * (size_t)F);
     }
     const size_t RP = R * (size_t)P, RF = R * (size_t)F;
-    const size_t shared = 32 * 16 + RP * 3 + RC * 9 + 2 * R + RF * 2 + (size_t)n * 2;
+    const size_t shared =
+        32 * 16 + RP * 3 + RC * 9 + 2 * R + RF * 2 + (size_t)n * 2 + (size_t)n * (C / NH);
     float *cur = malloc(shared * sizeof(float));
     im->mask = malloc(R * sizeof *im->mask);
     if (!cur || !im->mask) {
@@ -392,7 +393,7 @@ static int ctrain_temporal__build(ctrain_model_t *m, ct_errbuf_t *eb)
     im->dqkv = ctrain_temporal__take(&cur, 3 * RC);
     im->df = ctrain_temporal__take(&cur, RF);
     im->dff = ctrain_temporal__take(&cur, RF);
-    im->scratch = ctrain_temporal__take(&cur, (size_t)n * 2);
+    im->scratch = ctrain_temporal__take(&cur, (size_t)n * 2 + (size_t)n * (C / NH));
     return 0;
 }
 
