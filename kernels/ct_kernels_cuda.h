@@ -141,7 +141,10 @@ int ct_layernorm_forward_cuda(float *out, float *mean, float *rstd, const float 
                               ct_stream_t stream);
 
 /* dweight and dbias are sums over rows: each block of CT_LAYERNORM_BWD_CUDA_ROWS rows writes
- * partial sums to scratch, a second kernel adds them in block order.
+ * partial sums to scratch, a second kernel adds them in a fixed order (one warp per column).
+ * ct_layernorm_backward_4warp_cuda is the previous launch (4 warps a block, one thread per
+ * column for the partials), kept as the GPU benchmark's baseline; dinp is the same bits, dweight
+ * and dbias are summed in another order.
  *   scratch: CT_LAYERNORM_BWD_CUDA_SCRATCH(N, C) floats */
 #define CT_LAYERNORM_BWD_CUDA_ROWS 64
 #define CT_LAYERNORM_BWD_CUDA_SCRATCH(N, C) \
@@ -151,6 +154,10 @@ int ct_layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, float 
                                const float *dout, const float *inp, const float *weight,
                                const float *mean, const float *rstd, int N, int C,
                                ct_stream_t stream);
+int ct_layernorm_backward_4warp_cuda(float *dinp, float *dweight, float *dbias, float *scratch,
+                                     const float *dout, const float *inp, const float *weight,
+                                     const float *mean, const float *rstd, int N, int C,
+                                     ct_stream_t stream);
 
 /* ---- linear and packed QKV (kernels/cuda/linear.cu): cuBLAS sgemm ----------------------------
  * Shapes as the CPU's; IC >= 1. The bias of the forward is broadcast into out and the product
@@ -180,19 +187,26 @@ int ct_qkv_backward_cuda(float *dxq, float *dxkv, float *dweight, float *dbias, 
 /* ---- causal multi-head attention (kernels/cuda/attention.cu) ---------------------------------
  * Fused kernels: one warp per query row computes scores, softmax, the dropout factors (drawn in
  * the kernel from the same Philox indices as the CPU) and the weighted sum of values, with the
- * keys and values of the row's tile staged in shared memory. The backward is two kernels: one
- * per query tile (dQ, and the softmax-backward row constant c_i = sum_j P_ij dP_ij, kept in
- * scratch) and one per key tile (dK and dV, each key's sums over query rows split across the
- * block's warps and combined in a fixed order). No atomics; padding queries (qmask) are
- * skipped as on the CPU, and a skipped row's tile work is not done at all.
+ * keys and values of the row's tile staged in shared memory. The backward is two kernels that
+ * compute dP and dS once: one per query tile (dQ, and each row's dS_ij and dropout pattern,
+ * stored in scratch: dS as floats, the kept/dropped draws as one bit each), one per key tile
+ * (dK = scale dS^T Q and dV = drop(P)^T dO from the stored dS, att and the bits, summed over
+ * query rows in row order). No atomics; padding queries (qmask) are skipped as on the CPU, and a
+ * skipped tile's or chunk's work is not done at all.
+ * ct_attention_backward_recompute_cuda is the previous backward, kept as the baseline the GPU
+ * benchmark times against and the tests check the same way: its dK/dV kernel recomputes dP_ij
+ * and the dropout factors instead of reading them (it uses only the first B*NH*L floats of the
+ * scratch).
  * Range of the fused kernels: L <= CT_ATTENTION_CUDA_MAX_L, head width C / NH <=
  * CT_ATTENTION_CUDA_MAX_HS; other shapes return CT_ERANGE_VALUE.
  *   forward scratch: unused (the GPU never materialises dropped probabilities); may be NULL
- *   backward scratch: CT_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) floats */
+ *   backward scratch: CT_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) floats: the row constants
+ *   (B*NH*L), dS (B*NH*L*L), the dropout bits (B*NH*L*ceil(L/32) words) */
 #define CT_ATTENTION_CUDA_MAX_L                 256
 #define CT_ATTENTION_CUDA_MAX_HS                64
 #define CT_ATTENTION_FWD_CUDA_SCRATCH(B, L, NH) ((size_t)0)
-#define CT_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) ((size_t)(B) * (size_t)(NH) * (size_t)(L))
+#define CT_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) \
+    ((size_t)(B) * (size_t)(NH) * (size_t)(L) * ((size_t)1 + (size_t)(L) + ((size_t)(L) + 31) / 32))
 int ct_attention_forward_cuda(float *out, float *att, float *scratch, const float *qkv,
                               const int32_t *qmask, int B, int L, int C, int NH, ct_dropout_t drop,
                               ct_stream_t stream);
@@ -200,6 +214,10 @@ int ct_attention_forward_cuda(float *out, float *att, float *scratch, const floa
 int ct_attention_backward_cuda(float *dqkv, float *scratch, const float *dout, const float *att,
                                const float *qkv, const int32_t *qmask, int B, int L, int C, int NH,
                                ct_dropout_t drop, ct_stream_t stream);
+int ct_attention_backward_recompute_cuda(float *dqkv, float *scratch, const float *dout,
+                                         const float *att, const float *qkv, const int32_t *qmask,
+                                         int B, int L, int C, int NH, ct_dropout_t drop,
+                                         ct_stream_t stream);
 
 /* ---- element-wise ops (kernels/cuda/elementwise.cu) ------------------------------------------ */
 
@@ -340,6 +358,10 @@ int ct_rows_broadcast_backward_cuda(float *dtable, const float *dout, int B, int
                                     ct_stream_t stream);
 int ct_tisas_mask_cuda(uint32_t *bits, const int32_t *qmask, int B, int L, int C, ct_dropout_t drop,
                        ct_stream_t stream);
+/* The previous mask launch (one thread per word of every row, right of the diagonal included),
+ * the same bits; kept as the GPU benchmark's baseline. */
+int ct_tisas_mask_perword_cuda(uint32_t *bits, const int32_t *qmask, int B, int L, int C,
+                               ct_dropout_t drop, ct_stream_t stream);
 int ct_tisas_attention_forward_cuda(float *out, float *att, float *scratch, const float *q,
                                     const float *k, const float *v, const float *rk,
                                     const float *rv, const int64_t *tseq, const int32_t *qmask,
@@ -356,16 +378,24 @@ int ct_tisas_attention_backward_cuda(float *dq, float *dk, float *dv, float *drk
 
 /* ---- mHC residual streams (kernels/cuda/mhc.cu) ---------------------------------------------
  * Sinkhorn, one thread per matrix, the CPU's loops (exp by the CPU's polynomial); its backward
- * recomputes the iterates per matrix into scratch. The mappings: proj = X phi by cuBLAS, then
- * one thread per token for the RMS factor (a double sum in the CPU's order), the gates and
- * Sinkhorn; the backward keeps d(pre-activation) per token in scratch, sums the bias and gate
- * gradients over tokens in a fixed order (double), and adds the (X phi) path with two sgemms.
+ * recomputes the iterates per matrix into scratch, spread so that element e of matrix r sits at
+ * e * M + r (a warp's matrices touch consecutive words). The mappings: proj = X phi by cuBLAS,
+ * then one thread per token for the RMS factor (a double sum in the CPU's order), the gates and
+ * Sinkhorn; the backward keeps d(pre-activation) per token in scratch (the Sinkhorn iterates
+ * spread over tokens as above), applies the RMS factor's path to dX one thread per element, sums
+ * the bias and gate gradients over tokens in a fixed order (double; 32 slices of rows per
+ * column, then the slices in order), and adds the (X phi) path with two sgemms.
+ * ct_mhc_coeffs_backward_pertoken_cuda is the previous launch (each token's iterates contiguous,
+ * its thread adding the RMS path over its own row of dX, one block per column for the sums),
+ * kept as the baseline the GPU benchmark times against: dX and dphi are the same bits, dbias and
+ * dalpha the same double sums in another order.
  * The stream-mixing ops give one thread per output element, sums in the CPU's order.
  *   sinkhorn backward scratch: CT_SINKHORN_BWD_CUDA_SCRATCH(M, n, iters) floats
  *   mappings backward scratch: CT_MHC_COEFFS_BWD_CUDA_SCRATCH(N, n, iters) floats */
 #define CT_SINKHORN_BWD_CUDA_SCRATCH(M, n, iters) ((size_t)(M)*CT_SINKHORN_BWD_SCRATCH(n, iters))
-#define CT_MHC_COEFFS_BWD_CUDA_SCRATCH(N, n, iters) \
-    ((size_t)(N) * (2 * (size_t)CT_MHC_COEFFS(n) + CT_SINKHORN_BWD_SCRATCH(n, iters)))
+#define CT_MHC_COEFFS_BWD_CUDA_SCRATCH(N, n, iters)                                             \
+    ((size_t)(N) * (2 * (size_t)CT_MHC_COEFFS(n) + CT_SINKHORN_BWD_SCRATCH(n, iters) + 1) + 2 + \
+     2 * 32 * ((size_t)CT_MHC_COEFFS(n) + 3))
 
 int ct_sinkhorn_forward_cuda(float *out, const float *logits, int M, int n, int iters,
                              ct_stream_t stream);
@@ -380,6 +410,12 @@ int ct_mhc_coeffs_backward_cuda(float *dX, float *dphi, float *dalpha, float *db
                                 const float *X, const float *phi, const float *alpha,
                                 const float *bias, const float *proj, const float *rstd, int N,
                                 int n, int C, int iters, const ct_cuda_ctx_t *ctx);
+int ct_mhc_coeffs_backward_pertoken_cuda(float *dX, float *dphi, float *dalpha, float *dbias,
+                                         float *scratch, const float *dhpre, const float *dhpost,
+                                         const float *dhres, const float *X, const float *phi,
+                                         const float *alpha, const float *bias, const float *proj,
+                                         const float *rstd, int N, int n, int C, int iters,
+                                         const ct_cuda_ctx_t *ctx);
 int ct_mhc_pre_forward_cuda(float *u, const float *X, const float *hpre, int N, int n, int C,
                             ct_stream_t stream);
 int ct_mhc_pre_backward_cuda(float *dX, float *dhpre, const float *du, const float *X,
@@ -399,14 +435,15 @@ int ct_mhc_collapse_backward_cuda(float *dX, const float *dx, int N, int n, int 
 /* ---- softmax cross-entropy losses (kernels/cuda/xent.cu) ------------------------------------
  * Full CE: rows in chunks of CT_CE_CUDA_ROWS(V): the chunk's logits against items 1..V-1 by one
  * sgemm, one block per row for the softmax and its gradient (rows without a target get a zero
- * gradient row), then d feats += d logits E and d E += d logits^T feats by two sgemms. Unlike
- * the CPU, rows without a target are not compacted out (they cost their share of the sgemms).
- * Sampled CE: one warp per position for the M + 1 logits, the softmax and d feats; one block
- * per sequence for the negatives' table gradients, which (like the positives') are added to
- * dwte with float atomics, since sequences share items. The loss is the rows' double terms
- * summed in a fixed order, times 1 / count.
- *   CE scratch: CT_CE_CUDA_SCRATCH(N, V) floats   sampled-CE scratch:
- *   CT_SAMPLED_CE_CUDA_SCRATCH(N, M) floats */
+ * gradient row; a row of up to 4096 classes is read once and written once, held in registers;
+ * ct_ce_loss_multipass_cuda, kept as the GPU benchmark's baseline, reads every row three times
+ * and writes it twice, with the same results bit for bit), then d feats += d logits E and d E += d
+ * logits^T feats by two sgemms. Unlike the CPU, rows without a target are not compacted out (they
+ * cost their share of the sgemms). Sampled CE: one warp per position for the M + 1 logits, the
+ * softmax and d feats; one block per sequence for the negatives' table gradients, which (like the
+ * positives') are added to dwte with float atomics, since sequences share items. The loss is the
+ * rows' double terms summed in a fixed order, times 1 / count. CE scratch: CT_CE_CUDA_SCRATCH(N, V)
+ * floats   sampled-CE scratch: CT_SAMPLED_CE_CUDA_SCRATCH(N, M) floats */
 #define CT_CE_CUDA_ROWS(V)                                     \
     ((size_t)(16u << 20) / (size_t)(V) < 32     ? (size_t)32   \
      : (size_t)(16u << 20) / (size_t)(V) > 4096 ? (size_t)4096 \
@@ -419,6 +456,9 @@ int ct_mhc_collapse_backward_cuda(float *dX, const float *dx, int N, int n, int 
 int ct_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,
                     const float *wte, const int32_t *pos, int N, int C, int V, float count,
                     const ct_cuda_ctx_t *ctx);
+int ct_ce_loss_multipass_cuda(float *loss, float *dfeats, float *dwte, float *scratch,
+                              const float *feats, const float *wte, const int32_t *pos, int N,
+                              int C, int V, float count, const ct_cuda_ctx_t *ctx);
 /* The language models' loss (ct_lm_ce_loss_cpu): the same kernels over classes 0..V-1, rows
  * with tgt < 0 without a target, NULL gradients skipped. Scratch: CT_CE_CUDA_SCRATCH(N, V). */
 int ct_lm_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *scratch, const float *feats,

@@ -23,7 +23,10 @@
  * compares it with the estimate of docs/models.md §6.4, 0.2-0.3 ms per step.
  *
  * The variants section also times the ops of the other models at the same sizes: TiSASRec's
- * attention (with its interval masks), one mHC layer (n = 4) and the softmax losses.
+ * attention (with its interval masks), one mHC layer (n = 4) and the softmax losses; and, next
+ * to the kernels that replaced them, the previous kernels that ct_kernels_cuda.h keeps as
+ * baselines (rows marked recompute, recomp, pertok, multipass, 4-warp, per-word), so that one
+ * run times old and new side by side (bench/gpu/kernels_ab.sh prints the pairs).
  *
  * Deliberately not here: PyTorch (bench/gpu/torch_ops.py times the same ops; bench/gpu/run.sh
  * prints the ratios) and ctrain's own step (bench/gpu/step_bench.py).
@@ -403,6 +406,19 @@ int main(int argc, char **argv)
     TIME("attention skip-pad", "bwd", 2 * attn, 10 * nb + ab,
          CK(cudaMemsetAsync(gqkv, 0, 3 * nbytes, s));
          OK(ct_attention_backward_cuda(gqkv, att_scr, gao, att, qkv, seq, B, L, C, NH, d_attn, s)));
+    TIME("layernorm (4-warp)", "bwd", 0, 4 * nb, CK(cudaMemsetAsync(gs2, 0, nbytes, s));
+         OK(ct_layernorm_backward_4warp_cuda(gs2, gw, gb, ln_scr, gout, s2, ln_w, mean2, rstd2, N,
+                                             C, s)));
+    /* The previous attention backward (dP recomputed in the dK/dV kernel), for the side-by-side
+     * comparison with the rows above: same inputs, same work. */
+    TIME("attention (recompute)", "bwd", 2 * attn, 10 * nb + ab,
+         CK(cudaMemsetAsync(gqkv, 0, 3 * nbytes, s));
+         OK(ct_attention_backward_recompute_cuda(gqkv, att_scr, gao, att, qkv, NULL, B, L, C, NH,
+                                                 d_attn, s)));
+    TIME("att skip-pad (recomp)", "bwd", 2 * attn, 10 * nb + ab,
+         CK(cudaMemsetAsync(gqkv, 0, 3 * nbytes, s));
+         OK(ct_attention_backward_recompute_cuda(gqkv, att_scr, gao, att, qkv, seq, B, L, C, NH,
+                                                 d_attn, s)));
     TIME("scores sorted", "bwd", 8.0 * N * C / 1e9, 12 * nb, CK(cudaMemsetAsync(gy, 0, nbytes, s));
          OK(ct_score_backward_cuda(gy, gwte, sort_scr, dpl, y, wte, pos, N, C, s));
          OK(ct_score_backward_cuda(gy, gwte, sort_scr, dnl, y, wte, neg, N, C, s)));
@@ -457,6 +473,9 @@ int main(int argc, char **argv)
         ct_dropout_t d_tk = {PDROP, 7, 254, 0}, d_tv = {PDROP, 7, 255, 0};
         TIME("tisas masks (2)", "fwd", 0, 2 * mb, OK(ct_tisas_mask_cuda(mk, seq, B, L, C, d_tk, s));
              OK(ct_tisas_mask_cuda(mv, seq, B, L, C, d_tv, s)));
+        TIME("tisas masks (per-word)", "fwd", 0, 2 * mb,
+             OK(ct_tisas_mask_perword_cuda(mk, seq, B, L, C, d_tk, s));
+             OK(ct_tisas_mask_perword_cuda(mv, seq, B, L, C, d_tv, s)));
         TIME("tisas attention", "fwd", 3 * attn, 4 * nb + ab + 2 * mb,
              OK(ct_tisas_attention_forward_cuda(ao, att, NULL, q, k, v, rk, rv, ts, seq, B, L, C,
                                                 NH, T, d_attn, mk, mv, PDROP, s)));
@@ -498,6 +517,10 @@ int main(int argc, char **argv)
         TIME("mhc mappings n=4", "bwd", 2 * fl, 3 * sb,
              OK(ct_mhc_coeffs_backward_cuda(dX, dphi, dalpha, dbias, mscr, gpre, gpost, gres, X,
                                             phi, alpha, bias, proj, hrstd, N, n, C, 20, &ctx)));
+        TIME("mhc mappings (pertok)", "bwd", 2 * fl, 3 * sb,
+             OK(ct_mhc_coeffs_backward_pertoken_cuda(dX, dphi, dalpha, dbias, mscr, gpre, gpost,
+                                                     gres, X, phi, alpha, bias, proj, hrstd, N, n,
+                                                     C, 20, &ctx)));
         TIME("mhc post mixing n=4", "fwd", 2.0 * NS * (n + 1) / 1e9, 2 * sb + nb,
              OK(ct_mhc_post_forward_cuda(Y, X, f, hres, hpost, N, n, C, s)));
         TIME("mhc post mixing n=4", "bwd", 4.0 * NS * (n + 1) / 1e9, 4 * sb + 2 * nb,
@@ -522,6 +545,10 @@ int main(int argc, char **argv)
         free(hr);
         TIME("full CE loss", "f+b", 6.0 * N * V * C / 1e9, (2.0 * N * C + 2.0 * V * C) * 4 / 1e9,
              OK(ct_ce_loss_cuda(loss, gy, gwte, cscr, y, wte, pos, N, C, V, (float)real, &ctx)));
+        TIME("full CE (multipass)", "f+b", 6.0 * N * V * C / 1e9,
+             (2.0 * N * C + 2.0 * V * C) * 4 / 1e9,
+             OK(ct_ce_loss_multipass_cuda(loss, gy, gwte, cscr, y, wte, pos, N, C, V, (float)real,
+                                          &ctx)));
         TIME("sampled CE M=128", "f+b", 6.0 * N * (M + 1) * C / 1e9, 4 * nb,
              OK(ct_sampled_ce_loss_cuda(loss, gy, gwte, sscr, y, wte, pos, rneg, B, L, C, M,
                                         (float)real, s)));

@@ -10,16 +10,19 @@
  * computes whole Philox blocks and applies the draws that fall in the row), and the weighted sum
  * of values is taken by groups of lanes over float4 chunks of the head, combined by shuffles.
  *
- * Backward, two kernels with no atomics:
+ * Backward, two kernels with no atomics, dP and dS computed once:
  *   dQ: the forward's layout with dO in place of Q: dP_j = dO_i . V_j, the dropout factors,
- *       c_i = sum_j P_ij g_ij, dS_ij = P_ij (g_ij - c_i), dQ_i += scale sum_j dS_ij K_j; c_i is
- *       kept in scratch for the second kernel.
- *   dK, dV: one block per (key tile of 32, head, sequence), lane = key. Each lane keeps its
- *       value row and its dK, dV sums in registers; the block's warps take every 4th query row
- *       i >= the tile's first key, recompute dP_ij and dS_ij from att, c_i and the regenerated
- *       dropout factor (32 consecutive draws from at most 9 Philox blocks shared by shuffles),
- *       and add pd_ij dO_i and dS_ij Q_i. The warps' sums are combined in warp order through
- *       shared memory.
+ *       c_i = sum_j P_ij g_ij, dS_ij = P_ij (g_ij - c_i), dQ_i += scale sum_j dS_ij K_j; dS_ij
+ *       (j <= i) goes to scratch, and the row's dropout pattern as bits (one word per 32 keys,
+ *       built by shuffles), with c_i.
+ *   dK, dV: one block per (key tile of 32, head, sequence); thread (warp w, lane r) keeps key
+ *       j0 + r's float4 chunks w, w + 4, ... of dK and dV in registers. The block walks the query
+ *       rows i >= j0 in chunks of 32, skipping chunks that are all padding, stages their Q and
+ *       dO rows and dS_ij, drop(P)_ij = P_ij * factor_ij (att and the bits) for the tile's keys,
+ *       and every thread adds dS_ij Q_i and drop(P)_ij dO_i in row order.
+ * The previous dK/dV kernel, which recomputed dP_ij and the dropout factors per (i, j) with
+ * lane = key and warps over query rows (combined through shared memory), is kept behind
+ * ct_attention_backward_recompute_cuda as the benchmark's baseline.
  * The work per element is the CPU's formula; sums run in a different order (float rounding
  * differs, the tests bound it). Skipped query rows (qmask) cost nothing beyond writing their
  * zeros, and a tile whose rows are all skipped returns at once.
@@ -144,10 +147,10 @@ __device__ __forceinline__ bool ct_cuda_attention__att_tile_used(const int32_t *
 
 /* Shared memory of the forward and dQ kernels: keys and values for L rows, the tile's
  * queries (or dO rows), one row buffer of L floats per warp. */
-static size_t ct_cuda_attention__att_rows_smem(int L, int LD4)
+static size_t ct_cuda_attention__att_rows_smem(int L, int LD4, int row_bufs = 1)
 {
     return ((size_t)2 * L + CT__ATT_TQ) * LD4 * sizeof(float4) +
-           (size_t)CT__ATT_WARPS * L * sizeof(float);
+           (size_t)row_bufs * CT__ATT_WARPS * L * sizeof(float);
 }
 
 /* ---- forward ------------------------------------------------------------------------------- */
@@ -257,10 +260,10 @@ __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
 
 template <int NV>
 __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
-    ct_cuda_attention__att_bwd_q_kernel(float *dqkv, float *crow, const float *dout,
-                                        const float *att, const float *qkv, const int32_t *qmask,
-                                        int L, int C, int NH, float scale,
-                                        ct_cuda_attention__att_drop_t dr)
+    ct_cuda_attention__att_bwd_q_kernel(bool store, float *dqkv, float *crow, float *dsg,
+                                        uint32_t *dbits, const float *dout, const float *att,
+                                        const float *qkv, const int32_t *qmask, int L, int C,
+                                        int NH, float scale, ct_cuda_attention__att_drop_t dr)
 {
     constexpr int LD4 = ct_cuda_attention__att_geom<NV>::LD4;
     CT_DYNAMIC_SMEM(float4, sm4);
@@ -282,6 +285,10 @@ __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
     float4 *Vs = Ks + (size_t)L * LD4;
     float4 *Ds = Vs + (size_t)L * LD4;
     float *buf = reinterpret_cast<float *>(Ds + (size_t)CT__ATT_TQ * LD4) + (size_t)warp * L;
+    /* store: a second row per warp for the dropout factors, which the dK/dV kernel gets as bits */
+    float *fb = reinterpret_cast<float *>(Ds + (size_t)CT__ATT_TQ * LD4) +
+                (size_t)(CT__ATT_WARPS + warp) * L;
+    const int W = CT_CEIL_DIV(L, 32);
     ct_cuda_attention__att_stage(Ks, qb + C, C3, 0, i1, HS, LD4);
     ct_cuda_attention__att_stage(Vs, qb + 2 * C, C3, 0, i1, HS, LD4);
     ct_cuda_attention__att_stage(Ds, dob + (int64_t)i0 * C, C, 0, i1 - i0, HS, LD4);
@@ -305,11 +312,35 @@ __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
                 s = ct_cuda_attention__dot4(dO[c], vr[c], s);
             buf[j] = s;
         }
-        if (dr.on) {
+        if (dr.on && !store) {
             /* g_j = dPd_j * factor_j: the gradient w.r.t. the probabilities. */
             __syncwarp();
             ct_cuda_attention__att_drop_row(
                 buf, i, dr.offset + (((uint64_t)b * NH + h) * L + i) * L, dr, lane);
+            __syncwarp();
+        } else if (dr.on) {
+            /* The same product through a row of factors (1 * factor is the factor exactly), whose
+             * kept/dropped pattern goes to dbits: one word per 32 keys, bit = lane. */
+            for (int j = lane; j <= i; j += 32)
+                fb[j] = 1.0f;
+            __syncwarp();
+            ct_cuda_attention__att_drop_row(fb, i, dr.offset + (((uint64_t)b * NH + h) * L + i) * L,
+                                            dr, lane);
+            __syncwarp();
+            uint32_t *brow = dbits + (((int64_t)b * NH + h) * L + i) * W;
+            for (int jb = 0; jb <= i; jb += 32) {
+                const int j = jb + lane;
+                uint32_t w = 0u;
+                if (j <= i) {
+                    buf[j] = buf[j] * fb[j];
+                    w = fb[j] != 0.0f ? 1u << lane : 0u;
+                }
+#pragma unroll
+                for (int off = 16; off >= 1; off >>= 1)
+                    w |= __shfl_xor_sync(CT__FULL_MASK, w, off);
+                if (lane == 0)
+                    brow[jb / 32] = w;
+            }
             __syncwarp();
         }
         /* Softmax backward: dS_j = P_j (g_j - c), c = sum_j P_j g_j. */
@@ -317,8 +348,12 @@ __global__ void __launch_bounds__(CT__ATT_WARPS * 32)
         for (int j = lane; j <= i; j += 32)
             part += arow[j] * buf[j];
         const float c = ct__warp_sum(part);
-        for (int j = lane; j <= i; j += 32)
+        float *dsrow = store ? dsg + (((int64_t)b * NH + h) * L + i) * L : NULL;
+        for (int j = lane; j <= i; j += 32) {
             buf[j] = arow[j] * (buf[j] - c);
+            if (store)
+                dsrow[j] = buf[j];
+        }
         if (lane == 0)
             cb[i] = c;
         __syncwarp();
@@ -462,6 +497,116 @@ __global__ void __launch_bounds__(CT__ATT_KV_WARPS * 32)
     }
 }
 
+/* ---- backward: dK and dV from the stored dS ------------------------------------------------- */
+
+/* Shared memory of the kernel below: a chunk of CT__ATT_TQ query rows' Q and dO (NV float4
+ * each) and their dS and drop(P) over the tile's 32 keys. */
+template <int NV> static size_t ct_cuda_attention__kvs_smem()
+{
+    return ((size_t)2 * CT__ATT_TQ * NV * 4 + (size_t)2 * CT__ATT_TQ * 32) * sizeof(float);
+}
+
+/* One block per (key tile of 32, head, sequence), CT__ATT_KV_WARPS warps: thread (warp w,
+ * lane r) owns key j0 + r and the float4 chunks w, w + 4, ... of its dK and dV rows in
+ * registers. The block walks the query rows i >= j0 in chunks of CT__ATT_TQ, skipping chunks
+ * whose rows are all padding, stages the chunk's Q and dO rows and its dS_ij and
+ * drop(P)_ij = P_ij * factor_ij (from att and the dropout bits), then every thread adds
+ * dS_ij Q_i and drop(P)_ij dO_i over the chunk's rows in row order: dK = scale dS^T Q and
+ * dV = drop(P)^T dO with nothing recomputed. Reads of Q and dO are warp-uniform (broadcast),
+ * of dS and drop(P) one bank per lane. */
+template <int NV>
+__global__ void __launch_bounds__(CT__ATT_KV_WARPS * 32)
+    ct_cuda_attention__att_bwd_kvs_kernel(float *dqkv, const float *dsg, const uint32_t *dbits,
+                                          const float *dout, const float *att, const float *qkv,
+                                          const int32_t *qmask, int L, int C, int NH, float scale,
+                                          ct_cuda_attention__att_drop_t dr)
+{
+    constexpr int CPW = (NV + CT__ATT_KV_WARPS - 1) / CT__ATT_KV_WARPS; /* chunks per warp */
+    constexpr int TI = CT__ATT_TQ;
+    CT_DYNAMIC_SMEM(float4, sm4);
+    const int HS = C / NH, C3 = 3 * C, W = CT_CEIL_DIV(L, 32);
+    const int h = (int)blockIdx.y, b = (int)blockIdx.z;
+    const int j0 = (int)blockIdx.x * 32;
+    const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
+    const int32_t *qm = qmask ? qmask + (int64_t)b * L : NULL;
+    const int64_t bh = (int64_t)b * NH + h;
+    const float *qb = qkv + (int64_t)b * L * C3 + (int64_t)h * HS;
+    const float *dob = dout + (int64_t)b * L * C + (int64_t)h * HS;
+    float *dqb = dqkv + (int64_t)b * L * C3 + (int64_t)h * HS;
+    const float *ab = att + bh * L * L;
+    const float *db = dsg + bh * L * L;
+    const uint32_t *bb = dbits + bh * L * W;
+
+    float4 *Qs = sm4;
+    float4 *Os = Qs + TI * NV;
+    float *Ss = reinterpret_cast<float *>(Os + TI * NV);
+    float *Ps = Ss + TI * 32;
+    float4 dk[CPW], dv[CPW];
+#pragma unroll
+    for (int m = 0; m < CPW; m++) {
+        dk[m] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        dv[m] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    const int j = j0 + lane;
+    for (int i0 = j0; i0 < L; i0 += TI) {
+        const int i1 = i0 + TI < L ? i0 + TI : L;
+        if (!ct_cuda_attention__att_tile_used(qm, i0, i1))
+            continue;    /* padding rows add nothing; the same branch in every thread */
+        __syncthreads(); /* the previous chunk's reads are done */
+        float *qf = reinterpret_cast<float *>(Qs), *of = reinterpret_cast<float *>(Os);
+        for (int idx = (int)threadIdx.x; idx < TI * NV * 4; idx += (int)blockDim.x) {
+            const int r = idx / (NV * 4), d = idx - r * (NV * 4), i = i0 + r;
+            const bool in = i < i1 && d < HS;
+            qf[idx] = in ? qb[(int64_t)i * C3 + d] : 0.0f;
+            of[idx] = in ? dob[(int64_t)i * C + d] : 0.0f;
+        }
+        for (int r = warp; r < TI; r += CT__ATT_KV_WARPS) {
+            const int i = i0 + r;
+            float sv = 0.0f, pv = 0.0f;
+            if (i < i1 && j <= i && !(qm && qm[i] == 0)) {
+                sv = db[(int64_t)i * L + j];
+                pv = ab[(int64_t)i * L + j];
+                if (dr.on)
+                    pv = (bb[(int64_t)i * W + j0 / 32] >> lane) & 1u ? pv * dr.keep : 0.0f;
+            }
+            Ss[r * 32 + lane] = sv;
+            Ps[r * 32 + lane] = pv;
+        }
+        __syncthreads();
+        const int rn = i1 - i0;
+        for (int r = 0; r < rn; r++) {
+            const float sv = Ss[r * 32 + lane], pv = Ps[r * 32 + lane];
+#pragma unroll
+            for (int m = 0; m < CPW; m++) {
+                const int c = warp + m * CT__ATT_KV_WARPS;
+                if (c < NV) {
+                    ct_cuda_attention__axpy4(dk[m], sv, Qs[r * NV + c]);
+                    ct_cuda_attention__axpy4(dv[m], pv, Os[r * NV + c]);
+                }
+            }
+        }
+    }
+    if (j >= L)
+        return;
+    float *dst = dqb + (int64_t)j * C3;
+#pragma unroll
+    for (int m = 0; m < CPW; m++) {
+        const int c = warp + m * CT__ATT_KV_WARPS;
+        if (c >= NV)
+            continue;
+        const float kx[4] = {dk[m].x, dk[m].y, dk[m].z, dk[m].w};
+        const float vx[4] = {dv[m].x, dv[m].y, dv[m].z, dv[m].w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int d = 4 * c + e;
+            if (d < HS) {
+                dst[C + d] += scale * kx[e];
+                dst[2 * C + d] += vx[e];
+            }
+        }
+    }
+}
+
 /* ---- launchers ------------------------------------------------------------------------------ */
 
 /* Raises the kernel's dynamic shared-memory limit to nbytes when it needs more than the default
@@ -502,28 +647,41 @@ static int ct_cuda_attention__att_fwd_launch(float *out, float *att, const float
     return 0;
 }
 
+/* The backward: dQ (and the stored dS and dropout bits when `store`), then dK and dV, either
+ * from the stored dS (store) or recomputing dP (the recompute baseline). */
 template <int NV>
-static int ct_cuda_attention__att_bwd_launch(float *dqkv, float *crow, const float *dout,
+static int ct_cuda_attention__att_bwd_launch(float *dqkv, float *scratch, const float *dout,
                                              const float *att, const float *qkv,
                                              const int32_t *qmask, int B, int L, int C, int NH,
                                              float scale, ct_cuda_attention__att_drop_t dr,
-                                             cudaStream_t stream)
+                                             bool store, cudaStream_t stream)
 {
-    const size_t smem_q = ct_cuda_attention__att_rows_smem(L, ct_cuda_attention__att_geom<NV>::LD4);
-    const size_t smem_kv = ct_cuda_attention__kv_smem<NV>();
+    constexpr int LD4 = ct_cuda_attention__att_geom<NV>::LD4;
+    const size_t smem_q = ct_cuda_attention__att_rows_smem(L, LD4, store ? 2 : 1);
+    const size_t smem_kv =
+        store ? ct_cuda_attention__kvs_smem<NV>() : ct_cuda_attention__kv_smem<NV>();
+    const int64_t nrow = (int64_t)B * NH * L;
+    float *crow = scratch;
+    float *dsg = store ? scratch + nrow : NULL;
+    uint32_t *dbits = store ? reinterpret_cast<uint32_t *>(scratch + nrow + nrow * L) : NULL;
     int rc = ct_cuda_attention__smem(ct_cuda_attention__att_bwd_q_kernel<NV>, smem_q);
     if (rc == 0)
-        rc = ct_cuda_attention__smem(ct_cuda_attention__att_bwd_kv_kernel<NV>, smem_kv);
+        rc = store ? ct_cuda_attention__smem(ct_cuda_attention__att_bwd_kvs_kernel<NV>, smem_kv)
+                   : ct_cuda_attention__smem(ct_cuda_attention__att_bwd_kv_kernel<NV>, smem_kv);
     if (rc != 0)
         return rc;
     dim3 grid_q((unsigned)CT_CEIL_DIV(L, CT__ATT_TQ), (unsigned)NH, (unsigned)B);
     CT_LAUNCH(ct_cuda_attention__att_bwd_q_kernel<NV>, grid_q, CT__ATT_WARPS * 32, smem_q, stream,
-              dqkv, crow, dout, att, qkv, qmask, L, C, NH, scale, dr);
+              store, dqkv, crow, dsg, dbits, dout, att, qkv, qmask, L, C, NH, scale, dr);
     CT_CUDA_CHECK_LAUNCH();
-    /* Needs the row constants of the kernel above: same stream, so in order. */
+    /* Needs the first kernel's outputs: same stream, so in order. */
     dim3 grid_kv((unsigned)CT_CEIL_DIV(L, 32), (unsigned)NH, (unsigned)B);
-    CT_LAUNCH(ct_cuda_attention__att_bwd_kv_kernel<NV>, grid_kv, CT__ATT_KV_WARPS * 32, smem_kv,
-              stream, dqkv, crow, dout, att, qkv, qmask, L, C, NH, scale, dr);
+    if (store)
+        CT_LAUNCH(ct_cuda_attention__att_bwd_kvs_kernel<NV>, grid_kv, CT__ATT_KV_WARPS * 32,
+                  smem_kv, stream, dqkv, dsg, dbits, dout, att, qkv, qmask, L, C, NH, scale, dr);
+    else
+        CT_LAUNCH(ct_cuda_attention__att_bwd_kv_kernel<NV>, grid_kv, CT__ATT_KV_WARPS * 32, smem_kv,
+                  stream, dqkv, crow, dout, att, qkv, qmask, L, C, NH, scale, dr);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
 }
@@ -586,33 +744,51 @@ extern "C" int ct_attention_forward_cuda(float *out, float *att, float *scratch,
     }
 }
 
+static int ct_cuda_attention__att_bwd(float *dqkv, float *scratch, const float *dout,
+                                      const float *att, const float *qkv, const int32_t *qmask,
+                                      int B, int L, int C, int NH, ct_dropout_t drop, bool store,
+                                      cudaStream_t s)
+{
+    if (B == 0 || L == 0)
+        return 0;
+    const int HS = C / NH;
+    const float scale = 1.0f / sqrtf((float)HS);
+    const ct_cuda_attention__att_drop_t dr = ct_cuda_attention__att_dropout(drop);
+    switch (ct_cuda_attention__att_nv(HS)) {
+    case 2:
+        return ct_cuda_attention__att_bwd_launch<2>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
+                                                    NH, scale, dr, store, s);
+    case 4:
+        return ct_cuda_attention__att_bwd_launch<4>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
+                                                    NH, scale, dr, store, s);
+    case 8:
+        return ct_cuda_attention__att_bwd_launch<8>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
+                                                    NH, scale, dr, store, s);
+    case 13:
+        return ct_cuda_attention__att_bwd_launch<13>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
+                                                     NH, scale, dr, store, s);
+    default:
+        return ct_cuda_attention__att_bwd_launch<16>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
+                                                     NH, scale, dr, store, s);
+    }
+}
+
 extern "C" int ct_attention_backward_cuda(float *dqkv, float *scratch, const float *dout,
                                           const float *att, const float *qkv, const int32_t *qmask,
                                           int B, int L, int C, int NH, ct_dropout_t drop,
                                           ct_stream_t stream)
 {
     CT__ATT_CHECK_SHAPE();
-    if (B == 0 || L == 0)
-        return 0;
-    const int HS = C / NH;
-    const float scale = 1.0f / sqrtf((float)HS);
-    const ct_cuda_attention__att_drop_t dr = ct_cuda_attention__att_dropout(drop);
-    cudaStream_t s = (cudaStream_t)stream;
-    switch (ct_cuda_attention__att_nv(HS)) {
-    case 2:
-        return ct_cuda_attention__att_bwd_launch<2>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
-                                                    NH, scale, dr, s);
-    case 4:
-        return ct_cuda_attention__att_bwd_launch<4>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
-                                                    NH, scale, dr, s);
-    case 8:
-        return ct_cuda_attention__att_bwd_launch<8>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
-                                                    NH, scale, dr, s);
-    case 13:
-        return ct_cuda_attention__att_bwd_launch<13>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
-                                                     NH, scale, dr, s);
-    default:
-        return ct_cuda_attention__att_bwd_launch<16>(dqkv, scratch, dout, att, qkv, qmask, B, L, C,
-                                                     NH, scale, dr, s);
-    }
+    return ct_cuda_attention__att_bwd(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, drop, true,
+                                      (cudaStream_t)stream);
+}
+
+extern "C" int ct_attention_backward_recompute_cuda(float *dqkv, float *scratch, const float *dout,
+                                                    const float *att, const float *qkv,
+                                                    const int32_t *qmask, int B, int L, int C,
+                                                    int NH, ct_dropout_t drop, ct_stream_t stream)
+{
+    CT__ATT_CHECK_SHAPE();
+    return ct_cuda_attention__att_bwd(dqkv, scratch, dout, att, qkv, qmask, B, L, C, NH, drop,
+                                      false, (cudaStream_t)stream);
 }

@@ -6,9 +6,12 @@
  * as on the CPU, so their float results nearly always equal the CPU's, and the per-element
  * formulas are the CPU's float expressions with round-to-nearest intrinsics: where mean and
  * rstd agree, the outputs agree bit for bit. The weight and bias gradients are column sums over
- * all rows; each block of CT_LAYERNORM_BWD_CUDA_ROWS rows keeps per-warp sums in shared memory,
- * adds its warps in order into one partial per block, and a second kernel adds the partials in
- * block order: deterministic, no atomics.
+ * all rows; each block of CT_LAYERNORM_BWD_CUDA_ROWS rows (up to 16 warps, so that a batch's
+ * blocks are resident at once and each warp takes only a few rows) keeps per-warp sums in shared
+ * memory, adds its warps in order into one partial per block, and a second kernel, one warp per
+ * column, adds the partials in a fixed order: deterministic, no atomics. The previous launch (4
+ * warps a block, 16 rows each, one thread per column adding every partial in turn) is kept
+ * behind ct_layernorm_backward_4warp_cuda as the benchmark's baseline.
  */
 #include "ct_cuda_common.h"
 
@@ -57,17 +60,21 @@ extern "C" int ct_layernorm_forward_cuda(float *out, float *mean, float *rstd, c
     return 0;
 }
 
-/* Block p: rows p*R .. p*R+R-1, warp w taking every CT__LN_WARPS-th of them. dinp is written
- * per row; the row's contributions to dweight and dbias go to the warp's own sums in shared
- * memory (lanes own channels, so no two threads touch one element), which the block then adds
- * in warp order into part[p] = [dweight partial (C) | dbias partial (C)]. */
-__global__ void __launch_bounds__(CT__LN_WARPS * 32)
+/* Block p: rows p*R .. p*R+R-1, warp w of the block's nw taking every nw-th of them. dinp is
+ * written per row; the row's contributions to dweight and dbias go to the warp's own sums in
+ * shared memory (lanes own channels, so no two threads touch one element), which the block then
+ * adds in warp order into part[p] = [dweight partial (C) | dbias partial (C)]. The launcher picks
+ * nw: up to CT__LN_BWD_MAX_WARPS (R / nw rows per warp, so that the blocks of a batch are
+ * resident together and each warp's chain of row latencies is short), fewer for wide rows. */
+#define CT__LN_BWD_MAX_WARPS 16
+__global__ void __launch_bounds__(CT__LN_BWD_MAX_WARPS * 32)
     ct_cuda_layernorm__ln_bwd_kernel(float *dinp, float *part, const float *dout, const float *inp,
                                      const float *weight, const float *mean, const float *rstd,
                                      int N, int C)
 {
-    CT_DYNAMIC_SMEM(float, sh); /* [CT__LN_WARPS][2][C] */
+    CT_DYNAMIC_SMEM(float, sh); /* [nw][2][C] */
     const int lane = (int)(threadIdx.x & 31), w = (int)(threadIdx.x >> 5);
+    const int nw = (int)(blockDim.x >> 5);
     float *acc_dw = sh + (size_t)w * 2 * C;
     float *acc_db = acc_dw + C;
     for (int c = lane; c < C; c += 32) {
@@ -76,7 +83,7 @@ __global__ void __launch_bounds__(CT__LN_WARPS * 32)
     }
     const int64_t r0 = (int64_t)blockIdx.x * CT_LAYERNORM_BWD_CUDA_ROWS;
     const int64_t r1 = r0 + CT_LAYERNORM_BWD_CUDA_ROWS < N ? r0 + CT_LAYERNORM_BWD_CUDA_ROWS : N;
-    for (int64_t row = r0 + w; row < r1; row += CT__LN_WARPS) {
+    for (int64_t row = r0 + w; row < r1; row += nw) {
         const float *x = inp + row * C;
         const float *d = dout + row * C;
         float *dx = dinp + row * C;
@@ -105,7 +112,7 @@ __global__ void __launch_bounds__(CT__LN_WARPS * 32)
     float *dst = part + (size_t)blockIdx.x * 2 * C;
     for (int j = (int)threadIdx.x; j < 2 * C; j += (int)blockDim.x) {
         float t = sh[j];
-        for (int k = 1; k < CT__LN_WARPS; k++)
+        for (int k = 1; k < nw; k++)
             t = __fadd_rn(t, sh[(size_t)k * 2 * C + j]);
         dst[j] = t;
     }
@@ -126,21 +133,74 @@ __global__ void ct_cuda_layernorm__ln_bwd_final_kernel(float *dweight, float *db
     *d = __fadd_rn(*d, t);
 }
 
-extern "C" int ct_layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, float *scratch,
-                                          const float *dout, const float *inp, const float *weight,
-                                          const float *mean, const float *rstd, int N, int C,
-                                          ct_stream_t stream)
+/* One warp per column j of the partials: lane l adds parts l, l + 32, ... in order, then the
+ * lanes are added by a fixed butterfly: deterministic, and a chain of parts / 32 loads instead
+ * of parts. */
+__global__ void ct_cuda_layernorm__ln_bwd_final_warp_kernel(float *dweight, float *dbias,
+                                                            const float *part, int parts, int C)
+{
+    const int lane = (int)(threadIdx.x & 31);
+    const int j = (int)(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5));
+    if (j >= 2 * C)
+        return; /* the whole warp */
+    float t = 0.0f;
+    for (int p = lane; p < parts; p += 32)
+        t = __fadd_rn(t, part[(size_t)p * 2 * C + j]);
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1)
+        t = __fadd_rn(t, __shfl_xor_sync(CT__FULL_MASK, t, o));
+    if (lane == 0) {
+        float *d = j < C ? dweight + j : dbias + (j - C);
+        *d = __fadd_rn(*d, t);
+    }
+}
+
+/* wide: the launch described above ct_cuda_layernorm__ln_bwd_kernel and the warp-per-column
+ * final sum; otherwise the previous launch (4 warps, one thread per column for the final sum),
+ * kept as the benchmark's baseline. */
+static int ct_cuda_layernorm__bwd(bool wide, float *dinp, float *dweight, float *dbias,
+                                  float *scratch, const float *dout, const float *inp,
+                                  const float *weight, const float *mean, const float *rstd, int N,
+                                  int C, cudaStream_t stream)
 {
     CT_CUDA_REQUIRE(N >= 0 && C >= 1 && C <= CT_LAYERNORM_CUDA_MAX_C);
     if (N == 0)
         return 0;
     const int parts = (int)CT_CEIL_DIV(N, CT_LAYERNORM_BWD_CUDA_ROWS);
-    const size_t smem = (size_t)CT__LN_WARPS * 2 * C * sizeof(float);
-    CT_LAUNCH(ct_cuda_layernorm__ln_bwd_kernel, (unsigned)parts, CT__LN_WARPS * 32, smem, stream,
-              dinp, scratch, dout, inp, weight, mean, rstd, N, C);
+    int nw = CT__LN_WARPS;
+    if (wide) {
+        /* as many warps as 48 KiB of sums allow (C = 50: 16; C = 1024: 6) */
+        nw = (int)((size_t)48 * 1024 / ((size_t)2 * C * sizeof(float)));
+        nw = nw > CT__LN_BWD_MAX_WARPS ? CT__LN_BWD_MAX_WARPS : nw < 1 ? 1 : nw;
+    }
+    const size_t smem = (size_t)nw * 2 * C * sizeof(float);
+    CT_LAUNCH(ct_cuda_layernorm__ln_bwd_kernel, (unsigned)parts, nw * 32, smem, stream, dinp,
+              scratch, dout, inp, weight, mean, rstd, N, C);
     CT_CUDA_CHECK_LAUNCH();
-    CT_LAUNCH(ct_cuda_layernorm__ln_bwd_final_kernel, (unsigned)CT_CEIL_DIV(2 * C, 128), 128, 0,
-              stream, dweight, dbias, scratch, parts, C);
+    if (wide)
+        CT_LAUNCH(ct_cuda_layernorm__ln_bwd_final_warp_kernel, (unsigned)CT_CEIL_DIV(2 * C, 4), 128,
+                  0, stream, dweight, dbias, scratch, parts, C);
+    else
+        CT_LAUNCH(ct_cuda_layernorm__ln_bwd_final_kernel, (unsigned)CT_CEIL_DIV(2 * C, 128), 128, 0,
+                  stream, dweight, dbias, scratch, parts, C);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
+}
+
+extern "C" int ct_layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, float *scratch,
+                                          const float *dout, const float *inp, const float *weight,
+                                          const float *mean, const float *rstd, int N, int C,
+                                          ct_stream_t stream)
+{
+    return ct_cuda_layernorm__bwd(true, dinp, dweight, dbias, scratch, dout, inp, weight, mean,
+                                  rstd, N, C, (cudaStream_t)stream);
+}
+
+extern "C" int ct_layernorm_backward_4warp_cuda(float *dinp, float *dweight, float *dbias,
+                                                float *scratch, const float *dout, const float *inp,
+                                                const float *weight, const float *mean,
+                                                const float *rstd, int N, int C, ct_stream_t stream)
+{
+    return ct_cuda_layernorm__bwd(false, dinp, dweight, dbias, scratch, dout, inp, weight, mean,
+                                  rstd, N, C, (cudaStream_t)stream);
 }

@@ -51,7 +51,7 @@ __device__ __forceinline__ float ct_cuda_mhc__sigmoid_dev(float x)
 /* ct_cuda_mhc__sinkhorn1 of mhc.c: out = Sinkhorn(z); with it != NULL the iterates and reciprocal
  * sums are kept (the same layout). */
 __device__ void ct_cuda_mhc__sinkhorn1_dev(float *out, const float *z, int n, int iters, float *it,
-                                  float *ri, float *ci)
+                                  float *ri, float *ci, int64_t ld)
 {
     const int nn = n * n;
     float m[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS];
@@ -62,7 +62,7 @@ __device__ void ct_cuda_mhc__sinkhorn1_dev(float *out, const float *z, int n, in
         m[x] = ct_cuda_mhc__exp_nonpos_dev(__fsub_rn(z[x], mx));
     if (it)
         for (int x = 0; x < nn; x++)
-            it[(size_t)2 * iters * nn + x] = m[x];
+            it[((int64_t)2 * iters * nn + x) * ld] = m[x];
     for (int t = 0; t < iters; t++) {
         for (int i = 0; i < n; i++) {
             float s = 0.0f;
@@ -72,11 +72,11 @@ __device__ void ct_cuda_mhc__sinkhorn1_dev(float *out, const float *z, int n, in
             for (int j = 0; j < n; j++)
                 m[i * n + j] = __fmul_rn(m[i * n + j], r);
             if (ri)
-                ri[t * n + i] = r;
+                ri[(int64_t)(t * n + i) * ld] = r;
         }
         if (it)
             for (int x = 0; x < nn; x++)
-                it[(size_t)(2 * t) * nn + x] = m[x];
+                it[((int64_t)(2 * t) * nn + x) * ld] = m[x];
         float cs[CT_MHC_MAX_STREAMS];
         for (int j = 0; j < n; j++)
             cs[j] = m[j];
@@ -90,10 +90,10 @@ __device__ void ct_cuda_mhc__sinkhorn1_dev(float *out, const float *z, int n, in
                 m[i * n + j] = __fmul_rn(m[i * n + j], cs[j]);
         if (ci)
             for (int j = 0; j < n; j++)
-                ci[t * n + j] = cs[j];
+                ci[(int64_t)(t * n + j) * ld] = cs[j];
         if (it)
             for (int x = 0; x < nn; x++)
-                it[(size_t)(2 * t + 1) * nn + x] = m[x];
+                it[((int64_t)(2 * t + 1) * nn + x) * ld] = m[x];
     }
     for (int x = 0; x < nn; x++)
         out[x] = m[x];
@@ -102,38 +102,40 @@ __device__ void ct_cuda_mhc__sinkhorn1_dev(float *out, const float *z, int n, in
 /* ct_cuda_mhc__sinkhorn1_bwd of mhc.c: dz += d Sinkhorn(z) given dout; scratch:
  * CT_SINKHORN_BWD_SCRATCH(n, iters) floats of this thread's own. */
 __device__ void ct_cuda_mhc__sinkhorn1_bwd_dev(float *dz, const float *dout, const float *z, int n,
-                                      int iters, float *scratch)
+                                      int iters, float *scratch, int64_t ld)
 {
     const int nn = n * n;
-    float *it = scratch, *ri = it + (size_t)(2 * iters + 1) * nn, *ci = ri + (size_t)iters * n;
+    float *it = scratch, *ri = it + (int64_t)(2 * iters + 1) * nn * ld;
+    float *ci = ri + (int64_t)iters * n * ld;
     float out[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS], g[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS];
-    ct_cuda_mhc__sinkhorn1_dev(out, z, n, iters, it, ri, ci);
+    ct_cuda_mhc__sinkhorn1_dev(out, z, n, iters, it, ri, ci, ld);
     for (int x = 0; x < nn; x++)
         g[x] = dout[x];
     for (int t = iters - 1; t >= 0; t--) {
-        const float *y = it + (size_t)(2 * t + 1) * nn;
+        const float *y = it + (int64_t)(2 * t + 1) * nn * ld;
         float d[CT_MHC_MAX_STREAMS];
         for (int j = 0; j < n; j++)
-            d[j] = __fmul_rn(g[j], y[j]);
+            d[j] = __fmul_rn(g[j], y[j * ld]);
         for (int i = 1; i < n; i++)
             for (int j = 0; j < n; j++)
-                d[j] = __fadd_rn(d[j], __fmul_rn(g[i * n + j], y[i * n + j]));
+                d[j] = __fadd_rn(d[j], __fmul_rn(g[i * n + j], y[(i * n + j) * ld]));
         for (int i = 0; i < n; i++)
             for (int j = 0; j < n; j++)
-                g[i * n + j] = __fmul_rn(__fsub_rn(g[i * n + j], d[j]), ci[t * n + j]);
-        y = it + (size_t)(2 * t) * nn;
+                g[i * n + j] =
+                    __fmul_rn(__fsub_rn(g[i * n + j], d[j]), ci[(int64_t)(t * n + j) * ld]);
+        y = it + (int64_t)(2 * t) * nn * ld;
         for (int i = 0; i < n; i++) {
             float e = 0.0f;
             for (int j = 0; j < n; j++)
-                e = __fadd_rn(e, __fmul_rn(g[i * n + j], y[i * n + j]));
-            const float r = ri[t * n + i];
+                e = __fadd_rn(e, __fmul_rn(g[i * n + j], y[(i * n + j) * ld]));
+            const float r = ri[(int64_t)(t * n + i) * ld];
             for (int j = 0; j < n; j++)
                 g[i * n + j] = __fmul_rn(__fsub_rn(g[i * n + j], e), r);
         }
     }
-    const float *m0 = it + (size_t)2 * iters * nn;
+    const float *m0 = it + (int64_t)2 * iters * nn * ld;
     for (int x = 0; x < nn; x++)
-        dz[x] = __fadd_rn(dz[x], __fmul_rn(g[x], m0[x]));
+        dz[x] = __fadd_rn(dz[x], __fmul_rn(g[x], m0[x * ld]));
 }
 
 #define CT__FOR_EACH(i, n)                                                    \
@@ -148,18 +150,19 @@ __global__ void ct_cuda_mhc__sinkhorn_fwd_kernel(float *out, const float *logits
     const int64_t nn = (int64_t)n * n;
     CT__FOR_EACH(r, M)
     {
-        ct_cuda_mhc__sinkhorn1_dev(out + r * nn, logits + r * nn, n, iters, NULL, NULL, NULL);
+        ct_cuda_mhc__sinkhorn1_dev(out + r * nn, logits + r * nn, n, iters, NULL, NULL, NULL, 0);
     }
 }
 
 __global__ void ct_cuda_mhc__sinkhorn_bwd_kernel(float *dlogits, float *scratch, const float *dout,
                                         const float *logits, int M, int n, int iters)
 {
-    const int64_t nn = (int64_t)n * n, sb = (int64_t)CT_SINKHORN_BWD_SCRATCH(n, iters);
+    const int64_t nn = (int64_t)n * n;
     CT__FOR_EACH(r, M)
     {
+        /* matrix r's scratch: element e at scratch[e * M + r], so a warp's accesses coalesce */
         ct_cuda_mhc__sinkhorn1_bwd_dev(dlogits + r * nn, dout + r * nn, logits + r * nn, n, iters,
-                              scratch + r * sb);
+                                       scratch + r, M);
     }
 }
 
@@ -243,7 +246,7 @@ __global__ void ct_cuda_mhc__mhc_coeffs_fwd_kernel(float *hpre, float *hpost, fl
         float z[CT_MHC_MAX_STREAMS * CT_MHC_MAX_STREAMS];
         for (int x2 = 0; x2 < nn; x2++)
             z[x2] = __fadd_rn(__fmul_rn(a2, pr[2 * n + x2]), bias[2 * n + x2]);
-        ct_cuda_mhc__sinkhorn1_dev(hres + r * nn, z, n, iters, NULL, NULL, NULL);
+        ct_cuda_mhc__sinkhorn1_dev(hres + r * nn, z, n, iters, NULL, NULL, NULL, 0);
     }
 }
 
@@ -269,12 +272,16 @@ extern "C" int ct_mhc_coeffs_forward_cuda(float *hpre, float *hpost, float *hres
 }
 
 /* One thread per token: d(pre-activation) into gpre (for the bias and gate sums), the rstd path
- * of dX, and rstd * alpha * d(pre-activation) into dp (for the sgemms). */
-__global__ void ct_cuda_mhc__mhc_coeffs_bwd_kernel(float *dX, float *dp, float *gpre, float *sk,
-                                          const float *dhpre, const float *dhpost,
-                                          const float *dhres, const float *X, const float *alpha,
-                                          const float *bias, const float *proj, const float *rstd,
-                                          int N, int n, int C, int iters)
+ * of dX, and rstd * alpha * d(pre-activation) into dp (for the sgemms). Two memory layouts
+ * (the same arithmetic): spread (the default), where token r's Sinkhorn iterates sit at
+ * sk[e * N + r] so that a warp's 32 tokens touch consecutive words, and the rstd path's
+ * coefficient goes to cf[r] for ct_cuda_mhc__mhc_rstd_dx_kernel to apply one thread per element;
+ * or per-token (the baseline kept for the benchmark), where each token's iterates are one block
+ * of sk and its thread adds the rstd path over its own row of dX. */
+__global__ void ct_cuda_mhc__mhc_coeffs_bwd_kernel(
+    bool spread, float *dX, float *dp, float *gpre, float *sk, float *cf, const float *dhpre,
+    const float *dhpost, const float *dhres, const float *X, const float *alpha, const float *bias,
+    const float *proj, const float *rstd, int N, int n, int C, int iters)
 {
     const int D = n * C, K = CT_MHC_COEFFS(n), nn = n * n;
     const int64_t sb = (int64_t)CT_SINKHORN_BWD_SCRATCH(n, iters);
@@ -297,7 +304,8 @@ __global__ void ct_cuda_mhc__mhc_coeffs_bwd_kernel(float *dX, float *dp, float *
             z[x] = __fadd_rn(__fmul_rn(a2, pr[2 * n + x]), bias[2 * n + x]);
             dz[x] = 0.0f;
         }
-        ct_cuda_mhc__sinkhorn1_bwd_dev(dz, dhres + r * nn, z, n, iters, sk + r * sb);
+        ct_cuda_mhc__sinkhorn1_bwd_dev(dz, dhres + r * nn, z, n, iters,
+                                       spread ? sk + r : sk + r * sb, spread ? (int64_t)N : 1);
         for (int x = 0; x < nn; x++)
             g[2 * n + x] = dz[x];
         float dd = 0.0f;
@@ -308,12 +316,28 @@ __global__ void ct_cuda_mhc__mhc_coeffs_bwd_kernel(float *dX, float *dp, float *
         }
         const float rs = rstd[r];
         const float coef = __fdiv_rn(__fmul_rn(__fmul_rn(-dd, rs), rs), (float)D);
-        const float *x = X + r * D;
-        float *dx = dX + r * D;
-        for (int c = 0; c < D; c++)
-            dx[c] = __fadd_rn(dx[c], __fmul_rn(coef, x[c]));
+        if (spread) {
+            cf[r] = coef;
+        } else {
+            const float *x = X + r * D;
+            float *dx = dX + r * D;
+            for (int c = 0; c < D; c++)
+                dx[c] = __fadd_rn(dx[c], __fmul_rn(coef, x[c]));
+        }
         for (int c = 0; c < K; c++)
             d[c] = __fmul_rn(d[c], rs);
+    }
+}
+
+/* dX[r, c] += cf[r] * X[r, c], one thread per element: the per-token kernel's rstd-path loop. */
+__global__ void ct_cuda_mhc__mhc_rstd_dx_kernel(float *dX, const float *cf, const float *X,
+                                                int64_t N, int D)
+{
+    const bool narrow = N * D <= (int64_t)UINT32_MAX; /* a 32-bit division finds the row */
+    CT__FOR_EACH(e, N * D)
+    {
+        const int64_t r = narrow ? (int64_t)((uint32_t)e / (uint32_t)D) : e / D;
+        dX[e] = __fadd_rn(dX[e], __fmul_rn(cf[r], X[e]));
     }
 }
 
@@ -350,12 +374,61 @@ __global__ void ct_cuda_mhc__mhc_coeffs_sums_kernel(float *dbias, float *dalpha,
     }
 }
 
-extern "C" int ct_mhc_coeffs_backward_cuda(float *dX, float *dphi, float *dalpha, float *dbias,
-                                           float *scratch, const float *dhpre, const float *dhpost,
-                                           const float *dhres, const float *X, const float *phi,
-                                           const float *alpha, const float *bias, const float *proj,
-                                           const float *rstd, int N, int n, int C, int iters,
-                                           const ct_cuda_ctx_t *ctx)
+/* The sums above split over CT__MHC_SUM_SLICES slices of rows: block (c, sl) writes the double
+ * sum of its slice to part[c * slices + sl]; ct_cuda_mhc__mhc_coeffs_sums_final_kernel adds the
+ * slices in order. The same fixed order on every run; 27 x 32 blocks at n = 4 instead of 27. */
+#define CT__MHC_SUM_SLICES 32
+__global__ void ct_cuda_mhc__mhc_coeffs_sums_part_kernel(double *part, const float *gpre,
+                                                         const float *proj, int N, int n)
+{
+    __shared__ double sh[32];
+    const int K = CT_MHC_COEFFS(n);
+    const int c = (int)blockIdx.x, sl = (int)blockIdx.y, slices = (int)gridDim.y;
+    const int64_t rows = ((int64_t)N + slices - 1) / slices;
+    const int64_t r0 = (int64_t)sl * rows, r1 = r0 + rows < N ? r0 + rows : N;
+    double s = 0.0;
+    if (c < K) {
+        for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x)
+            s += (double)gpre[r * K + c];
+    } else {
+        const int grp = c - K;
+        const int c0 = grp == 0   ? 0
+                       : grp == 1 ? n
+                                  : 2 * n,
+                  c1 = grp == 0   ? n
+                       : grp == 1 ? 2 * n
+                                  : K;
+        for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x)
+            for (int cc = c0; cc < c1; cc++)
+                s += (double)gpre[r * K + cc] * proj[r * K + cc];
+    }
+    const double t = ct__block_sum_f64(s, sh);
+    if (threadIdx.x == 0)
+        part[(int64_t)c * slices + sl] = t;
+}
+
+__global__ void ct_cuda_mhc__mhc_coeffs_sums_final_kernel(float *dbias, float *dalpha,
+                                                          const double *part, int n, int slices)
+{
+    const int K = CT_MHC_COEFFS(n);
+    const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (c >= K + 3)
+        return;
+    double t = 0.0;
+    for (int sl = 0; sl < slices; sl++)
+        t += part[(int64_t)c * slices + sl];
+    if (c < K)
+        dbias[c] += (float)t;
+    else
+        dalpha[c - K] += (float)t;
+}
+
+static int ct_cuda_mhc__coeffs_bwd(bool spread, float *dX, float *dphi, float *dalpha, float *dbias,
+                                   float *scratch, const float *dhpre, const float *dhpost,
+                                   const float *dhres, const float *X, const float *phi,
+                                   const float *alpha, const float *bias, const float *proj,
+                                   const float *rstd, int N, int n, int C, int iters,
+                                   const ct_cuda_ctx_t *ctx)
 {
     int rc = ct_cuda_mhc__mhc_shape(N, n, C);
     if (rc != 0)
@@ -365,17 +438,57 @@ extern "C" int ct_mhc_coeffs_backward_cuda(float *dX, float *dphi, float *dalpha
         return 0;
     const int D = n * C, K = CT_MHC_COEFFS(n);
     float *dp = scratch, *gpre = dp + (size_t)N * K, *sk = gpre + (size_t)N * K;
-    CT_LAUNCH(ct_cuda_mhc__mhc_coeffs_bwd_kernel, ct__grid_1d(N, 128), 128, 0, ctx->stream, dX, dp,
-              gpre, sk, dhpre, dhpost, dhres, X, alpha, bias, proj, rstd, N, n, C, iters);
+    float *cf = sk + (size_t)N * CT_SINKHORN_BWD_SCRATCH(n, iters);
+    CT_LAUNCH(ct_cuda_mhc__mhc_coeffs_bwd_kernel, ct__grid_1d(N, 128), 128, 0, ctx->stream, spread,
+              dX, dp, gpre, sk, cf, dhpre, dhpost, dhres, X, alpha, bias, proj, rstd, N, n, C,
+              iters);
     CT_CUDA_CHECK_LAUNCH();
-    CT_LAUNCH(ct_cuda_mhc__mhc_coeffs_sums_kernel, K + 3, CT__THREADS, 0, ctx->stream, dbias,
-              dalpha, gpre, proj, N, n);
+    if (spread) {
+        CT_LAUNCH(ct_cuda_mhc__mhc_rstd_dx_kernel, ct__grid_1d((int64_t)N * D, CT__THREADS),
+                  CT__THREADS, 0, ctx->stream, dX, cf, X, (int64_t)N, D);
+        CT_CUDA_CHECK_LAUNCH();
+    }
+    if (spread) {
+        /* the doubles after cf, 8-byte aligned (scratch is): an even float offset */
+        const size_t off = (size_t)(cf - scratch) + (size_t)N;
+        double *part = reinterpret_cast<double *>(scratch + (off + 1) / 2 * 2);
+        CT_LAUNCH(ct_cuda_mhc__mhc_coeffs_sums_part_kernel,
+                  dim3((unsigned)(K + 3), CT__MHC_SUM_SLICES), CT__THREADS, 0, ctx->stream, part,
+                  gpre, proj, N, n);
+        CT_CUDA_CHECK_LAUNCH();
+        CT_LAUNCH(ct_cuda_mhc__mhc_coeffs_sums_final_kernel, 1, 128, 0, ctx->stream, dbias, dalpha,
+                  part, n, CT__MHC_SUM_SLICES);
+    } else {
+        CT_LAUNCH(ct_cuda_mhc__mhc_coeffs_sums_kernel, K + 3, CT__THREADS, 0, ctx->stream, dbias,
+                  dalpha, gpre, proj, N, n);
+    }
     CT_CUDA_CHECK_LAUNCH();
     /* the (X phi) path: dX += dp phi^T; dphi += X^T dp */
     if ((rc = ct_cuda_mhc__sgemm_rm(ctx, false, true, N, D, K, 1.0f, dp, K, phi, K, 1.0f, dX, D)) !=
         0)
         return rc;
     return ct_cuda_mhc__sgemm_rm(ctx, true, false, D, K, N, 1.0f, X, D, dp, K, 1.0f, dphi, K);
+}
+
+extern "C" int ct_mhc_coeffs_backward_cuda(float *dX, float *dphi, float *dalpha, float *dbias,
+                                           float *scratch, const float *dhpre, const float *dhpost,
+                                           const float *dhres, const float *X, const float *phi,
+                                           const float *alpha, const float *bias, const float *proj,
+                                           const float *rstd, int N, int n, int C, int iters,
+                                           const ct_cuda_ctx_t *ctx)
+{
+    return ct_cuda_mhc__coeffs_bwd(true, dX, dphi, dalpha, dbias, scratch, dhpre, dhpost, dhres, X,
+                                   phi, alpha, bias, proj, rstd, N, n, C, iters, ctx);
+}
+
+extern "C" int ct_mhc_coeffs_backward_pertoken_cuda(
+    float *dX, float *dphi, float *dalpha, float *dbias, float *scratch, const float *dhpre,
+    const float *dhpost, const float *dhres, const float *X, const float *phi, const float *alpha,
+    const float *bias, const float *proj, const float *rstd, int N, int n, int C, int iters,
+    const ct_cuda_ctx_t *ctx)
+{
+    return ct_cuda_mhc__coeffs_bwd(false, dX, dphi, dalpha, dbias, scratch, dhpre, dhpost, dhres, X,
+                                   phi, alpha, bias, proj, rstd, N, n, C, iters, ctx);
 }
 
 /* ---- stream mixing ----------------------------------------------------------------------------

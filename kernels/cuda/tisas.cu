@@ -4,7 +4,10 @@
  * ct_kernels.h). As on the CPU, no (B,L,L,C) float tensor is formed: the interval key and
  * value rows are read from their (T+1, C) tables at tau_ij inside the kernels, and the
  * interval dropout is read from the keep bits that ct_tisas_mask_cuda draws once per pass
- * (exactly the CPU's bits: the same Philox draw per element, the same keep rule).
+ * (exactly the CPU's bits: the same Philox draw per element, the same keep rule; one block per
+ * row, threads over the row's words, each Philox block computed once; the previous launch, one
+ * thread per word of every row, is kept behind ct_tisas_mask_perword_cuda as the benchmark's
+ * baseline).
  *
  * Forward, one warp per query row (b, h, i): lane j scores key j (q_i . k_j plus the interval
  * term, both summed over the head's channels in channel order), warp-wide max and sum give the
@@ -141,18 +144,71 @@ __global__ void ct_cuda_tisas__tisas_mask_kernel(uint32_t *bits, const int32_t *
     }
 }
 
-extern "C" int ct_tisas_mask_cuda(uint32_t *bits, const int32_t *qmask, int B, int L, int C,
-                                  ct_dropout_t drop, ct_stream_t stream)
+/* One block per row (b, i), blockIdx.x = i, blockIdx.y = b: no index division, a padding row's
+ * block leaves at once, and the threads loop over only the (i + 1) * C bits the row has, so no
+ * thread is launched for the words right of the diagonal. The words and bits are the kernel
+ * above's. */
+__global__ void __launch_bounds__(128)
+    ct_cuda_tisas__tisas_mask_row_kernel(uint32_t *bits, const int32_t *qmask, int L, int C,
+                                         int64_t W, float p, uint64_t seed, uint64_t stream,
+                                         uint64_t offset)
+{
+    const int i = (int)blockIdx.x;
+    const int64_t row = (int64_t)blockIdx.y * L + i;
+    if (qmask && qmask[row] == 0)
+        return; /* the whole block */
+    const int64_t n = (int64_t)(i + 1) * C;
+    const int64_t nw = (n + 31) / 32;
+    const uint64_t first = offset + (uint64_t)row * (uint64_t)L * (uint64_t)C;
+    uint32_t *out = bits + row * W;
+    for (int64_t w = threadIdx.x; w < nw; w += blockDim.x) {
+        const int kn = n - w * 32 < 32 ? (int)(n - w * 32) : 32;
+        const uint64_t d0 = first + (uint64_t)(w * 32);
+        uint32_t word = 0;
+        /* the Philox blocks that hold draws d0 .. d0 + kn - 1, each computed once */
+        for (uint64_t kb = d0 >> 2; kb <= (d0 + (uint64_t)kn - 1) >> 2; kb++) {
+            const ct_philox_block_t r = ct_philox_block_at(seed, stream, kb);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const uint64_t d = kb * 4 + (uint64_t)q;
+                if (d >= d0 && d < d0 + (uint64_t)kn && ct_philox_to_unit_float(r.v[q]) >= p)
+                    word |= 1u << (int)(d - d0);
+            }
+        }
+        out[w] = word;
+    }
+}
+
+static int ct_cuda_tisas__mask(bool per_row, uint32_t *bits, const int32_t *qmask, int B, int L,
+                               int C, ct_dropout_t drop, cudaStream_t stream)
 {
     CT_CUDA_REQUIRE(B >= 0 && L >= 0 && C >= 0);
     CT_CUDA_REQUIRE(drop.p < 1.0f);
+    per_row = per_row && B <= 65535; /* the grid's y extent */
     const int64_t rows = (int64_t)B * L, W = (int64_t)CT_TISAS_MASK_WORDS(L, C);
     if (rows == 0 || W == 0)
         return 0;
-    CT_LAUNCH(ct_cuda_tisas__tisas_mask_kernel, ct__grid_1d(rows * W, CT__THREADS), CT__THREADS, 0,
-              stream, bits, qmask, rows, L, C, W, drop.p, drop.seed, drop.stream, drop.offset);
+    if (per_row)
+        CT_LAUNCH(ct_cuda_tisas__tisas_mask_row_kernel, dim3((unsigned)L, (unsigned)B), 128, 0,
+                  stream, bits, qmask, L, C, W, drop.p, drop.seed, drop.stream, drop.offset);
+    else
+        CT_LAUNCH(ct_cuda_tisas__tisas_mask_kernel, ct__grid_1d(rows * W, CT__THREADS), CT__THREADS,
+                  0, stream, bits, qmask, rows, L, C, W, drop.p, drop.seed, drop.stream,
+                  drop.offset);
     CT_CUDA_CHECK_LAUNCH();
     return 0;
+}
+
+extern "C" int ct_tisas_mask_cuda(uint32_t *bits, const int32_t *qmask, int B, int L, int C,
+                                  ct_dropout_t drop, ct_stream_t stream)
+{
+    return ct_cuda_tisas__mask(true, bits, qmask, B, L, C, drop, (cudaStream_t)stream);
+}
+
+extern "C" int ct_tisas_mask_perword_cuda(uint32_t *bits, const int32_t *qmask, int B, int L, int C,
+                                          ct_dropout_t drop, ct_stream_t stream)
+{
+    return ct_cuda_tisas__mask(false, bits, qmask, B, L, C, drop, (cudaStream_t)stream);
 }
 
 /* ---- attention ------------------------------------------------------------------------------- */

@@ -5,7 +5,9 @@
  *
  * Full CE: rows in chunks of CT_CE_CUDA_ROWS(V) (bounded scratch whatever the catalogue): the
  * chunk's logits by one sgemm, one block per row for max, the double sum of exponentials, the
- * row's loss term and the gradient (softmax - onehot) / count written over the logits; rows
+ * row's loss term and the gradient (softmax - onehot) / count written over the logits (rows of
+ * up to 4096 classes held in registers: one read and one write of the logits; longer rows read
+ * three times and written twice, ct_ce_loss_multipass_cuda's path at every size); rows
  * without a target get zeros, so the two gradient sgemms (d feats += d logits E, d E += d
  * logits^T feats) can run over the whole chunk.
  * Sampled CE: one warp per position: lanes over the M + 1 classes for the logits, warp max and
@@ -104,6 +106,69 @@ __global__ void ct_cuda_xent__ce_row_kernel(float *lg, double *rowloss, const in
     }
 }
 
+/* The kernel above with the row held in registers, for rows of NI <= PER * CT__THREADS classes:
+ * one read and one write of the row instead of three reads and two writes. Element i stays with
+ * thread i % CT__THREADS, which adds its exponentials in the same order as above: the results
+ * are the same bits. */
+template <int PER>
+__global__ void __launch_bounds__(CT__THREADS)
+    ct_cuda_xent__ce_row_reg_kernel(float *lg, double *rowloss, const int32_t *pos, int r0, int NI,
+                                    int lo, double inv)
+{
+    __shared__ float shf[33];
+    __shared__ double shd[32];
+    const int64_t k = blockIdx.x, r = r0 + k;
+    float *row = lg + k * NI;
+    const int32_t t = pos[r] - lo;
+    const int tid = (int)threadIdx.x;
+    if (t < 0) {
+#pragma unroll
+        for (int q = 0; q < PER; q++)
+            if (tid + q * CT__THREADS < NI)
+                row[tid + q * CT__THREADS] = 0.0f;
+        if (tid == 0)
+            rowloss[r] = 0.0;
+        return; /* the whole block */
+    }
+    float v[PER];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < PER; q++) {
+        const int i = tid + q * CT__THREADS;
+        v[q] = i < NI ? row[i] : -INFINITY;
+        mx = fmaxf(mx, v[q]);
+    }
+    const float lt = row[t]; /* every thread reads it before any writes (the barrier below) */
+    mx = ct_cuda_xent__block_max(mx, shf);
+    const double zt = (double)lt - (double)mx;
+    double s = 0.0;
+#pragma unroll
+    for (int q = 0; q < PER; q++)
+        if (tid + q * CT__THREADS < NI) {
+            v[q] = expf(v[q] - mx);
+            s += (double)v[q];
+        }
+    s = ct__block_sum_f64(s, shd);
+    if (tid == 0)
+        shd[0] = s;
+    __syncthreads();
+    s = shd[0];
+    const float scale = (float)(inv / s);
+#pragma unroll
+    for (int q = 0; q < PER; q++) {
+        const int i = tid + q * CT__THREADS;
+        if (i < NI)
+            /* rounded as the two-step update above (product stored, then the subtraction): no
+             * fused multiply-add */
+            row[i] = i == t ? __fsub_rn(__fmul_rn(v[q], scale), (float)inv) : v[q] * scale;
+    }
+    if (tid == 0)
+        rowloss[r] = log(s) - zt;
+}
+
+/* Rows of at most this many classes take the register kernel. */
+#define CT__CE_REG_PER 16
+
 /* loss = (sum of rowloss in a fixed order) * inv; one block. */
 __global__ void ct_cuda_xent__xent_total_kernel(float *loss, const double *rowloss, int64_t N,
                                                 double inv)
@@ -120,7 +185,7 @@ __global__ void ct_cuda_xent__xent_total_kernel(float *loss, const double *rowlo
 /* Classes lo..V-1; dfeats or dwte NULL: that gradient is not computed. */
 static int ct_cuda_xent__ce(float *loss, float *dfeats, float *dwte, float *scratch,
                             const float *feats, const float *wte, const int32_t *pos, int N, int C,
-                            int V, int lo, float count, const ct_cuda_ctx_t *ctx)
+                            int V, int lo, float count, bool regs, const ct_cuda_ctx_t *ctx)
 {
     CT_CUDA_REQUIRE(N >= 0 && C >= 1 && V >= lo + 1);
     cudaStream_t st = (cudaStream_t)ctx->stream;
@@ -140,8 +205,15 @@ static int ct_cuda_xent__ce(float *loss, float *dfeats, float *dwte, float *scra
         if ((rc = ct_cuda_xent__xent_sgemm(ctx, false, true, m, NI, C, 1.0f, f, C, E, C, 0.0f, lg,
                                            NI)) != 0)
             return rc;
-        CT_LAUNCH(ct_cuda_xent__ce_row_kernel, m, CT__THREADS, 0, st, lg, rowloss, pos, r0, NI, lo,
-                  inv);
+        if (regs && NI <= 8 * CT__THREADS)
+            CT_LAUNCH(ct_cuda_xent__ce_row_reg_kernel<8>, m, CT__THREADS, 0, st, lg, rowloss, pos,
+                      r0, NI, lo, inv);
+        else if (regs && NI <= CT__CE_REG_PER * CT__THREADS)
+            CT_LAUNCH(ct_cuda_xent__ce_row_reg_kernel<CT__CE_REG_PER>, m, CT__THREADS, 0, st, lg,
+                      rowloss, pos, r0, NI, lo, inv);
+        else
+            CT_LAUNCH(ct_cuda_xent__ce_row_kernel, m, CT__THREADS, 0, st, lg, rowloss, pos, r0, NI,
+                      lo, inv);
         CT_CUDA_CHECK_LAUNCH();
         if (dfeats && (rc = ct_cuda_xent__xent_sgemm(ctx, false, false, m, C, NI, 1.0f, lg, NI, E,
                                                      C, 1.0f, dfeats + (size_t)r0 * C, C)) != 0)
@@ -160,14 +232,24 @@ extern "C" int ct_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *s
                                const float *feats, const float *wte, const int32_t *pos, int N,
                                int C, int V, float count, const ct_cuda_ctx_t *ctx)
 {
-    return ct_cuda_xent__ce(loss, dfeats, dwte, scratch, feats, wte, pos, N, C, V, 1, count, ctx);
+    return ct_cuda_xent__ce(loss, dfeats, dwte, scratch, feats, wte, pos, N, C, V, 1, count, true,
+                            ctx);
+}
+
+extern "C" int ct_ce_loss_multipass_cuda(float *loss, float *dfeats, float *dwte, float *scratch,
+                                         const float *feats, const float *wte, const int32_t *pos,
+                                         int N, int C, int V, float count, const ct_cuda_ctx_t *ctx)
+{
+    return ct_cuda_xent__ce(loss, dfeats, dwte, scratch, feats, wte, pos, N, C, V, 1, count, false,
+                            ctx);
 }
 
 extern "C" int ct_lm_ce_loss_cuda(float *loss, float *dfeats, float *dwte, float *scratch,
                                   const float *feats, const float *wte, const int32_t *tgt, int N,
                                   int C, int V, float count, const ct_cuda_ctx_t *ctx)
 {
-    return ct_cuda_xent__ce(loss, dfeats, dwte, scratch, feats, wte, tgt, N, C, V, 0, count, ctx);
+    return ct_cuda_xent__ce(loss, dfeats, dwte, scratch, feats, wte, tgt, N, C, V, 0, count, true,
+                            ctx);
 }
 
 /* One warp per position r = (b, t): the K = M + 1 logits into G[r], then their gradient. */

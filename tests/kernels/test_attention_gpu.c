@@ -26,6 +26,48 @@ typedef struct att_bufs {
     float *d_qkv, *d_out, *d_att, *d_dout, *d_dqkv, *d_scr;
 } att_bufs_t;
 
+/* The backward's stored dS (ct_kernels_cuda.h: scratch after the B*NH*L row constants) against
+ * dS recomputed here in double from the same att, dout, values and dropout factors (the CPU's
+ * dropout op on ones gives a row's factors); entries right of the diagonal are not stored. A
+ * softmax-backward entry is P (g - c) with g a head-width dot product: atol = 1e-6, rtol = 1e-4. */
+static void check_stored_ds(const float *d_scr, const float *att, const float *qkv,
+                            const float *dout, int B, int L, int C, int NH, ct_dropout_t drop)
+{
+    const int HS = C / NH, C3 = 3 * C;
+    const int64_t nrow = (int64_t)B * NH * L, natt = nrow * L;
+    float *ds = KC_ALLOC(float, natt), *f = KC_ALLOC(float, L), *ones = KC_ALLOC(float, L);
+    double *g = KC_ALLOC(double, L);
+    gk_download(ds, d_scr + nrow, sizeof(float) * natt);
+    float *got = KC_ALLOC(float, natt), *ref = KC_ALLOC(float, natt);
+    int64_t n = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < L; i++) {
+                const int64_t row = ((int64_t)b * NH + h) * L + i;
+                const float *P = att + row * L;
+                for (int j = 0; j < L; j++)
+                    ones[j] = 1.0f;
+                ct_dropout_t dr = drop;
+                dr.offset = drop.offset + (uint64_t)row * (uint64_t)L;
+                ct_dropout_cpu(f, ones, i + 1, dr);
+                double c = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    double s = 0.0;
+                    for (int d = 0; d < HS; d++)
+                        s += (double)dout[((int64_t)b * L + i) * C + h * HS + d] *
+                             (double)qkv[((int64_t)b * L + j) * C3 + 2 * C + h * HS + d];
+                    g[j] = s * (double)f[j];
+                    c += (double)P[j] * g[j];
+                }
+                for (int j = 0; j <= i; j++) {
+                    got[n] = ds[row * L + j];
+                    ref[n++] = (float)((double)P[j] * (g[j] - c));
+                }
+            }
+    gk_check("dS stored in scratch", got, ref, n, 1e-6, 1e-4);
+    free(ds), free(f), free(ones), free(g), free(got), free(ref);
+}
+
 static void check_case(int B, int L, int C, int NH, float p)
 {
     printf("case B=%d L=%d C=%d NH=%d (head width %d) p=%.2f\n", B, L, C, NH, C / NH, (double)p);
@@ -58,13 +100,23 @@ static void check_case(int B, int L, int C, int NH, float p)
     /* Backward twice from the same random gradient, both from the CPU's probabilities. */
     memcpy(dqkv, dqkv0, sizeof(float) * nqkv);
     gk_upload(d_att, att, sizeof(float) * natt);
+    float *d_dqkv_rc = gk_dup(float, dqkv0, nqkv);
     for (int k = 0; k < 2; k++) {
         ct_attention_backward_cpu(dqkv, bs, dout, att, qkv, NULL, B, L, C, NH, drop);
+        /* Poisoned scratch (NaN): a read of anything the call did not write shows. */
+        gk_poison(d_scr, sizeof(float) * CT_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH));
         CT_ASSERT_OK(ct_attention_backward_cuda(d_dqkv, d_scr, d_dout, d_att, d_qkv, NULL, B, L, C,
                                                 NH, drop, NULL));
+        if (k == 0)
+            check_stored_ds(d_scr, att, qkv, dout, B, L, C, NH, drop);
+        gk_poison(d_scr, sizeof(float) * CT_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH));
+        CT_ASSERT_OK(ct_attention_backward_recompute_cuda(d_dqkv_rc, d_scr, d_dout, d_att, d_qkv,
+                                                          NULL, B, L, C, NH, drop, NULL));
     }
     gk_download(got, d_dqkv, sizeof(float) * nqkv);
     gk_check("dqkv x2", got, dqkv, nqkv, 3e-5, 2e-4);
+    gk_download(got, d_dqkv_rc, sizeof(float) * nqkv);
+    gk_check("dqkv x2 (recompute baseline)", got, dqkv, nqkv, 3e-5, 2e-4);
 
     gk_free_all();
     free(qkv), free(dout), free(dqkv0), free(out), free(att), free(dqkv), free(got), free(fs);
@@ -102,7 +154,8 @@ static void check_skip(int B, int L, int C, int NH, float p)
                 dout[r * C + c] = 0.0f; /* what the contract demands of skipped rows */
     float *out0 = KC_ALLOC(float, nout), *out1 = KC_ALLOC(float, nout);
     float *att0 = KC_ALLOC(float, natt), *att1 = KC_ALLOC(float, natt);
-    float *g0 = KC_ALLOC(float, nqkv), *g1 = KC_ALLOC(float, nqkv);
+    float *g0 = KC_ALLOC(float, nqkv), *g1 = KC_ALLOC(float, nqkv), *g2 = KC_ALLOC(float, nqkv);
+    float *g0r = KC_ALLOC(float, nqkv);
     float *ref_out = KC_ALLOC(float, nout), *ref_att = KC_ALLOC(float, natt);
     float *fs = KC_ALLOC(float, CT_ATTENTION_FWD_SCRATCH(L));
     int32_t *d_qm = gk_dup(int32_t, qm, (int64_t)B * L);
@@ -119,6 +172,10 @@ static void check_skip(int B, int L, int C, int NH, float p)
     CT_ASSERT_OK(ct_attention_backward_cuda(d_dqkv, d_scr, d_dout, d_att, d_qkv, NULL, B, L, C, NH,
                                             drop, NULL));
     gk_download(g0, d_dqkv, sizeof(float) * nqkv);
+    GK_CUDA_OK(cudaMemset(d_dqkv, 0, sizeof(float) * nqkv));
+    CT_ASSERT_OK(ct_attention_backward_recompute_cuda(d_dqkv, d_scr, d_dout, d_att, d_qkv, NULL, B,
+                                                      L, C, NH, drop, NULL));
+    gk_download(g0r, d_dqkv, sizeof(float) * nqkv);
 
     gk_poison(d_out, sizeof(float) * nout);
     gk_poison(d_att, sizeof(float) * natt);
@@ -127,9 +184,15 @@ static void check_skip(int B, int L, int C, int NH, float p)
     gk_download(out1, d_out, sizeof(float) * nout);
     gk_download(att1, d_att, sizeof(float) * natt);
     GK_CUDA_OK(cudaMemset(d_dqkv, 0, sizeof(float) * nqkv));
+    gk_poison(d_scr, sizeof(float) * CT_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH));
     CT_ASSERT_OK(ct_attention_backward_cuda(d_dqkv, d_scr, d_dout, d_att, d_qkv, d_qm, B, L, C, NH,
                                             drop, NULL));
     gk_download(g1, d_dqkv, sizeof(float) * nqkv);
+    /* The recompute baseline keeps the same contract. */
+    GK_CUDA_OK(cudaMemset(d_dqkv, 0, sizeof(float) * nqkv));
+    CT_ASSERT_OK(ct_attention_backward_recompute_cuda(d_dqkv, d_scr, d_dout, d_att, d_qkv, d_qm, B,
+                                                      L, C, NH, drop, NULL));
+    gk_download(g2, d_dqkv, sizeof(float) * nqkv);
 
     for (int b = 0; b < B; b++)
         for (int i = 0; i < L; i++) {
@@ -151,6 +214,7 @@ static void check_skip(int B, int L, int C, int NH, float p)
             }
         }
     GK_ASSERT_BITEQ("dqkv with skipping", g1, g0, nqkv);
+    GK_ASSERT_BITEQ("dqkv with skipping (recompute baseline)", g2, g0r, nqkv);
 
     /* And the skipped forward against the CPU's skipped forward. */
     ct_attention_forward_cpu(ref_out, ref_att, fs, qkv, qm, B, L, C, NH, drop);
@@ -159,7 +223,7 @@ static void check_skip(int B, int L, int C, int NH, float p)
 
     gk_free_all();
     free(qm), free(qkv), free(dout), free(out0), free(out1), free(att0), free(att1), free(g0);
-    free(g1), free(ref_out), free(ref_att), free(fs);
+    free(g1), free(g2), free(g0r), free(ref_out), free(ref_att), free(fs);
 }
 
 static void test_skip(void)
@@ -182,6 +246,9 @@ static void test_range(void)
     CT_ASSERT_ERR(
         ct_attention_backward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 10, 3, none, NULL),
         CT_ERANGE_VALUE);
+    CT_ASSERT_ERR(ct_attention_backward_recompute_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 10,
+                                                       3, none, NULL),
+                  CT_ERANGE_VALUE);
     none.p = 1.0f;
     CT_ASSERT_ERR(
         ct_attention_backward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 1, 8, 8, 1, none, NULL),

@@ -65,6 +65,23 @@ static void check_case(int N, int C, float offset)
     gk_check("dweight x2", gw, dw, C, 1e-4, 1e-5);
     gk_check("dbias x2", gb, db, C, 1e-4, 1e-5);
 
+    /* The 4-warp baseline from the same gradients: dinp the same bits (per-row work unchanged),
+     * the column sums in another order, so against the CPU as above. */
+    float *bx = KC_ALLOC(float, NC);
+    GK_CUDA_OK(cudaMemcpy(d_dx, dx0, nb, cudaMemcpyHostToDevice));
+    GK_CUDA_OK(cudaMemcpy(d_dw, dw0, sizeof(float) * C, cudaMemcpyHostToDevice));
+    GK_CUDA_OK(cudaMemcpy(d_db, db0, sizeof(float) * C, cudaMemcpyHostToDevice));
+    for (int k = 0; k < 2; k++)
+        CT_ASSERT_OK(ct_layernorm_backward_4warp_cuda(d_dx, d_dw, d_db, d_scr, d_dout, d_x, d_w,
+                                                      d_mean, d_rstd, N, C, NULL));
+    gk_download(bx, d_dx, nb);
+    GK_ASSERT_BITEQ("dinp x2 (4-warp baseline)", bx, got, NC);
+    gk_download(gw, d_dw, sizeof(float) * C);
+    gk_download(gb, d_db, sizeof(float) * C);
+    gk_check("dweight x2 (4-warp baseline)", gw, dw, C, 1e-4, 1e-5);
+    gk_check("dbias x2 (4-warp baseline)", gb, db, C, 1e-4, 1e-5);
+    free(bx);
+
     gk_free_all();
     free(x), free(w), free(bias), free(dout), free(dx0), free(dw0), free(db0), free(out);
     free(mean), free(rstd), free(got), free(gm), free(gr), free(dx), free(dw), free(db), free(gw);
@@ -78,6 +95,7 @@ static void test_layernorm(void)
     check_case(300, 33, 0.0f); /* 5 row blocks, the last one ragged */
     check_case(9, 1024, 3.0f); /* the widest rows */
     check_case(130, 7, 0.0f);
+    check_case(2200, 50, 0.0f); /* 35 row blocks: more partials than a warp's lanes */
 }
 
 static void test_bad_arguments(void)

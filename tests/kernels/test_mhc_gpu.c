@@ -98,6 +98,7 @@ static void check_coeffs(int N, int n, int C)
     float *ddpre = gk_dup(float, dhpre, (int64_t)N *n),
           *ddpost = gk_dup(float, dhpost, (int64_t)N *n);
     float *ddres = gk_dup(float, dhres, (int64_t)N *nn);
+    gk_poison(gsc, sizeof(float) * CT_MHC_COEFFS_BWD_CUDA_SCRATCH(N, n, ITERS));
     for (int rep = 0; rep < 2; rep++)
         CT_ASSERT_OK(ct_mhc_coeffs_backward_cuda(gX, gphi, gal, gb, gsc, ddpre, ddpost, ddres, dX,
                                                  dphi, dal, dbias, gproj, grstd, N, n, C, ITERS,
@@ -110,6 +111,39 @@ static void check_coeffs(int N, int n, int C)
     gk_check("coeffs dalpha", got, ral, 3, 2e-5, 1e-4);
     gk_download(got, gb, (size_t)K * 4);
     gk_check("coeffs dbias", got, rb, K, 2e-5, 1e-4);
+
+    /* The per-token baseline (its own memory layout, the same arithmetic) from the same starting
+     * gradients: dX and dphi bit-identical to the above; dalpha and dbias are double sums in
+     * another order, so equal to float rounding. The scratch is poisoned (NaN) first. */
+    float *bX = gk_host_rand((int64_t)N * D, -1, 1, 23),
+          *bphi = gk_host_rand((int64_t)D * K, -1, 1, 24);
+    float *bbias = gk_host_rand(K, -1, 1, 25);
+    float bal[3] = {0.1f, -0.2f, 0.3f};
+    float *pX = gk_dup(float, bX, (int64_t)N *D), *pphi = gk_dup(float, bphi, (int64_t)D *K);
+    float *pal = gk_dup(float, bal, 3), *pb = gk_dup(float, bbias, K);
+    gk_poison(gsc, sizeof(float) * CT_MHC_COEFFS_BWD_CUDA_SCRATCH(N, n, ITERS));
+    for (int rep = 0; rep < 2; rep++)
+        CT_ASSERT_OK(ct_mhc_coeffs_backward_pertoken_cuda(pX, pphi, pal, pb, gsc, ddpre, ddpost,
+                                                          ddres, dX, dphi, dal, dbias, gproj, grstd,
+                                                          N, n, C, ITERS, &ctx));
+    float *want = KC_ALLOC(float, (int64_t)N *D > (int64_t)D * K ? (int64_t)N * D : (int64_t)D * K);
+    const struct {
+        const char *what;
+        float *a, *b;
+        int64_t n;
+    } pairs[] = {{"coeffs dX (per-token baseline)", gX, pX, (int64_t)N * D},
+                 {"coeffs dphi (per-token baseline)", gphi, pphi, (int64_t)D * K},
+                 {"coeffs dalpha (per-token baseline)", gal, pal, 3},
+                 {"coeffs dbias (per-token baseline)", gb, pb, K}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        gk_download(got, pairs[i].b, (size_t)pairs[i].n * 4);
+        gk_download(want, pairs[i].a, (size_t)pairs[i].n * 4);
+        if (i < 2)
+            GK_ASSERT_BITEQ(pairs[i].what, got, want, pairs[i].n);
+        else
+            gk_check(pairs[i].what, got, want, pairs[i].n, 1e-7, 1e-6);
+    }
+    free(bX), free(bphi), free(bbias), free(want);
     ct_cuda_ctx_close(&ctx);
     gk_free_all();
     free(X), free(phi), free(bias), free(hpre), free(hpost), free(hres), free(proj), free(rstd);
@@ -222,6 +256,7 @@ static void test_coeffs(void)
     check_coeffs(37, 4, 8);
     check_coeffs(9, 8, 4);
     check_coeffs(5, 1, 6);
+    check_coeffs(7, 3, 5); /* odd n and N: the float counts before the sums' doubles are odd */
 }
 
 static void test_mixing(void)

@@ -70,6 +70,14 @@ static void check_case(int B, int L, int C, int NH, int T, float p, int skip, ui
         CT_ASSERT(memcmp(gmk, mk, N * W * 4) == 0);
         CT_ASSERT(memcmp(gmv, mv, N * W * 4) == 0);
         printf("  %-28s bit-identical\n", "interval masks");
+        /* the per-word baseline: the same words written, the same bits */
+        uint32_t *dpw = gk_alloc(uint32_t, N * W);
+        GK_CUDA_OK(cudaMemset(dpw, 0, N * W * 4));
+        CT_ASSERT_OK(ct_tisas_mask_perword_cuda(dpw, qm ? gk_dup(int32_t, seq, N) : NULL, B, L, C,
+                                                dk, NULL));
+        gk_download(gmk, dpw, N * W * 4);
+        CT_ASSERT(memcmp(gmk, mk, N * W * 4) == 0);
+        printf("  %-28s bit-identical\n", "interval masks (per-word)");
     }
     const float prkv = p;
 

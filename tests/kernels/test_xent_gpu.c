@@ -4,7 +4,8 @@
  * poisoned output, d feats and d E added twice onto random gradients (the += contract), rows
  * without a target in every sequence, negatives that repeat an item and that are padding (0,
  * which gets no gradient), a catalogue large enough that the full loss runs in several chunks
- * of rows, and count <= 0 (loss 0, nothing added).
+ * of rows, and count <= 0 (loss 0, nothing added). The full loss's rows held in registers
+ * (catalogues up to 4096) against the multi-pass baseline: the same bits.
  *
  * Tolerances (atol + rtol |ref|): logits are sgemm / serial dot products over C <= 16 terms of
  * order 1 (another order than the CPU's), the softmax uses expf where the CPU uses its
@@ -57,6 +58,26 @@ static void check_ce(int B, int L, int C, int V, float count_override)
     gk_check("ce dfeats x2", got, rf, (int64_t)N * C, 1e-6, 1e-4);
     gk_download(got, de, (size_t)V * C * 4);
     gk_check("ce dwte x2", got, re, (int64_t)V * C, 1e-6, 1e-4);
+
+    /* The multi-pass baseline from the same starting gradients: the same bits (the register
+     * kernel keeps each thread's elements and their order). */
+    float *got2 = KC_ALLOC(float, (int64_t)(N > V ? N : V) * C);
+    float *dl2 = gk_alloc(float, 1), *df2 = gk_dup(float, gf0, (int64_t)N *C);
+    float *de2 = gk_dup(float, ge0, (int64_t)V *C);
+    GK_CUDA_OK(cudaMemcpy(df, gf0, (size_t)N * C * 4, cudaMemcpyHostToDevice));
+    GK_CUDA_OK(cudaMemcpy(de, ge0, (size_t)V * C * 4, cudaMemcpyHostToDevice));
+    for (int rep = 0; rep < 2; rep++) {
+        CT_ASSERT_OK(ct_ce_loss_cuda(dl, df, de, gsc, dfe, dw, dp, N, C, V, count, &ctx));
+        CT_ASSERT_OK(
+            ct_ce_loss_multipass_cuda(dl2, df2, de2, gsc, dfe, dw, dp, N, C, V, count, &ctx));
+    }
+    gk_download(got, dl, 4), gk_download(got2, dl2, 4);
+    GK_ASSERT_BITEQ("ce loss (multi-pass baseline)", got, got2, 1);
+    gk_download(got, df, (size_t)N * C * 4), gk_download(got2, df2, (size_t)N * C * 4);
+    GK_ASSERT_BITEQ("ce dfeats (multi-pass baseline)", got, got2, (int64_t)N * C);
+    gk_download(got, de, (size_t)V * C * 4), gk_download(got2, de2, (size_t)V * C * 4);
+    GK_ASSERT_BITEQ("ce dwte (multi-pass baseline)", got, got2, (int64_t)V * C);
+    free(got2);
     ct_cuda_ctx_close(&ctx);
     gk_free_all();
     free(feats), free(wte), free(pos), free(gf0), free(ge0), free(rf), free(re), free(sc),
@@ -114,6 +135,10 @@ static void test_ce(void)
     /* 16 Mi floats / V rows per chunk: V = 300000 gives 55 rows a chunk, so 3 chunks */
     check_ce(4, 40, 4, 300000, 0.0f);
     check_ce(2, 5, 8, 40, -1.0f);
+    /* ml-1m's catalogue: 3416 classes, the register kernel's 16-per-thread instantiation */
+    check_ce(2, 9, 8, 3417, 0.0f);
+    /* 2049 classes: 8 per thread is one short, 16 per thread leaves most slots empty */
+    check_ce(2, 3, 4, 2050, 0.0f);
 }
 
 static void test_sampled(void)
