@@ -576,6 +576,35 @@ void ct_score_all_cpu(float *scores, const float *feats, const float *wte, int U
 void ct_rank_all_cpu(int32_t *ranks, const float *scores, const int32_t *targets,
                      const int32_t *excl_off, const int32_t *excl, int U, int V);
 
+/* ---- the temporal encoder's ops (kernels/cpu/encoder.c) -------------------------------------
+ * Bidirectional multi-head attention over a packed projection (ct_qkv_forward_cpu's layout,
+ * row t = [q | k | v]): every query attends to every key of its sequence, no mask,
+ *   att[b,h,i,j] = softmax_j(q_i . k_j / sqrt(HS)),   out_i = sum_j drop(att)[i,j] v_j
+ * with dropout on the probabilities (element index ((b*NH + h)*L + i)*L + j of drop's stream)
+ * as torch.nn.MultiheadAttention applies it. att keeps the probabilities before dropout. L <= 4096.
+ *   out: (B,L,C)   att: (B,NH,L,L)   scratch: (L*C/NH)   qkv: (B,L,3C) */
+void ct_enc_attention_forward_cpu(float *out, float *att, float *scratch, const float *qkv, int B,
+                                  int L, int C, int NH, ct_dropout_t drop);
+/*   dqkv: (B,L,3C) +=   scratch: (2L + L*C/NH)   dout: (B,L,C)   att, qkv: the forward's */
+void ct_enc_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *att,
+                                   const float *qkv, int B, int L, int C, int NH,
+                                   ct_dropout_t drop);
+
+/* The mask token: out[r] = token where mask[r] != 0, else inp[r].
+ *   out: (N,C)   inp: (N,C)   token: (C)   mask: (N) */
+void ct_mask_token_forward_cpu(float *out, const float *inp, const float *token,
+                               const int32_t *mask, int N, int C);
+/*   dinp: (N,C) += (masked rows untouched)   dtoken: (C) += sum of the masked rows' dout */
+void ct_mask_token_backward_cpu(float *dinp, float *dtoken, const float *dout, const int32_t *mask,
+                                int N, int C);
+
+/* Squared error over the rows with mask[r] != 0, divided by count (the masked elements of the
+ * whole optimizer step): *loss (host) = sum / count, dpred = 2 (pred - target) / count on masked
+ * rows and 0 elsewhere (overwritten; NULL for none). Sums in double, rows in order.
+ *   loss: (1)   dpred: (N,P) or NULL   pred, target: (N,P)   mask: (N) */
+void ct_masked_mse_cpu(float *loss, float *dpred, const float *pred, const float *target,
+                       const int32_t *mask, int N, int P, float count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,6 +17,7 @@
 #include "ct_config.h"
 #include "ct_ops.h"
 #include "ct_parse.h"
+#include "ctrain_yaml.h"
 
 void ctrain_cfg_default(ctrain_cfg_t *c)
 {
@@ -60,6 +61,12 @@ void ctrain_cfg_default(ctrain_cfg_t *c)
     c->max_text_len = 24;
     snprintf(c->text_mode, sizeof c->text_mode, "cached");
     c->lm_lr = 1e-4;
+    c->patch_len = 16;
+    c->ff_dim = 256;
+    c->mask_ratio = 0.4;
+    c->val_fraction = 0.1;
+    c->weight_decay = 0.01;
+    c->lr_floor = 0.0;
     ctrain_train_model_defaults(c);
 }
 
@@ -123,9 +130,9 @@ static const ctrain_cfg__flag_t ctrain_cfg__flags[] = {
     {"dataset", CT__PATH, CT__OFF(dataset), 0, 0,
      "FILE|synthetic[:users=N,items=N,len=N,noise=X,seed=N]  interactions (default synthetic)"},
     {"model", CT__ENUM, CT__OFF(model), 0, 0,
-     "sasrec|tisasrec|lm|gpt2rec  the model (default tisasrec; --no_time = sasrec; lm: a GPT-2 or "
-     "Qwen2 causal LM from --lm_dir; gpt2rec: user and item embeddings plus --lm_dir's text "
-     "embeddings, BPR)"},
+     "sasrec|tisasrec|lm|gpt2rec|temporal  the model (default tisasrec; --no_time = sasrec; lm: a "
+     "GPT-2 or Qwen2 causal LM from --lm_dir; gpt2rec: user and item embeddings plus --lm_dir's "
+     "text embeddings, BPR; temporal: the encoder of curves, masked-patch reconstruction)"},
     {"lm_dir", CT__PATH, CT__OFF(lm_dir), 0, 0,
      "DIR  --model lm, gpt2rec: a Hugging Face folder (config.json, weights, tokenizer)"},
     {"item_text", CT__PATH, CT__OFF(item_text), 0, 0,
@@ -152,6 +159,22 @@ static const ctrain_cfg__flag_t ctrain_cfg__flags[] = {
     {"grad_checkpointing", CT__BOOL, CT__OFF(grad_checkpointing), 0, 0,
      "[true|false]  --model lm: keep only each block's input in the forward and compute the "
      "block again in the backward (less memory, about 15% more time; the same gradients)"},
+    {"config", CT__PATH, CT__OFF(config), 0, 0,
+     "FILE  --model temporal: the reference's YAML configuration (flags override its keys)"},
+    {"stage", CT__ENUM, CT__OFF(model), 0, 0,
+     "reconstruct  --model temporal: the training stage (masked-patch reconstruction)"},
+    {"patch_len", CT__INT, CT__OFF(patch_len), 1, 4096,
+     "P  --model temporal: points per patch (default 16)"},
+    {"ff_dim", CT__INT, CT__OFF(ff_dim), 1, 1 << 20,
+     "N  --model temporal: the encoder's feed-forward width (default 256)"},
+    {"mask_ratio", CT__DOUBLE, CT__OFF(mask_ratio), 0, 1,
+     "X  --model temporal: share of patches masked (default 0.4)"},
+    {"val_fraction", CT__DOUBLE, CT__OFF(val_fraction), 0, 0.99,
+     "X  --model temporal: the last share of the curves validates (default 0.1)"},
+    {"weight_decay", CT__DOUBLE, CT__OFF(weight_decay), 0, 1e6,
+     "X  --model temporal: AdamW's decoupled weight decay (default 0.01)"},
+    {"lr_floor", CT__DOUBLE, CT__OFF(lr_floor), 0, 1,
+     "F  --lr_schedule cosine decays to F * lr (default 0; --model temporal 0.05)"},
     {"mhc", CT__BOOL, CT__OFF(mhc), 0, 0,
      "[true|false]  mHC residual streams (4, on pre_ln) around every sub-layer (default true)"},
     {"no_mhc", CT__BOOL, CT__OFF(no_mhc), 0, 0, "[true|false]  = --mhc false"},
@@ -287,6 +310,9 @@ static int ctrain_cfg__set_enum(ctrain_cfg_t *c, const ctrain_cfg__flag_t *f, co
     int k = 0, rc;
     if (strcmp(f->name, "data_format") == 0) {
         return ctrain_data_parse_format(v, &c->data_format, eb);
+    } else if (strcmp(f->name, "stage") == 0) {
+        static const char *const w[] = {"reconstruct"};
+        return ctrain_cfg__enum(v, w, 1, &k, eb);
     } else if (strcmp(f->name, "layout") == 0) {
         rc = ctrain_layout_parse(v, &c->layout, eb);
         c->set_layout = rc == 0;
@@ -381,7 +407,13 @@ static int ctrain_cfg__set(ctrain_cfg_t *c, const ctrain_cfg__flag_t *f, const c
         c->set_epochs |= strcmp(f->name, "num_epochs") == 0;
         c->set_num_negatives |= strcmp(f->name, "num_negatives") == 0;
         c->set_min_count |= strcmp(f->name, "min_count") == 0;
+        c->set_lr_schedule |= strcmp(f->name, "lr_schedule") == 0;
+        c->set_lr_floor |= strcmp(f->name, "lr_floor") == 0;
+        c->set_dropout |= strcmp(f->name, "dropout_rate") == 0;
         c->set_batch |= strcmp(f->name, "batch_size") == 0;
+        c->set_lr |= strcmp(f->name, "lr") == 0;
+        c->set_warmup |= strcmp(f->name, "warmup_steps") == 0;
+        c->set_clip |= strcmp(f->name, "grad_clip") == 0;
         if (strcmp(f->name, "mhc") == 0)
             c->set_mhc_flag = true;
         if (strcmp(f->name, "no_mhc") == 0)
@@ -493,8 +525,46 @@ static int ctrain_cfg__check_lm(const ctrain_cfg_t *c, ct_errbuf_t *eb)
 }
 
 /* Checks across flags, after all are read. */
+/* --model temporal: the reference's defaults (configs/temporal_encoder.yaml) for the shared
+ * flags not given, and its data: a curve cache folder. */
+static int ctrain_cfg__check_temporal(ctrain_cfg_t *c, ct_errbuf_t *eb)
+{
+    if (!c->set_hidden)
+        c->hidden_units = 128;
+    if (!c->set_blocks)
+        c->num_blocks = 3;
+    if (!c->set_heads)
+        c->num_heads = 4;
+    if (!c->set_dropout)
+        c->dropout_rate = 0.1;
+    if (!c->set_lr)
+        c->lr = 3e-4;
+    if (!c->set_warmup)
+        c->warmup_steps = 100;
+    if (!c->set_clip)
+        c->grad_clip = 1.0;
+    if (!c->set_lr_schedule)
+        c->lr_schedule = CTRAIN_LR_COSINE;
+    if (!c->set_lr_floor)
+        c->lr_floor = 0.05;
+    if (strncmp(c->dataset, "synthetic", 9) == 0)
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--dataset: --model temporal reads a curve cache folder (meta.json, "
+                             "curves.npy: examples/pytorch/pregenerate_temporal_data.py writes "
+                             "one), not \"%.100s\"",
+                             c->dataset);
+    return 0;
+}
+
 static int ctrain_cfg__check(ctrain_cfg_t *c, ct_errbuf_t *eb)
 {
+    if (c->model == CTRAIN_MODEL_TEMPORAL) {
+        int rc = ctrain_cfg__check_temporal(c, eb);
+        if (rc != 0)
+            return rc;
+    } else if (c->config[0] != '\0') {
+        return ct_errbuf_set(eb, CT_EPARSE, "--config: only --model temporal takes it");
+    }
     if (c->norm_first) {
         if (c->set_layout && c->layout != CTRAIN_LAYOUT_PRE_LN)
             return ct_errbuf_set(eb, CT_EPARSE,
@@ -601,10 +671,147 @@ static bool ctrain_cfg__looks_bool(const char *v)
     return false;
 }
 
+/* ---- --config: the temporal encoder's YAML (examples/pytorch/configs/temporal_encoder.yaml) -- */
+
+typedef enum ctrain_cfg__ytype {
+    CT__Y_INT,
+    CT__Y_NUM, /* a number; YAML 1.1 reads 1e-4 as a string, accepted as the reference does */
+    CT__Y_BOOL,
+    CT__Y_STR,  /* a string */
+    CT__Y_PATH, /* a string or null */
+} ctrain_cfg__ytype_t;
+
+/* Every key the reference reads, its type, and the flag it sets (NULL: a key of the reference
+ * that this stage does not use - the on-the-fly generator's, the DataLoader's, stage 2's and the
+ * logging's - checked for its type and otherwise left alone). */
+static const struct ctrain_cfg__ykey {
+    const char *section, *key;
+    ctrain_cfg__ytype_t type;
+    const char *flag;
+} ctrain_cfg__ykeys[] = {
+    {"data", "cache_dir", CT__Y_PATH, "dataset"},
+    {"data", "num_samples", CT__Y_INT, NULL},
+    {"data", "seq_len", CT__Y_INT, NULL},
+    {"data", "val_fraction", CT__Y_NUM, "val_fraction"},
+    {"data", "seed", CT__Y_INT, NULL},
+    {"data", "batch_size", CT__Y_INT, "batch_size"}, /* per process: times WORLD_SIZE */
+    {"data", "num_workers", CT__Y_INT, NULL},
+    {"data", "pin_memory", CT__Y_BOOL, NULL},
+    {"data", "prefetch_factor", CT__Y_INT, NULL},
+    {"model", "patch_len", CT__Y_INT, "patch_len"},
+    {"model", "d_model", CT__Y_INT, "hidden_units"},
+    {"model", "num_layers", CT__Y_INT, "num_blocks"},
+    {"model", "num_heads", CT__Y_INT, "num_heads"},
+    {"model", "ff_dim", CT__Y_INT, "ff_dim"},
+    {"model", "dropout", CT__Y_NUM, "dropout_rate"},
+    {"model", "num_soft_tokens", CT__Y_INT, NULL},
+    {"model", "mask_ratio", CT__Y_NUM, "mask_ratio"},
+    {"model", "gradient_checkpointing", CT__Y_BOOL, NULL},
+    {"lm", "path", CT__Y_PATH, NULL},
+    {"lm", "dtype", CT__Y_STR, NULL},
+    {"lm", "hidden_size", CT__Y_INT, NULL},
+    {"lm", "num_layers", CT__Y_INT, NULL},
+    {"lm", "num_heads", CT__Y_INT, NULL},
+    {"lm", "num_kv_heads", CT__Y_INT, NULL},
+    {"lm", "intermediate_size", CT__Y_INT, NULL},
+    {"lm", "seed", CT__Y_INT, NULL},
+    {"lm", "pretrain_steps", CT__Y_INT, NULL},
+    {"lm", "prompt", CT__Y_STR, NULL},
+    {"lm", "max_text_tokens", CT__Y_INT, NULL},
+    {"lm", "gradient_checkpointing", CT__Y_BOOL, NULL},
+    {"training", "num_epochs", CT__Y_INT, NULL},
+    {"training", "reconstruct_epochs", CT__Y_INT, "num_epochs"}, /* stage reconstruct's epochs */
+    {"training", "learning_rate", CT__Y_NUM, "lr"},
+    {"training", "weight_decay", CT__Y_NUM, "weight_decay"},
+    {"training", "warmup_steps", CT__Y_INT, "warmup_steps"},
+    {"training", "gradient_accumulation_steps", CT__Y_INT, "grad_accum"},
+    {"training", "fp16", CT__Y_BOOL, NULL}, /* mixed precision on GPUs; the CPU runs float32 */
+    {"training", "gradient_clip", CT__Y_NUM, "grad_clip"},
+    {"training", "seed", CT__Y_INT, "seed"},
+    {"training", "log_interval", CT__Y_INT, NULL},
+    {"output", "checkpoint_dir", CT__Y_PATH, "train_dir"},
+    {"output", "log_dir", CT__Y_PATH, NULL},
+};
+
+static int ctrain_cfg__yleaf(void *ctx, const char *sec, const char *key, const char *v,
+                             ctrain_yaml_kind_t kind, ct_errbuf_t *eb)
+{
+    ctrain_cfg_t *c = ctx;
+    const struct ctrain_cfg__ykey *y = NULL;
+    bool section_known = false;
+    for (size_t i = 0; i < sizeof ctrain_cfg__ykeys / sizeof ctrain_cfg__ykeys[0]; i++) {
+        section_known |= strcmp(ctrain_cfg__ykeys[i].section, sec) == 0;
+        if (strcmp(ctrain_cfg__ykeys[i].section, sec) == 0 &&
+            strcmp(ctrain_cfg__ykeys[i].key, key) == 0)
+            y = &ctrain_cfg__ykeys[i];
+    }
+    if (!section_known)
+        return ct_errbuf_set(
+            eb, CT_EPARSE, "unknown section %.60s (known: data, model, lm, training, output)", sec);
+    if (!y)
+        return ct_errbuf_set(eb, CT_EPARSE, "unknown key %.60s.%.60s", sec, key);
+    static const char *const tname[] = {"an integer", "a number", "true or false", "a string",
+                                        "a string or null"};
+    bool ok = kind == CTRAIN_YAML_PLAIN || kind == CTRAIN_YAML_QUOTED ||
+              (kind == CTRAIN_YAML_NULL && y->type == CT__Y_PATH);
+    ct_errbuf_t teb;
+    int iv;
+    double dv;
+    bool bv;
+    if (ok && y->type == CT__Y_INT)
+        ok = kind == CTRAIN_YAML_PLAIN && ct_parse_int(v, INT32_MIN, INT32_MAX, &iv, &teb) == 0;
+    else if (ok && y->type == CT__Y_NUM)
+        ok = ct_parse_double(v, -1e300, 1e300, &dv, &teb) == 0;
+    else if (ok && y->type == CT__Y_BOOL)
+        ok = kind == CTRAIN_YAML_PLAIN && ct_parse_bool(v, &bv, &teb) == 0;
+    if (!ok)
+        return ct_errbuf_set(eb, CT_EPARSE, "%s.%s = %.60s is not %s", sec, key,
+                             v                          ? v
+                             : kind == CTRAIN_YAML_NULL ? "null"
+                                                        : "a list or mapping",
+                             tname[y->type]);
+    if (!y->flag || kind == CTRAIN_YAML_NULL)
+        return 0;
+    char buf[64];
+    if (strcmp(y->flag, "batch_size") == 0) {
+        /* the reference's batch is per process; ctrain's is global */
+        const char *w = getenv("WORLD_SIZE");
+        long world = w ? strtol(w, NULL, 10) : 1;
+        snprintf(buf, sizeof buf, "%lld", (long long)iv * (world > 0 ? world : 1));
+        v = buf;
+    }
+    for (size_t k = 0; k < CT__NFLAGS; k++)
+        if (strcmp(ctrain_cfg__flags[k].name, y->flag) == 0) {
+            int rc = ctrain_cfg__set(c, &ctrain_cfg__flags[k], v, eb);
+            return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "%s.%s", sec, key);
+        }
+    return ct_errbuf_set(eb, -EINVAL, "%s.%s: no flag %s", sec, key, y->flag);
+}
+
+/* --config FILE or --config=FILE in argv: its keys, before the flags (which override them). */
+static int ctrain_cfg__config(ctrain_cfg_t *c, int argc, char **argv, ct_errbuf_t *eb)
+{
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2) == 0 &&
+            ctrain_cfg__name_eq(argv[i] + 2, strlen(argv[i] + 2), "config") && i + 1 < argc)
+            path = argv[i + 1];
+        else if (strncmp(argv[i], "--config=", 9) == 0)
+            path = argv[i] + 9;
+    }
+    if (path == NULL)
+        return 0;
+    int rc = ctrain_yaml_read(path, ctrain_cfg__yleaf, c, eb);
+    return rc == 0 ? 0 : ct_errbuf_wrap(eb, rc, "--config %s", path);
+}
+
 int ctrain_args_parse(ctrain_cfg_t *c, int argc, char **argv, ctrain_args_action_t *action,
                       ct_errbuf_t *eb)
 {
     *action = CTRAIN_ARGS_RUN;
+    int rc0 = ctrain_cfg__config(c, argc, argv, eb);
+    if (rc0 != 0)
+        return rc0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
@@ -717,6 +924,18 @@ json_t *ctrain_cfg_to_json(const ctrain_cfg_t *c)
         json_object_set_new(o, "text_mode", json_string(c->text_mode));
         json_object_set_new(o, "lm_lr", json_real(c->lm_lr));
     }
+    if (c->model == CTRAIN_MODEL_TEMPORAL) {
+        if (c->config[0] != '\0')
+            json_object_set_new(o, "config", json_string(c->config));
+        json_object_set_new(o, "stage", json_string("reconstruct"));
+        json_object_set_new(o, "patch_len", json_integer(c->patch_len));
+        json_object_set_new(o, "ff_dim", json_integer(c->ff_dim));
+        json_object_set_new(o, "mask_ratio", json_real(c->mask_ratio));
+        json_object_set_new(o, "val_fraction", json_real(c->val_fraction));
+        json_object_set_new(o, "weight_decay", json_real(c->weight_decay));
+    }
+    if (c->lr_floor != 0.0)
+        json_object_set_new(o, "lr_floor", json_real(c->lr_floor));
     return o;
 }
 
@@ -755,5 +974,6 @@ double ctrain_train_lr_at(const ctrain_cfg_t *c, int64_t s, int64_t total_steps)
         t = 1.0;
     if (c->lr_schedule == CTRAIN_LR_LINEAR)
         return base * (1.0 - t);
-    return base * 0.5 * (1.0 + cos(3.14159265358979323846 * t));
+    const double f = c->lr_floor;
+    return base * (f + (1.0 - f) * 0.5 * (1.0 + cos(3.14159265358979323846 * t)));
 }

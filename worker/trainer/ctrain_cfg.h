@@ -116,10 +116,16 @@ typedef struct ctrain_cfg {
     char text_mode[CTRAIN_TRAIN_PATH_MAX]; /* cached (the LM once per item) or dynamic (fine-tuned)
                                             */
     double lm_lr;                          /* dynamic: the LM's learning rate */
+    /* the temporal encoder (--model temporal) */
+    char config[CTRAIN_TRAIN_PATH_MAX]; /* --config: the reference's YAML, read before the flags */
+    int patch_len, ff_dim;
+    double mask_ratio, val_fraction, weight_decay;
+    double lr_floor; /* the cosine schedule decays to lr * lr_floor (0: to 0) */
     /* which model flags were given (inference adopts a checkpoint's values for the others) */
     bool set_maxlen, set_hidden, set_blocks, set_heads, set_layout;
     bool set_model, set_mhc, set_time_span, set_l2, set_epochs, set_num_negatives;
-    bool set_min_count, set_batch;
+    bool set_min_count;
+    bool set_lr_schedule, set_lr_floor, set_dropout, set_batch, set_lr, set_warmup, set_clip;
     bool set_mhc_flag, set_no_mhc_flag; /* which of --mhc / --no_mhc were given */
 } ctrain_cfg_t;
 
@@ -167,7 +173,8 @@ const char *ctrain_lr_scale_name(ctrain_lr_scale_t s);
  *   base = lr, times B/base_batch_size (linear) or its square root (sqrt), B being the
  *          optimizer batch batch_size * grad_accum;
  *   warmup: base * (s + 1) / warmup_steps while s < warmup_steps;
- *   then constant base, or base * (1 - t) (linear), or base * (1 + cos(pi t)) / 2 (cosine),
+ *   then constant base, or base * (1 - t) (linear), or base * (f + (1 - f) (1 + cos(pi t)) / 2)
+ *   (cosine, f = lr_floor),
  *   with t = (s - warmup_steps) / (total_steps - warmup_steps), the fraction of the decay
  *   phase done. */
 double ctrain_train_lr_at(const ctrain_cfg_t *cfg, int64_t s, int64_t total_steps);

@@ -728,6 +728,7 @@ static const ctrain_task_t *const ctrain_train__tasks[] = {
     [CTRAIN_MODEL_TISASREC] = &ctrain_rec_task,
     [CTRAIN_MODEL_LM] = &ctrain_lm_task,
     [CTRAIN_MODEL_GPT2REC] = &ctrain_gpt2rec_task,
+    [CTRAIN_MODEL_TEMPORAL] = &ctrain_temporal_task,
 };
 
 const ctrain_task_t *ctrain_task_of(const ctrain_cfg_t *cfg)

@@ -53,6 +53,13 @@ typedef struct ctrain_gpt2rec_result {
     double valid[4], test[4];
     int64_t valid_users, test_users;
 } ctrain_gpt2rec_result_t;
+/* The temporal encoder's evaluation (stage reconstruct): the mean squared error over the masked
+ * patches of the validation curves, and that of predicting each masked patch by the mean of the
+ * curve's visible patches. */
+typedef struct ctrain_temporal_result {
+    int64_t curves;
+    double val_loss, baseline_val_loss;
+} ctrain_temporal_result_t;
 
 /* One evaluation's numbers, as the family's task computes them (a family with numbers of its
  * own adds a member; only its task's hooks read it). */
@@ -60,6 +67,7 @@ typedef union ctrain_result {
     ctrain_eval_result_t rec; /* next-item models: HR/NDCG on the validation and test splits */
     ctrain_lm_result_t lm;
     ctrain_gpt2rec_result_t gpt2rec;
+    ctrain_temporal_result_t temporal;
 } ctrain_result_t;
 
 /* The state a checkpoint carries beyond the buffers and ct_ckpt_meta_t's step. */
@@ -168,9 +176,10 @@ struct ctrain_task {
 
 /* The task of cfg's model (ctrain_train.c's table). */
 const ctrain_task_t *ctrain_task_of(const ctrain_cfg_t *cfg);
-extern const ctrain_task_t ctrain_rec_task;     /* SASRec, TiSASRec (ctrain_train.c) */
-extern const ctrain_task_t ctrain_lm_task;      /* the LM (ctrain_lm_task.c) */
-extern const ctrain_task_t ctrain_gpt2rec_task; /* GPT2Rec (ctrain_gpt2rec_task.c) */
+extern const ctrain_task_t ctrain_rec_task;      /* SASRec, TiSASRec (ctrain_train.c) */
+extern const ctrain_task_t ctrain_lm_task;       /* the LM (ctrain_lm_task.c) */
+extern const ctrain_task_t ctrain_gpt2rec_task;  /* GPT2Rec (ctrain_gpt2rec_task.c) */
+extern const ctrain_task_t ctrain_temporal_task; /* the temporal encoder (ctrain_temporal_task.c) */
 
 /* ---- ctrain_out.c ---- */
 json_t *ctrain_out_result_json(const ctrain_eval_result_t *r);

@@ -449,6 +449,71 @@ static void test_min_count(void)
     unlink(sas);
 }
 
+/* --model temporal: the reference's defaults, --config's YAML keys under the flags that override
+ * them, one-line errors naming a bad key, and the cosine schedule's floor. */
+static void test_temporal_flags(void)
+{
+    const char *dir = ct_test_tmpdir("ct_cfg_temporal_");
+    char yml[64], bad[64], wrong[64], deep[64];
+    write_temp(yml, sizeof yml,
+               "data:\n  cache_dir: null\n  batch_size: 8\n  pin_memory: true\n"
+               "model:\n  d_model: 32\n  num_heads: 2\n  patch_len: 8\n  dropout: 0.0\n"
+               "lm:\n  path: null\n  prompt: \"Describe the curve:\"\n"
+               "training:\n  reconstruct_epochs: 2\n  learning_rate: 2e-3\n  fp16: false\n");
+    write_temp(bad, sizeof bad, "model:\n  d_modle: 32\n");
+    write_temp(wrong, sizeof wrong, "training:\n  warmup_steps: 1.5\n");
+    write_temp(deep, sizeof deep, "training:\n  seed: [1, 2]\n");
+    ctrain_cfg_t c;
+    ct_errbuf_t eb;
+    const char *dflt[] = {"--model", "temporal", "--dataset", dir};
+    CT_ASSERT_OK(parse(&c, &eb, dflt, 4));
+    CT_ASSERT(c.hidden_units == 128 && c.num_heads == 4 && c.num_blocks == 3 && c.ff_dim == 256);
+    CT_ASSERT(c.patch_len == 16 && c.mask_ratio == 0.4 && c.val_fraction == 0.1);
+    CT_ASSERT(c.lr == 3e-4 && c.weight_decay == 0.01 && c.warmup_steps == 100);
+    CT_ASSERT(c.grad_clip == 1.0 && c.lr_schedule == CTRAIN_LR_COSINE && c.lr_floor == 0.05);
+    CT_ASSERT(c.batch_size == 16 && c.num_epochs == 3 && c.dropout_rate == 0.1 && !c.mhc);
+    /* warm-up 100 of 1000 steps, then cosine down to 5 % of lr */
+    CT_ASSERT(fabs(ctrain_train_lr_at(&c, 999, 1000) - 3e-4 * 0.05) < 1e-9);
+    CT_ASSERT(fabs(ctrain_train_lr_at(&c, 99, 1000) - 3e-4) < 1e-12);
+
+    const char *cfg[] = {"--model",  "temporal", "--dataset",   dir,
+                         "--config", yml,        "--num_heads", "4"};
+    CT_ASSERT_OK(parse(&c, &eb, cfg, 8));
+    CT_ASSERT(c.hidden_units == 32 && c.num_heads == 4 && c.patch_len == 8);
+    CT_ASSERT(c.dropout_rate == 0.0 && c.lr == 2e-3 && c.num_epochs == 2 && c.batch_size == 8);
+    CT_ASSERT(c.warmup_steps == 100); /* not in the file: the reference's default */
+    json_t *j = ctrain_cfg_to_json(&c);
+    CT_ASSERT_STR_EQ(json_string_value(json_object_get(j, "config")), yml);
+    CT_ASSERT(json_integer_value(json_object_get(j, "patch_len")) == 8);
+    CT_ASSERT(json_real_value(json_object_get(j, "lr_floor")) == 0.05);
+    json_decref(j);
+
+    const char *unk[] = {"--model", "temporal", "--dataset", dir, "--config", bad};
+    CT_ASSERT_ERR(parse(&c, &eb, unk, 6), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "unknown key model.d_modle");
+    char eqarg[96];
+    snprintf(eqarg, sizeof eqarg, "--config=%s", wrong);
+    const char *typ[] = {"--model", "temporal", "--dataset", dir, eqarg};
+    CT_ASSERT_ERR(parse(&c, &eb, typ, 5), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "training.warmup_steps = 1.5 is not an integer");
+    const char *lst[] = {"--model", "temporal", "--dataset", dir, "--config", deep};
+    CT_ASSERT_ERR(parse(&c, &eb, lst, 6), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "training.seed = a list or mapping is not an integer");
+    const char *other[] = {"--config", yml, "--no_time", "--no_mhc"};
+    CT_ASSERT_ERR(parse(&c, &eb, other, 4), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--config: only --model temporal takes it");
+    const char *synth[] = {"--model", "temporal"};
+    CT_ASSERT_ERR(parse(&c, &eb, synth, 2), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "reads a curve cache folder");
+    const char *align[] = {"--model", "temporal", "--dataset", dir, "--stage", "align"};
+    CT_ASSERT_ERR(parse(&c, &eb, align, 6), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--stage");
+    unlink(yml);
+    unlink(bad);
+    unlink(wrong);
+    unlink(deep);
+}
+
 int main(void)
 {
     CT_RUN(test_defaults);
@@ -458,5 +523,6 @@ int main(void)
     CT_RUN(test_model_cfg);
     CT_RUN(test_min_count);
     CT_RUN(test_lm_flags);
+    CT_RUN(test_temporal_flags);
     return 0;
 }

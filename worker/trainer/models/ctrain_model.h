@@ -57,6 +57,7 @@ typedef enum ctrain_model_kind {
     CTRAIN_MODEL_TISASREC = 1, /* TiSASRec.pytorch (docs/models.md §3) */
     CTRAIN_MODEL_LM = 2,       /* a GPT-2 or Qwen2 causal LM from a Hugging Face folder */
     CTRAIN_MODEL_GPT2REC = 3,  /* user/item embeddings plus LM text embeddings (gpt2rec/) */
+    CTRAIN_MODEL_TEMPORAL = 4, /* the temporal encoder of curves (models/temporal/) */
 } ctrain_model_kind_t;
 
 /* The training loss after the final LayerNorm. */
@@ -208,6 +209,7 @@ typedef enum ctrain_param_init {
     CTRAIN_INIT_XAVIER_UNIFORM = 4, /* U(+-sqrt(6 / (fan_in + fan_out))), xavier_uniform_ */
     CTRAIN_INIT_CONSTANT = 5,       /* every element init_value */
     CTRAIN_INIT_MHC_BIAS = 6,       /* an mHC layer's static biases; see ctrain_model_init_params */
+    CTRAIN_INIT_NORMAL = 7,         /* N(0, init_value^2): torch.randn(...) * init_value */
 } ctrain_param_init_t;
 
 typedef struct ctrain_param {
@@ -284,7 +286,11 @@ struct ctrain_model {
     double lr2_ratio;
 
     char *view_names; /* storage for the checkpoint view names */
-    void *impl;       /* the kind's state: activation arena and offsets */
+    /* AdamW's decoupled weight decay (params *= 1 - lr * weight_decay before the update, on
+     * host-memory backends; 0: none, Adam). Set by the family's build; beta2 is the family's
+     * (ctrain_family_t.adam_beta2). */
+    double weight_decay;
+    void *impl; /* the kind's state: activation arena and offsets */
 
     /* Early gradient readiness (the data-parallel reduction overlapped with backward): when
      * set, forward_backward calls grads_ready on the host, in backward order, each time the
@@ -356,9 +362,9 @@ int ctrain_model_l2(ctrain_model_t *m, float lambda, ct_l2_mode_t mode, float *p
 /* Sum of squares of the gradients (the square of the global gradient norm), host. */
 int ctrain_model_grad_sumsq(ctrain_model_t *m, float *sumsq);
 
-/* One Adam step (beta 0.9, 0.98 - or the family's adam_beta2 -, eps 1e-8: CT_SASREC_ADAM_*) over
- * the whole flat buffer (lr, and lr * lr2_ratio past lr2_from) with
- * g = grads * grad_scale; t counts Adam updates from 1. */
+/* One Adam step (beta 0.9, 0.98 - or the family's adam_beta2 -, eps 1e-8: CT_SASREC_ADAM_*, with
+ * the model's AdamW weight decay when set) over the whole flat buffer (lr, and lr * lr2_ratio
+ * past lr2_from) with g = grads * grad_scale; t counts Adam updates from 1. */
 int ctrain_model_adam(ctrain_model_t *m, double lr, float grad_scale, int64_t t);
 
 /* The dropout configuration of one site: stream (seed, CT_RNG_STREAM(CTRAIN_RNG_PURPOSE_DROPOUT,

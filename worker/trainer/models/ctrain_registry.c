@@ -13,12 +13,14 @@ extern const ctrain_family_t ctrain_sasrec_family;   /* models/sasrec/ctrain_sas
 extern const ctrain_family_t ctrain_tisasrec_family; /* models/sasrec/ctrain_sasrec.c */
 extern const ctrain_family_t ctrain_lm_family;       /* models/lm/ctrain_lm_family.c */
 extern const ctrain_family_t ctrain_gpt2rec_family;  /* models/gpt2rec/ctrain_gpt2rec.c */
+extern const ctrain_family_t ctrain_temporal_family; /* models/temporal/ctrain_temporal.c */
 
 static const ctrain_family_t *const ctrain_registry__table[] = {
     [CTRAIN_MODEL_SASREC] = &ctrain_sasrec_family,
     [CTRAIN_MODEL_TISASREC] = &ctrain_tisasrec_family,
     [CTRAIN_MODEL_LM] = &ctrain_lm_family,
     [CTRAIN_MODEL_GPT2REC] = &ctrain_gpt2rec_family,
+    [CTRAIN_MODEL_TEMPORAL] = &ctrain_temporal_family,
 };
 
 #define CTRAIN_REGISTRY__N (sizeof ctrain_registry__table / sizeof ctrain_registry__table[0])

@@ -518,6 +518,10 @@ static void check_init(ctrain_model_kind_t kind, int streams)
                           bound);
             break;
         }
+        case CTRAIN_INIT_NORMAL:
+            CT_ASSERT_MSG(fabs(sd / p->init_value - 1) < 0.07, "%s: sd %g, want %g", p->name, sd,
+                          (double)p->init_value);
+            break;
         case CTRAIN_INIT_ZEROS:
             CT_ASSERT(mx == 0.0);
             break;

@@ -1,0 +1,450 @@
+/*
+ * ctrain_temporal.c - the --model temporal family of ctrain_temporal.h: its descriptor, the
+ * parameter table under the reference's names with PyTorch's initialisations, and the forward
+ * and backward passes of a micro-batch on the CPU kernels. Not here: the data, the masks'
+ * draws and evaluation (ctrain_temporal_task.c).
+ */
+#include "ctrain_temporal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ct_kernels.h"
+#include "ctrain_model_internal.h"
+
+/* Offsets (floats, into the flat buffers) of one encoder layer's tensors. */
+typedef struct ctrain_temporal__layer_off {
+    size_t in_w, in_b, out_w, out_b, l1_w, l1_b, l2_w, l2_b, n1_w, n1_b, n2_w, n2_b;
+} ctrain_temporal__layer_off_t;
+
+/* One layer's saved activations, (R = B * n rows). */
+typedef struct ctrain_temporal__acts {
+    float *x;             /* (R,C) the layer's input */
+    float *ln1, *m1, *r1; /* (R,C), (R), (R) */
+    float *qkv;           /* (R,3C) */
+    float *att;           /* (B,NH,n,n) */
+    float *ao;            /* (R,C) attention output before out_proj */
+    float *x1;            /* (R,C) after the attention's residual */
+    float *ln2, *m2, *r2;
+    float *f1;  /* (R,F) ReLU output */
+    float *f1d; /* (R,F) after dropout */
+} ctrain_temporal__acts_t;
+
+typedef struct ctrain_temporal__impl {
+    size_t emb_w, emb_b, mask_tok, pos, norm_w, norm_b, rec_w, rec_b;
+    ctrain_temporal__layer_off_t *lo;
+    ctrain_temporal__acts_t *a; /* num_blocks + 1 (the last holds only x: the encoder output) */
+    float *patches, *emb, *x0, *lnf, *mf, *rf, *pred, *dpred; /* (R,P) (R,C) ... */
+    float *d0, *d1, *d2, *dqkv, *df, *dff, *scratch;
+    int32_t *mask; /* (R) */
+} ctrain_temporal__impl_t;
+
+static const ctrain_temporal_spec_t *ctrain_temporal__spec(const ctrain_model_t *m)
+{
+    return m->cfg.ext;
+}
+
+/* Gathers rows' patches and masks from the batch's ids (seq[r*n]) and mask (pos). */
+static void ctrain_temporal__gather(ctrain_model_t *m, const int32_t *ids, const int32_t *mask,
+                                    int B)
+{
+    ctrain_temporal__impl_t *im = m->impl;
+    const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
+    const int n = m->cfg.maxlen, P = sp->patch_len;
+    for (int r = 0; r < B; r++) {
+        memcpy(im->patches + (size_t)r * n * P, sp->patches + (size_t)ids[(size_t)r * n] * n * P,
+               (size_t)n * P * sizeof(float));
+        for (int j = 0; j < n; j++)
+            im->mask[(size_t)r * n + j] = mask[(size_t)r * n + j] != 0;
+    }
+}
+
+static ct_dropout_t ctrain_temporal__drop(const ctrain_model_t *m, bool train, uint64_t seed,
+                                          int64_t step, int site, int64_t row0, int64_t per_row)
+{
+    return ctrain_model_dropout_site(train ? m->cfg.dropout : 0.0f, seed, step, site, row0,
+                                     per_row);
+}
+
+/* The forward pass of B gathered rows into the activations; pred at the end. */
+static void ctrain_temporal__forward(ctrain_model_t *m, int B, bool train, uint64_t seed,
+                                     int64_t step, int64_t row0)
+{
+    ctrain_temporal__impl_t *im = m->impl;
+    const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
+    const int n = m->cfg.maxlen, P = sp->patch_len, C = m->cfg.hidden, NH = m->cfg.num_heads;
+    const int F = sp->ff_dim, R = B * n;
+    const float *w = m->params_mem;
+    ct_linear_forward_cpu(im->emb, im->patches, w + im->emb_w, w + im->emb_b, R, P, C);
+    ct_mask_token_forward_cpu(im->x0, im->emb, w + im->mask_tok, im->mask, R, C);
+    ct_rows_broadcast_forward_cpu(im->a[0].x, w + im->pos, B, n, C);
+    ct_residual_forward_cpu(im->a[0].x, im->a[0].x, im->x0, (int64_t)R * C);
+    for (int l = 0; l < m->cfg.num_blocks; l++) {
+        ctrain_temporal__acts_t *a = &im->a[l];
+        const ctrain_temporal__layer_off_t *o = &im->lo[l];
+        const int site = 1 + 4 * l;
+        ct_layernorm_forward_cpu(a->ln1, a->m1, a->r1, a->x, w + o->n1_w, w + o->n1_b, R, C,
+                                 CTRAIN_TEMPORAL_LN_EPS);
+        ct_linear_forward_cpu(a->qkv, a->ln1, w + o->in_w, w + o->in_b, R, C, 3 * C);
+        ct_enc_attention_forward_cpu(
+            a->ao, a->att, im->scratch, a->qkv, B, n, C, NH,
+            ctrain_temporal__drop(m, train, seed, step, site, row0, (int64_t)NH * n * n));
+        ct_linear_forward_cpu(im->d0, a->ao, w + o->out_w, w + o->out_b, R, C, C);
+        ct_dropout_cpu(im->d0, im->d0, (int64_t)R * C,
+                       ctrain_temporal__drop(m, train, seed, step, site + 1, row0, (int64_t)n * C));
+        ct_residual_forward_cpu(a->x1, a->x, im->d0, (int64_t)R * C);
+        ct_layernorm_forward_cpu(a->ln2, a->m2, a->r2, a->x1, w + o->n2_w, w + o->n2_b, R, C,
+                                 CTRAIN_TEMPORAL_LN_EPS);
+        ct_linear_forward_cpu(a->f1, a->ln2, w + o->l1_w, w + o->l1_b, R, C, F);
+        ct_relu_forward_cpu(a->f1, a->f1, (int64_t)R * F);
+        ct_dropout_cpu(a->f1d, a->f1, (int64_t)R * F,
+                       ctrain_temporal__drop(m, train, seed, step, site + 2, row0, (int64_t)n * F));
+        ct_linear_forward_cpu(im->d0, a->f1d, w + o->l2_w, w + o->l2_b, R, F, C);
+        ct_dropout_cpu(im->d0, im->d0, (int64_t)R * C,
+                       ctrain_temporal__drop(m, train, seed, step, site + 3, row0, (int64_t)n * C));
+        ct_residual_forward_cpu(im->a[l + 1].x, a->x1, im->d0, (int64_t)R * C);
+    }
+    ct_layernorm_forward_cpu(im->lnf, im->mf, im->rf, im->a[m->cfg.num_blocks].x, w + im->norm_w,
+                             w + im->norm_b, R, C, CTRAIN_TEMPORAL_LN_EPS);
+    ct_linear_forward_cpu(im->pred, im->lnf, w + im->rec_w, w + im->rec_b, R, C, P);
+}
+
+static void ctrain_temporal__backward(ctrain_model_t *m, int B, uint64_t seed, int64_t step,
+                                      int64_t row0)
+{
+    ctrain_temporal__impl_t *im = m->impl;
+    const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
+    const int n = m->cfg.maxlen, P = sp->patch_len, C = m->cfg.hidden, NH = m->cfg.num_heads;
+    const int F = sp->ff_dim, R = B * n;
+    const size_t RC = (size_t)R * C;
+    const float *w = m->params_mem;
+    float *g = m->grads_mem;
+    /* dx (d0) <- d(encoder output) */
+    memset(im->d1, 0, RC * sizeof(float));
+    ct_linear_backward_cpu(im->d1, g + im->rec_w, g + im->rec_b, im->dpred, im->lnf, w + im->rec_w,
+                           R, C, P);
+    memset(im->d0, 0, RC * sizeof(float));
+    ct_layernorm_backward_cpu(im->d0, g + im->norm_w, g + im->norm_b, im->d1,
+                              im->a[m->cfg.num_blocks].x, w + im->norm_w, im->mf, im->rf, R, C);
+    ctrain_model_grads_ready(m, m->cfg.num_blocks);
+    for (int l = m->cfg.num_blocks - 1; l >= 0; l--) {
+        ctrain_temporal__acts_t *a = &im->a[l];
+        const ctrain_temporal__layer_off_t *o = &im->lo[l];
+        const int site = 1 + 4 * l;
+        /* feed-forward branch: d0 is d(x2) = d(x1) through the residual */
+        ct_dropout_cpu(im->d1, im->d0, (int64_t)RC,
+                       ctrain_temporal__drop(m, true, seed, step, site + 3, row0, (int64_t)n * C));
+        memset(im->df, 0, (size_t)R * F * sizeof(float));
+        ct_linear_backward_cpu(im->df, g + o->l2_w, g + o->l2_b, im->d1, a->f1d, w + o->l2_w, R, F,
+                               C);
+        ct_dropout_cpu(im->df, im->df, (int64_t)R * F,
+                       ctrain_temporal__drop(m, true, seed, step, site + 2, row0, (int64_t)n * F));
+        memset(im->dff, 0, (size_t)R * F * sizeof(float));
+        ct_relu_backward_cpu(im->dff, im->df, a->f1, (int64_t)R * F);
+        memset(im->d2, 0, RC * sizeof(float));
+        ct_linear_backward_cpu(im->d2, g + o->l1_w, g + o->l1_b, im->dff, a->ln2, w + o->l1_w, R, C,
+                               F);
+        ct_layernorm_backward_cpu(im->d0, g + o->n2_w, g + o->n2_b, im->d2, a->x1, w + o->n2_w,
+                                  a->m2, a->r2, R, C);
+        /* attention branch: d0 is now d(x1) */
+        ct_dropout_cpu(im->d1, im->d0, (int64_t)RC,
+                       ctrain_temporal__drop(m, true, seed, step, site + 1, row0, (int64_t)n * C));
+        memset(im->d2, 0, RC * sizeof(float));
+        ct_linear_backward_cpu(im->d2, g + o->out_w, g + o->out_b, im->d1, a->ao, w + o->out_w, R,
+                               C, C);
+        memset(im->dqkv, 0, 3 * RC * sizeof(float));
+        ct_enc_attention_backward_cpu(
+            im->dqkv, im->scratch, im->d2, a->att, a->qkv, B, n, C, NH,
+            ctrain_temporal__drop(m, true, seed, step, site, row0, (int64_t)NH * n * n));
+        memset(im->d1, 0, RC * sizeof(float));
+        ct_linear_backward_cpu(im->d1, g + o->in_w, g + o->in_b, im->dqkv, a->ln1, w + o->in_w, R,
+                               C, 3 * C);
+        ct_layernorm_backward_cpu(im->d0, g + o->n1_w, g + o->n1_b, im->d1, a->x, w + o->n1_w,
+                                  a->m1, a->r1, R, C);
+        ctrain_model_grads_ready(m, l);
+    }
+    /* x = where(mask, token, embed(patches)) + pos */
+    ct_rows_broadcast_backward_cpu(g + im->pos, im->d0, B, n, C);
+    memset(im->d1, 0, RC * sizeof(float));
+    ct_mask_token_backward_cpu(im->d1, g + im->mask_tok, im->d0, im->mask, R, C);
+    ct_linear_backward_cpu(NULL, g + im->emb_w, g + im->emb_b, im->d1, im->patches, w + im->emb_w,
+                           R, P, C);
+    ctrain_model_grads_ready(m, -1);
+}
+
+static int ctrain_temporal__check_rows(const ctrain_model_t *m, int B)
+{
+    return B < 1 || B > m->max_batch ? -EINVAL : 0;
+}
+
+static int ctrain_temporal__forward_backward(ctrain_model_t *m, const ctrain_model_batch_t *b,
+                                             float count, uint64_t seed, int64_t step, float *loss)
+{
+    if (ctrain_temporal__check_rows(m, b->B) != 0)
+        return -EINVAL;
+    ctrain_temporal__impl_t *im = m->impl;
+    const int n = m->cfg.maxlen, P = ctrain_temporal__spec(m)->patch_len;
+    ctrain_temporal__gather(m, b->seq, b->pos, b->B);
+    ctrain_temporal__forward(m, b->B, true, seed, step, b->row0);
+    ct_masked_mse_cpu(loss, im->dpred, im->pred, im->patches, im->mask, b->B * n, P, count);
+    ctrain_temporal__backward(m, b->B, seed, step, b->row0);
+    return 0;
+}
+
+int ctrain_temporal_eval(ctrain_model_t *m, const int32_t *ids, const int32_t *mask, int B,
+                         double *sum, ct_errbuf_t *eb)
+{
+    if (ctrain_temporal__check_rows(m, B) != 0)
+        return ct_errbuf_set(eb, -EINVAL, "temporal encoder: %d rows (up to %d)", B, m->max_batch);
+    ctrain_temporal__impl_t *im = m->impl;
+    const int n = m->cfg.maxlen, P = ctrain_temporal__spec(m)->patch_len;
+    ctrain_temporal__gather(m, ids, mask, B);
+    ctrain_temporal__forward(m, B, false, 0, 0, 0);
+    float l = 0.0f;
+    ct_masked_mse_cpu(&l, NULL, im->pred, im->patches, im->mask, B * n, P, 1.0f);
+    *sum = l;
+    return 0;
+}
+
+int ctrain_temporal_embed(ctrain_model_t *m, const int32_t *ids, const int32_t *zero_mask, int B,
+                          float *out, ct_errbuf_t *eb)
+{
+    if (ctrain_temporal__check_rows(m, B) != 0)
+        return ct_errbuf_set(eb, -EINVAL, "temporal encoder: %d rows (up to %d)", B, m->max_batch);
+    ctrain_temporal__impl_t *im = m->impl;
+    const int n = m->cfg.maxlen, C = m->cfg.hidden;
+    ctrain_temporal__gather(m, ids, zero_mask, B);
+    ctrain_temporal__forward(m, B, false, 0, 0, 0);
+    for (int r = 0; r < B; r++)
+        for (int c = 0; c < C; c++) {
+            double s = 0.0;
+            for (int j = 0; j < n; j++)
+                s += im->lnf[((size_t)r * n + j) * C + c];
+            out[(size_t)r * C + c] = (float)(s / n);
+        }
+    return 0;
+}
+
+static int ctrain_temporal__features(ctrain_model_t *m, const int32_t *seq, const int64_t *tseq,
+                                     int B, const float **feats, int *ldf)
+{
+    (void)m, (void)seq, (void)tseq, (void)B, (void)feats, (void)ldf;
+    return -ENOTSUP; /* evaluated by its reconstruction error (ctrain_temporal_eval) */
+}
+
+static int ctrain_temporal__logits(ctrain_model_t *m, float *pos_logits, float *neg_logits,
+                                   int64_t n)
+{
+    (void)m, (void)pos_logits, (void)neg_logits, (void)n;
+    return -EINVAL;
+}
+
+static void ctrain_temporal__destroy(ctrain_model_t *m)
+{
+    ctrain_temporal__impl_t *im = m->impl;
+    if (!im)
+        return;
+    if (im->a)
+        for (int l = 0; l <= m->cfg.num_blocks; l++)
+            free(im->a[l].x); /* one allocation per layer, x first */
+    free(im->a);
+    free(im->lo);
+    free(im->patches); /* one allocation for the model-wide buffers */
+    free(im->mask);
+    free(im);
+    m->impl = NULL;
+}
+
+static const ctrain_model_vtbl_t ctrain_temporal__vt = {
+    .forward_backward = ctrain_temporal__forward_backward,
+    .forward_features = ctrain_temporal__features,
+    .logits = ctrain_temporal__logits,
+    .destroy = ctrain_temporal__destroy,
+};
+
+/* Adds a parameter; returns its offset, or SIZE_MAX when out of memory. */
+static size_t ctrain_temporal__add(ctrain_model_t *m, const char *name, int64_t d0, int64_t d1,
+                                   ctrain_param_init_t init, int fan_in, float value, int block)
+{
+    int64_t shape[3] = {d0, d1, 0};
+    ctrain_param_t *p = ctrain_model__param_add(m, name, d1 > 0 ? 2 : 1, shape, init);
+    if (!p)
+        return SIZE_MAX;
+    p->fan_in = fan_in;
+    p->init_value = value;
+    p->block = block;
+    return p->offset;
+}
+
+/* Carves n floats from *cur. */
+static float *ctrain_temporal__take(float **cur, size_t n)
+{
+    float *p = *cur;
+    *cur += (n + 15) / 16 * 16;
+    return p;
+}
+
+static int ctrain_temporal__build(ctrain_model_t *m, ct_errbuf_t *eb)
+{
+    const ctrain_temporal_spec_t *sp = m->cfg.ext;
+    ctrain_temporal__impl_t *im = calloc(1, sizeof *im);
+    if (!im)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
+    m->impl = im;
+    m->vt = &ctrain_temporal__vt;
+    const int n = m->cfg.maxlen, P = sp->patch_len, C = m->cfg.hidden, NH = m->cfg.num_heads;
+    const int F = sp->ff_dim, NB = m->cfg.num_blocks;
+    bool oom = false;
+#define CT__ADD(dst, ...)                             \
+    do {                                              \
+        (dst) = ctrain_temporal__add(m, __VA_ARGS__); \
+        oom |= (dst) == SIZE_MAX;                     \
+    } while (0)
+    /* PyTorch's initialisations: Linear U(+-1/sqrt(fan_in)) for weight and bias;
+     * MultiheadAttention's in_proj xavier_uniform with zero biases, its out_proj weight as a
+     * Linear with a zero bias; LayerNorm 1 / 0; mask_token 0; pos N(0, 0.02^2). */
+    CT__ADD(im->emb_w, "embed.weight", C, P, CTRAIN_INIT_FANIN_UNIFORM, P, 0.0f, -1);
+    CT__ADD(im->emb_b, "embed.bias", C, 0, CTRAIN_INIT_FANIN_UNIFORM, P, 0.0f, -1);
+    CT__ADD(im->mask_tok, "mask_token", C, 0, CTRAIN_INIT_ZEROS, 0, 0.0f, -1);
+    CT__ADD(im->pos, "pos", n, C, CTRAIN_INIT_NORMAL, 0, 0.02f, -1);
+    im->lo = calloc((size_t)NB, sizeof *im->lo);
+    if (!im->lo)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
+    for (int l = 0; l < NB; l++) {
+        ctrain_temporal__layer_off_t *o = &im->lo[l];
+        char nm[CTRAIN_PARAM_NAME_MAX];
+#define CT__NAME(suffix) (snprintf(nm, sizeof nm, "layers.%d.%s", l, suffix), nm)
+        CT__ADD(o->in_w, CT__NAME("self_attn.in_proj_weight"), 3 * C, C, CTRAIN_INIT_XAVIER_UNIFORM,
+                0, 0.0f, l);
+        CT__ADD(o->in_b, CT__NAME("self_attn.in_proj_bias"), 3 * C, 0, CTRAIN_INIT_ZEROS, 0, 0.0f,
+                l);
+        CT__ADD(o->out_w, CT__NAME("self_attn.out_proj.weight"), C, C, CTRAIN_INIT_FANIN_UNIFORM, C,
+                0.0f, l);
+        CT__ADD(o->out_b, CT__NAME("self_attn.out_proj.bias"), C, 0, CTRAIN_INIT_ZEROS, 0, 0.0f, l);
+        CT__ADD(o->l1_w, CT__NAME("linear1.weight"), F, C, CTRAIN_INIT_FANIN_UNIFORM, C, 0.0f, l);
+        CT__ADD(o->l1_b, CT__NAME("linear1.bias"), F, 0, CTRAIN_INIT_FANIN_UNIFORM, C, 0.0f, l);
+        CT__ADD(o->l2_w, CT__NAME("linear2.weight"), C, F, CTRAIN_INIT_FANIN_UNIFORM, F, 0.0f, l);
+        CT__ADD(o->l2_b, CT__NAME("linear2.bias"), C, 0, CTRAIN_INIT_FANIN_UNIFORM, F, 0.0f, l);
+        CT__ADD(o->n1_w, CT__NAME("norm1.weight"), C, 0, CTRAIN_INIT_ONES, 0, 0.0f, l);
+        CT__ADD(o->n1_b, CT__NAME("norm1.bias"), C, 0, CTRAIN_INIT_ZEROS, 0, 0.0f, l);
+        CT__ADD(o->n2_w, CT__NAME("norm2.weight"), C, 0, CTRAIN_INIT_ONES, 0, 0.0f, l);
+        CT__ADD(o->n2_b, CT__NAME("norm2.bias"), C, 0, CTRAIN_INIT_ZEROS, 0, 0.0f, l);
+#undef CT__NAME
+    }
+    CT__ADD(im->norm_w, "norm.weight", C, 0, CTRAIN_INIT_ONES, 0, 0.0f, NB);
+    CT__ADD(im->norm_b, "norm.bias", C, 0, CTRAIN_INIT_ZEROS, 0, 0.0f, NB);
+    CT__ADD(im->rec_w, "recon.weight", P, C, CTRAIN_INIT_FANIN_UNIFORM, C, 0.0f, NB);
+    CT__ADD(im->rec_b, "recon.bias", P, 0, CTRAIN_INIT_FANIN_UNIFORM, C, 0.0f, NB);
+#undef CT__ADD
+    if (oom)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
+    m->weight_decay = sp->weight_decay; /* AdamW; its betas are the family's (0.9, 0.999) */
+
+    const size_t R = (size_t)m->max_batch * (size_t)n, RC = R * (size_t)C;
+    im->a = calloc((size_t)NB + 1, sizeof *im->a);
+    if (!im->a)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
+    const size_t per_layer =
+        16 * 16 + RC * 9 + 4 * R + R * (size_t)F * 2 + (size_t)m->max_batch * NH * n * n;
+    for (int l = 0; l <= NB; l++) {
+        float *cur = malloc((l < NB ? per_layer : RC + 16) * sizeof(float));
+        if (!cur)
+            return ct_errbuf_set(eb, -ENOMEM, "out of memory for the activations");
+        ctrain_temporal__acts_t *a = &im->a[l];
+        a->x = ctrain_temporal__take(&cur, RC);
+        if (l == NB)
+            break;
+        a->ln1 = ctrain_temporal__take(&cur, RC);
+        a->m1 = ctrain_temporal__take(&cur, R);
+        a->r1 = ctrain_temporal__take(&cur, R);
+        a->qkv = ctrain_temporal__take(&cur, 3 * RC);
+        a->att = ctrain_temporal__take(&cur, (size_t)m->max_batch * NH * n * n);
+        a->ao = ctrain_temporal__take(&cur, RC);
+        a->x1 = ctrain_temporal__take(&cur, RC);
+        a->ln2 = ctrain_temporal__take(&cur, RC);
+        a->m2 = ctrain_temporal__take(&cur, R);
+        a->r2 = ctrain_temporal__take(&cur, R);
+        a->f1 = ctrain_temporal__take(&cur, R * (size_t)F);
+        a->f1d = ctrain_temporal__take(&cur, R * (size_t)F);
+    }
+    const size_t RP = R * (size_t)P, RF = R * (size_t)F;
+    const size_t shared =
+        32 * 16 + RP * 3 + RC * 9 + 2 * R + RF * 2 + (size_t)n * 2 + (size_t)n * (C / NH);
+    float *cur = malloc(shared * sizeof(float));
+    im->mask = malloc(R * sizeof *im->mask);
+    if (!cur || !im->mask) {
+        free(cur);
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the activations");
+    }
+    im->patches = ctrain_temporal__take(&cur, RP);
+    im->emb = ctrain_temporal__take(&cur, RC);
+    im->x0 = ctrain_temporal__take(&cur, RC);
+    im->lnf = ctrain_temporal__take(&cur, RC);
+    im->mf = ctrain_temporal__take(&cur, R);
+    im->rf = ctrain_temporal__take(&cur, R);
+    im->pred = ctrain_temporal__take(&cur, RP);
+    im->dpred = ctrain_temporal__take(&cur, RP);
+    im->d0 = ctrain_temporal__take(&cur, RC);
+    im->d1 = ctrain_temporal__take(&cur, RC);
+    im->d2 = ctrain_temporal__take(&cur, RC);
+    im->dqkv = ctrain_temporal__take(&cur, 3 * RC);
+    im->df = ctrain_temporal__take(&cur, RF);
+    im->dff = ctrain_temporal__take(&cur, RF);
+    im->scratch = ctrain_temporal__take(&cur, (size_t)n * 2 + (size_t)n * (C / NH));
+    return 0;
+}
+
+static int ctrain_temporal__check_cfg(const ctrain_model_cfg_t *mc, ct_errbuf_t *eb)
+{
+    const ctrain_temporal_spec_t *sp = mc->ext;
+    if (sp == NULL)
+        return ct_errbuf_set(eb, -EINVAL, "temporal encoder: no configuration");
+    if (mc->maxlen < 1 || sp->patch_len < 1 || sp->ff_dim < 1)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "temporal encoder: %d patches of %d points, feed-forward %d (each "
+                             "must be >= 1)",
+                             mc->maxlen, sp->patch_len, sp->ff_dim);
+    if (mc->hidden < 1 || mc->num_heads < 1 || mc->hidden % mc->num_heads != 0)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "--num_heads: %d does not divide --hidden_units %d", mc->num_heads,
+                             mc->hidden);
+    if (mc->num_blocks < 1 || 1 + 4 * mc->num_blocks > 252)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE, "--num_blocks: %d (1..62 for this model)",
+                             mc->num_blocks);
+    return 0;
+}
+
+static int ctrain_temporal__check_backend(const ctrain_model_cfg_t *mc, const ct_ops_t *ops,
+                                          ct_errbuf_t *eb)
+{
+    (void)mc;
+    if (!ops->host_memory)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "--model temporal runs on the CPU backend only (use --device cpu)");
+    return 0;
+}
+
+const ctrain_family_t ctrain_temporal_family = {
+    .name = "temporal",
+    .title = "temporal encoder",
+    .kind = CTRAIN_MODEL_TEMPORAL,
+    .uses_times = false,
+    .min_eval_len = 0,
+    .eval_excludes_target = false,
+    .layout = CTRAIN_LAYOUT_PRE_LN,
+    .layouts = 1u << CTRAIN_LAYOUT_PRE_LN,
+    .maxlen = 0,     /* the curve's patches */
+    .num_epochs = 3,  /* the reference's training.reconstruct_epochs */
+    .batch_size = 16, /* curves per step over all ranks: the reference's data.batch_size */
+    .l2_emb = 0.0,
+    .has_time_span = false,
+    .build = ctrain_temporal__build,
+    .check_backend = ctrain_temporal__check_backend,
+    .check_cfg = ctrain_temporal__check_cfg,
+    .takes_mhc = false,
+    .own_weights = false,
+    .adam_beta2 = 0.999, /* torch.optim.AdamW's default */
+    .cpu_only = true,
+};
