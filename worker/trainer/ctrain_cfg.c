@@ -67,6 +67,9 @@ void ctrain_cfg_default(ctrain_cfg_t *c)
     c->val_fraction = 0.1;
     c->weight_decay = 0.01;
     c->lr_floor = 0.0;
+    c->num_soft_tokens = 8;
+    c->max_text_tokens = 48;
+    snprintf(c->prompt, sizeof c->prompt, "Describe the curve:");
     ctrain_train_model_defaults(c);
 }
 
@@ -161,8 +164,18 @@ static const ctrain_cfg__flag_t ctrain_cfg__flags[] = {
      "block again in the backward (less memory, about 15% more time; the same gradients)"},
     {"config", CT__PATH, CT__OFF(config), 0, 0,
      "FILE  --model temporal: the reference's YAML configuration (flags override its keys)"},
-    {"stage", CT__ENUM, CT__OFF(model), 0, 0,
-     "reconstruct  --model temporal: the training stage (masked-patch reconstruction)"},
+    {"stage", CT__ENUM, CT__OFF(stage), 0, 0,
+     "reconstruct|align  --model temporal: the training stage (masked-patch reconstruction; "
+     "align: the curve's soft tokens into the frozen --lm_dir, cross-entropy on its "
+     "description)"},
+    {"num_soft_tokens", CT__INT, CT__OFF(num_soft_tokens), 1, 1024,
+     "K  --model temporal --stage align: soft tokens per curve (default 8)"},
+    {"max_text_tokens", CT__INT, CT__OFF(max_text_tokens), 2, 4096,
+     "N  --model temporal --stage align: a description's tokens, end-of-text included "
+     "(default 48)"},
+    {"prompt", CT__PATH, CT__OFF(prompt), 0, 0,
+     "TEXT  --model temporal --stage align: the prompt after the soft tokens (default "
+     "\"Describe the curve:\")"},
     {"patch_len", CT__INT, CT__OFF(patch_len), 1, 4096,
      "P  --model temporal: points per patch (default 16)"},
     {"ff_dim", CT__INT, CT__OFF(ff_dim), 1, 1 << 20,
@@ -311,8 +324,10 @@ static int ctrain_cfg__set_enum(ctrain_cfg_t *c, const ctrain_cfg__flag_t *f, co
     if (strcmp(f->name, "data_format") == 0) {
         return ctrain_data_parse_format(v, &c->data_format, eb);
     } else if (strcmp(f->name, "stage") == 0) {
-        static const char *const w[] = {"reconstruct"};
-        return ctrain_cfg__enum(v, w, 1, &k, eb);
+        static const char *const w[] = {"reconstruct", "align"};
+        if ((rc = ctrain_cfg__enum(v, w, 2, &k, eb)) == 0)
+            c->stage = k;
+        return rc;
     } else if (strcmp(f->name, "layout") == 0) {
         rc = ctrain_layout_parse(v, &c->layout, eb);
         c->set_layout = rc == 0;
@@ -488,6 +503,19 @@ static int ctrain_cfg__check_lm(const ctrain_cfg_t *c, ct_errbuf_t *eb)
                           : c->freeze[0]       ? "--freeze"
                           : c->grad_checkpointing ? "--grad_checkpointing"
                                                   : NULL;
+    if (c->model == CTRAIN_MODEL_TEMPORAL) {
+        if (c->stage != 1)
+            return 0; /* stage reconstruct has no LM: one YAML serves both stages */
+        if (c->eval_dataset[0] || c->save_hf[0] || c->freeze[0])
+            return ct_errbuf_set(eb, CT_EPARSE, "%s: not a flag of --model temporal",
+                                 c->eval_dataset[0] ? "--eval_dataset"
+                                 : c->save_hf[0]    ? "--save_hf"
+                                                    : "--freeze");
+        struct stat tst;
+        if (stat(c->lm_dir, &tst) != 0 || !S_ISDIR(tst.st_mode))
+            return ct_errbuf_set(eb, CT_EPARSE, "--lm_dir: \"%.200s\" is not a folder", c->lm_dir);
+        return 0;
+    }
     if (c->model == CTRAIN_MODEL_GPT2REC && lm_flag && strcmp(lm_flag, "--lm_dir") == 0 &&
         !c->grad_checkpointing) {
         struct stat gst;
@@ -547,6 +575,10 @@ static int ctrain_cfg__check_temporal(ctrain_cfg_t *c, ct_errbuf_t *eb)
         c->lr_schedule = CTRAIN_LR_COSINE;
     if (!c->set_lr_floor)
         c->lr_floor = 0.05;
+    if (c->stage == 1 && c->lm_dir[0] == '\0')
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--stage align: needs --lm_dir (the frozen Qwen2 or GPT-2 folder: "
+                             "config.json, weights, tokenizer)");
     if (strncmp(c->dataset, "synthetic", 9) == 0)
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--dataset: --model temporal reads a curve cache folder (meta.json, "
@@ -704,10 +736,10 @@ static const struct ctrain_cfg__ykey {
     {"model", "num_heads", CT__Y_INT, "num_heads"},
     {"model", "ff_dim", CT__Y_INT, "ff_dim"},
     {"model", "dropout", CT__Y_NUM, "dropout_rate"},
-    {"model", "num_soft_tokens", CT__Y_INT, NULL},
+    {"model", "num_soft_tokens", CT__Y_INT, "num_soft_tokens"},
     {"model", "mask_ratio", CT__Y_NUM, "mask_ratio"},
     {"model", "gradient_checkpointing", CT__Y_BOOL, NULL},
-    {"lm", "path", CT__Y_PATH, NULL},
+    {"lm", "path", CT__Y_PATH, "lm_dir"},
     {"lm", "dtype", CT__Y_STR, NULL},
     {"lm", "hidden_size", CT__Y_INT, NULL},
     {"lm", "num_layers", CT__Y_INT, NULL},
@@ -716,9 +748,9 @@ static const struct ctrain_cfg__ykey {
     {"lm", "intermediate_size", CT__Y_INT, NULL},
     {"lm", "seed", CT__Y_INT, NULL},
     {"lm", "pretrain_steps", CT__Y_INT, NULL},
-    {"lm", "prompt", CT__Y_STR, NULL},
-    {"lm", "max_text_tokens", CT__Y_INT, NULL},
-    {"lm", "gradient_checkpointing", CT__Y_BOOL, NULL},
+    {"lm", "prompt", CT__Y_STR, "prompt"},
+    {"lm", "max_text_tokens", CT__Y_INT, "max_text_tokens"},
+    {"lm", "gradient_checkpointing", CT__Y_BOOL, "grad_checkpointing"},
     {"training", "num_epochs", CT__Y_INT, NULL},
     {"training", "reconstruct_epochs", CT__Y_INT, "num_epochs"}, /* stage reconstruct's epochs */
     {"training", "learning_rate", CT__Y_NUM, "lr"},
@@ -927,7 +959,12 @@ json_t *ctrain_cfg_to_json(const ctrain_cfg_t *c)
     if (c->model == CTRAIN_MODEL_TEMPORAL) {
         if (c->config[0] != '\0')
             json_object_set_new(o, "config", json_string(c->config));
-        json_object_set_new(o, "stage", json_string("reconstruct"));
+        json_object_set_new(o, "stage", json_string(c->stage ? "align" : "reconstruct"));
+        if (c->stage == 1) {
+            json_object_set_new(o, "num_soft_tokens", json_integer(c->num_soft_tokens));
+            json_object_set_new(o, "max_text_tokens", json_integer(c->max_text_tokens));
+            json_object_set_new(o, "prompt", json_string(c->prompt));
+        }
         json_object_set_new(o, "patch_len", json_integer(c->patch_len));
         json_object_set_new(o, "ff_dim", json_integer(c->ff_dim));
         json_object_set_new(o, "mask_ratio", json_real(c->mask_ratio));

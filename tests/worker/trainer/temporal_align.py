@@ -1,0 +1,202 @@
+"""temporal_align.py - ctrain --model temporal --stage align against the PyTorch program
+examples/pytorch/temporal_encoder_ddp.py (its TemporalModel with the Projector, lm_loss over a
+frozen Qwen2, AdamW, clipping and warm-up + cosine schedule), run by test_temporal_train.c with
+the PyTorch 2.x interpreter:
+
+    temporal_align.py CTRAIN CTRUN DIR
+
+  1. a curve cache written by the reference's temporal_curves.write_cache, a byte-level BPE
+     tokenizer trained on its descriptions and a tiny random Qwen2 saved with it (--lm_dir);
+  2. the reference's initial weights (encoder and projector) exported to safetensors and given
+     to ctrain as --state_dict_path;
+  3. 20 optimizer steps of stage 2 in both, dropout 0, float32, one step per epoch (the batch is
+     the whole training set): every step's loss equal within 1e-4, and the final evaluation's
+     val_loss and shuffled_val_loss equal to PyTorch's lm_loss on the validation curves (each
+     description after its own curve, and after the next validation curve's);
+  4. a stage-1 checkpoint (no projector) as --state_dict_path: the encoder loads, training runs;
+  5. a run under ctrun killed at step 12 (--inject) and restarted from its checkpoint: the
+     resumed run ends with the uninterrupted run's final weights, bit for bit.
+
+Exits 77 when torch, numpy, safetensors, yaml, transformers or tokenizers is missing.
+"""
+import json
+import os
+import sys
+
+try:
+    import numpy as np
+    import torch
+    import transformers
+    from safetensors.numpy import load_file
+    from safetensors.torch import save_file
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import trainers
+    import yaml  # noqa: F401 (the reference imports it)
+except ImportError as e:
+    print("skip: %s" % e)
+    sys.exit(77)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "examples", "pytorch"))
+import temporal_curves  # noqa: E402
+import temporal_encoder_ddp as ref  # noqa: E402
+import ddp_common as dc  # noqa: E402
+from temporal_train import MODEL, N, S, VAL, STEPS, LR, WD, WARMUP, CLIP, SEED  # noqa: E402
+from temporal_train import run, train_losses, ctrain_args  # noqa: E402
+
+QWEN2_PAT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"""
+             r"""[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+PROMPT = "Describe the curve:"
+MAX_TEXT = 12
+LM_HIDDEN = 32
+
+
+def make_lm(d, texts):
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PAT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts + [PROMPT], trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>"], min_frequency=1,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    eos = tok.token_to_id("<|endoftext|>")
+    torch.manual_seed(5)
+    lm = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=tok.get_vocab_size(), hidden_size=LM_HIDDEN, intermediate_size=48,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=64, rope_theta=10000.0, tie_word_embeddings=True,
+        eos_token_id=eos, bos_token_id=eos, pad_token_id=eos))
+    lm.save_pretrained(d)
+    tok.save(os.path.join(d, "tokenizer.json"))
+    for p in lm.parameters():
+        p.requires_grad_(False)
+    lm.eval()
+    return tok, eos, lm
+
+
+def batch(tok, eos, texts):
+    """The reference's Collate: ids cut to MAX_TEXT - 1, eos appended, right-padded."""
+    ids = [tok.encode(t, add_special_tokens=False).ids[:MAX_TEXT - 1] + [eos] for t in texts]
+    n = max(len(x) for x in ids)
+    text = torch.full((len(ids), n), eos, dtype=torch.long)
+    mask = torch.zeros((len(ids), n), dtype=torch.bool)
+    for j, x in enumerate(ids):
+        text[j, :len(x)] = torch.tensor(x)
+        mask[j, :len(x)] = True
+    return text, mask
+
+
+def align_args(ctrain, cache, init, run_dir, lm_dir, epochs=STEPS):
+    return ctrain_args(ctrain, cache, init, run_dir, epochs=epochs) + [
+        "--stage", "align", "--lm_dir", lm_dir, "--num_soft_tokens",
+        str(MODEL["num_soft_tokens"]), "--max_text_tokens", str(MAX_TEXT), "--prompt", PROMPT]
+
+
+def main():
+    ctrain, ctrun, d = sys.argv[1:4]
+    cache = os.path.join(d, "cache")
+    temporal_curves.write_cache(cache, 3, N, S, log=None)
+    curves, texts, _ = temporal_curves.read_cache(cache)
+    n_val = max(1, int(N * VAL))
+    n_train = N - n_val
+    lm_dir = os.path.join(d, "lm")
+    tok, eos, lm = make_lm(lm_dir, texts[:n_train])
+    prompt_ids = torch.tensor(tok.encode(PROMPT, add_special_tokens=False).ids)
+
+    torch.manual_seed(0)
+    model = ref.TemporalModel(MODEL, S, LM_HIDDEN)
+    ref.set_stage(model, "align")
+    init = os.path.join(d, "init.safetensors")
+    save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}, init)
+
+    # ---- PyTorch: 20 steps of the reference's stage 2 (one batch: the training set)
+    x = torch.from_numpy(np.array(curves[:n_train]))
+    text, tmask = batch(tok, eos, texts[:n_train])
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WD)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, dc.warmup_cosine(WARMUP, STEPS))
+    model.train()
+    want = []
+    for step in range(STEPS):
+        loss = ref.lm_loss(lm, model(x), prompt_ids, text, tmask)[0]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+        sched.step()
+        want.append(loss.item())
+    model.eval()
+    xv = torch.from_numpy(np.array(curves[n_train:]))
+    shifted = [texts[n_train + (i + 1) % n_val] for i in range(n_val)]
+    with torch.no_grad():
+        _, s_real, _, c_real = ref.lm_loss(lm, model(xv), prompt_ids,
+                                           *batch(tok, eos, texts[n_train:]))
+        _, s_shuf, _, c_shuf = ref.lm_loss(lm, model(xv), prompt_ids, *batch(tok, eos, shifted))
+    v_want, sh_want = float(s_real / c_real), float(s_shuf / c_shuf)
+
+    # ---- ctrain, 1 rank
+    r1 = os.path.join(d, "run1")
+    p = run(align_args(ctrain, cache, init, r1, lm_dir))
+    got = train_losses(r1)
+    worst = max(abs(a - b) for a, b in zip(got, want)) if got else float("inf")
+    print("stage 2, 1 rank: %d steps, max |loss ctrain - loss torch| = %.3g" % (len(got), worst))
+    for s, (a, b) in enumerate(zip(got, want)):
+        print("  step %2d  ctrain %.7f  torch %.7f" % (s + 1, a, b))
+    if len(got) != STEPS or not worst < 1e-4:
+        sys.stdout.write(p.stdout)
+        raise SystemExit("FAIL: losses differ")
+    with open(os.path.join(r1, "summary.json")) as f:
+        summ = json.load(f)
+    print("val_loss ctrain %.7f torch %.7f; shuffled_val_loss ctrain %.7f torch %.7f" % (
+        summ["val_loss"], v_want, summ["shuffled_val_loss"], sh_want))
+    if not (abs(summ["val_loss"] - v_want) < 1e-4 and
+            abs(summ["shuffled_val_loss"] - sh_want) < 1e-4):
+        raise SystemExit("FAIL: the evaluation differs from PyTorch's")
+    final = load_file(os.path.join(r1, "final.safetensors"))
+    for name, prm in model.state_dict().items():
+        if name.startswith("recon.") or name == "mask_token":
+            continue  # no gradient in stage 2
+        got_w, want_w = final[name], prm.detach().numpy()
+        if name.endswith("in_proj_bias"):  # the key bias: see temporal_train.py
+            c = got_w.shape[0] // 3
+            got_w = np.concatenate([got_w[:c], got_w[2 * c:]])
+            want_w = np.concatenate([want_w[:c], want_w[2 * c:]])
+        diff = float(np.abs(got_w - want_w).max())
+        if not diff < 1e-4:
+            raise SystemExit("FAIL: %s differs from PyTorch's by %.3g after %d steps" % (
+                name, diff, STEPS))
+    if any(k.startswith("model.") or k.startswith("lm_head") for k in final):
+        raise SystemExit("FAIL: the frozen LM's tensors are in the checkpoint")
+    print("stage 2, 1 rank: final weights within 1e-4 of PyTorch's; no LM tensor saved")
+
+    # ---- a stage-1 file (no projector) initialises the encoder
+    s1 = os.path.join(d, "stage1.safetensors")
+    save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()
+               if not k.startswith("projector.")}, s1)
+    r4 = os.path.join(d, "run4")
+    run(align_args(ctrain, cache, s1, r4, lm_dir, epochs=1) + ["--warmup_steps", "0"])
+    print("a stage-1 file as --state_dict_path: trained")
+
+    # ---- a kill and a resume under ctrun: the same final weights as the uninterrupted run
+    r3 = os.path.join(d, "run3")
+    p = run([ctrun, "--standalone", "--nproc_per_node", "1", "--max_restarts", "1",
+             "--inject", "kill:rank=0:at=step=12"] + align_args(ctrain, cache, init, r3, lm_dir),
+            check=False)
+    if p.returncode != 0 or "injected kill at step 12" not in p.stdout + p.stderr or \
+            "# resumed from" not in p.stdout:
+        sys.stdout.write(p.stdout)
+        sys.stderr.write(p.stderr)
+        raise SystemExit("FAIL: the run was not killed and resumed")
+    a = load_file(os.path.join(r1, "final.safetensors"))
+    b = load_file(os.path.join(r3, "final.safetensors"))
+    for name in a:
+        if not np.array_equal(a[name], b[name]):
+            raise SystemExit("FAIL: %s differs after the kill and resume" % name)
+    print("kill at step 12 and resume under ctrun: final weights bit-identical")
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
