@@ -12,7 +12,9 @@ the PyTorch 2.x interpreter:
   3. 20 optimizer steps of stage 2 in both, dropout 0, float32, one step per epoch (the batch is
      the whole training set): every step's loss equal within 1e-4, and the final evaluation's
      val_loss and shuffled_val_loss equal to PyTorch's lm_loss on the validation curves (each
-     description after its own curve, and after the next validation curve's);
+     description after its own curve, and after the next validation curve's); the same on 2
+     ranks under ctrun with 2 accumulated micro-batches per rank (the reference averages the
+     micro-batches' token means: ct_shard's permutation says which curves share one);
   4. a stage-1 checkpoint (no projector) as --state_dict_path: the encoder loads, training runs;
   5. a run under ctrun killed at step 12 (--inject) and restarted from its checkpoint: the
      resumed run ends with the uninterrupted run's final weights, bit for bit.
@@ -43,12 +45,12 @@ import temporal_curves  # noqa: E402
 import temporal_encoder_ddp as ref  # noqa: E402
 import ddp_common as dc  # noqa: E402
 from temporal_train import MODEL, N, S, VAL, STEPS, LR, WD, WARMUP, CLIP, SEED  # noqa: E402
-from temporal_train import run, train_losses, ctrain_args  # noqa: E402
+from temporal_train import run, train_losses, ctrain_args, philox_block, M32  # noqa: E402
 
 QWEN2_PAT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"""
              r"""[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 PROMPT = "Describe the curve:"
-MAX_TEXT = 12
+MAX_TEXT = 40
 LM_HIDDEN = 32
 
 
@@ -75,6 +77,31 @@ def make_lm(d, texts):
         p.requires_grad_(False)
     lm.eval()
     return tok, eos, lm
+
+
+def permutation(seed, epoch, n):
+    """ct_shard_permutation: Fisher-Yates from the top over stream (1 << 48) | epoch, positions
+    drawn by Lemire's method from consecutive 32-bit Philox words."""
+    stream, k = (1 << 48) | epoch, [0]
+
+    def u32():
+        w = philox_block(seed, stream, k[0] // 4)[k[0] % 4]
+        k[0] += 1
+        return w
+
+    def below(m):
+        x = u32() * m
+        if (x & M32) < m:
+            threshold = ((1 << 32) - m) % m
+            while (x & M32) < threshold:
+                x = u32() * m
+        return x >> 32
+
+    perm = list(range(n))
+    for i in range(n - 1, 0, -1):
+        j = below(i + 1)
+        perm[i], perm[j] = perm[j], perm[i]
+    return perm
 
 
 def batch(tok, eos, texts):
@@ -170,6 +197,43 @@ def main():
     if any(k.startswith("model.") or k.startswith("lm_head") for k in final):
         raise SystemExit("FAIL: the frozen LM's tensors are in the checkpoint")
     print("stage 2, 1 rank: final weights within 1e-4 of PyTorch's; no LM tensor saved")
+
+    # ---- 2 ranks under ctrun (CPU ring), 2 accumulated micro-batches of 4 curves per rank: the
+    # reference's loss is the mean of its 4 micro-batches' token means, so which curves share a
+    # micro-batch matters: rank r, micro-batch a takes positions [8r + 4a, 8r + 4a + 4) of the
+    # step's epoch permutation (ct_shard's order, reproduced here)
+    model2 = ref.TemporalModel(MODEL, S, LM_HIDDEN)
+    model2.load_state_dict({k: torch.from_numpy(v) for k, v in load_file(init).items()})
+    ref.set_stage(model2, "align")
+    opt = torch.optim.AdamW(model2.parameters(), lr=LR, weight_decay=WD)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, dc.warmup_cosine(WARMUP, STEPS))
+    model2.train()
+    want2 = []
+    for step in range(STEPS):
+        perm = permutation(SEED, step, n_train)
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for q in range(4):
+            idx = perm[4 * q: 4 * q + 4]
+            t_, m_ = batch(tok, eos, [texts[i] for i in idx])
+            loss = ref.lm_loss(lm, model2(x[idx]), prompt_ids, t_, m_)[0]
+            (loss / 4).backward()
+            total += loss.item() / 4
+        torch.nn.utils.clip_grad_norm_(model2.parameters(), CLIP)
+        opt.step()
+        sched.step()
+        want2.append(total)
+    r2 = os.path.join(d, "run2")
+    run([ctrun, "--standalone", "--nproc_per_node", "2", "--max_restarts", "0"] +
+        align_args(ctrain, cache, init, r2, lm_dir) + ["--batch_size", "8", "--grad_accum", "2"])
+    got2 = train_losses(r2)
+    worst2 = max(abs(a - b) for a, b in zip(got2, want2)) if got2 else float("inf")
+    print("stage 2, 2 ranks x 2 accumulated micro-batches: max |loss ctrain - loss torch| = %.3g"
+          % worst2)
+    if len(got2) != STEPS or not worst2 < 1e-4:
+        for s, (a, b) in enumerate(zip(got2, want2)):
+            print("  step %2d  ctrain %.7f  torch %.7f" % (s + 1, a, b))
+        raise SystemExit("FAIL: 2-rank losses differ")
 
     # ---- a stage-1 file (no projector) initialises the encoder
     s1 = os.path.join(d, "stage1.safetensors")
