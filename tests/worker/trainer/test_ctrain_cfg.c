@@ -507,7 +507,28 @@ static void test_temporal_flags(void)
     CT_ASSERT_STR_CONTAINS(eb.msg, "reads a curve cache folder");
     const char *align[] = {"--model", "temporal", "--dataset", dir, "--stage", "align"};
     CT_ASSERT_ERR(parse(&c, &eb, align, 6), CT_EPARSE);
-    CT_ASSERT_STR_CONTAINS(eb.msg, "--stage");
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--stage align: needs --lm_dir");
+    const char *align_lm[] = {
+        "--model",           "temporal", "--dataset",           dir, "--stage",  "align",
+        "--lm_dir",          dir,        "--num_soft_tokens",   "3", "--prompt", "Say:",
+        "--max_text_tokens", "20",       "--grad_checkpointing"};
+    CT_ASSERT_OK(parse(&c, &eb, align_lm, 15));
+    CT_ASSERT(c.stage == 1 && c.num_soft_tokens == 3 && c.max_text_tokens == 20);
+    CT_ASSERT(c.grad_checkpointing && strcmp(c.prompt, "Say:") == 0);
+    j = ctrain_cfg_to_json(&c);
+    CT_ASSERT_STR_EQ(json_string_value(json_object_get(j, "stage")), "align");
+    json_decref(j);
+    /* stage reconstruct ignores the LM's flags: one YAML serves both stages */
+    const char *recon_lm[] = {"--model", "temporal", "--dataset", dir, "--lm_dir", dir};
+    CT_ASSERT_OK(parse(&c, &eb, recon_lm, 6));
+    CT_ASSERT(c.stage == 0);
+    const char *align_bad[] = {"--model", "temporal", "--dataset", dir,
+                               "--stage", "align",    "--lm_dir",  "/nonexistent/lm"};
+    CT_ASSERT_ERR(parse(&c, &eb, align_bad, 8), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--lm_dir: \"/nonexistent/lm\" is not a folder");
+    const char *stage_bad[] = {"--model", "temporal", "--dataset", dir, "--stage", "both"};
+    CT_ASSERT_ERR(parse(&c, &eb, stage_bad, 6), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "reconstruct, align");
     unlink(yml);
     unlink(bad);
     unlink(wrong);
