@@ -613,14 +613,26 @@ static void ctrain_temporal_task__header(ctrain_trainer_t *t)
            CT_VERSION, s->spec.stage == 1 ? "align" : "reconstruct", s->n, s->P, c->hidden_units,
            c->num_blocks, c->num_heads, c->ff_dim, c->dropout_rate, t->model->num_params,
            c->weight_decay);
-    printf("# data: %s: %lld curves of %d points; %lld train, %lld validation (the last); %d of "
-           "%d patches masked per curve\n",
-           s->path, (long long)s->n_curves, s->S, (long long)s->n_train, (long long)s->n_val, s->k,
-           s->n);
+    if (s->spec.stage == 1)
+        printf("# data: %s: %lld curves of %d points and their descriptions; %lld train, %lld "
+               "validation (the last); nothing masked\n",
+               s->path, (long long)s->n_curves, s->S, (long long)s->n_train, (long long)s->n_val);
+    else
+        printf("# data: %s: %lld curves of %d points; %lld train, %lld validation (the last); %d "
+               "of %d patches masked per curve\n",
+               s->path, (long long)s->n_curves, s->S, (long long)s->n_train, (long long)s->n_val,
+               s->k, s->n);
     ctrain_out_training_line(t, "curves");
-    printf("# evaluation every %d epoch%s: mean squared error over the masked patches of the "
-           "validation curves (val_loss); best checkpoint = lowest val_loss\n",
-           c->eval_every, c->eval_every == 1 ? "" : "s");
+    if (s->spec.stage == 1)
+        printf("# evaluation every %d epoch%s: the validation descriptions' token cross-entropy "
+               "after their own curves (val_loss) and after another's (shuffled_val_loss, the "
+               "reference column); best checkpoint = lowest val_loss\n",
+               c->eval_every, c->eval_every == 1 ? "" : "s");
+    else
+        printf("# evaluation every %d epoch%s: mean squared error over the masked patches of the "
+               "validation curves (val_loss) and the mean-of-visible-patches predictor's "
+               "(baseline_val_loss, the reference column); best checkpoint = lowest val_loss\n",
+               c->eval_every, c->eval_every == 1 ? "" : "s");
     fflush(stdout);
 }
 
@@ -860,7 +872,7 @@ static void ctrain_temporal_task__row_out(int64_t epoch, int64_t step, double lo
                                           const ctrain_result_t *r)
 {
     if (r == NULL) {
-        printf("#  epoch      step train_loss   points/s   val_loss   baseline\n");
+        printf("#  epoch      step train_loss   points/s   val_loss  reference\n");
         fflush(stdout);
         return;
     }
