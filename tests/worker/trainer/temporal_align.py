@@ -15,6 +15,8 @@ the PyTorch 2.x interpreter:
      description after its own curve, and after the next validation curve's); the same on 2
      ranks under ctrun with 2 accumulated micro-batches per rank (the reference averages the
      micro-batches' token means: ct_shard's permutation says which curves share one);
+  3b. --inference_only of the final weights: the same val_loss and shuffled_val_loss;
+      --grad_checkpointing: the same losses bit for bit;
   4. a stage-1 checkpoint (no projector) as --state_dict_path: the encoder loads, training runs;
   5. a run under ctrun killed at step 12 (--inject) and restarted from its checkpoint: the
      resumed run ends with the uninterrupted run's final weights, bit for bit.
@@ -197,6 +199,23 @@ def main():
     if any(k.startswith("model.") or k.startswith("lm_head") for k in final):
         raise SystemExit("FAIL: the frozen LM's tensors are in the checkpoint")
     print("stage 2, 1 rank: final weights within 1e-4 of PyTorch's; no LM tensor saved")
+    p = run([ctrain] + align_args(ctrain, cache, os.path.join(r1, "final.safetensors"),
+                                  os.path.join(d, "infer"), lm_dir)[1:] + ["--inference_only"])
+    inf = json.loads(p.stdout.split("# summary: ")[1].splitlines()[0])
+    if inf["val_loss"] != summ["val_loss"] or \
+            inf["shuffled_val_loss"] != summ["shuffled_val_loss"]:
+        raise SystemExit("FAIL: --inference_only gives %r, training's last evaluation %r" % (
+            inf, summ))
+    print("--inference_only of final.safetensors: the same val_loss and shuffled_val_loss")
+
+    # ---- --grad_checkpointing (the LM's blocks recomputed in the backward): the same losses
+    rg = os.path.join(d, "run_gc")
+    run(align_args(ctrain, cache, init, rg, lm_dir) + ["--grad_checkpointing"])
+    got_gc = train_losses(rg)
+    if got_gc != got:
+        raise SystemExit("FAIL: --grad_checkpointing changes the losses: %r vs %r" % (
+            got_gc, got))
+    print("--grad_checkpointing: the same losses, bit for bit")
 
     # ---- 2 ranks under ctrun (CPU ring), 2 accumulated micro-batches of 4 curves per rank: the
     # reference's loss is the mean of its 4 micro-batches' token means, so which curves share a
@@ -239,9 +258,15 @@ def main():
     s1 = os.path.join(d, "stage1.safetensors")
     save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()
                if not k.startswith("projector.")}, s1)
-    r4 = os.path.join(d, "run4")
-    run(align_args(ctrain, cache, s1, r4, lm_dir, epochs=1) + ["--warmup_steps", "0"])
-    print("a stage-1 file as --state_dict_path: trained")
+    r4 = os.path.join(d, "run4")  # lr 1e-30: every step moves the weights by less than an ulp
+    run(align_args(ctrain, cache, s1, r4, lm_dir, epochs=1) + ["--lr", "1e-30"])
+    w4, w1 = load_file(os.path.join(r4, "final.safetensors")), load_file(s1)
+    for name in w1:
+        if not np.array_equal(w4[name], w1[name]):
+            raise SystemExit("FAIL: %s of the stage-1 file did not load" % name)
+    if not any(k.startswith("projector.") for k in w4):
+        raise SystemExit("FAIL: no projector in the stage-2 checkpoint")
+    print("a stage-1 file as --state_dict_path: the encoder loads, the projector is initialised")
 
     # ---- a kill and a resume under ctrun: the same final weights as the uninterrupted run
     r3 = os.path.join(d, "run3")
