@@ -17,6 +17,7 @@ the PyTorch 2.x interpreter:
      micro-batches' token means: ct_shard's permutation says which curves share one);
   3b. --inference_only of the final weights: the same val_loss and shuffled_val_loss;
       --grad_checkpointing: the same losses bit for bit;
+  3c. the same 20 steps through a tiny GPT-2 (ctrain's other LM architecture);
   4. a stage-1 checkpoint (no projector) as --state_dict_path: the encoder loads, training runs;
   5. a run under ctrun killed at step 12 (--inject) and restarted from its checkpoint: the
      resumed run ends with the uninterrupted run's final weights, bit for bit.
@@ -253,6 +254,40 @@ def main():
         for s, (a, b) in enumerate(zip(got2, want2)):
             print("  step %2d  ctrain %.7f  torch %.7f" % (s + 1, a, b))
         raise SystemExit("FAIL: 2-rank losses differ")
+
+    # ---- a GPT-2 LM (its position table added to the rows' embeddings): 20 steps, 1 rank
+    g_dir = os.path.join(d, "gpt2")
+    torch.manual_seed(6)
+    g_lm = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=tok.get_vocab_size(), n_positions=64, n_embd=LM_HIDDEN, n_layer=2, n_head=4,
+        bos_token_id=eos, eos_token_id=eos, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    g_lm.save_pretrained(g_dir)
+    tok.save(os.path.join(g_dir, "tokenizer.json"))
+    for prm in g_lm.parameters():
+        prm.requires_grad_(False)
+    g_lm.eval()
+    model3 = ref.TemporalModel(MODEL, S, LM_HIDDEN)
+    model3.load_state_dict({k: torch.from_numpy(v) for k, v in load_file(init).items()})
+    ref.set_stage(model3, "align")
+    opt = torch.optim.AdamW(model3.parameters(), lr=LR, weight_decay=WD)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, dc.warmup_cosine(WARMUP, STEPS))
+    model3.train()
+    want3 = []
+    for step in range(STEPS):
+        loss = ref.lm_loss(g_lm, model3(x), prompt_ids, text, tmask)[0]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model3.parameters(), CLIP)
+        opt.step()
+        sched.step()
+        want3.append(loss.item())
+    r5 = os.path.join(d, "run_gpt2")
+    run(align_args(ctrain, cache, init, r5, g_dir))
+    got3 = train_losses(r5)
+    worst3 = max(abs(a - b) for a, b in zip(got3, want3)) if got3 else float("inf")
+    print("stage 2 through GPT-2, 1 rank: max |loss ctrain - loss torch| = %.3g" % worst3)
+    if len(got3) != STEPS or not worst3 < 1e-4:
+        raise SystemExit("FAIL: GPT-2 losses differ")
 
     # ---- a stage-1 file (no projector) initialises the encoder
     s1 = os.path.join(d, "stage1.safetensors")
