@@ -26,6 +26,7 @@ Exits 77 when torch, numpy, safetensors, yaml, transformers or tokenizers is mis
 """
 import json
 import os
+import shutil
 import sys
 
 try:
@@ -302,6 +303,21 @@ def main():
     if not any(k.startswith("projector.") for k in w4):
         raise SystemExit("FAIL: no projector in the stage-2 checkpoint")
     print("a stage-1 file as --state_dict_path: the encoder loads, the projector is initialised")
+
+    # ---- bad input: one line naming what is wrong, no crash
+    bare = os.path.join(d, "bare")
+    shutil.copytree(cache, bare)
+    os.unlink(os.path.join(bare, "descriptions.jsonl"))
+    p = run(align_args(ctrain, bare, init, os.path.join(d, "bad1"), lm_dir), check=False)
+    if p.returncode == 0 or "descriptions.jsonl" not in p.stderr:
+        raise SystemExit("FAIL: a cache without descriptions: exit %d, %r" % (
+            p.returncode, p.stderr))
+    p = run(align_args(ctrain, cache, init, os.path.join(d, "bad2"), lm_dir) +
+            ["--max_text_tokens", "100"], check=False)
+    if p.returncode == 0 or "over the 64 positions" not in p.stderr:
+        raise SystemExit("FAIL: rows longer than the LM's positions: exit %d, %r" % (
+            p.returncode, p.stderr))
+    print("a cache without descriptions, rows over the LM's positions: one-line errors")
 
     # ---- a kill and a resume under ctrun: the same final weights as the uninterrupted run
     r3 = os.path.join(d, "run3")
