@@ -68,6 +68,8 @@ void ctrain_cfg_default(ctrain_cfg_t *c)
     c->weight_decay = 0.01;
     c->lr_floor = 0.0;
     c->num_soft_tokens = 8;
+    c->yaml_epochs = -1;
+    c->yaml_reconstruct_epochs = -1;
     c->max_text_tokens = 48;
     snprintf(c->prompt, sizeof c->prompt, "Describe the curve:");
     ctrain_train_model_defaults(c);
@@ -575,6 +577,19 @@ static int ctrain_cfg__check_temporal(ctrain_cfg_t *c, ct_errbuf_t *eb)
         c->lr_schedule = CTRAIN_LR_COSINE;
     if (!c->set_lr_floor)
         c->lr_floor = 0.05;
+    /* the reference's epochs after its reconstruct_epochs are stage 2's */
+    if (c->stage == 1 && !c->cli_epochs && c->yaml_epochs >= 0) {
+        const int rest =
+            c->yaml_epochs - (c->yaml_reconstruct_epochs >= 0 ? c->yaml_reconstruct_epochs
+                                                              : 3 /* the reference's default */);
+        if (rest < 1)
+            return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                                 "--config: training.num_epochs %d leaves no epoch of stage align "
+                                 "after training.reconstruct_epochs (give --num_epochs)",
+                                 c->yaml_epochs);
+        c->num_epochs = rest;
+        c->set_epochs = true;
+    }
     if (c->stage == 1 && c->lm_dir[0] == '\0')
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--stage align: needs --lm_dir (the frozen Qwen2 or GPT-2 folder: "
@@ -751,7 +766,7 @@ static const struct ctrain_cfg__ykey {
     {"lm", "prompt", CT__Y_STR, "prompt"},
     {"lm", "max_text_tokens", CT__Y_INT, "max_text_tokens"},
     {"lm", "gradient_checkpointing", CT__Y_BOOL, "grad_checkpointing"},
-    {"training", "num_epochs", CT__Y_INT, NULL},
+    {"training", "num_epochs", CT__Y_INT, NULL}, /* stage align: minus reconstruct_epochs */
     {"training", "reconstruct_epochs", CT__Y_INT, "num_epochs"}, /* stage reconstruct's epochs */
     {"training", "learning_rate", CT__Y_NUM, "lr"},
     {"training", "weight_decay", CT__Y_NUM, "weight_decay"},
@@ -802,6 +817,12 @@ static int ctrain_cfg__yleaf(void *ctx, const char *sec, const char *key, const 
                              : kind == CTRAIN_YAML_NULL ? "null"
                                                         : "a list or mapping",
                              tname[y->type]);
+    if (y->type == CT__Y_INT && kind != CTRAIN_YAML_NULL && strcmp(sec, "training") == 0) {
+        if (strcmp(key, "num_epochs") == 0)
+            c->yaml_epochs = iv;
+        else if (strcmp(key, "reconstruct_epochs") == 0)
+            c->yaml_reconstruct_epochs = iv;
+    }
     if (!y->flag || kind == CTRAIN_YAML_NULL)
         return 0;
     char buf[64];
@@ -844,6 +865,8 @@ int ctrain_args_parse(ctrain_cfg_t *c, int argc, char **argv, ctrain_args_action
     int rc0 = ctrain_cfg__config(c, argc, argv, eb);
     if (rc0 != 0)
         return rc0;
+    const bool yaml_set_epochs = c->set_epochs;
+    c->set_epochs = false; /* from here: whether the command line gives --num_epochs */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
@@ -884,6 +907,8 @@ int ctrain_args_parse(ctrain_cfg_t *c, int argc, char **argv, ctrain_args_action
         if (rc != 0)
             return ct_errbuf_wrap(eb, rc, "--%s", f->name);
     }
+    c->cli_epochs = c->set_epochs;
+    c->set_epochs |= yaml_set_epochs;
     return ctrain_cfg__check(c, eb);
 }
 
