@@ -67,6 +67,11 @@ void ctrain_cfg_default(ctrain_cfg_t *c)
     c->val_fraction = 0.1;
     c->weight_decay = 0.01;
     c->lr_floor = 0.0;
+    c->num_soft_tokens = 8;
+    c->yaml_epochs = -1;
+    c->yaml_reconstruct_epochs = -1;
+    c->max_text_tokens = 48;
+    snprintf(c->prompt, sizeof c->prompt, "Describe the curve:");
     ctrain_train_model_defaults(c);
 }
 
@@ -161,8 +166,18 @@ static const ctrain_cfg__flag_t ctrain_cfg__flags[] = {
      "block again in the backward (less memory, about 15% more time; the same gradients)"},
     {"config", CT__PATH, CT__OFF(config), 0, 0,
      "FILE  --model temporal: the reference's YAML configuration (flags override its keys)"},
-    {"stage", CT__ENUM, CT__OFF(model), 0, 0,
-     "reconstruct  --model temporal: the training stage (masked-patch reconstruction)"},
+    {"stage", CT__ENUM, CT__OFF(stage), 0, 0,
+     "reconstruct|align  --model temporal: the training stage (masked-patch reconstruction; "
+     "align: the curve's soft tokens into the frozen --lm_dir, cross-entropy on its "
+     "description)"},
+    {"num_soft_tokens", CT__INT, CT__OFF(num_soft_tokens), 1, 1024,
+     "K  --model temporal --stage align: soft tokens per curve (default 8)"},
+    {"max_text_tokens", CT__INT, CT__OFF(max_text_tokens), 2, 4096,
+     "N  --model temporal --stage align: a description's tokens, end-of-text included "
+     "(default 48)"},
+    {"prompt", CT__PATH, CT__OFF(prompt), 0, 0,
+     "TEXT  --model temporal --stage align: the prompt after the soft tokens (default "
+     "\"Describe the curve:\")"},
     {"patch_len", CT__INT, CT__OFF(patch_len), 1, 4096,
      "P  --model temporal: points per patch (default 16)"},
     {"ff_dim", CT__INT, CT__OFF(ff_dim), 1, 1 << 20,
@@ -311,8 +326,10 @@ static int ctrain_cfg__set_enum(ctrain_cfg_t *c, const ctrain_cfg__flag_t *f, co
     if (strcmp(f->name, "data_format") == 0) {
         return ctrain_data_parse_format(v, &c->data_format, eb);
     } else if (strcmp(f->name, "stage") == 0) {
-        static const char *const w[] = {"reconstruct"};
-        return ctrain_cfg__enum(v, w, 1, &k, eb);
+        static const char *const w[] = {"reconstruct", "align"};
+        if ((rc = ctrain_cfg__enum(v, w, 2, &k, eb)) == 0)
+            c->stage = k;
+        return rc;
     } else if (strcmp(f->name, "layout") == 0) {
         rc = ctrain_layout_parse(v, &c->layout, eb);
         c->set_layout = rc == 0;
@@ -488,6 +505,19 @@ static int ctrain_cfg__check_lm(const ctrain_cfg_t *c, ct_errbuf_t *eb)
                           : c->freeze[0]       ? "--freeze"
                           : c->grad_checkpointing ? "--grad_checkpointing"
                                                   : NULL;
+    if (c->model == CTRAIN_MODEL_TEMPORAL) {
+        if (c->stage != 1)
+            return 0; /* stage reconstruct has no LM: one YAML serves both stages */
+        if (c->eval_dataset[0] || c->save_hf[0] || c->freeze[0])
+            return ct_errbuf_set(eb, CT_EPARSE, "%s: not a flag of --model temporal",
+                                 c->eval_dataset[0] ? "--eval_dataset"
+                                 : c->save_hf[0]    ? "--save_hf"
+                                                    : "--freeze");
+        struct stat tst;
+        if (stat(c->lm_dir, &tst) != 0 || !S_ISDIR(tst.st_mode))
+            return ct_errbuf_set(eb, CT_EPARSE, "--lm_dir: \"%.200s\" is not a folder", c->lm_dir);
+        return 0;
+    }
     if (c->model == CTRAIN_MODEL_GPT2REC && lm_flag && strcmp(lm_flag, "--lm_dir") == 0 &&
         !c->grad_checkpointing) {
         struct stat gst;
@@ -547,6 +577,23 @@ static int ctrain_cfg__check_temporal(ctrain_cfg_t *c, ct_errbuf_t *eb)
         c->lr_schedule = CTRAIN_LR_COSINE;
     if (!c->set_lr_floor)
         c->lr_floor = 0.05;
+    /* the reference's epochs after its reconstruct_epochs are stage 2's */
+    if (c->stage == 1 && !c->cli_epochs && c->yaml_epochs >= 0) {
+        const int rest =
+            c->yaml_epochs - (c->yaml_reconstruct_epochs >= 0 ? c->yaml_reconstruct_epochs
+                                                              : 3 /* the reference's default */);
+        if (rest < 1)
+            return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                                 "--config: training.num_epochs %d leaves no epoch of stage align "
+                                 "after training.reconstruct_epochs (give --num_epochs)",
+                                 c->yaml_epochs);
+        c->num_epochs = rest;
+        c->set_epochs = true;
+    }
+    if (c->stage == 1 && c->lm_dir[0] == '\0')
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--stage align: needs --lm_dir (the frozen Qwen2 or GPT-2 folder: "
+                             "config.json, weights, tokenizer)");
     if (strncmp(c->dataset, "synthetic", 9) == 0)
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--dataset: --model temporal reads a curve cache folder (meta.json, "
@@ -704,10 +751,10 @@ static const struct ctrain_cfg__ykey {
     {"model", "num_heads", CT__Y_INT, "num_heads"},
     {"model", "ff_dim", CT__Y_INT, "ff_dim"},
     {"model", "dropout", CT__Y_NUM, "dropout_rate"},
-    {"model", "num_soft_tokens", CT__Y_INT, NULL},
+    {"model", "num_soft_tokens", CT__Y_INT, "num_soft_tokens"},
     {"model", "mask_ratio", CT__Y_NUM, "mask_ratio"},
     {"model", "gradient_checkpointing", CT__Y_BOOL, NULL},
-    {"lm", "path", CT__Y_PATH, NULL},
+    {"lm", "path", CT__Y_PATH, "lm_dir"},
     {"lm", "dtype", CT__Y_STR, NULL},
     {"lm", "hidden_size", CT__Y_INT, NULL},
     {"lm", "num_layers", CT__Y_INT, NULL},
@@ -716,10 +763,10 @@ static const struct ctrain_cfg__ykey {
     {"lm", "intermediate_size", CT__Y_INT, NULL},
     {"lm", "seed", CT__Y_INT, NULL},
     {"lm", "pretrain_steps", CT__Y_INT, NULL},
-    {"lm", "prompt", CT__Y_STR, NULL},
-    {"lm", "max_text_tokens", CT__Y_INT, NULL},
-    {"lm", "gradient_checkpointing", CT__Y_BOOL, NULL},
-    {"training", "num_epochs", CT__Y_INT, NULL},
+    {"lm", "prompt", CT__Y_STR, "prompt"},
+    {"lm", "max_text_tokens", CT__Y_INT, "max_text_tokens"},
+    {"lm", "gradient_checkpointing", CT__Y_BOOL, "grad_checkpointing"},
+    {"training", "num_epochs", CT__Y_INT, NULL}, /* stage align: minus reconstruct_epochs */
     {"training", "reconstruct_epochs", CT__Y_INT, "num_epochs"}, /* stage reconstruct's epochs */
     {"training", "learning_rate", CT__Y_NUM, "lr"},
     {"training", "weight_decay", CT__Y_NUM, "weight_decay"},
@@ -770,6 +817,12 @@ static int ctrain_cfg__yleaf(void *ctx, const char *sec, const char *key, const 
                              : kind == CTRAIN_YAML_NULL ? "null"
                                                         : "a list or mapping",
                              tname[y->type]);
+    if (y->type == CT__Y_INT && kind != CTRAIN_YAML_NULL && strcmp(sec, "training") == 0) {
+        if (strcmp(key, "num_epochs") == 0)
+            c->yaml_epochs = iv;
+        else if (strcmp(key, "reconstruct_epochs") == 0)
+            c->yaml_reconstruct_epochs = iv;
+    }
     if (!y->flag || kind == CTRAIN_YAML_NULL)
         return 0;
     char buf[64];
@@ -812,6 +865,8 @@ int ctrain_args_parse(ctrain_cfg_t *c, int argc, char **argv, ctrain_args_action
     int rc0 = ctrain_cfg__config(c, argc, argv, eb);
     if (rc0 != 0)
         return rc0;
+    const bool yaml_set_epochs = c->set_epochs;
+    c->set_epochs = false; /* from here: whether the command line gives --num_epochs */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
@@ -852,6 +907,8 @@ int ctrain_args_parse(ctrain_cfg_t *c, int argc, char **argv, ctrain_args_action
         if (rc != 0)
             return ct_errbuf_wrap(eb, rc, "--%s", f->name);
     }
+    c->cli_epochs = c->set_epochs;
+    c->set_epochs |= yaml_set_epochs;
     return ctrain_cfg__check(c, eb);
 }
 
@@ -927,7 +984,12 @@ json_t *ctrain_cfg_to_json(const ctrain_cfg_t *c)
     if (c->model == CTRAIN_MODEL_TEMPORAL) {
         if (c->config[0] != '\0')
             json_object_set_new(o, "config", json_string(c->config));
-        json_object_set_new(o, "stage", json_string("reconstruct"));
+        json_object_set_new(o, "stage", json_string(c->stage ? "align" : "reconstruct"));
+        if (c->stage == 1) {
+            json_object_set_new(o, "num_soft_tokens", json_integer(c->num_soft_tokens));
+            json_object_set_new(o, "max_text_tokens", json_integer(c->max_text_tokens));
+            json_object_set_new(o, "prompt", json_string(c->prompt));
+        }
         json_object_set_new(o, "patch_len", json_integer(c->patch_len));
         json_object_set_new(o, "ff_dim", json_integer(c->ff_dim));
         json_object_set_new(o, "mask_ratio", json_real(c->mask_ratio));

@@ -121,6 +121,12 @@ typedef struct ctrain_cfg {
     int patch_len, ff_dim;
     double mask_ratio, val_fraction, weight_decay;
     double lr_floor; /* the cosine schedule decays to lr * lr_floor (0: to 0) */
+    int stage;       /* 0 reconstruct, 1 align (soft tokens into the frozen --lm_dir) */
+    int num_soft_tokens, max_text_tokens;     /* align: K soft tokens; description tokens + eos */
+    int yaml_epochs, yaml_reconstruct_epochs; /* --config's training.num_epochs and
+                                                 reconstruct_epochs, -1 when absent */
+    bool cli_epochs;                          /* --num_epochs was given on the command line */
+    char prompt[CTRAIN_TRAIN_PATH_MAX]; /* align: the text between soft tokens and description */
     /* which model flags were given (inference adopts a checkpoint's values for the others) */
     bool set_maxlen, set_hidden, set_blocks, set_heads, set_layout;
     bool set_model, set_mhc, set_time_span, set_l2, set_epochs, set_num_negatives;

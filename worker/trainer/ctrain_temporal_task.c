@@ -1,6 +1,6 @@
 /*
- * ctrain_temporal_task.c - the trainer's task for --model temporal --stage reconstruct
- * (ctrain_train_internal.h): the curve cache (--dataset DIR, the folder
+ * ctrain_temporal_task.c - the trainer's task for --model temporal (ctrain_train_internal.h),
+ * --stage reconstruct and --stage align: the curve cache (--dataset DIR, the folder
  * examples/pytorch/pregenerate_temporal_data.py writes: meta.json, curves.npy float32 (N, S)),
  * its split (the last max(1, floor(N * val_fraction)) curves validate), each curve normalised
  * by its mean and unbiased standard deviation + 1e-5 as the reference does, the patch masks,
@@ -23,7 +23,15 @@
  * one. Evaluation splits the validation curves over ranks in contiguous blocks; the W partial
  * sums are added in rank order on every rank.
  *
- * Not here: the model (models/temporal/ctrain_temporal.c), the loop.
+ * --stage align also reads the cache's descriptions.jsonl ({"i", "text"} per line), tokenized by
+ * --lm_dir's tokenizer without special tokens, cut to --max_text_tokens - 1 and ended by
+ * config.json's eos_token_id (the reference's Collate with HFTokenizer), tokenizes --prompt, and
+ * opens the LM frozen (its weights are not in the checkpoints). Nothing is masked. A stage-1
+ * file as --state_dict_path (no projector.* tensors) initialises the encoder; the projector
+ * keeps its initialisation. Evaluation: val_loss (the validation descriptions' mean token
+ * cross-entropy after their curves) and shuffled_val_loss (see ctrain_temporal_task__eval_align).
+ *
+ * Not here: the model (models/temporal/ctrain_temporal.c), the LM, the loop.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +46,9 @@
 #include "ct_fs.h"
 #include "ct_log.h"
 #include "ct_time.h"
+#include "ctrain_lm.h"
+#include "ctrain_lm_cfg.h"
+#include "ctrain_lm_tok.h"
 #include "ctrain_temporal.h"
 #include "ctrain_train.h"
 #include "ctrain_train_internal.h"
@@ -53,6 +64,13 @@ typedef struct ctrain_temporal_task__state {
     bool csv;            /* --dataset is a CSV file of curves to embed (--inference_only) */
     float *patches;      /* (n_curves, S) normalised */
     int32_t *ids, *mask; /* evaluation rows, (micro, n) */
+    /* --stage align */
+    ctrain_lm_cfg_t lmcfg;
+    ctrain_lm_t *lm;
+    int32_t *text, *text_len, *prompt, *tgt;
+    int n_prompt, L; /* L: the longest row, K + prompt + max_text_tokens */
+    float *embeds, *dembeds;
+    int32_t *etext; /* evaluation rows' descriptions, (micro) */
 } ctrain_temporal_task__state_t;
 
 /* ---- the cache ------------------------------------------------------------------------------- */
@@ -253,6 +271,180 @@ static void ctrain_temporal_task__draw_mask(int32_t *mask, int n, int k, uint64_
     }
 }
 
+/* ---- --stage align: the descriptions and the frozen LM --------------------------------------- */
+
+/* config.json's eos_token_id (the first of a list) into *eos. */
+static int ctrain_temporal_task__eos(const char *dir, int32_t *eos, ct_errbuf_t *eb)
+{
+    char path[CTRAIN_TRAIN_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    if (!o)
+        return ct_errbuf_set(eb, CT_EFORMAT, "%s: %s", path, je.text);
+    json_t *e = json_object_get(o, "eos_token_id");
+    if (json_is_array(e))
+        e = json_array_get(e, 0);
+    int rc = 0;
+    if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT32_MAX)
+        rc = ct_errbuf_set(eb, CT_EFORMAT,
+                           "%s: needs eos_token_id (the token that ends every description)", path);
+    else
+        *eos = (int32_t)json_integer_value(e);
+    json_decref(o);
+    return rc;
+}
+
+/* dir/descriptions.jsonl ({"i": i, "text": ...} per line, in order) tokenized by --lm_dir's
+ * tokenizer as the reference's HFTokenizer (no special tokens), cut to max_text_tokens - 1 and
+ * ended by eos; the prompt's ids. */
+static int ctrain_temporal_task__texts(ctrain_temporal_task__state_t *s, const ctrain_cfg_t *c,
+                                       ct_errbuf_t *eb)
+{
+    int32_t eos = 0;
+    int rc = ctrain_temporal_task__eos(c->lm_dir, &eos, eb);
+    if (rc != 0)
+        return ct_errbuf_wrap(eb, rc, "--lm_dir");
+    if ((rc = ctrain_lm_cfg_read(c->lm_dir, &s->lmcfg, eb)) != 0)
+        return ct_errbuf_wrap(eb, rc, "--lm_dir");
+    ctrain_lm_tok_t *tok = NULL;
+    if ((rc = ctrain_lm_tok_load(&tok, c->lm_dir, eb)) != 0)
+        return ct_errbuf_wrap(eb, rc, "--lm_dir");
+    const int cap = c->max_text_tokens;
+    char path[CTRAIN_TRAIN_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/descriptions.jsonl", c->dataset);
+    FILE *f = fopen(path, "r");
+    ctrain_lm_ids_t ids = {0};
+    char *line = NULL;
+    size_t lcap = 0;
+    int64_t i = 0;
+    s->text = malloc((size_t)s->n_curves * (size_t)cap * sizeof *s->text);
+    s->text_len = malloc((size_t)s->n_curves * sizeof *s->text_len);
+    if (!f) {
+        rc = ct_errbuf_set(eb, -errno, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (!s->text || !s->text_len) {
+        rc = ct_errbuf_set(eb, -ENOMEM, "out of memory for the descriptions");
+        goto out;
+    }
+    while (i < s->n_curves && getline(&line, &lcap, f) >= 0) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        json_t *txt = o ? json_object_get(o, "text") : NULL;
+        if (!json_is_string(txt)) {
+            json_decref(o);
+            rc = ct_errbuf_set(eb, CT_EFORMAT, "%s:%lld: not a {\"i\": ..., \"text\": ...} line",
+                               path, (long long)i + 1);
+            goto out;
+        }
+        ids.n = 0;
+        ct_errbuf_t teb;
+        rc = ctrain_lm_tok_encode(tok, json_string_value(txt), json_string_length(txt), &ids, &teb);
+        json_decref(o);
+        if (rc != 0) {
+            rc = ct_errbuf_set(eb, rc, "%s:%lld: %s", path, (long long)i + 1, teb.msg);
+            goto out;
+        }
+        int32_t *row = s->text + (size_t)i * cap;
+        const int len = ids.n < (size_t)cap - 1 ? (int)ids.n : cap - 1;
+        for (int j = 0; j < cap; j++)
+            row[j] = j < len ? ids.ids[j] : j == len ? eos : 0;
+        s->text_len[i] = len + 1;
+        for (int j = 0; j <= len; j++)
+            if (row[j] >= s->lmcfg.vocab) {
+                rc = ct_errbuf_set(eb, CT_EFORMAT,
+                                   "%s:%lld: token id %d is outside the vocabulary of %d of "
+                                   "--lm_dir",
+                                   path, (long long)i + 1, row[j], s->lmcfg.vocab);
+                goto out;
+            }
+        i++;
+    }
+    if (i < s->n_curves) {
+        rc = ct_errbuf_set(eb, CT_EFORMAT, "%s: %lld descriptions, meta.json says %lld curves",
+                           path, (long long)i, (long long)s->n_curves);
+        goto out;
+    }
+    ids.n = 0;
+    if ((rc = ctrain_lm_tok_encode(tok, c->prompt, strlen(c->prompt), &ids, eb)) != 0) {
+        rc = ct_errbuf_wrap(eb, rc, "--prompt");
+        goto out;
+    }
+    s->n_prompt = (int)ids.n;
+    s->prompt = malloc((ids.n + 1) * sizeof *s->prompt);
+    if (!s->prompt) {
+        rc = ct_errbuf_set(eb, -ENOMEM, "out of memory");
+        goto out;
+    }
+    if (ids.n)
+        memcpy(s->prompt, ids.ids, ids.n * sizeof *s->prompt);
+    s->L = c->num_soft_tokens + s->n_prompt + cap;
+    if (s->L > s->lmcfg.max_pos)
+        rc = ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                           "--max_text_tokens %d: %d soft tokens + %d prompt tokens + %d are "
+                           "over the %d positions of --lm_dir",
+                           cap, c->num_soft_tokens, s->n_prompt, cap, s->lmcfg.max_pos);
+out:
+    if (f)
+        fclose(f);
+    free(line);
+    ctrain_lm_ids_free(&ids);
+    ctrain_lm_tok_destroy(tok);
+    return rc;
+}
+
+/* The frozen LM (its own buffers; no gradient is written) and the rows' scratch. */
+static int ctrain_temporal_task__open_lm(ctrain_trainer_t *t, ct_errbuf_t *eb)
+{
+    const ctrain_cfg_t *c = t->cfg;
+    ctrain_temporal_task__state_t *s = t->task_state;
+    const ctrain_lm_opts_t opts = {.recompute = c->grad_checkpointing};
+    int rc = ctrain_lm_open_opts(&s->lm, c->lm_dir, &t->ops, t->micro * s->L, s->L, &opts, eb);
+    if (rc == 0)
+        rc = ctrain_lm_freeze(s->lm, "", true, eb);
+    if (rc != 0)
+        return ct_errbuf_wrap(eb, rc, "--lm_dir");
+    const size_t cells = (size_t)t->micro * (size_t)s->L;
+    s->tgt = malloc(cells * sizeof *s->tgt);
+    s->embeds = malloc(cells * (size_t)s->lmcfg.hidden * sizeof *s->embeds);
+    s->dembeds = malloc(cells * (size_t)s->lmcfg.hidden * sizeof *s->dembeds);
+    if (!s->tgt || !s->embeds || !s->dembeds)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the LM's inputs");
+    s->spec.lm = s->lm;
+    s->spec.tgt = s->tgt;
+    s->spec.embeds = s->embeds;
+    s->spec.dembeds = s->dembeds;
+    return 0;
+}
+
+/* --state_dict_path: a file with the projector's tensors loads whole; a stage-1 file (without
+ * them) initialises the encoder and leaves the projector as initialised. */
+static int ctrain_temporal_task__load(ctrain_trainer_t *t, const char *path, ct_errbuf_t *eb)
+{
+    ctrain_temporal_task__state_t *s = t->task_state;
+    ct_st_file_t *f = NULL;
+    int rc = ct_st_open(&f, path, eb);
+    if (rc != 0)
+        return rc;
+    const bool whole = s->spec.stage != 1 || ct_st_find(f, "projector.queries") != NULL;
+    ct_st_close(f);
+    if (whole)
+        return ctrain_model_load_params(t->model, path, eb);
+    /* the encoder's parameters come first, in the same order: load them into a stage-1 model
+     * and copy that model's buffer over the prefix */
+    ctrain_temporal_spec_t sp1 = s->spec;
+    sp1.stage = 0;
+    ctrain_model_cfg_t mc = t->mcfg;
+    mc.ext = &sp1;
+    ctrain_model_t *m1 = NULL;
+    if ((rc = ctrain_model_create(&m1, &mc, &t->ops, 1, eb)) == 0 &&
+        (rc = ctrain_model_load_params(m1, path, eb)) == 0)
+        memcpy(t->model->params_mem, m1->params_mem, m1->num_params * sizeof(float));
+    ctrain_model_destroy(m1);
+    return rc;
+}
+
 static void ctrain_temporal_task__fill(const void *ctx, ctrain_batch_t *b, int r, int32_t sample,
                                        uint64_t seed, uint64_t key)
 {
@@ -261,6 +453,10 @@ static void ctrain_temporal_task__fill(const void *ctx, ctrain_batch_t *b, int r
     int32_t *ids = b->seq + (size_t)r * b->L;
     memset(ids, 0, (size_t)b->L * sizeof *ids);
     ids[0] = sample;
+    if (s->spec.stage == 1) { /* nothing masked in stage 2 */
+        memset(b->pos + (size_t)r * b->L, 0, (size_t)b->L * sizeof *b->pos);
+        return;
+    }
     ctrain_temporal_task__draw_mask(b->pos + (size_t)r * b->L, s->n, s->k, seed,
                                     CT_RNG_STREAM(CTRAIN_TEMPORAL_PURPOSE_MASK, epoch), sample);
 }
@@ -304,7 +500,24 @@ static int ctrain_temporal_task__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
                                        .ff_dim = c->ff_dim,
                                        .weight_decay = c->weight_decay,
                                        .patches = s->patches,
-                                       .curves = s->n_curves};
+                                       .curves = s->n_curves,
+                                       .stage = c->stage};
+    if (c->stage == 1 && !s->csv) {
+        if ((rc = ctrain_temporal_task__texts(s, c, eb)) != 0)
+            return rc;
+        s->spec.soft_tokens = c->num_soft_tokens;
+        s->spec.lm_hidden = s->lmcfg.hidden;
+        s->spec.text = s->text;
+        s->spec.text_len = s->text_len;
+        s->spec.text_cap = c->max_text_tokens;
+        s->spec.prompt = s->prompt;
+        s->spec.n_prompt = s->n_prompt;
+    } else if (c->stage == 1) {
+        return ct_errbuf_set(eb, CT_EPARSE,
+                             "--stage align: --dataset %s is a CSV file; embeddings are "
+                             "exported in --stage reconstruct",
+                             c->dataset);
+    }
     t->mcfg = (ctrain_model_cfg_t){.kind = CTRAIN_MODEL_TEMPORAL,
                                    .layout = CTRAIN_LAYOUT_PRE_LN,
                                    .maxlen = s->n,
@@ -320,7 +533,8 @@ static int ctrain_temporal_task__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     for (int64_t i = 0; i < t->n_samples; i++) {
         t->samples[i] = (int32_t)i;
-        t->targets[i] = s->k * s->P;
+        /* stage 2 weighs micro-batches by their curves (ctrain_temporal.h) */
+        t->targets[i] = c->stage == 1 ? 1 : s->k * s->P;
     }
     return 0;
 }
@@ -333,12 +547,15 @@ static int ctrain_temporal_task__init(ctrain_trainer_t *t, ct_errbuf_t *eb)
     if ((rc = ctrain_model_init_params(t->model, c->seed)) != 0)
         return ct_errbuf_set(eb, rc, "initialising the model failed");
     if (c->state_dict_path[0] != '\0' &&
-        (rc = ctrain_model_load_params(t->model, c->state_dict_path, eb)) != 0)
+        (rc = ctrain_temporal_task__load(t, c->state_dict_path, eb)) != 0)
         return ct_errbuf_wrap(eb, rc, "--state_dict_path");
+    if (s->spec.stage == 1 && (rc = ctrain_temporal_task__open_lm(t, eb)) != 0)
+        return rc;
     const size_t cells = (size_t)t->micro * (size_t)s->n;
     s->ids = calloc(cells, sizeof *s->ids);
     s->mask = calloc(cells, sizeof *s->mask);
-    if (!s->ids || !s->mask)
+    s->etext = calloc((size_t)t->micro, sizeof *s->etext);
+    if (!s->ids || !s->mask || !s->etext)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     return 0;
 }
@@ -351,6 +568,14 @@ static void ctrain_temporal_task__teardown(ctrain_trainer_t *t)
     free(s->patches);
     free(s->ids);
     free(s->mask);
+    free(s->etext);
+    ctrain_lm_destroy(s->lm);
+    free(s->text);
+    free(s->text_len);
+    free(s->prompt);
+    free(s->tgt);
+    free(s->embeds);
+    free(s->dembeds);
     free(s);
     t->task_state = NULL;
 }
@@ -359,29 +584,55 @@ static json_t *ctrain_temporal_task__model_json(const ctrain_trainer_t *t)
 {
     const ctrain_temporal_task__state_t *s = t->task_state;
     const ctrain_model_cfg_t *mc = &t->mcfg;
-    return json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "kind", "temporal", "stage",
-                     "reconstruct", "patch_len", s->P, "patches", s->n, "d_model", mc->hidden,
-                     "num_layers", mc->num_blocks, "num_heads", mc->num_heads, "ff_dim",
-                     s->spec.ff_dim, "masked_patches", s->k);
+    json_t *o =
+        json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "kind", "temporal", "stage",
+                  s->spec.stage == 1 ? "align" : "reconstruct", "patch_len", s->P, "patches", s->n,
+                  "d_model", mc->hidden, "num_layers", mc->num_blocks, "num_heads", mc->num_heads,
+                  "ff_dim", s->spec.ff_dim, "masked_patches", s->k);
+    if (o && s->spec.stage == 1) {
+        json_object_set_new(o, "soft_tokens", json_integer(s->spec.soft_tokens));
+        json_object_set_new(o, "lm_hidden", json_integer(s->spec.lm_hidden));
+        json_object_set_new(o, "prompt_tokens", json_integer(s->n_prompt));
+        json_object_set_new(o, "max_text_tokens", json_integer(s->spec.text_cap));
+    }
+    return o;
 }
 
 static void ctrain_temporal_task__header(ctrain_trainer_t *t)
 {
     const ctrain_cfg_t *c = t->cfg;
     const ctrain_temporal_task__state_t *s = t->task_state;
-    printf("# ctrain %s: temporal encoder, stage reconstruct: %d patches of %d points, d_model %d, "
+    if (s->spec.stage == 1)
+        printf("# ctrain %s: temporal encoder, stage align: %d soft tokens of width %d and %d "
+               "prompt tokens before the description (up to %d tokens) into the frozen %s\n",
+               CT_VERSION, s->spec.soft_tokens, s->spec.lm_hidden, s->n_prompt, s->spec.text_cap,
+               c->lm_dir);
+    printf("# ctrain %s: temporal encoder, stage %s: %d patches of %d points, d_model %d, "
            "%d layers, %d heads, feed-forward %d, dropout %g; %zu parameters; AdamW weight decay "
            "%g\n",
-           CT_VERSION, s->n, s->P, c->hidden_units, c->num_blocks, c->num_heads, c->ff_dim,
-           c->dropout_rate, t->model->num_params, c->weight_decay);
-    printf("# data: %s: %lld curves of %d points; %lld train, %lld validation (the last); %d of "
-           "%d patches masked per curve\n",
-           s->path, (long long)s->n_curves, s->S, (long long)s->n_train, (long long)s->n_val, s->k,
-           s->n);
+           CT_VERSION, s->spec.stage == 1 ? "align" : "reconstruct", s->n, s->P, c->hidden_units,
+           c->num_blocks, c->num_heads, c->ff_dim, c->dropout_rate, t->model->num_params,
+           c->weight_decay);
+    if (s->spec.stage == 1)
+        printf("# data: %s: %lld curves of %d points and their descriptions; %lld train, %lld "
+               "validation (the last); nothing masked\n",
+               s->path, (long long)s->n_curves, s->S, (long long)s->n_train, (long long)s->n_val);
+    else
+        printf("# data: %s: %lld curves of %d points; %lld train, %lld validation (the last); %d "
+               "of %d patches masked per curve\n",
+               s->path, (long long)s->n_curves, s->S, (long long)s->n_train, (long long)s->n_val,
+               s->k, s->n);
     ctrain_out_training_line(t, "curves");
-    printf("# evaluation every %d epoch%s: mean squared error over the masked patches of the "
-           "validation curves (val_loss); best checkpoint = lowest val_loss\n",
-           c->eval_every, c->eval_every == 1 ? "" : "s");
+    if (s->spec.stage == 1)
+        printf("# evaluation every %d epoch%s: the validation descriptions' token cross-entropy "
+               "after their own curves (val_loss) and after another's (shuffled_val_loss, the "
+               "reference column); best checkpoint = lowest val_loss\n",
+               c->eval_every, c->eval_every == 1 ? "" : "s");
+    else
+        printf("# evaluation every %d epoch%s: mean squared error over the masked patches of the "
+               "validation curves (val_loss) and the mean-of-visible-patches predictor's "
+               "(baseline_val_loss, the reference column); best checkpoint = lowest val_loss\n",
+               c->eval_every, c->eval_every == 1 ? "" : "s");
     fflush(stdout);
 }
 
@@ -463,11 +714,59 @@ static double ctrain_temporal_task__baseline(const ctrain_temporal_task__state_t
     return sum;
 }
 
+/* --stage align: val_loss (the validation descriptions' token cross-entropy, each after its own
+ * curve) and shuffled_val_loss (validation curve i's description after curve
+ * n_train + (i - n_train + 1) mod n_val: a cyclic shift by one, a derangement when there are
+ * two or more validation curves), every rank the same numbers. */
+static int ctrain_temporal_task__eval_align(ctrain_trainer_t *t, ctrain_temporal_result_t *r,
+                                            ct_errbuf_t *eb)
+{
+    ctrain_temporal_task__state_t *s = t->task_state;
+    const int W = t->env->world_size, R = t->env->rank;
+    const int64_t lo = s->n_train + s->n_val * R / W, hi = s->n_train + s->n_val * (R + 1) / W;
+    double sums[4] = {0.0, 0.0, 0.0, 0.0}; /* real sum, tokens, shuffled sum, tokens */
+    int rc;
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t i = lo; i < hi; i += t->micro) {
+            const int B = (int)(hi - i < t->micro ? hi - i : t->micro);
+            for (int b = 0; b < B; b++) {
+                const int64_t j = i + b;
+                s->ids[b] = (int32_t)j;
+                s->etext[b] =
+                    (int32_t)(pass == 0 ? j : s->n_train + (j - s->n_train + 1) % s->n_val);
+            }
+            double part = 0.0;
+            int64_t tokens = 0;
+            if ((rc = ctrain_temporal_align_eval(t->model, s->ids, s->etext, B, &part, &tokens,
+                                                 eb)) != 0)
+                return ct_errbuf_wrap(eb, rc, "evaluating %s", s->path);
+            sums[2 * pass] += part;
+            sums[2 * pass + 1] += (double)tokens;
+            ct_worker_progress((uint64_t)t->step);
+        }
+    double total[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int root = 0; root < W; root++) {
+        double v[4] = {sums[0], sums[1], sums[2], sums[3]};
+        ct_errbuf_t beb;
+        if (W > 1 && (rc = ct_reducer_broadcast(t->red, v, sizeof v, root, &beb)) != 0)
+            return ct_errbuf_set(eb, rc, "evaluation: gathering the losses: %s", beb.msg);
+        for (int q = 0; q < 4; q++)
+            total[q] += v[q];
+    }
+    r->curves = s->n_val;
+    r->val_loss = total[0] / (total[1] > 0 ? total[1] : 1);
+    r->shuffled_val_loss = total[2] / (total[3] > 0 ? total[3] : 1);
+    r->baseline_val_loss = NAN;
+    return 0;
+}
+
 /* val_loss and baseline_val_loss over all ranks (every rank gets the same numbers). */
 static int ctrain_temporal_task__eval_val(ctrain_trainer_t *t, ctrain_temporal_result_t *r,
                                           ct_errbuf_t *eb)
 {
     ctrain_temporal_task__state_t *s = t->task_state;
+    if (s->spec.stage == 1)
+        return ctrain_temporal_task__eval_align(t, r, eb);
     const int W = t->env->world_size, R = t->env->rank, n = s->n;
     const int64_t lo = s->n_train + s->n_val * R / W, hi = s->n_train + s->n_val * (R + 1) / W;
     const uint64_t stream = CT_RNG_STREAM(CTRAIN_TEMPORAL_PURPOSE_EVAL_MASK, 0);
@@ -500,6 +799,7 @@ static int ctrain_temporal_task__eval_val(ctrain_trainer_t *t, ctrain_temporal_r
     r->curves = s->n_val;
     r->val_loss = total[0] / points;
     r->baseline_val_loss = total[1] / points;
+    r->shuffled_val_loss = NAN;
     return 0;
 }
 
@@ -541,10 +841,14 @@ static json_t *ctrain_temporal_task__num(double x)
 static json_t *ctrain_temporal_task__result_json(const ctrain_result_t *r)
 {
     const ctrain_temporal_result_t *v = &r->temporal;
-    return json_pack("{s:{s:o, s:o, s:I}}", "valid", "val_loss",
-                     ctrain_temporal_task__num(v->val_loss), "baseline_val_loss",
-                     ctrain_temporal_task__num(v->baseline_val_loss), "curves",
-                     (json_int_t)v->curves);
+    json_t *o =
+        json_pack("{s:{s:o, s:o, s:I}}", "valid", "val_loss",
+                  ctrain_temporal_task__num(v->val_loss), "baseline_val_loss",
+                  ctrain_temporal_task__num(v->baseline_val_loss), "curves", (json_int_t)v->curves);
+    if (o && !isnan(v->shuffled_val_loss))
+        json_object_set_new(json_object_get(o, "valid"), "shuffled_val_loss",
+                            ctrain_temporal_task__num(v->shuffled_val_loss));
+    return o;
 }
 
 static int ctrain_temporal_task__result_from_json(const json_t *o, ctrain_result_t *r)
@@ -553,12 +857,13 @@ static int ctrain_temporal_task__result_from_json(const json_t *o, ctrain_result
     if (!json_is_object(v))
         return -1;
     json_t *loss = json_object_get(v, "val_loss"), *base = json_object_get(v, "baseline_val_loss"),
-           *curves = json_object_get(v, "curves");
+           *curves = json_object_get(v, "curves"), *shuf = json_object_get(v, "shuffled_val_loss");
     if (!json_is_integer(curves) || !(json_is_number(loss) || json_is_null(loss)) ||
-        !json_is_number(base))
+        !(json_is_number(base) || json_is_null(base)))
         return -1;
     r->temporal.val_loss = json_is_null(loss) ? NAN : json_number_value(loss);
-    r->temporal.baseline_val_loss = json_number_value(base);
+    r->temporal.baseline_val_loss = json_is_number(base) ? json_number_value(base) : NAN;
+    r->temporal.shuffled_val_loss = json_is_number(shuf) ? json_number_value(shuf) : NAN;
     r->temporal.curves = json_integer_value(curves);
     return 0;
 }
@@ -567,7 +872,7 @@ static void ctrain_temporal_task__row_out(int64_t epoch, int64_t step, double lo
                                           const ctrain_result_t *r)
 {
     if (r == NULL) {
-        printf("#  epoch      step train_loss   points/s   val_loss   baseline\n");
+        printf("#  epoch      step train_loss   points/s   val_loss  reference\n");
         fflush(stdout);
         return;
     }
@@ -581,13 +886,18 @@ static void ctrain_temporal_task__row_out(int64_t epoch, int64_t step, double lo
         printf(" %10.6f", r->temporal.val_loss);
     else
         printf(" %10s", "-");
-    printf(" %10.6f\n", r->temporal.baseline_val_loss);
+    printf(" %10.6f\n", isnan(r->temporal.baseline_val_loss) ? r->temporal.shuffled_val_loss
+                                                             : r->temporal.baseline_val_loss);
     fflush(stdout);
 }
 
 static size_t ctrain_temporal_task__scalars(const ctrain_result_t *r, ctrain_scalar_t *sc)
 {
     sc[0] = (ctrain_scalar_t){"valid/val_loss", r->temporal.val_loss};
+    if (isnan(r->temporal.baseline_val_loss)) {
+        sc[1] = (ctrain_scalar_t){"valid/shuffled_val_loss", r->temporal.shuffled_val_loss};
+        return 2;
+    }
     sc[1] = (ctrain_scalar_t){"valid/baseline_val_loss", r->temporal.baseline_val_loss};
     return 2;
 }
@@ -597,8 +907,12 @@ static void ctrain_temporal_task__summary(ctrain_trainer_t *t, json_t *o)
     if (!t->has_last)
         return;
     json_object_set_new(o, "val_loss", ctrain_temporal_task__num(t->last.temporal.val_loss));
-    json_object_set_new(o, "baseline_val_loss",
-                        ctrain_temporal_task__num(t->last.temporal.baseline_val_loss));
+    if (isnan(t->last.temporal.baseline_val_loss))
+        json_object_set_new(o, "shuffled_val_loss",
+                            ctrain_temporal_task__num(t->last.temporal.shuffled_val_loss));
+    else
+        json_object_set_new(o, "baseline_val_loss",
+                            ctrain_temporal_task__num(t->last.temporal.baseline_val_loss));
 }
 
 static int ctrain_temporal_task__finish(ctrain_trainer_t *t, ct_errbuf_t *eb)
@@ -721,8 +1035,12 @@ static int ctrain_temporal_task__infer(const ctrain_cfg_t *cfg, const ct_worker_
         json_object_set_new(o, "inference", json_string(cfg->state_dict_path));
         json_object_set_new(o, "model", ctrain_temporal_task__model_json(t));
         json_object_set_new(o, "val_loss", ctrain_temporal_task__num(r.temporal.val_loss));
-        json_object_set_new(o, "baseline_val_loss",
-                            ctrain_temporal_task__num(r.temporal.baseline_val_loss));
+        if (isnan(r.temporal.baseline_val_loss))
+            json_object_set_new(o, "shuffled_val_loss",
+                                ctrain_temporal_task__num(r.temporal.shuffled_val_loss));
+        else
+            json_object_set_new(o, "baseline_val_loss",
+                                ctrain_temporal_task__num(r.temporal.baseline_val_loss));
         json_object_set_new(o, "curves", json_integer((json_int_t)r.temporal.curves));
         json_object_set_new(o, "wall_seconds", json_real((double)(ct_time_ns() - t0) / 1e9));
         char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));

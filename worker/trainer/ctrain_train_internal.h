@@ -58,7 +58,8 @@ typedef struct ctrain_gpt2rec_result {
  * curve's visible patches. */
 typedef struct ctrain_temporal_result {
     int64_t curves;
-    double val_loss, baseline_val_loss;
+    double val_loss, baseline_val_loss; /* stage 2: baseline NaN */
+    double shuffled_val_loss;           /* stage 2: descriptions after other curves; else NaN */
 } ctrain_temporal_result_t;
 
 /* One evaluation's numbers, as the family's task computes them (a family with numbers of its

@@ -454,7 +454,7 @@ static void test_min_count(void)
 static void test_temporal_flags(void)
 {
     const char *dir = ct_test_tmpdir("ct_cfg_temporal_");
-    char yml[64], bad[64], wrong[64], deep[64];
+    char yml[64], bad[64], wrong[64], deep[64], two[64];
     write_temp(yml, sizeof yml,
                "data:\n  cache_dir: null\n  batch_size: 8\n  pin_memory: true\n"
                "model:\n  d_model: 32\n  num_heads: 2\n  patch_len: 8\n  dropout: 0.0\n"
@@ -463,6 +463,12 @@ static void test_temporal_flags(void)
     write_temp(bad, sizeof bad, "model:\n  d_modle: 32\n");
     write_temp(wrong, sizeof wrong, "training:\n  warmup_steps: 1.5\n");
     write_temp(deep, sizeof deep, "training:\n  seed: [1, 2]\n");
+    char lm_yml[160];
+    snprintf(lm_yml, sizeof lm_yml,
+             "lm:\n  path: %s\n  max_text_tokens: 30\n"
+             "training:\n  num_epochs: 5\n  reconstruct_epochs: 2\n",
+             dir);
+    write_temp(two, sizeof two, lm_yml);
     ctrain_cfg_t c;
     ct_errbuf_t eb;
     const char *dflt[] = {"--model", "temporal", "--dataset", dir};
@@ -507,11 +513,46 @@ static void test_temporal_flags(void)
     CT_ASSERT_STR_CONTAINS(eb.msg, "reads a curve cache folder");
     const char *align[] = {"--model", "temporal", "--dataset", dir, "--stage", "align"};
     CT_ASSERT_ERR(parse(&c, &eb, align, 6), CT_EPARSE);
-    CT_ASSERT_STR_CONTAINS(eb.msg, "--stage");
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--stage align: needs --lm_dir");
+    const char *align_lm[] = {
+        "--model",           "temporal", "--dataset",           dir, "--stage",  "align",
+        "--lm_dir",          dir,        "--num_soft_tokens",   "3", "--prompt", "Say:",
+        "--max_text_tokens", "20",       "--grad_checkpointing"};
+    CT_ASSERT_OK(parse(&c, &eb, align_lm, 15));
+    CT_ASSERT(c.stage == 1 && c.num_soft_tokens == 3 && c.max_text_tokens == 20);
+    CT_ASSERT(c.grad_checkpointing && strcmp(c.prompt, "Say:") == 0);
+    j = ctrain_cfg_to_json(&c);
+    CT_ASSERT_STR_EQ(json_string_value(json_object_get(j, "stage")), "align");
+    json_decref(j);
+    /* stage reconstruct ignores the LM's flags: one YAML serves both stages */
+    const char *recon_lm[] = {"--model", "temporal", "--dataset", dir, "--lm_dir", dir};
+    CT_ASSERT_OK(parse(&c, &eb, recon_lm, 6));
+    CT_ASSERT(c.stage == 0);
+    const char *align_bad[] = {"--model", "temporal", "--dataset", dir,
+                               "--stage", "align",    "--lm_dir",  "/nonexistent/lm"};
+    CT_ASSERT_ERR(parse(&c, &eb, align_bad, 8), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--lm_dir: \"/nonexistent/lm\" is not a folder");
+    /* one YAML for both stages: stage align trains num_epochs - reconstruct_epochs */
+    const char *y_recon[] = {"--model", "temporal", "--dataset", dir, "--config", two};
+    CT_ASSERT_OK(parse(&c, &eb, y_recon, 6));
+    CT_ASSERT(c.stage == 0 && c.num_epochs == 2);
+    const char *y_align[] = {"--model",  "temporal", "--dataset", dir,
+                             "--config", two,        "--stage",   "align"};
+    CT_ASSERT_OK(parse(&c, &eb, y_align, 8));
+    CT_ASSERT(c.stage == 1 && c.num_epochs == 3 && c.max_text_tokens == 30);
+    CT_ASSERT(strcmp(c.lm_dir, dir) == 0);
+    const char *y_cli[] = {"--model", "temporal", "--dataset",    dir, "--config", two,
+                           "--stage", "align",    "--num_epochs", "7"};
+    CT_ASSERT_OK(parse(&c, &eb, y_cli, 10));
+    CT_ASSERT(c.num_epochs == 7);
+    const char *stage_bad[] = {"--model", "temporal", "--dataset", dir, "--stage", "both"};
+    CT_ASSERT_ERR(parse(&c, &eb, stage_bad, 6), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "reconstruct, align");
     unlink(yml);
     unlink(bad);
     unlink(wrong);
     unlink(deep);
+    unlink(two);
 }
 
 int main(void)

@@ -1,11 +1,11 @@
 /*
  * test_temporal_train.c - ctrain --model temporal against the PyTorch program, end to end: runs
- * temporal_train.py (see its docstring: 20 stage-1 steps from the same weights on 1 and 2 ranks,
- * a kill and resume under ctrun) with the PyTorch 2.x interpreter on ctrain and ctrun, in a
- * temporary folder removed at exit. Skips (77) without that interpreter, or when it lacks torch,
- * numpy, safetensors or yaml.
+ * the script it is given - temporal_train.py (stage 1) or temporal_align.py (stage 2; see their
+ * docstrings: 20 steps from the same weights, a kill and resume under ctrun) - with the PyTorch
+ * 2.x interpreter on ctrain and ctrun, in a temporary folder removed at exit. Skips (77) without
+ * that interpreter, or when it lacks torch, numpy, safetensors or yaml.
  *
- * Usage: test_temporal_train TEMPORAL_TRAIN_PY CTRAIN CTRUN
+ * Usage: test_temporal_train SCRIPT_PY CTRAIN CTRUN
  */
 #include <stdio.h>
 #include <unistd.h>

@@ -1,8 +1,9 @@
 /*
  * ctrain_temporal.c - the --model temporal family of ctrain_temporal.h: its descriptor, the
  * parameter table under the reference's names with PyTorch's initialisations, and the forward
- * and backward passes of a micro-batch on the CPU kernels. Not here: the data, the masks'
- * draws and evaluation (ctrain_temporal_task.c).
+ * and backward passes of a micro-batch on the CPU kernels; in --stage align the projector's
+ * passes and the rows handed to the frozen LM (ctrain_lm.h runs it). Not here: the data, the
+ * masks' draws, the LM's loading and evaluation (ctrain_temporal_task.c).
  */
 #include "ctrain_temporal.h"
 
@@ -11,7 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <math.h>
+
 #include "ct_kernels.h"
+#include "ctrain_lm.h"
 #include "ctrain_model_internal.h"
 
 /* Offsets (floats, into the flat buffers) of one encoder layer's tensors. */
@@ -39,6 +43,11 @@ typedef struct ctrain_temporal__impl {
     float *patches, *emb, *x0, *lnf, *mf, *rf, *pred, *dpred; /* (R,P) (R,C) ... */
     float *d0, *d1, *d2, *dqkv, *df, *dff, *scratch;
     int32_t *mask; /* (R) */
+    /* --stage align: the projector's offsets and activations (BK = B * K rows) */
+    size_t pq, pin_w, pin_b, pout_w, pout_b, pln_w, pln_b, p1_w, p1_b, p2_w, p2_b;
+    float *proj_mem; /* one allocation for the projector's buffers */
+    float *qp, *kp, *vp, *patt, *pao, *py, *pz, *pmu, *prs, *pu, *pg, *soft;
+    float *dqp, *dkp, *dvp, *dpao, *dpy, *dpz, *dpu, *dpg, *dsoft;
 } ctrain_temporal__impl_t;
 
 static const ctrain_temporal_spec_t *ctrain_temporal__spec(const ctrain_model_t *m)
@@ -111,8 +120,10 @@ static void ctrain_temporal__forward(ctrain_model_t *m, int B, bool train, uint6
     ct_linear_forward_cpu(im->pred, im->lnf, w + im->rec_w, w + im->rec_b, R, C, P);
 }
 
+/* The backward pass; from_proj: d1 already holds d(encoder output after its LayerNorm) and
+ * the reconstruction head is skipped. */
 static void ctrain_temporal__backward(ctrain_model_t *m, int B, uint64_t seed, int64_t step,
-                                      int64_t row0)
+                                      int64_t row0, bool from_proj)
 {
     ctrain_temporal__impl_t *im = m->impl;
     const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
@@ -122,9 +133,11 @@ static void ctrain_temporal__backward(ctrain_model_t *m, int B, uint64_t seed, i
     const float *w = m->params_mem;
     float *g = m->grads_mem;
     /* dx (d0) <- d(encoder output) */
-    memset(im->d1, 0, RC * sizeof(float));
-    ct_linear_backward_cpu(im->d1, g + im->rec_w, g + im->rec_b, im->dpred, im->lnf, w + im->rec_w,
-                           R, C, P);
+    if (!from_proj) {
+        memset(im->d1, 0, RC * sizeof(float));
+        ct_linear_backward_cpu(im->d1, g + im->rec_w, g + im->rec_b, im->dpred, im->lnf,
+                               w + im->rec_w, R, C, P);
+    }
     memset(im->d0, 0, RC * sizeof(float));
     ct_layernorm_backward_cpu(im->d0, g + im->norm_w, g + im->norm_b, im->d1,
                               im->a[m->cfg.num_blocks].x, w + im->norm_w, im->mf, im->rf, R, C);
@@ -179,17 +192,237 @@ static int ctrain_temporal__check_rows(const ctrain_model_t *m, int B)
     return B < 1 || B > m->max_batch ? -EINVAL : 0;
 }
 
+/* ---- --stage align: the projector and the frozen LM ------------------------------------------ */
+
+/* The projector's forward over the encoder output (lnf, B rows of n patches): soft (B*K, H). */
+static void ctrain_temporal__proj_forward(ctrain_model_t *m, int B)
+{
+    ctrain_temporal__impl_t *im = m->impl;
+    const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
+    const int n = m->cfg.maxlen, C = m->cfg.hidden, NH = m->cfg.num_heads, K = sp->soft_tokens;
+    const int H = sp->lm_hidden, D = C / NH, BK = B * K;
+    const float *w = m->params_mem;
+    const float scale = 1.0f / sqrtf((float)D);
+    /* the queries' projection is the same for every row */
+    ct_linear_forward_cpu(im->qp, w + im->pq, w + im->pin_w, w + im->pin_b, K, C, C);
+    ct_linear_forward_cpu(im->kp, im->lnf, w + im->pin_w + (size_t)C * C, w + im->pin_b + C, B * n,
+                          C, C);
+    ct_linear_forward_cpu(im->vp, im->lnf, w + im->pin_w + 2 * (size_t)C * C, w + im->pin_b + 2 * C,
+                          B * n, C, C);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int k = 0; k < K; k++) {
+                float *p = im->patt + (((size_t)b * NH + h) * K + k) * n;
+                const float *q = im->qp + (size_t)k * C + h * D;
+                float mx = -INFINITY;
+                for (int j = 0; j < n; j++) {
+                    const float *kk = im->kp + ((size_t)b * n + j) * C + h * D;
+                    float sc = 0.0f;
+                    for (int e = 0; e < D; e++)
+                        sc += q[e] * kk[e];
+                    p[j] = sc * scale;
+                    mx = p[j] > mx ? p[j] : mx;
+                }
+                float sum = 0.0f;
+                for (int j = 0; j < n; j++) {
+                    p[j] = expf(p[j] - mx);
+                    sum += p[j];
+                }
+                float *o = im->pao + ((size_t)b * K + k) * C + h * D;
+                for (int e = 0; e < D; e++)
+                    o[e] = 0.0f;
+                for (int j = 0; j < n; j++) {
+                    p[j] /= sum;
+                    const float *v = im->vp + ((size_t)b * n + j) * C + h * D;
+                    for (int e = 0; e < D; e++)
+                        o[e] += p[j] * v[e];
+                }
+            }
+    ct_linear_forward_cpu(im->py, im->pao, w + im->pout_w, w + im->pout_b, BK, C, C);
+    for (int r = 0; r < BK; r++)
+        for (int c = 0; c < C; c++)
+            im->py[(size_t)r * C + c] += w[im->pq + (size_t)(r % K) * C + c];
+    ct_layernorm_forward_cpu(im->pz, im->pmu, im->prs, im->py, w + im->pln_w, w + im->pln_b, BK, C,
+                             CTRAIN_TEMPORAL_LN_EPS);
+    ct_linear_forward_cpu(im->pu, im->pz, w + im->p1_w, w + im->p1_b, BK, C, H);
+    ct_gelu_forward_cpu(im->pg, im->pu, (int64_t)BK * H, CT_GELU_ERF);
+    ct_linear_forward_cpu(im->soft, im->pg, w + im->p2_w, w + im->p2_b, BK, H, H);
+}
+
+/* d1 <- d(lnf) from dsoft, the projector's gradients added. */
+static void ctrain_temporal__proj_backward(ctrain_model_t *m, int B)
+{
+    ctrain_temporal__impl_t *im = m->impl;
+    const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
+    const int n = m->cfg.maxlen, C = m->cfg.hidden, NH = m->cfg.num_heads, K = sp->soft_tokens;
+    const int H = sp->lm_hidden, D = C / NH, BK = B * K;
+    const float *w = m->params_mem;
+    float *g = m->grads_mem;
+    const float scale = 1.0f / sqrtf((float)D);
+    memset(im->dpg, 0, (size_t)BK * H * sizeof(float));
+    ct_linear_backward_cpu(im->dpg, g + im->p2_w, g + im->p2_b, im->dsoft, im->pg, w + im->p2_w, BK,
+                           H, H);
+    memset(im->dpu, 0, (size_t)BK * H * sizeof(float));
+    ct_gelu_backward_cpu(im->dpu, im->dpg, im->pu, (int64_t)BK * H, CT_GELU_ERF);
+    memset(im->dpz, 0, (size_t)BK * C * sizeof(float));
+    ct_linear_backward_cpu(im->dpz, g + im->p1_w, g + im->p1_b, im->dpu, im->pz, w + im->p1_w, BK,
+                           C, H);
+    memset(im->dpy, 0, (size_t)BK * C * sizeof(float));
+    ct_layernorm_backward_cpu(im->dpy, g + im->pln_w, g + im->pln_b, im->dpz, im->py, w + im->pln_w,
+                              im->pmu, im->prs, BK, C);
+    /* y = out_proj(attention) + queries */
+    for (int r = 0; r < BK; r++)
+        for (int c = 0; c < C; c++)
+            g[im->pq + (size_t)(r % K) * C + c] += im->dpy[(size_t)r * C + c];
+    memset(im->dpao, 0, (size_t)BK * C * sizeof(float));
+    ct_linear_backward_cpu(im->dpao, g + im->pout_w, g + im->pout_b, im->dpy, im->pao,
+                           w + im->pout_w, BK, C, C);
+    memset(im->dqp, 0, (size_t)K * C * sizeof(float));
+    memset(im->dkp, 0, (size_t)B * n * C * sizeof(float));
+    memset(im->dvp, 0, (size_t)B * n * C * sizeof(float));
+    float dp[CTRAIN_MODEL_MAX_LEN];
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int k = 0; k < K; k++) {
+                const float *p = im->patt + (((size_t)b * NH + h) * K + k) * n;
+                const float *dout = im->dpao + ((size_t)b * K + k) * C + h * D;
+                float dot = 0.0f;
+                for (int j = 0; j < n; j++) {
+                    const float *v = im->vp + ((size_t)b * n + j) * C + h * D;
+                    float *dv = im->dvp + ((size_t)b * n + j) * C + h * D;
+                    float s = 0.0f;
+                    for (int e = 0; e < D; e++) {
+                        s += dout[e] * v[e];
+                        dv[e] += p[j] * dout[e];
+                    }
+                    dp[j] = s;
+                    dot += p[j] * s;
+                }
+                const float *q = im->qp + (size_t)k * C + h * D;
+                float *dq = im->dqp + (size_t)k * C + h * D;
+                for (int j = 0; j < n; j++) {
+                    const float ds = p[j] * (dp[j] - dot) * scale;
+                    const float *kk = im->kp + ((size_t)b * n + j) * C + h * D;
+                    float *dk = im->dkp + ((size_t)b * n + j) * C + h * D;
+                    for (int e = 0; e < D; e++) {
+                        dq[e] += ds * kk[e];
+                        dk[e] += ds * q[e];
+                    }
+                }
+            }
+    /* the in-projection: q from the queries, k and v from lnf */
+    ct_linear_backward_cpu(g + im->pq, g + im->pin_w, g + im->pin_b, im->dqp, w + im->pq,
+                           w + im->pin_w, K, C, C);
+    memset(im->d1, 0, (size_t)B * n * C * sizeof(float));
+    ct_linear_backward_cpu(im->d1, g + im->pin_w + (size_t)C * C, g + im->pin_b + C, im->dkp,
+                           im->lnf, w + im->pin_w + (size_t)C * C, B * n, C, C);
+    ct_linear_backward_cpu(im->d1, g + im->pin_w + 2 * (size_t)C * C, g + im->pin_b + 2 * C,
+                           im->dvp, im->lnf, w + im->pin_w + 2 * (size_t)C * C, B * n, C, C);
+}
+
+/* Rows' LM inputs: soft tokens, the prompt's and the description's embeddings (text[r]'s),
+ * targets on the description's tokens; returns the length L (the longest row's), *tokens the
+ * targets' count. */
+static int ctrain_temporal__lm_rows(ctrain_model_t *m, const int32_t *text, int stride, int B,
+                                    int64_t *tokens)
+{
+    ctrain_temporal__impl_t *im = m->impl;
+    const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
+    const int K = sp->soft_tokens, H = sp->lm_hidden, head = K + sp->n_prompt;
+    int T = 1;
+    for (int r = 0; r < B; r++)
+        T = sp->text_len[text[(size_t)r * stride]] > T ? sp->text_len[text[(size_t)r * stride]] : T;
+    const int L = head + T;
+    int wte = 0;
+    for (int i = 0; i < sp->lm->n_tensors; i++)
+        if (sp->lm->tensors[i].role == CTRAIN_LM_T_WTE)
+            wte = i;
+    const float *table = ctrain_lm_tensor(sp->lm, wte);
+    *tokens = 0;
+    for (int r = 0; r < B; r++) {
+        const int32_t *ids = sp->text + (size_t)text[(size_t)r * stride] * sp->text_cap;
+        const int len = sp->text_len[text[(size_t)r * stride]];
+        float *e = sp->embeds + (size_t)r * L * H;
+        int32_t *tg = sp->tgt + (size_t)r * L;
+        memcpy(e, im->soft + (size_t)r * K * H, (size_t)K * H * sizeof(float));
+        for (int t = K; t < L; t++) {
+            const int32_t id = t < head         ? sp->prompt[t - K]
+                               : t - head < len ? ids[t - head]
+                                                : ids[len - 1];
+            memcpy(e + (size_t)t * H, table + (size_t)id * H, (size_t)H * sizeof(float));
+        }
+        for (int t = 0; t < L; t++)
+            tg[t] = t + 1 >= head && t + 1 - head < len ? ids[t + 1 - head] : -1;
+        *tokens += len;
+    }
+    return L;
+}
+
+static int ctrain_temporal__align_fb(ctrain_model_t *m, const ctrain_model_batch_t *b, float count,
+                                     uint64_t seed, int64_t step, float *loss)
+{
+    ctrain_temporal__impl_t *im = m->impl;
+    const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
+    const int n = m->cfg.maxlen, K = sp->soft_tokens, H = sp->lm_hidden, B = b->B;
+    ctrain_temporal__gather(m, b->seq, b->pos, B);
+    ctrain_temporal__forward(m, B, true, seed, step, b->row0);
+    ctrain_temporal__proj_forward(m, B);
+    int64_t tokens = 0;
+    const int L = ctrain_temporal__lm_rows(m, b->seq, n, B, &tokens);
+    memset(sp->dembeds, 0, (size_t)B * L * H * sizeof(float));
+    ctrain_lm_batch_t lb = {
+        .B = B, .L = L, .embeds = sp->embeds, .tgt = sp->tgt, .dembeds = sp->dembeds};
+    /* this micro-batch's token mean, weighted by its share of the step's curves (count) */
+    const float denom = (float)((double)tokens * count / B);
+    ct_errbuf_t eb;
+    int rc = ctrain_lm_forward_backward(sp->lm, &lb, denom, true, loss, &eb);
+    if (rc != 0)
+        return rc;
+    for (int r = 0; r < B; r++)
+        memcpy(im->dsoft + (size_t)r * K * H, sp->dembeds + (size_t)r * L * H,
+               (size_t)K * H * sizeof(float));
+    ctrain_temporal__proj_backward(m, B);
+    ctrain_temporal__backward(m, B, seed, step, b->row0, true);
+    return 0;
+}
+
+int ctrain_temporal_align_eval(ctrain_model_t *m, const int32_t *curve, const int32_t *text, int B,
+                               double *sum, int64_t *tokens, ct_errbuf_t *eb)
+{
+    if (ctrain_temporal__check_rows(m, B) != 0)
+        return ct_errbuf_set(eb, -EINVAL, "temporal encoder: %d rows (up to %d)", B, m->max_batch);
+    ctrain_temporal__impl_t *im = m->impl;
+    const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
+    const int n = m->cfg.maxlen;
+    for (int r = 0; r < B; r++) {
+        memcpy(im->patches + (size_t)r * n * sp->patch_len,
+               sp->patches + (size_t)curve[r] * n * sp->patch_len,
+               (size_t)n * sp->patch_len * sizeof(float));
+    }
+    memset(im->mask, 0, (size_t)B * n * sizeof *im->mask);
+    ctrain_temporal__forward(m, B, false, 0, 0, 0);
+    ctrain_temporal__proj_forward(m, B);
+    const int L = ctrain_temporal__lm_rows(m, text, 1, B, tokens);
+    ctrain_lm_batch_t lb = {.B = B, .L = L, .embeds = sp->embeds, .tgt = sp->tgt};
+    float l = 0.0f;
+    int rc = ctrain_lm_forward_backward(sp->lm, &lb, 1.0f, false, &l, eb);
+    *sum = l;
+    return rc;
+}
+
 static int ctrain_temporal__forward_backward(ctrain_model_t *m, const ctrain_model_batch_t *b,
                                              float count, uint64_t seed, int64_t step, float *loss)
 {
     if (ctrain_temporal__check_rows(m, b->B) != 0)
         return -EINVAL;
+    if (ctrain_temporal__spec(m)->stage == 1)
+        return ctrain_temporal__align_fb(m, b, count, seed, step, loss);
     ctrain_temporal__impl_t *im = m->impl;
     const int n = m->cfg.maxlen, P = ctrain_temporal__spec(m)->patch_len;
     ctrain_temporal__gather(m, b->seq, b->pos, b->B);
     ctrain_temporal__forward(m, b->B, true, seed, step, b->row0);
     ct_masked_mse_cpu(loss, im->dpred, im->pred, im->patches, im->mask, b->B * n, P, count);
-    ctrain_temporal__backward(m, b->B, seed, step, b->row0);
+    ctrain_temporal__backward(m, b->B, seed, step, b->row0, false);
     return 0;
 }
 
@@ -253,6 +486,7 @@ static void ctrain_temporal__destroy(ctrain_model_t *m)
     free(im->lo);
     free(im->patches); /* one allocation for the model-wide buffers */
     free(im->mask);
+    free(im->proj_mem);
     free(im);
     m->impl = NULL;
 }
@@ -337,6 +571,24 @@ static int ctrain_temporal__build(ctrain_model_t *m, ct_errbuf_t *eb)
     CT__ADD(im->norm_b, "norm.bias", C, 0, CTRAIN_INIT_ZEROS, 0, 0.0f, NB);
     CT__ADD(im->rec_w, "recon.weight", P, C, CTRAIN_INIT_FANIN_UNIFORM, C, 0.0f, NB);
     CT__ADD(im->rec_b, "recon.bias", P, 0, CTRAIN_INIT_FANIN_UNIFORM, C, 0.0f, NB);
+    const int K = sp->soft_tokens, H = sp->lm_hidden;
+    if (sp->stage == 1) {
+        /* the Projector: queries N(0, 0.02^2), nn.MultiheadAttention as above, LayerNorm,
+         * Linear(C, H), GELU, Linear(H, H) */
+        CT__ADD(im->pq, "projector.queries", K, C, CTRAIN_INIT_NORMAL, 0, 0.02f, NB);
+        CT__ADD(im->pin_w, "projector.attn.in_proj_weight", 3 * C, C, CTRAIN_INIT_XAVIER_UNIFORM, 0,
+                0.0f, NB);
+        CT__ADD(im->pin_b, "projector.attn.in_proj_bias", 3 * C, 0, CTRAIN_INIT_ZEROS, 0, 0.0f, NB);
+        CT__ADD(im->pout_w, "projector.attn.out_proj.weight", C, C, CTRAIN_INIT_FANIN_UNIFORM, C,
+                0.0f, NB);
+        CT__ADD(im->pout_b, "projector.attn.out_proj.bias", C, 0, CTRAIN_INIT_ZEROS, 0, 0.0f, NB);
+        CT__ADD(im->pln_w, "projector.mlp.0.weight", C, 0, CTRAIN_INIT_ONES, 0, 0.0f, NB);
+        CT__ADD(im->pln_b, "projector.mlp.0.bias", C, 0, CTRAIN_INIT_ZEROS, 0, 0.0f, NB);
+        CT__ADD(im->p1_w, "projector.mlp.1.weight", H, C, CTRAIN_INIT_FANIN_UNIFORM, C, 0.0f, NB);
+        CT__ADD(im->p1_b, "projector.mlp.1.bias", H, 0, CTRAIN_INIT_FANIN_UNIFORM, C, 0.0f, NB);
+        CT__ADD(im->p2_w, "projector.mlp.3.weight", H, H, CTRAIN_INIT_FANIN_UNIFORM, H, 0.0f, NB);
+        CT__ADD(im->p2_b, "projector.mlp.3.bias", H, 0, CTRAIN_INIT_FANIN_UNIFORM, H, 0.0f, NB);
+    }
 #undef CT__ADD
     if (oom)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
@@ -393,6 +645,36 @@ static int ctrain_temporal__build(ctrain_model_t *m, ct_errbuf_t *eb)
     im->df = ctrain_temporal__take(&cur, RF);
     im->dff = ctrain_temporal__take(&cur, RF);
     im->scratch = ctrain_temporal__take(&cur, (size_t)n * 2 + (size_t)n * (C / NH));
+    if (sp->stage != 1)
+        return 0;
+    const size_t BK = (size_t)m->max_batch * K, KC = (size_t)K * C, BKC = BK * C, BKH = BK * H;
+    const size_t patt = (size_t)m->max_batch * NH * K * n;
+    im->proj_mem =
+        malloc((32 * 16 + 2 * KC + 4 * RC + patt + 7 * BKC + 2 * BK + 6 * BKH) * sizeof(float));
+    if (!im->proj_mem)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the projector's activations");
+    cur = im->proj_mem;
+    im->qp = ctrain_temporal__take(&cur, KC);
+    im->dqp = ctrain_temporal__take(&cur, KC);
+    im->kp = ctrain_temporal__take(&cur, RC);
+    im->vp = ctrain_temporal__take(&cur, RC);
+    im->dkp = ctrain_temporal__take(&cur, RC);
+    im->dvp = ctrain_temporal__take(&cur, RC);
+    im->patt = ctrain_temporal__take(&cur, patt);
+    im->pao = ctrain_temporal__take(&cur, BKC);
+    im->py = ctrain_temporal__take(&cur, BKC);
+    im->pz = ctrain_temporal__take(&cur, BKC);
+    im->dpao = ctrain_temporal__take(&cur, BKC);
+    im->dpy = ctrain_temporal__take(&cur, BKC);
+    im->dpz = ctrain_temporal__take(&cur, BKC);
+    im->pmu = ctrain_temporal__take(&cur, BK);
+    im->prs = ctrain_temporal__take(&cur, BK);
+    im->pu = ctrain_temporal__take(&cur, BKH);
+    im->pg = ctrain_temporal__take(&cur, BKH);
+    im->soft = ctrain_temporal__take(&cur, BKH);
+    im->dpu = ctrain_temporal__take(&cur, BKH);
+    im->dpg = ctrain_temporal__take(&cur, BKH);
+    im->dsoft = ctrain_temporal__take(&cur, BKH);
     return 0;
 }
 
@@ -410,6 +692,9 @@ static int ctrain_temporal__check_cfg(const ctrain_model_cfg_t *mc, ct_errbuf_t 
         return ct_errbuf_set(eb, CT_ERANGE_VALUE,
                              "--num_heads: %d does not divide --hidden_units %d", mc->num_heads,
                              mc->hidden);
+    if (sp->stage == 1 && (sp->soft_tokens < 1 || sp->lm_hidden < 1))
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE, "temporal encoder: %d soft tokens of width %d",
+                             sp->soft_tokens, sp->lm_hidden);
     if (mc->num_blocks < 1 || 1 + 4 * mc->num_blocks > 252)
         return ct_errbuf_set(eb, CT_ERANGE_VALUE, "--num_blocks: %d (1..62 for this model)",
                              mc->num_blocks);

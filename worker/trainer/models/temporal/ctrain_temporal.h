@@ -1,7 +1,6 @@
 /*
- * ctrain_temporal.h - the temporal encoder as a ctrain model family (--model temporal, stage
- * reconstruct): the TemporalModel of examples/pytorch/temporal_encoder_ddp.py without its
- * projector. A curve of S points, normalised by its own mean and (unbiased) standard deviation
+ * ctrain_temporal.h - the temporal encoder as a ctrain model family (--model temporal): the
+ * TemporalModel of examples/pytorch/temporal_encoder_ddp.py (the projector in --stage align). A curve of S points, normalised by its own mean and (unbiased) standard deviation
  * + 1e-5, is cut into n = S / P non-overlapping patches of P points; a linear patch embedding,
  * the learned mask token in place of masked patches, a learned position table, num_blocks
  * pre-LN Transformer encoder layers (bidirectional attention, ReLU feed-forward of ff_dim,
@@ -13,6 +12,13 @@
  * A micro-batch (ctrain_model_batch_t) holds, per row r, the curve's index into the spec's
  * patches in seq[r * n] and the patch mask in pos[r * n + j] (1 = masked), (B, n) each.
  * The curves themselves are the task's (spec.patches); the model reads them from there.
+ *
+ * --stage align adds the reference's Projector (K learned queries, nn.MultiheadAttention over the
+ * encoder's final LayerNorm output, + the queries, LayerNorm, Linear, erf GELU, Linear to the
+ * LM's width): the K soft tokens, then the prompt's and the description's token embeddings
+ * (the LM's table) go into the frozen LM, whose next-token cross-entropy over the description's
+ * tokens is the loss. A micro-batch's loss is its token mean weighted by its share of the
+ * step's curves: the reference's mean of per-rank (and per-accumulation) token means.
  *
  * Runs on the CPU backend (check_backend refuses others). Not here: the data, the masks'
  * draws, evaluation and outputs (the trainer's task, ctrain_temporal_task.c).
@@ -36,6 +42,19 @@ typedef struct ctrain_temporal_spec {
     double weight_decay;  /* AdamW's decoupled decay */
     const float *patches; /* (curves, n * P) normalised curves, host; the task's */
     int64_t curves;
+    /* --stage align (stage 0: reconstruct): the projector's parameters exist, and a
+     * micro-batch's loss is the description cross-entropy of the frozen lm */
+    int stage;
+    int soft_tokens;         /* K */
+    int lm_hidden;           /* the LM's width (the soft tokens') */
+    struct ctrain_lm *lm;    /* frozen (no gradient), the task's; set before the first pass */
+    const int32_t *text;     /* (curves, text_cap) each description's ids, eos last; the task's */
+    const int32_t *text_len; /* (curves) */
+    int text_cap;            /* max_text_tokens */
+    const int32_t *prompt;   /* (n_prompt) the prompt's ids */
+    int n_prompt;
+    int32_t *tgt;            /* (max_batch, K + n_prompt + text_cap) host scratch, the task's */
+    float *embeds, *dembeds; /* (max_batch, K + n_prompt + text_cap, lm_hidden), the task's */
 } ctrain_temporal_spec_t;
 
 #define CTRAIN_TEMPORAL_LN_EPS 1e-5f /* torch.nn.LayerNorm's default */
@@ -50,6 +69,12 @@ int ctrain_temporal_eval(ctrain_model_t *m, const int32_t *ids, const int32_t *m
  * LayerNorm (the states the reference's projector reads). */
 int ctrain_temporal_embed(ctrain_model_t *m, const int32_t *ids, const int32_t *zero_mask, int B,
                           float *out, ct_errbuf_t *eb);
+
+/* --stage align, forward only: the description cross-entropy of B curves (curve[r]) each
+ * followed by the description of text[r] (the curve's own, or another's for the shuffled
+ * reference): *sum over the description's tokens (eos included), *tokens their count. */
+int ctrain_temporal_align_eval(ctrain_model_t *m, const int32_t *curve, const int32_t *text, int B,
+                               double *sum, int64_t *tokens, ct_errbuf_t *eb);
 
 #ifdef __cplusplus
 }
