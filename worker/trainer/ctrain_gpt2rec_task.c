@@ -202,7 +202,8 @@ static int ctrain_gpt2rec_task__text_rank0(ctrain_trainer_t *t, float *text, ct_
     const int32_t *all = s->tokens, *len = s->tok_len;
     int rc;
     const int chunk = CTRAIN_GPT2REC_TASK__CHUNK;
-    if ((rc = ctrain_lm_open(&lm, c->lm_dir, &t->ops, chunk * L, L, eb)) != 0) {
+    const ctrain_lm_opts_t lm_opts = {.weights_only = true}; /* forward passes only */
+    if ((rc = ctrain_lm_open_opts(&lm, c->lm_dir, &t->ops, chunk * L, L, &lm_opts, eb)) != 0) {
         rc = ct_errbuf_wrap(eb, rc, "--lm_dir");
         goto out;
     }

@@ -394,15 +394,13 @@ out:
     return rc;
 }
 
-/* The frozen LM (its own buffers; no gradient is written) and the rows' scratch. */
+/* The frozen LM (weights only: no gradient buffer) and the rows' scratch. */
 static int ctrain_temporal_task__open_lm(ctrain_trainer_t *t, ct_errbuf_t *eb)
 {
     const ctrain_cfg_t *c = t->cfg;
     ctrain_temporal_task__state_t *s = t->task_state;
-    const ctrain_lm_opts_t opts = {.recompute = c->grad_checkpointing};
+    const ctrain_lm_opts_t opts = {.recompute = c->grad_checkpointing, .weights_only = true};
     int rc = ctrain_lm_open_opts(&s->lm, c->lm_dir, &t->ops, t->micro * s->L, s->L, &opts, eb);
-    if (rc == 0)
-        rc = ctrain_lm_freeze(s->lm, "", true, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "--lm_dir");
     const size_t cells = (size_t)t->micro * (size_t)s->L;

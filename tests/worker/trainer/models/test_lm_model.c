@@ -337,6 +337,67 @@ static void test_recompute(void)
     recompute_check(CTRAIN_LM_QWEN2, true);
 }
 
+/* A weights-only model (a frozen backbone): no gradient buffer, every tensor frozen, thawing
+ * refused, and the same loss and input gradient, bit for bit, as a model frozen by prefix. */
+static void weights_only_check(ctrain_lm_arch_t arch, bool tied)
+{
+    ctrain_lm_cfg_t c;
+    random_cfg(&c, arch, tied);
+    ct_ops_t ops;
+    ct_ops_cpu_init(&ops);
+    ct_errbuf_t eb;
+    ctrain_lm_t *m[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        ctrain_lm_opts_t opts = {.weights_only = k == 1};
+        CT_ASSERT_MSG(ctrain_lm_create_opts(&m[k], &c, &ops, LM_B * LM_L, LM_L, &opts, &eb) == 0,
+                      "%s", eb.msg);
+        lmm_fill_random(m[k], 9);
+    }
+    CT_ASSERT_OK(ctrain_lm_freeze(m[0], "", true, &eb));
+    CT_ASSERT(m[1]->weights_only && m[1]->grads_mem == NULL && m[0]->grads_mem != NULL);
+    for (int i = 0; i < m[1]->n_tensors; i++)
+        CT_ASSERT(m[1]->frozen[i]);
+    CT_ASSERT_ERR(ctrain_lm_freeze(m[1], "", false, &eb), CT_ERANGE_VALUE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "weights only");
+    const size_t E = (size_t)LM_B * LM_L * (size_t)c.hidden;
+    int32_t ids[LM_B * LM_L], tgt[LM_B * LM_L];
+    lm_ids(ids, tgt, c.vocab);
+    float *embeds = malloc(E * sizeof *embeds), *dembeds[2];
+    CT_ASSERT(embeds != NULL);
+    for (size_t i = 0; i < E; i++)
+        embeds[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
+    float loss[2];
+    for (int k = 0; k < 2; k++) {
+        dembeds[k] = calloc(E, sizeof *dembeds[k]);
+        CT_ASSERT(dembeds[k] != NULL);
+        ctrain_lm_batch_t b = {LM_B, LM_L, NULL, embeds, tgt, dembeds[k]};
+        loss[k] = lmm_pass(m[k], &b, 17.0f);
+    }
+    CT_ASSERT(memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0);
+    CT_ASSERT(memcmp(dembeds[0], dembeds[1], E * sizeof *dembeds[0]) == 0);
+    bool nonzero = false;
+    for (size_t i = 0; i < E; i++)
+        nonzero |= dembeds[1][i] != 0.0f;
+    CT_ASSERT_MSG(nonzero, "no gradient reached the input embeddings");
+    for (size_t i = 0; i < m[0]->num_params; i++)
+        CT_ASSERT(m[0]->grads_mem[i] == 0.0f);
+    printf("  %s%s: weights only, %zu floats of gradient buffer saved; loss and input gradient "
+           "identical\n",
+           ctrain_lm_arch_name(&c), tied ? " (tied)" : "", m[0]->num_params);
+    free(embeds);
+    for (int k = 0; k < 2; k++) {
+        free(dembeds[k]);
+        ctrain_lm_destroy(m[k]);
+    }
+    ops.close(&ops);
+}
+
+static void test_weights_only(void)
+{
+    weights_only_check(CTRAIN_LM_GPT2, true);
+    weights_only_check(CTRAIN_LM_QWEN2, false);
+}
+
 /* ---- with transformers ------------------------------------------------------------------------
  */
 
@@ -500,5 +561,6 @@ int main(int argc, char **argv)
     CT_RUN(test_finite_differences);
     CT_RUN(test_freezing_and_errors);
     CT_RUN(test_recompute);
+    CT_RUN(test_weights_only);
     return 0;
 }

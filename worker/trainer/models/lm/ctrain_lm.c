@@ -272,6 +272,7 @@ static int ctrain_lm__create(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_o
     m->max_rows = max_rows;
     m->max_len = max_len;
     m->recompute = opts && opts->recompute;
+    m->weights_only = opts && opts->weights_only;
     m->impl = im;
     rc = ctrain_lm_cfg_tensors(cfg, &m->tensors, &m->n_tensors);
     if (rc != 0)
@@ -293,13 +294,17 @@ static int ctrain_lm__create(ctrain_lm_t **out, const ctrain_lm_cfg_t *cfg, ct_o
     if (own) {
         m->num_params = off;
         rc = ops->alloc(ops, (void **)&m->params_mem, off * sizeof(float));
-        if (rc == 0)
+        if (rc == 0 && !m->weights_only)
             rc = ops->alloc(ops, (void **)&m->grads_mem, off * sizeof(float));
         if (rc != 0)
             goto fail;
         ops->zero(ops, m->params_mem, off * sizeof(float));
-        ops->zero(ops, m->grads_mem, off * sizeof(float));
+        if (m->grads_mem)
+            ops->zero(ops, m->grads_mem, off * sizeof(float));
     }
+    if (m->weights_only)
+        for (int i = 0; i < m->n_tensors; i++)
+            m->frozen[i] = true;
     rc = ctrain_lm__arena(m);
     if (rc != 0)
         goto fail;
@@ -369,9 +374,10 @@ void ctrain_lm_views(const ctrain_lm_t *m, bool grads, ct_tensor_view_t *views)
         views[i].ndim = t->ndim;
         views[i].shape[0] = t->shape[0];
         views[i].shape[1] = t->ndim == 2 ? t->shape[1] : 0;
-        views[i].data = !grads                          ? ctrain_lm_tensor(m, i)
-                        : m->frozen[i] && m->frozen_mem ? NULL
-                                                        : m->grads_mem + m->offset[i];
+        views[i].data = !grads ? ctrain_lm_tensor(m, i)
+                        : (m->frozen[i] && m->frozen_mem) || !m->grads_mem
+                            ? NULL
+                            : m->grads_mem + m->offset[i];
     }
 }
 
@@ -396,6 +402,10 @@ int ctrain_lm_freeze(ctrain_lm_t *m, const char *prefix, bool frozen, ct_errbuf_
         return ct_errbuf_set(eb, CT_ERANGE_VALUE,
                              "freezing \"%s\": no tensor of the model has that name prefix",
                              prefix);
+    if (!frozen && m->weights_only)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "thawing \"%s\": the model holds weights only (no gradient buffer)",
+                             prefix);
     for (int i = 0; i < m->n_tensors; i++)
         if (strncmp(m->tensors[i].name, prefix, n) == 0)
             m->frozen[i] = frozen;
@@ -404,6 +414,8 @@ int ctrain_lm_freeze(ctrain_lm_t *m, const char *prefix, bool frozen, ct_errbuf_
 
 void ctrain_lm_zero_grad(ctrain_lm_t *m)
 {
+    if (m->grads_mem == NULL) /* weights only */
+        return;
     m->ops->zero(m->ops, m->grads_mem, m->num_params * sizeof(float));
 }
 

@@ -60,15 +60,19 @@ typedef struct ctrain_lm {
 
     void *impl; /* activations, scratch and the per-layer pointers */
 
-    bool recompute;   /* activation recomputation (ctrain_lm_opts_t); read-only */
-    size_t act_bytes; /* the activation and scratch arena's size in bytes; read-only */
+    bool recompute;    /* activation recomputation (ctrain_lm_opts_t); read-only */
+    bool weights_only; /* every tensor frozen for good, grads_mem NULL (ctrain_lm_opts_t) */
+    size_t act_bytes;  /* the activation and scratch arena's size in bytes; read-only */
 } ctrain_lm_t;
 
 /* How ctrain_lm_create_opts builds a model; all zero (or NULL) is ctrain_lm_create's default. */
 typedef struct ctrain_lm_opts {
-    bool recompute; /* keep only each block's input in the forward and run the block's forward
-                       again in the backward (gradient checkpointing): the activation memory of
-                       one block instead of one per block, for about one more forward */
+    bool recompute;    /* keep only each block's input in the forward and run the block's forward
+                          again in the backward (gradient checkpointing): the activation memory of
+                          one block instead of one per block, for about one more forward */
+    bool weights_only; /* a frozen backbone (soft prompts trained through it): every tensor frozen
+                          and no gradient buffer allocated - ctrain_lm_freeze cannot thaw it;
+                          gradients still reach batch.dembeds */
 } ctrain_lm_opts_t;
 
 /* One pass's input, host memory except where said. Rows hold L tokens each. */
