@@ -619,17 +619,11 @@ static int ctrain_gpt2rec_task__eval(ctrain_trainer_t *t, bool popularity,
     return rc;
 }
 
-static json_t *ctrain_gpt2rec_task__num(double x)
-{
-    return isfinite(x) ? json_real(x) : json_null();
-}
-
 static json_t *ctrain_gpt2rec_task__split_json(const double m[4], int64_t users)
 {
-    return json_pack("{s:o, s:o, s:o, s:o, s:I}", "hr@10", ctrain_gpt2rec_task__num(m[0]),
-                     "ndcg@10", ctrain_gpt2rec_task__num(m[1]), "recall@20",
-                     ctrain_gpt2rec_task__num(m[2]), "ndcg@20", ctrain_gpt2rec_task__num(m[3]),
-                     "users", (json_int_t)users);
+    return json_pack("{s:o, s:o, s:o, s:o, s:I}", "hr@10", ctrain_out_num(m[0]), "ndcg@10",
+                     ctrain_out_num(m[1]), "recall@20", ctrain_out_num(m[2]), "ndcg@20",
+                     ctrain_out_num(m[3]), "users", (json_int_t)users);
 }
 
 static json_t *ctrain_gpt2rec_task__result_json(const ctrain_result_t *r)
@@ -704,13 +698,7 @@ static int ctrain_gpt2rec_task__evaluate(ctrain_trainer_t *t, int64_t epoch, ctr
     int rc = ctrain_gpt2rec_task__eval(t, false, &r->gpt2rec, eb);
     if (rc != 0 || isfinite(r->gpt2rec.valid[1]))
         return rc;
-    if (!t->cfg->skip_invalid_loss)
-        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
-                             "evaluation after epoch %lld (step %lld): the validation NDCG@10 is "
-                             "not finite: the model's weights are not (lower --lr, set "
-                             "--grad_clip, or pass --skip_invalid_loss to go on without metrics)",
-                             (long long)epoch, (long long)t->step);
-    return 0;
+    return ctrain_train_eval_nonfinite(t, epoch, "NDCG@10", eb);
 }
 
 static double ctrain_gpt2rec_task__select(const ctrain_cfg_t *c, const ctrain_result_t *r)
@@ -810,11 +798,7 @@ static int ctrain_gpt2rec_task__infer(const ctrain_cfg_t *cfg, const ct_worker_e
         json_object_set_new(o, "metrics", ctrain_gpt2rec_task__result_json(&r));
         json_object_set_new(o, "popularity", ctrain_gpt2rec_task__result_json(&pop));
         json_object_set_new(o, "wall_seconds", json_real((double)(ct_time_ns() - t0) / 1e9));
-        char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
-        json_decref(o);
-        printf("# summary: %s\n", line ? line : "{}");
-        fflush(stdout);
-        free(line);
+        ctrain_out_print_summary(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
     }
     ctrain_gpt2rec_task__teardown(t);
     ctrain_model_destroy(t->model);

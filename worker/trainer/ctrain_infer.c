@@ -175,11 +175,7 @@ int ctrain_infer_rec(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
         json_object_set_new(s, "result", ctrain_out_result_json(&r));
         json_object_set_new(s, "popularity", ctrain_out_result_json(&pop));
         json_object_set_new(s, "wall_seconds", json_real((double)(ct_time_ns() - t0) / 1e9));
-        char *line = json_dumps(s, JSON_COMPACT);
-        json_decref(s);
-        printf("# summary: %s\n", line ? line : "{}");
-        fflush(stdout);
-        free(line);
+        ctrain_out_print_summary(s, JSON_COMPACT);
     }
 out:
     ctrain_evaluator_close(&ev);

@@ -471,16 +471,7 @@ static int ctrain_lm_task__evaluate(ctrain_trainer_t *t, int64_t epoch, ctrain_r
     int rc = ctrain_lm_task__eval_corpus(t, s->valid, &r->lm, eb);
     if (rc != 0 || isfinite(r->lm.loss))
         return rc;
-    if (!t->cfg->skip_invalid_loss)
-        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
-                             "evaluation after epoch %lld (step %lld): the validation lm_loss is "
-                             "not finite: the model's weights are not (lower --lr, set "
-                             "--grad_clip, or pass --skip_invalid_loss to go on without metrics)",
-                             (long long)epoch, (long long)t->step);
-    if (t->rank0)
-        ct_log_warn("evaluation after epoch %lld: the validation lm_loss is not finite",
-                    (long long)epoch);
-    return 0;
+    return ctrain_train_eval_nonfinite(t, epoch, "lm_loss", eb);
 }
 
 static double ctrain_lm_task__select(const ctrain_cfg_t *c, const ctrain_result_t *r)
@@ -495,15 +486,10 @@ static const char *ctrain_lm_task__selected_on(const ctrain_cfg_t *c)
     return "valid.lm_loss (lowest)";
 }
 
-static json_t *ctrain_lm_task__num(double x)
-{
-    return isfinite(x) ? json_real(x) : json_null();
-}
-
 static json_t *ctrain_lm_task__split_json(const ctrain_lm_result_t *r)
 {
-    return json_pack("{s:o, s:o, s:f, s:I}", "lm_loss", ctrain_lm_task__num(r->loss), "perplexity",
-                     ctrain_lm_task__num(r->perplexity), "tokens", r->tokens, "lines",
+    return json_pack("{s:o, s:o, s:f, s:I}", "lm_loss", ctrain_out_num(r->loss), "perplexity",
+                     ctrain_out_num(r->perplexity), "tokens", r->tokens, "lines",
                      (json_int_t)r->lines);
 }
 
@@ -621,16 +607,12 @@ static int ctrain_lm_task__infer(const ctrain_cfg_t *cfg, const ct_worker_env_t 
             o, "inference",
             json_string(cfg->state_dict_path[0] ? cfg->state_dict_path : cfg->lm_dir));
         json_object_set_new(o, "model", ctrain_lm_task__model_json(s));
-        json_object_set_new(o, "lm_loss", ctrain_lm_task__num(r.lm.loss));
-        json_object_set_new(o, "perplexity", ctrain_lm_task__num(r.lm.perplexity));
+        json_object_set_new(o, "lm_loss", ctrain_out_num(r.lm.loss));
+        json_object_set_new(o, "perplexity", ctrain_out_num(r.lm.perplexity));
         json_object_set_new(o, "tokens", json_real(r.lm.tokens));
         json_object_set_new(o, "lines", json_integer((json_int_t)r.lm.lines));
         json_object_set_new(o, "wall_seconds", json_real((double)(ct_time_ns() - t0) / 1e9));
-        char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
-        json_decref(o);
-        printf("# summary: %s\n", line ? line : "{}");
-        fflush(stdout);
-        free(line);
+        ctrain_out_print_summary(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
     }
     ctrain_lm_task__teardown(t);
     ctrain_model_destroy(t->model);

@@ -23,18 +23,26 @@
 
 /* ---- JSON of metrics ----------------------------------------------------------------------- */
 
-static json_t *ctrain_out__num(double x)
+json_t *ctrain_out_num(double x)
 {
     return isfinite(x) ? json_real(x) : json_null();
 }
-static 
-json_t *ctrain_out_split_json(const ctrain_eval_split_result_t *r)
+
+void ctrain_out_print_summary(json_t *o, size_t flags)
+{
+    char *line = o ? json_dumps(o, flags) : NULL;
+    json_decref(o);
+    printf("# summary: %s\n", line ? line : "{}");
+    fflush(stdout);
+    free(line);
+}
+static json_t *ctrain_out_split_json(const ctrain_eval_split_result_t *r)
 {
     json_t *o = json_object();
-    json_object_set_new(o, "hr@10", ctrain_out__num(r->hr));
-    json_object_set_new(o, "ndcg@10", ctrain_out__num(r->ndcg));
-    json_object_set_new(o, "full_hr@10", ctrain_out__num(r->full_hr));
-    json_object_set_new(o, "full_ndcg@10", ctrain_out__num(r->full_ndcg));
+    json_object_set_new(o, "hr@10", ctrain_out_num(r->hr));
+    json_object_set_new(o, "ndcg@10", ctrain_out_num(r->ndcg));
+    json_object_set_new(o, "full_hr@10", ctrain_out_num(r->full_hr));
+    json_object_set_new(o, "full_ndcg@10", ctrain_out_num(r->full_ndcg));
     json_object_set_new(o, "users", json_integer((json_int_t)r->users));
     if (r->nonfinite > 0) /* the reason the metrics above are null */
         json_object_set_new(o, "nonfinite_users", json_integer((json_int_t)r->nonfinite));
@@ -158,7 +166,7 @@ void ctrain_out_row_header(void)
 }
 
 void ctrain_out_row(int64_t epoch, int64_t step, double loss, double pos_per_s,
-                const ctrain_eval_result_t *r)
+                    const ctrain_eval_result_t *r)
 {
     printf("%8lld %9lld", (long long)epoch, (long long)step);
     if (isfinite(loss))
@@ -370,7 +378,7 @@ int ctrain_out_metrics(ctrain_trainer_t *t, int64_t epoch, double loss, double p
     json_t *o = json_object();
     json_object_set_new(o, "epoch", json_integer((json_int_t)epoch));
     json_object_set_new(o, "step", json_integer((json_int_t)t->step));
-    json_object_set_new(o, "train_loss", ctrain_out__num(loss));
+    json_object_set_new(o, "train_loss", ctrain_out_num(loss));
     json_object_set_new(o, "positions_per_s", json_real(pos_per_s));
     json_object_set_new(o, "lr", json_real(t->lr_now));
     json_object_set_new(o, "skipped_steps", json_integer((json_int_t)t->st.skipped_steps));

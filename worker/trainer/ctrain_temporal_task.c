@@ -807,16 +807,7 @@ static int ctrain_temporal_task__evaluate(ctrain_trainer_t *t, int64_t epoch, ct
     int rc = ctrain_temporal_task__eval_val(t, &r->temporal, eb);
     if (rc != 0 || isfinite(r->temporal.val_loss))
         return rc;
-    if (!t->cfg->skip_invalid_loss)
-        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
-                             "evaluation after epoch %lld (step %lld): the validation loss is "
-                             "not finite: the model's weights are not (lower --lr, set "
-                             "--grad_clip, or pass --skip_invalid_loss to go on without metrics)",
-                             (long long)epoch, (long long)t->step);
-    if (t->rank0)
-        ct_log_warn("evaluation after epoch %lld: the validation loss is not finite",
-                    (long long)epoch);
-    return 0;
+    return ctrain_train_eval_nonfinite(t, epoch, "loss", eb);
 }
 
 static double ctrain_temporal_task__select(const ctrain_cfg_t *c, const ctrain_result_t *r)
@@ -831,21 +822,15 @@ static const char *ctrain_temporal_task__selected_on(const ctrain_cfg_t *c)
     return "valid.val_loss (lowest)";
 }
 
-static json_t *ctrain_temporal_task__num(double x)
-{
-    return isfinite(x) ? json_real(x) : json_null();
-}
-
 static json_t *ctrain_temporal_task__result_json(const ctrain_result_t *r)
 {
     const ctrain_temporal_result_t *v = &r->temporal;
-    json_t *o =
-        json_pack("{s:{s:o, s:o, s:I}}", "valid", "val_loss",
-                  ctrain_temporal_task__num(v->val_loss), "baseline_val_loss",
-                  ctrain_temporal_task__num(v->baseline_val_loss), "curves", (json_int_t)v->curves);
+    json_t *o = json_pack("{s:{s:o, s:o, s:I}}", "valid", "val_loss", ctrain_out_num(v->val_loss),
+                          "baseline_val_loss", ctrain_out_num(v->baseline_val_loss), "curves",
+                          (json_int_t)v->curves);
     if (o && !isnan(v->shuffled_val_loss))
         json_object_set_new(json_object_get(o, "valid"), "shuffled_val_loss",
-                            ctrain_temporal_task__num(v->shuffled_val_loss));
+                            ctrain_out_num(v->shuffled_val_loss));
     return o;
 }
 
@@ -904,13 +889,13 @@ static void ctrain_temporal_task__summary(ctrain_trainer_t *t, json_t *o)
 {
     if (!t->has_last)
         return;
-    json_object_set_new(o, "val_loss", ctrain_temporal_task__num(t->last.temporal.val_loss));
+    json_object_set_new(o, "val_loss", ctrain_out_num(t->last.temporal.val_loss));
     if (isnan(t->last.temporal.baseline_val_loss))
         json_object_set_new(o, "shuffled_val_loss",
-                            ctrain_temporal_task__num(t->last.temporal.shuffled_val_loss));
+                            ctrain_out_num(t->last.temporal.shuffled_val_loss));
     else
         json_object_set_new(o, "baseline_val_loss",
-                            ctrain_temporal_task__num(t->last.temporal.baseline_val_loss));
+                            ctrain_out_num(t->last.temporal.baseline_val_loss));
 }
 
 static int ctrain_temporal_task__finish(ctrain_trainer_t *t, ct_errbuf_t *eb)
@@ -1019,11 +1004,7 @@ static int ctrain_temporal_task__infer(const ctrain_cfg_t *cfg, const ct_worker_
                 json_pack("{s:s, s:I, s:i, s:s, s:f}", "inference", cfg->state_dict_path,
                           "embedded", (json_int_t)s->n_curves, "dim", t->mcfg.hidden, "embeddings",
                           out, "wall_seconds", (double)(ct_time_ns() - t0) / 1e9);
-            char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
-            json_decref(o);
-            printf("# summary: %s\n", line ? line : "{}");
-            fflush(stdout);
-            free(line);
+            ctrain_out_print_summary(o, JSON_COMPACT);
         }
     } else if (rc == 0) {
         rc = ctrain_temporal_task__eval_val(t, &r.temporal, eb);
@@ -1032,20 +1013,16 @@ static int ctrain_temporal_task__infer(const ctrain_cfg_t *cfg, const ct_worker_
         json_t *o = json_object();
         json_object_set_new(o, "inference", json_string(cfg->state_dict_path));
         json_object_set_new(o, "model", ctrain_temporal_task__model_json(t));
-        json_object_set_new(o, "val_loss", ctrain_temporal_task__num(r.temporal.val_loss));
+        json_object_set_new(o, "val_loss", ctrain_out_num(r.temporal.val_loss));
         if (isnan(r.temporal.baseline_val_loss))
             json_object_set_new(o, "shuffled_val_loss",
-                                ctrain_temporal_task__num(r.temporal.shuffled_val_loss));
+                                ctrain_out_num(r.temporal.shuffled_val_loss));
         else
             json_object_set_new(o, "baseline_val_loss",
-                                ctrain_temporal_task__num(r.temporal.baseline_val_loss));
+                                ctrain_out_num(r.temporal.baseline_val_loss));
         json_object_set_new(o, "curves", json_integer((json_int_t)r.temporal.curves));
         json_object_set_new(o, "wall_seconds", json_real((double)(ct_time_ns() - t0) / 1e9));
-        char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
-        json_decref(o);
-        printf("# summary: %s\n", line ? line : "{}");
-        fflush(stdout);
-        free(line);
+        ctrain_out_print_summary(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
     }
     ctrain_temporal_task__teardown(t);
     ctrain_model_destroy(t->model);

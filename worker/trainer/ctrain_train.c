@@ -79,6 +79,21 @@ int ctrain_train_backend(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct
     return ct_errbuf_set(eb, rc, "--device %s", oeb.msg);
 }
 
+int ctrain_train_eval_nonfinite(const ctrain_trainer_t *t, int64_t epoch, const char *what,
+                                ct_errbuf_t *eb)
+{
+    if (!t->cfg->skip_invalid_loss)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "evaluation after epoch %lld (step %lld): the validation %s is not "
+                             "finite: the model's weights are not (lower --lr, set --grad_clip, or "
+                             "pass --skip_invalid_loss to go on without metrics)",
+                             (long long)epoch, (long long)t->step, what);
+    if (t->rank0)
+        ct_log_warn("evaluation after epoch %lld: the validation %s is not finite",
+                    (long long)epoch, what);
+    return 0;
+}
+
 int ctrain_train_check_device(const ctrain_model_cfg_t *mc, const ct_ops_t *ops, ct_errbuf_t *eb)
 {
     const ctrain_family_t *fam = ctrain_family(mc->kind);

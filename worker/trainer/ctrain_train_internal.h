@@ -183,6 +183,11 @@ extern const ctrain_task_t ctrain_gpt2rec_task;  /* GPT2Rec (ctrain_gpt2rec_task
 extern const ctrain_task_t ctrain_temporal_task; /* the temporal encoder (ctrain_temporal_task.c) */
 
 /* ---- ctrain_out.c ---- */
+/* A number for JSON: null when it is not finite. */
+json_t *ctrain_out_num(double x);
+/* "# summary: <o as json_dumps(o, flags)>" on stdout (flushed); takes o's reference (NULL: "{}").
+ */
+void ctrain_out_print_summary(json_t *o, size_t flags);
 json_t *ctrain_out_result_json(const ctrain_eval_result_t *r);
 int ctrain_out_result_from_json(const json_t *o, ctrain_eval_result_t *r);
 /* '#' header lines about a recommender run (rank 0), and the training line every task prints. */
@@ -209,6 +214,11 @@ int ctrain_out_write_file(const char *dir, const char *name, const char *text, c
 json_t *ctrain_out_summary(ctrain_trainer_t *t);
 
 /* ---- ctrain_train.c, shared with ctrain_infer.c ---- */
+/* A task's evaluate hook found its selection metric (`what`, e.g. "lm_loss") not finite after
+ * epoch: an error naming it (the weights are not finite), or with --skip_invalid_loss a warning
+ * on rank 0 and 0. */
+int ctrain_train_eval_nonfinite(const ctrain_trainer_t *t, int64_t epoch, const char *what,
+                                ct_errbuf_t *eb);
 /* Loads --dataset (file or synthetic) into ds. */
 int ctrain_train_load_data(const ctrain_cfg_t *cfg, ctrain_dataset_t *ds, ct_errbuf_t *eb);
 /* The --device backend: cpu; cuda (device LOCAL_RANK mod the visible devices; CT_ENOGPU with
