@@ -1063,4 +1063,6 @@ const ctrain_family_t ctrain_gpt2rec_family = {
     .batch_size = 2048,
     .adam_beta2 = 0.999,
     .cpu_only = true,
+    .state_dict_hint = "check --embed_dim, --lm_dir, --text_mode and the dataset; a checkpoint of "
+                       "gpt2rec_ddp.py loads after examples/convert_pytorch_checkpoint.py",
 };
