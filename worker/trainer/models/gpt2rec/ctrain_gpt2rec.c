@@ -23,6 +23,7 @@
 
 #define CTRAIN_GPT2REC__PURPOSE_NEG  270u
 #define CTRAIN_GPT2REC__PURPOSE_INIT 271u
+#define CTRAIN_GPT2REC__GROUPS       4 /* LM passes per set of items, by token count */
 
 static const char *const ctrain_gpt2rec__genres[19] = {
     "unknown",     "Action", "Adventure", "Animation", "Children's", "Comedy",  "Crime",
@@ -619,10 +620,12 @@ typedef struct ctrain_gpt2rec__impl {
     /* dynamic mode */
     ctrain_lm_t *lm;
     size_t frozen_floats;
-    int32_t *rows;     /* (max_u * L) */
-    float *dh;         /* (max_u * L * T) */
-    float *txt, *dtxt; /* (max_u * T) the pass's items' texts and their gradient */
-    float *pu, *dpu;   /* (max_u * D) their projections and the gradient */
+    int32_t *rows;      /* (max_u * L) */
+    int32_t *order;     /* (max_u) a pass's items by token count */
+    int32_t *len_count; /* (L + 2) */
+    float *dh;          /* (max_u * L * T) */
+    float *txt, *dtxt;  /* (max_u * T) the pass's items' texts and their gradient */
+    float *pu, *dpu;    /* (max_u * D) their projections and the gradient */
 } ctrain_gpt2rec__impl_t;
 
 static const ctrain_gpt2rec_spec_t *ctrain_gpt2rec__spec(const ctrain_model_t *m)
@@ -672,7 +675,9 @@ static float ctrain_gpt2rec__dot(const float *a, const float *b, int n)
 /* Dynamic mode: the LM on the texts of items[0..n) (n <= max_u) into out (n, T), the mean of
  * the final hidden states over each item's tokens; with dout, the backward pass from
  * d loss / d out (gradients added to the LM's; the forward runs again inside, as the LM's
- * backward starts from its own forward). */
+ * backward starts from its own forward). The items run in up to CTRAIN_GPT2REC__GROUPS groups
+ * of similar token counts (sorted by count, cut into equal parts, each padded only to its own
+ * longest text), as the reference's text() does, so that little of the work is padding. */
 static int ctrain_gpt2rec__lm_pass(ctrain_model_t *m, const int32_t *items, int n, float *out,
                                    const float *dout)
 {
@@ -680,42 +685,58 @@ static int ctrain_gpt2rec__lm_pass(ctrain_model_t *m, const int32_t *items, int 
     ctrain_gpt2rec__impl_t *im = m->impl;
     const int L = s->text_len, T = s->text_dim;
     ctrain_lm_t *lm = ctrain_gpt2rec_lm(m);
-    int Lc = 1;
+    /* positions 0..n) ordered by token count (a stable counting sort: deterministic) */
+    int32_t *ord = im->order, *cnt = im->len_count;
+    for (int j = 0; j <= L + 1; j++)
+        cnt[j] = 0;
     for (int k = 0; k < n; k++)
-        Lc = s->tok_len[items[k]] > Lc ? s->tok_len[items[k]] : Lc;
+        cnt[s->tok_len[items[k]] + 1]++;
+    for (int j = 1; j <= L + 1; j++)
+        cnt[j] += cnt[j - 1];
     for (int k = 0; k < n; k++)
-        memcpy(im->rows + (size_t)k * Lc, s->tokens + (size_t)items[k] * L,
-               (size_t)Lc * sizeof *im->rows);
-    ctrain_lm_batch_t b = {.B = n, .L = Lc, .ids = im->rows};
-    ct_errbuf_t eb;
-    float unused = 0.0f;
-    int rc;
-    if (dout) {
-        for (int k = 0; k < n; k++) {
-            const int len = s->tok_len[items[k]];
-            for (int j = 0; j < Lc; j++) {
-                float *d = im->dh + ((size_t)k * Lc + j) * T;
-                for (int c = 0; c < T; c++)
-                    d[c] = j < len ? dout[(size_t)k * T + c] / (float)len : 0.0f;
+        ord[cnt[s->tok_len[items[k]]]++] = k;
+    const int per = (n + CTRAIN_GPT2REC__GROUPS - 1) / CTRAIN_GPT2REC__GROUPS;
+    for (int g0 = 0; g0 < n; g0 += per) {
+        const int gn = n - g0 < per ? n - g0 : per;
+        const int32_t *go = ord + g0;
+        const int Lc = s->tok_len[items[go[gn - 1]]]; /* the group's longest */
+        for (int k = 0; k < gn; k++)
+            memcpy(im->rows + (size_t)k * Lc, s->tokens + (size_t)items[go[k]] * L,
+                   (size_t)Lc * sizeof *im->rows);
+        ctrain_lm_batch_t b = {.B = gn, .L = Lc, .ids = im->rows};
+        ct_errbuf_t eb;
+        float unused = 0.0f;
+        int rc;
+        if (dout) {
+            for (int k = 0; k < gn; k++) {
+                const int len = s->tok_len[items[go[k]]];
+                const float *dk = dout + (size_t)go[k] * T;
+                for (int j = 0; j < Lc; j++) {
+                    float *d = im->dh + ((size_t)k * Lc + j) * T;
+                    for (int c = 0; c < T; c++)
+                        d[c] = j < len ? dk[c] / (float)len : 0.0f;
+                }
             }
+            if ((rc = ctrain_lm_backward_hidden(lm, &b, im->dh, &eb)) != 0)
+                return rc;
+            continue;
         }
-        return ctrain_lm_backward_hidden(lm, &b, im->dh, &eb);
-    }
-    if ((rc = ctrain_lm_forward_backward(lm, &b, 1.0f, false, &unused, &eb)) != 0)
-        return rc;
-    const float *h = ctrain_lm_hidden(lm);
-    for (int k = 0; k < n; k++) {
-        const int len = s->tok_len[items[k]];
-        float *o = out + (size_t)k * T;
-        for (int c = 0; c < T; c++)
-            o[c] = 0.0f;
-        for (int j = 0; j < len; j++) {
-            const float *x = h + ((size_t)k * Lc + j) * T;
+        if ((rc = ctrain_lm_forward_backward(lm, &b, 1.0f, false, &unused, &eb)) != 0)
+            return rc;
+        const float *h = ctrain_lm_hidden(lm);
+        for (int k = 0; k < gn; k++) {
+            const int len = s->tok_len[items[go[k]]];
+            float *o = out + (size_t)go[k] * T;
             for (int c = 0; c < T; c++)
-                o[c] += x[c];
+                o[c] = 0.0f;
+            for (int j = 0; j < len; j++) {
+                const float *x = h + ((size_t)k * Lc + j) * T;
+                for (int c = 0; c < T; c++)
+                    o[c] += x[c];
+            }
+            for (int c = 0; c < T; c++)
+                o[c] /= (float)len;
         }
-        for (int c = 0; c < T; c++)
-            o[c] /= (float)len;
     }
     return 0;
 }
@@ -835,6 +856,8 @@ static void ctrain_gpt2rec__destroy(ctrain_model_t *m)
     free(im->map);
     free(im->uniq);
     free(im->rows);
+    free(im->order);
+    free(im->len_count);
     free(im->dh);
     free(im->txt);
     free(im->dtxt);
@@ -971,9 +994,11 @@ static int ctrain_gpt2rec__build_lm(ctrain_model_t *m, ctrain_gpt2rec__impl_t *i
     }
     const size_t u = (size_t)im->max_u;
     im->rows = malloc(u * L * sizeof *im->rows);
+    im->order = malloc(u * sizeof *im->order);
+    im->len_count = malloc(((size_t)L + 2) * sizeof *im->len_count);
     im->dh = malloc(u * L * T * sizeof *im->dh);
     im->dtxt = malloc(u * T * sizeof *im->dtxt);
-    if (!im->rows || !im->dh || !im->dtxt)
+    if (!im->rows || !im->order || !im->len_count || !im->dh || !im->dtxt)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
     return 0;
 }
