@@ -81,6 +81,11 @@ struct ct_ops {
     int status;   /* first failure latched since the last ct_ops_status (0: none) */
     void *stream; /* the backend's queue (cudaStream_t); NULL on the CPU */
     void *impl;   /* the backend's state (CUDA: context and scratch); NULL on the CPU */
+    /* Bytes of backend memory the table holds now and held at most so far: what alloc() gave
+     * and release() has not taken back, plus the backend's own scratch and cuBLAS workspace.
+     * Counted by the CUDA backend (device memory; the CUDA context itself is not in it); 0 on
+     * the CPU, which does not count. */
+    size_t mem_live, mem_peak;
 
     /* ---- memory ---- */
     /* *p <- nbytes of backend memory (64-byte aligned). 0 or -ENOMEM / CT_ECUDA. */

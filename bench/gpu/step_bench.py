@@ -22,7 +22,10 @@ is written under --out and both programs read it, so the comparison stays like f
 ms/step: ctrain's steady state, from its summaries (train_seconds, steps; evaluation and
 checkpoints excluded) of a 1-epoch and an 11-epoch run: the difference of the times over the
 difference of the steps, so the one-time set-up is left out (the 1-epoch figure, set-up
-included, is kept in step_bench.json as *_first_epoch); fp32 and with --use_amp; PyTorch's epoch event (train_seconds / steps,
+included, is kept in step_bench.json as *_first_epoch); fp32 and with --use_amp; "ctrain MiB"
+is the device memory ctrain's CUDA backend held at its peak (its summary's device_peak_bytes:
+parameters, optimizer state, activations, scratch and the cuBLAS workspace; the CUDA context is
+not counted, as PyTorch's peak figure does not count it either); PyTorch's epoch event (train_seconds / steps,
 after 3 untimed warm-up steps), eager and under torch.compile in each mode of --compile (8 untimed
 warm-up steps, in which the compilation happens; their seconds and the timed steps' peak GPU
 memory are printed). Each is run --reps times and the median taken. The roofline
@@ -121,6 +124,9 @@ def dataset(name, w, out):
     return s, "synthetic (same size)"
 
 
+CTRAIN_PEAK = {}  # tag -> the largest device_peak_bytes of ctrain's summaries (CUDA backend)
+
+
 def ctrain_run(ctrain, data, w, device, amp, out, tag, epochs):
     """(train_seconds, steps) of one ctrain run of `epochs` epochs (evaluation excluded)."""
     d = tempfile.mkdtemp(prefix=f"ctrain-{tag}-e{epochs}-", dir=out)
@@ -140,6 +146,8 @@ def ctrain_run(ctrain, data, w, device, amp, out, tag, epochs):
     for line in r.stdout.splitlines():
         if line.startswith("# summary: "):
             s = json.loads(line[len("# summary: "):])
+            if s.get("device_peak_bytes"):
+                CTRAIN_PEAK[tag] = max(CTRAIN_PEAK.get(tag, 0), s["device_peak_bytes"])
             return s["train_seconds"], s["steps"]
     raise RuntimeError("ctrain printed no summary")
 
@@ -257,6 +265,11 @@ def measure(row, runs, reps, device):
                 row[key + "_first_epoch"] = statistics.median(firsts)
         except (RuntimeError, OSError) as e:
             row[key + "_error"] = str(e)
+        if key.startswith("ctrain"):
+            pk = [v for t, v in CTRAIN_PEAK.items()
+                  if t.startswith(f"{row['workload']}-{'amp' if key == 'ctrain_amp' else 'fp32'}-")]
+            if pk:
+                row[key + "_peak_mb"] = max(pk) / 2**20
         tag = key[len("torch_"):] + "-" if key.startswith("torch_") else ""
         st = [TORCH_STATS.get(f"{row['workload']}-{tag}{k}", {}) for k in range(reps)]
         if key.startswith("torch") and any(st):
@@ -269,13 +282,14 @@ def report(rows, modes, out):
     """Prints the tables of the rows so far and rewrites step_bench.json."""
     cell = lambda v: f"{v:.3f}" if v is not None else "-"  # noqa: E731
     ratio = lambda x, y: f"{x / y:.1f}x" if x and y else "-"  # noqa: E731
-    fmt = "{:<17} {:>12} {:>12} {:>12} {:>9} {:>9}  {}"
+    mib = lambda v: f"{v:.0f}" if v else "-"  # noqa: E731
+    fmt = "{:<17} {:>12} {:>12} {:>12} {:>9} {:>9} {:>11}  {}"
     print(fmt.format("workload", "ctrain ms", "ctrain amp", "torch ms", "speedup", "amp x",
-                     "roofline ms (H100)"))
+                     "ctrain MiB", "roofline ms (H100)"))
     for r in rows:
         c, ca, t = r.get("ctrain"), r.get("ctrain_amp"), r.get("torch")
         print(fmt.format(r["workload"], cell(c), cell(ca), cell(t), ratio(t, c), ratio(t, ca),
-                         WORKLOADS[r["workload"]]["roofline"]))
+                         mib(r.get("ctrain_peak_mb")), WORKLOADS[r["workload"]]["roofline"]))
         print(f"  data: {r['data']}" + "".join(
             f"; {k}: {v}" for k, v in r.items() if k.endswith("_error")))
     # PyTorch eager and each torch.compile mode against ctrain (fp32 and amp): ms per step; the

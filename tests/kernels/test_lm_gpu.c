@@ -526,6 +526,29 @@ static void test_bad_shapes(void)
     ct_cuda_ctx_close(&ctx);
 }
 
+/* The CUDA table counts its device memory: the workspace and scratch from the start, each
+ * alloc until its release, the peak kept. */
+static void test_table_memory(void)
+{
+    ct_ops_t gpu;
+    CT_ASSERT_OK(ct_ops_cuda_init(&gpu, 0, false));
+    const size_t base = gpu.mem_live;
+    CT_ASSERT(base >= CT_CUDA_CTX_WORKSPACE_NBYTES);
+    CT_ASSERT(gpu.mem_peak == base);
+    void *a = NULL, *b = NULL;
+    CT_ASSERT_OK(gpu.alloc(&gpu, &a, 1 << 20));
+    CT_ASSERT_OK(gpu.alloc(&gpu, &b, 3 << 20));
+    CT_ASSERT(gpu.mem_live == base + (4 << 20));
+    gpu.release(&gpu, a);
+    CT_ASSERT(gpu.mem_live == base + (3 << 20));
+    CT_ASSERT(gpu.mem_peak == base + (4 << 20));
+    gpu.release(&gpu, b);
+    gpu.release(&gpu, NULL);
+    CT_ASSERT(gpu.mem_live == base);
+    CT_ASSERT(gpu.mem_peak == base + (4 << 20));
+    gpu.close(&gpu);
+}
+
 int main(void)
 {
     gk_require_gpu();
@@ -536,6 +559,7 @@ int main(void)
     CT_RUN(test_gqa_attention);
     CT_RUN(test_lm_embed);
     CT_RUN(test_tables);
+    CT_RUN(test_table_memory);
     CT_RUN(test_bad_shapes);
     return 0;
 }

@@ -418,6 +418,9 @@ json_t *ctrain_out_summary(ctrain_trainer_t *t)
     json_object_set_new(o, "train_seconds", json_real(t->total_train_seconds));
     json_object_set_new(o, "wall_seconds", json_real((double)(ct_time_ns() - t->t_start_ns) / 1e9));
     json_object_set_new(o, "parameters", json_integer((json_int_t)t->model->num_params));
+    if (t->model->ops && t->model->ops->mem_peak > 0) /* the CUDA backend counts */
+        json_object_set_new(o, "device_peak_bytes",
+                            json_integer((json_int_t)t->model->ops->mem_peak));
     if (t->st.has_best) {
         json_t *b = t->task->result_json(&t->st.best);
         json_object_set_new(b, "epoch", json_integer((json_int_t)t->st.best_epoch));
