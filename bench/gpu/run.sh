@@ -11,7 +11,8 @@
 #   4. times ctrain's own training step (--device cuda, fp32 and --use_amp) against the PyTorch
 #      reference (tests/worker/trainer/torch_ref.py --device cuda), eager and under
 #      torch.compile, on the same GPU for SASRec ml-1m-r
-#      (L=200, B=128) and TiSASRec ml-100k, with the roofline column (bench/gpu/step_bench.py;
+#      (L=200, B=128), TiSASRec ml-100k and (ctrain only) the mHC variant, with the roofline
+#      column (bench/gpu/step_bench.py;
 #      data from $CT_DATA_DIR, else synthetic files of the same sizes).
 #
 #   bench/gpu/run.sh [--reps N] [--step-reps N] [--compile MODES] [--skip-tests] [--sanitize]

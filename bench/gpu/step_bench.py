@@ -4,13 +4,15 @@
 estimate of docs/models.md §6. Run by bench/gpu/run.sh; works without a network.
 
     step_bench.py --ctrain build-gpu/worker/ctrain [--device cuda] [--steps N] [--reps R]
-                  [--workload sasrec-ml1m|tisasrec-ml100k|all] [--out DIR]
+                  [--workload sasrec-ml1m|tisasrec-ml100k|sasrec-mhc-ml1m|all] [--out DIR]
 
 Workloads (the references' defaults, as bench/train_bench):
   sasrec-ml1m      SASRec (post_ln) on ml-1m-r, L = 200, B = 128, d = 50, 2 blocks, 1 head,
                    dropout 0.2, BCE; ctrain --no_time --no_mhc
   tisasrec-ml100k  TiSASRec on ml-100k, L = 50, B = 128, d = 50, 2 blocks, 1 head, dropout 0.2,
                    time_span 256, l2_emb 5e-5; ctrain --no_mhc
+  sasrec-mhc-ml1m  the first with mHC residual streams (ctrain's default mHC settings, pre-LN
+                   as mHC requires); ctrain only: the repository has no PyTorch program of it
 Data: the dataset files under $CT_DATA_DIR (ml-1m-r/ml-1m-r.txt, ml-100k/u.data; see
 docs/CONTRIBUTING.md, "Datasets"); when CT_DATA_DIR is unset or the file is not there, a
 synthetic file of the same size (users, items, interactions; random sequences, increasing times)
@@ -71,6 +73,16 @@ WORKLOADS = {
         "torch": ["--model", "tisasrec", "--maxlen", "50", "--batch_size", "128",
                   "--time_span", "256", "--l2_emb", "5e-5"],
         "roofline": ">= 0.03 (2.1 GFLOP; memory-bound)",
+    },
+    "sasrec-mhc-ml1m": {
+        "file": ("ml-1m-r", "ml-1m-r.txt"),
+        "size": (6040, 3416, 999611),
+        "timed": False,
+        "ctrain": ["--no_time", "--mhc", "true", "--maxlen", "200", "--batch_size", "128",
+                   "--hidden_units", "50", "--num_blocks", "2", "--num_heads", "1",
+                   "--dropout_rate", "0.2", "--l2_emb", "0"],
+        "torch": None,  # no PyTorch program of the mHC variant in the repository
+        "roofline": "-",
     },
 }
 
@@ -212,9 +224,9 @@ def main(argv):
                                            f"{name}-fp32-{k}")),
             ("ctrain_amp", lambda k: ctrain_ms(a.ctrain, data, w, a.device, True, a.out,
                                                f"{name}-amp-{k}")),
-            ("torch", lambda k: torch_ms(a.python, data, w, a.device, a.steps, a.out,
-                                         f"{name}-{k}")),
-        ], a.reps, a.device)
+        ] + ([("torch", lambda k: torch_ms(a.python, data, w, a.device, a.steps, a.out,
+                                           f"{name}-{k}"))] if w["torch"] else []),
+            a.reps, a.device)
         rows.append(row)
         report(rows, [], a.out)
     # torch.compile last: its compilations take the longest, and the rows above are already
@@ -223,6 +235,8 @@ def main(argv):
         for row in rows:
             name = row["workload"]
             w = WORKLOADS[name]
+            if not w["torch"]:
+                continue
             data, _ = dataset(name, w, a.out)
             measure(row, [("torch_" + mode, lambda k, m=mode: torch_ms(
                 a.python, data, w, a.device, a.steps, a.out, f"{name}-{m}-{k}", m))],
@@ -273,6 +287,8 @@ def report(rows, modes, out):
     print(fmt2.format("workload", "PyTorch", "ms/step", "w/o wait", "ctrain x", "ctrain amp x",
                       "peak MiB", "warm-up s"))
     for r in rows:
+        if not WORKLOADS[r["workload"]]["torch"]:
+            continue
         for mode in ["eager"] + modes:
             key = "torch" if mode == "eager" else "torch_" + mode
             v = r.get(key)

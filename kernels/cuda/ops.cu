@@ -573,7 +573,7 @@ static void ct_cuda_ops__gqa_attention_forward(ct_ops_t *o, float *out, float *a
                                                int HD, float scale)
 {
     ct_cuda_ops__latch(
-        o, ct_gqa_attention_forward_cuda(out, att, qkv, B, L, NH, KVH, HD, scale, CT__S));
+        o, ct_gqa_attention_forward_cuda(out, att, qkv, B, L, NH, KVH, HD, scale, CT__C));
 }
 
 static void ct_cuda_ops__gqa_attention_backward(ct_ops_t *o, float *dqkv, float *scratch,
@@ -582,7 +582,7 @@ static void ct_cuda_ops__gqa_attention_backward(ct_ops_t *o, float *dqkv, float 
                                                 int HD, float scale)
 {
     ct_cuda_ops__latch(o, ct_gqa_attention_backward_cuda(dqkv, scratch, dout, att, qkv, B, L, NH,
-                                                         KVH, HD, scale, CT__S));
+                                                         KVH, HD, scale, CT__C));
 }
 
 static void ct_cuda_ops__lm_embed_forward(ct_ops_t *o, float *out, const float *wte,
