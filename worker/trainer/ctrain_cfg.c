@@ -34,6 +34,7 @@ void ctrain_cfg_default(ctrain_cfg_t *c)
     c->data_format = CTRAIN_DATA_AUTO;
     c->min_count = 5; /* TiSASRec's preprocessing (ctrain_data.h's default) */
     c->seed = 42;
+    c->seq_len = 256;
     c->eval_every = 20;
     c->eval = CTRAIN_EVAL_MODE_BOTH;
     snprintf(c->backend, sizeof c->backend, "auto");
@@ -184,6 +185,16 @@ static const ctrain_cfg__flag_t ctrain_cfg__flags[] = {
      "N  --model temporal: the encoder's feed-forward width (default 256)"},
     {"mask_ratio", CT__DOUBLE, CT__OFF(mask_ratio), 0, 1,
      "X  --model temporal: share of patches masked (default 0.4)"},
+    {"pregenerate", CT__INT64, CT__OFF(pregenerate), 1, 2147483647.0,
+     "N  --model temporal: write a cache of N curves into --output_dir (meta.json, curves.npy, "
+     "descriptions.jsonl: pregenerate_temporal_data.py's files, byte for byte) and exit; --seed "
+     "S is then the curves' seed (default 0)"},
+    {"output_dir", CT__PATH, CT__OFF(output_dir), 0, 0,
+     "DIR  --pregenerate: the cache folder (created; its files replaced atomically)"},
+    {"seq_len", CT__INT, CT__OFF(seq_len), 8, 1 << 24,
+     "L  --pregenerate: points per curve (default 256; config data.seq_len)"},
+    {"data_seed", CT__U64, CT__OFF(data_seed), 0, 0,
+     "S  --pregenerate: the curves' seed (default 0; config data.seed)"},
     {"val_fraction", CT__DOUBLE, CT__OFF(val_fraction), 0, 0.99,
      "X  --model temporal: the last share of the curves validates (default 0.1)"},
     {"weight_decay", CT__DOUBLE, CT__OFF(weight_decay), 0, 1e6,
@@ -594,17 +605,25 @@ static int ctrain_cfg__check_temporal(ctrain_cfg_t *c, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--stage align: needs --lm_dir (the frozen Qwen2 or GPT-2 folder: "
                              "config.json, weights, tokenizer)");
+    if (c->pregenerate > 0 && c->output_dir[0] == '\0')
+        return ct_errbuf_set(eb, CT_EPARSE, "--pregenerate: needs --output_dir (the cache folder)");
+    if (c->pregenerate > 0)
+        return 0;
     if (strncmp(c->dataset, "synthetic", 9) == 0)
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--dataset: --model temporal reads a curve cache folder (meta.json, "
-                             "curves.npy: examples/pytorch/pregenerate_temporal_data.py writes "
-                             "one), not \"%.100s\"",
+                             "curves.npy: ctrain --pregenerate or "
+                             "examples/pytorch/pregenerate_temporal_data.py writes one), not "
+                             "\"%.100s\"",
                              c->dataset);
     return 0;
 }
 
 static int ctrain_cfg__check(ctrain_cfg_t *c, ct_errbuf_t *eb)
 {
+    if (c->model != CTRAIN_MODEL_TEMPORAL && (c->pregenerate > 0 || c->output_dir[0] != '\0'))
+        return ct_errbuf_set(eb, CT_EPARSE, "--%s: only --model temporal takes it",
+                             c->pregenerate > 0 ? "pregenerate" : "output_dir");
     if (c->model == CTRAIN_MODEL_TEMPORAL) {
         int rc = ctrain_cfg__check_temporal(c, eb);
         if (rc != 0)
@@ -738,9 +757,9 @@ static const struct ctrain_cfg__ykey {
 } ctrain_cfg__ykeys[] = {
     {"data", "cache_dir", CT__Y_PATH, "dataset"},
     {"data", "num_samples", CT__Y_INT, NULL},
-    {"data", "seq_len", CT__Y_INT, NULL},
+    {"data", "seq_len", CT__Y_INT, "seq_len"},
     {"data", "val_fraction", CT__Y_NUM, "val_fraction"},
-    {"data", "seed", CT__Y_INT, NULL},
+    {"data", "seed", CT__Y_INT, "data_seed"},
     {"data", "batch_size", CT__Y_INT, "batch_size"}, /* per process: times WORLD_SIZE */
     {"data", "num_workers", CT__Y_INT, NULL},
     {"data", "pin_memory", CT__Y_BOOL, NULL},
@@ -867,6 +886,7 @@ int ctrain_args_parse(ctrain_cfg_t *c, int argc, char **argv, ctrain_args_action
         return rc0;
     const bool yaml_set_epochs = c->set_epochs;
     c->set_epochs = false; /* from here: whether the command line gives --num_epochs */
+    bool cli_seed = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
@@ -906,7 +926,11 @@ int ctrain_args_parse(ctrain_cfg_t *c, int argc, char **argv, ctrain_args_action
         int rc = ctrain_cfg__set(c, f, v, eb);
         if (rc != 0)
             return ct_errbuf_wrap(eb, rc, "--%s", f->name);
+        cli_seed |= strcmp(f->name, "seed") == 0;
     }
+    /* pregenerate_temporal_data.py's --seed is the curves' seed */
+    if (c->pregenerate > 0 && cli_seed)
+        c->data_seed = c->seed;
     c->cli_epochs = c->set_epochs;
     c->set_epochs |= yaml_set_epochs;
     return ctrain_cfg__check(c, eb);

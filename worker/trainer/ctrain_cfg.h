@@ -127,6 +127,11 @@ typedef struct ctrain_cfg {
                                                  reconstruct_epochs, -1 when absent */
     bool cli_epochs;                          /* --num_epochs was given on the command line */
     char prompt[CTRAIN_TRAIN_PATH_MAX]; /* align: the text between soft tokens and description */
+    /* --pregenerate: N curves of temporal_curves.py's generator into --output_dir */
+    int64_t pregenerate;
+    int seq_len;
+    uint64_t data_seed;
+    char output_dir[CTRAIN_TRAIN_PATH_MAX];
     /* which model flags were given (inference adopts a checkpoint's values for the others) */
     bool set_maxlen, set_hidden, set_blocks, set_heads, set_layout;
     bool set_model, set_mhc, set_time_span, set_l2, set_epochs, set_num_negatives;
