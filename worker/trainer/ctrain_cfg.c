@@ -35,6 +35,7 @@ void ctrain_cfg_default(ctrain_cfg_t *c)
     c->min_count = 5; /* TiSASRec's preprocessing (ctrain_data.h's default) */
     c->seed = 42;
     c->seq_len = 256;
+    c->num_samples = 4096;
     c->eval_every = 20;
     c->eval = CTRAIN_EVAL_MODE_BOTH;
     snprintf(c->backend, sizeof c->backend, "auto");
@@ -192,9 +193,14 @@ static const ctrain_cfg__flag_t ctrain_cfg__flags[] = {
     {"output_dir", CT__PATH, CT__OFF(output_dir), 0, 0,
      "DIR  --pregenerate: the cache folder (created; its files replaced atomically)"},
     {"seq_len", CT__INT, CT__OFF(seq_len), 8, 1 << 24,
-     "L  --pregenerate: points per curve (default 256; config data.seq_len)"},
+     "L  --pregenerate, and training without --dataset: points per curve (default 256; config "
+     "data.seq_len)"},
     {"data_seed", CT__U64, CT__OFF(data_seed), 0, 0,
-     "S  --pregenerate: the curves' seed (default 0; config data.seed)"},
+     "S  --pregenerate, and training without --dataset: the curves' seed (default 0; config "
+     "data.seed)"},
+    {"num_samples", CT__INT64, CT__OFF(num_samples), 2, 2147483647.0,
+     "N  --model temporal without --dataset: curves generated at start, validation included "
+     "(default 4096; config data.num_samples)"},
     {"val_fraction", CT__DOUBLE, CT__OFF(val_fraction), 0, 0.99,
      "X  --model temporal: the last share of the curves validates (default 0.1)"},
     {"weight_decay", CT__DOUBLE, CT__OFF(weight_decay), 0, 1e6,
@@ -567,7 +573,7 @@ static int ctrain_cfg__check_lm(const ctrain_cfg_t *c, ct_errbuf_t *eb)
 
 /* Checks across flags, after all are read. */
 /* --model temporal: the reference's defaults (configs/temporal_encoder.yaml) for the shared
- * flags not given, and its data: a curve cache folder. */
+ * flags not given, and its data: a curve cache folder, or none (generated at start). */
 static int ctrain_cfg__check_temporal(ctrain_cfg_t *c, ct_errbuf_t *eb)
 {
     if (!c->set_hidden)
@@ -609,12 +615,13 @@ static int ctrain_cfg__check_temporal(ctrain_cfg_t *c, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, CT_EPARSE, "--pregenerate: needs --output_dir (the cache folder)");
     if (c->pregenerate > 0)
         return 0;
-    if (strncmp(c->dataset, "synthetic", 9) == 0)
+    /* without --dataset ("synthetic", the default) the curves are generated at start */
+    if (strncmp(c->dataset, "synthetic", 9) == 0 && c->dataset[9] != '\0')
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--dataset: --model temporal reads a curve cache folder (meta.json, "
                              "curves.npy: ctrain --pregenerate or "
-                             "examples/pytorch/pregenerate_temporal_data.py writes one), not "
-                             "\"%.100s\"",
+                             "examples/pytorch/pregenerate_temporal_data.py writes one) or, left "
+                             "out, generates --num_samples curves; not \"%.100s\"",
                              c->dataset);
     return 0;
 }
@@ -748,7 +755,7 @@ typedef enum ctrain_cfg__ytype {
 } ctrain_cfg__ytype_t;
 
 /* Every key the reference reads, its type, and the flag it sets (NULL: a key of the reference
- * that this stage does not use - the on-the-fly generator's, the DataLoader's, stage 2's and the
+ * that this stage does not use - the DataLoader's, stage 2's and the
  * logging's - checked for its type and otherwise left alone). */
 static const struct ctrain_cfg__ykey {
     const char *section, *key;
@@ -756,7 +763,7 @@ static const struct ctrain_cfg__ykey {
     const char *flag;
 } ctrain_cfg__ykeys[] = {
     {"data", "cache_dir", CT__Y_PATH, "dataset"},
-    {"data", "num_samples", CT__Y_INT, NULL},
+    {"data", "num_samples", CT__Y_INT, "num_samples"},
     {"data", "seq_len", CT__Y_INT, "seq_len"},
     {"data", "val_fraction", CT__Y_NUM, "val_fraction"},
     {"data", "seed", CT__Y_INT, "data_seed"},
@@ -1019,6 +1026,11 @@ json_t *ctrain_cfg_to_json(const ctrain_cfg_t *c)
         json_object_set_new(o, "mask_ratio", json_real(c->mask_ratio));
         json_object_set_new(o, "val_fraction", json_real(c->val_fraction));
         json_object_set_new(o, "weight_decay", json_real(c->weight_decay));
+        if (strcmp(c->dataset, "synthetic") == 0) { /* generated at start */
+            json_object_set_new(o, "num_samples", json_integer((json_int_t)c->num_samples));
+            json_object_set_new(o, "seq_len", json_integer(c->seq_len));
+            json_object_set_new(o, "data_seed", json_integer((json_int_t)c->data_seed));
+        }
     }
     if (c->lr_floor != 0.0)
         json_object_set_new(o, "lr_floor", json_real(c->lr_floor));

@@ -1,0 +1,157 @@
+"""temporal_fly.py - ctrain --model temporal without --dataset (the curves generated at start)
+against the same run on the cache ctrain --pregenerate writes with the same seed, count and
+length, run by test_temporal_train.c with the PyTorch 2.x interpreter:
+
+    temporal_fly.py CTRAIN CTRUN DIR
+
+  1. stage reconstruct, three epochs: every metrics.jsonl record (train_loss, val_loss,
+     baseline_val_loss) and the final weights equal bit for bit, with the flags (--num_samples,
+     --seq_len, --data_seed) and with a --config file giving data.num_samples, data.seq_len,
+     data.seed and data.cache_dir null; the header names the generated data and the split the
+     reference's (the last max(1, floor(N * val_fraction)) curves validate);
+  2. stage align through a tiny random Qwen2 (its tokenizer trained on the descriptions): the
+     same, the descriptions generated with the curves;
+  3. 2 ranks under ctrun on the fly: the 1-rank run's losses within 1e-6;
+  4. --dataset synthetic:... and --num_samples 1 are one-line errors.
+
+Exits 77 when numpy, torch, transformers or tokenizers is missing (the C side skips).
+"""
+import json
+import os
+import subprocess
+import sys
+
+try:
+    import numpy as np
+    import torch  # noqa: F401 (temporal_align builds the LM with it)
+    import transformers  # noqa: F401
+    from safetensors.numpy import load_file
+except ImportError as e:
+    print("skip: %s" % e)
+    sys.exit(77)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "examples", "pytorch"))
+import temporal_curves  # noqa: E402
+from temporal_align import make_lm, PROMPT, MAX_TEXT  # noqa: E402
+
+N, S, DSEED, VAL = 120, 32, 5, 0.1
+MODEL = ["--patch_len", "4", "--hidden_units", "16", "--num_blocks", "2", "--num_heads", "2",
+         "--ff_dim", "24", "--dropout_rate", "0.1", "--mask_ratio", "0.4"]
+
+
+def run(cmd, check=True):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    if check and p.returncode != 0:
+        sys.stdout.write(p.stdout)
+        sys.stderr.write(p.stderr)
+        raise SystemExit("FAIL: %s exited %d" % (" ".join(cmd[:4]), p.returncode))
+    return p
+
+
+def records(run_dir):
+    """metrics.jsonl without the timing field."""
+    out = []
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            r.pop("positions_per_s", None)
+            out.append(r)
+    return out
+
+
+def same_weights(a, b):
+    x = load_file(os.path.join(a, "final.safetensors"))
+    y = load_file(os.path.join(b, "final.safetensors"))
+    return sorted(x) == sorted(y) and all(np.array_equal(x[k], y[k]) for k in x)
+
+
+def base(ctrain, run_dir, extra=()):
+    return [ctrain, "--model", "temporal", "--train_dir", run_dir] + MODEL + [
+        "--val_fraction", repr(VAL), "--batch_size", "16", "--num_epochs", "3",
+        "--eval_every", "1", "--lr", "3e-3", "--warmup_steps", "3", "--seed", "11",
+        "--num_workers", "1", "--ckpt_every_steps", "4"] + list(extra)
+
+
+FLY = ["--num_samples", str(N), "--seq_len", str(S), "--data_seed", str(DSEED)]
+
+
+def main():
+    ctrain, ctrun, d = sys.argv[1:4]
+    cache = os.path.join(d, "cache")
+    run([ctrain, "--model", "temporal", "--pregenerate", str(N), "--seq_len", str(S), "--seed",
+         str(DSEED), "--output_dir", cache])
+    failures = []
+
+    def check(cond, what):
+        print("%s: %s" % ("ok" if cond else "FAIL", what))
+        if not cond:
+            failures.append(what)
+
+    # ---- stage reconstruct: the cache, the flags, --config
+    rc_dir, rf_dir, ry_dir = (os.path.join(d, x) for x in ("r_cache", "r_fly", "r_yaml"))
+    run(base(ctrain, rc_dir, ["--dataset", cache]))
+    p = run(base(ctrain, rf_dir, FLY))
+    n_val = max(1, int(N * VAL))
+    check("# data: generated (data seed %d): %d curves of %d points; %d train, %d validation"
+          % (DSEED, N, S, N - n_val, n_val) in p.stdout, "the header names the generated data")
+    cfg = os.path.join(d, "fly.yaml")
+    with open(cfg, "w") as f:
+        f.write("data:\n  cache_dir: null\n  num_samples: %d\n  seq_len: %d\n  seed: %d\n"
+                % (N, S, DSEED))
+    run(base(ctrain, ry_dir, ["--config", cfg]))
+    a, b, c = records(rc_dir), records(rf_dir), records(ry_dir)
+    print("stage reconstruct: train_loss per epoch on the cache %s" %
+          [r["train_loss"] for r in a])
+    check(len(a) == 3 and a == b, "reconstruct: on the fly (flags) = on the cache, bit for bit")
+    check(a == c, "reconstruct: on the fly (--config data.*) = on the cache, bit for bit")
+    check(same_weights(rc_dir, rf_dir) and same_weights(rc_dir, ry_dir),
+          "reconstruct: the final weights equal")
+    with open(os.path.join(rf_dir, "args.json")) as f:
+        args = json.load(f)
+    check(args.get("num_samples") == N and args.get("seq_len") == S and
+          args.get("data_seed") == DSEED, "args.json records the generated data's settings")
+
+    # ---- 2 ranks under ctrun, on the fly
+    r2 = os.path.join(d, "r_fly2")
+    run([ctrun, "--standalone", "--nproc_per_node", "2", "--max_restarts", "0"] +
+        base(ctrain, r2, FLY))
+    e = records(r2)
+    worst = max(abs(x["train_loss"] - y["train_loss"]) for x, y in zip(a, e))
+    check(len(e) == 3 and worst < 1e-6, "2 ranks on the fly: losses within 1e-6 of 1 rank's "
+          "(%.3g)" % worst)
+
+    # ---- stage align: the descriptions generated with the curves
+    _, texts, _ = temporal_curves.read_cache(cache)
+    lm_dir = os.path.join(d, "lm")
+    make_lm(lm_dir, list(texts[:N - n_val]))
+    align = ["--stage", "align", "--lm_dir", lm_dir, "--num_soft_tokens", "2",
+             "--max_text_tokens", str(MAX_TEXT), "--prompt", PROMPT]
+    ac_dir, af_dir = os.path.join(d, "a_cache"), os.path.join(d, "a_fly")
+    run(base(ctrain, ac_dir, ["--dataset", cache] + align))
+    run(base(ctrain, af_dir, FLY + align))
+    a, b = records(ac_dir), records(af_dir)
+    print("stage align: train_loss per epoch on the cache %s, val_loss %s, shuffled %s" % (
+        [r["train_loss"] for r in a], a[-1]["valid"]["val_loss"],
+        a[-1]["valid"].get("shuffled_val_loss")))
+    check(len(a) == 3 and a == b, "align: on the fly = on the cache, bit for bit")
+    check(same_weights(ac_dir, af_dir), "align: the final weights equal")
+
+    # ---- errors
+    p = run(base(ctrain, os.path.join(d, "bad1"), ["--dataset", "synthetic:users=3"]),
+            check=False)
+    check(p.returncode != 0 and "--dataset" in p.stderr and
+          len(p.stderr.strip().splitlines()) == 1, "--dataset synthetic:... refused: %r"
+          % p.stderr.strip())
+    p = run(base(ctrain, os.path.join(d, "bad2"), ["--num_samples", "1"]), check=False)
+    check(p.returncode != 0 and "--num_samples" in p.stderr and
+          len(p.stderr.strip().splitlines()) == 1, "--num_samples 1 refused: %r"
+          % p.stderr.strip())
+    if failures:
+        raise SystemExit("FAIL: %d check(s)" % len(failures))
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
