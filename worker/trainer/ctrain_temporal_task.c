@@ -1153,4 +1153,5 @@ const ctrain_task_t ctrain_temporal_task = {
     .summary = ctrain_temporal_task__summary,
     .finish = ctrain_temporal_task__finish,
     .infer = ctrain_temporal_task__infer,
+    .epoch_names = true,
 };

@@ -1,18 +1,22 @@
 /*
  * ctrain_train.c - the training job of ctrain_train.h: set-up (the family's data, the model, the
  * checkpoint directory), resume, the step (micro-batches, the one gradient reduction, l2_emb,
- * NaN check, clipping, Adam), the epoch loop with evaluation and checkpoints, and the final
- * summary; the table of the families' tasks (ctrain_train_internal.h) and the recommenders'
- * task (user sequences, negatives, HR/NDCG, the popularity baseline). The loop asks the task
- * and never tests the kind. What is printed and written lives in ctrain_out.c; the language
+ * NaN check, clipping, Adam), the epoch loop with evaluation and checkpoints (and the epoch
+ * names a task asks for: epoch_{e}_step_{s}), and the final summary; the table of the families'
+ * tasks (ctrain_train_internal.h) and the recommenders' task (user sequences, negatives,
+ * HR/NDCG, the popularity baseline). The loop asks the task and never tests the kind. What is printed and written lives in ctrain_out.c; the language
  * model's task in ctrain_lm_task.c.
  */
 #include "ctrain_train.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ct_log.h"
@@ -151,6 +155,71 @@ static int ctrain_train__state_from_json(const ctrain_trainer_t *t, const json_t
     return 0;
 }
 
+/* "epoch_<e>_step_<s>.safetensors" (the task's epoch_names) -> true. */
+static bool ctrain_train__is_epoch_name(const char *name)
+{
+    long long e, s;
+    int end = 0;
+    return sscanf(name, "epoch_%lld_step_%lld.safetensors%n", &e, &s, &end) == 2 && end > 0 &&
+           name[end] == '\0';
+}
+
+/* Rank 0, a task with epoch_names: the checkpoint file `file` (of step t->step, the end of
+ * epoch t->step / steps_per_epoch) also as epoch_{e}_step_{s}.safetensors, a hard link that
+ * replaces an older file of that name; the directory is synced. */
+static int ctrain_train__epoch_link(ctrain_trainer_t *t, const char *file, ct_errbuf_t *eb)
+{
+    if (!t->rank0 || !t->task->epoch_names || t->steps_per_epoch < 1 || t->step < 1 ||
+        t->step % t->steps_per_epoch != 0)
+        return 0;
+    char name[CT_CKPT_NAME_MAX + 32];
+    snprintf(name, sizeof name, "epoch_%lld_step_%lld.safetensors",
+             (long long)(t->step / t->steps_per_epoch), (long long)t->step);
+    const int dfd = t->ckpt.dirfd;
+    struct stat a, b;
+    if (fstatat(dfd, name, &b, 0) == 0 && fstatat(dfd, file, &a, 0) == 0 && a.st_ino == b.st_ino &&
+        a.st_dev == b.st_dev)
+        return 0; /* already that file */
+    int rc = 0;
+    if (unlinkat(dfd, name, 0) != 0 && errno != ENOENT)
+        rc = -errno;
+    if (rc == 0 && linkat(dfd, file, dfd, name, 0) != 0)
+        rc = -errno;
+    if (rc == 0 && fsync(dfd) != 0 && errno != EINVAL)
+        rc = -errno;
+    if (rc != 0)
+        return ct_errbuf_set(eb, rc, "checkpoint %s/%s as %s: %s", t->ckpt.path, file, name,
+                             ct_strerror(rc));
+    return 0;
+}
+
+/* Rank 0, a task with epoch_names, a run starting afresh (--resume never): the epoch names an
+ * earlier run left go with its other checkpoints. */
+static int ctrain_train__epoch_clear(ctrain_trainer_t *t, ct_errbuf_t *eb)
+{
+    if (!t->rank0 || !t->task->epoch_names)
+        return 0;
+    int fd = openat(t->ckpt.dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+    if (dir == NULL) {
+        int rc = -errno;
+        if (fd >= 0)
+            close(fd);
+        return ct_errbuf_set(eb, rc, "%s: cannot list: %s", t->ckpt.path, ct_strerror(rc));
+    }
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(dir)) != NULL)
+        if (ctrain_train__is_epoch_name(de->d_name) &&
+            unlinkat(t->ckpt.dirfd, de->d_name, 0) != 0 && errno != ENOENT) {
+            rc = -errno;
+            ct_errbuf_set(eb, rc, "%s/%s: cannot remove: %s", t->ckpt.path, de->d_name,
+                          ct_strerror(rc));
+        }
+    closedir(dir);
+    return rc;
+}
+
 /* The checkpoint's "config": what must match to resume, and the state. */
 static json_t *ctrain_train__ckpt_config(const ctrain_trainer_t *t)
 {
@@ -197,6 +266,11 @@ static int ctrain_train__save(ctrain_trainer_t *t, ct_ckpt_kind_t kind, ct_errbu
     free(text);
     rc = ct_ckpt_save(&t->ckpt, kind, t->views, t->n_views, meta, eb);
     free(meta);
+    if (rc == 0 && kind != CT_CKPT_BEST) {
+        char file[CT_CKPT_NAME_MAX];
+        ct_ckpt_file_name(kind, t->step, file, sizeof file);
+        rc = ctrain_train__epoch_link(t, file, eb);
+    }
     return rc;
 }
 
@@ -284,6 +358,9 @@ static int ctrain_train__resume(ctrain_trainer_t *t, bool *resumed, ct_errbuf_t 
     }
     t->step = meta->step;
     *resumed = true;
+    /* a run killed between an epoch's checkpoint and its epoch name */
+    if ((rc = ctrain_train__epoch_link(t, pick.name, eb)) != 0)
+        goto out;
     if (t->rank0) {
         int64_t e, p;
         ct_shard_locate(&t->shard, t->step, &e, &p);
@@ -813,7 +890,7 @@ int ctrain_train_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
     } else if (t->rank0) {
         /* --resume never on a first attempt: this run must not be resumed from an earlier
          * run's files after an elastic restart, so they go now. */
-        if ((rc = ct_ckpt_clear(&t->ckpt, eb)) != 0)
+        if ((rc = ct_ckpt_clear(&t->ckpt, eb)) != 0 || (rc = ctrain_train__epoch_clear(t, eb)) != 0)
             goto out;
     }
     /* baselines, then the batch stream from the step resumed at */

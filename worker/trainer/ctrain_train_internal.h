@@ -173,6 +173,10 @@ struct ctrain_task {
     int (*finish)(ctrain_trainer_t *t, ct_errbuf_t *eb);
     int (*infer)(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_reducer_t *red,
                  ct_errbuf_t *eb);
+    /* true: every epoch's checkpoint (the step file at its end, final.safetensors after the
+     * last) also bears the name epoch_{e}_step_{s}.safetensors, a hard link kept by retention;
+     * e counts the epochs done, s the optimizer steps (ddp_common.ckpt_name's names) */
+    bool epoch_names;
 };
 
 /* The task of cfg's model (ctrain_train.c's table). */

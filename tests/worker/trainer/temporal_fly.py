@@ -113,6 +113,27 @@ def main():
     check(args.get("num_samples") == N and args.get("seq_len") == S and
           args.get("data_seed") == DSEED, "args.json records the generated data's settings")
 
+    # ---- the guide's checkpoint names: epoch_{e}_step_{s} after every epoch (7 steps each),
+    # best the epoch of the lowest val_loss; --resume never removes an earlier run's
+    names = sorted(n for n in os.listdir(rf_dir) if n.startswith("epoch_"))
+    check(names == ["epoch_%d_step_%d.safetensors" % (e, 7 * e) for e in (1, 2, 3)],
+          "epoch checkpoints %s" % names)
+    vals = [r["valid"]["val_loss"] for r in b]
+    e_best = vals.index(min(vals)) + 1
+    bx = load_file(os.path.join(rf_dir, "best.safetensors"))
+    ex = load_file(os.path.join(rf_dir, "epoch_%d_step_%d.safetensors" % (e_best, 7 * e_best)))
+    check(sorted(bx) == sorted(ex) and all(np.array_equal(bx[k], ex[k]) for k in bx),
+          "best.safetensors holds the weights of epoch %d, the lowest val_loss %s" % (e_best,
+                                                                                      vals))
+    fx = load_file(os.path.join(rf_dir, "final.safetensors"))
+    lx = load_file(os.path.join(rf_dir, "epoch_3_step_21.safetensors"))
+    check(sorted(fx) == sorted(lx) and all(np.array_equal(fx[k], lx[k]) for k in fx),
+          "the last epoch's checkpoint is final.safetensors")
+    run(base(ctrain, rf_dir, FLY + ["--num_epochs", "1", "--resume", "never"]))
+    names = sorted(n for n in os.listdir(rf_dir) if n.startswith("epoch_"))
+    check(names == ["epoch_1_step_7.safetensors"], "--resume never: the earlier run's epoch "
+          "checkpoints removed: %s" % names)
+
     # ---- 2 ranks under ctrun, on the fly
     r2 = os.path.join(d, "r_fly2")
     run([ctrun, "--standalone", "--nproc_per_node", "2", "--max_restarts", "0"] +
