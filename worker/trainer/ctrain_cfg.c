@@ -198,6 +198,12 @@ static const ctrain_cfg__flag_t ctrain_cfg__flags[] = {
     {"data_seed", CT__U64, CT__OFF(data_seed), 0, 0,
      "S  --pregenerate, and training without --dataset: the curves' seed (default 0; config "
      "data.seed)"},
+    {"log_dir", CT__PATH, CT__OFF(log_dir), 0, 0,
+     "DIR  --model temporal: the folder of train.log (created; default --train_dir; config "
+     "output.log_dir)"},
+    {"log_interval", CT__INT, CT__OFF(log_interval), 1, 2147483647.0,
+     "N  --model temporal: a train.log line every N optimizer steps (default 50; config "
+     "training.log_interval)"},
     {"num_samples", CT__INT64, CT__OFF(num_samples), 2, 2147483647.0,
      "N  --model temporal without --dataset: curves generated at start, validation included "
      "(default 4096; config data.num_samples)"},
@@ -628,9 +634,15 @@ static int ctrain_cfg__check_temporal(ctrain_cfg_t *c, ct_errbuf_t *eb)
 
 static int ctrain_cfg__check(ctrain_cfg_t *c, ct_errbuf_t *eb)
 {
-    if (c->model != CTRAIN_MODEL_TEMPORAL && (c->pregenerate > 0 || c->output_dir[0] != '\0'))
+    if (c->model != CTRAIN_MODEL_TEMPORAL && (c->pregenerate > 0 || c->output_dir[0] != '\0' ||
+                                              c->log_dir[0] != '\0' || c->log_interval > 0))
         return ct_errbuf_set(eb, CT_EPARSE, "--%s: only --model temporal takes it",
-                             c->pregenerate > 0 ? "pregenerate" : "output_dir");
+                             c->pregenerate > 0          ? "pregenerate"
+                             : c->output_dir[0] != '\0' ? "output_dir"
+                             : c->log_dir[0] != '\0'    ? "log_dir"
+                                                        : "log_interval");
+    if (c->model == CTRAIN_MODEL_TEMPORAL && c->log_interval == 0)
+        c->log_interval = 50; /* the reference's training.log_interval */
     if (c->model == CTRAIN_MODEL_TEMPORAL) {
         int rc = ctrain_cfg__check_temporal(c, eb);
         if (rc != 0)
@@ -755,8 +767,8 @@ typedef enum ctrain_cfg__ytype {
 } ctrain_cfg__ytype_t;
 
 /* Every key the reference reads, its type, and the flag it sets (NULL: a key of the reference
- * that this stage does not use - the DataLoader's, stage 2's and the
- * logging's - checked for its type and otherwise left alone). */
+ * that this stage does not use - the DataLoader's and stage 2's - checked for its type and
+ * otherwise left alone). */
 static const struct ctrain_cfg__ykey {
     const char *section, *key;
     ctrain_cfg__ytype_t type;
@@ -801,9 +813,9 @@ static const struct ctrain_cfg__ykey {
     {"training", "fp16", CT__Y_BOOL, NULL}, /* mixed precision on GPUs; the CPU runs float32 */
     {"training", "gradient_clip", CT__Y_NUM, "grad_clip"},
     {"training", "seed", CT__Y_INT, "seed"},
-    {"training", "log_interval", CT__Y_INT, NULL},
+    {"training", "log_interval", CT__Y_INT, "log_interval"},
     {"output", "checkpoint_dir", CT__Y_PATH, "train_dir"},
-    {"output", "log_dir", CT__Y_PATH, NULL},
+    {"output", "log_dir", CT__Y_PATH, "log_dir"},
 };
 
 static int ctrain_cfg__yleaf(void *ctx, const char *sec, const char *key, const char *v,
@@ -1026,6 +1038,8 @@ json_t *ctrain_cfg_to_json(const ctrain_cfg_t *c)
         json_object_set_new(o, "mask_ratio", json_real(c->mask_ratio));
         json_object_set_new(o, "val_fraction", json_real(c->val_fraction));
         json_object_set_new(o, "weight_decay", json_real(c->weight_decay));
+        json_object_set_new(o, "log_dir", json_string(c->log_dir[0] ? c->log_dir : c->train_dir));
+        json_object_set_new(o, "log_interval", json_integer(c->log_interval));
         if (strcmp(c->dataset, "synthetic") == 0) { /* generated at start */
             json_object_set_new(o, "num_samples", json_integer((json_int_t)c->num_samples));
             json_object_set_new(o, "seq_len", json_integer(c->seq_len));

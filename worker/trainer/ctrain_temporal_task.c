@@ -1000,6 +1000,11 @@ static void ctrain_temporal_task__summary(ctrain_trainer_t *t, json_t *o)
                             ctrain_out_num(t->last.temporal.baseline_val_loss));
 }
 
+static const char *ctrain_temporal_task__log_stage(const ctrain_trainer_t *t)
+{
+    return t->cfg->stage == 1 ? "align" : "reconstruct";
+}
+
 static int ctrain_temporal_task__finish(ctrain_trainer_t *t, ct_errbuf_t *eb)
 {
     (void)t, (void)eb;
@@ -1154,4 +1159,5 @@ const ctrain_task_t ctrain_temporal_task = {
     .finish = ctrain_temporal_task__finish,
     .infer = ctrain_temporal_task__infer,
     .epoch_names = true,
+    .log_stage = ctrain_temporal_task__log_stage,
 };

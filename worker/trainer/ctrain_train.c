@@ -4,8 +4,8 @@
  * NaN check, clipping, Adam), the epoch loop with evaluation and checkpoints (and the epoch
  * names a task asks for: epoch_{e}_step_{s}), and the final summary; the table of the families'
  * tasks (ctrain_train_internal.h) and the recommenders' task (user sequences, negatives,
- * HR/NDCG, the popularity baseline). The loop asks the task and never tests the kind. What is printed and written lives in ctrain_out.c; the language
- * model's task in ctrain_lm_task.c.
+ * HR/NDCG, the popularity baseline). The loop asks the task and never tests the kind. What is
+ * printed and written lives in ctrain_out.c; the language model's task in ctrain_lm_task.c.
  */
 #include "ctrain_train.h"
 
@@ -270,6 +270,18 @@ static int ctrain_train__save(ctrain_trainer_t *t, ct_ckpt_kind_t kind, ct_errbu
         char file[CT_CKPT_NAME_MAX];
         ct_ckpt_file_name(kind, t->step, file, sizeof file);
         rc = ctrain_train__epoch_link(t, file, eb);
+        if (rc == 0 && t->log && t->step % t->steps_per_epoch == 0) {
+            char name[CT_CKPT_NAME_MAX + 32];
+            if (t->task->epoch_names)
+                snprintf(name, sizeof name, "epoch_%lld_step_%lld.safetensors",
+                         (long long)(t->step / t->steps_per_epoch), (long long)t->step);
+            else
+                snprintf(name, sizeof name, "%s", file);
+            ctrain_out_log(t, "saved %s/%s%s", t->ckpt.path, name,
+                           t->st.has_best && t->st.best_step == t->step
+                               ? " (best so far: best.safetensors)"
+                               : "");
+        }
     }
     return rc;
 }
@@ -358,6 +370,7 @@ static int ctrain_train__resume(ctrain_trainer_t *t, bool *resumed, ct_errbuf_t 
     }
     t->step = meta->step;
     *resumed = true;
+    snprintf(t->resumed_from, sizeof t->resumed_from, "%s", pick.name);
     /* a run killed between an epoch's checkpoint and its epoch name */
     if ((rc = ctrain_train__epoch_link(t, pick.name, eb)) != 0)
         goto out;
@@ -530,6 +543,7 @@ static int ctrain_train__step(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *e
     if ((rc = ctrain_model_adam(m, t->lr_now, scale, t->st.adam_steps)) != 0)
         return ct_errbuf_set(eb, rc, "step %lld: Adam on the %s backend failed", (long long)t->step,
                              o->name);
+    t->step_loss = loss;
     t->st.loss_sum += loss;
     t->st.loss_steps++;
     t->st.positions += targets;
@@ -593,7 +607,9 @@ static int ctrain_train__evaluate(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_
         t->task->row(epoch, t->step, loss, pps, &r);
         if ((rc = ctrain_out_metrics(t, epoch, loss, pps, &r, eb)) != 0)
             return rc;
+        ctrain_out_log_eval(t, epoch, loss, train_s, &r);
     }
+    t->rate_step0 = t->step;
     t->st.loss_sum = 0;
     t->st.loss_steps = 0;
     t->st.positions = 0;
@@ -842,6 +858,9 @@ static int ctrain_train__loop(ctrain_trainer_t *t, ct_errbuf_t *eb)
         if ((rc = ctrain_train__step(t, epoch, eb)) != 0)
             return rc;
         t->step++;
+        if (t->log && t->step % c->log_interval == 0)
+            ctrain_out_log(t, "epoch %lld step %lld %s loss %.4f lr %.3g", (long long)epoch + 1,
+                           (long long)t->step, t->task->log_stage(t), t->step_loss, t->lr_now);
         int64_t now = ct_time_ns();
         double dt = (double)(now - t->t_phase_ns) / 1e9;
         t->train_seconds += dt;
@@ -899,6 +918,9 @@ int ctrain_train_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
     if (t->rank0) {
         if ((rc = ctrain_out_open(t, resumed, t->step, eb)) != 0)
             goto out;
+        t->rate_step0 = t->step;
+        if ((rc = ctrain_out_log_open(t, eb)) != 0)
+            goto out;
         t->task->row(0, 0, 0.0, 0.0, NULL);
     }
     if ((rc = ctrain_train__loop(t, eb)) != 0)
@@ -907,6 +929,7 @@ int ctrain_train_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
         goto out;
     if (t->rank0) {
         ctrain_out_progress_clear(t);
+        ctrain_out_log_done(t);
         json_t *s = ctrain_out_summary(t);
         char *line = json_dumps(s, JSON_COMPACT | JSON_REAL_PRECISION(6));
         char *pretty = json_dumps(s, JSON_INDENT(2));

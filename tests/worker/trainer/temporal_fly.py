@@ -12,12 +12,15 @@ length, run by test_temporal_train.c with the PyTorch 2.x interpreter:
   2. stage align through a tiny random Qwen2 (its tokenizer trained on the descriptions): the
      same, the descriptions generated with the curves;
   3. 2 ranks under ctrun on the fly: the 1-rank run's losses within 1e-6;
-  4. --dataset synthetic:... and --num_samples 1 are one-line errors.
+  4. the guide's checkpoint names (epoch_{e}_step_{s}, best), and train.log (in --log_dir or
+     --train_dir; the reference's kinds of lines; appended to by a resumed run);
+  5. --dataset synthetic:... and --num_samples 1 are one-line errors.
 
 Exits 77 when numpy, torch, transformers or tokenizers is missing (the C side skips).
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -133,6 +136,50 @@ def main():
     names = sorted(n for n in os.listdir(rf_dir) if n.startswith("epoch_"))
     check(names == ["epoch_1_step_7.safetensors"], "--resume never: the earlier run's epoch "
           "checkpoints removed: %s" % names)
+
+    # ---- train.log: in --log_dir (else --train_dir), the reference's kinds of lines,
+    # appended to by a resumed run
+    rl_dir, log_dir = os.path.join(d, "r_log"), os.path.join(d, "logs")
+    run(base(ctrain, rl_dir, FLY + ["--log_dir", log_dir, "--log_interval", "3"]))
+    check(not os.path.exists(os.path.join(rl_dir, "train.log")), "no train.log in --train_dir "
+          "when --log_dir is given")
+    with open(os.path.join(log_dir, "train.log")) as f:
+        lines = f.read().splitlines()
+    stamp = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ")
+    check(lines and all(stamp.match(x) for x in lines), "every train.log line is time-stamped")
+    body = [x[20:] for x in lines]
+    print("train.log:\n  " + "\n  ".join(body))
+    steps = [int(m.group(2)) for m in (re.match(
+        r"epoch (\d+) step (\d+) reconstruct loss [0-9.]+ lr [0-9.e-]+$", x) for x in body) if m]
+    check(steps == [3, 6, 9, 12, 15, 18, 21], "a loss line every 3 steps: %s" % steps)
+    want = records(rl_dir)
+    evals = [re.match(r"epoch (\d)/3 stage=reconstruct step=(\d+) train_loss=([0-9.]+) "
+                      r"val_loss=([0-9.]+) baseline_val_loss=([0-9.]+) lr=\S+ time=\S+s "
+                      r"samples_per_s=\d+$", x) for x in body]
+    evals = [m.groups() for m in evals if m]
+    check(len(evals) == 3 and all(
+        int(g[0]) == r["epoch"] and int(g[1]) == r["step"] and
+        g[2] == "%.4f" % r["train_loss"] and g[3] == "%.4f" % r["valid"]["val_loss"] and
+        g[4] == "%.4f" % r["valid"]["baseline_val_loss"] for g, r in zip(evals, want)),
+        "an evaluation line per epoch, the numbers of metrics.jsonl")
+    saved = [x for x in body if x.startswith("saved ")]
+    check(len(saved) == 3 and all("epoch_%d_step_%d.safetensors" % (e, 7 * e) in x
+                                  for e, x in zip((1, 2, 3), saved)),
+          "a line per epoch checkpoint: %s" % saved)
+    check(body[0].startswith("ctrain ") and "--model temporal: world 1" in body[0] and
+          any(x.startswith("108 training samples;") for x in body) and
+          body[-1].startswith("done: epochs=3 stage=reconstruct step=21 val_loss="),
+          "start, data and end lines")
+    run(base(ctrain, rl_dir, FLY + ["--log_dir", log_dir, "--log_interval", "3",
+                                    "--num_epochs", "4"]))
+    with open(os.path.join(log_dir, "train.log")) as f:
+        more = f.read().splitlines()
+    check(more[:len(lines)] == lines and any(
+        "resumed from %s/final.safetensors at epoch 3 step 21" % rl_dir in x
+        for x in more[len(lines):]) and more[-1][20:].startswith("done: epochs=4"),
+          "a resumed run appends to train.log, with its resume line")
+    check(os.path.isfile(os.path.join(rf_dir, "train.log")), "without --log_dir: "
+          "--train_dir/train.log")
 
     # ---- 2 ranks under ctrun, on the fly
     r2 = os.path.join(d, "r_fly2")

@@ -519,6 +519,22 @@ static void test_temporal_flags(void)
     CT_ASSERT_OK(parse(&c, &eb, fly_cfg, 6));
     CT_ASSERT(c.num_samples == 300 && c.seq_len == 32 && c.data_seed == 9);
     CT_ASSERT_STR_EQ(c.dataset, "synthetic");
+    /* train.log: output.log_dir and training.log_interval; the reference's interval by default;
+     * other models refuse the flags */
+    CT_ASSERT(c.log_interval == 50 && c.log_dir[0] == '\0');
+    char log_yml[64];
+    write_temp(log_yml, sizeof log_yml,
+               "output:\n  log_dir: /tmp/some_logs\ntraining:\n  log_interval: 7\n");
+    const char *log_cfg[] = {"--model", "temporal", "--config", log_yml};
+    CT_ASSERT_OK(parse(&c, &eb, log_cfg, 4));
+    CT_ASSERT(c.log_interval == 7);
+    CT_ASSERT_STR_EQ(c.log_dir, "/tmp/some_logs");
+    const char *log_other[] = {"--log_dir", "/tmp/x"};
+    CT_ASSERT_ERR(parse(&c, &eb, log_other, 2), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--log_dir: only --model temporal takes it");
+    const char *every_other[] = {"--log_interval", "5"};
+    CT_ASSERT_ERR(parse(&c, &eb, every_other, 2), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--log_interval: only --model temporal takes it");
     const char *synth[] = {"--model", "temporal", "--dataset", "synthetic:users=3"};
     CT_ASSERT_ERR(parse(&c, &eb, synth, 4), CT_EPARSE);
     CT_ASSERT_STR_CONTAINS(eb.msg, "reads a curve cache folder");
