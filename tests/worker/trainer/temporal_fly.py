@@ -12,8 +12,10 @@ length, run by test_temporal_train.c with the PyTorch 2.x interpreter:
   2. stage align through a tiny random Qwen2 (its tokenizer trained on the descriptions): the
      same, the descriptions generated with the curves;
   3. 2 ranks under ctrun on the fly: the 1-rank run's losses within 1e-6;
-  4. the guide's checkpoint names (epoch_{e}_step_{s}, best), and train.log (in --log_dir or
-     --train_dir; the reference's kinds of lines; appended to by a resumed run);
+  4. the guide's checkpoint names (epoch_{e}_step_{s}, best; a run killed under ctrun between
+     an epoch's checkpoint and its name gets the name when it resumes; --resume never removes
+     an earlier run's), and train.log (in --log_dir or --train_dir; the reference's kinds of
+     lines; appended to by a resumed run);
   5. --dataset synthetic:... and --num_samples 1 are one-line errors.
 
 Exits 77 when numpy, torch, transformers or tokenizers is missing (the C side skips).
@@ -132,6 +134,20 @@ def main():
     lx = load_file(os.path.join(rf_dir, "epoch_3_step_21.safetensors"))
     check(sorted(fx) == sorted(lx) and all(np.array_equal(fx[k], lx[k]) for k in fx),
           "the last epoch's checkpoint is final.safetensors")
+    # a kill inside step 14's checkpoint write after `latest` moved to it, before its epoch
+    # name: the resumed run names it; every epoch's file equals the uninterrupted run's
+    rk_dir = os.path.join(d, "r_kill")
+    p = run([ctrun, "--standalone", "--nproc_per_node", "1", "--max_restarts", "1",
+             "--inject", "torn_ckpt:at=step=14:phase=latest"] +
+            base(ctrain, rk_dir, FLY + ["--eval_every", "3"]), check=False)
+    names = sorted(n for n in os.listdir(rk_dir) if n.startswith("epoch_"))
+    same = names == ["epoch_%d_step_%d.safetensors" % (e, 7 * e) for e in (1, 2, 3)] and all(
+        sorted(x) == sorted(y) and all(np.array_equal(x[k], y[k]) for k in x)
+        for x, y in ((load_file(os.path.join(rk_dir, n)), load_file(os.path.join(ry_dir, n)))
+                     for n in names))
+    check(p.returncode == 0 and "# resumed from %s/step_000000000014.safetensors" % rk_dir in
+          p.stdout and same, "killed between step 14's checkpoint and its epoch name: resumed, "
+          "named, every epoch's file bit-identical: %s" % names)
     run(base(ctrain, rf_dir, FLY + ["--num_epochs", "1", "--resume", "never"]))
     names = sorted(n for n in os.listdir(rf_dir) if n.startswith("epoch_"))
     check(names == ["epoch_1_step_7.safetensors"], "--resume never: the earlier run's epoch "
