@@ -73,6 +73,9 @@ int ctrain_train_backend(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct
         device = "cpu";
     }
     int rc = ct_ops_open(ops, device, env->local_rank, cfg->use_amp, &oeb);
+    if (rc == 0 && strcmp(device, "auto") == 0 && ops->host_memory && env->rank == 0)
+        ct_log_warn("--device auto: %s; training on the CPU",
+                    ct_ops_have_cuda() ? "no CUDA device is visible" : "this build has no CUDA");
     if (rc == 0)
         return 0;
     /* ct_ops_open's line starts with what failed: the device, or amp */
