@@ -131,6 +131,9 @@ typedef struct ctrain_cfg {
     int64_t pregenerate;
     int seq_len;
     uint64_t data_seed;
+    int64_t num_samples; /* without --dataset: curves generated at start (data.num_samples) */
+    char log_dir[CTRAIN_TRAIN_PATH_MAX]; /* train.log's folder ("": --train_dir) */
+    int log_interval;                    /* a train.log line every N steps (0: not given) */
     char output_dir[CTRAIN_TRAIN_PATH_MAX];
     /* which model flags were given (inference adopts a checkpoint's values for the others) */
     bool set_maxlen, set_hidden, set_blocks, set_heads, set_layout;
