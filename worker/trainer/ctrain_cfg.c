@@ -88,6 +88,8 @@ void ctrain_train_model_defaults(ctrain_cfg_t *c)
         c->l2_emb = fam->l2_emb;
     if (!c->set_epochs)
         c->num_epochs = fam->num_epochs;
+    if (!c->set_eval_every && fam->eval_every > 0)
+        c->eval_every = fam->eval_every;
     if (!c->set_batch)
         c->batch_size = fam->batch_size > 0 ? fam->batch_size : 128;
 }
@@ -445,6 +447,7 @@ static int ctrain_cfg__set(ctrain_cfg_t *c, const ctrain_cfg__flag_t *f, const c
         c->set_time_span |= strcmp(f->name, "time_span") == 0;
         c->set_l2 |= strcmp(f->name, "l2_emb") == 0;
         c->set_epochs |= strcmp(f->name, "num_epochs") == 0;
+        c->set_eval_every |= strcmp(f->name, "eval_every") == 0;
         c->set_num_negatives |= strcmp(f->name, "num_negatives") == 0;
         c->set_min_count |= strcmp(f->name, "min_count") == 0;
         c->set_lr_schedule |= strcmp(f->name, "lr_schedule") == 0;

@@ -478,6 +478,11 @@ static void test_temporal_flags(void)
     CT_ASSERT(c.lr == 3e-4 && c.weight_decay == 0.01 && c.warmup_steps == 100);
     CT_ASSERT(c.grad_clip == 1.0 && c.lr_schedule == CTRAIN_LR_COSINE && c.lr_floor == 0.05);
     CT_ASSERT(c.batch_size == 16 && c.num_epochs == 3 && c.dropout_rate == 0.1 && !c.mhc);
+    CT_ASSERT_EQ(c.eval_every, 1); /* the reference evaluates after every epoch */
+    const char *ev[] = {"--model", "temporal", "--dataset", dir, "--eval_every", "4"};
+    CT_ASSERT_OK(parse(&c, &eb, ev, 6));
+    CT_ASSERT_EQ(c.eval_every, 4);
+    CT_ASSERT_OK(parse(&c, &eb, dflt, 4));
     /* warm-up 100 of 1000 steps, then cosine down to 5 % of lr */
     CT_ASSERT(fabs(ctrain_train_lr_at(&c, 999, 1000) - 3e-4 * 0.05) < 1e-9);
     CT_ASSERT(fabs(ctrain_train_lr_at(&c, 99, 1000) - 3e-4) < 1e-12);

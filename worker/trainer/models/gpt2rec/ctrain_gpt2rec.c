@@ -1057,6 +1057,7 @@ const ctrain_family_t ctrain_gpt2rec_family = {
     .layouts = 1u << CTRAIN_LAYOUT_PRE_LN,
     .maxlen = 1,
     .num_epochs = 20,
+    .eval_every = 1, /* the reference evaluates after every epoch */
     .l2_emb = 1e-4,
     .has_time_span = false,
     .build = ctrain_gpt2rec__build,
