@@ -15,11 +15,11 @@
  *   below where the GPU needs other scratch than the CPU (a scratch argument sits right after
  *   the outputs, as in ct_kernels.h). Results that are scalars (loss, penalty, norms, counts)
  *   are written to device memory.
- * - The ops that call cuBLAS (linear, packed QKV, all-item scores) take a ct_cuda_ctx_t in the
- *   stream's place: the context holds the stream, a cuBLAS handle bound to it and to a
- *   workspace, and a small scratch for the launchers' own partial sums. One context per stream
- *   and host thread (a cuBLAS handle must not be used by two threads at once); create it once
- *   with ct_cuda_ctx_init and pass ctx->stream to the other launchers.
+ * - The ops that call cuBLAS (linear, packed QKV, all-item scores, the LM attention) take a
+ *   ct_cuda_ctx_t in the stream's place: the context holds the stream, a cuBLAS handle bound to
+ *   it and to a workspace, and a small scratch for the launchers' own partial sums. One context
+ *   per stream and host thread (a cuBLAS handle must not be used by two threads at once);
+ *   create it once with ct_cuda_ctx_init and pass ctx->stream to the other launchers.
  * - Determinism: every reduction (row sums, column sums, the loss, norms) runs over a fixed
  *   split into blocks that depends on the shape only, never on the device or on timing, and
  *   combines the pieces in a fixed order, so the same inputs give the same bits on every run.
@@ -258,16 +258,26 @@ int ct_rope_forward_cuda(float *out, const float *inp, const float *cos_t, const
                          const int32_t *pos, int N, int NH, int HD, ct_stream_t stream);
 int ct_rope_backward_cuda(float *dinp, const float *dout, const float *cos_t, const float *sin_t,
                           const int32_t *pos, int N, int NH, int HD, ct_stream_t stream);
-/* Grouped-query causal attention: one warp per query row (forward; backward d scores and dq),
- * one per key row (dk, dv: the group's heads and later rows added in a fixed order, no
- * atomics). The backward keeps the d scores in scratch.
+/* Grouped-query causal attention: the products on cuBLAS (one strided batch over the sequences
+ * per query head, float products also under CT_CUDA_CTX_BF16), the softmax and its backward one
+ * warp per row; the group's heads add into dk and dv in a fixed order (no atomics). att holds
+ * the (B, NH, L, L) probabilities; the backward keeps dP, then dS, in scratch.
  *   scratch: CT_GQA_BWD_CUDA_SCRATCH(B, NH, L) floats */
 #define CT_GQA_BWD_CUDA_SCRATCH(B, NH, L) ((size_t)(B) * (size_t)(NH) * (size_t)(L) * (size_t)(L))
 int ct_gqa_attention_forward_cuda(float *out, float *att, const float *qkv, int B, int L, int NH,
-                                  int KVH, int HD, float scale, ct_stream_t stream);
+                                  int KVH, int HD, float scale, const ct_cuda_ctx_t *ctx);
 int ct_gqa_attention_backward_cuda(float *dqkv, float *scratch, const float *dout, const float *att,
                                    const float *qkv, int B, int L, int NH, int KVH, int HD,
-                                   float scale, ct_stream_t stream);
+                                   float scale, const ct_cuda_ctx_t *ctx);
+/* Baseline of the two above, kept for bench/gpu/kernels_bench_gpu: one warp per query row
+ * (forward; backward d scores and dq), one per key row (dk, dv), same arguments and scratch. */
+int ct_gqa_attention_forward_rowwise_cuda(float *out, float *att, const float *qkv, int B, int L,
+                                          int NH, int KVH, int HD, float scale,
+                                          ct_stream_t stream);
+int ct_gqa_attention_backward_rowwise_cuda(float *dqkv, float *scratch, const float *dout,
+                                           const float *att, const float *qkv, int B, int L,
+                                           int NH, int KVH, int HD, float scale,
+                                           ct_stream_t stream);
 /* The token embedding. The backward scatters rows into the tables as ct_embed_backward_cuda
  * does: with scratch (ct_embed_backward_cuda_scratch(&bytes, 1, N)) sorted, the CPU's order and
  * bits; with NULL scratch by float atomics. */
@@ -301,6 +311,18 @@ int ct_score_backward_cuda_scratch(size_t *nbytes, int N);
 int ct_bce_loss_cuda(float *loss, float *dpos, float *dneg, double *scratch,
                      const float *pos_logits, const float *neg_logits, const int32_t *pos, int N,
                      float count, ct_stream_t stream);
+
+/* The GPT-2 recommender's BPR (ct_bpr_loss_cpu's arguments): one warp per interaction, the
+ * rows' softplus summed in double in a fixed order. loss: (1) written on the device.
+ *   scratch: B doubles */
+int ct_bpr_loss_cuda(float *loss, float *du, float *dvpn, double *scratch, const float *user,
+                     const float *item, const float *proj, const int32_t *idx, int B, int D,
+                     float count, float lambda, ct_stream_t stream);
+/* ct_mean_pool_*_cpu's twins: the CPU's bits. */
+int ct_mean_pool_forward_cuda(float *out, const float *h, const int32_t *len, int N, int L, int C,
+                              ct_stream_t stream);
+int ct_mean_pool_backward_cuda(float *dh, const float *dout, const int32_t *len, int N, int L,
+                               int C, ct_stream_t stream);
 
 /* count: (1) int64 on the device (the CPU version returns it). */
 int ct_count_nonzero_cuda(int64_t *count, const int32_t *ids, int64_t n, ct_stream_t stream);

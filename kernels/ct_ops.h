@@ -81,6 +81,11 @@ struct ct_ops {
     int status;   /* first failure latched since the last ct_ops_status (0: none) */
     void *stream; /* the backend's queue (cudaStream_t); NULL on the CPU */
     void *impl;   /* the backend's state (CUDA: context and scratch); NULL on the CPU */
+    /* Bytes of backend memory the table holds now and held at most so far: what alloc() gave
+     * and release() has not taken back, plus the backend's own scratch and cuBLAS workspace.
+     * Counted by the CUDA backend (device memory; the CUDA context itself is not in it); 0 on
+     * the CPU, which does not count. */
+    size_t mem_live, mem_peak;
 
     /* ---- memory ---- */
     /* *p <- nbytes of backend memory (64-byte aligned). 0 or -ENOMEM / CT_ECUDA. */
@@ -234,6 +239,14 @@ struct ct_ops {
     void (*lm_ce_loss)(ct_ops_t *o, float *loss, float *dfeats, float *dwte, float *scratch,
                        const float *feats, const float *wte, const int32_t *tgt, int N, int C,
                        int V, float count);
+    /* The GPT-2 recommender's BPR and mean pool (ct_bpr_loss_cpu, ct_mean_pool_*_cpu). */
+    void (*bpr_loss)(ct_ops_t *o, float *loss, float *du, float *dvpn, const float *user,
+                     const float *item, const float *proj, const int32_t *idx, int B, int D,
+                     float count, float lambda);
+    void (*mean_pool_forward)(ct_ops_t *o, float *out, const float *h, const int32_t *len, int N,
+                              int L, int C);
+    void (*mean_pool_backward)(ct_ops_t *o, float *dh, const float *dout, const int32_t *len,
+                               int N, int L, int C);
     /* GPT-2's Conv1D (weight (IC,OC)); linear_backward and this take dweight NULL for a frozen
      * weight. */
     void (*conv1d_forward)(ct_ops_t *o, float *out, const float *inp, const float *weight,

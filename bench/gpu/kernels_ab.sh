@@ -61,7 +61,7 @@ if command -v nvidia-smi >/dev/null; then
 fi
 
 # ---- build: only what this run uses ----------------------------------------------------------------
-units="adam attention dropout elementwise embed eval layernorm linear lm lm_model loss mhc rng sasrec tisas xent"
+units="adam attention bpr dropout elementwise embed eval gpt2rec layernorm linear lm lm_model loss mhc rng sasrec tisas xent"
 targets=(bench/kernels_bench_gpu tests/worker/trainer/test_ctrain_cuda worker/ctrain launcher/ctrun
          launcher/ctrun-store)
 for u in $units; do targets+=("tests/kernels/test_${u}_gpu"); done
@@ -146,6 +146,8 @@ pairs = [
     ("mHC mappings backward, n = 4", ("mhc mappings n=4", "bwd", 0), ("mhc mappings (pertok)", "bwd", 0)),
     ("TiSASRec interval masks (2)", ("tisas masks (2)", "fwd", 0), ("tisas masks (per-word)", "fwd", 0)),
     ("full softmax CE, forward + backward", ("full CE loss", "f+b", 0), ("full CE (multipass)", "f+b", 0)),
+    ("LM attention forward (GPT-2 heads)", ("lm attention", "fwd", 0), ("lm attention (rows)", "fwd", 0)),
+    ("LM attention backward (GPT-2 heads)", ("lm attention", "bwd", 0), ("lm attention (rows)", "bwd", 0)),
 ]
 print("# %-38s %10s %10s %8s" % ("kernel", "new ms", "old ms", "old/new"))
 for name, new, old in pairs:

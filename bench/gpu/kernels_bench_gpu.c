@@ -23,10 +23,11 @@
  * compares it with the estimate of docs/models.md §6.4, 0.2-0.3 ms per step.
  *
  * The variants section also times the ops of the other models at the same sizes: TiSASRec's
- * attention (with its interval masks), one mHC layer (n = 4) and the softmax losses; and, next
- * to the kernels that replaced them, the previous kernels that ct_kernels_cuda.h keeps as
- * baselines (rows marked recompute, recomp, pertok, multipass, 4-warp, per-word), so that one
- * run times old and new side by side (bench/gpu/kernels_ab.sh prints the pairs).
+ * attention (with its interval masks), one mHC layer (n = 4) and the softmax losses, and the
+ * language models' causal attention at GPT-2-small's heads (B = 8, L = 512); and, next to the
+ * kernels that replaced them, the previous kernels that ct_kernels_cuda.h keeps as baselines
+ * (rows marked recompute, recomp, pertok, multipass, 4-warp, per-word, rows), so that one run
+ * times old and new side by side (bench/gpu/kernels_ab.sh prints the pairs).
  *
  * Deliberately not here: PyTorch (bench/gpu/torch_ops.py times the same ops; bench/gpu/run.sh
  * prints the ratios) and ctrain's own step (bench/gpu/step_bench.py).
@@ -555,6 +556,38 @@ int main(int argc, char **argv)
         CK(cudaFree(cscr));
         CK(cudaFree(sscr));
         CK(cudaFree(rneg));
+    }
+    {
+        /* The language models' causal attention at GPT-2-small's heads (12 x 64, one packed QKV
+         * row of 2304) on 8 sequences of 512: the cuBLAS products against the row-wise kernels.
+         * A smoke run takes 1 sequence of 16 (2 heads of 8). */
+        const int lb = small ? 1 : 8, ll = small ? 16 : 512, lh = small ? 2 : 12;
+        const int lhd = small ? 8 : 64, lw = 3 * lh * lhd;
+        const size_t nq = (size_t)lb * ll * lw, no = (size_t)lb * ll * lh * lhd;
+        const size_t na = (size_t)lb * lh * ll * ll;
+        float *lq = dev_fill(nq, -1.0f, 1.0f, 90), *ldo = dev_fill(no, -1.0f, 1.0f, 91);
+        float *lo = dev_bytes(no * 4), *la = dev_bytes(na * 4), *ldq = dev_bytes(nq * 4);
+        float *lsc = dev_bytes(CT_GQA_BWD_CUDA_SCRATCH(lb, lh, ll) * 4);
+        const float lscale = 0.125f;
+        /* causal: half of the L x L scores, 4 products of (L, L/2, HD) forward-and-back each */
+        const double lfl = 2.0 * lb * lh * (double)ll * ll / 2 * lhd / 1e9;
+        const double lgb = (2.0 * nq + 2.0 * na) * 4 / 1e9;
+        TIME("lm attention", "fwd", 2 * lfl, lgb,
+             OK(ct_gqa_attention_forward_cuda(lo, la, lq, lb, ll, lh, lh, lhd, lscale, &ctx)));
+        TIME("lm attention (rows)", "fwd", 2 * lfl, lgb,
+             OK(ct_gqa_attention_forward_rowwise_cuda(lo, la, lq, lb, ll, lh, lh, lhd, lscale, s)));
+        TIME("lm attention", "bwd", 4 * lfl, 2 * lgb,
+             OK(ct_gqa_attention_backward_cuda(ldq, lsc, ldo, la, lq, lb, ll, lh, lh, lhd, lscale,
+                                               &ctx)));
+        TIME("lm attention (rows)", "bwd", 4 * lfl, 2 * lgb,
+             OK(ct_gqa_attention_backward_rowwise_cuda(ldq, lsc, ldo, la, lq, lb, ll, lh, lh, lhd,
+                                                       lscale, s)));
+        CK(cudaFree(lq));
+        CK(cudaFree(ldo));
+        CK(cudaFree(lo));
+        CK(cudaFree(la));
+        CK(cudaFree(ldq));
+        CK(cudaFree(lsc));
     }
     int var_end = nrows;
 

@@ -4,13 +4,15 @@
 estimate of docs/models.md §6. Run by bench/gpu/run.sh; works without a network.
 
     step_bench.py --ctrain build-gpu/worker/ctrain [--device cuda] [--steps N] [--reps R]
-                  [--workload sasrec-ml1m|tisasrec-ml100k|all] [--out DIR]
+                  [--workload sasrec-ml1m|tisasrec-ml100k|sasrec-mhc-ml1m|all] [--out DIR]
 
 Workloads (the references' defaults, as bench/train_bench):
   sasrec-ml1m      SASRec (post_ln) on ml-1m-r, L = 200, B = 128, d = 50, 2 blocks, 1 head,
                    dropout 0.2, BCE; ctrain --no_time --no_mhc
   tisasrec-ml100k  TiSASRec on ml-100k, L = 50, B = 128, d = 50, 2 blocks, 1 head, dropout 0.2,
                    time_span 256, l2_emb 5e-5; ctrain --no_mhc
+  sasrec-mhc-ml1m  the first with mHC residual streams (ctrain's default mHC settings, pre-LN
+                   as mHC requires); ctrain only: the repository has no PyTorch program of it
 Data: the dataset files under $CT_DATA_DIR (ml-1m-r/ml-1m-r.txt, ml-100k/u.data; see
 docs/CONTRIBUTING.md, "Datasets"); when CT_DATA_DIR is unset or the file is not there, a
 synthetic file of the same size (users, items, interactions; random sequences, increasing times)
@@ -20,7 +22,10 @@ is written under --out and both programs read it, so the comparison stays like f
 ms/step: ctrain's steady state, from its summaries (train_seconds, steps; evaluation and
 checkpoints excluded) of a 1-epoch and an 11-epoch run: the difference of the times over the
 difference of the steps, so the one-time set-up is left out (the 1-epoch figure, set-up
-included, is kept in step_bench.json as *_first_epoch); fp32 and with --use_amp; PyTorch's epoch event (train_seconds / steps,
+included, is kept in step_bench.json as *_first_epoch); fp32 and with --use_amp; "ctrain MiB"
+is the device memory ctrain's CUDA backend held at its peak (its summary's device_peak_bytes:
+parameters, optimizer state, activations, scratch and the cuBLAS workspace; the CUDA context is
+not counted, as PyTorch's peak figure does not count it either); PyTorch's epoch event (train_seconds / steps,
 after 3 untimed warm-up steps), eager and under torch.compile in each mode of --compile (8 untimed
 warm-up steps, in which the compilation happens; their seconds and the timed steps' peak GPU
 memory are printed). Each is run --reps times and the median taken. The roofline
@@ -72,6 +77,16 @@ WORKLOADS = {
                   "--time_span", "256", "--l2_emb", "5e-5"],
         "roofline": ">= 0.03 (2.1 GFLOP; memory-bound)",
     },
+    "sasrec-mhc-ml1m": {
+        "file": ("ml-1m-r", "ml-1m-r.txt"),
+        "size": (6040, 3416, 999611),
+        "timed": False,
+        "ctrain": ["--no_time", "--mhc", "true", "--maxlen", "200", "--batch_size", "128",
+                   "--hidden_units", "50", "--num_blocks", "2", "--num_heads", "1",
+                   "--dropout_rate", "0.2", "--l2_emb", "0"],
+        "torch": None,  # no PyTorch program of the mHC variant in the repository
+        "roofline": "-",
+    },
 }
 
 
@@ -109,6 +124,9 @@ def dataset(name, w, out):
     return s, "synthetic (same size)"
 
 
+CTRAIN_PEAK = {}  # tag -> the largest device_peak_bytes of ctrain's summaries (CUDA backend)
+
+
 def ctrain_run(ctrain, data, w, device, amp, out, tag, epochs):
     """(train_seconds, steps) of one ctrain run of `epochs` epochs (evaluation excluded)."""
     d = tempfile.mkdtemp(prefix=f"ctrain-{tag}-e{epochs}-", dir=out)
@@ -128,6 +146,8 @@ def ctrain_run(ctrain, data, w, device, amp, out, tag, epochs):
     for line in r.stdout.splitlines():
         if line.startswith("# summary: "):
             s = json.loads(line[len("# summary: "):])
+            if s.get("device_peak_bytes"):
+                CTRAIN_PEAK[tag] = max(CTRAIN_PEAK.get(tag, 0), s["device_peak_bytes"])
             return s["train_seconds"], s["steps"]
     raise RuntimeError("ctrain printed no summary")
 
@@ -145,13 +165,17 @@ def ctrain_ms(ctrain, data, w, device, amp, out, tag):
 TORCH_STATS = {}  # tag -> {"peak_bytes", "warmup_seconds"} of each PyTorch run
 
 
-def torch_ms(python, data, w, device, steps, out, tag, compile_mode="none"):
+def torch_ms(python, data, w, device, steps, out, tag, compile_mode="none", limit=None):
     """Mean ms per step of the PyTorch reference, eager or torch.compile'd (compiled during
-    the warm-up steps, which are not timed; their seconds are kept in TORCH_STATS)."""
+    the warm-up steps, which are not timed; their seconds are kept in TORCH_STATS). A run
+    longer than limit seconds is stopped and reported as not finished."""
     warmup = "3" if compile_mode == "none" else "8"
     cmd = [python, TORCH_REF, "train", "--dataset", data, "--device", device, "--warmup", warmup,
            "--epochs", "1", "--max_steps", str(steps), "--compile", compile_mode] + w["torch"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"did not finish within {limit:.0f} s (--compile_limit)")
     with open(os.path.join(out, f"torch-{tag}.log"), "w") as f:
         f.write(" ".join(cmd) + "\n" + r.stdout + r.stderr)
     if r.returncode != 0:
@@ -193,6 +217,9 @@ def main(argv):
                     "none); timed after the eager rows")
     ap.add_argument("--compile_reps", type=int, default=1,
                     help="runs of each torch.compile mode (median; each compiles anew)")
+    ap.add_argument("--compile_limit", type=float, default=None,
+                    help="seconds one torch.compile run may take (compilation included) before "
+                    "it is stopped and its row says so; default: no limit")
     ap.add_argument("--workload", default="all", choices=["all"] + list(WORKLOADS))
     ap.add_argument("--out", default=tempfile.gettempdir())
     a = ap.parse_args(argv)
@@ -212,9 +239,9 @@ def main(argv):
                                            f"{name}-fp32-{k}")),
             ("ctrain_amp", lambda k: ctrain_ms(a.ctrain, data, w, a.device, True, a.out,
                                                f"{name}-amp-{k}")),
-            ("torch", lambda k: torch_ms(a.python, data, w, a.device, a.steps, a.out,
-                                         f"{name}-{k}")),
-        ], a.reps, a.device)
+        ] + ([("torch", lambda k: torch_ms(a.python, data, w, a.device, a.steps, a.out,
+                                           f"{name}-{k}"))] if w["torch"] else []),
+            a.reps, a.device)
         rows.append(row)
         report(rows, [], a.out)
     # torch.compile last: its compilations take the longest, and the rows above are already
@@ -223,10 +250,12 @@ def main(argv):
         for row in rows:
             name = row["workload"]
             w = WORKLOADS[name]
+            if not w["torch"]:
+                continue
             data, _ = dataset(name, w, a.out)
             measure(row, [("torch_" + mode, lambda k, m=mode: torch_ms(
-                a.python, data, w, a.device, a.steps, a.out, f"{name}-{m}-{k}", m))],
-                a.compile_reps, a.device)
+                a.python, data, w, a.device, a.steps, a.out, f"{name}-{m}-{k}", m,
+                a.compile_limit))], a.compile_reps, a.device)
             report(rows, modes, a.out)
     return 0
 
@@ -243,6 +272,11 @@ def measure(row, runs, reps, device):
                 row[key + "_first_epoch"] = statistics.median(firsts)
         except (RuntimeError, OSError) as e:
             row[key + "_error"] = str(e)
+        if key.startswith("ctrain"):
+            pk = [v for t, v in CTRAIN_PEAK.items()
+                  if t.startswith(f"{row['workload']}-{'amp' if key == 'ctrain_amp' else 'fp32'}-")]
+            if pk:
+                row[key + "_peak_mb"] = max(pk) / 2**20
         tag = key[len("torch_"):] + "-" if key.startswith("torch_") else ""
         st = [TORCH_STATS.get(f"{row['workload']}-{tag}{k}", {}) for k in range(reps)]
         if key.startswith("torch") and any(st):
@@ -255,13 +289,14 @@ def report(rows, modes, out):
     """Prints the tables of the rows so far and rewrites step_bench.json."""
     cell = lambda v: f"{v:.3f}" if v is not None else "-"  # noqa: E731
     ratio = lambda x, y: f"{x / y:.1f}x" if x and y else "-"  # noqa: E731
-    fmt = "{:<17} {:>12} {:>12} {:>12} {:>9} {:>9}  {}"
+    mib = lambda v: f"{v:.0f}" if v else "-"  # noqa: E731
+    fmt = "{:<17} {:>12} {:>12} {:>12} {:>9} {:>9} {:>11}  {}"
     print(fmt.format("workload", "ctrain ms", "ctrain amp", "torch ms", "speedup", "amp x",
-                     "roofline ms (H100)"))
+                     "ctrain MiB", "roofline ms (H100)"))
     for r in rows:
         c, ca, t = r.get("ctrain"), r.get("ctrain_amp"), r.get("torch")
         print(fmt.format(r["workload"], cell(c), cell(ca), cell(t), ratio(t, c), ratio(t, ca),
-                         WORKLOADS[r["workload"]]["roofline"]))
+                         mib(r.get("ctrain_peak_mb")), WORKLOADS[r["workload"]]["roofline"]))
         print(f"  data: {r['data']}" + "".join(
             f"; {k}: {v}" for k, v in r.items() if k.endswith("_error")))
     # PyTorch eager and each torch.compile mode against ctrain (fp32 and amp): ms per step; the
@@ -273,6 +308,8 @@ def report(rows, modes, out):
     print(fmt2.format("workload", "PyTorch", "ms/step", "w/o wait", "ctrain x", "ctrain amp x",
                       "peak MiB", "warm-up s"))
     for r in rows:
+        if not WORKLOADS[r["workload"]]["torch"]:
+            continue
         for mode in ["eager"] + modes:
             key = "torch" if mode == "eager" else "torch_" + mode
             v = r.get(key)

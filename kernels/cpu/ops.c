@@ -532,6 +532,28 @@ static void ct_cpu_ops__lm_ce_loss(ct_ops_t *o, float *loss, float *dfeats, floa
     ct_lm_ce_loss_cpu(loss, dfeats, dwte, scratch, feats, wte, tgt, N, C, V, count);
 }
 
+static void ct_cpu_ops__bpr_loss(ct_ops_t *o, float *loss, float *du, float *dvpn,
+                                 const float *user, const float *item, const float *proj,
+                                 const int32_t *idx, int B, int D, float count, float lambda)
+{
+    (void)o;
+    ct_bpr_loss_cpu(loss, du, dvpn, user, item, proj, idx, B, D, count, lambda);
+}
+
+static void ct_cpu_ops__mean_pool_forward(ct_ops_t *o, float *out, const float *h,
+                                          const int32_t *len, int N, int L, int C)
+{
+    (void)o;
+    ct_mean_pool_forward_cpu(out, h, len, N, L, C);
+}
+
+static void ct_cpu_ops__mean_pool_backward(ct_ops_t *o, float *dh, const float *dout,
+                                           const int32_t *len, int N, int L, int C)
+{
+    (void)o;
+    ct_mean_pool_backward_cpu(dh, dout, len, N, L, C);
+}
+
 void ct_ops_cpu_init(ct_ops_t *o)
 {
     *o = (ct_ops_t){
@@ -603,5 +625,8 @@ void ct_ops_cpu_init(ct_ops_t *o)
         .lm_embed_forward = ct_cpu_ops__lm_embed_forward,
         .lm_embed_backward = ct_cpu_ops__lm_embed_backward,
         .lm_ce_loss = ct_cpu_ops__lm_ce_loss,
+        .bpr_loss = ct_cpu_ops__bpr_loss,
+        .mean_pool_forward = ct_cpu_ops__mean_pool_forward,
+        .mean_pool_backward = ct_cpu_ops__mean_pool_backward,
     };
 }

@@ -20,10 +20,6 @@
 
 #define CT__RMS_WARPS CT_RMSNORM_CUDA_WARPS
 
-#define CT__FOR_EACH(i, n)                                                    \
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-         i += (int64_t)gridDim.x * blockDim.x)
-
 /* ---- RMSNorm ----------------------------------------------------------------------------------
  */
 
@@ -275,13 +271,26 @@ extern "C" int ct_rope_backward_cuda(float *dinp, const float *dout, const float
 }
 
 /* ---- grouped-query causal attention ------------------------------------------------------------
- * One warp per (sequence, head, query row) for the forward and for the backward's d scores and
- * dq; one warp per (sequence, key head, key row) for dk and dv, which add over the group's query
- * heads and the later rows in a fixed order (no atomics). Lanes take key rows for the scores and
- * channels for the products; the probabilities and d scores go through global memory (att and
- * scratch), with __syncwarp between a warp's writes and its reads. Naive in memory traffic (the
- * (L, L) rows are materialised, as on the CPU); the sums run in other orders than the CPU's, so
- * results agree within float rounding. */
+ * The products run on cuBLAS, one strided batch over the sequences per query head h (key head
+ * kh = h / (NH / KVH)), on the packed (B, L, NH + 2 KVH, HD) rows in place:
+ *   forward   att_h = scale Q_h K_khᵀ (full L x L; the mask is the softmax's), then one warp per
+ *             row turns it into probabilities (max, expf, the sum in double, zeros above the
+ *             diagonal), then out_h = att_h V_kh;
+ *   backward  scratch_h = dout_h V_khᵀ (dP), one warp per row makes it
+ *             dS = scale p (dP - Σ p dP) (zeros above the diagonal), then dq_h += dS K_kh,
+ *             dk_kh += dSᵀ Q_h, dv_kh += att_hᵀ dout_h; the group's heads add into dk and dv one
+ *             after the other on the stream (a fixed order, no atomics).
+ * The products are float (cublasSgemm numerics) also under CT_CUDA_CTX_BF16: the CPU twin's
+ * tolerances hold. cuBLAS computes the masked upper triangles too (twice the causal work, at
+ * tensor-core-free sgemm speed still far ahead of a warp per row).
+ *
+ * The row-wise kernels below (..._rowwise_cuda) are the previous implementation, kept as the
+ * baseline bench/gpu/kernels_bench_gpu times the products against: one warp per (sequence,
+ * head, query row) for the forward and for the backward's d scores and dq; one warp per
+ * (sequence, key head, key row) for dk and dv. Lanes take key rows for the scores and channels
+ * for the products; the probabilities and d scores go through global memory (att and scratch),
+ * with __syncwarp between a warp's writes and its reads. The sums run in other orders than the
+ * CPU's, so results agree within float rounding. */
 
 #define CT__GQA_WARPS 4
 
@@ -331,7 +340,7 @@ __global__ void __launch_bounds__(CT__GQA_WARPS * 32)
     }
 }
 
-extern "C" int ct_gqa_attention_forward_cuda(float *out, float *att, const float *qkv, int B, int L,
+extern "C" int ct_gqa_attention_forward_rowwise_cuda(float *out, float *att, const float *qkv, int B, int L,
                                              int NH, int KVH, int HD, float scale,
                                              ct_stream_t stream)
 {
@@ -418,7 +427,7 @@ __global__ void __launch_bounds__(CT__GQA_WARPS * 32)
     }
 }
 
-extern "C" int ct_gqa_attention_backward_cuda(float *dqkv, float *scratch, const float *dout,
+extern "C" int ct_gqa_attention_backward_rowwise_cuda(float *dqkv, float *scratch, const float *dout,
                                               const float *att, const float *qkv, int B, int L,
                                               int NH, int KVH, int HD, float scale,
                                               ct_stream_t stream)
@@ -434,6 +443,123 @@ extern "C" int ct_gqa_attention_backward_cuda(float *dqkv, float *scratch, const
     CT_LAUNCH(ct_cuda_lm__gqa_bwd_kv_kernel, (unsigned)CT_CEIL_DIV(kw, CT__GQA_WARPS),
               CT__GQA_WARPS * 32, 0, stream, dqkv, scratch, dout, att, qkv, B, L, NH, KVH, HD);
     CT_CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+/* One warp per (sequence, head, query row i) of att (B, NH, L, L) holding the scaled scores:
+ * the probabilities of keys 0..i, zeros after. */
+__global__ void __launch_bounds__(CT__GQA_WARPS * 32)
+    ct_cuda_lm__gqa_softmax_kernel(float *att, int64_t rows, int L)
+{
+    const int lane = (int)(threadIdx.x & 31);
+    const int64_t wid = (int64_t)blockIdx.x * CT__GQA_WARPS + (threadIdx.x >> 5);
+    if (wid >= rows)
+        return; /* the whole warp */
+    const int i = (int)(wid % L);
+    float *p = att + wid * L;
+    float mx = -INFINITY;
+    for (int j = lane; j <= i; j += 32)
+        mx = fmaxf(mx, p[j]);
+    mx = ct__warp_max(mx);
+    double sum = 0.0;
+    for (int j = lane; j <= i; j += 32) {
+        const float e = expf(__fsub_rn(p[j], mx));
+        p[j] = e;
+        sum += (double)e;
+    }
+    const float inv = (float)(1.0 / ct__warp_sum_f64(sum));
+    for (int j = lane; j < L; j += 32)
+        p[j] = j <= i ? __fmul_rn(p[j], inv) : 0.0f;
+}
+
+/* One warp per row of ds (B, NH, L, L) holding dP = dout V^T: ds = scale p (dP - sum p dP) over
+ * keys 0..i, zeros after. */
+__global__ void __launch_bounds__(CT__GQA_WARPS * 32)
+    ct_cuda_lm__gqa_dsoftmax_kernel(float *ds, const float *att, int64_t rows, int L, float scale)
+{
+    const int lane = (int)(threadIdx.x & 31);
+    const int64_t wid = (int64_t)blockIdx.x * CT__GQA_WARPS + (threadIdx.x >> 5);
+    if (wid >= rows)
+        return;
+    const int i = (int)(wid % L);
+    const float *p = att + wid * L;
+    float *d = ds + wid * L;
+    double pdp = 0.0;
+    for (int j = lane; j <= i; j += 32)
+        pdp += (double)p[j] * d[j];
+    const float t = (float)ct__warp_sum_f64(pdp);
+    for (int j = lane; j < L; j += 32)
+        d[j] = j <= i ? __fmul_rn(__fmul_rn(p[j], __fsub_rn(d[j], t)), scale) : 0.0f;
+}
+
+#define CT__GQA_SGEMM(ta, tb, m, n, k, alpha, A, lda, sA, Bm, ldb, sB, beta, C, ldc, sC)       \
+    CT_CUBLAS_CHECK(cublasSgemmStridedBatched(ctx->blas, ta, tb, m, n, k, alpha, A, lda, sA,  \
+                                              Bm, ldb, sB, beta, C, ldc, sC, B),              \
+                    NULL)
+
+extern "C" int ct_gqa_attention_forward_cuda(float *out, float *att, const float *qkv, int B, int L,
+                                             int NH, int KVH, int HD, float scale,
+                                             const ct_cuda_ctx_t *ctx)
+{
+    CT_CUDA_REQUIRE(ctx && B >= 0 && L >= 1 && NH >= 1 && KVH >= 1 && NH % KVH == 0 && HD >= 1);
+    if (B == 0)
+        return 0;
+    const long long W = (long long)(NH + 2 * KVH) * HD, LL = (long long)L * L;
+    const long long sq = (long long)L * W, sa = (long long)NH * LL, so = (long long)L * NH * HD;
+    const float one = 1.0f, zero = 0.0f;
+    for (int h = 0; h < NH; h++) {
+        const int kh = h / (NH / KVH);
+        const float *q = qkv + (int64_t)h * HD, *k = qkv + (int64_t)(NH + kh) * HD;
+        CT__GQA_SGEMM(CUBLAS_OP_T, CUBLAS_OP_N, L, L, HD, &scale, k, (int)W, sq, q, (int)W, sq,
+                      &zero, att + h * LL, L, sa);
+    }
+    const int64_t rows = (int64_t)B * NH * L;
+    CT_LAUNCH(ct_cuda_lm__gqa_softmax_kernel, (unsigned)CT_CEIL_DIV(rows, CT__GQA_WARPS),
+              CT__GQA_WARPS * 32, 0, ctx->stream, att, rows, L);
+    CT_CUDA_CHECK_LAUNCH();
+    for (int h = 0; h < NH; h++) {
+        const int kh = h / (NH / KVH);
+        const float *v = qkv + (int64_t)(NH + KVH + kh) * HD;
+        CT__GQA_SGEMM(CUBLAS_OP_N, CUBLAS_OP_N, HD, L, L, &one, v, (int)W, sq, att + h * LL, L, sa,
+                      &zero, out + (int64_t)h * HD, NH * HD, so);
+    }
+    return 0;
+}
+
+extern "C" int ct_gqa_attention_backward_cuda(float *dqkv, float *scratch, const float *dout,
+                                              const float *att, const float *qkv, int B, int L,
+                                              int NH, int KVH, int HD, float scale,
+                                              const ct_cuda_ctx_t *ctx)
+{
+    CT_CUDA_REQUIRE(ctx && B >= 0 && L >= 1 && NH >= 1 && KVH >= 1 && NH % KVH == 0 && HD >= 1);
+    if (B == 0)
+        return 0;
+    const long long W = (long long)(NH + 2 * KVH) * HD, LL = (long long)L * L;
+    const long long sq = (long long)L * W, sa = (long long)NH * LL, so = (long long)L * NH * HD;
+    const float one = 1.0f, zero = 0.0f;
+    for (int h = 0; h < NH; h++) {
+        const int kh = h / (NH / KVH);
+        const float *v = qkv + (int64_t)(NH + KVH + kh) * HD;
+        CT__GQA_SGEMM(CUBLAS_OP_T, CUBLAS_OP_N, L, L, HD, &one, v, (int)W, sq,
+                      dout + (int64_t)h * HD, NH * HD, so, &zero, scratch + h * LL, L, sa);
+    }
+    const int64_t rows = (int64_t)B * NH * L;
+    CT_LAUNCH(ct_cuda_lm__gqa_dsoftmax_kernel, (unsigned)CT_CEIL_DIV(rows, CT__GQA_WARPS),
+              CT__GQA_WARPS * 32, 0, ctx->stream, scratch, att, rows, L, scale);
+    CT_CUDA_CHECK_LAUNCH();
+    for (int h = 0; h < NH; h++) {
+        const int kh = h / (NH / KVH);
+        const float *q = qkv + (int64_t)h * HD, *k = qkv + (int64_t)(NH + kh) * HD;
+        const float *ds = scratch + h * LL, *a = att + h * LL, *g = dout + (int64_t)h * HD;
+        float *dq = dqkv + (int64_t)h * HD, *dk = dqkv + (int64_t)(NH + kh) * HD;
+        float *dv = dqkv + (int64_t)(NH + KVH + kh) * HD;
+        CT__GQA_SGEMM(CUBLAS_OP_N, CUBLAS_OP_N, HD, L, L, &one, k, (int)W, sq, ds, L, sa, &one, dq,
+                      (int)W, sq);
+        CT__GQA_SGEMM(CUBLAS_OP_N, CUBLAS_OP_T, HD, L, L, &one, q, (int)W, sq, ds, L, sa, &one, dk,
+                      (int)W, sq);
+        CT__GQA_SGEMM(CUBLAS_OP_N, CUBLAS_OP_T, HD, L, L, &one, g, NH * HD, so, a, L, sa, &one, dv,
+                      (int)W, sq);
+    }
     return 0;
 }
 

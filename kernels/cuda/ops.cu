@@ -28,6 +28,12 @@
 #include "ct_cuda_common.h"
 #include "ct_ops.h"
 
+/* A buffer alloc() gave, with its size. */
+typedef struct ct_cuda_ops__held {
+    void *p;
+    size_t nbytes;
+} ct_cuda_ops__held_t;
+
 typedef struct ct_cuda_ops__cuda_ops {
     int device;
     cudaStream_t stream;
@@ -35,6 +41,8 @@ typedef struct ct_cuda_ops__cuda_ops {
     double *partials; /* CT_REDUCE_CUDA_PARTS doubles for the reductions */
     void *scratch;    /* general scratch, grown on demand */
     size_t scratch_nbytes;
+    ct_cuda_ops__held_t *held; /* what alloc() gave and release() has not taken back */
+    size_t n_held, cap_held;
 } ct_cuda_ops__cuda_ops_t;
 
 static ct_cuda_ops__cuda_ops_t *ct_cuda_ops__st(ct_ops_t *o)
@@ -56,6 +64,14 @@ static void ct_cuda_ops__latch_cuda(ct_ops_t *o, cudaError_t e, const char *what
     }
 }
 
+/* o->mem_live grows (add) or shrinks by nbytes; o->mem_peak follows. */
+static void ct_cuda_ops__count(ct_ops_t *o, size_t nbytes, bool add)
+{
+    o->mem_live = add ? o->mem_live + nbytes : o->mem_live - nbytes;
+    if (o->mem_live > o->mem_peak)
+        o->mem_peak = o->mem_live;
+}
+
 /* The general scratch, at least nbytes; NULL (and a latched error) when it cannot grow. */
 static void *ct_cuda_ops__scratch(ct_ops_t *o, size_t nbytes)
 {
@@ -64,6 +80,7 @@ static void *ct_cuda_ops__scratch(ct_ops_t *o, size_t nbytes)
         return st->scratch;
     if (st->scratch) {
         ct_cuda_ops__latch_cuda(o, cudaFree(st->scratch), "cudaFree(scratch)");
+        ct_cuda_ops__count(o, st->scratch_nbytes, false);
         st->scratch = NULL, st->scratch_nbytes = 0;
     }
     size_t want = nbytes + nbytes / 2; /* room for a larger batch without another round */
@@ -74,6 +91,7 @@ static void *ct_cuda_ops__scratch(ct_ops_t *o, size_t nbytes)
         return NULL;
     }
     st->scratch_nbytes = want;
+    ct_cuda_ops__count(o, want, true);
     return st->scratch;
 }
 
@@ -81,20 +99,40 @@ static void *ct_cuda_ops__scratch(ct_ops_t *o, size_t nbytes)
 
 static int ct_cuda_ops__alloc(ct_ops_t *o, void **p, size_t nbytes)
 {
-    (void)o;
-    cudaError_t e = cudaMalloc(p, nbytes ? nbytes : 256);
+    ct_cuda_ops__cuda_ops_t *st = ct_cuda_ops__st(o);
+    if (st->n_held == st->cap_held) {
+        const size_t cap = st->cap_held ? 2 * st->cap_held : 64;
+        ct_cuda_ops__held_t *h = (ct_cuda_ops__held_t *)realloc(st->held, cap * sizeof *h);
+        if (!h) {
+            *p = NULL;
+            return -ENOMEM;
+        }
+        st->held = h, st->cap_held = cap;
+    }
+    const size_t n = nbytes ? nbytes : 256;
+    cudaError_t e = cudaMalloc(p, n);
     if (e != cudaSuccess) {
         *p = NULL;
         ct_log_error("CUDA backend: cudaMalloc(%zu bytes): %s", nbytes, cudaGetErrorString(e));
         return e == cudaErrorMemoryAllocation ? -ENOMEM : CT_ECUDA;
     }
+    st->held[st->n_held++] = {*p, n};
+    ct_cuda_ops__count(o, n, true);
     return 0;
 }
 
 static void ct_cuda_ops__release(ct_ops_t *o, void *p)
 {
-    if (p)
-        ct_cuda_ops__latch_cuda(o, cudaFree(p), "cudaFree");
+    if (!p)
+        return;
+    ct_cuda_ops__cuda_ops_t *st = ct_cuda_ops__st(o);
+    for (size_t i = st->n_held; i-- > 0;) /* the latest first: buffers go in reverse order */
+        if (st->held[i].p == p) {
+            ct_cuda_ops__count(o, st->held[i].nbytes, false);
+            st->held[i] = st->held[--st->n_held];
+            break;
+        }
+    ct_cuda_ops__latch_cuda(o, cudaFree(p), "cudaFree");
 }
 
 static void ct_cuda_ops__zero(ct_ops_t *o, void *p, size_t nbytes)
@@ -168,6 +206,7 @@ static void ct_cuda_ops__close(ct_ops_t *o)
         (void)cudaFree(st->scratch);
     if (st->stream)
         (void)cudaStreamDestroy(st->stream);
+    free(st->held);
     free(st);
     o->impl = NULL;
     o->stream = NULL;
@@ -573,7 +612,7 @@ static void ct_cuda_ops__gqa_attention_forward(ct_ops_t *o, float *out, float *a
                                                int HD, float scale)
 {
     ct_cuda_ops__latch(
-        o, ct_gqa_attention_forward_cuda(out, att, qkv, B, L, NH, KVH, HD, scale, CT__S));
+        o, ct_gqa_attention_forward_cuda(out, att, qkv, B, L, NH, KVH, HD, scale, CT__C));
 }
 
 static void ct_cuda_ops__gqa_attention_backward(ct_ops_t *o, float *dqkv, float *scratch,
@@ -582,7 +621,7 @@ static void ct_cuda_ops__gqa_attention_backward(ct_ops_t *o, float *dqkv, float 
                                                 int HD, float scale)
 {
     ct_cuda_ops__latch(o, ct_gqa_attention_backward_cuda(dqkv, scratch, dout, att, qkv, B, L, NH,
-                                                         KVH, HD, scale, CT__S));
+                                                         KVH, HD, scale, CT__C));
 }
 
 static void ct_cuda_ops__lm_embed_forward(ct_ops_t *o, float *out, const float *wte,
@@ -613,6 +652,29 @@ static void ct_cuda_ops__lm_ce_loss(ct_ops_t *o, float *loss, float *dfeats, flo
         o, ct_lm_ce_loss_cuda(loss, dfeats, dwte, scratch, feats, wte, tgt, N, C, V, count, CT__C));
 }
 
+static void ct_cuda_ops__bpr_loss(ct_ops_t *o, float *loss, float *du, float *dvpn,
+                                  const float *user, const float *item, const float *proj,
+                                  const int32_t *idx, int B, int D, float count, float lambda)
+{
+    double *sc = (double *)ct_cuda_ops__scratch(o, (size_t)(B > 0 ? B : 1) * sizeof(double));
+    if (!sc)
+        return;
+    ct_cuda_ops__latch(
+        o, ct_bpr_loss_cuda(loss, du, dvpn, sc, user, item, proj, idx, B, D, count, lambda, CT__S));
+}
+
+static void ct_cuda_ops__mean_pool_forward(ct_ops_t *o, float *out, const float *h,
+                                           const int32_t *len, int N, int L, int C)
+{
+    ct_cuda_ops__latch(o, ct_mean_pool_forward_cuda(out, h, len, N, L, C, CT__S));
+}
+
+static void ct_cuda_ops__mean_pool_backward(ct_ops_t *o, float *dh, const float *dout,
+                                            const int32_t *len, int N, int L, int C)
+{
+    ct_cuda_ops__latch(o, ct_mean_pool_backward_cuda(dh, dout, len, N, L, C, CT__S));
+}
+
 #undef CT__S
 #undef CT__C
 
@@ -637,6 +699,10 @@ extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp)
         goto fail;
     CT_CUDA_CHECK_GOTO(cudaMalloc((void **)&st->partials, CT_REDUCE_CUDA_PARTS * sizeof(double)),
                        rc, NULL, fail);
+    ct_cuda_ops__count(o,
+                       st->ctx.workspace_nbytes + CT_CUDA_CTX_SCRATCH * sizeof(float) +
+                           CT_REDUCE_CUDA_PARTS * sizeof(double),
+                       true);
     o->name = amp ? "cuda (bf16 matmuls)" : "cuda";
     o->host_memory = false;
     o->limits.attention_max_l = CT_ATTENTION_CUDA_MAX_L;
@@ -710,6 +776,9 @@ extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp)
     o->lm_embed_forward = ct_cuda_ops__lm_embed_forward;
     o->lm_embed_backward = ct_cuda_ops__lm_embed_backward;
     o->lm_ce_loss = ct_cuda_ops__lm_ce_loss;
+    o->bpr_loss = ct_cuda_ops__bpr_loss;
+    o->mean_pool_forward = ct_cuda_ops__mean_pool_forward;
+    o->mean_pool_backward = ct_cuda_ops__mean_pool_backward;
     return 0;
 fail:
     ct_cuda_ops__close(o);

@@ -220,8 +220,9 @@ static void test_lm_ce(void)
     lce_case(70, 8, 600000);
 }
 
-/* Grouped-query attention against the CPU twin: probabilities, outputs and the packed gradient
- * (two calls onto random starting values). The sums run in other orders and expf stands for the
+/* Grouped-query attention against the CPU twin, both implementations (cuBLAS products with row
+ * kernels, and the row-wise baseline): probabilities, outputs and the packed gradient (two calls
+ * onto random starting values). The sums run in other orders and expf stands for the
  * CPU's polynomial (both within 2 ulp): probabilities and outputs atol 1e-6, rtol 1e-5.
  * Gradients: dk and dv are sums over the group's heads and the later rows, up to 7 x 70 = 490
  * products of order 1 at Qwen2.5's shape, each sum rounding in its own order on either side
@@ -242,22 +243,43 @@ static void gqa_case(int B, int L, int NH, int KVH, int HD)
     for (int k = 0; k < 2; k++)
         ct_gqa_attention_backward_cpu(dq, scr, dout, att, qkv, B, L, NH, KVH, HD, scale);
 
-    float *d_qkv = gk_dup(float, qkv, n), *d_dout = gk_dup(float, dout, no);
-    float *d_out = gk_alloc(float, no), *d_att = gk_alloc(float, na), *d_g = gk_dup(float, g0, n);
-    float *d_scr = gk_alloc(float, CT_GQA_BWD_CUDA_SCRATCH(B, NH, L));
-    CT_ASSERT_OK(
-        ct_gqa_attention_forward_cuda(d_out, d_att, d_qkv, B, L, NH, KVH, HD, scale, NULL));
-    gk_download(got, d_att, (size_t)na * sizeof(float));
-    gk_check("gqa probabilities", got, att, na, 1e-6, 1e-5);
-    gk_download(got, d_out, (size_t)no * sizeof(float));
-    gk_check("gqa out", got, out, no, 1e-6, 1e-5);
-    /* the backward from the CPU's probabilities: the gradient formulas on equal inputs */
-    gk_upload(d_att, att, (size_t)na * sizeof(float));
-    for (int k = 0; k < 2; k++)
-        CT_ASSERT_OK(ct_gqa_attention_backward_cuda(d_g, d_scr, d_dout, d_att, d_qkv, B, L, NH, KVH,
-                                                    HD, scale, NULL));
-    gk_download(got, d_g, (size_t)n * sizeof(float));
-    gk_check("gqa dqkv x2", got, dq, n, 3e-5, 1e-4);
+    /* impl 0: cuBLAS products + row kernels (what the op table runs); 1: the row-wise baseline */
+    ct_cuda_ctx_t ctx;
+    CT_ASSERT_OK(ct_cuda_ctx_init(&ctx, NULL, 0));
+    for (int impl = 0; impl < 2; impl++) {
+        const char *what = impl == 0 ? "gqa" : "gqa rowwise";
+        char name[64];
+        float *d_qkv = gk_dup(float, qkv, n), *d_dout = gk_dup(float, dout, no);
+        float *d_out = gk_alloc(float, no), *d_att = gk_alloc(float, na);
+        float *d_g = gk_dup(float, g0, n);
+        float *d_scr = gk_alloc(float, CT_GQA_BWD_CUDA_SCRATCH(B, NH, L));
+        if (impl == 0)
+            CT_ASSERT_OK(ct_gqa_attention_forward_cuda(d_out, d_att, d_qkv, B, L, NH, KVH, HD, scale,
+                                                       &ctx));
+        else
+            CT_ASSERT_OK(ct_gqa_attention_forward_rowwise_cuda(d_out, d_att, d_qkv, B, L, NH, KVH,
+                                                               HD, scale, NULL));
+        gk_download(got, d_att, (size_t)na * sizeof(float));
+        snprintf(name, sizeof name, "%s probabilities", what);
+        gk_check(name, got, att, na, 1e-6, 1e-5);
+        gk_download(got, d_out, (size_t)no * sizeof(float));
+        snprintf(name, sizeof name, "%s out", what);
+        gk_check(name, got, out, no, 1e-6, 1e-5);
+        /* the backward from the CPU's probabilities: the gradient formulas on equal inputs */
+        gk_upload(d_att, att, (size_t)na * sizeof(float));
+        for (int k = 0; k < 2; k++) {
+            if (impl == 0)
+                CT_ASSERT_OK(ct_gqa_attention_backward_cuda(d_g, d_scr, d_dout, d_att, d_qkv, B, L,
+                                                            NH, KVH, HD, scale, &ctx));
+            else
+                CT_ASSERT_OK(ct_gqa_attention_backward_rowwise_cuda(
+                    d_g, d_scr, d_dout, d_att, d_qkv, B, L, NH, KVH, HD, scale, NULL));
+        }
+        gk_download(got, d_g, (size_t)n * sizeof(float));
+        snprintf(name, sizeof name, "%s dqkv x2", what);
+        gk_check(name, got, dq, n, 3e-5, 1e-4);
+    }
+    ct_cuda_ctx_close(&ctx);
     gk_free_all();
     free(qkv), free(dout), free(g0), free(out), free(att), free(dq), free(scr), free(got);
 }
@@ -492,8 +514,39 @@ static void test_bad_shapes(void)
                   CT_ERANGE_VALUE);
     CT_ASSERT_ERR(ct_gelu_forward_cuda(NULL, NULL, 1, (ct_gelu_kind_t)9, NULL), CT_ERANGE_VALUE);
     CT_ASSERT_OK(ct_swiglu_forward_cuda(NULL, NULL, NULL, 0, NULL));
-    CT_ASSERT_ERR(ct_gqa_attention_forward_cuda(NULL, NULL, NULL, 1, 4, 6, 4, 8, 1.0f, NULL),
+    ct_cuda_ctx_t ctx;
+    CT_ASSERT_OK(ct_cuda_ctx_init(&ctx, NULL, 0));
+    CT_ASSERT_ERR(ct_gqa_attention_forward_cuda(NULL, NULL, NULL, 1, 4, 6, 4, 8, 1.0f, &ctx),
                   CT_ERANGE_VALUE); /* 6 query heads cannot share 4 key heads */
+    CT_ASSERT_ERR(ct_gqa_attention_forward_cuda(NULL, NULL, NULL, 1, 4, 4, 4, 8, 1.0f, NULL),
+                  CT_ERANGE_VALUE); /* the products need a context */
+    CT_ASSERT_ERR(
+        ct_gqa_attention_forward_rowwise_cuda(NULL, NULL, NULL, 1, 4, 6, 4, 8, 1.0f, NULL),
+        CT_ERANGE_VALUE);
+    ct_cuda_ctx_close(&ctx);
+}
+
+/* The CUDA table counts its device memory: the workspace and scratch from the start, each
+ * alloc until its release, the peak kept. */
+static void test_table_memory(void)
+{
+    ct_ops_t gpu;
+    CT_ASSERT_OK(ct_ops_cuda_init(&gpu, 0, false));
+    const size_t base = gpu.mem_live;
+    CT_ASSERT(base >= CT_CUDA_CTX_WORKSPACE_NBYTES);
+    CT_ASSERT(gpu.mem_peak == base);
+    void *a = NULL, *b = NULL;
+    CT_ASSERT_OK(gpu.alloc(&gpu, &a, 1 << 20));
+    CT_ASSERT_OK(gpu.alloc(&gpu, &b, 3 << 20));
+    CT_ASSERT(gpu.mem_live == base + (4 << 20));
+    gpu.release(&gpu, a);
+    CT_ASSERT(gpu.mem_live == base + (3 << 20));
+    CT_ASSERT(gpu.mem_peak == base + (4 << 20));
+    gpu.release(&gpu, b);
+    gpu.release(&gpu, NULL);
+    CT_ASSERT(gpu.mem_live == base);
+    CT_ASSERT(gpu.mem_peak == base + (4 << 20));
+    gpu.close(&gpu);
 }
 
 int main(void)
@@ -506,6 +559,7 @@ int main(void)
     CT_RUN(test_gqa_attention);
     CT_RUN(test_lm_embed);
     CT_RUN(test_tables);
+    CT_RUN(test_table_memory);
     CT_RUN(test_bad_shapes);
     return 0;
 }

@@ -26,6 +26,7 @@
 #include "ct_log.h"
 #include "ctrain_train.h"
 #include "ctrain_cfg.h"
+#include "ctrain_temporal_pregen.h"
 #include "ctworker.h"
 
 /* An error ctrain detected: one line (the message says what and where), the error file for
@@ -69,6 +70,13 @@ int main(int argc, char **argv)
         return 0;
     }
 
+    if (cfg.pregenerate > 0) {
+        /* no communicator: rank 0 writes the cache, the other ranks have nothing to do */
+        const char *r = getenv("RANK");
+        if (ctrain_temporal_pregenerate(&cfg, r && r[0] ? atoi(r) : 0, &eb) != 0)
+            ctrain_fail(eb.msg);
+        return 0;
+    }
     int rc = ct_cpu_set_threads(cfg.threads);
     if (rc != 0) {
         snprintf(eb.msg, sizeof eb.msg, "--threads %d: %s", cfg.threads, ct_strerror(rc));

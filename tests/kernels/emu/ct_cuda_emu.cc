@@ -772,6 +772,24 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
     return CUBLAS_STATUS_SUCCESS;
 }
 
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const float *alpha, const float *A, int lda,
+                                         long long int strideA, const float *B, int ldb,
+                                         long long int strideB, const float *beta, float *C,
+                                         int ldc, long long int strideC, int batchCount)
+{
+    if (batchCount < 0)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    for (int i = 0; i < batchCount; i++) {
+        const cublasStatus_t st = cublasSgemm(handle, transa, transb, m, n, k, alpha, A + i * strideA,
+                                              lda, B + i * strideB, ldb, beta, C + i * strideC, ldc);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            return st;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 /* x rounded to the nearest bfloat16 (ties to even), as a float; NaN stays NaN. */
 static float ct_emu__bf16(float x)
 {

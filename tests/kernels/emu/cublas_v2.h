@@ -1,7 +1,7 @@
 /*
- * cublas_v2.h of the CPU emulator (tests/kernels/emu): the handle calls, sgemm and the one form
- * of cublasGemmEx that kernels/cuda uses (float matrices, float compute or
- * CUBLAS_COMPUTE_32F_FAST_16BF: factors rounded to bfloat16, products accumulated in float),
+ * cublas_v2.h of the CPU emulator (tests/kernels/emu): the handle calls, sgemm and its strided
+ * batches, and the one form of cublasGemmEx that kernels/cuda uses (float matrices, float compute
+ * or CUBLAS_COMPUTE_32F_FAST_16BF: factors rounded to bfloat16, products accumulated in float),
  * with cuBLAS's argument checks, computed by the CPU BLAS (ct_cuda_emu.cc).
  */
 #ifndef CT_CUDA_EMU_CUBLAS_H
@@ -45,6 +45,13 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
                            cublasOperation_t transb, int m, int n, int k, const float *alpha,
                            const float *A, int lda, const float *B, int ldb, const float *beta,
                            float *C, int ldc);
+/* batchCount products, the i-th on A + i*strideA, B + i*strideB, C + i*strideC. */
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const float *alpha, const float *A, int lda,
+                                         long long int strideA, const float *B, int ldb,
+                                         long long int strideB, const float *beta, float *C,
+                                         int ldc, long long int strideC, int batchCount);
 /* Float A, B, C only; computeType CUBLAS_COMPUTE_32F is sgemm, CUBLAS_COMPUTE_32F_FAST_16BF
  * rounds A and B to bfloat16 (nearest, ties to even) first, as the tensor cores take them. */
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
