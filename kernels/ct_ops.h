@@ -246,6 +246,29 @@ struct ct_ops {
     void (*conv1d_backward)(ct_ops_t *o, float *dinp, float *dweight, float *dbias,
                             const float *dout, const float *inp, const float *weight, int N, int IC,
                             int OC);
+
+    /* ---- the temporal encoder (ct_enc_attention_*_cpu, ct_mask_token_*_cpu, ct_masked_mse_cpu,
+     * ct_query_attention_*_cpu). The attention's scratch is the CPU's (CT_ENC_ATTENTION_*_SCRATCH
+     * floats of backend memory); the CUDA backend takes its own instead. masked_mse writes the
+     * loss to backend memory. ---- */
+    void (*enc_attention_forward)(ct_ops_t *o, float *out, float *att, float *scratch,
+                                  const float *qkv, int B, int L, int C, int NH, ct_dropout_t drop);
+    void (*enc_attention_backward)(ct_ops_t *o, float *dqkv, float *scratch, const float *dout,
+                                   const float *att, const float *qkv, int B, int L, int C, int NH,
+                                   ct_dropout_t drop);
+    void (*mask_token_forward)(ct_ops_t *o, float *out, const float *inp, const float *token,
+                               const int32_t *mask, int N, int C);
+    void (*mask_token_backward)(ct_ops_t *o, float *dinp, float *dtoken, const float *dout,
+                                const int32_t *mask, int N, int C);
+    void (*masked_mse)(ct_ops_t *o, float *loss, float *dpred, const float *pred,
+                       const float *target, const int32_t *mask, int N, int P, float count);
+    void (*query_attention_forward)(ct_ops_t *o, float *out, float *att, const float *q,
+                                    const float *k, const float *v, int B, int K, int L, int C,
+                                    int NH);
+    void (*query_attention_backward)(ct_ops_t *o, float *dq, float *dk, float *dv,
+                                     const float *dout, const float *att, const float *q,
+                                     const float *k, const float *v, int B, int K, int L, int C,
+                                     int NH);
 };
 
 /* Fills o with the CPU backend (kernels/cpu/ops.c). Never fails. */
