@@ -72,6 +72,7 @@ typedef struct ct_ops_limits {
     int attention_max_l, attention_max_hs; /* attention_forward: L, C / NH */
     int tisas_max_l, tisas_max_hs;         /* tisas_attention_forward: L, C / NH */
     int layernorm_max_c;                   /* layernorm_forward: C */
+    int enc_attention_max_l;               /* enc_attention_forward: L */
 } ct_ops_limits_t;
 
 struct ct_ops {
@@ -152,6 +153,7 @@ struct ct_ops {
                         int64_t n, double lr, double beta1, double beta2, double eps,
                         float grad_scale, int64_t step);
     void (*sumsq)(ct_ops_t *o, float *out, const float *x, int64_t n);
+    void (*scale)(ct_ops_t *o, float *x, float s, int64_t n); /* x *= s (AdamW's decay) */
     void (*score_candidates)(ct_ops_t *o, float *scores, const float *feats, const float *wte,
                              const int32_t *cand, int U, int K, int C, int ldf);
     void (*score_all)(ct_ops_t *o, float *scores, const float *feats, const float *wte, int U,

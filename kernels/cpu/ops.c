@@ -532,6 +532,12 @@ static void ct_cpu_ops__lm_ce_loss(ct_ops_t *o, float *loss, float *dfeats, floa
     ct_lm_ce_loss_cpu(loss, dfeats, dwte, scratch, feats, wte, tgt, N, C, V, count);
 }
 
+static void ct_cpu_ops__scale(ct_ops_t *o, float *x, float s, int64_t n)
+{
+    (void)o;
+    ct_scale_cpu(x, s, n);
+}
+
 static void ct_cpu_ops__enc_attention_forward(ct_ops_t *o, float *out, float *att, float *scratch,
                                               const float *qkv, int B, int L, int C, int NH,
                                               ct_dropout_t drop)
@@ -659,6 +665,7 @@ void ct_ops_cpu_init(ct_ops_t *o)
         .lm_embed_forward = ct_cpu_ops__lm_embed_forward,
         .lm_embed_backward = ct_cpu_ops__lm_embed_backward,
         .lm_ce_loss = ct_cpu_ops__lm_ce_loss,
+        .scale = ct_cpu_ops__scale,
         .enc_attention_forward = ct_cpu_ops__enc_attention_forward,
         .enc_attention_backward = ct_cpu_ops__enc_attention_backward,
         .mask_token_forward = ct_cpu_ops__mask_token_forward,

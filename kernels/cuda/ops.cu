@@ -652,6 +652,11 @@ static void ct_cuda_ops__lm_ce_loss(ct_ops_t *o, float *loss, float *dfeats, flo
         o, ct_lm_ce_loss_cuda(loss, dfeats, dwte, scratch, feats, wte, tgt, N, C, V, count, CT__C));
 }
 
+static void ct_cuda_ops__scale(ct_ops_t *o, float *x, float s, int64_t n)
+{
+    ct_cuda_ops__latch(o, ct_scale_cuda(x, s, n, CT__S));
+}
+
 static void ct_cuda_ops__enc_attention_forward(ct_ops_t *o, float *out, float *att, float *scratch,
                                                const float *qkv, int B, int L, int C, int NH,
                                                ct_dropout_t drop)
@@ -753,6 +758,7 @@ extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp)
     o->limits.tisas_max_l = CT_TISAS_CUDA_MAX_L;
     o->limits.tisas_max_hs = CT_TISAS_CUDA_MAX_HS;
     o->limits.layernorm_max_c = CT_LAYERNORM_CUDA_MAX_C;
+    o->limits.enc_attention_max_l = CT_ENC_ATTENTION_CUDA_MAX_L;
     o->stream = st->stream;
     o->alloc = ct_cuda_ops__alloc;
     o->release = ct_cuda_ops__release;
@@ -819,6 +825,7 @@ extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp)
     o->lm_embed_forward = ct_cuda_ops__lm_embed_forward;
     o->lm_embed_backward = ct_cuda_ops__lm_embed_backward;
     o->lm_ce_loss = ct_cuda_ops__lm_ce_loss;
+    o->scale = ct_cuda_ops__scale;
     o->enc_attention_forward = ct_cuda_ops__enc_attention_forward;
     o->enc_attention_backward = ct_cuda_ops__enc_attention_backward;
     o->mask_token_forward = ct_cuda_ops__mask_token_forward;

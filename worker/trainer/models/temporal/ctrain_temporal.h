@@ -20,8 +20,9 @@
  * tokens is the loss. A micro-batch's loss is its token mean weighted by its share of the
  * step's curves: the reference's mean of per-rank (and per-accumulation) token means.
  *
- * Runs on the CPU backend (check_backend refuses others). Not here: the data, the masks'
- * draws, evaluation and outputs (the trainer's task, ctrain_temporal_task.c).
+ * The passes run on the op table (ct_ops.h): stage reconstruct on any backend, --stage align on
+ * the CPU backend only (check_backend refuses others). Not here: the data, the masks' draws,
+ * evaluation and outputs (the trainer's task, ctrain_temporal_task.c).
  */
 #ifndef CTRAIN_TEMPORAL_H
 #define CTRAIN_TEMPORAL_H

@@ -1,0 +1,193 @@
+/*
+ * test_temporal_gpu.c (gpu suite) - the temporal encoder (worker/trainer/models/temporal/
+ * ctrain_temporal.c, --model temporal) on the CUDA op table against the same model on the CPU
+ * table: one code path on two backends, so what is compared is the composition of the ops as the
+ * model uses them - the patches and masks gathered on the host and copied up, the mask token,
+ * the bidirectional attention's and the three other dropout sites' draws keyed by (step, row),
+ * the += contract of the gradients across the residual branches, the loss fetched from the
+ * device, AdamW's decay on the device. Stage reconstruct with dropout 0.1 and weight decay 0.01:
+ *   - the initial parameters are bit-identical (initialised on the host, copied up);
+ *   - the first step's loss and every parameter tensor's gradient;
+ *   - 10 training steps (zero_grad, forward_backward, the gradient norm, clipping, AdamW - what
+ *     ctrain_train.c's step does on one rank): every step's loss and the parameters after the
+ *     last one;
+ *   - the evaluation's squared-error sum (ctrain_temporal_eval) and the embeddings
+ *     (ctrain_temporal_embed) of the trained models.
+ * Built twice: against the real CUDA library (suite gpu, exit 77 without a GPU) and against the
+ * CPU emulator (suite kernels), the model sources compiled again against the emulated kernels.
+ *
+ * Tolerances: both sides are float; they differ in the order of additions inside the matrix
+ * products (OpenBLAS against cuBLAS), the attention's softmax sums and row dot (warp sums), the
+ * LayerNorms' reductions and expf (2 ulp). Each op's difference is a few float roundings
+ * (1e-7..1e-6 relative, the op tests), amplified by the LayerNorms' rstd on the way down: the
+ * first step's gradients, of order 1e-3..1, within atol 2e-5, rtol 2e-4, the loss within 1e-5
+ * relative. Over 10 AdamW steps at lr 1e-3 the parameters move by about lr per step whatever the
+ * gradients' last bits (Adam normalises them): losses within 1e-4 relative, parameters within
+ * 5e-5 of each other but for those whose gradient is zero in exact arithmetic (the attention's
+ * key bias) and so pure rounding noise that Adam turns into steps of about lr: all within
+ * 2 lr steps, 99% within 5e-5. The evaluation sum (of squared errors of order 1) within 1e-4
+ * relative, the embeddings (means of LayerNorm outputs of order 1) within 5e-4. A misplaced op
+ * (a dropout site keyed wrongly, a gradient overwritten instead of added, a host pointer where a
+ * device one belongs, the decay skipped) moves these by 1e-3 or more.
+ */
+#include <math.h>
+
+#include "ctrain_model.h"
+#include "ctrain_temporal.h"
+#include "gcheck.h"
+
+enum { B = 4, N = 8, P = 6, C = 16, NH = 2, NB = 2, F = 24, CURVES = 23, STEPS = 10 };
+
+static uint64_t rng_state;
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+
+typedef struct batch {
+    int32_t seq[B * N], pos[B * N];
+    float count;
+} batch_t;
+
+/* B random curves, 3 of the N patches of each masked (at random places). */
+static void make_batch(batch_t *b, int step)
+{
+    rng_state = 0x9E3779B97F4A7C15ull ^ (uint64_t)(step + 1) * 0xBF58476D1CE4E5B9ull;
+    int masked = 0;
+    for (int r = 0; r < B; r++) {
+        const int32_t curve = (int32_t)(rnd() % CURVES);
+        for (int j = 0; j < N; j++)
+            b->seq[r * N + j] = curve, b->pos[r * N + j] = 0;
+        for (int k = 0; k < 3;) {
+            const int j = (int)(rnd() % N);
+            if (!b->pos[r * N + j])
+                b->pos[r * N + j] = 1, k++, masked++;
+        }
+    }
+    b->count = (float)(masked * P);
+}
+
+static void to_host(ct_ops_t *o, float *host, const float *dev, size_t n)
+{
+    o->copy(o, host, dev, n * sizeof(float), CT_COPY_D2H);
+    CT_ASSERT_OK(o->sync(o));
+}
+
+static void check_params(const float *got, const float *ref, size_t n)
+{
+    size_t off = 0;
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)got[i] - ref[i]);
+        worst = d > worst ? d : worst;
+        off += d > 5e-5;
+        CT_ASSERT_MSG(d <= 2 * 1e-3 * STEPS, "parameter %zu: cuda %.9g cpu %.9g", i, (double)got[i],
+                      (double)ref[i]);
+    }
+    printf("  parameters after %d steps: %zu of %zu differ by more than 5e-5, worst %.2e\n", STEPS,
+           off, n, worst);
+    CT_ASSERT_MSG(off * 100 <= n, "%zu of %zu parameters differ by more than 5e-5", off, n);
+}
+
+static void test_reconstruct(void)
+{
+    float *curves = gk_host_rand((int64_t)CURVES * N * P, -2.0f, 2.0f, 91);
+    ctrain_temporal_spec_t spec = {.patch_len = P,
+                                   .ff_dim = F,
+                                   .weight_decay = 0.01,
+                                   .patches = curves,
+                                   .curves = CURVES,
+                                   .stage = 0};
+    ctrain_model_cfg_t cfg = {.kind = CTRAIN_MODEL_TEMPORAL,
+                              .layout = CTRAIN_LAYOUT_PRE_LN,
+                              .maxlen = N,
+                              .hidden = C,
+                              .num_heads = NH,
+                              .num_blocks = NB,
+                              .dropout = 0.1f,
+                              .ext = &spec};
+    ct_errbuf_t eb;
+    ct_ops_t cpu, gpu;
+    ct_ops_cpu_init(&cpu);
+    CT_ASSERT_OK(ct_ops_cuda_init(&gpu, 0, false));
+    /* the family says it runs on the CUDA table (the emulator's device memory is host memory:
+     * this is what tells a model that computes on the host apart) */
+    CT_ASSERT_MSG(ctrain_family(CTRAIN_MODEL_TEMPORAL)->check_backend(&cfg, &gpu, &eb) == 0, "%s",
+                  eb.msg);
+    ctrain_model_t *mc = NULL, *mg = NULL;
+    CT_ASSERT_MSG(ctrain_model_create(&mc, &cfg, &cpu, B, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_MSG(ctrain_model_create(&mg, &cfg, &gpu, B, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_OK(ctrain_model_init_params(mc, 5));
+    CT_ASSERT_OK(ctrain_model_init_params(mg, 5));
+    const size_t np = mc->num_params;
+    CT_ASSERT(mg->num_params == np);
+    float *got = KC_ALLOC(float, np + 1);
+    to_host(&gpu, got, mg->params_mem, np);
+    GK_ASSERT_BITEQ("initial parameters", got, mc->params_mem, (int64_t)np);
+
+    batch_t bt;
+    double worst_loss = 0.0;
+    for (int step = 1; step <= STEPS; step++) {
+        make_batch(&bt, step);
+        ctrain_model_batch_t mb = {.B = B, .seq = bt.seq, .pos = bt.pos, .row0 = 4 * step};
+        float lc = 0, lg = 0, sc = 0, sg = 0;
+        ctrain_model_zero_grad(mc);
+        ctrain_model_zero_grad(mg);
+        CT_ASSERT_OK(ctrain_model_forward_backward(mc, &mb, bt.count, 13, step, &lc));
+        CT_ASSERT_OK(ctrain_model_forward_backward(mg, &mb, bt.count, 13, step, &lg));
+        CT_ASSERT(isfinite(lc) && isfinite(lg) && lc > 0.0f);
+        if (step == 1) {
+            CT_ASSERT_CLOSE(lg, lc, 1e-6, 1e-5);
+            to_host(&gpu, got, mg->grads_mem, np);
+            for (int i = 0; i < mc->n_params; i++) {
+                const ctrain_param_t *p = &mc->params[i];
+                gk_check(p->name, got + p->offset, mc->grads_mem + p->offset, (int64_t)p->numel,
+                         2e-5, 2e-4);
+            }
+        }
+        CT_ASSERT_CLOSE(lg, lc, 1e-5, 1e-4);
+        const double d = fabs((double)lg - lc) / fabs((double)lc);
+        worst_loss = d > worst_loss ? d : worst_loss;
+        CT_ASSERT_OK(ctrain_model_grad_sumsq(mc, &sc));
+        CT_ASSERT_OK(ctrain_model_grad_sumsq(mg, &sg));
+        CT_ASSERT_CLOSE(sg, sc, 1e-6, 1e-3);
+        CT_ASSERT_OK(ctrain_model_adam(mc, 1e-3, ct_clip_coef(sc, 1.0f), step));
+        CT_ASSERT_OK(ctrain_model_adam(mg, 1e-3, ct_clip_coef(sg, 1.0f), step));
+        if (step == 1 || step == STEPS)
+            printf("  step %2d loss cpu %.7f cuda %.7f\n", step, (double)lc, (double)lg);
+    }
+    printf("  %d-step losses: worst relative difference %.2e\n", STEPS, worst_loss);
+    to_host(&gpu, got, mg->params_mem, np);
+    check_params(got, mc->params_mem, np);
+
+    /* the evaluation's sum and the embeddings of the trained models */
+    make_batch(&bt, 100);
+    double ec = 0.0, eg = 0.0;
+    CT_ASSERT_MSG(ctrain_temporal_eval(mc, bt.seq, bt.pos, B, &ec, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_MSG(ctrain_temporal_eval(mg, bt.seq, bt.pos, B, &eg, &eb) == 0, "%s", eb.msg);
+    printf("  evaluation sum cpu %.7f cuda %.7f\n", ec, eg);
+    CT_ASSERT(ec > 0.0);
+    CT_ASSERT_CLOSE(eg, ec, 1e-6, 1e-4);
+    int32_t zero[B * N] = {0};
+    float ehc[B * C], ehg[B * C];
+    CT_ASSERT_MSG(ctrain_temporal_embed(mc, bt.seq, zero, B, ehc, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_MSG(ctrain_temporal_embed(mg, bt.seq, zero, B, ehg, &eb) == 0, "%s", eb.msg);
+    gk_check("embeddings", ehg, ehc, B * C, 5e-4, 5e-4);
+
+    ctrain_model_destroy(mc);
+    ctrain_model_destroy(mg);
+    ct_ops_close(&gpu);
+    ct_ops_close(&cpu);
+    free(got);
+    free(curves);
+}
+
+int main(void)
+{
+    gk_require_gpu();
+    CT_RUN(test_reconstruct);
+    return 0;
+}
