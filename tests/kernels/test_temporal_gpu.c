@@ -13,6 +13,14 @@
  *     last one;
  *   - the evaluation's squared-error sum (ctrain_temporal_eval) and the embeddings
  *     (ctrain_temporal_embed) of the trained models.
+ * Stage align, the same with the projector's K soft tokens, a prompt and each curve's
+ * description into a frozen tiny Qwen2 (each table's own, the same weights): the rows built on
+ * the backend (the LM's table rows gathered, the soft tokens copied in, their gradient copied
+ * out of d embeds), the first step's gradients, 10 AdamW steps, and the evaluation's
+ * cross-entropy sums with each curve's own description and with another's
+ * (ctrain_temporal_align_eval). Each side's family check_backend must accept its table first:
+ * the emulator's device memory is host memory, so a model that computed on the host would pass
+ * the comparisons; that check is what tells it apart.
  * Built twice: against the real CUDA library (suite gpu, exit 77 without a GPU) and against the
  * CPU emulator (suite kernels), the model sources compiled again against the emulated kernels.
  *
@@ -32,6 +40,7 @@
  */
 #include <math.h>
 
+#include "ctrain_lm.h"
 #include "ctrain_model.h"
 #include "ctrain_temporal.h"
 #include "gcheck.h"
@@ -185,9 +194,179 @@ static void test_reconstruct(void)
     free(curves);
 }
 
+/* ---- --stage align: the projector's K soft tokens into a frozen tiny Qwen2 ------------------ */
+
+enum { K = 2, NP = 3, TCAP = 6, LMAX = K + NP + TCAP };
+
+/* test_lm_model_gpu.c's tiny Qwen2 (width 16, grouped-query attention, RoPE, SwiGLU). */
+static void lm_cfg(ctrain_lm_cfg_t *c)
+{
+    memset(c, 0, sizeof *c);
+    c->arch = CTRAIN_LM_QWEN2;
+    c->head = true;
+    c->vocab = 37;
+    c->hidden = 16;
+    c->layers = 2;
+    c->heads = 4;
+    c->kv_heads = 2;
+    c->head_dim = 6;
+    c->inner = 24;
+    c->max_pos = 16;
+    c->eps = 1e-5;
+    c->rope_theta = 10000.0;
+    c->act = CTRAIN_LM_ACT_SILU;
+    c->tied = false;
+    c->scale_attn = true;
+    c->pad_id = -1;
+    snprintf(c->prefix, sizeof c->prefix, "model.");
+}
+
+/* The frozen LM on o with the weights w (LayerNorm gains around 1). */
+static ctrain_lm_t *open_lm(ct_ops_t *o, const ctrain_lm_cfg_t *c, float **w)
+{
+    ct_errbuf_t eb;
+    ctrain_lm_t *lm = NULL;
+    const ctrain_lm_opts_t opts = {.weights_only = true};
+    CT_ASSERT_MSG(ctrain_lm_create_opts(&lm, c, o, B * LMAX, LMAX, &opts, &eb) == 0, "%s", eb.msg);
+    const size_t np = lm->num_params;
+    if (!*w) {
+        *w = gk_host_rand((int64_t)np, -0.4f, 0.4f, 93);
+        for (int i = 0; i < lm->n_tensors; i++) {
+            const ctrain_lm_role_t r = lm->tensors[i].role;
+            if (r == CTRAIN_LM_T_LN1_W || r == CTRAIN_LM_T_LN2_W || r == CTRAIN_LM_T_LNF_W)
+                for (int64_t k = 0; k < lm->tensors[i].shape[0]; k++)
+                    (*w)[lm->offset[i] + (size_t)k] += 1.0f;
+        }
+    }
+    o->copy(o, lm->params_mem, *w, np * sizeof(float), CT_COPY_H2D);
+    CT_ASSERT_OK(o->sync(o));
+    return lm;
+}
+
+static void test_align(void)
+{
+    float *curves = gk_host_rand((int64_t)CURVES * N * P, -2.0f, 2.0f, 92);
+    int32_t text[CURVES * TCAP], text_len[CURVES], prompt[NP] = {3, 17, 29};
+    rng_state = 77;
+    for (int i = 0; i < CURVES; i++) {
+        text_len[i] = 2 + (int)(rnd() % (TCAP - 1));
+        for (int t = 0; t < TCAP; t++)
+            text[i * TCAP + t] = t + 1 == text_len[i] ? 36 : (int32_t)(rnd() % 36); /* eos 36 */
+    }
+    ctrain_lm_cfg_t lc;
+    lm_cfg(&lc);
+    ctrain_temporal_spec_t spec = {.patch_len = P,
+                                   .ff_dim = F,
+                                   .weight_decay = 0.01,
+                                   .patches = curves,
+                                   .curves = CURVES,
+                                   .stage = 1,
+                                   .soft_tokens = K,
+                                   .lm_hidden = lc.hidden,
+                                   .text = text,
+                                   .text_len = text_len,
+                                   .text_cap = TCAP,
+                                   .prompt = prompt,
+                                   .n_prompt = NP};
+    ctrain_temporal_spec_t spec_c = spec, spec_g = spec; /* each table's own LM */
+    ctrain_model_cfg_t cfg = {.kind = CTRAIN_MODEL_TEMPORAL,
+                              .layout = CTRAIN_LAYOUT_PRE_LN,
+                              .maxlen = N,
+                              .hidden = C,
+                              .num_heads = NH,
+                              .num_blocks = NB,
+                              .dropout = 0.1f};
+    ctrain_model_cfg_t cfg_c = cfg, cfg_g = cfg;
+    cfg_c.ext = &spec_c, cfg_g.ext = &spec_g;
+    ct_errbuf_t eb;
+    ct_ops_t cpu, gpu;
+    ct_ops_cpu_init(&cpu);
+    CT_ASSERT_OK(ct_ops_cuda_init(&gpu, 0, false));
+    CT_ASSERT_MSG(ctrain_family(CTRAIN_MODEL_TEMPORAL)->check_backend(&cfg_g, &gpu, &eb) == 0, "%s",
+                  eb.msg);
+    float *lw = NULL;
+    spec_c.lm = open_lm(&cpu, &lc, &lw);
+    spec_g.lm = open_lm(&gpu, &lc, &lw);
+    ctrain_model_t *mc = NULL, *mg = NULL;
+    CT_ASSERT_MSG(ctrain_model_create(&mc, &cfg_c, &cpu, B, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_MSG(ctrain_model_create(&mg, &cfg_g, &gpu, B, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_OK(ctrain_model_init_params(mc, 6));
+    CT_ASSERT_OK(ctrain_model_init_params(mg, 6));
+    const size_t np = mc->num_params;
+    float *got = KC_ALLOC(float, np + 1);
+    to_host(&gpu, got, mg->params_mem, np);
+    GK_ASSERT_BITEQ("initial parameters", got, mc->params_mem, (int64_t)np);
+
+    batch_t bt;
+    double worst_loss = 0.0;
+    for (int step = 1; step <= STEPS; step++) {
+        make_batch(&bt, step);
+        memset(bt.pos, 0, sizeof bt.pos); /* nothing masked in stage 2 */
+        ctrain_model_batch_t mb = {.B = B, .seq = bt.seq, .pos = bt.pos, .row0 = 4 * step};
+        float lcpu = 0, lgpu = 0, sc = 0, sg = 0;
+        ctrain_model_zero_grad(mc);
+        ctrain_model_zero_grad(mg);
+        CT_ASSERT_OK(ctrain_model_forward_backward(mc, &mb, (float)B, 17, step, &lcpu));
+        CT_ASSERT_OK(ctrain_model_forward_backward(mg, &mb, (float)B, 17, step, &lgpu));
+        CT_ASSERT(isfinite(lcpu) && isfinite(lgpu) && lcpu > 0.0f);
+        if (step == 1) {
+            CT_ASSERT_CLOSE(lgpu, lcpu, 1e-6, 1e-5);
+            to_host(&gpu, got, mg->grads_mem, np);
+            for (int i = 0; i < mc->n_params; i++) {
+                const ctrain_param_t *p = &mc->params[i];
+                gk_check(p->name, got + p->offset, mc->grads_mem + p->offset, (int64_t)p->numel,
+                         2e-5, 2e-4);
+            }
+        }
+        CT_ASSERT_CLOSE(lgpu, lcpu, 1e-5, 1e-4);
+        const double d = fabs((double)lgpu - lcpu) / fabs((double)lcpu);
+        worst_loss = d > worst_loss ? d : worst_loss;
+        CT_ASSERT_OK(ctrain_model_grad_sumsq(mc, &sc));
+        CT_ASSERT_OK(ctrain_model_grad_sumsq(mg, &sg));
+        CT_ASSERT_CLOSE(sg, sc, 1e-6, 1e-3);
+        CT_ASSERT_OK(ctrain_model_adam(mc, 1e-3, ct_clip_coef(sc, 1.0f), step));
+        CT_ASSERT_OK(ctrain_model_adam(mg, 1e-3, ct_clip_coef(sg, 1.0f), step));
+        if (step == 1 || step == STEPS)
+            printf("  step %2d loss cpu %.7f cuda %.7f\n", step, (double)lcpu, (double)lgpu);
+    }
+    printf("  %d-step losses: worst relative difference %.2e\n", STEPS, worst_loss);
+    to_host(&gpu, got, mg->params_mem, np);
+    check_params(got, mc->params_mem, np);
+
+    /* the evaluation: each curve's own description, then the next curve's */
+    int32_t curve[B], own[B], other[B];
+    for (int r = 0; r < B; r++)
+        curve[r] = own[r] = (int32_t)(r * 5 % CURVES), other[r] = (int32_t)((r * 5 + 1) % CURVES);
+    for (int pass = 0; pass < 2; pass++) {
+        double ec = 0.0, eg = 0.0;
+        int64_t tc = 0, tg = 0;
+        const int32_t *txt = pass == 0 ? own : other;
+        CT_ASSERT_MSG(ctrain_temporal_align_eval(mc, curve, txt, B, &ec, &tc, &eb) == 0, "%s",
+                      eb.msg);
+        CT_ASSERT_MSG(ctrain_temporal_align_eval(mg, curve, txt, B, &eg, &tg, &eb) == 0, "%s",
+                      eb.msg);
+        printf("  align evaluation (%s descriptions): cpu %.7f cuda %.7f over %lld tokens\n",
+               pass == 0 ? "own" : "other", ec, eg, (long long)tc);
+        CT_ASSERT_EQ(tc, tg);
+        CT_ASSERT(ec > 0.0);
+        CT_ASSERT_CLOSE(eg, ec, 1e-6, 1e-4);
+    }
+
+    ctrain_model_destroy(mc);
+    ctrain_model_destroy(mg);
+    ctrain_lm_destroy(spec_c.lm);
+    ctrain_lm_destroy(spec_g.lm);
+    ct_ops_close(&gpu);
+    ct_ops_close(&cpu);
+    free(got);
+    free(lw);
+    free(curves);
+}
+
 int main(void)
 {
     gk_require_gpu();
     CT_RUN(test_reconstruct);
+    CT_RUN(test_align);
     return 0;
 }

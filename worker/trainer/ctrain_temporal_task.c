@@ -67,10 +67,9 @@ typedef struct ctrain_temporal_task__state {
     /* --stage align */
     ctrain_lm_cfg_t lmcfg;
     ctrain_lm_t *lm;
-    int32_t *text, *text_len, *prompt, *tgt;
+    int32_t *text, *text_len, *prompt;
     int n_prompt, L; /* L: the longest row, K + prompt + max_text_tokens */
-    float *embeds, *dembeds;
-    int32_t *etext; /* evaluation rows' descriptions, (micro) */
+    int32_t *etext;  /* evaluation rows' descriptions, (micro) */
 } ctrain_temporal_task__state_t;
 
 /* ---- the cache ------------------------------------------------------------------------------- */
@@ -394,7 +393,7 @@ out:
     return rc;
 }
 
-/* The frozen LM (weights only: no gradient buffer) and the rows' scratch. */
+/* The frozen LM (weights only: no gradient buffer); the model builds its rows. */
 static int ctrain_temporal_task__open_lm(ctrain_trainer_t *t, ct_errbuf_t *eb)
 {
     const ctrain_cfg_t *c = t->cfg;
@@ -403,16 +402,7 @@ static int ctrain_temporal_task__open_lm(ctrain_trainer_t *t, ct_errbuf_t *eb)
     int rc = ctrain_lm_open_opts(&s->lm, c->lm_dir, &t->ops, t->micro * s->L, s->L, &opts, eb);
     if (rc != 0)
         return ct_errbuf_wrap(eb, rc, "--lm_dir");
-    const size_t cells = (size_t)t->micro * (size_t)s->L;
-    s->tgt = malloc(cells * sizeof *s->tgt);
-    s->embeds = malloc(cells * (size_t)s->lmcfg.hidden * sizeof *s->embeds);
-    s->dembeds = malloc(cells * (size_t)s->lmcfg.hidden * sizeof *s->dembeds);
-    if (!s->tgt || !s->embeds || !s->dembeds)
-        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the LM's inputs");
     s->spec.lm = s->lm;
-    s->spec.tgt = s->tgt;
-    s->spec.embeds = s->embeds;
-    s->spec.dembeds = s->dembeds;
     return 0;
 }
 
@@ -438,7 +428,8 @@ static int ctrain_temporal_task__load(ctrain_trainer_t *t, const char *path, ct_
     ctrain_model_t *m1 = NULL;
     if ((rc = ctrain_model_create(&m1, &mc, &t->ops, 1, eb)) == 0 &&
         (rc = ctrain_model_load_params(m1, path, eb)) == 0)
-        memcpy(t->model->params_mem, m1->params_mem, m1->num_params * sizeof(float));
+        t->ops.copy(&t->ops, t->model->params_mem, m1->params_mem, m1->num_params * sizeof(float),
+                    CT_COPY_D2D);
     ctrain_model_destroy(m1);
     return rc;
 }
@@ -571,9 +562,6 @@ static void ctrain_temporal_task__teardown(ctrain_trainer_t *t)
     free(s->text);
     free(s->text_len);
     free(s->prompt);
-    free(s->tgt);
-    free(s->embeds);
-    free(s->dembeds);
     free(s);
     t->task_state = NULL;
 }

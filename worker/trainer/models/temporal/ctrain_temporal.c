@@ -53,12 +53,15 @@ typedef struct ctrain_temporal__impl {
      * after theirs */
     float *h_patches, *h_lnf; /* (R,P), (R,C) */
     int32_t *h_mask;          /* (R) */
-    /* --stage align: the projector's offsets and activations (BK = B * K rows), backend; the
-     * soft tokens' host copy for the LM's rows */
+    /* --stage align: the projector's offsets and activations (BK = B * K rows) and the LM's
+     * rows (LM = K + n_prompt + text_cap tokens at most), backend; the rows' token ids (soft
+     * tokens' places included, their embeddings overwritten) and targets, host */
     size_t pq, pin_w, pin_b, pout_w, pout_b, pln_w, pln_b, p1_w, p1_b, p2_w, p2_b;
     float *qp, *kp, *vp, *patt, *pao, *pqb, *py, *pz, *pmu, *prs, *pu, *pg, *soft;
     float *dqp, *dkp, *dvp, *dpao, *dpy, *dpz, *dpu, *dpg, *dsoft;
-    float *h_soft; /* (BK,H) */
+    float *embeds, *dembeds; /* (max_batch, LM, H) */
+    int32_t *d_ids;          /* (max_batch, LM) */
+    int32_t *h_ids, *h_tgt;  /* (max_batch, LM) */
 } ctrain_temporal__impl_t;
 
 static const ctrain_temporal_spec_t *ctrain_temporal__spec(const ctrain_model_t *m)
@@ -280,16 +283,16 @@ static void ctrain_temporal__proj_backward(ctrain_model_t *m, int B)
                        im->lnf, w + im->pin_w + 2 * (size_t)C * C, B * n, C, C);
 }
 
-/* Rows' LM inputs: soft tokens (the host copy of soft), the prompt's and the description's
- * embeddings (text[r]'s), targets on the description's tokens; returns the length L (the
- * longest row's), *tokens the targets' count. */
+/* Rows' LM inputs into embeds: the soft tokens, the prompt's and the description's embeddings
+ * (text[r]'s: the LM's table rows gathered on the backend), targets on the description's tokens
+ * (h_tgt); returns the length L (the longest row's), *tokens the targets' count. */
 static int ctrain_temporal__lm_rows(ctrain_model_t *m, const int32_t *text, int stride, int B,
                                     int64_t *tokens)
 {
     ctrain_temporal__impl_t *im = m->impl;
     const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
+    ct_ops_t *o = m->ops;
     const int K = sp->soft_tokens, H = sp->lm_hidden, head = K + sp->n_prompt;
-    m->ops->copy(m->ops, im->h_soft, im->soft, (size_t)B * K * H * sizeof(float), CT_COPY_D2H);
     int T = 1;
     for (int r = 0; r < B; r++)
         T = sp->text_len[text[(size_t)r * stride]] > T ? sp->text_len[text[(size_t)r * stride]] : T;
@@ -298,24 +301,26 @@ static int ctrain_temporal__lm_rows(ctrain_model_t *m, const int32_t *text, int 
     for (int i = 0; i < sp->lm->n_tensors; i++)
         if (sp->lm->tensors[i].role == CTRAIN_LM_T_WTE)
             wte = i;
-    const float *table = ctrain_lm_tensor(sp->lm, wte);
     *tokens = 0;
     for (int r = 0; r < B; r++) {
         const int32_t *ids = sp->text + (size_t)text[(size_t)r * stride] * sp->text_cap;
         const int len = sp->text_len[text[(size_t)r * stride]];
-        float *e = sp->embeds + (size_t)r * L * H;
-        int32_t *tg = sp->tgt + (size_t)r * L;
-        memcpy(e, im->h_soft + (size_t)r * K * H, (size_t)K * H * sizeof(float));
-        for (int t = K; t < L; t++) {
-            const int32_t id = t < head         ? sp->prompt[t - K]
-                               : t - head < len ? ids[t - head]
-                                                : ids[len - 1];
-            memcpy(e + (size_t)t * H, table + (size_t)id * H, (size_t)H * sizeof(float));
-        }
+        int32_t *row = im->h_ids + (size_t)r * L, *tg = im->h_tgt + (size_t)r * L;
+        for (int t = 0; t < L; t++)
+            row[t] = t < K            ? ids[0] /* a valid row; the soft token replaces it */
+                     : t < head       ? sp->prompt[t - K]
+                     : t - head < len ? ids[t - head]
+                                      : ids[len - 1];
         for (int t = 0; t < L; t++)
             tg[t] = t + 1 >= head && t + 1 - head < len ? ids[t + 1 - head] : -1;
         *tokens += len;
     }
+    o->copy(o, im->d_ids, im->h_ids, (size_t)B * L * sizeof(int32_t), CT_COPY_H2D);
+    o->lm_embed_forward(o, im->embeds, ctrain_lm_tensor(sp->lm, wte), NULL, im->d_ids, NULL, B * L,
+                        H);
+    for (int r = 0; r < B; r++)
+        o->copy(o, im->embeds + (size_t)r * L * H, im->soft + (size_t)r * K * H,
+                (size_t)K * H * sizeof(float), CT_COPY_D2D);
     return L;
 }
 
@@ -331,9 +336,9 @@ static int ctrain_temporal__align_fb(ctrain_model_t *m, const ctrain_model_batch
     ctrain_temporal__proj_forward(m, B);
     int64_t tokens = 0;
     const int L = ctrain_temporal__lm_rows(m, b->seq, n, B, &tokens);
-    memset(sp->dembeds, 0, (size_t)B * L * H * sizeof(float));
+    o->zero(o, im->dembeds, (size_t)B * L * H * sizeof(float));
     ctrain_lm_batch_t lb = {
-        .B = B, .L = L, .embeds = sp->embeds, .tgt = sp->tgt, .dembeds = sp->dembeds};
+        .B = B, .L = L, .embeds = im->embeds, .tgt = im->h_tgt, .dembeds = im->dembeds};
     /* this micro-batch's token mean, weighted by its share of the step's curves (count) */
     const float denom = (float)((double)tokens * count / B);
     ct_errbuf_t eb;
@@ -341,8 +346,8 @@ static int ctrain_temporal__align_fb(ctrain_model_t *m, const ctrain_model_batch
     if (rc != 0)
         return rc;
     for (int r = 0; r < B; r++)
-        o->copy(o, im->dsoft + (size_t)r * K * H, sp->dembeds + (size_t)r * L * H,
-                (size_t)K * H * sizeof(float), CT_COPY_H2D);
+        o->copy(o, im->dsoft + (size_t)r * K * H, im->dembeds + (size_t)r * L * H,
+                (size_t)K * H * sizeof(float), CT_COPY_D2D);
     ctrain_temporal__proj_backward(m, B);
     ctrain_temporal__backward(m, B, seed, step, b->row0, true);
     return o->sync(o);
@@ -353,12 +358,13 @@ int ctrain_temporal_align_eval(ctrain_model_t *m, const int32_t *curve, const in
 {
     if (ctrain_temporal__check_rows(m, B) != 0)
         return ct_errbuf_set(eb, -EINVAL, "temporal encoder: %d rows (up to %d)", B, m->max_batch);
+    ctrain_temporal__impl_t *im = m->impl;
     const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
     ctrain_temporal__gather(m, curve, 1, NULL, B);
     ctrain_temporal__forward(m, B, false, 0, 0, 0);
     ctrain_temporal__proj_forward(m, B);
     const int L = ctrain_temporal__lm_rows(m, text, 1, B, tokens);
-    ctrain_lm_batch_t lb = {.B = B, .L = L, .embeds = sp->embeds, .tgt = sp->tgt};
+    ctrain_lm_batch_t lb = {.B = B, .L = L, .embeds = im->embeds, .tgt = im->h_tgt};
     float l = 0.0f;
     int rc = ctrain_lm_forward_backward(sp->lm, &lb, 1.0f, false, &l, eb);
     *sum = l;
@@ -459,7 +465,8 @@ static void ctrain_temporal__destroy(ctrain_model_t *m)
     free(im->h_patches);
     free(im->h_mask);
     free(im->h_lnf);
-    free(im->h_soft);
+    free(im->h_ids);
+    free(im->h_tgt);
     free(im);
     m->impl = NULL;
 }
@@ -640,12 +647,11 @@ static int ctrain_temporal__build(ctrain_model_t *m, ct_errbuf_t *eb)
         return 0;
     const size_t BK = (size_t)m->max_batch * K, KC = (size_t)K * C, BKC = BK * C, BKH = BK * H;
     const size_t patt = (size_t)m->max_batch * NH * K * n;
+    const size_t LM = (size_t)K + (size_t)sp->n_prompt + (size_t)sp->text_cap;
+    const size_t cells = (size_t)m->max_batch * LM;
     if ((rc = ctrain_temporal__alloc(
              m, &mem, 32 * 16 + 2 * KC + 4 * RC + patt + 8 * BKC + 2 * BK + 6 * BKH)) != 0)
         return ct_errbuf_set(eb, rc, "out of memory for the projector's activations");
-    im->h_soft = malloc(BKH * sizeof *im->h_soft);
-    if (!im->h_soft)
-        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the projector's activations");
     cur = mem;
     im->qp = ctrain_temporal__take(&cur, KC);
     im->dqp = ctrain_temporal__take(&cur, KC);
@@ -669,6 +675,16 @@ static int ctrain_temporal__build(ctrain_model_t *m, ct_errbuf_t *eb)
     im->dpu = ctrain_temporal__take(&cur, BKH);
     im->dpg = ctrain_temporal__take(&cur, BKH);
     im->dsoft = ctrain_temporal__take(&cur, BKH);
+    if ((rc = ctrain_temporal__alloc(m, &mem, 2 * cells * (size_t)H + cells + 64)) != 0)
+        return ct_errbuf_set(eb, rc, "out of memory for the LM's inputs");
+    cur = mem;
+    im->embeds = ctrain_temporal__take(&cur, cells * (size_t)H);
+    im->dembeds = ctrain_temporal__take(&cur, cells * (size_t)H);
+    im->d_ids = (int32_t *)ctrain_temporal__take(&cur, cells); /* int32 in float-sized cells */
+    im->h_ids = malloc(cells * sizeof *im->h_ids);
+    im->h_tgt = malloc(cells * sizeof *im->h_tgt);
+    if (!im->h_ids || !im->h_tgt)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the LM's inputs");
     return 0;
 }
 
@@ -698,10 +714,6 @@ static int ctrain_temporal__check_cfg(const ctrain_model_cfg_t *mc, ct_errbuf_t 
 static int ctrain_temporal__check_backend(const ctrain_model_cfg_t *mc, const ct_ops_t *ops,
                                           ct_errbuf_t *eb)
 {
-    const ctrain_temporal_spec_t *sp = mc->ext;
-    if (!ops->host_memory && sp != NULL && sp->stage == 1)
-        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
-                             "--stage align runs on the CPU backend only (use --device cpu)");
     if (ops->limits.layernorm_max_c > 0 && mc->hidden > ops->limits.layernorm_max_c)
         return ct_errbuf_set(eb, CT_ERANGE_VALUE,
                              "--hidden_units %d: the %s backend's LayerNorm takes at most %d",
