@@ -20,7 +20,7 @@
  * cross-entropy sums with each curve's own description and with another's
  * (ctrain_temporal_align_eval). Each side's family check_backend must accept its table first:
  * the emulator's device memory is host memory, so a model that computed on the host would pass
- * the comparisons; that check is what tells it apart.
+ * the comparisons; that check is what tells it apart. Then --use_amp (test_amp).
  * Built twice: against the real CUDA library (suite gpu, exit 77 without a GPU) and against the
  * CPU emulator (suite kernels), the model sources compiled again against the emulated kernels.
  *
@@ -191,6 +191,66 @@ static void test_reconstruct(void)
     ct_ops_close(&gpu);
     ct_ops_close(&cpu);
     free(got);
+    free(curves);
+}
+
+/* --use_amp: the same training with the CUDA table's bf16 matrix products against the CPU's
+ * float32 (the attention's row kernels, LayerNorm and the rest stay float): bf16 factors carry
+ * 8 bits, so a product of 16..24 terms is off by about 1e-3 relative, and the loss of 10 steps
+ * stays within 2e-2 of float32's (measured: printed); and it must differ (bf16 products ran).
+ * With a GPU visible, --device auto trains the family on it (cpu_only is false). */
+static void test_amp(void)
+{
+    CT_ASSERT_MSG(!ctrain_family(CTRAIN_MODEL_TEMPORAL)->cpu_only,
+                  "--device auto would keep the temporal encoder on the CPU");
+    float *curves = gk_host_rand((int64_t)CURVES * N * P, -2.0f, 2.0f, 91);
+    ctrain_temporal_spec_t spec = {
+        .patch_len = P, .ff_dim = F, .weight_decay = 0.01, .patches = curves, .curves = CURVES};
+    ctrain_model_cfg_t cfg = {.kind = CTRAIN_MODEL_TEMPORAL,
+                              .layout = CTRAIN_LAYOUT_PRE_LN,
+                              .maxlen = N,
+                              .hidden = C,
+                              .num_heads = NH,
+                              .num_blocks = NB,
+                              .dropout = 0.1f,
+                              .ext = &spec};
+    ct_errbuf_t eb;
+    ct_ops_t cpu, gpu;
+    ct_ops_cpu_init(&cpu);
+    CT_ASSERT_OK(ct_ops_cuda_init(&gpu, 0, true));
+    ctrain_model_t *mc = NULL, *mg = NULL;
+    CT_ASSERT_MSG(ctrain_model_create(&mc, &cfg, &cpu, B, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_MSG(ctrain_model_create(&mg, &cfg, &gpu, B, &eb) == 0, "%s", eb.msg);
+    CT_ASSERT_OK(ctrain_model_init_params(mc, 5));
+    CT_ASSERT_OK(ctrain_model_init_params(mg, 5));
+    batch_t bt;
+    double worst = 0.0, first = 0.0;
+    for (int step = 1; step <= STEPS; step++) {
+        make_batch(&bt, step);
+        ctrain_model_batch_t mb = {.B = B, .seq = bt.seq, .pos = bt.pos, .row0 = 4 * step};
+        float lc = 0, lg = 0, sc = 0, sg = 0;
+        ctrain_model_zero_grad(mc);
+        ctrain_model_zero_grad(mg);
+        CT_ASSERT_OK(ctrain_model_forward_backward(mc, &mb, bt.count, 13, step, &lc));
+        CT_ASSERT_OK(ctrain_model_forward_backward(mg, &mb, bt.count, 13, step, &lg));
+        CT_ASSERT_OK(ctrain_model_grad_sumsq(mc, &sc));
+        CT_ASSERT_OK(ctrain_model_grad_sumsq(mg, &sg));
+        CT_ASSERT(isfinite(lg) && isfinite(sg));
+        const double d = fabs((double)lg - lc) / fabs((double)lc);
+        first = step == 1 ? d : first;
+        worst = d > worst ? d : worst;
+        CT_ASSERT_MSG(d < 2e-2, "step %d: bf16 loss %.7f, float32 %.7f", step, (double)lg,
+                      (double)lc);
+        CT_ASSERT_OK(ctrain_model_adam(mc, 1e-3, ct_clip_coef(sc, 1.0f), step));
+        CT_ASSERT_OK(ctrain_model_adam(mg, 1e-3, ct_clip_coef(sg, 1.0f), step));
+    }
+    printf("  bf16 against float32 over %d steps: loss deviation %.2e at step 1, worst %.2e\n",
+           STEPS, first, worst);
+    CT_ASSERT_MSG(worst > 1e-6, "the bf16 run equals float32 (%.2e): no bf16 products ran", worst);
+    ctrain_model_destroy(mc);
+    ctrain_model_destroy(mg);
+    ct_ops_close(&gpu);
+    ct_ops_close(&cpu);
     free(curves);
 }
 
@@ -368,5 +428,6 @@ int main(void)
     gk_require_gpu();
     CT_RUN(test_reconstruct);
     CT_RUN(test_align);
+    CT_RUN(test_amp);
     return 0;
 }

@@ -746,5 +746,5 @@ const ctrain_family_t ctrain_temporal_family = {
     .takes_mhc = false,
     .own_weights = false,
     .adam_beta2 = 0.999, /* torch.optim.AdamW's default */
-    .cpu_only = true,
+    .cpu_only = false,
 };
