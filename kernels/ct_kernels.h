@@ -471,6 +471,26 @@ void ct_score_backward_cpu(float *dfeats, float *dwte, const float *dlogits, con
 void ct_bce_loss_cpu(float *loss, float *dpos, float *dneg, const float *pos_logits,
                      const float *neg_logits, const int32_t *pos, int N, float count);
 
+/* The GPT-2 recommender's BPR (docs/models.md §9) over B interactions, row r's indices at
+ * idx + r * CT_BPR_IDX: user u, positive p, negative n, and the rows mp, mn of proj holding p's
+ * and n's projected texts (ignored when proj is NULL: ID embeddings only). With
+ * v+ = item_p (+ proj_mp), v- = item_n (+ proj_mn), x = user_u . v+ - user_u . v-:
+ *   loss = sum_r softplus(-x) / count (summed in double in row order, WRITTEN)
+ *   du_r = g (v+ - v-) + l2 user_u,  dv+_r = g user_u + l2 v+,  dv-_r = -g user_u + l2 v-
+ * with g = -1 / (count (1 + e^x)) and l2 = 2 lambda / count (the reference's penalty
+ * lambda (|u|^2 + |v+|^2 + |v-|^2) / count, in the gradients only). du (B, D) and dvpn (2B, D):
+ * rows 2r and 2r+1 are dv+ and dv-, so lm_embed_backward with ids (p0, n0, p1, n1, ...) adds
+ * them into the item table in row order. WRITTEN. */
+#define CT_BPR_IDX 5
+void ct_bpr_loss_cpu(float *loss, float *du, float *dvpn, const float *user, const float *item,
+                     const float *proj, const int32_t *idx, int B, int D, float count,
+                     float lambda);
+/* out (N, C) <- the mean of h (N, L, C) over rows 0 .. len[k]-1 of each k (1 <= len <= L), the
+ * sum in row order; the backward WRITES dh (N, L, C): dout / len on those rows, 0 after. */
+void ct_mean_pool_forward_cpu(float *out, const float *h, const int32_t *len, int N, int L, int C);
+void ct_mean_pool_backward_cpu(float *dh, const float *dout, const int32_t *len, int N, int L,
+                               int C);
+
 /* Softmax cross-entropy over the whole catalogue (BERT4Rec's loss; SASRec+ of Klenitskiy &
  * Vasilev, RecSys 2023): for every row with pos[r] != 0,
  *   loss += (logsumexp_{i=1..V-1} feats_r . wte_i  -  feats_r . wte_pos[r]) / count

@@ -353,6 +353,17 @@ int ct_query_attention_backward_cuda(float *dq, float *dk, float *dv, float *scr
                                      const float *dout, const float *att, const float *q,
                                      const float *k, const float *v, int B, int K, int L, int C,
                                      int NH, ct_stream_t stream);
+/* The GPT-2 recommender's BPR (ct_bpr_loss_cpu's arguments): one warp per interaction, the
+ * rows' softplus summed in double in a fixed order. loss: (1) written on the device.
+ *   scratch: B doubles */
+int ct_bpr_loss_cuda(float *loss, float *du, float *dvpn, double *scratch, const float *user,
+                     const float *item, const float *proj, const int32_t *idx, int B, int D,
+                     float count, float lambda, ct_stream_t stream);
+/* ct_mean_pool_*_cpu's twins: the CPU's bits. */
+int ct_mean_pool_forward_cuda(float *out, const float *h, const int32_t *len, int N, int L, int C,
+                              ct_stream_t stream);
+int ct_mean_pool_backward_cuda(float *dh, const float *dout, const int32_t *len, int N, int L,
+                               int C, ct_stream_t stream);
 
 /* count: (1) int64 on the device (the CPU version returns it). */
 int ct_count_nonzero_cuda(int64_t *count, const int32_t *ids, int64_t n, ct_stream_t stream);

@@ -241,6 +241,14 @@ struct ct_ops {
     void (*lm_ce_loss)(ct_ops_t *o, float *loss, float *dfeats, float *dwte, float *scratch,
                        const float *feats, const float *wte, const int32_t *tgt, int N, int C,
                        int V, float count);
+    /* The GPT-2 recommender's BPR and mean pool (ct_bpr_loss_cpu, ct_mean_pool_*_cpu). */
+    void (*bpr_loss)(ct_ops_t *o, float *loss, float *du, float *dvpn, const float *user,
+                     const float *item, const float *proj, const int32_t *idx, int B, int D,
+                     float count, float lambda);
+    void (*mean_pool_forward)(ct_ops_t *o, float *out, const float *h, const int32_t *len, int N,
+                              int L, int C);
+    void (*mean_pool_backward)(ct_ops_t *o, float *dh, const float *dout, const int32_t *len,
+                               int N, int L, int C);
     /* GPT-2's Conv1D (weight (IC,OC)); linear_backward and this take dweight NULL for a frozen
      * weight. */
     void (*conv1d_forward)(ct_ops_t *o, float *out, const float *inp, const float *weight,

@@ -15,12 +15,15 @@
 #      column (bench/gpu/step_bench.py;
 #      data from $CT_DATA_DIR, else synthetic files of the same sizes).
 #
-#   bench/gpu/run.sh [--reps N] [--step-reps N] [--compile MODES] [--skip-tests] [--sanitize]
+#   bench/gpu/run.sh [--reps N] [--step-reps N] [--compile MODES] [--compile-limit S]
+#                    [--skip-tests] [--sanitize]
 #
 #   --step-reps N    runs of each ctrain and eager PyTorch step measurement (median; default 3)
 #   --compile MODES  torch.compile modes step_bench also times, comma-separated (default
 #                    default,reduce-overhead,max-autotune; '' for none), once each after the
 #                    eager rows
+#   --compile-limit S  seconds one torch.compile run may take before it is stopped and its row
+#                    says so (max-autotune compiled for more than 3 minutes on an H200)
 #   --sanitize  also run the GPU tests under compute-sanitizer (memcheck: out-of-bounds and
 #               uninitialised accesses; racecheck and synccheck: shared-memory races and
 #               barrier misuse), which sees what the CPU emulator cannot; slow, minutes
@@ -28,9 +31,10 @@
 # Results go to $OUT when it is set (a folder the caller collects), else build-gpu/results/:
 #   summary.txt  gpu-tests.log  cuda-args.log  kernels_bench_gpu.txt  torch_ops.txt
 #   step_bench.txt  step_bench.json  (+ logs)
-# Missing Debian development packages (libuv, jansson, zlib, OpenBLAS) can travel with the tree
-# as .deb files in .debs/ (apt-get download ... on a Debian/Ubuntu machine with a network); they
-# are unpacked under /tmp/ct-debs and found through pkg-config there.
+# Missing Debian development packages (libuv, jansson, zlib, OpenBLAS, OpenSSL, libcurl, libyaml,
+# libmicrohttpd, utf8proc and the libraries they link) can travel with the tree as .deb files in
+# .debs/ (apt-get download ... on a Debian/Ubuntu machine with a network); they are unpacked
+# under /tmp/ct-debs and found through pkg-config there.
 # Exit status: 0 when the build and the GPU tests passed; the benchmarks are reported, not
 # judged. 1 when something failed, with the step named.
 set -uo pipefail
@@ -40,6 +44,7 @@ cd "$top" || exit 1
 reps=50
 step_reps=3
 compile_modes=default,reduce-overhead,max-autotune
+compile_limit=
 run_tests=1
 sanitize=0
 while [ $# -gt 0 ]; do
@@ -47,10 +52,11 @@ while [ $# -gt 0 ]; do
         --reps) reps=${2:-}; shift 2 ;;
         --step-reps) step_reps=${2:-}; shift 2 ;;
         --compile) compile_modes=${2-}; shift 2 ;;
+        --compile-limit) compile_limit=${2:-}; shift 2 ;;
         --skip-tests) run_tests=0; shift ;;
         --sanitize) sanitize=1; shift ;;
-        -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "run.sh: unknown argument '$1' (expected --reps N, --step-reps N, --compile MODES, --skip-tests or --sanitize)" >&2
+        -h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "run.sh: unknown argument '$1' (expected --reps N, --step-reps N, --compile MODES, --compile-limit S, --skip-tests or --sanitize)" >&2
            exit 2 ;;
     esac
 done
@@ -151,7 +157,7 @@ python3 bench/gpu/compare.py "$out/kernels_bench_gpu.txt" "$out/torch_ops.txt" |
 # ---- ctrain's step against the PyTorch reference -----------------------------------------------
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     if python3 bench/gpu/step_bench.py --ctrain build-gpu/worker/ctrain --reps "$step_reps" \
-            --compile "$compile_modes" --out "$out" \
+            --compile "$compile_modes" ${compile_limit:+--compile_limit "$compile_limit"} --out "$out" \
             >"$out/step_bench.txt" 2>"$out/step_bench.err"; then
         say "# ctrain step against PyTorch eager and torch.compile on this GPU (ms/step, median of $step_reps):"
         tee -a "$summary" <"$out/step_bench.txt"

@@ -165,13 +165,17 @@ def ctrain_ms(ctrain, data, w, device, amp, out, tag):
 TORCH_STATS = {}  # tag -> {"peak_bytes", "warmup_seconds"} of each PyTorch run
 
 
-def torch_ms(python, data, w, device, steps, out, tag, compile_mode="none"):
+def torch_ms(python, data, w, device, steps, out, tag, compile_mode="none", limit=None):
     """Mean ms per step of the PyTorch reference, eager or torch.compile'd (compiled during
-    the warm-up steps, which are not timed; their seconds are kept in TORCH_STATS)."""
+    the warm-up steps, which are not timed; their seconds are kept in TORCH_STATS). A run
+    longer than limit seconds is stopped and reported as not finished."""
     warmup = "3" if compile_mode == "none" else "8"
     cmd = [python, TORCH_REF, "train", "--dataset", data, "--device", device, "--warmup", warmup,
            "--epochs", "1", "--max_steps", str(steps), "--compile", compile_mode] + w["torch"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"did not finish within {limit:.0f} s (--compile_limit)")
     with open(os.path.join(out, f"torch-{tag}.log"), "w") as f:
         f.write(" ".join(cmd) + "\n" + r.stdout + r.stderr)
     if r.returncode != 0:
@@ -213,6 +217,9 @@ def main(argv):
                     "none); timed after the eager rows")
     ap.add_argument("--compile_reps", type=int, default=1,
                     help="runs of each torch.compile mode (median; each compiles anew)")
+    ap.add_argument("--compile_limit", type=float, default=None,
+                    help="seconds one torch.compile run may take (compilation included) before "
+                    "it is stopped and its row says so; default: no limit")
     ap.add_argument("--workload", default="all", choices=["all"] + list(WORKLOADS))
     ap.add_argument("--out", default=tempfile.gettempdir())
     a = ap.parse_args(argv)
@@ -247,8 +254,8 @@ def main(argv):
                 continue
             data, _ = dataset(name, w, a.out)
             measure(row, [("torch_" + mode, lambda k, m=mode: torch_ms(
-                a.python, data, w, a.device, a.steps, a.out, f"{name}-{m}-{k}", m))],
-                a.compile_reps, a.device)
+                a.python, data, w, a.device, a.steps, a.out, f"{name}-{m}-{k}", m,
+                a.compile_limit))], a.compile_reps, a.device)
             report(rows, modes, a.out)
     return 0
 

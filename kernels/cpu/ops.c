@@ -594,6 +594,28 @@ static void ct_cpu_ops__query_attention_backward(ct_ops_t *o, float *dq, float *
     ct_query_attention_backward_cpu(dq, dk, dv, dout, att, q, k, v, B, K, L, C, NH);
 }
 
+static void ct_cpu_ops__bpr_loss(ct_ops_t *o, float *loss, float *du, float *dvpn,
+                                 const float *user, const float *item, const float *proj,
+                                 const int32_t *idx, int B, int D, float count, float lambda)
+{
+    (void)o;
+    ct_bpr_loss_cpu(loss, du, dvpn, user, item, proj, idx, B, D, count, lambda);
+}
+
+static void ct_cpu_ops__mean_pool_forward(ct_ops_t *o, float *out, const float *h,
+                                          const int32_t *len, int N, int L, int C)
+{
+    (void)o;
+    ct_mean_pool_forward_cpu(out, h, len, N, L, C);
+}
+
+static void ct_cpu_ops__mean_pool_backward(ct_ops_t *o, float *dh, const float *dout,
+                                           const int32_t *len, int N, int L, int C)
+{
+    (void)o;
+    ct_mean_pool_backward_cpu(dh, dout, len, N, L, C);
+}
+
 void ct_ops_cpu_init(ct_ops_t *o)
 {
     *o = (ct_ops_t){
@@ -673,5 +695,8 @@ void ct_ops_cpu_init(ct_ops_t *o)
         .masked_mse = ct_cpu_ops__masked_mse,
         .query_attention_forward = ct_cpu_ops__query_attention_forward,
         .query_attention_backward = ct_cpu_ops__query_attention_backward,
+        .bpr_loss = ct_cpu_ops__bpr_loss,
+        .mean_pool_forward = ct_cpu_ops__mean_pool_forward,
+        .mean_pool_backward = ct_cpu_ops__mean_pool_backward,
     };
 }

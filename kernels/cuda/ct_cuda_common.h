@@ -68,6 +68,11 @@ static inline cublasStatus_t ct__gemm(const ct_cuda_ctx_t *ctx, cublasOperation_
 /* Threads per block of the element-wise and reduction kernels. */
 #define CT__THREADS 256
 
+/* A grid-stride loop: i takes every index in [0, n) once across the grid's threads. */
+#define CT__FOR_EACH(i, n)                                                    \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
+         i += (int64_t)gridDim.x * blockDim.x)
+
 /* Blocks for a grid-stride loop over n elements, one element per thread per pass. The cap only
  * bounds the grid; the loop covers the rest. */
 static inline unsigned ct__grid_1d(int64_t n, int threads)

@@ -6,10 +6,6 @@
  */
 #include "ct_cuda_common.h"
 
-#define CT__FOR_EACH(i, n)                                                    \
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-         i += (int64_t)gridDim.x * blockDim.x)
-
 __global__ void ct_cuda_elementwise__relu_fwd_kernel(float *out, const float *inp, int64_t n)
 {
     CT__FOR_EACH(i, n)

@@ -20,10 +20,6 @@
 
 #define CT__RMS_WARPS CT_RMSNORM_CUDA_WARPS
 
-#define CT__FOR_EACH(i, n)                                                    \
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-         i += (int64_t)gridDim.x * blockDim.x)
-
 /* ---- RMSNorm ----------------------------------------------------------------------------------
  */
 

@@ -138,10 +138,6 @@ __device__ void ct_cuda_mhc__sinkhorn1_bwd_dev(float *dz, const float *dout, con
         dz[x] = __fadd_rn(dz[x], __fmul_rn(g[x], m0[x * ld]));
 }
 
-#define CT__FOR_EACH(i, n)                                                    \
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-         i += (int64_t)gridDim.x * blockDim.x)
-
 /* ---- Sinkhorn ------------------------------------------------------------------------------- */
 
 __global__ void ct_cuda_mhc__sinkhorn_fwd_kernel(float *out, const float *logits, int M, int n,

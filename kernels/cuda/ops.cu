@@ -723,6 +723,29 @@ static void ct_cuda_ops__query_attention_backward(ct_ops_t *o, float *dq, float 
                                                            L, C, NH, CT__S));
 }
 
+static void ct_cuda_ops__bpr_loss(ct_ops_t *o, float *loss, float *du, float *dvpn,
+                                  const float *user, const float *item, const float *proj,
+                                  const int32_t *idx, int B, int D, float count, float lambda)
+{
+    double *sc = (double *)ct_cuda_ops__scratch(o, (size_t)(B > 0 ? B : 1) * sizeof(double));
+    if (!sc)
+        return;
+    ct_cuda_ops__latch(
+        o, ct_bpr_loss_cuda(loss, du, dvpn, sc, user, item, proj, idx, B, D, count, lambda, CT__S));
+}
+
+static void ct_cuda_ops__mean_pool_forward(ct_ops_t *o, float *out, const float *h,
+                                           const int32_t *len, int N, int L, int C)
+{
+    ct_cuda_ops__latch(o, ct_mean_pool_forward_cuda(out, h, len, N, L, C, CT__S));
+}
+
+static void ct_cuda_ops__mean_pool_backward(ct_ops_t *o, float *dh, const float *dout,
+                                            const int32_t *len, int N, int L, int C)
+{
+    ct_cuda_ops__latch(o, ct_mean_pool_backward_cuda(dh, dout, len, N, L, C, CT__S));
+}
+
 #undef CT__S
 #undef CT__C
 
@@ -833,6 +856,9 @@ extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp)
     o->masked_mse = ct_cuda_ops__masked_mse;
     o->query_attention_forward = ct_cuda_ops__query_attention_forward;
     o->query_attention_backward = ct_cuda_ops__query_attention_backward;
+    o->bpr_loss = ct_cuda_ops__bpr_loss;
+    o->mean_pool_forward = ct_cuda_ops__mean_pool_forward;
+    o->mean_pool_backward = ct_cuda_ops__mean_pool_backward;
     return 0;
 fail:
     ct_cuda_ops__close(o);

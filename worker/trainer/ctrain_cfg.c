@@ -35,6 +35,7 @@ void ctrain_cfg_default(ctrain_cfg_t *c)
     c->min_count = 5; /* TiSASRec's preprocessing (ctrain_data.h's default) */
     c->seed = 42;
     c->seq_len = 256;
+    c->num_samples = 4096;
     c->eval_every = 20;
     c->eval = CTRAIN_EVAL_MODE_BOTH;
     snprintf(c->backend, sizeof c->backend, "auto");
@@ -87,6 +88,8 @@ void ctrain_train_model_defaults(ctrain_cfg_t *c)
         c->l2_emb = fam->l2_emb;
     if (!c->set_epochs)
         c->num_epochs = fam->num_epochs;
+    if (!c->set_eval_every && fam->eval_every > 0)
+        c->eval_every = fam->eval_every;
     if (!c->set_batch)
         c->batch_size = fam->batch_size > 0 ? fam->batch_size : 128;
 }
@@ -192,9 +195,20 @@ static const ctrain_cfg__flag_t ctrain_cfg__flags[] = {
     {"output_dir", CT__PATH, CT__OFF(output_dir), 0, 0,
      "DIR  --pregenerate: the cache folder (created; its files replaced atomically)"},
     {"seq_len", CT__INT, CT__OFF(seq_len), 8, 1 << 24,
-     "L  --pregenerate: points per curve (default 256; config data.seq_len)"},
+     "L  --pregenerate, and training without --dataset: points per curve (default 256; config "
+     "data.seq_len)"},
     {"data_seed", CT__U64, CT__OFF(data_seed), 0, 0,
-     "S  --pregenerate: the curves' seed (default 0; config data.seed)"},
+     "S  --pregenerate, and training without --dataset: the curves' seed (default 0; config "
+     "data.seed)"},
+    {"log_dir", CT__PATH, CT__OFF(log_dir), 0, 0,
+     "DIR  --model temporal: the folder of train.log (created; default --train_dir; config "
+     "output.log_dir)"},
+    {"log_interval", CT__INT, CT__OFF(log_interval), 1, 2147483647.0,
+     "N  --model temporal: a train.log line every N optimizer steps (default 50; config "
+     "training.log_interval)"},
+    {"num_samples", CT__INT64, CT__OFF(num_samples), 2, 2147483647.0,
+     "N  --model temporal without --dataset: curves generated at start, validation included "
+     "(default 4096; config data.num_samples)"},
     {"val_fraction", CT__DOUBLE, CT__OFF(val_fraction), 0, 0.99,
      "X  --model temporal: the last share of the curves validates (default 0.1)"},
     {"weight_decay", CT__DOUBLE, CT__OFF(weight_decay), 0, 1e6,
@@ -433,6 +447,7 @@ static int ctrain_cfg__set(ctrain_cfg_t *c, const ctrain_cfg__flag_t *f, const c
         c->set_time_span |= strcmp(f->name, "time_span") == 0;
         c->set_l2 |= strcmp(f->name, "l2_emb") == 0;
         c->set_epochs |= strcmp(f->name, "num_epochs") == 0;
+        c->set_eval_every |= strcmp(f->name, "eval_every") == 0;
         c->set_num_negatives |= strcmp(f->name, "num_negatives") == 0;
         c->set_min_count |= strcmp(f->name, "min_count") == 0;
         c->set_lr_schedule |= strcmp(f->name, "lr_schedule") == 0;
@@ -567,7 +582,7 @@ static int ctrain_cfg__check_lm(const ctrain_cfg_t *c, ct_errbuf_t *eb)
 
 /* Checks across flags, after all are read. */
 /* --model temporal: the reference's defaults (configs/temporal_encoder.yaml) for the shared
- * flags not given, and its data: a curve cache folder. */
+ * flags not given, and its data: a curve cache folder, or none (generated at start). */
 static int ctrain_cfg__check_temporal(ctrain_cfg_t *c, ct_errbuf_t *eb)
 {
     if (!c->set_hidden)
@@ -609,21 +624,28 @@ static int ctrain_cfg__check_temporal(ctrain_cfg_t *c, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, CT_EPARSE, "--pregenerate: needs --output_dir (the cache folder)");
     if (c->pregenerate > 0)
         return 0;
-    if (strncmp(c->dataset, "synthetic", 9) == 0)
+    /* without --dataset ("synthetic", the default) the curves are generated at start */
+    if (strncmp(c->dataset, "synthetic", 9) == 0 && c->dataset[9] != '\0')
         return ct_errbuf_set(eb, CT_EPARSE,
                              "--dataset: --model temporal reads a curve cache folder (meta.json, "
                              "curves.npy: ctrain --pregenerate or "
-                             "examples/pytorch/pregenerate_temporal_data.py writes one), not "
-                             "\"%.100s\"",
+                             "examples/pytorch/pregenerate_temporal_data.py writes one) or, left "
+                             "out, generates --num_samples curves; not \"%.100s\"",
                              c->dataset);
     return 0;
 }
 
 static int ctrain_cfg__check(ctrain_cfg_t *c, ct_errbuf_t *eb)
 {
-    if (c->model != CTRAIN_MODEL_TEMPORAL && (c->pregenerate > 0 || c->output_dir[0] != '\0'))
+    if (c->model != CTRAIN_MODEL_TEMPORAL && (c->pregenerate > 0 || c->output_dir[0] != '\0' ||
+                                              c->log_dir[0] != '\0' || c->log_interval > 0))
         return ct_errbuf_set(eb, CT_EPARSE, "--%s: only --model temporal takes it",
-                             c->pregenerate > 0 ? "pregenerate" : "output_dir");
+                             c->pregenerate > 0          ? "pregenerate"
+                             : c->output_dir[0] != '\0' ? "output_dir"
+                             : c->log_dir[0] != '\0'    ? "log_dir"
+                                                        : "log_interval");
+    if (c->model == CTRAIN_MODEL_TEMPORAL && c->log_interval == 0)
+        c->log_interval = 50; /* the reference's training.log_interval */
     if (c->model == CTRAIN_MODEL_TEMPORAL) {
         int rc = ctrain_cfg__check_temporal(c, eb);
         if (rc != 0)
@@ -748,15 +770,15 @@ typedef enum ctrain_cfg__ytype {
 } ctrain_cfg__ytype_t;
 
 /* Every key the reference reads, its type, and the flag it sets (NULL: a key of the reference
- * that this stage does not use - the on-the-fly generator's, the DataLoader's, stage 2's and the
- * logging's - checked for its type and otherwise left alone). */
+ * that this stage does not use - the DataLoader's and stage 2's - checked for its type and
+ * otherwise left alone). */
 static const struct ctrain_cfg__ykey {
     const char *section, *key;
     ctrain_cfg__ytype_t type;
     const char *flag;
 } ctrain_cfg__ykeys[] = {
     {"data", "cache_dir", CT__Y_PATH, "dataset"},
-    {"data", "num_samples", CT__Y_INT, NULL},
+    {"data", "num_samples", CT__Y_INT, "num_samples"},
     {"data", "seq_len", CT__Y_INT, "seq_len"},
     {"data", "val_fraction", CT__Y_NUM, "val_fraction"},
     {"data", "seed", CT__Y_INT, "data_seed"},
@@ -794,9 +816,9 @@ static const struct ctrain_cfg__ykey {
     {"training", "fp16", CT__Y_BOOL, NULL}, /* mixed precision on GPUs; the CPU runs float32 */
     {"training", "gradient_clip", CT__Y_NUM, "grad_clip"},
     {"training", "seed", CT__Y_INT, "seed"},
-    {"training", "log_interval", CT__Y_INT, NULL},
+    {"training", "log_interval", CT__Y_INT, "log_interval"},
     {"output", "checkpoint_dir", CT__Y_PATH, "train_dir"},
-    {"output", "log_dir", CT__Y_PATH, NULL},
+    {"output", "log_dir", CT__Y_PATH, "log_dir"},
 };
 
 static int ctrain_cfg__yleaf(void *ctx, const char *sec, const char *key, const char *v,
@@ -1019,6 +1041,13 @@ json_t *ctrain_cfg_to_json(const ctrain_cfg_t *c)
         json_object_set_new(o, "mask_ratio", json_real(c->mask_ratio));
         json_object_set_new(o, "val_fraction", json_real(c->val_fraction));
         json_object_set_new(o, "weight_decay", json_real(c->weight_decay));
+        json_object_set_new(o, "log_dir", json_string(c->log_dir[0] ? c->log_dir : c->train_dir));
+        json_object_set_new(o, "log_interval", json_integer(c->log_interval));
+        if (strcmp(c->dataset, "synthetic") == 0) { /* generated at start */
+            json_object_set_new(o, "num_samples", json_integer((json_int_t)c->num_samples));
+            json_object_set_new(o, "seq_len", json_integer(c->seq_len));
+            json_object_set_new(o, "data_seed", json_integer((json_int_t)c->data_seed));
+        }
     }
     if (c->lr_floor != 0.0)
         json_object_set_new(o, "lr_floor", json_real(c->lr_floor));

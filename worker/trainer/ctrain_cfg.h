@@ -131,10 +131,13 @@ typedef struct ctrain_cfg {
     int64_t pregenerate;
     int seq_len;
     uint64_t data_seed;
+    int64_t num_samples; /* without --dataset: curves generated at start (data.num_samples) */
+    char log_dir[CTRAIN_TRAIN_PATH_MAX]; /* train.log's folder ("": --train_dir) */
+    int log_interval;                    /* a train.log line every N steps (0: not given) */
     char output_dir[CTRAIN_TRAIN_PATH_MAX];
     /* which model flags were given (inference adopts a checkpoint's values for the others) */
     bool set_maxlen, set_hidden, set_blocks, set_heads, set_layout;
-    bool set_model, set_mhc, set_time_span, set_l2, set_epochs, set_num_negatives;
+    bool set_model, set_mhc, set_time_span, set_l2, set_epochs, set_num_negatives, set_eval_every;
     bool set_min_count;
     bool set_lr_schedule, set_lr_floor, set_dropout, set_batch, set_lr, set_warmup, set_clip;
     bool set_mhc_flag, set_no_mhc_flag; /* which of --mhc / --no_mhc were given */

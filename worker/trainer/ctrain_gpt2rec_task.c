@@ -322,21 +322,10 @@ static int ctrain_gpt2rec_task__text(ctrain_trainer_t *t, ct_errbuf_t *eb)
     return rc;
 }
 
-/* Dynamic mode: the LM's weights from the Hugging Face folder dir (host memory: CPU backend). */
+/* Dynamic mode: the LM's weights from the Hugging Face folder dir. */
 static int ctrain_gpt2rec_task__load_lm(ctrain_model_t *m, const char *dir, ct_errbuf_t *eb)
 {
-    ctrain_lm_t *lm = ctrain_gpt2rec_lm(m);
-    ct_tensor_view_t *v = calloc((size_t)lm->n_tensors, sizeof *v);
-    if (!v)
-        return ct_errbuf_set(eb, -ENOMEM, "out of memory reading %s", dir);
-    ctrain_lm_views(lm, false, v);
-    ctrain_lm_hf_t *h = NULL;
-    int rc = ctrain_lm_hf_open(&h, dir, eb);
-    if (rc == 0)
-        rc = ctrain_lm_hf_read(h, v, (size_t)lm->n_tensors, lm->cfg.prefix, eb);
-    ctrain_lm_hf_close(h);
-    free(v);
-    return rc;
+    return ctrain_lm_load(ctrain_gpt2rec_lm(m), dir, eb);
 }
 
 static int ctrain_gpt2rec_task__init(ctrain_trainer_t *t, ct_errbuf_t *eb)
@@ -612,6 +601,8 @@ static int ctrain_gpt2rec_task__eval(ctrain_trainer_t *t, bool popularity,
         if (rc != 0)
             return ct_errbuf_set(eb, rc, "evaluation: the item vectors");
         U = ctrain_gpt2rec_user_table(t->model);
+        if (!U)
+            return ct_errbuf_set(eb, CT_ECUDA, "evaluation: copying the user table off the device");
     }
     int rc = ctrain_gpt2rec_task__eval_split(t, U, false, r->valid, &r->valid_users, eb);
     if (rc == 0)

@@ -1,16 +1,19 @@
 /*
  * ctrain_out.c - everything the trainer writes, all on rank 0: '#' header lines and one
  * fixed-width row per evaluation on stdout, the progress line on stderr, metrics.jsonl, the
- * TensorBoard event file, summary.json and atomically written small files. The numbers come
+ * TensorBoard event file, train.log (the tasks that ask for it), summary.json and atomically
+ * written small files. The numbers come
  * from ctrain_train.c; nothing here decides anything about training.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ct_config.h"
@@ -362,8 +365,115 @@ int ctrain_out_open(ctrain_trainer_t *t, bool resumed, int64_t keep_step, ct_err
     return 0;
 }
 
+/* ---- train.log ------------------------------------------------------------------------------ */
+
+void ctrain_out_log(ctrain_trainer_t *t, const char *fmt, ...)
+{
+    if (!t->log)
+        return;
+    char stamp[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tm));
+    va_list ap;
+    va_start(ap, fmt);
+    bool ok = fprintf(t->log, "%s ", stamp) > 0 && vfprintf(t->log, fmt, ap) >= 0 &&
+              fputc('\n', t->log) != EOF && fflush(t->log) == 0;
+    va_end(ap);
+    if (!ok) { /* the log is a record of the run, not the run: say so once and go on */
+        ct_log_warn("train.log: write failed (%s); no more lines are written", strerror(errno));
+        fclose(t->log);
+        t->log = NULL;
+    }
+}
+
+int ctrain_out_log_open(ctrain_trainer_t *t, ct_errbuf_t *eb)
+{
+    const ctrain_cfg_t *c = t->cfg;
+    if (!t->rank0 || !t->task->log_stage)
+        return 0;
+    const char *dir = c->log_dir[0] ? c->log_dir : c->train_dir;
+    int rc = ct_fs_mkdir_p(dir, 0755, eb);
+    if (rc != 0)
+        return ct_errbuf_wrap(eb, rc, "--log_dir");
+    char path[CTRAIN_TRAIN_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/train.log", dir);
+    if (!(t->log = fopen(path, "a")))
+        return ct_errbuf_set(eb, -errno, "--log_dir: %s: %s", path, strerror(errno));
+    ctrain_out_log(t, "ctrain %s --model %s: world %d, %s reduction, %s backend, attempt %d",
+                   CT_VERSION, ctrain_model_kind_name(c->model), t->env->world_size,
+                   ct_reducer_name(t->red), t->ops.name, t->env->restart_count);
+    if (t->resumed_from[0])
+        ctrain_out_log(t, "resumed from %s/%s at epoch %lld step %lld", t->ckpt.path,
+                       t->resumed_from, (long long)(t->step / t->steps_per_epoch),
+                       (long long)t->step);
+    ctrain_out_log(t,
+                   "%lld training samples; %d rank%s x batch %d x accumulation %d = %lld samples "
+                   "per step; %lld steps per epoch, %d epochs",
+                   (long long)t->n_samples, t->env->world_size, t->env->world_size == 1 ? "" : "s", c->batch_size / t->env->world_size,
+                   c->grad_accum, (long long)t->shard.global_batch, (long long)t->steps_per_epoch,
+                   c->num_epochs);
+    ctrain_out_log(t, "model: %zu parameters", t->model->num_params);
+    return 0;
+}
+
+/* Samples trained when `step` optimizer steps are done (the last batch of an epoch may be
+ * short). */
+static int64_t ctrain_out__samples_at(const ctrain_trainer_t *t, int64_t step)
+{
+    const int64_t e = step / t->steps_per_epoch, p = step % t->steps_per_epoch;
+    const int64_t in = p * t->shard.global_batch;
+    return e * t->n_samples + (in < t->n_samples ? in : t->n_samples);
+}
+
+/* " name=value" for each of the task's scalars of r, the split's prefix left out. */
+static void ctrain_out__log_vals(const ctrain_trainer_t *t, const ctrain_result_t *r, char *vals,
+                                 size_t size)
+{
+    size_t len = 0;
+    vals[0] = '\0';
+    ctrain_scalar_t sc[CTRAIN_TASK_MAX_SCALARS];
+    const size_t n = t->task->scalars(r, sc);
+    for (size_t i = 0; i < n && len < size; i++) {
+        const char *slash = strchr(sc[i].tag, '/');
+        len += (size_t)snprintf(vals + len, size - len, " %s=%.4f", slash ? slash + 1 : sc[i].tag,
+                                sc[i].v);
+    }
+}
+
+void ctrain_out_log_eval(ctrain_trainer_t *t, int64_t epoch, double loss, double seconds,
+                         const ctrain_result_t *r)
+{
+    if (!t->log)
+        return;
+    char vals[512];
+    ctrain_out__log_vals(t, r, vals, sizeof vals);
+    const int64_t samples =
+        ctrain_out__samples_at(t, t->step) - ctrain_out__samples_at(t, t->rate_step0);
+    ctrain_out_log(t,
+                   "epoch %lld/%d stage=%s step=%lld train_loss=%.4f%s lr=%.3g time=%.1fs "
+                   "samples_per_s=%.0f",
+                   (long long)epoch, t->cfg->num_epochs, t->task->log_stage(t), (long long)t->step,
+                   loss, vals, t->lr_now, seconds, seconds > 0 ? (double)samples / seconds : 0.0);
+}
+
+void ctrain_out_log_done(ctrain_trainer_t *t)
+{
+    if (!t->log)
+        return;
+    char vals[512] = "";
+    if (t->has_last)
+        ctrain_out__log_vals(t, &t->last, vals, sizeof vals);
+    ctrain_out_log(t, "done: epochs=%d stage=%s step=%lld%s wall=%.1fs", t->cfg->num_epochs,
+                   t->task->log_stage(t), (long long)t->step, vals,
+                   (double)(ct_time_ns() - t->t_start_ns) / 1e9);
+}
+
 void ctrain_out_close(ctrain_trainer_t *t)
 {
+    if (t->log)
+        fclose(t->log);
+    t->log = NULL;
     if (t->metrics)
         fclose(t->metrics);
     t->metrics = NULL;

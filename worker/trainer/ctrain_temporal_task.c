@@ -10,6 +10,13 @@
  * embeddings instead: --train_dir/embeddings.npy, float32 (rows, d_model), each row the mean
  * over the curve's patches of the encoder's final LayerNorm output, computed by rank 0).
  *
+ * Without --dataset the curves are generated at start, into memory: --num_samples curves of
+ * --seq_len points of seed --data_seed (data.num_samples, data.seq_len, data.seed of --config),
+ * curve i and its description those of temporal_curves.make(seed, i, seq_len)
+ * (models/temporal/ctrain_temporal_gen.c, --threads threads), the split the same, so a run on
+ * the fly is the run on the cache `ctrain --pregenerate` writes with that seed, count and length,
+ * bit for bit - the reference's Curves without data.cache_dir.
+ *
  * Masks: every curve has k = max(1, round(mask_ratio * n)) masked patches out of n (round half
  * to even, as Python's round). In training epoch e (from 0) curve i masks the k patches with
  * the smallest of the n uniform draws (ties to the lower index) at offset i * n of stream
@@ -42,6 +49,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include "ct_config.h"
 #include "ct_fs.h"
 #include "ct_log.h"
@@ -50,6 +59,7 @@
 #include "ctrain_lm_cfg.h"
 #include "ctrain_lm_tok.h"
 #include "ctrain_temporal.h"
+#include "ctrain_temporal_gen.h"
 #include "ctrain_train.h"
 #include "ctrain_train_internal.h"
 
@@ -61,7 +71,9 @@ typedef struct ctrain_temporal_task__state {
     char path[CTRAIN_TRAIN_PATH_MAX];
     int64_t n_curves, n_train, n_val;
     int S, n, P, k;
-    bool csv;            /* --dataset is a CSV file of curves to embed (--inference_only) */
+    bool csv;       /* --dataset is a CSV file of curves to embed (--inference_only) */
+    bool generated; /* no --dataset: the curves of --data_seed, generated at start */
+    uint64_t data_seed;
     float *patches;      /* (n_curves, S) normalised */
     int32_t *ids, *mask; /* evaluation rows, (micro, n) */
     /* --stage align */
@@ -156,6 +168,71 @@ static int ctrain_temporal_task__read_cache(ctrain_temporal_task__state_t *s, co
     if ((rc = ctrain_temporal_task__read_npy(dir, s->n_curves, s->S, &raw, eb)) != 0)
         return rc;
     s->patches = raw;
+    return 0;
+}
+
+typedef struct ctrain_temporal_task__gen_job {
+    uint64_t seed;
+    int64_t first, count;
+    int length;
+    float *out; /* (count, length) */
+    int rc;
+} ctrain_temporal_task__gen_job_t;
+
+static void *ctrain_temporal_task__gen_run(void *arg)
+{
+    ctrain_temporal_task__gen_job_t *j = arg;
+    for (int64_t k = 0; k < j->count && j->rc == 0; k++)
+        j->rc = ctrain_temporal_gen_make(j->seed, (uint64_t)(j->first + k), j->length,
+                                         j->out + (size_t)k * (size_t)j->length, NULL);
+    return NULL;
+}
+
+/* No --dataset: --num_samples curves of --seq_len points of --data_seed, generated with
+ * --threads threads into s->patches. */
+static int ctrain_temporal_task__generate(ctrain_temporal_task__state_t *s, const ctrain_cfg_t *c,
+                                          ct_errbuf_t *eb)
+{
+    s->n_curves = c->num_samples;
+    s->S = c->seq_len;
+    s->data_seed = c->data_seed;
+    s->patches = malloc((size_t)s->n_curves * (size_t)s->S * sizeof *s->patches);
+    if (!s->patches)
+        return ct_errbuf_set(eb, -ENOMEM,
+                             "--num_samples %lld: out of memory for %lld curves of %d "
+                             "points",
+                             (long long)s->n_curves, (long long)s->n_curves, s->S);
+    enum { CTRAIN_TEMPORAL_TASK__GEN_THREADS = 64 };
+    int T = c->threads < 1 ? 1 : c->threads;
+    T = T > CTRAIN_TEMPORAL_TASK__GEN_THREADS ? CTRAIN_TEMPORAL_TASK__GEN_THREADS : T;
+    if (T > s->n_curves)
+        T = (int)s->n_curves;
+    ctrain_temporal_task__gen_job_t jobs[CTRAIN_TEMPORAL_TASK__GEN_THREADS];
+    pthread_t tids[CTRAIN_TEMPORAL_TASK__GEN_THREADS];
+    bool started[CTRAIN_TEMPORAL_TASK__GEN_THREADS];
+    for (int q = 0; q < T; q++) {
+        const int64_t lo = s->n_curves * q / T, hi = s->n_curves * (q + 1) / T;
+        jobs[q] = (ctrain_temporal_task__gen_job_t){.seed = c->data_seed,
+                                                    .first = lo,
+                                                    .count = hi - lo,
+                                                    .length = s->S,
+                                                    .out = s->patches + (size_t)lo * s->S};
+        /* the first share on this thread, the others on their own */
+        started[q] =
+            q > 0 && pthread_create(&tids[q], NULL, ctrain_temporal_task__gen_run, &jobs[q]) == 0;
+    }
+    ctrain_temporal_task__gen_run(&jobs[0]);
+    int rc = jobs[0].rc;
+    for (int q = 1; q < T; q++) {
+        if (started[q])
+            pthread_join(tids[q], NULL);
+        else
+            ctrain_temporal_task__gen_run(&jobs[q]);
+        rc = rc != 0 ? rc : jobs[q].rc;
+    }
+    if (rc != 0)
+        return ct_errbuf_set(eb, rc, "--seq_len %d: generating the curves: %s", s->S,
+                             ct_strerror(rc));
     return 0;
 }
 
@@ -312,37 +389,54 @@ static int ctrain_temporal_task__texts(ctrain_temporal_task__state_t *s, const c
     const int cap = c->max_text_tokens;
     char path[CTRAIN_TRAIN_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/descriptions.jsonl", c->dataset);
-    FILE *f = fopen(path, "r");
+    FILE *f = s->generated ? NULL : fopen(path, "r");
     ctrain_lm_ids_t ids = {0};
     char *line = NULL;
     size_t lcap = 0;
     int64_t i = 0;
     s->text = malloc((size_t)s->n_curves * (size_t)cap * sizeof *s->text);
     s->text_len = malloc((size_t)s->n_curves * sizeof *s->text_len);
-    if (!f) {
+    if (!f && !s->generated) {
         rc = ct_errbuf_set(eb, -errno, "%s: %s", path, strerror(errno));
         goto out;
     }
+    /* errors name the file and line, or the generated description's curve */
+    char where[CTRAIN_TRAIN_PATH_MAX + 48];
+    snprintf(where, sizeof where, "%s:", path);
+    if (s->generated)
+        snprintf(where, sizeof where, "the generated description of curve ");
+    const long long line0 = s->generated ? 0 : 1;
     if (!s->text || !s->text_len) {
         rc = ct_errbuf_set(eb, -ENOMEM, "out of memory for the descriptions");
         goto out;
     }
-    while (i < s->n_curves && getline(&line, &lcap, f) >= 0) {
-        json_error_t je;
-        json_t *o = json_loads(line, 0, &je);
-        json_t *txt = o ? json_object_get(o, "text") : NULL;
-        if (!json_is_string(txt)) {
-            json_decref(o);
-            rc = ct_errbuf_set(eb, CT_EFORMAT, "%s:%lld: not a {\"i\": ..., \"text\": ...} line",
-                               path, (long long)i + 1);
-            goto out;
-        }
+    while (i < s->n_curves && (s->generated || getline(&line, &lcap, f) >= 0)) {
         ids.n = 0;
         ct_errbuf_t teb;
-        rc = ctrain_lm_tok_encode(tok, json_string_value(txt), json_string_length(txt), &ids, &teb);
-        json_decref(o);
+        if (s->generated) {
+            /* temporal_curves.describe(sample_params(seed, i)), as make() returns it */
+            ctrain_temporal_params_t par;
+            char desc[CTRAIN_TEMPORAL_TEXT_MAX];
+            ctrain_temporal_gen_params(s->data_seed, (uint64_t)i, &par);
+            ctrain_temporal_gen_describe(&par, desc);
+            rc = ctrain_lm_tok_encode(tok, desc, strlen(desc), &ids, &teb);
+        } else {
+            json_error_t je;
+            json_t *o = json_loads(line, 0, &je);
+            json_t *txt = o ? json_object_get(o, "text") : NULL;
+            if (!json_is_string(txt)) {
+                json_decref(o);
+                rc =
+                    ct_errbuf_set(eb, CT_EFORMAT, "%s:%lld: not a {\"i\": ..., \"text\": ...} line",
+                                  path, (long long)i + 1);
+                goto out;
+            }
+            rc = ctrain_lm_tok_encode(tok, json_string_value(txt), json_string_length(txt), &ids,
+                                      &teb);
+            json_decref(o);
+        }
         if (rc != 0) {
-            rc = ct_errbuf_set(eb, rc, "%s:%lld: %s", path, (long long)i + 1, teb.msg);
+            rc = ct_errbuf_set(eb, rc, "%s%lld: %s", where, (long long)i + line0, teb.msg);
             goto out;
         }
         int32_t *row = s->text + (size_t)i * cap;
@@ -353,9 +447,9 @@ static int ctrain_temporal_task__texts(ctrain_temporal_task__state_t *s, const c
         for (int j = 0; j <= len; j++)
             if (row[j] >= s->lmcfg.vocab) {
                 rc = ct_errbuf_set(eb, CT_EFORMAT,
-                                   "%s:%lld: token id %d is outside the vocabulary of %d of "
+                                   "%s%lld: token id %d is outside the vocabulary of %d of "
                                    "--lm_dir",
-                                   path, (long long)i + 1, row[j], s->lmcfg.vocab);
+                                   where, (long long)i + line0, row[j], s->lmcfg.vocab);
                 goto out;
             }
         i++;
@@ -461,18 +555,26 @@ static int ctrain_temporal_task__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
     t->task_state = s;
     snprintf(s->path, sizeof s->path, "%s", c->dataset);
     struct stat st;
-    s->csv = c->inference_only && stat(c->dataset, &st) == 0 && !S_ISDIR(st.st_mode);
-    int rc = s->csv ? ctrain_temporal_task__read_csv(s, c->dataset, eb)
-                    : ctrain_temporal_task__read_cache(s, c->dataset, eb);
-    if (rc != 0)
+    s->generated = strcmp(c->dataset, "synthetic") == 0;
+    s->csv =
+        !s->generated && c->inference_only && stat(c->dataset, &st) == 0 && !S_ISDIR(st.st_mode);
+    int rc;
+    if (s->generated) {
+        snprintf(s->path, sizeof s->path, "generated (data seed %llu)",
+                 (unsigned long long)c->data_seed);
+        if ((rc = ctrain_temporal_task__generate(s, c, eb)) != 0)
+            return rc;
+    } else if ((rc = s->csv ? ctrain_temporal_task__read_csv(s, c->dataset, eb)
+                            : ctrain_temporal_task__read_cache(s, c->dataset, eb)) != 0) {
         return ct_errbuf_wrap(eb, rc, "--dataset");
+    }
     ctrain_temporal_task__normalise(s);
     s->P = c->patch_len;
     if (s->S % s->P != 0 || s->S / s->P > CTRAIN_MODEL_MAX_LEN)
         return ct_errbuf_set(eb, CT_ERANGE_VALUE,
                              "--patch_len %d: the curves of %s have %d points, not a multiple of "
                              "it (or more than %d patches)",
-                             s->P, c->dataset, s->S, CTRAIN_MODEL_MAX_LEN);
+                             s->P, s->path, s->S, CTRAIN_MODEL_MAX_LEN);
     s->n = s->S / s->P;
     s->k = (int)nearbyint(c->mask_ratio * s->n);
     s->k = s->k < 1 ? 1 : s->k > s->n ? s->n : s->k;
@@ -484,7 +586,7 @@ static int ctrain_temporal_task__setup(ctrain_trainer_t *t, ct_errbuf_t *eb)
     else if (s->n_train < 1)
         return ct_errbuf_set(eb, CT_ERANGE_VALUE,
                              "--val_fraction %g leaves no training curve of the %lld in %s",
-                             c->val_fraction, (long long)s->n_curves, c->dataset);
+                             c->val_fraction, (long long)s->n_curves, s->path);
     s->spec = (ctrain_temporal_spec_t){.patch_len = s->P,
                                        .ff_dim = c->ff_dim,
                                        .weight_decay = c->weight_decay,
@@ -886,6 +988,11 @@ static void ctrain_temporal_task__summary(ctrain_trainer_t *t, json_t *o)
                             ctrain_out_num(t->last.temporal.baseline_val_loss));
 }
 
+static const char *ctrain_temporal_task__log_stage(const ctrain_trainer_t *t)
+{
+    return t->cfg->stage == 1 ? "align" : "reconstruct";
+}
+
 static int ctrain_temporal_task__finish(ctrain_trainer_t *t, ct_errbuf_t *eb)
 {
     (void)t, (void)eb;
@@ -1039,4 +1146,6 @@ const ctrain_task_t ctrain_temporal_task = {
     .summary = ctrain_temporal_task__summary,
     .finish = ctrain_temporal_task__finish,
     .infer = ctrain_temporal_task__infer,
+    .epoch_names = true,
+    .log_stage = ctrain_temporal_task__log_stage,
 };

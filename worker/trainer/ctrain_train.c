@@ -1,18 +1,22 @@
 /*
  * ctrain_train.c - the training job of ctrain_train.h: set-up (the family's data, the model, the
  * checkpoint directory), resume, the step (micro-batches, the one gradient reduction, l2_emb,
- * NaN check, clipping, Adam), the epoch loop with evaluation and checkpoints, and the final
- * summary; the table of the families' tasks (ctrain_train_internal.h) and the recommenders'
- * task (user sequences, negatives, HR/NDCG, the popularity baseline). The loop asks the task
- * and never tests the kind. What is printed and written lives in ctrain_out.c; the language
- * model's task in ctrain_lm_task.c.
+ * NaN check, clipping, Adam), the epoch loop with evaluation and checkpoints (and the epoch
+ * names a task asks for: epoch_{e}_step_{s}), and the final summary; the table of the families'
+ * tasks (ctrain_train_internal.h) and the recommenders' task (user sequences, negatives,
+ * HR/NDCG, the popularity baseline). The loop asks the task and never tests the kind. What is
+ * printed and written lives in ctrain_out.c; the language model's task in ctrain_lm_task.c.
  */
 #include "ctrain_train.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ct_log.h"
@@ -69,6 +73,9 @@ int ctrain_train_backend(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct
         device = "cpu";
     }
     int rc = ct_ops_open(ops, device, env->local_rank, cfg->use_amp, &oeb);
+    if (rc == 0 && strcmp(device, "auto") == 0 && ops->host_memory && env->rank == 0)
+        ct_log_warn("--device auto: %s; training on the CPU",
+                    ct_ops_have_cuda() ? "no CUDA device is visible" : "this build has no CUDA");
     if (rc == 0)
         return 0;
     /* ct_ops_open's line starts with what failed: the device, or amp */
@@ -151,6 +158,71 @@ static int ctrain_train__state_from_json(const ctrain_trainer_t *t, const json_t
     return 0;
 }
 
+/* "epoch_<e>_step_<s>.safetensors" (the task's epoch_names) -> true. */
+static bool ctrain_train__is_epoch_name(const char *name)
+{
+    long long e, s;
+    int end = 0;
+    return sscanf(name, "epoch_%lld_step_%lld.safetensors%n", &e, &s, &end) == 2 && end > 0 &&
+           name[end] == '\0';
+}
+
+/* Rank 0, a task with epoch_names: the checkpoint file `file` (of step t->step, the end of
+ * epoch t->step / steps_per_epoch) also as epoch_{e}_step_{s}.safetensors, a hard link that
+ * replaces an older file of that name; the directory is synced. */
+static int ctrain_train__epoch_link(ctrain_trainer_t *t, const char *file, ct_errbuf_t *eb)
+{
+    if (!t->rank0 || !t->task->epoch_names || t->steps_per_epoch < 1 || t->step < 1 ||
+        t->step % t->steps_per_epoch != 0)
+        return 0;
+    char name[CT_CKPT_NAME_MAX + 32];
+    snprintf(name, sizeof name, "epoch_%lld_step_%lld.safetensors",
+             (long long)(t->step / t->steps_per_epoch), (long long)t->step);
+    const int dfd = t->ckpt.dirfd;
+    struct stat a, b;
+    if (fstatat(dfd, name, &b, 0) == 0 && fstatat(dfd, file, &a, 0) == 0 && a.st_ino == b.st_ino &&
+        a.st_dev == b.st_dev)
+        return 0; /* already that file */
+    int rc = 0;
+    if (unlinkat(dfd, name, 0) != 0 && errno != ENOENT)
+        rc = -errno;
+    if (rc == 0 && linkat(dfd, file, dfd, name, 0) != 0)
+        rc = -errno;
+    if (rc == 0 && fsync(dfd) != 0 && errno != EINVAL)
+        rc = -errno;
+    if (rc != 0)
+        return ct_errbuf_set(eb, rc, "checkpoint %s/%s as %s: %s", t->ckpt.path, file, name,
+                             ct_strerror(rc));
+    return 0;
+}
+
+/* Rank 0, a task with epoch_names, a run starting afresh (--resume never): the epoch names an
+ * earlier run left go with its other checkpoints. */
+static int ctrain_train__epoch_clear(ctrain_trainer_t *t, ct_errbuf_t *eb)
+{
+    if (!t->rank0 || !t->task->epoch_names)
+        return 0;
+    int fd = openat(t->ckpt.dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+    if (dir == NULL) {
+        int rc = -errno;
+        if (fd >= 0)
+            close(fd);
+        return ct_errbuf_set(eb, rc, "%s: cannot list: %s", t->ckpt.path, ct_strerror(rc));
+    }
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(dir)) != NULL)
+        if (ctrain_train__is_epoch_name(de->d_name) &&
+            unlinkat(t->ckpt.dirfd, de->d_name, 0) != 0 && errno != ENOENT) {
+            rc = -errno;
+            ct_errbuf_set(eb, rc, "%s/%s: cannot remove: %s", t->ckpt.path, de->d_name,
+                          ct_strerror(rc));
+        }
+    closedir(dir);
+    return rc;
+}
+
 /* The checkpoint's "config": what must match to resume, and the state. */
 static json_t *ctrain_train__ckpt_config(const ctrain_trainer_t *t)
 {
@@ -197,6 +269,23 @@ static int ctrain_train__save(ctrain_trainer_t *t, ct_ckpt_kind_t kind, ct_errbu
     free(text);
     rc = ct_ckpt_save(&t->ckpt, kind, t->views, t->n_views, meta, eb);
     free(meta);
+    if (rc == 0 && kind != CT_CKPT_BEST) {
+        char file[CT_CKPT_NAME_MAX];
+        ct_ckpt_file_name(kind, t->step, file, sizeof file);
+        rc = ctrain_train__epoch_link(t, file, eb);
+        if (rc == 0 && t->log && t->step % t->steps_per_epoch == 0) {
+            char name[CT_CKPT_NAME_MAX + 32];
+            if (t->task->epoch_names)
+                snprintf(name, sizeof name, "epoch_%lld_step_%lld.safetensors",
+                         (long long)(t->step / t->steps_per_epoch), (long long)t->step);
+            else
+                snprintf(name, sizeof name, "%s", file);
+            ctrain_out_log(t, "saved %s/%s%s", t->ckpt.path, name,
+                           t->st.has_best && t->st.best_step == t->step
+                               ? " (best so far: best.safetensors)"
+                               : "");
+        }
+    }
     return rc;
 }
 
@@ -284,6 +373,10 @@ static int ctrain_train__resume(ctrain_trainer_t *t, bool *resumed, ct_errbuf_t 
     }
     t->step = meta->step;
     *resumed = true;
+    snprintf(t->resumed_from, sizeof t->resumed_from, "%s", pick.name);
+    /* a run killed between an epoch's checkpoint and its epoch name */
+    if ((rc = ctrain_train__epoch_link(t, pick.name, eb)) != 0)
+        goto out;
     if (t->rank0) {
         int64_t e, p;
         ct_shard_locate(&t->shard, t->step, &e, &p);
@@ -453,6 +546,7 @@ static int ctrain_train__step(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_t *e
     if ((rc = ctrain_model_adam(m, t->lr_now, scale, t->st.adam_steps)) != 0)
         return ct_errbuf_set(eb, rc, "step %lld: Adam on the %s backend failed", (long long)t->step,
                              o->name);
+    t->step_loss = loss;
     t->st.loss_sum += loss;
     t->st.loss_steps++;
     t->st.positions += targets;
@@ -516,7 +610,9 @@ static int ctrain_train__evaluate(ctrain_trainer_t *t, int64_t epoch, ct_errbuf_
         t->task->row(epoch, t->step, loss, pps, &r);
         if ((rc = ctrain_out_metrics(t, epoch, loss, pps, &r, eb)) != 0)
             return rc;
+        ctrain_out_log_eval(t, epoch, loss, train_s, &r);
     }
+    t->rate_step0 = t->step;
     t->st.loss_sum = 0;
     t->st.loss_steps = 0;
     t->st.positions = 0;
@@ -765,6 +861,9 @@ static int ctrain_train__loop(ctrain_trainer_t *t, ct_errbuf_t *eb)
         if ((rc = ctrain_train__step(t, epoch, eb)) != 0)
             return rc;
         t->step++;
+        if (t->log && t->step % c->log_interval == 0)
+            ctrain_out_log(t, "epoch %lld step %lld %s loss %.4f lr %.3g", (long long)epoch + 1,
+                           (long long)t->step, t->task->log_stage(t), t->step_loss, t->lr_now);
         int64_t now = ct_time_ns();
         double dt = (double)(now - t->t_phase_ns) / 1e9;
         t->train_seconds += dt;
@@ -813,7 +912,7 @@ int ctrain_train_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
     } else if (t->rank0) {
         /* --resume never on a first attempt: this run must not be resumed from an earlier
          * run's files after an elastic restart, so they go now. */
-        if ((rc = ct_ckpt_clear(&t->ckpt, eb)) != 0)
+        if ((rc = ct_ckpt_clear(&t->ckpt, eb)) != 0 || (rc = ctrain_train__epoch_clear(t, eb)) != 0)
             goto out;
     }
     /* baselines, then the batch stream from the step resumed at */
@@ -821,6 +920,9 @@ int ctrain_train_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
         goto out;
     if (t->rank0) {
         if ((rc = ctrain_out_open(t, resumed, t->step, eb)) != 0)
+            goto out;
+        t->rate_step0 = t->step;
+        if ((rc = ctrain_out_log_open(t, eb)) != 0)
             goto out;
         t->task->row(0, 0, 0.0, 0.0, NULL);
     }
@@ -830,6 +932,7 @@ int ctrain_train_run(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_red
         goto out;
     if (t->rank0) {
         ctrain_out_progress_clear(t);
+        ctrain_out_log_done(t);
         json_t *s = ctrain_out_summary(t);
         char *line = json_dumps(s, JSON_COMPACT | JSON_REAL_PRECISION(6));
         char *pretty = json_dumps(s, JSON_INDENT(2));

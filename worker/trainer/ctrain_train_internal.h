@@ -137,6 +137,11 @@ typedef struct ctrain_trainer {
     ctrain_result_t last;
     int64_t last_epoch, last_step;
     bool has_last;
+    /* train.log (rank 0, a task with log_stage) */
+    FILE *log;
+    double step_loss;                    /* the last optimizer step's loss */
+    int64_t rate_step0;                  /* the step train_seconds count from */
+    char resumed_from[CT_CKPT_NAME_MAX]; /* the checkpoint resumed from, "" for none */
 } ctrain_trainer_t;
 
 /* A TensorBoard scalar of an evaluation. */
@@ -173,6 +178,15 @@ struct ctrain_task {
     int (*finish)(ctrain_trainer_t *t, ct_errbuf_t *eb);
     int (*infer)(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct_reducer_t *red,
                  ct_errbuf_t *eb);
+    /* true: every epoch's checkpoint (the step file at its end, final.safetensors after the
+     * last) also bears the name epoch_{e}_step_{s}.safetensors, a hard link kept by retention;
+     * e counts the epochs done, s the optimizer steps (ddp_common.ckpt_name's names) */
+    bool epoch_names;
+    /* NULL, or the name of the stage being trained: then rank 0 writes train.log (--log_dir,
+     * else --train_dir; appended to, a line flushed at a time) with the lines of the
+     * reference's ddp_common.Log - start, resume, every --log_interval steps, every
+     * evaluation, every epoch's checkpoint, the end */
+    const char *(*log_stage)(const ctrain_trainer_t *t);
 };
 
 /* The task of cfg's model (ctrain_train.c's table). */
@@ -208,6 +222,17 @@ int ctrain_out_metrics(ctrain_trainer_t *t, int64_t epoch, double loss, double p
  * (resume), then opened for appending; and the event file. */
 int ctrain_out_open(ctrain_trainer_t *t, bool resumed, int64_t keep_step, ct_errbuf_t *eb);
 void ctrain_out_close(ctrain_trainer_t *t);
+/* train.log (task->log_stage set, rank 0; otherwise nothing): opening it writes the start lines
+ * (and the resume line when t->resumed_from is set). */
+int ctrain_out_log_open(ctrain_trainer_t *t, ct_errbuf_t *eb);
+/* One line of train.log: "YYYY-MM-DD HH:MM:SS " and the text, flushed. No-op when not open. */
+void ctrain_out_log(ctrain_trainer_t *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* The evaluation line of train.log after an evaluation of epoch (1-based) with result r. */
+void ctrain_out_log_eval(ctrain_trainer_t *t, int64_t epoch, double loss, double seconds,
+                         const ctrain_result_t *r);
+/* The last line of train.log: the run's end with its last evaluation. */
+void ctrain_out_log_done(ctrain_trainer_t *t);
 /* dir/name <- text, atomically (temporary file, fsync, rename). */
 int ctrain_out_write_file(const char *dir, const char *name, const char *text, ct_errbuf_t *eb);
 /* The summary object, printed as "# summary: <json>" and written to summary.json. */

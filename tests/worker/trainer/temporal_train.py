@@ -17,7 +17,9 @@ warm-up + cosine schedule), run by test_temporal_train.c with the PyTorch 2.x in
      --inference_only of the final weights giving the same numbers, and its embeddings of a CSV
      file of curves against the reference's encoder output (mean over the patches);
   5. a run under ctrun killed at step 12 (--inject) and restarted from its checkpoint: the
-     resumed run ends with the uninterrupted run's final weights, bit for bit.
+     resumed run ends with the uninterrupted run's final weights, bit for bit, and has every
+     epoch's checkpoint under the guide's name (epoch_{e}_step_{s}.safetensors), each equal to
+     the uninterrupted run's.
 
 Exits 77 when torch, numpy, safetensors or yaml is missing (the C side skips).
 """
@@ -272,6 +274,20 @@ def main():
         if not np.array_equal(a[name], b[name]):
             raise SystemExit("FAIL: %s differs after the kill and resume" % name)
     print("kill at step 12 and resume under ctrun: final weights bit-identical")
+    # the guide's epoch checkpoints (one step per epoch here): every epoch's, in both runs, the
+    # same tensors, the last one final.safetensors
+    for e in range(1, STEPS + 1):
+        name = "epoch_%d_step_%d.safetensors" % (e, e)
+        if not all(os.path.isfile(os.path.join(r, name)) for r in (r1, r3)):
+            raise SystemExit("FAIL: %s missing after the run (or after the kill and resume): %s"
+                             % (name, sorted(os.listdir(r3))))
+        x, y = load_file(os.path.join(r1, name)), load_file(os.path.join(r3, name))
+        if sorted(x) != sorted(y) or not all(np.array_equal(x[k], y[k]) for k in x):
+            raise SystemExit("FAIL: %s differs after the kill and resume" % name)
+    last = load_file(os.path.join(r3, "epoch_%d_step_%d.safetensors" % (STEPS, STEPS)))
+    if not all(np.array_equal(last[k], b[k]) for k in b):
+        raise SystemExit("FAIL: the last epoch's checkpoint is not final.safetensors")
+    print("epoch_{e}_step_{s}.safetensors of all %d epochs: bit-identical after the kill" % STEPS)
     print("PASS")
 
 

@@ -478,6 +478,11 @@ static void test_temporal_flags(void)
     CT_ASSERT(c.lr == 3e-4 && c.weight_decay == 0.01 && c.warmup_steps == 100);
     CT_ASSERT(c.grad_clip == 1.0 && c.lr_schedule == CTRAIN_LR_COSINE && c.lr_floor == 0.05);
     CT_ASSERT(c.batch_size == 16 && c.num_epochs == 3 && c.dropout_rate == 0.1 && !c.mhc);
+    CT_ASSERT_EQ(c.eval_every, 1); /* the reference evaluates after every epoch */
+    const char *ev[] = {"--model", "temporal", "--dataset", dir, "--eval_every", "4"};
+    CT_ASSERT_OK(parse(&c, &eb, ev, 6));
+    CT_ASSERT_EQ(c.eval_every, 4);
+    CT_ASSERT_OK(parse(&c, &eb, dflt, 4));
     /* warm-up 100 of 1000 steps, then cosine down to 5 % of lr */
     CT_ASSERT(fabs(ctrain_train_lr_at(&c, 999, 1000) - 3e-4 * 0.05) < 1e-9);
     CT_ASSERT(fabs(ctrain_train_lr_at(&c, 99, 1000) - 3e-4) < 1e-12);
@@ -508,8 +513,35 @@ static void test_temporal_flags(void)
     const char *other[] = {"--config", yml, "--no_time", "--no_mhc"};
     CT_ASSERT_ERR(parse(&c, &eb, other, 4), CT_EPARSE);
     CT_ASSERT_STR_CONTAINS(eb.msg, "--config: only --model temporal takes it");
-    const char *synth[] = {"--model", "temporal"};
-    CT_ASSERT_ERR(parse(&c, &eb, synth, 2), CT_EPARSE);
+    /* without --dataset: generated at start, data.num_samples / seq_len / seed or the flags */
+    const char *fly[] = {"--model", "temporal"};
+    CT_ASSERT_OK(parse(&c, &eb, fly, 2));
+    CT_ASSERT(c.num_samples == 4096 && c.seq_len == 256 && c.data_seed == 0);
+    char fly_yml[64];
+    write_temp(fly_yml, sizeof fly_yml,
+               "data:\n  cache_dir: null\n  num_samples: 300\n  seq_len: 64\n  seed: 9\n");
+    const char *fly_cfg[] = {"--model", "temporal", "--config", fly_yml, "--seq_len", "32"};
+    CT_ASSERT_OK(parse(&c, &eb, fly_cfg, 6));
+    CT_ASSERT(c.num_samples == 300 && c.seq_len == 32 && c.data_seed == 9);
+    CT_ASSERT_STR_EQ(c.dataset, "synthetic");
+    /* train.log: output.log_dir and training.log_interval; the reference's interval by default;
+     * other models refuse the flags */
+    CT_ASSERT(c.log_interval == 50 && c.log_dir[0] == '\0');
+    char log_yml[64];
+    write_temp(log_yml, sizeof log_yml,
+               "output:\n  log_dir: /tmp/some_logs\ntraining:\n  log_interval: 7\n");
+    const char *log_cfg[] = {"--model", "temporal", "--config", log_yml};
+    CT_ASSERT_OK(parse(&c, &eb, log_cfg, 4));
+    CT_ASSERT(c.log_interval == 7);
+    CT_ASSERT_STR_EQ(c.log_dir, "/tmp/some_logs");
+    const char *log_other[] = {"--log_dir", "/tmp/x"};
+    CT_ASSERT_ERR(parse(&c, &eb, log_other, 2), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--log_dir: only --model temporal takes it");
+    const char *every_other[] = {"--log_interval", "5"};
+    CT_ASSERT_ERR(parse(&c, &eb, every_other, 2), CT_EPARSE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--log_interval: only --model temporal takes it");
+    const char *synth[] = {"--model", "temporal", "--dataset", "synthetic:users=3"};
+    CT_ASSERT_ERR(parse(&c, &eb, synth, 4), CT_EPARSE);
     CT_ASSERT_STR_CONTAINS(eb.msg, "reads a curve cache folder");
     const char *align[] = {"--model", "temporal", "--dataset", dir, "--stage", "align"};
     CT_ASSERT_ERR(parse(&c, &eb, align, 6), CT_EPARSE);

@@ -1,7 +1,8 @@
 /*
  * test_temporal_train.c - ctrain --model temporal against the PyTorch program, end to end: runs
- * the script it is given - temporal_train.py (stage 1) or temporal_align.py (stage 2; see their
- * docstrings: 20 steps from the same weights, a kill and resume under ctrun) - with the PyTorch
+ * the script it is given - temporal_train.py (stage 1), temporal_align.py (stage 2; see their
+ * docstrings: 20 steps from the same weights, a kill and resume under ctrun) or temporal_fly.py
+ * (the curves generated at start against the same run on a cache) - with the PyTorch
  * 2.x interpreter on ctrain and ctrun, in a temporary folder removed at exit. Skips (77) without
  * that interpreter, or when it lacks torch, numpy, safetensors or yaml.
  *

@@ -177,6 +177,7 @@ typedef struct ctrain_family {
     ctrain_layout_t layout; /* without mHC (which wraps pre_ln) */
     unsigned layouts;       /* the layouts it runs without mHC: bit (1u << layout) */
     int maxlen, num_epochs;
+    int eval_every; /* --eval_every when not given; 0: ctrain's default (20) */
     double l2_emb;
     bool has_time_span; /* takes --time_span */
     /* The model: fills m->params (ctrain_model__param_add), sets m->vt and m->impl (its arena

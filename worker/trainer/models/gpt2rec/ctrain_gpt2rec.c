@@ -2,8 +2,8 @@
  * ctrain_gpt2rec.c - the GPT-2 recommender of ctrain_gpt2rec.h: reading and splitting the ratings
  * and item texts, the keyed negatives, and the model family (its parameter table, the BPR pass of
  * a micro-batch, the item vectors evaluation scores with; in dynamic mode the LM's passes on the
- * items' texts through ctrain_lm.c). The passes run on host memory (the CPU backend);
- * check_backend refuses the others with one line.
+ * items' texts through ctrain_lm.c). The passes run on the op table (ct_ops.h: BPR, the mean
+ * pool, the projection, the row scatter), the same code on the CPU and CUDA backends.
  *
  * Not here: tokenizing the texts and the text cache (ctrain_gpt2rec_task.c), evaluation.
  */
@@ -606,23 +606,43 @@ int32_t ctrain_gpt2rec_negative(const ctrain_gpt2rec_data_t *d, int32_t u, uint6
     return n;
 }
 
-/* ---- the model ----------------------------------------------------------------------------- */
+/* ---- the model -----------------------------------------------------------------------------
+ * Every pass runs on the op table, so one code path serves the CPU and the CUDA backends; on the
+ * CPU it computes what the loops it replaced computed, bit for bit. A micro-batch's indices are
+ * built on the host in ix and copied to the backend (d_ix) once: */
+
+/* ix's sections, for max_batch rows mb and max_u pass items mu */
+#define CTRAIN_GPT2REC__IX_IDX(mb)      0                   /* (mb, CT_BPR_IDX) */
+#define CTRAIN_GPT2REC__IX_ITEMS(mb)    ((size_t)5 * (mb))  /* (2 mb) p0, n0, p1, n1, ... */
+#define CTRAIN_GPT2REC__IX_USERS(mb)    ((size_t)7 * (mb))  /* (mb) */
+#define CTRAIN_GPT2REC__IX_PROJ(mb)     ((size_t)8 * (mb))  /* (2 mb) the items' rows of pu */
+#define CTRAIN_GPT2REC__IX_UNIQ(mb)     ((size_t)10 * (mb)) /* (mu) the pass's items */
+#define CTRAIN_GPT2REC__IX_LEN(mb, mu)  ((size_t)10 * (mb) + (mu)) /* (mu) their token counts */
+#define CTRAIN_GPT2REC__IX_SIZE(mb, mu) ((size_t)10 * (mb) + 2 * (size_t)(mu))
 
 typedef struct ctrain_gpt2rec__impl {
-    float *text; /* (n_items, T) host: the cached embeddings, or dynamic mode's of the last
-                    ctrain_gpt2rec_item_vectors; NULL before either */
-    float *vec;  /* (4, D) scratch */
+    /* backend memory */
+    float *text;      /* (n_items, T) the cached embeddings, or dynamic mode's of the last
+                         ctrain_gpt2rec_item_vectors; NULL before either */
+    float *vout;      /* (n_items, D) ctrain_gpt2rec_item_vectors' result before its copy out */
+    float *du, *dvpn; /* (max_batch, D), (2 max_batch, D) the rows' gradients (bpr_loss) */
+    float *loss;      /* (1) */
+    int32_t *d_ix;    /* ix's copy */
+    /* host memory */
+    int32_t *ix;      /* CTRAIN_GPT2REC__IX_SIZE ints, the sections above */
+    float *user_host; /* (n_users, D) ctrain_gpt2rec_user_table's copy off a device */
     /* with a text side: the distinct items of a pass */
-    int max_u;     /* distinct items one pass takes: min(2 * max_batch, n_items) */
-    int32_t *map;  /* (n_items) item -> its index among the pass's items, -1 */
-    int32_t *uniq; /* (max_u) */
+    int max_u;    /* distinct items one pass takes: min(2 * max_batch, n_items); 0 without */
+    int32_t *map; /* (n_items) host: item -> its index among the pass's items, -1 */
+    float *txt;   /* (max_u, T) backend: the pass's items' texts */
+    float *pu;    /* (max_u, D) backend: their projections */
+    float *dpu;   /* (max_u, D) backend: and the gradient */
     /* dynamic mode */
     ctrain_lm_t *lm;
     size_t frozen_floats;
-    int32_t *rows;     /* (max_u * L) */
-    float *dh;         /* (max_u * L * T) */
-    float *txt, *dtxt; /* (max_u * T) the pass's items' texts and their gradient */
-    float *pu, *dpu;   /* (max_u * D) their projections and the gradient */
+    int32_t *rows; /* (max_u * L) host: the token ids of a pass */
+    float *dh;     /* (max_u * L * T) backend */
+    float *dtxt;   /* (max_u, T) backend: the gradient of the pass's texts */
 } ctrain_gpt2rec__impl_t;
 
 static const ctrain_gpt2rec_spec_t *ctrain_gpt2rec__spec(const ctrain_model_t *m)
@@ -640,44 +660,28 @@ ctrain_lm_t *ctrain_gpt2rec_lm(ctrain_model_t *m)
     return im->lm;
 }
 
-/* v <- item_i + p (D floats); p NULL: item_i. */
-static void ctrain_gpt2rec__vector(const ctrain_model_t *m, int32_t i, const float *p, float *v)
-{
-    const int D = ctrain_gpt2rec__spec(m)->dim;
-    const float *it = m->params_mem + m->params[1].offset + (size_t)i * D;
-    for (int k = 0; k < D; k++)
-        v[k] = p ? it[k] + p[k] : it[k];
-}
-
-/* The gradient dv of item i's vector into item.weight, and into dp (D floats) unless NULL. */
-static void ctrain_gpt2rec__vector_bwd(ctrain_model_t *m, int32_t i, const float *dv, float *dp)
-{
-    const int D = ctrain_gpt2rec__spec(m)->dim;
-    float *git = m->grads_mem + m->params[1].offset + (size_t)i * D;
-    for (int k = 0; k < D; k++)
-        git[k] += dv[k];
-    if (dp)
-        for (int k = 0; k < D; k++)
-            dp[k] += dv[k];
-}
-
-static float ctrain_gpt2rec__dot(const float *a, const float *b, int n)
-{
-    float acc = 0.0f;
-    for (int k = 0; k < n; k++)
-        acc += a[k] * b[k];
-    return acc;
-}
-
-/* Dynamic mode: the LM on the texts of items[0..n) (n <= max_u) into out (n, T), the mean of
- * the final hidden states over each item's tokens; with dout, the backward pass from
- * d loss / d out (gradients added to the LM's; the forward runs again inside, as the LM's
- * backward starts from its own forward). */
-static int ctrain_gpt2rec__lm_pass(ctrain_model_t *m, const int32_t *items, int n, float *out,
-                                   const float *dout)
+/* The token counts of items[0..n) into ix's LEN section and its backend copy; returns the copy. */
+static const int32_t *ctrain_gpt2rec__lens(ctrain_model_t *m, const int32_t *items, int n)
 {
     const ctrain_gpt2rec_spec_t *s = ctrain_gpt2rec__spec(m);
     ctrain_gpt2rec__impl_t *im = m->impl;
+    const size_t off = CTRAIN_GPT2REC__IX_LEN(m->max_batch, im->max_u);
+    for (int k = 0; k < n; k++)
+        im->ix[off + k] = s->tok_len[items[k]];
+    m->ops->copy(m->ops, im->d_ix + off, im->ix + off, (size_t)n * sizeof(int32_t), CT_COPY_H2D);
+    return im->d_ix + off;
+}
+
+/* Dynamic mode: the LM on the texts of items[0..n) (host; n <= max_u, their token counts in
+ * d_len, backend) into out (n, T, backend), the mean of the final hidden states over each item's
+ * tokens; with dout, the backward pass from d loss / d out (gradients added to the LM's; the
+ * forward runs again inside, as the LM's backward starts from its own forward). */
+static int ctrain_gpt2rec__lm_pass(ctrain_model_t *m, const int32_t *items, const int32_t *d_len,
+                                   int n, float *out, const float *dout)
+{
+    const ctrain_gpt2rec_spec_t *s = ctrain_gpt2rec__spec(m);
+    ctrain_gpt2rec__impl_t *im = m->impl;
+    ct_ops_t *o = m->ops;
     const int L = s->text_len, T = s->text_dim;
     ctrain_lm_t *lm = ctrain_gpt2rec_lm(m);
     int Lc = 1;
@@ -689,34 +693,14 @@ static int ctrain_gpt2rec__lm_pass(ctrain_model_t *m, const int32_t *items, int 
     ctrain_lm_batch_t b = {.B = n, .L = Lc, .ids = im->rows};
     ct_errbuf_t eb;
     float unused = 0.0f;
-    int rc;
     if (dout) {
-        for (int k = 0; k < n; k++) {
-            const int len = s->tok_len[items[k]];
-            for (int j = 0; j < Lc; j++) {
-                float *d = im->dh + ((size_t)k * Lc + j) * T;
-                for (int c = 0; c < T; c++)
-                    d[c] = j < len ? dout[(size_t)k * T + c] / (float)len : 0.0f;
-            }
-        }
+        o->mean_pool_backward(o, im->dh, dout, d_len, n, Lc, T);
         return ctrain_lm_backward_hidden(lm, &b, im->dh, &eb);
     }
-    if ((rc = ctrain_lm_forward_backward(lm, &b, 1.0f, false, &unused, &eb)) != 0)
+    int rc = ctrain_lm_forward_backward(lm, &b, 1.0f, false, &unused, &eb);
+    if (rc != 0)
         return rc;
-    const float *h = ctrain_lm_hidden(lm);
-    for (int k = 0; k < n; k++) {
-        const int len = s->tok_len[items[k]];
-        float *o = out + (size_t)k * T;
-        for (int c = 0; c < T; c++)
-            o[c] = 0.0f;
-        for (int j = 0; j < len; j++) {
-            const float *x = h + ((size_t)k * Lc + j) * T;
-            for (int c = 0; c < T; c++)
-                o[c] += x[c];
-        }
-        for (int c = 0; c < T; c++)
-            o[c] /= (float)len;
-    }
+    o->mean_pool_forward(o, out, ctrain_lm_hidden(lm), d_len, n, Lc, T);
     return 0;
 }
 
@@ -727,82 +711,81 @@ static int ctrain_gpt2rec__forward_backward(ctrain_model_t *m, const ctrain_mode
     const ctrain_gpt2rec_spec_t *s = ctrain_gpt2rec__spec(m);
     ctrain_gpt2rec__impl_t *im = m->impl;
     ct_ops_t *o = m->ops;
-    const int D = s->dim, T = s->text_dim;
+    const int D = s->dim, T = s->text_dim, B = b->B, mb = m->max_batch;
     const bool dyn = im->lm != NULL;
     if (T > 0 && !dyn && !im->text)
         return -EINVAL;
-    for (int r = 0; r < b->B; r++)
+    if (B < 0 || B > mb)
+        return -EINVAL;
+    for (int r = 0; r < B; r++)
         if (b->seq[r] < 0 || b->seq[r] >= s->n_users || b->pos[r] < 0 || b->pos[r] >= s->n_items ||
             b->neg[r] < 0 || b->neg[r] >= s->n_items)
             return -EINVAL;
-    int n_u = 0, rc = 0;
+    int32_t *idx = im->ix + CTRAIN_GPT2REC__IX_IDX(mb),
+            *items = im->ix + CTRAIN_GPT2REC__IX_ITEMS(mb);
+    int32_t *users = im->ix + CTRAIN_GPT2REC__IX_USERS(mb),
+            *prow = im->ix + CTRAIN_GPT2REC__IX_PROJ(mb);
+    int32_t *uniq = im->ix + CTRAIN_GPT2REC__IX_UNIQ(mb);
+    int n_u = 0;
+    for (int r = 0; r < B; r++) {
+        const int32_t two[2] = {b->pos[r], b->neg[r]};
+        int32_t rows2[2] = {0, 0};
+        for (int k = 0; T > 0 && k < 2; k++) { /* the batch's distinct items, in first-seen order */
+            if (im->map[two[k]] < 0) {
+                im->map[two[k]] = n_u;
+                uniq[n_u++] = two[k];
+            }
+            rows2[k] = im->map[two[k]];
+        }
+        int32_t *x5 = idx + (size_t)r * CT_BPR_IDX;
+        x5[0] = b->seq[r], x5[1] = two[0], x5[2] = two[1], x5[3] = rows2[0], x5[4] = rows2[1];
+        items[2 * r] = two[0], items[2 * r + 1] = two[1];
+        prow[2 * r] = rows2[0], prow[2 * r + 1] = rows2[1];
+        users[r] = b->seq[r];
+    }
+    for (int k = 0; k < n_u; k++)
+        im->map[uniq[k]] = -1;
+    o->copy(o, im->d_ix, im->ix,
+            CTRAIN_GPT2REC__IX_UNIQ(mb) * sizeof(int32_t) + n_u * sizeof(int32_t), CT_COPY_H2D);
+    const int32_t *d_uniq = im->d_ix + CTRAIN_GPT2REC__IX_UNIQ(mb);
+    int rc = 0;
     const float *W = NULL, *bias = NULL;
     if (T > 0) {
         /* the batch's distinct items: their texts (the cache's, or the LM's now) projected */
-        for (int r = 0; r < b->B; r++) {
-            const int32_t two[2] = {b->pos[r], b->neg[r]};
-            for (int k = 0; k < 2; k++)
-                if (im->map[two[k]] < 0) {
-                    im->map[two[k]] = n_u;
-                    im->uniq[n_u++] = two[k];
-                }
-        }
+        const int32_t *d_len = dyn ? ctrain_gpt2rec__lens(m, uniq, n_u) : NULL;
         if (dyn) {
-            if ((rc = ctrain_gpt2rec__lm_pass(m, im->uniq, n_u, im->txt, NULL)) != 0)
-                goto out;
+            if ((rc = ctrain_gpt2rec__lm_pass(m, uniq, d_len, n_u, im->txt, NULL)) != 0)
+                return rc;
         } else {
-            for (int k = 0; k < n_u; k++)
-                memcpy(im->txt + (size_t)k * T, im->text + (size_t)im->uniq[k] * T,
-                       (size_t)T * sizeof *im->txt);
+            o->lm_embed_forward(o, im->txt, im->text, NULL, d_uniq, NULL, n_u, T);
         }
         W = m->params_mem + m->params[2].offset;
         bias = m->params_mem + m->params[3].offset;
         o->linear_forward(o, im->pu, im->txt, W, bias, n_u, T, D);
-        memset(im->dpu, 0, (size_t)n_u * D * sizeof *im->dpu);
+        o->zero(o, im->dpu, (size_t)n_u * D * sizeof *im->dpu);
     }
-    const float *U = m->params_mem + m->params[0].offset;
-    float *gU = m->grads_mem + m->params[0].offset;
-    float *vp = im->vec, *vn = im->vec + D, *du = im->vec + 2 * D, *dv = im->vec + 3 * D;
-    const float inv = 1.0f / count, l2 = 2.0f * s->l2 * inv;
-    double total = 0.0;
-    for (int r = 0; r < b->B; r++) {
-        const int32_t u = b->seq[r], p = b->pos[r], n = b->neg[r];
-        const float *pp = T > 0 ? im->pu + (size_t)im->map[p] * D : NULL;
-        const float *pn = T > 0 ? im->pu + (size_t)im->map[n] * D : NULL;
-        float *dpp = T > 0 ? im->dpu + (size_t)im->map[p] * D : NULL;
-        float *dpn = T > 0 ? im->dpu + (size_t)im->map[n] * D : NULL;
-        const float *eu = U + (size_t)u * D;
-        ctrain_gpt2rec__vector(m, p, pp, vp);
-        ctrain_gpt2rec__vector(m, n, pn, vn);
-        const float x = ctrain_gpt2rec__dot(eu, vp, D) - ctrain_gpt2rec__dot(eu, vn, D);
-        /* -log sigmoid(x) = softplus(-x), computed stably */
-        const float sp = x > 0 ? log1pf(expf(-x)) : -x + log1pf(expf(x));
-        total += sp;
-        const float g = -inv / (1.0f + expf(x)); /* d/dx softplus(-x) = -sigmoid(-x) */
-        for (int k = 0; k < D; k++)
-            du[k] = g * (vp[k] - vn[k]) + l2 * eu[k];
-        for (int k = 0; k < D; k++)
-            dv[k] = g * eu[k] + l2 * vp[k];
-        ctrain_gpt2rec__vector_bwd(m, p, dv, dpp);
-        for (int k = 0; k < D; k++)
-            dv[k] = -g * eu[k] + l2 * vn[k];
-        ctrain_gpt2rec__vector_bwd(m, n, dv, dpn);
-        float *gu = gU + (size_t)u * D;
-        for (int k = 0; k < D; k++)
-            gu[k] += du[k];
-    }
-    *loss = (float)(total / count);
+    const float *U = m->params_mem + m->params[0].offset, *I = m->params_mem + m->params[1].offset;
+    o->bpr_loss(o, im->loss, im->du, im->dvpn, U, I, T > 0 ? im->pu : NULL,
+                im->d_ix + CTRAIN_GPT2REC__IX_IDX(mb), B, D, count, s->l2);
+    /* the rows' gradients into the tables in row order, each row's positive before its negative:
+     * per element the sums the per-row loops made */
+    o->lm_embed_backward(o, m->grads_mem + m->params[1].offset, NULL, im->dvpn,
+                         im->d_ix + CTRAIN_GPT2REC__IX_ITEMS(mb), NULL, 2 * B, D, -1);
+    if (T > 0)
+        o->lm_embed_backward(o, im->dpu, NULL, im->dvpn, im->d_ix + CTRAIN_GPT2REC__IX_PROJ(mb),
+                             NULL, 2 * B, D, -1);
+    o->lm_embed_backward(o, m->grads_mem + m->params[0].offset, NULL, im->du,
+                         im->d_ix + CTRAIN_GPT2REC__IX_USERS(mb), NULL, B, D, -1);
+    o->copy(o, loss, im->loss, sizeof *loss, CT_COPY_D2H);
     if (T > 0) {
         if (dyn)
-            memset(im->dtxt, 0, (size_t)n_u * T * sizeof *im->dtxt);
+            o->zero(o, im->dtxt, (size_t)n_u * T * sizeof *im->dtxt);
         o->linear_backward(o, dyn ? im->dtxt : NULL, m->grads_mem + m->params[2].offset,
                            m->grads_mem + m->params[3].offset, im->dpu, im->txt, W, n_u, T, D);
         if (dyn)
-            rc = ctrain_gpt2rec__lm_pass(m, im->uniq, n_u, NULL, im->dtxt);
+            rc = ctrain_gpt2rec__lm_pass(m, uniq, ctrain_gpt2rec__lens(m, uniq, n_u), n_u, NULL,
+                                         im->dtxt);
     }
-out:
-    for (int k = 0; k < n_u; k++)
-        im->map[im->uniq[k]] = -1;
     return rc;
 }
 
@@ -825,21 +808,21 @@ static void ctrain_gpt2rec__destroy(ctrain_model_t *m)
     ctrain_gpt2rec__impl_t *im = m->impl;
     if (!im)
         return;
-    free(im->text);
-    free(im->vec);
+    ct_ops_t *o = m->ops;
+    o->sync(o);
     if (im->lm) {
-        m->ops->sync(m->ops);
-        m->ops->release(m->ops, im->lm->frozen_mem);
+        o->release(o, im->lm->frozen_mem);
         ctrain_lm_destroy(im->lm);
     }
+    float *fbufs[] = {im->text, im->vout, im->du,  im->dvpn, im->loss,
+                      im->txt,  im->pu,   im->dpu, im->dh,   im->dtxt};
+    for (size_t k = 0; k < sizeof fbufs / sizeof fbufs[0]; k++)
+        o->release(o, fbufs[k]);
+    o->release(o, im->d_ix);
+    free(im->ix);
+    free(im->user_host);
     free(im->map);
-    free(im->uniq);
     free(im->rows);
-    free(im->dh);
-    free(im->txt);
-    free(im->dtxt);
-    free(im->pu);
-    free(im->dpu);
     free(im);
     m->impl = NULL;
 }
@@ -855,13 +838,14 @@ int ctrain_gpt2rec_set_text(ctrain_model_t *m, const float *text)
 {
     const ctrain_gpt2rec_spec_t *s = ctrain_gpt2rec__spec(m);
     ctrain_gpt2rec__impl_t *im = m->impl;
+    ct_ops_t *o = m->ops;
     if (s->text_dim == 0 || im->lm)
         return -EINVAL;
-    const size_t n = (size_t)s->n_items * (size_t)s->text_dim;
-    if (!im->text && !(im->text = malloc(n * sizeof *im->text)))
+    const size_t n = (size_t)s->n_items * (size_t)s->text_dim * sizeof(float);
+    if (!im->text && o->alloc(o, (void **)&im->text, n) != 0)
         return -ENOMEM;
-    memcpy(im->text, text, n * sizeof *text);
-    return 0;
+    o->copy(o, im->text, text, n, CT_COPY_H2D);
+    return o->sync(o);
 }
 
 int ctrain_gpt2rec_item_vectors(ctrain_model_t *m, float *out)
@@ -870,35 +854,51 @@ int ctrain_gpt2rec_item_vectors(ctrain_model_t *m, float *out)
     ctrain_gpt2rec__impl_t *im = m->impl;
     ct_ops_t *o = m->ops;
     const int T = s->text_dim, D = s->dim;
+    const float *item = m->params_mem + m->params[1].offset;
     if (im->lm) {
-        if (!im->text && !(im->text = malloc((size_t)s->n_items * T * sizeof *im->text)))
+        if (!im->text &&
+            o->alloc(o, (void **)&im->text, (size_t)s->n_items * T * sizeof(float)) != 0)
             return -ENOMEM;
+        int32_t *uniq = im->ix + CTRAIN_GPT2REC__IX_UNIQ(m->max_batch);
         for (int32_t i0 = 0; i0 < s->n_items; i0 += im->max_u) {
             const int n = s->n_items - i0 < im->max_u ? s->n_items - i0 : im->max_u;
             for (int k = 0; k < n; k++)
-                im->uniq[k] = i0 + k;
-            int rc = ctrain_gpt2rec__lm_pass(m, im->uniq, n, im->text + (size_t)i0 * T, NULL);
+                uniq[k] = i0 + k;
+            int rc = ctrain_gpt2rec__lm_pass(m, uniq, ctrain_gpt2rec__lens(m, uniq, n), n,
+                                             im->text + (size_t)i0 * T, NULL);
             if (rc != 0)
                 return rc;
         }
     }
+    const size_t nbytes = (size_t)s->n_items * D * sizeof(float);
     if (T == 0) {
-        memcpy(out, m->params_mem + m->params[1].offset, (size_t)s->n_items * D * sizeof *out);
-        return 0;
+        o->copy(o, out, item, nbytes, CT_COPY_D2H);
+        return o->sync(o);
     }
     if (!im->text)
         return -EINVAL;
-    o->linear_forward(o, out, im->text, m->params_mem + m->params[2].offset,
+    if (!im->vout && o->alloc(o, (void **)&im->vout, nbytes) != 0)
+        return -ENOMEM;
+    o->linear_forward(o, im->vout, im->text, m->params_mem + m->params[2].offset,
                       m->params_mem + m->params[3].offset, s->n_items, T, D);
-    const float *it = m->params_mem + m->params[1].offset;
-    for (size_t j = 0; j < (size_t)s->n_items * D; j++)
-        out[j] = it[j] + out[j];
+    o->residual_forward(o, im->vout, item, im->vout, (int64_t)s->n_items * D);
+    o->copy(o, out, im->vout, nbytes, CT_COPY_D2H);
     return o->sync(o);
 }
 
 const float *ctrain_gpt2rec_user_table(ctrain_model_t *m)
 {
-    return m->params_mem + m->params[0].offset;
+    const ctrain_gpt2rec_spec_t *s = ctrain_gpt2rec__spec(m);
+    ctrain_gpt2rec__impl_t *im = m->impl;
+    ct_ops_t *o = m->ops;
+    const float *users = m->params_mem + m->params[0].offset;
+    if (o->host_memory)
+        return users;
+    const size_t nbytes = (size_t)s->n_users * s->dim * sizeof(float);
+    if (!im->user_host && !(im->user_host = malloc(nbytes)))
+        return NULL;
+    o->copy(o, im->user_host, users, nbytes, CT_COPY_D2H);
+    return o->sync(o) == 0 ? im->user_host : NULL;
 }
 
 int ctrain_gpt2rec_init(ctrain_model_t *m, uint64_t seed)
@@ -906,9 +906,11 @@ int ctrain_gpt2rec_init(ctrain_model_t *m, uint64_t seed)
     int rc = ctrain_model_init_params(m, seed); /* proj's U(+-1/sqrt(T)), Adam zeroed */
     if (rc != 0)
         return rc;
+    ct_ops_t *o = m->ops;
+    float *host = o->host_memory ? m->params_mem : m->host_mirror;
     for (int t = 0; t < 2; t++) {
         const ctrain_param_t *p = &m->params[t];
-        float *w = m->params_mem + p->offset;
+        float *w = host + p->offset;
         ct_rng_t r;
         ct_rng_init(&r, seed, CT_RNG_STREAM(CTRAIN_GPT2REC__PURPOSE_INIT, (uint64_t)t), 0);
         for (size_t j = 0; j < p->numel; j += 2) { /* Box-Muller, two normals per pair */
@@ -919,8 +921,10 @@ int ctrain_gpt2rec_init(ctrain_model_t *m, uint64_t seed)
             if (j + 1 < p->numel)
                 w[j + 1] = (float)(0.1 * rad * sin(2.0 * M_PI * u2));
         }
+        if (!o->host_memory)
+            o->copy(o, m->params_mem + p->offset, w, p->numel * sizeof(float), CT_COPY_H2D);
     }
-    return 0;
+    return o->sync(o);
 }
 
 /* Dynamic mode: the LM's tensors after the recommender's, its scratch. */
@@ -964,16 +968,16 @@ static int ctrain_gpt2rec__build_lm(ctrain_model_t *m, ctrain_gpt2rec__impl_t *i
         lm->offset[i] = p->offset;
     }
     m->lr2_ratio = s->lm_lr_ratio;
+    ct_ops_t *o = m->ops;
     if (im->frozen_floats > 0) {
-        if (m->ops->alloc(m->ops, (void **)&lm->frozen_mem, im->frozen_floats * sizeof(float)) != 0)
+        if (o->alloc(o, (void **)&lm->frozen_mem, im->frozen_floats * sizeof(float)) != 0)
             return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
-        m->ops->zero(m->ops, lm->frozen_mem, im->frozen_floats * sizeof(float));
+        o->zero(o, lm->frozen_mem, im->frozen_floats * sizeof(float));
     }
     const size_t u = (size_t)im->max_u;
     im->rows = malloc(u * L * sizeof *im->rows);
-    im->dh = malloc(u * L * T * sizeof *im->dh);
-    im->dtxt = malloc(u * T * sizeof *im->dtxt);
-    if (!im->rows || !im->dh || !im->dtxt)
+    if (!im->rows || o->alloc(o, (void **)&im->dh, u * L * T * sizeof(float)) != 0 ||
+        o->alloc(o, (void **)&im->dtxt, u * T * sizeof(float)) != 0)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
     return 0;
 }
@@ -986,9 +990,9 @@ static int ctrain_gpt2rec__build(ctrain_model_t *m, ct_errbuf_t *eb)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
     m->impl = im;
     m->vt = &ctrain_gpt2rec__vt;
-    im->vec = malloc(4 * (size_t)s->dim * sizeof *im->vec);
+    ct_ops_t *o = m->ops;
     int64_t us[3] = {s->n_users, s->dim, 0}, is[3] = {s->n_items, s->dim, 0};
-    if (!im->vec || !ctrain_model__param_add(m, "user.weight", 2, us, CTRAIN_INIT_ZEROS) ||
+    if (!ctrain_model__param_add(m, "user.weight", 2, us, CTRAIN_INIT_ZEROS) ||
         !ctrain_model__param_add(m, "item.weight", 2, is, CTRAIN_INIT_ZEROS))
         return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
     if (s->text_dim > 0) {
@@ -1002,17 +1006,22 @@ static int ctrain_gpt2rec__build(ctrain_model_t *m, ct_errbuf_t *eb)
         if (!b)
             return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
         b->fan_in = s->text_dim;
+        im->max_u = 2 * m->max_batch < s->n_items ? 2 * m->max_batch : s->n_items;
     }
+    const size_t mb = (size_t)m->max_batch, u = (size_t)im->max_u, D = (size_t)s->dim;
+    const size_t nix = CTRAIN_GPT2REC__IX_SIZE(mb, u);
+    im->ix = calloc(nix, sizeof *im->ix);
+    if (!im->ix || o->alloc(o, (void **)&im->d_ix, nix * sizeof(int32_t)) != 0 ||
+        o->alloc(o, (void **)&im->du, mb * D * sizeof(float)) != 0 ||
+        o->alloc(o, (void **)&im->dvpn, 2 * mb * D * sizeof(float)) != 0 ||
+        o->alloc(o, (void **)&im->loss, sizeof(float)) != 0)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
     if (s->text_dim == 0)
         return 0;
-    im->max_u = 2 * m->max_batch < s->n_items ? 2 * m->max_batch : s->n_items;
-    const size_t u = (size_t)im->max_u;
     im->map = malloc((size_t)s->n_items * sizeof *im->map);
-    im->uniq = malloc(u * sizeof *im->uniq);
-    im->txt = malloc(u * s->text_dim * sizeof *im->txt);
-    im->pu = malloc(u * s->dim * sizeof *im->pu);
-    im->dpu = malloc(u * s->dim * sizeof *im->dpu);
-    if (!im->map || !im->uniq || !im->txt || !im->pu || !im->dpu)
+    if (!im->map || o->alloc(o, (void **)&im->txt, u * s->text_dim * sizeof(float)) != 0 ||
+        o->alloc(o, (void **)&im->pu, u * D * sizeof(float)) != 0 ||
+        o->alloc(o, (void **)&im->dpu, u * D * sizeof(float)) != 0)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
     for (int32_t i = 0; i < s->n_items; i++)
         im->map[i] = -1;
@@ -1022,12 +1031,7 @@ static int ctrain_gpt2rec__build(ctrain_model_t *m, ct_errbuf_t *eb)
 static int ctrain_gpt2rec__check_backend(const ctrain_model_cfg_t *mc, const ct_ops_t *ops,
                                          ct_errbuf_t *eb)
 {
-    (void)mc;
-    if (!ops->host_memory)
-        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
-                             "--model gpt2rec runs on the CPU backend only (this run's is %s; use "
-                             "--device cpu)",
-                             ops->name);
+    (void)mc, (void)ops, (void)eb; /* every pass runs on the op table */
     return 0;
 }
 
@@ -1053,6 +1057,7 @@ const ctrain_family_t ctrain_gpt2rec_family = {
     .layouts = 1u << CTRAIN_LAYOUT_PRE_LN,
     .maxlen = 1,
     .num_epochs = 20,
+    .eval_every = 1, /* the reference evaluates after every epoch */
     .l2_emb = 1e-4,
     .has_time_span = false,
     .build = ctrain_gpt2rec__build,
@@ -1062,5 +1067,4 @@ const ctrain_family_t ctrain_gpt2rec_family = {
     .own_weights = false,
     .batch_size = 2048,
     .adam_beta2 = 0.999,
-    .cpu_only = true,
 };

@@ -105,7 +105,8 @@ int ctrain_gpt2rec_set_text(ctrain_model_t *m, const float *text);
  * the LM embeds every item's text first). */
 int ctrain_gpt2rec_item_vectors(ctrain_model_t *m, float *out);
 
-/* The user table (n_users, D), host memory (valid until the next step). */
+/* The user table (n_users, D), host memory (valid until the next step; a copy off a device,
+ * NULL when that copy failed). */
 const float *ctrain_gpt2rec_user_table(ctrain_model_t *m);
 
 /* Initialises user.weight and item.weight N(0, 0.1^2) (the reference's nn.init.normal_) and

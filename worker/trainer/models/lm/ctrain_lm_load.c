@@ -11,31 +11,45 @@
 #include "ctrain_lm.h"
 #include "ctrain_lm_hf.h"
 
+/* A view's element count. */
+static size_t ctrain_lm_load__numel(const ct_tensor_view_t *v)
+{
+    return (size_t)v->shape[0] * (size_t)(v->ndim == 2 ? v->shape[1] : 1);
+}
+
 int ctrain_lm_load(ctrain_lm_t *m, const char *dir, ct_errbuf_t *eb)
 {
     ct_ops_t *o = m->ops;
+    ct_tensor_view_t *v = calloc((size_t)m->n_tensors, sizeof *v);
+    if (!v)
+        return -ENOMEM;
+    ctrain_lm_views(m, false, v);
     float *host = NULL;
     if (!o->host_memory) {
-        host = malloc(m->num_params * sizeof *host);
-        if (!host)
-            return -ENOMEM;
-    }
-    ct_tensor_view_t *v = calloc((size_t)m->n_tensors, sizeof *v);
-    if (!v) {
-        free(host);
-        return -ENOMEM;
-    }
-    ctrain_lm_views(m, false, v);
-    if (host)
+        /* every tensor into its own range of one host buffer (a frozen tensor kept apart lives
+         * in frozen_mem, so the backend offsets do not describe one buffer), then up */
+        size_t total = 0;
         for (int i = 0; i < m->n_tensors; i++)
-            v[i].data = host + m->offset[i];
+            total += ctrain_lm_load__numel(&v[i]);
+        if (!(host = malloc(total * sizeof *host))) {
+            free(v);
+            return -ENOMEM;
+        }
+        size_t off = 0;
+        for (int i = 0; i < m->n_tensors; i++) {
+            v[i].data = host + off;
+            off += ctrain_lm_load__numel(&v[i]);
+        }
+    }
     ctrain_lm_hf_t *h = NULL;
     int rc = ctrain_lm_hf_open(&h, dir, eb);
     if (rc == 0)
         rc = ctrain_lm_hf_read(h, v, (size_t)m->n_tensors, m->cfg.prefix, eb);
     ctrain_lm_hf_close(h);
     if (rc == 0 && host) {
-        o->copy(o, m->params_mem, host, m->num_params * sizeof *host, CT_COPY_H2D);
+        for (int i = 0; i < m->n_tensors; i++)
+            o->copy(o, ctrain_lm_tensor(m, i), v[i].data,
+                    ctrain_lm_load__numel(&v[i]) * sizeof(float), CT_COPY_H2D);
         rc = o->sync(o);
     }
     free(v);

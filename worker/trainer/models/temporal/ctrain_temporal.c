@@ -737,6 +737,7 @@ const ctrain_family_t ctrain_temporal_family = {
     .layouts = 1u << CTRAIN_LAYOUT_PRE_LN,
     .maxlen = 0,     /* the curve's patches */
     .num_epochs = 3,  /* the reference's training.reconstruct_epochs */
+    .eval_every = 1,  /* the reference evaluates after every epoch */
     .batch_size = 16, /* curves per step over all ranks: the reference's data.batch_size */
     .l2_emb = 0.0,
     .has_time_span = false,
