@@ -3,8 +3,8 @@
  * function pointers whose entries have the signatures of ct_kernels.h with the table itself as
  * the first argument, plus the few memory operations a model needs (allocate, zero, copy,
  * synchronise). The models (worker/trainer/models/sasrec/ctrain_sasrec.c: SASRec, TiSASRec, mHC;
- * models/lm/ctrain_lm.c: GPT-2, Qwen2) are written once against this table; a backend fills it
- * in:
+ * models/lm/ctrain_lm.c: GPT-2, Qwen2; models/gpt2rec/, models/temporal/: the GPT-2 recommender
+ * and the temporal encoder) are written once against this table; a backend fills it in:
  *   - CPU (kernels/cpu/ops.c, ct_ops_cpu_init): each entry calls the ct_*_cpu function; memory
  *     is host memory (host_memory = true), copies are memcpy, nothing can fail.
  *   - CUDA (kernels/cuda/ops.cu, ct_ops_cuda_init): each entry calls the ct_*_cuda twin of
