@@ -87,10 +87,9 @@ typedef struct ctrain_temporal_task__state {
     /* --stage align */
     ctrain_lm_cfg_t lmcfg;
     ctrain_lm_t *lm;
-    int32_t *text, *text_len, *prompt, *tgt;
+    int32_t *text, *text_len, *prompt;
     int n_prompt, L; /* L: the longest row, K + prompt + max_text_tokens */
-    float *embeds, *dembeds;
-    int32_t *etext; /* evaluation rows' descriptions, (micro) */
+    int32_t *etext;  /* evaluation rows' descriptions, (micro) */
     /* without --lm_dir: the training descriptions' ids for the tiny LM's pretraining */
     int32_t *pre_ids;
     int64_t *pre_off; /* (n_train + 1) */
@@ -628,7 +627,10 @@ static int ctrain_temporal_task__word_lm(ctrain_trainer_t *t, ct_errbuf_t *eb)
                s->lmcfg.vocab, s->lmcfg.hidden, s->lmcfg.layers, s->lmcfg.heads, s->lmcfg.kv_heads,
                s->lmcfg.inner, (long long)P, (unsigned long long)c->lm_seed, c->lm_pretrain_steps);
         fflush(stdout);
-        rc0 = ctrain_temporal_wordlm_pretrain(&s->lmcfg, &t->ops, c->lm_seed, c->lm_pretrain_steps,
+        /* on the CPU table whatever the run's backend: the same LM on either */
+        ct_ops_t cpu;
+        ct_ops_cpu_init(&cpu);
+        rc0 = ctrain_temporal_wordlm_pretrain(&s->lmcfg, &cpu, c->lm_seed, c->lm_pretrain_steps,
                                               &tx, ctrain_temporal_task__pretrain_log, NULL, w, eb);
     }
     if (t->env->world_size > 1) {
@@ -650,7 +652,7 @@ static int ctrain_temporal_task__word_lm(ctrain_trainer_t *t, ct_errbuf_t *eb)
     return rc;
 }
 
-/* The frozen LM (weights only: no gradient buffer) and the rows' scratch. */
+/* The frozen LM (weights only: no gradient buffer); the model builds its rows. */
 static int ctrain_temporal_task__open_lm(ctrain_trainer_t *t, ct_errbuf_t *eb)
 {
     const ctrain_cfg_t *c = t->cfg;
@@ -666,16 +668,7 @@ static int ctrain_temporal_task__open_lm(ctrain_trainer_t *t, ct_errbuf_t *eb)
                                          eb)) != 0) {
         return ct_errbuf_wrap(eb, rc, "--lm_dir");
     }
-    const size_t cells = (size_t)t->micro * (size_t)s->L;
-    s->tgt = malloc(cells * sizeof *s->tgt);
-    s->embeds = malloc(cells * (size_t)s->lmcfg.hidden * sizeof *s->embeds);
-    s->dembeds = malloc(cells * (size_t)s->lmcfg.hidden * sizeof *s->dembeds);
-    if (!s->tgt || !s->embeds || !s->dembeds)
-        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the LM's inputs");
     s->spec.lm = s->lm;
-    s->spec.tgt = s->tgt;
-    s->spec.embeds = s->embeds;
-    s->spec.dembeds = s->dembeds;
     return 0;
 }
 
@@ -701,7 +694,8 @@ static int ctrain_temporal_task__load(ctrain_trainer_t *t, const char *path, ct_
     ctrain_model_t *m1 = NULL;
     if ((rc = ctrain_model_create(&m1, &mc, &t->ops, 1, eb)) == 0 &&
         (rc = ctrain_model_load_params(m1, path, eb)) == 0)
-        memcpy(t->model->params_mem, m1->params_mem, m1->num_params * sizeof(float));
+        t->ops.copy(&t->ops, t->model->params_mem, m1->params_mem, m1->num_params * sizeof(float),
+                    CT_COPY_D2D);
     ctrain_model_destroy(m1);
     return rc;
 }
@@ -842,9 +836,6 @@ static void ctrain_temporal_task__teardown(ctrain_trainer_t *t)
     free(s->text);
     free(s->text_len);
     free(s->prompt);
-    free(s->tgt);
-    free(s->embeds);
-    free(s->dembeds);
     free(s->pre_ids);
     free(s->pre_off);
     free(s);
