@@ -838,7 +838,7 @@ static const struct ctrain_cfg__ykey {
     {"training", "weight_decay", CT__Y_NUM, "weight_decay"},
     {"training", "warmup_steps", CT__Y_INT, "warmup_steps"},
     {"training", "gradient_accumulation_steps", CT__Y_INT, "grad_accum"},
-    {"training", "fp16", CT__Y_BOOL, NULL}, /* mixed precision on GPUs; the CPU runs float32 */
+    {"training", "fp16", CT__Y_BOOL, NULL}, /* yaml_fp16: --use_amp on a GPU, float32 on the CPU */
     {"training", "gradient_clip", CT__Y_NUM, "grad_clip"},
     {"training", "seed", CT__Y_INT, "seed"},
     {"training", "log_interval", CT__Y_INT, "log_interval"},
@@ -883,6 +883,8 @@ static int ctrain_cfg__yleaf(void *ctx, const char *sec, const char *key, const 
                              : kind == CTRAIN_YAML_NULL ? "null"
                                                         : "a list or mapping",
                              tname[y->type]);
+    if (y->type == CT__Y_BOOL && strcmp(sec, "training") == 0 && strcmp(key, "fp16") == 0)
+        c->yaml_fp16 = bv;
     if (y->type == CT__Y_INT && kind != CTRAIN_YAML_NULL && strcmp(sec, "training") == 0) {
         if (strcmp(key, "num_epochs") == 0)
             c->yaml_epochs = iv;

@@ -513,6 +513,13 @@ static void test_temporal_flags(void)
     const char *other[] = {"--config", yml, "--no_time", "--no_mhc"};
     CT_ASSERT_ERR(parse(&c, &eb, other, 4), CT_EPARSE);
     CT_ASSERT_STR_CONTAINS(eb.msg, "--config: only --model temporal takes it");
+    /* training.fp16: bf16 autocast where a GPU trains (ctrain_train_backend), float32 else */
+    CT_ASSERT(!c.yaml_fp16);
+    char fp16_yml[64];
+    write_temp(fp16_yml, sizeof fp16_yml, "training:\n  fp16: true\n");
+    const char *fp16[] = {"--model", "temporal", "--dataset", dir, "--config", fp16_yml};
+    CT_ASSERT_OK(parse(&c, &eb, fp16, 6));
+    CT_ASSERT(c.yaml_fp16 && !c.use_amp);
     /* without --dataset: generated at start, data.num_samples / seq_len / seed or the flags */
     const char *fly[] = {"--model", "temporal"};
     CT_ASSERT_OK(parse(&c, &eb, fly, 2));
