@@ -6,22 +6,20 @@ pretrain_lm, standing in for a real pretrained LM), then `ctrain --stage align` 
 epochs; prints the summary's val_loss beside shuffled_val_loss.
 
     temporal_align_accuracy.py CTRAIN DIR [EPOCHS]
+    temporal_align_accuracy.py CTRAIN DIR [EPOCHS] --word
 
-Needs the PyTorch 2.x interpreter with transformers and tokenizers.
+Needs the PyTorch 2.x interpreter with transformers and tokenizers. With --word nothing is
+prepared in Python: ctrain generates the same 1024 curves of seed 0 at start and builds the
+reference's tiny random LM itself (no --lm_dir: the word-level tokenizer and a Qwen2 of the
+same sizes, pretrained 300 steps by ctrain), which any Python 3 runs.
 """
 import json
 import os
 import subprocess
 import sys
 
-import torch
-import transformers
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "pytorch"))
-import temporal_curves  # noqa: E402
-import temporal_encoder_ddp as ref  # noqa: E402
 
 PAT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"""
        r"""[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
@@ -39,9 +37,43 @@ class Tok:
         return [e.ids for e in self.t.encode_batch(list(texts), add_special_tokens=False)]
 
 
+ENCODER = ["--patch_len", "8", "--hidden_units", "32", "--num_blocks", "2", "--num_heads", "2",
+           "--ff_dim", "64", "--num_soft_tokens", str(K), "--batch_size", "32", "--lr", "2e-3",
+           "--warmup_steps", "20", "--resume", "never"]
+
+
+def report(cmd, run):
+    print(" ".join(cmd))
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    sys.stdout.write(p.stdout[-3000:])
+    sys.stderr.write(p.stderr[-2000:])
+    with open(os.path.join(run, "summary.json")) as f:
+        s = json.load(f)
+    print("val_loss %.4f shuffled_val_loss %.4f" % (s["val_loss"], s["shuffled_val_loss"]))
+
+
+def word(ctrain, d, epochs):
+    """ctrain's own tiny random LM (no --lm_dir) on the curves it generates."""
+    run = os.path.join(d, "run_word")
+    report([ctrain, "--model", "temporal", "--stage", "align", "--num_samples", str(N),
+            "--seq_len", str(S), "--data_seed", "0", "--train_dir", run, "--num_epochs", epochs,
+            "--lm_hidden_size", "64", "--lm_num_layers", "2", "--lm_num_heads", "4",
+            "--lm_num_kv_heads", "2", "--lm_intermediate_size", "128", "--lm_seed", "1234",
+            "--lm_pretrain_steps", "300"] + ENCODER, run)
+
+
 def main():
-    ctrain, d = sys.argv[1:3]
-    epochs = sys.argv[3] if len(sys.argv) > 3 else "10"
+    args = [a for a in sys.argv[1:] if a != "--word"]
+    ctrain, d = args[:2]
+    epochs = args[2] if len(args) > 2 else "10"
+    if "--word" in sys.argv[1:]:
+        return word(ctrain, d, epochs)
+    import torch
+    import transformers
+    from tokenizers import (Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                            trainers)
+    import temporal_curves
+    import temporal_encoder_ddp as ref
     cache, lm_dir = os.path.join(d, "cache"), os.path.join(d, "lm")
     temporal_curves.write_cache(cache, 0, N, S, log=None)
     _, texts, _ = temporal_curves.read_cache(cache)
@@ -66,18 +98,8 @@ def main():
     lm.save_pretrained(lm_dir)
     t.save(os.path.join(lm_dir, "tokenizer.json"))
     run = os.path.join(d, "run")
-    cmd = [ctrain, "--model", "temporal", "--stage", "align", "--dataset", cache, "--lm_dir",
-           lm_dir, "--train_dir", run, "--patch_len", "8", "--hidden_units", "32",
-           "--num_blocks", "2", "--num_heads", "2", "--ff_dim", "64", "--num_soft_tokens", str(K),
-           "--batch_size", "32", "--num_epochs", epochs, "--lr", "2e-3", "--warmup_steps", "20",
-           "--resume", "never"]
-    print(" ".join(cmd))
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    sys.stdout.write(p.stdout[-3000:])
-    sys.stderr.write(p.stderr[-2000:])
-    with open(os.path.join(run, "summary.json")) as f:
-        s = json.load(f)
-    print("val_loss %.4f shuffled_val_loss %.4f" % (s["val_loss"], s["shuffled_val_loss"]))
+    report([ctrain, "--model", "temporal", "--stage", "align", "--dataset", cache, "--lm_dir",
+            lm_dir, "--train_dir", run, "--num_epochs", epochs] + ENCODER, run)
 
 
 if __name__ == "__main__":

@@ -605,6 +605,9 @@ void ct_rank_all_cpu(int32_t *ranks, const float *scores, const int32_t *targets
  *   out: (B,L,C)   att: (B,NH,L,L)   scratch: (L*C/NH)   qkv: (B,L,3C) */
 void ct_enc_attention_forward_cpu(float *out, float *att, float *scratch, const float *qkv, int B,
                                   int L, int C, int NH, ct_dropout_t drop);
+#define CT_ENC_ATTENTION_FWD_SCRATCH(L, C, NH) ((size_t)(L) * (size_t)((C) / (NH)))
+#define CT_ENC_ATTENTION_BWD_SCRATCH(L, C, NH) \
+    (2 * (size_t)(L) + (size_t)(L) * (size_t)((C) / (NH)))
 /*   dqkv: (B,L,3C) +=   scratch: (2L + L*C/NH)   dout: (B,L,C)   att, qkv: the forward's */
 void ct_enc_attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *att,
                                    const float *qkv, int B, int L, int C, int NH,
@@ -624,6 +627,18 @@ void ct_mask_token_backward_cpu(float *dinp, float *dtoken, const float *dout, c
  *   loss: (1)   dpred: (N,P) or NULL   pred, target: (N,P)   mask: (N) */
 void ct_masked_mse_cpu(float *loss, float *dpred, const float *pred, const float *target,
                        const int32_t *mask, int N, int P, float count);
+
+/* The projector's attention (the temporal encoder's stage 2): K learned queries, the same for
+ * every sequence, attend to the L keys of each sequence (no mask, no dropout):
+ *   att[b,h,t,j] = softmax_j(q_t . k_bj / sqrt(C/NH)),   out_bt = sum_j att[b,h,t,j] v_bj
+ * per head on its C/NH columns. L <= 4096.
+ *   out: (B,K,C)   att: (B,NH,K,L)   q: (K,C)   k, v: (B,L,C) */
+void ct_query_attention_forward_cpu(float *out, float *att, const float *q, const float *k,
+                                    const float *v, int B, int K, int L, int C, int NH);
+/*   dq: (K,C) +=   dk, dv: (B,L,C) +=   dout: (B,K,C)   att, q, k, v: the forward's */
+void ct_query_attention_backward_cpu(float *dq, float *dk, float *dv, const float *dout,
+                                     const float *att, const float *q, const float *k,
+                                     const float *v, int B, int K, int L, int C, int NH);
 
 #ifdef __cplusplus
 }

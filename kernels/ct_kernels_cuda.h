@@ -312,6 +312,47 @@ int ct_bce_loss_cuda(float *loss, float *dpos, float *dneg, double *scratch,
                      const float *pos_logits, const float *neg_logits, const int32_t *pos, int N,
                      float count, ct_stream_t stream);
 
+/* The temporal encoder's ops (kernels/cpu/encoder.c's twins, encoder.cu).
+ * Bidirectional attention with dropout on the probabilities (ct_enc_attention_*_cpu's
+ * arguments but the scratch): one warp per query row; the scores, the weighted sums and every
+ * gradient accumulate in the CPU's order with its rounding, the softmax's max and sum and the
+ * backward's row dot are warp sums (another order: within float rounding), expf is the device's.
+ * The dropout factors are the CPU's draws (element ((b*NH + h)*L + i)*L + j of drop's stream).
+ * L <= CT_ENC_ATTENTION_CUDA_MAX_L.
+ *   backward scratch: CT_ENC_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) floats */
+#define CT_ENC_ATTENTION_CUDA_MAX_L 2048
+#define CT_ENC_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) \
+    (2 * (size_t)(B) * (size_t)(NH) * (size_t)(L) * (size_t)(L))
+int ct_enc_attention_forward_cuda(float *out, float *att, const float *qkv, int B, int L, int C,
+                                  int NH, ct_dropout_t drop, ct_stream_t stream);
+int ct_enc_attention_backward_cuda(float *dqkv, float *scratch, const float *dout, const float *att,
+                                   const float *qkv, int B, int L, int C, int NH, ct_dropout_t drop,
+                                   ct_stream_t stream);
+/* The mask token: the CPU's bits (dtoken adds the masked rows in row order per channel). */
+int ct_mask_token_forward_cuda(float *out, const float *inp, const float *token,
+                               const int32_t *mask, int N, int C, ct_stream_t stream);
+int ct_mask_token_backward_cuda(float *dinp, float *dtoken, const float *dout, const int32_t *mask,
+                                int N, int C, ct_stream_t stream);
+/* The masked squared error: dpred the CPU's bits; loss (1) on the device, each row's sum in
+ * double in the CPU's order, the rows' sums added in a fixed order (another than the CPU's).
+ *   scratch: N doubles */
+int ct_masked_mse_cuda(float *loss, float *dpred, double *scratch, const float *pred,
+                       const float *target, const int32_t *mask, int N, int P, float count,
+                       ct_stream_t stream);
+/* The projector's attention (ct_query_attention_*_cpu's arguments): one warp per (sequence,
+ * head, query) for the forward and for the scores' gradients, which go to scratch; dk and dv
+ * one warp per key row, dq one warp per (head, query) over the sequences: every gradient in the
+ * CPU's order, only the softmax's max and sum and the row dot are warp sums. L <= 4096.
+ *   backward scratch: CT_QUERY_ATTENTION_BWD_CUDA_SCRATCH(B, K, L, NH) floats */
+#define CT_QUERY_ATTENTION_BWD_CUDA_SCRATCH(B, K, L, NH) \
+    ((size_t)(B) * (size_t)(NH) * (size_t)(K) * (size_t)(L))
+int ct_query_attention_forward_cuda(float *out, float *att, const float *q, const float *k,
+                                    const float *v, int B, int K, int L, int C, int NH,
+                                    ct_stream_t stream);
+int ct_query_attention_backward_cuda(float *dq, float *dk, float *dv, float *scratch,
+                                     const float *dout, const float *att, const float *q,
+                                     const float *k, const float *v, int B, int K, int L, int C,
+                                     int NH, ct_stream_t stream);
 /* The GPT-2 recommender's BPR (ct_bpr_loss_cpu's arguments): one warp per interaction, the
  * rows' softplus summed in double in a fixed order. loss: (1) written on the device.
  *   scratch: B doubles */

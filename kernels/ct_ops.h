@@ -3,8 +3,8 @@
  * function pointers whose entries have the signatures of ct_kernels.h with the table itself as
  * the first argument, plus the few memory operations a model needs (allocate, zero, copy,
  * synchronise). The models (worker/trainer/models/sasrec/ctrain_sasrec.c: SASRec, TiSASRec, mHC;
- * models/lm/ctrain_lm.c: GPT-2, Qwen2) are written once against this table; a backend fills it
- * in:
+ * models/lm/ctrain_lm.c: GPT-2, Qwen2; models/gpt2rec/, models/temporal/: the GPT-2 recommender
+ * and the temporal encoder) are written once against this table; a backend fills it in:
  *   - CPU (kernels/cpu/ops.c, ct_ops_cpu_init): each entry calls the ct_*_cpu function; memory
  *     is host memory (host_memory = true), copies are memcpy, nothing can fail.
  *   - CUDA (kernels/cuda/ops.cu, ct_ops_cuda_init): each entry calls the ct_*_cuda twin of
@@ -72,6 +72,7 @@ typedef struct ct_ops_limits {
     int attention_max_l, attention_max_hs; /* attention_forward: L, C / NH */
     int tisas_max_l, tisas_max_hs;         /* tisas_attention_forward: L, C / NH */
     int layernorm_max_c;                   /* layernorm_forward: C */
+    int enc_attention_max_l;               /* enc_attention_forward: L */
 } ct_ops_limits_t;
 
 struct ct_ops {
@@ -152,6 +153,7 @@ struct ct_ops {
                         int64_t n, double lr, double beta1, double beta2, double eps,
                         float grad_scale, int64_t step);
     void (*sumsq)(ct_ops_t *o, float *out, const float *x, int64_t n);
+    void (*scale)(ct_ops_t *o, float *x, float s, int64_t n); /* x *= s (AdamW's decay) */
     void (*score_candidates)(ct_ops_t *o, float *scores, const float *feats, const float *wte,
                              const int32_t *cand, int U, int K, int C, int ldf);
     void (*score_all)(ct_ops_t *o, float *scores, const float *feats, const float *wte, int U,
@@ -254,6 +256,29 @@ struct ct_ops {
     void (*conv1d_backward)(ct_ops_t *o, float *dinp, float *dweight, float *dbias,
                             const float *dout, const float *inp, const float *weight, int N, int IC,
                             int OC);
+
+    /* ---- the temporal encoder (ct_enc_attention_*_cpu, ct_mask_token_*_cpu, ct_masked_mse_cpu,
+     * ct_query_attention_*_cpu). The attention's scratch is the CPU's (CT_ENC_ATTENTION_*_SCRATCH
+     * floats of backend memory); the CUDA backend takes its own instead. masked_mse writes the
+     * loss to backend memory. ---- */
+    void (*enc_attention_forward)(ct_ops_t *o, float *out, float *att, float *scratch,
+                                  const float *qkv, int B, int L, int C, int NH, ct_dropout_t drop);
+    void (*enc_attention_backward)(ct_ops_t *o, float *dqkv, float *scratch, const float *dout,
+                                   const float *att, const float *qkv, int B, int L, int C, int NH,
+                                   ct_dropout_t drop);
+    void (*mask_token_forward)(ct_ops_t *o, float *out, const float *inp, const float *token,
+                               const int32_t *mask, int N, int C);
+    void (*mask_token_backward)(ct_ops_t *o, float *dinp, float *dtoken, const float *dout,
+                                const int32_t *mask, int N, int C);
+    void (*masked_mse)(ct_ops_t *o, float *loss, float *dpred, const float *pred,
+                       const float *target, const int32_t *mask, int N, int P, float count);
+    void (*query_attention_forward)(ct_ops_t *o, float *out, float *att, const float *q,
+                                    const float *k, const float *v, int B, int K, int L, int C,
+                                    int NH);
+    void (*query_attention_backward)(ct_ops_t *o, float *dq, float *dk, float *dv,
+                                     const float *dout, const float *att, const float *q,
+                                     const float *k, const float *v, int B, int K, int L, int C,
+                                     int NH);
 };
 
 /* Fills o with the CPU backend (kernels/cpu/ops.c). Never fails. */

@@ -61,7 +61,7 @@ if command -v nvidia-smi >/dev/null; then
 fi
 
 # ---- build: only what this run uses ----------------------------------------------------------------
-units="adam attention bpr dropout elementwise embed eval gpt2rec layernorm linear lm lm_model loss mhc rng sasrec tisas xent"
+units="adam attention bpr dropout elementwise embed encoder eval gpt2rec layernorm linear lm lm_model loss mhc rng sasrec temporal tisas xent"
 targets=(bench/kernels_bench_gpu tests/worker/trainer/test_ctrain_cuda worker/ctrain launcher/ctrun
          launcher/ctrun-store)
 for u in $units; do targets+=("tests/kernels/test_${u}_gpu"); done

@@ -1,9 +1,11 @@
 /*
  * encoder.c - the ops of a bidirectional Transformer encoder over patches (the temporal encoder,
  * --model temporal) that the decoder ops do not cover: attention without a causal or padding
- * mask, the learned mask token that replaces masked rows, and the mean squared error over
- * masked rows. Plain loops in a fixed order (bit-reproducible); the attention's products run
- * per (sequence, head) over head-width columns of the packed projection.
+ * mask, the learned mask token that replaces masked rows, the mean squared error over masked
+ * rows, and the projector's attention of K learned queries over each sequence. Plain loops in a
+ * fixed order (bit-reproducible); the attention's products run per (sequence, head) over
+ * head-width columns of the packed projection. The projector's attention keeps the float
+ * formulas the model computed before it was an op, so its results did not change.
  *
  * Not here: the projections, LayerNorm and feed-forward (linear.c, layernorm.c,
  * elementwise.c), the model (worker/trainer/models/temporal/).
@@ -178,4 +180,78 @@ void ct_masked_mse_cpu(float *loss, float *dpred, const float *pred, const float
         }
     }
     *loss = (float)(sum / (double)count);
+}
+
+void ct_query_attention_forward_cpu(float *out, float *att, const float *q, const float *k,
+                                    const float *v, int B, int K, int L, int C, int NH)
+{
+    const int D = C / NH;
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < K; t++) {
+                float *p = att + (((size_t)b * NH + h) * K + t) * L;
+                const float *qt = q + (size_t)t * C + h * D;
+                float mx = -INFINITY;
+                for (int j = 0; j < L; j++) {
+                    const float *kk = k + ((size_t)b * L + j) * C + h * D;
+                    float sc = 0.0f;
+                    for (int e = 0; e < D; e++)
+                        sc += qt[e] * kk[e];
+                    p[j] = sc * scale;
+                    mx = p[j] > mx ? p[j] : mx;
+                }
+                float sum = 0.0f;
+                for (int j = 0; j < L; j++) {
+                    p[j] = expf(p[j] - mx);
+                    sum += p[j];
+                }
+                float *o = out + ((size_t)b * K + t) * C + h * D;
+                for (int e = 0; e < D; e++)
+                    o[e] = 0.0f;
+                for (int j = 0; j < L; j++) {
+                    p[j] /= sum;
+                    const float *vv = v + ((size_t)b * L + j) * C + h * D;
+                    for (int e = 0; e < D; e++)
+                        o[e] += p[j] * vv[e];
+                }
+            }
+}
+
+void ct_query_attention_backward_cpu(float *dq, float *dk, float *dv, const float *dout,
+                                     const float *att, const float *q, const float *k,
+                                     const float *v, int B, int K, int L, int C, int NH)
+{
+    const int D = C / NH;
+    const float scale = 1.0f / sqrtf((float)D);
+    float dp[CT_CPU_ENCODER__MAX_L];
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < K; t++) {
+                const float *p = att + (((size_t)b * NH + h) * K + t) * L;
+                const float *go = dout + ((size_t)b * K + t) * C + h * D;
+                float dot = 0.0f;
+                for (int j = 0; j < L; j++) {
+                    const float *vv = v + ((size_t)b * L + j) * C + h * D;
+                    float *dvv = dv + ((size_t)b * L + j) * C + h * D;
+                    float s = 0.0f;
+                    for (int e = 0; e < D; e++) {
+                        s += go[e] * vv[e];
+                        dvv[e] += p[j] * go[e];
+                    }
+                    dp[j] = s;
+                    dot += p[j] * s;
+                }
+                const float *qt = q + (size_t)t * C + h * D;
+                float *dqt = dq + (size_t)t * C + h * D;
+                for (int j = 0; j < L; j++) {
+                    const float ds = p[j] * (dp[j] - dot) * scale;
+                    const float *kk = k + ((size_t)b * L + j) * C + h * D;
+                    float *dkk = dk + ((size_t)b * L + j) * C + h * D;
+                    for (int e = 0; e < D; e++) {
+                        dqt[e] += ds * kk[e];
+                        dkk[e] += ds * qt[e];
+                    }
+                }
+            }
 }

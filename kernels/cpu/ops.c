@@ -532,6 +532,68 @@ static void ct_cpu_ops__lm_ce_loss(ct_ops_t *o, float *loss, float *dfeats, floa
     ct_lm_ce_loss_cpu(loss, dfeats, dwte, scratch, feats, wte, tgt, N, C, V, count);
 }
 
+static void ct_cpu_ops__scale(ct_ops_t *o, float *x, float s, int64_t n)
+{
+    (void)o;
+    ct_scale_cpu(x, s, n);
+}
+
+static void ct_cpu_ops__enc_attention_forward(ct_ops_t *o, float *out, float *att, float *scratch,
+                                              const float *qkv, int B, int L, int C, int NH,
+                                              ct_dropout_t drop)
+{
+    (void)o;
+    ct_enc_attention_forward_cpu(out, att, scratch, qkv, B, L, C, NH, drop);
+}
+
+static void ct_cpu_ops__enc_attention_backward(ct_ops_t *o, float *dqkv, float *scratch,
+                                               const float *dout, const float *att,
+                                               const float *qkv, int B, int L, int C, int NH,
+                                               ct_dropout_t drop)
+{
+    (void)o;
+    ct_enc_attention_backward_cpu(dqkv, scratch, dout, att, qkv, B, L, C, NH, drop);
+}
+
+static void ct_cpu_ops__mask_token_forward(ct_ops_t *o, float *out, const float *inp,
+                                           const float *token, const int32_t *mask, int N, int C)
+{
+    (void)o;
+    ct_mask_token_forward_cpu(out, inp, token, mask, N, C);
+}
+
+static void ct_cpu_ops__mask_token_backward(ct_ops_t *o, float *dinp, float *dtoken,
+                                            const float *dout, const int32_t *mask, int N, int C)
+{
+    (void)o;
+    ct_mask_token_backward_cpu(dinp, dtoken, dout, mask, N, C);
+}
+
+static void ct_cpu_ops__masked_mse(ct_ops_t *o, float *loss, float *dpred, const float *pred,
+                                   const float *target, const int32_t *mask, int N, int P,
+                                   float count)
+{
+    (void)o;
+    ct_masked_mse_cpu(loss, dpred, pred, target, mask, N, P, count);
+}
+
+static void ct_cpu_ops__query_attention_forward(ct_ops_t *o, float *out, float *att, const float *q,
+                                                const float *k, const float *v, int B, int K, int L,
+                                                int C, int NH)
+{
+    (void)o;
+    ct_query_attention_forward_cpu(out, att, q, k, v, B, K, L, C, NH);
+}
+
+static void ct_cpu_ops__query_attention_backward(ct_ops_t *o, float *dq, float *dk, float *dv,
+                                                 const float *dout, const float *att,
+                                                 const float *q, const float *k, const float *v,
+                                                 int B, int K, int L, int C, int NH)
+{
+    (void)o;
+    ct_query_attention_backward_cpu(dq, dk, dv, dout, att, q, k, v, B, K, L, C, NH);
+}
+
 static void ct_cpu_ops__bpr_loss(ct_ops_t *o, float *loss, float *du, float *dvpn,
                                  const float *user, const float *item, const float *proj,
                                  const int32_t *idx, int B, int D, float count, float lambda)
@@ -625,6 +687,14 @@ void ct_ops_cpu_init(ct_ops_t *o)
         .lm_embed_forward = ct_cpu_ops__lm_embed_forward,
         .lm_embed_backward = ct_cpu_ops__lm_embed_backward,
         .lm_ce_loss = ct_cpu_ops__lm_ce_loss,
+        .scale = ct_cpu_ops__scale,
+        .enc_attention_forward = ct_cpu_ops__enc_attention_forward,
+        .enc_attention_backward = ct_cpu_ops__enc_attention_backward,
+        .mask_token_forward = ct_cpu_ops__mask_token_forward,
+        .mask_token_backward = ct_cpu_ops__mask_token_backward,
+        .masked_mse = ct_cpu_ops__masked_mse,
+        .query_attention_forward = ct_cpu_ops__query_attention_forward,
+        .query_attention_backward = ct_cpu_ops__query_attention_backward,
         .bpr_loss = ct_cpu_ops__bpr_loss,
         .mean_pool_forward = ct_cpu_ops__mean_pool_forward,
         .mean_pool_backward = ct_cpu_ops__mean_pool_backward,

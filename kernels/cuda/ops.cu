@@ -652,6 +652,77 @@ static void ct_cuda_ops__lm_ce_loss(ct_ops_t *o, float *loss, float *dfeats, flo
         o, ct_lm_ce_loss_cuda(loss, dfeats, dwte, scratch, feats, wte, tgt, N, C, V, count, CT__C));
 }
 
+static void ct_cuda_ops__scale(ct_ops_t *o, float *x, float s, int64_t n)
+{
+    ct_cuda_ops__latch(o, ct_scale_cuda(x, s, n, CT__S));
+}
+
+static void ct_cuda_ops__enc_attention_forward(ct_ops_t *o, float *out, float *att, float *scratch,
+                                               const float *qkv, int B, int L, int C, int NH,
+                                               ct_dropout_t drop)
+{
+    (void)scratch; /* the CPU's; the rows are staged in shared memory */
+    ct_cuda_ops__latch(o, ct_enc_attention_forward_cuda(out, att, qkv, B, L, C, NH, drop, CT__S));
+}
+
+static void ct_cuda_ops__enc_attention_backward(ct_ops_t *o, float *dqkv, float *scratch,
+                                                const float *dout, const float *att,
+                                                const float *qkv, int B, int L, int C, int NH,
+                                                ct_dropout_t drop)
+{
+    (void)scratch; /* the CPU's; the table's own holds dS and the dropped probabilities */
+    float *sc = (float *)ct_cuda_ops__scratch(
+        o, (B > 0 ? CT_ENC_ATTENTION_BWD_CUDA_SCRATCH(B, L, NH) : 1) * sizeof(float));
+    if (!sc)
+        return;
+    ct_cuda_ops__latch(
+        o, ct_enc_attention_backward_cuda(dqkv, sc, dout, att, qkv, B, L, C, NH, drop, CT__S));
+}
+
+static void ct_cuda_ops__mask_token_forward(ct_ops_t *o, float *out, const float *inp,
+                                            const float *token, const int32_t *mask, int N, int C)
+{
+    ct_cuda_ops__latch(o, ct_mask_token_forward_cuda(out, inp, token, mask, N, C, CT__S));
+}
+
+static void ct_cuda_ops__mask_token_backward(ct_ops_t *o, float *dinp, float *dtoken,
+                                             const float *dout, const int32_t *mask, int N, int C)
+{
+    ct_cuda_ops__latch(o, ct_mask_token_backward_cuda(dinp, dtoken, dout, mask, N, C, CT__S));
+}
+
+static void ct_cuda_ops__masked_mse(ct_ops_t *o, float *loss, float *dpred, const float *pred,
+                                    const float *target, const int32_t *mask, int N, int P,
+                                    float count)
+{
+    double *sc = (double *)ct_cuda_ops__scratch(o, (size_t)(N > 0 ? N : 1) * sizeof(double));
+    if (!sc)
+        return;
+    ct_cuda_ops__latch(o,
+                       ct_masked_mse_cuda(loss, dpred, sc, pred, target, mask, N, P, count, CT__S));
+}
+
+static void ct_cuda_ops__query_attention_forward(ct_ops_t *o, float *out, float *att,
+                                                 const float *q, const float *k, const float *v,
+                                                 int B, int K, int L, int C, int NH)
+{
+    ct_cuda_ops__latch(o,
+                       ct_query_attention_forward_cuda(out, att, q, k, v, B, K, L, C, NH, CT__S));
+}
+
+static void ct_cuda_ops__query_attention_backward(ct_ops_t *o, float *dq, float *dk, float *dv,
+                                                  const float *dout, const float *att,
+                                                  const float *q, const float *k, const float *v,
+                                                  int B, int K, int L, int C, int NH)
+{
+    float *sc = (float *)ct_cuda_ops__scratch(
+        o, (B > 0 ? CT_QUERY_ATTENTION_BWD_CUDA_SCRATCH(B, K, L, NH) : 1) * sizeof(float));
+    if (!sc)
+        return;
+    ct_cuda_ops__latch(o, ct_query_attention_backward_cuda(dq, dk, dv, sc, dout, att, q, k, v, B, K,
+                                                           L, C, NH, CT__S));
+}
+
 static void ct_cuda_ops__bpr_loss(ct_ops_t *o, float *loss, float *du, float *dvpn,
                                   const float *user, const float *item, const float *proj,
                                   const int32_t *idx, int B, int D, float count, float lambda)
@@ -710,6 +781,7 @@ extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp)
     o->limits.tisas_max_l = CT_TISAS_CUDA_MAX_L;
     o->limits.tisas_max_hs = CT_TISAS_CUDA_MAX_HS;
     o->limits.layernorm_max_c = CT_LAYERNORM_CUDA_MAX_C;
+    o->limits.enc_attention_max_l = CT_ENC_ATTENTION_CUDA_MAX_L;
     o->stream = st->stream;
     o->alloc = ct_cuda_ops__alloc;
     o->release = ct_cuda_ops__release;
@@ -776,6 +848,14 @@ extern "C" int ct_ops_cuda_init(ct_ops_t *o, int device, bool amp)
     o->lm_embed_forward = ct_cuda_ops__lm_embed_forward;
     o->lm_embed_backward = ct_cuda_ops__lm_embed_backward;
     o->lm_ce_loss = ct_cuda_ops__lm_ce_loss;
+    o->scale = ct_cuda_ops__scale;
+    o->enc_attention_forward = ct_cuda_ops__enc_attention_forward;
+    o->enc_attention_backward = ct_cuda_ops__enc_attention_backward;
+    o->mask_token_forward = ct_cuda_ops__mask_token_forward;
+    o->mask_token_backward = ct_cuda_ops__mask_token_backward;
+    o->masked_mse = ct_cuda_ops__masked_mse;
+    o->query_attention_forward = ct_cuda_ops__query_attention_forward;
+    o->query_attention_backward = ct_cuda_ops__query_attention_backward;
     o->bpr_loss = ct_cuda_ops__bpr_loss;
     o->mean_pool_forward = ct_cuda_ops__mean_pool_forward;
     o->mean_pool_backward = ct_cuda_ops__mean_pool_backward;

@@ -178,13 +178,22 @@ def run_nodes(cmds, timeout=300):
 
 def run_job(launcher, flavour, interp, ctrun, nnodes, nproc, restarts, crash, root,
             backend="static"):
-    out = tempfile.mkdtemp(prefix="%s_%dn_" % (launcher, nnodes), dir=root)
-    port = free_port()
-    cmds = [command(launcher, flavour, interp, ctrun, nnodes, r, nproc, port, restarts, out, crash,
-                    backend)
-            for r in range(nnodes)]
-    for status, text in run_nodes(cmds):
-        check(status == 0, "%s exited %d:\n%s" % (launcher, status, text[-6000:]))
+    # torchrun is the reference, not what is tested: a run of it that crashes by itself (its
+    # gloo workers have aborted with "terminate called without an active exception" on a loaded
+    # machine) is run once more; ctrun gets one run
+    for tries_left in range(1 if launcher == "ctrun" else 2, 0, -1):
+        out = tempfile.mkdtemp(prefix="%s_%dn_" % (launcher, nnodes), dir=root)
+        port = free_port()
+        cmds = [command(launcher, flavour, interp, ctrun, nnodes, r, nproc, port, restarts, out,
+                        crash, backend)
+                for r in range(nnodes)]
+        failed = [(status, text) for status, text in run_nodes(cmds) if status != 0]
+        if not failed or tries_left == 1:
+            break
+        print("# %s (the reference) exited %d; running it once more:\n%s"
+              % (launcher, failed[0][0], failed[0][1][-2000:]))
+    for status, text in failed:
+        check(False, "%s exited %d:\n%s" % (launcher, status, text[-6000:]))
     world = nnodes * nproc
     results = {}
     for name in os.listdir(out):

@@ -74,6 +74,13 @@ void ctrain_cfg_default(ctrain_cfg_t *c)
     c->yaml_reconstruct_epochs = -1;
     c->max_text_tokens = 48;
     snprintf(c->prompt, sizeof c->prompt, "Describe the curve:");
+    c->lm_hidden_size = 128; /* the reference's lm.* defaults */
+    c->lm_num_layers = 2;
+    c->lm_num_heads = 4;
+    c->lm_num_kv_heads = 2;
+    c->lm_intermediate_size = 256;
+    c->lm_seed = 1234;
+    c->lm_pretrain_steps = 300;
     ctrain_train_model_defaults(c);
 }
 
@@ -182,6 +189,22 @@ static const ctrain_cfg__flag_t ctrain_cfg__flags[] = {
     {"prompt", CT__PATH, CT__OFF(prompt), 0, 0,
      "TEXT  --model temporal --stage align: the prompt after the soft tokens (default "
      "\"Describe the curve:\")"},
+    {"lm_hidden_size", CT__INT, CT__OFF(lm_hidden_size), 2, 65536,
+     "C  --stage align without --lm_dir: the tiny random Qwen2's width (default 128)"},
+    {"lm_num_layers", CT__INT, CT__OFF(lm_num_layers), 1, 256,
+     "N  --stage align without --lm_dir: its layers (default 2)"},
+    {"lm_num_heads", CT__INT, CT__OFF(lm_num_heads), 1, 4096,
+     "N  --stage align without --lm_dir: its attention heads (default 4)"},
+    {"lm_num_kv_heads", CT__INT, CT__OFF(lm_num_kv_heads), 1, 4096,
+     "N  --stage align without --lm_dir: its key/value heads (default 2)"},
+    {"lm_intermediate_size", CT__INT, CT__OFF(lm_intermediate_size), 1, 1 << 20,
+     "N  --stage align without --lm_dir: its FFN width (default 256)"},
+    {"lm_seed", CT__U64, CT__OFF(lm_seed), 0, 0,
+     "S  --stage align without --lm_dir: its initialisation and pretraining draws (default "
+     "1234)"},
+    {"lm_pretrain_steps", CT__INT, CT__OFF(lm_pretrain_steps), 0, 1 << 30,
+     "N  --stage align without --lm_dir: AdamW steps that teach it the descriptions (default "
+     "300)"},
     {"patch_len", CT__INT, CT__OFF(patch_len), 1, 4096,
      "P  --model temporal: points per patch (default 16)"},
     {"ff_dim", CT__INT, CT__OFF(ff_dim), 1, 1 << 20,
@@ -616,10 +639,12 @@ static int ctrain_cfg__check_temporal(ctrain_cfg_t *c, ct_errbuf_t *eb)
         c->num_epochs = rest;
         c->set_epochs = true;
     }
-    if (c->stage == 1 && c->lm_dir[0] == '\0')
-        return ct_errbuf_set(eb, CT_EPARSE,
-                             "--stage align: needs --lm_dir (the frozen Qwen2 or GPT-2 folder: "
-                             "config.json, weights, tokenizer)");
+    if (c->stage == 1 && c->lm_dir[0] == '\0' &&
+        (c->lm_hidden_size % c->lm_num_heads != 0 || c->lm_num_heads % c->lm_num_kv_heads != 0))
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "--lm_num_heads %d must divide --lm_hidden_size %d, and "
+                             "--lm_num_kv_heads %d must divide it (the tiny random Qwen2)",
+                             c->lm_num_heads, c->lm_hidden_size, c->lm_num_kv_heads);
     if (c->pregenerate > 0 && c->output_dir[0] == '\0')
         return ct_errbuf_set(eb, CT_EPARSE, "--pregenerate: needs --output_dir (the cache folder)");
     if (c->pregenerate > 0)
@@ -797,13 +822,13 @@ static const struct ctrain_cfg__ykey {
     {"model", "gradient_checkpointing", CT__Y_BOOL, NULL},
     {"lm", "path", CT__Y_PATH, "lm_dir"},
     {"lm", "dtype", CT__Y_STR, NULL},
-    {"lm", "hidden_size", CT__Y_INT, NULL},
-    {"lm", "num_layers", CT__Y_INT, NULL},
-    {"lm", "num_heads", CT__Y_INT, NULL},
-    {"lm", "num_kv_heads", CT__Y_INT, NULL},
-    {"lm", "intermediate_size", CT__Y_INT, NULL},
-    {"lm", "seed", CT__Y_INT, NULL},
-    {"lm", "pretrain_steps", CT__Y_INT, NULL},
+    {"lm", "hidden_size", CT__Y_INT, "lm_hidden_size"},
+    {"lm", "num_layers", CT__Y_INT, "lm_num_layers"},
+    {"lm", "num_heads", CT__Y_INT, "lm_num_heads"},
+    {"lm", "num_kv_heads", CT__Y_INT, "lm_num_kv_heads"},
+    {"lm", "intermediate_size", CT__Y_INT, "lm_intermediate_size"},
+    {"lm", "seed", CT__Y_INT, "lm_seed"},
+    {"lm", "pretrain_steps", CT__Y_INT, "lm_pretrain_steps"},
     {"lm", "prompt", CT__Y_STR, "prompt"},
     {"lm", "max_text_tokens", CT__Y_INT, "max_text_tokens"},
     {"lm", "gradient_checkpointing", CT__Y_BOOL, "grad_checkpointing"},
@@ -813,7 +838,7 @@ static const struct ctrain_cfg__ykey {
     {"training", "weight_decay", CT__Y_NUM, "weight_decay"},
     {"training", "warmup_steps", CT__Y_INT, "warmup_steps"},
     {"training", "gradient_accumulation_steps", CT__Y_INT, "grad_accum"},
-    {"training", "fp16", CT__Y_BOOL, NULL}, /* mixed precision on GPUs; the CPU runs float32 */
+    {"training", "fp16", CT__Y_BOOL, NULL}, /* yaml_fp16: --use_amp on a GPU, float32 on the CPU */
     {"training", "gradient_clip", CT__Y_NUM, "grad_clip"},
     {"training", "seed", CT__Y_INT, "seed"},
     {"training", "log_interval", CT__Y_INT, "log_interval"},
@@ -858,6 +883,8 @@ static int ctrain_cfg__yleaf(void *ctx, const char *sec, const char *key, const 
                              : kind == CTRAIN_YAML_NULL ? "null"
                                                         : "a list or mapping",
                              tname[y->type]);
+    if (y->type == CT__Y_BOOL && strcmp(sec, "training") == 0 && strcmp(key, "fp16") == 0)
+        c->yaml_fp16 = bv;
     if (y->type == CT__Y_INT && kind != CTRAIN_YAML_NULL && strcmp(sec, "training") == 0) {
         if (strcmp(key, "num_epochs") == 0)
             c->yaml_epochs = iv;
@@ -1035,6 +1062,16 @@ json_t *ctrain_cfg_to_json(const ctrain_cfg_t *c)
             json_object_set_new(o, "num_soft_tokens", json_integer(c->num_soft_tokens));
             json_object_set_new(o, "max_text_tokens", json_integer(c->max_text_tokens));
             json_object_set_new(o, "prompt", json_string(c->prompt));
+            if (c->lm_dir[0] == '\0') { /* the tiny random Qwen2 */
+                json_object_set_new(o, "lm_hidden_size", json_integer(c->lm_hidden_size));
+                json_object_set_new(o, "lm_num_layers", json_integer(c->lm_num_layers));
+                json_object_set_new(o, "lm_num_heads", json_integer(c->lm_num_heads));
+                json_object_set_new(o, "lm_num_kv_heads", json_integer(c->lm_num_kv_heads));
+                json_object_set_new(o, "lm_intermediate_size",
+                                    json_integer(c->lm_intermediate_size));
+                json_object_set_new(o, "lm_seed", json_integer((json_int_t)c->lm_seed));
+                json_object_set_new(o, "lm_pretrain_steps", json_integer(c->lm_pretrain_steps));
+            }
         }
         json_object_set_new(o, "patch_len", json_integer(c->patch_len));
         json_object_set_new(o, "ff_dim", json_integer(c->ff_dim));

@@ -126,7 +126,12 @@ typedef struct ctrain_cfg {
     int yaml_epochs, yaml_reconstruct_epochs; /* --config's training.num_epochs and
                                                  reconstruct_epochs, -1 when absent */
     bool cli_epochs;                          /* --num_epochs was given on the command line */
+    bool yaml_fp16; /* --config's training.fp16: bf16 autocast (--use_amp) where a GPU trains */
     char prompt[CTRAIN_TRAIN_PATH_MAX]; /* align: the text between soft tokens and description */
+    /* align without --lm_dir: the tiny random Qwen2 (config lm.*) and its word-level tokenizer */
+    int lm_hidden_size, lm_num_layers, lm_num_heads, lm_num_kv_heads, lm_intermediate_size;
+    int lm_pretrain_steps;
+    uint64_t lm_seed;
     /* --pregenerate: N curves of temporal_curves.py's generator into --output_dir */
     int64_t pregenerate;
     int seq_len;

@@ -38,6 +38,12 @@
  * keeps its initialisation. Evaluation: val_loss (the validation descriptions' mean token
  * cross-entropy after their curves) and shuffled_val_loss (see ctrain_temporal_task__eval_align).
  *
+ * --stage align without --lm_dir (the reference's lm.path null): the word-level tokenizer of the
+ * training descriptions and the prompt (models/lm/ctrain_lm_wordtok.h, <eos> 2 ends every
+ * description) and the tiny random Qwen2 (models/temporal/ctrain_temporal_wordlm.h), which rank 0
+ * initialises and pretrains at every start and broadcasts through the reducer before it is
+ * frozen; deterministic, so it is not in the checkpoints either.
+ *
  * Not here: the model (models/temporal/ctrain_temporal.c), the LM, the loop.
  */
 #include <errno.h>
@@ -58,8 +64,10 @@
 #include "ctrain_lm.h"
 #include "ctrain_lm_cfg.h"
 #include "ctrain_lm_tok.h"
+#include "ctrain_lm_wordtok.h"
 #include "ctrain_temporal.h"
 #include "ctrain_temporal_gen.h"
+#include "ctrain_temporal_wordlm.h"
 #include "ctrain_train.h"
 #include "ctrain_train_internal.h"
 
@@ -79,10 +87,13 @@ typedef struct ctrain_temporal_task__state {
     /* --stage align */
     ctrain_lm_cfg_t lmcfg;
     ctrain_lm_t *lm;
-    int32_t *text, *text_len, *prompt, *tgt;
+    int32_t *text, *text_len, *prompt;
     int n_prompt, L; /* L: the longest row, K + prompt + max_text_tokens */
-    float *embeds, *dembeds;
-    int32_t *etext; /* evaluation rows' descriptions, (micro) */
+    int32_t *etext;  /* evaluation rows' descriptions, (micro) */
+    /* without --lm_dir: the training descriptions' ids for the tiny LM's pretraining */
+    int32_t *pre_ids;
+    int64_t *pre_off; /* (n_train + 1) */
+    size_t pre_cap;
 } ctrain_temporal_task__state_t;
 
 /* ---- the cache ------------------------------------------------------------------------------- */
@@ -372,71 +383,151 @@ static int ctrain_temporal_task__eos(const char *dir, int32_t *eos, ct_errbuf_t 
     return rc;
 }
 
-/* dir/descriptions.jsonl ({"i": i, "text": ...} per line, in order) tokenized by --lm_dir's
- * tokenizer as the reference's HFTokenizer (no special tokens), cut to max_text_tokens - 1 and
- * ended by eos; the prompt's ids. */
-static int ctrain_temporal_task__texts(ctrain_temporal_task__state_t *s, const ctrain_cfg_t *c,
-                                       ct_errbuf_t *eb)
+/* Every curve's description into descs[0..n_curves) (malloc'd strings): dir/descriptions.jsonl
+ * ({"i": i, "text": ...} per line, in order), or the generated ones. */
+static int ctrain_temporal_task__descriptions(ctrain_temporal_task__state_t *s,
+                                              const ctrain_cfg_t *c, char **descs, ct_errbuf_t *eb)
 {
-    int32_t eos = 0;
-    int rc = ctrain_temporal_task__eos(c->lm_dir, &eos, eb);
-    if (rc != 0)
-        return ct_errbuf_wrap(eb, rc, "--lm_dir");
-    if ((rc = ctrain_lm_cfg_read(c->lm_dir, &s->lmcfg, eb)) != 0)
-        return ct_errbuf_wrap(eb, rc, "--lm_dir");
-    ctrain_lm_tok_t *tok = NULL;
-    if ((rc = ctrain_lm_tok_load(&tok, c->lm_dir, eb)) != 0)
-        return ct_errbuf_wrap(eb, rc, "--lm_dir");
-    const int cap = c->max_text_tokens;
     char path[CTRAIN_TRAIN_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/descriptions.jsonl", c->dataset);
-    FILE *f = s->generated ? NULL : fopen(path, "r");
-    ctrain_lm_ids_t ids = {0};
+    if (s->generated) {
+        for (int64_t i = 0; i < s->n_curves; i++) {
+            /* temporal_curves.describe(sample_params(seed, i)), as make() returns it */
+            ctrain_temporal_params_t par;
+            char desc[CTRAIN_TEMPORAL_TEXT_MAX];
+            ctrain_temporal_gen_params(s->data_seed, (uint64_t)i, &par);
+            ctrain_temporal_gen_describe(&par, desc);
+            if (!(descs[i] = strdup(desc)))
+                return ct_errbuf_set(eb, -ENOMEM, "out of memory for the descriptions");
+        }
+        return 0;
+    }
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return ct_errbuf_set(eb, -errno, "%s: %s", path, strerror(errno));
     char *line = NULL;
     size_t lcap = 0;
     int64_t i = 0;
+    int rc = 0;
+    while (i < s->n_curves && getline(&line, &lcap, f) >= 0) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        json_t *txt = o ? json_object_get(o, "text") : NULL;
+        if (!json_is_string(txt)) {
+            json_decref(o);
+            rc = ct_errbuf_set(eb, CT_EFORMAT, "%s:%lld: not a {\"i\": ..., \"text\": ...} line",
+                               path, (long long)i + 1);
+            break;
+        }
+        if (strlen(json_string_value(txt)) != json_string_length(txt)) {
+            json_decref(o);
+            rc = ct_errbuf_set(eb, CT_EFORMAT, "%s:%lld: the text holds a NUL character", path,
+                               (long long)i + 1);
+            break;
+        }
+        descs[i] = strdup(json_string_value(txt));
+        json_decref(o);
+        if (!descs[i]) {
+            rc = ct_errbuf_set(eb, -ENOMEM, "out of memory for the descriptions");
+            break;
+        }
+        i++;
+    }
+    fclose(f);
+    free(line);
+    if (rc == 0 && i < s->n_curves)
+        rc = ct_errbuf_set(eb, CT_EFORMAT, "%s: %lld descriptions, meta.json says %lld curves",
+                           path, (long long)i, (long long)s->n_curves);
+    return rc;
+}
+
+/* The tokenizer of the run: --lm_dir's (BPE), or the word-level one of the tiny random LM. */
+typedef struct ctrain_temporal_task__tok {
+    ctrain_lm_tok_t *bpe;
+    ctrain_lm_wordtok_t *word;
+} ctrain_temporal_task__tok_t;
+
+static int ctrain_temporal_task__encode(const ctrain_temporal_task__tok_t *k, const char *text,
+                                        ctrain_lm_ids_t *ids, ct_errbuf_t *eb)
+{
+    return k->bpe ? ctrain_lm_tok_encode(k->bpe, text, strlen(text), ids, eb)
+                  : ctrain_lm_wordtok_encode(k->word, text, strlen(text), ids, eb);
+}
+
+/* Without --lm_dir: the word-level tokenizer of the training descriptions and the prompt (the
+ * reference's WordTokenizer(all_texts[:n_train] + [prompt])) and the tiny Qwen2's configuration
+ * over its vocabulary. */
+static int ctrain_temporal_task__word_tok(ctrain_temporal_task__state_t *s, const ctrain_cfg_t *c,
+                                          char *const *descs, ctrain_lm_wordtok_t **out,
+                                          ct_errbuf_t *eb)
+{
+    int rc = ctrain_lm_wordtok_create(out, eb);
+    for (int64_t i = 0; rc == 0 && i < s->n_train; i++)
+        if ((rc = ctrain_lm_wordtok_add(*out, descs[i], strlen(descs[i]), eb)) != 0)
+            rc = ct_errbuf_wrap(eb, rc, "the description of curve %lld", (long long)i);
+    if (rc == 0 && (rc = ctrain_lm_wordtok_add(*out, c->prompt, strlen(c->prompt), eb)) != 0)
+        rc = ct_errbuf_wrap(eb, rc, "--prompt");
+    if (rc != 0)
+        return rc;
+    const ctrain_temporal_wordlm_sizes_t z = {.vocab = ctrain_lm_wordtok_size(*out),
+                                              .hidden = c->lm_hidden_size,
+                                              .layers = c->lm_num_layers,
+                                              .heads = c->lm_num_heads,
+                                              .kv_heads = c->lm_num_kv_heads,
+                                              .inner = c->lm_intermediate_size};
+    if ((rc = ctrain_temporal_wordlm_cfg(&z, &s->lmcfg, eb)) != 0)
+        return ct_errbuf_wrap(eb, rc, "the tiny random LM (--lm_hidden_size, ...)");
+    return 0;
+}
+
+/* The descriptions tokenized by --lm_dir's tokenizer as the reference's HFTokenizer (no special
+ * tokens; config.json's eos_token_id), or without --lm_dir by the word-level tokenizer (<eos>
+ * 2), cut to max_text_tokens - 1 and ended by eos; the prompt's ids; without --lm_dir also the
+ * training descriptions' whole ids, <eos> ended, for the LM's pretraining. */
+static int ctrain_temporal_task__texts(ctrain_temporal_task__state_t *s, const ctrain_cfg_t *c,
+                                       ct_errbuf_t *eb)
+{
+    const bool word = c->lm_dir[0] == '\0';
+    const char *lm_name = word ? "the tiny random LM" : "--lm_dir";
+    int32_t eos = CTRAIN_LM_WORDTOK_EOS;
+    ctrain_temporal_task__tok_t tok = {0};
+    int rc = 0;
+    char **descs = calloc((size_t)s->n_curves, sizeof *descs);
+    if (!descs)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the descriptions");
+    if ((rc = ctrain_temporal_task__descriptions(s, c, descs, eb)) != 0)
+        goto done;
+    if (word) {
+        if ((rc = ctrain_temporal_task__word_tok(s, c, descs, &tok.word, eb)) != 0)
+            goto done;
+    } else if ((rc = ctrain_temporal_task__eos(c->lm_dir, &eos, eb)) != 0 ||
+               (rc = ctrain_lm_cfg_read(c->lm_dir, &s->lmcfg, eb)) != 0 ||
+               (rc = ctrain_lm_tok_load(&tok.bpe, c->lm_dir, eb)) != 0) {
+        rc = ct_errbuf_wrap(eb, rc, "--lm_dir");
+        goto done;
+    }
+    const int cap = c->max_text_tokens;
+    char path[CTRAIN_TRAIN_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/descriptions.jsonl", c->dataset);
+    ctrain_lm_ids_t ids = {0};
     s->text = malloc((size_t)s->n_curves * (size_t)cap * sizeof *s->text);
     s->text_len = malloc((size_t)s->n_curves * sizeof *s->text_len);
-    if (!f && !s->generated) {
-        rc = ct_errbuf_set(eb, -errno, "%s: %s", path, strerror(errno));
-        goto out;
-    }
+    if (word)
+        s->pre_off = calloc((size_t)s->n_train + 1, sizeof *s->pre_off);
     /* errors name the file and line, or the generated description's curve */
     char where[CTRAIN_TRAIN_PATH_MAX + 48];
     snprintf(where, sizeof where, "%s:", path);
     if (s->generated)
         snprintf(where, sizeof where, "the generated description of curve ");
     const long long line0 = s->generated ? 0 : 1;
-    if (!s->text || !s->text_len) {
+    if (!s->text || !s->text_len || (word && !s->pre_off)) {
         rc = ct_errbuf_set(eb, -ENOMEM, "out of memory for the descriptions");
         goto out;
     }
-    while (i < s->n_curves && (s->generated || getline(&line, &lcap, f) >= 0)) {
+    for (int64_t i = 0; i < s->n_curves; i++) {
         ids.n = 0;
         ct_errbuf_t teb;
-        if (s->generated) {
-            /* temporal_curves.describe(sample_params(seed, i)), as make() returns it */
-            ctrain_temporal_params_t par;
-            char desc[CTRAIN_TEMPORAL_TEXT_MAX];
-            ctrain_temporal_gen_params(s->data_seed, (uint64_t)i, &par);
-            ctrain_temporal_gen_describe(&par, desc);
-            rc = ctrain_lm_tok_encode(tok, desc, strlen(desc), &ids, &teb);
-        } else {
-            json_error_t je;
-            json_t *o = json_loads(line, 0, &je);
-            json_t *txt = o ? json_object_get(o, "text") : NULL;
-            if (!json_is_string(txt)) {
-                json_decref(o);
-                rc =
-                    ct_errbuf_set(eb, CT_EFORMAT, "%s:%lld: not a {\"i\": ..., \"text\": ...} line",
-                                  path, (long long)i + 1);
-                goto out;
-            }
-            rc = ctrain_lm_tok_encode(tok, json_string_value(txt), json_string_length(txt), &ids,
-                                      &teb);
-            json_decref(o);
-        }
-        if (rc != 0) {
+        if ((rc = ctrain_temporal_task__encode(&tok, descs[i], &ids, &teb)) != 0) {
             rc = ct_errbuf_set(eb, rc, "%s%lld: %s", where, (long long)i + line0, teb.msg);
             goto out;
         }
@@ -448,20 +539,29 @@ static int ctrain_temporal_task__texts(ctrain_temporal_task__state_t *s, const c
         for (int j = 0; j <= len; j++)
             if (row[j] >= s->lmcfg.vocab) {
                 rc = ct_errbuf_set(eb, CT_EFORMAT,
-                                   "%s%lld: token id %d is outside the vocabulary of %d of "
-                                   "--lm_dir",
-                                   where, (long long)i + line0, row[j], s->lmcfg.vocab);
+                                   "%s%lld: token id %d is outside the vocabulary of %d of %s",
+                                   where, (long long)i + line0, row[j], s->lmcfg.vocab, lm_name);
                 goto out;
             }
-        i++;
-    }
-    if (i < s->n_curves) {
-        rc = ct_errbuf_set(eb, CT_EFORMAT, "%s: %lld descriptions, meta.json says %lld curves",
-                           path, (long long)i, (long long)s->n_curves);
-        goto out;
+        if (word && i < s->n_train) { /* the whole description and <eos>, for pretraining */
+            const size_t need = (size_t)s->pre_off[i] + ids.n + 1;
+            if (need > s->pre_cap) {
+                const size_t ncap = 2 * need + 1024;
+                int32_t *p = realloc(s->pre_ids, ncap * sizeof *p);
+                if (!p) {
+                    rc = ct_errbuf_set(eb, -ENOMEM, "out of memory for the descriptions");
+                    goto out;
+                }
+                s->pre_ids = p, s->pre_cap = ncap;
+            }
+            if (ids.n)
+                memcpy(s->pre_ids + s->pre_off[i], ids.ids, ids.n * sizeof *ids.ids);
+            s->pre_ids[s->pre_off[i] + (int64_t)ids.n] = eos;
+            s->pre_off[i + 1] = s->pre_off[i] + (int64_t)ids.n + 1;
+        }
     }
     ids.n = 0;
-    if ((rc = ctrain_lm_tok_encode(tok, c->prompt, strlen(c->prompt), &ids, eb)) != 0) {
+    if ((rc = ctrain_temporal_task__encode(&tok, c->prompt, &ids, eb)) != 0) {
         rc = ct_errbuf_wrap(eb, rc, "--prompt");
         goto out;
     }
@@ -477,36 +577,98 @@ static int ctrain_temporal_task__texts(ctrain_temporal_task__state_t *s, const c
     if (s->L > s->lmcfg.max_pos)
         rc = ct_errbuf_set(eb, CT_ERANGE_VALUE,
                            "--max_text_tokens %d: %d soft tokens + %d prompt tokens + %d are "
-                           "over the %d positions of --lm_dir",
-                           cap, c->num_soft_tokens, s->n_prompt, cap, s->lmcfg.max_pos);
+                           "over the %d positions of %s",
+                           cap, c->num_soft_tokens, s->n_prompt, cap, s->lmcfg.max_pos, lm_name);
 out:
-    if (f)
-        fclose(f);
-    free(line);
     ctrain_lm_ids_free(&ids);
-    ctrain_lm_tok_destroy(tok);
+done:
+    for (int64_t i = 0; i < s->n_curves; i++)
+        free(descs[i]);
+    free(descs);
+    ctrain_lm_tok_destroy(tok.bpe);
+    ctrain_lm_wordtok_destroy(tok.word);
     return rc;
 }
 
-/* The frozen LM (weights only: no gradient buffer) and the rows' scratch. */
+static void ctrain_temporal_task__pretrain_log(void *ctx, int step, int steps, float loss)
+{
+    (void)ctx;
+    if (step == 1 || step % 50 == 0 || step == steps)
+        printf("# lm: pretraining step %d of %d: loss %.4f\n", step, steps, (double)loss);
+    if (step == steps)
+        printf("# lm: the random LM learnt the descriptions' language in %d steps (loss %.3f)\n",
+               steps, (double)loss);
+    fflush(stdout);
+}
+
+/* Without --lm_dir: rank 0 initialises the tiny random Qwen2 and pretrains it on the training
+ * descriptions (ctrain_temporal_wordlm.h), the other ranks receive its weights through the
+ * reducer, and every rank stores them into its frozen LM. Every start of the job does this
+ * again with the same draws and the same result, so the LM is not in the checkpoints. */
+static int ctrain_temporal_task__word_lm(ctrain_trainer_t *t, ct_errbuf_t *eb)
+{
+    const ctrain_cfg_t *c = t->cfg;
+    ctrain_temporal_task__state_t *s = t->task_state;
+    const size_t P = (size_t)ctrain_lm_cfg_num_params(&s->lmcfg);
+    float *w = calloc(P, sizeof *w);
+    if (!w)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the tiny random LM");
+    int rc = 0, rc0 = 0;
+    if (t->rank0) {
+        const ctrain_temporal_wordlm_texts_t tx = {.ids = s->pre_ids,
+                                                   .off = s->pre_off,
+                                                   .n = s->n_train,
+                                                   .prompt = s->prompt,
+                                                   .n_prompt = s->n_prompt,
+                                                   .k = c->num_soft_tokens};
+        printf("# lm: tiny random Qwen2 (no --lm_dir): vocabulary %d (word-level), width %d, %d "
+               "layers, %d heads, %d key/value heads, FFN %d, %lld parameters; seed %llu, %d "
+               "pretraining steps\n",
+               s->lmcfg.vocab, s->lmcfg.hidden, s->lmcfg.layers, s->lmcfg.heads, s->lmcfg.kv_heads,
+               s->lmcfg.inner, (long long)P, (unsigned long long)c->lm_seed, c->lm_pretrain_steps);
+        fflush(stdout);
+        /* on the CPU table whatever the run's backend: the same LM on either */
+        ct_ops_t cpu;
+        ct_ops_cpu_init(&cpu);
+        rc0 = ctrain_temporal_wordlm_pretrain(&s->lmcfg, &cpu, c->lm_seed, c->lm_pretrain_steps,
+                                              &tx, ctrain_temporal_task__pretrain_log, NULL, w, eb);
+    }
+    if (t->env->world_size > 1) {
+        /* rank 0's outcome first, so that every rank fails together */
+        int32_t flag = rc0;
+        ct_errbuf_t beb;
+        if ((rc = ct_reducer_broadcast(t->red, &flag, sizeof flag, 0, &beb)) == 0 && flag == 0)
+            rc = ct_reducer_broadcast(t->red, w, P * sizeof *w, 0, &beb);
+        if (rc != 0)
+            rc = ct_errbuf_set(eb, rc, "broadcasting the tiny random LM: %s", beb.msg);
+        else if (flag != 0 && !t->rank0)
+            rc = ct_errbuf_set(eb, flag, "rank 0 could not pretrain the tiny random LM");
+    }
+    if (rc == 0)
+        rc = rc0;
+    if (rc == 0 && (rc = ctrain_temporal_wordlm_store(s->lm, w)) != 0)
+        rc = ct_errbuf_set(eb, rc, "storing the tiny random LM's weights failed");
+    free(w);
+    return rc;
+}
+
+/* The frozen LM (weights only: no gradient buffer); the model builds its rows. */
 static int ctrain_temporal_task__open_lm(ctrain_trainer_t *t, ct_errbuf_t *eb)
 {
     const ctrain_cfg_t *c = t->cfg;
     ctrain_temporal_task__state_t *s = t->task_state;
     const ctrain_lm_opts_t opts = {.recompute = c->grad_checkpointing, .weights_only = true};
-    int rc = ctrain_lm_open_opts(&s->lm, c->lm_dir, &t->ops, t->micro * s->L, s->L, &opts, eb);
-    if (rc != 0)
+    int rc;
+    if (c->lm_dir[0] == '\0') {
+        if ((rc = ctrain_lm_create_opts(&s->lm, &s->lmcfg, &t->ops, t->micro * s->L, s->L, &opts,
+                                        eb)) != 0 ||
+            (rc = ctrain_temporal_task__word_lm(t, eb)) != 0)
+            return rc;
+    } else if ((rc = ctrain_lm_open_opts(&s->lm, c->lm_dir, &t->ops, t->micro * s->L, s->L, &opts,
+                                         eb)) != 0) {
         return ct_errbuf_wrap(eb, rc, "--lm_dir");
-    const size_t cells = (size_t)t->micro * (size_t)s->L;
-    s->tgt = malloc(cells * sizeof *s->tgt);
-    s->embeds = malloc(cells * (size_t)s->lmcfg.hidden * sizeof *s->embeds);
-    s->dembeds = malloc(cells * (size_t)s->lmcfg.hidden * sizeof *s->dembeds);
-    if (!s->tgt || !s->embeds || !s->dembeds)
-        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the LM's inputs");
+    }
     s->spec.lm = s->lm;
-    s->spec.tgt = s->tgt;
-    s->spec.embeds = s->embeds;
-    s->spec.dembeds = s->dembeds;
     return 0;
 }
 
@@ -532,7 +694,8 @@ static int ctrain_temporal_task__load(ctrain_trainer_t *t, const char *path, ct_
     ctrain_model_t *m1 = NULL;
     if ((rc = ctrain_model_create(&m1, &mc, &t->ops, 1, eb)) == 0 &&
         (rc = ctrain_model_load_params(m1, path, eb)) == 0)
-        memcpy(t->model->params_mem, m1->params_mem, m1->num_params * sizeof(float));
+        t->ops.copy(&t->ops, t->model->params_mem, m1->params_mem, m1->num_params * sizeof(float),
+                    CT_COPY_D2D);
     ctrain_model_destroy(m1);
     return rc;
 }
@@ -673,9 +836,8 @@ static void ctrain_temporal_task__teardown(ctrain_trainer_t *t)
     free(s->text);
     free(s->text_len);
     free(s->prompt);
-    free(s->tgt);
-    free(s->embeds);
-    free(s->dembeds);
+    free(s->pre_ids);
+    free(s->pre_off);
     free(s);
     t->task_state = NULL;
 }
@@ -694,6 +856,11 @@ static json_t *ctrain_temporal_task__model_json(const ctrain_trainer_t *t)
         json_object_set_new(o, "lm_hidden", json_integer(s->spec.lm_hidden));
         json_object_set_new(o, "prompt_tokens", json_integer(s->n_prompt));
         json_object_set_new(o, "max_text_tokens", json_integer(s->spec.text_cap));
+        if (t->cfg->lm_dir[0] == '\0') { /* the tiny random LM: its sizes and draws */
+            json_object_set_new(o, "lm", ctrain_lm_cfg_to_json(&s->lmcfg));
+            json_object_set_new(o, "lm_seed", json_integer((json_int_t)t->cfg->lm_seed));
+            json_object_set_new(o, "lm_pretrain_steps", json_integer(t->cfg->lm_pretrain_steps));
+        }
     }
     return o;
 }
@@ -706,7 +873,7 @@ static void ctrain_temporal_task__header(ctrain_trainer_t *t)
         printf("# ctrain %s: temporal encoder, stage align: %d soft tokens of width %d and %d "
                "prompt tokens before the description (up to %d tokens) into the frozen %s\n",
                CT_VERSION, s->spec.soft_tokens, s->spec.lm_hidden, s->n_prompt, s->spec.text_cap,
-               c->lm_dir);
+               c->lm_dir[0] ? c->lm_dir : "tiny random Qwen2 (no --lm_dir)");
     printf("# ctrain %s: temporal encoder, stage %s: %d patches of %d points, d_model %d, "
            "%d layers, %d heads, feed-forward %d, dropout %g; %zu parameters; AdamW weight decay "
            "%g\n",

@@ -72,7 +72,18 @@ int ctrain_train_backend(const ctrain_cfg_t *cfg, const ct_worker_env_t *env, ct
                         ctrain_family(cfg->model)->title);
         device = "cpu";
     }
-    int rc = ct_ops_open(ops, device, env->local_rank, cfg->use_amp, &oeb);
+    bool amp = cfg->use_amp;
+    if (cfg->yaml_fp16 && !amp) {
+        /* the reference's fp16 autocast: bf16 products where a GPU trains, float32 elsewhere */
+        const bool gpu =
+            ct_ops_have_cuda() && (strcmp(device, "cuda") == 0 ||
+                                   (strcmp(device, "auto") == 0 && ct_ops_device_count() > 0));
+        amp = gpu;
+        if (env->rank == 0)
+            ct_log_info("training.fp16: %s", gpu ? "bf16 matrix products on the GPU (--use_amp)"
+                                                 : "the CPU trains in float32");
+    }
+    int rc = ct_ops_open(ops, device, env->local_rank, amp, &oeb);
     if (rc == 0 && strcmp(device, "auto") == 0 && ops->host_memory && env->rank == 0)
         ct_log_warn("--device auto: %s; training on the CPU",
                     ct_ops_have_cuda() ? "no CUDA device is visible" : "this build has no CUDA");

@@ -513,6 +513,13 @@ static void test_temporal_flags(void)
     const char *other[] = {"--config", yml, "--no_time", "--no_mhc"};
     CT_ASSERT_ERR(parse(&c, &eb, other, 4), CT_EPARSE);
     CT_ASSERT_STR_CONTAINS(eb.msg, "--config: only --model temporal takes it");
+    /* training.fp16: bf16 autocast where a GPU trains (ctrain_train_backend), float32 else */
+    CT_ASSERT(!c.yaml_fp16);
+    char fp16_yml[64];
+    write_temp(fp16_yml, sizeof fp16_yml, "training:\n  fp16: true\n");
+    const char *fp16[] = {"--model", "temporal", "--dataset", dir, "--config", fp16_yml};
+    CT_ASSERT_OK(parse(&c, &eb, fp16, 6));
+    CT_ASSERT(c.yaml_fp16 && !c.use_amp);
     /* without --dataset: generated at start, data.num_samples / seq_len / seed or the flags */
     const char *fly[] = {"--model", "temporal"};
     CT_ASSERT_OK(parse(&c, &eb, fly, 2));
@@ -543,9 +550,32 @@ static void test_temporal_flags(void)
     const char *synth[] = {"--model", "temporal", "--dataset", "synthetic:users=3"};
     CT_ASSERT_ERR(parse(&c, &eb, synth, 4), CT_EPARSE);
     CT_ASSERT_STR_CONTAINS(eb.msg, "reads a curve cache folder");
+    /* without --lm_dir: the tiny random Qwen2 of lm.* (the reference's defaults, the flags,
+     * --config's keys) */
     const char *align[] = {"--model", "temporal", "--dataset", dir, "--stage", "align"};
-    CT_ASSERT_ERR(parse(&c, &eb, align, 6), CT_EPARSE);
-    CT_ASSERT_STR_CONTAINS(eb.msg, "--stage align: needs --lm_dir");
+    CT_ASSERT_OK(parse(&c, &eb, align, 6));
+    CT_ASSERT(c.lm_hidden_size == 128 && c.lm_num_layers == 2 && c.lm_num_heads == 4);
+    CT_ASSERT(c.lm_num_kv_heads == 2 && c.lm_intermediate_size == 256 && c.lm_seed == 1234);
+    CT_ASSERT_EQ(c.lm_pretrain_steps, 300);
+    j = ctrain_cfg_to_json(&c);
+    CT_ASSERT(json_integer_value(json_object_get(j, "lm_pretrain_steps")) == 300);
+    json_decref(j);
+    char tiny_yml[64];
+    write_temp(tiny_yml, sizeof tiny_yml,
+               "lm:\n  path: null\n  hidden_size: 32\n  num_layers: 1\n  num_heads: 2\n"
+               "  num_kv_heads: 1\n  intermediate_size: 64\n  seed: 7\n"
+               "  pretrain_steps: 200\n");
+    const char *tiny[] = {"--model", "temporal", "--dataset", dir,         "--stage",
+                          "align",   "--config", tiny_yml,    "--lm_seed", "8"};
+    CT_ASSERT_OK(parse(&c, &eb, tiny, 10));
+    CT_ASSERT(c.lm_hidden_size == 32 && c.lm_num_layers == 1 && c.lm_num_heads == 2);
+    CT_ASSERT(c.lm_num_kv_heads == 1 && c.lm_intermediate_size == 64 && c.lm_seed == 8);
+    CT_ASSERT(c.lm_pretrain_steps == 200 && c.lm_dir[0] == '\0');
+    const char *tiny_bad[] = {"--model",  "temporal", "--dataset",         dir, "--stage", "align",
+                              "--config", tiny_yml,   "--lm_num_kv_heads", "3"};
+    CT_ASSERT_ERR(parse(&c, &eb, tiny_bad, 10), CT_ERANGE_VALUE);
+    CT_ASSERT_STR_CONTAINS(eb.msg, "--lm_num_kv_heads 3 must divide it");
+    unlink(tiny_yml);
     const char *align_lm[] = {
         "--model",           "temporal", "--dataset",           dir, "--stage",  "align",
         "--lm_dir",          dir,        "--num_soft_tokens",   "3", "--prompt", "Say:",

@@ -303,13 +303,8 @@ static double ctrain_model__beta2(const ctrain_model_t *m)
 int ctrain_model_adam(ctrain_model_t *m, double lr, float grad_scale, int64_t t)
 {
     ct_ops_t *o = m->ops;
-    if (m->weight_decay > 0.0) {
-        if (!o->host_memory)
-            return -ENOTSUP; /* the families with weight decay run on host memory */
-        const float keep = (float)(1.0 - lr * m->weight_decay);
-        for (size_t i = 0; i < m->num_params; i++)
-            m->params_mem[i] *= keep;
-    }
+    if (m->weight_decay > 0.0)
+        o->scale(o, m->params_mem, (float)(1.0 - lr * m->weight_decay), (int64_t)m->num_params);
     const size_t n1 = m->lr2_ratio > 0 && m->lr2_from < m->num_params ? m->lr2_from : m->num_params;
     o->adam_update(o, m->params_mem, m->m_mem, m->v_mem, m->grads_mem, (int64_t)n1, lr,
                    CT_SASREC_ADAM_BETA1, ctrain_model__beta2(m), CT_SASREC_ADAM_EPS, grad_scale, t);

@@ -290,9 +290,9 @@ struct ctrain_model {
     double lr2_ratio;
 
     char *view_names; /* storage for the checkpoint view names */
-    /* AdamW's decoupled weight decay (params *= 1 - lr * weight_decay before the update, on
-     * host-memory backends; 0: none, Adam). Set by the family's build; beta2 is the family's
-     * (ctrain_family_t.adam_beta2). */
+    /* AdamW's decoupled weight decay (params *= 1 - lr * weight_decay before the update, the op
+     * table's scale on any backend; 0: none, Adam). Set by the family's build; beta2 is the
+     * family's (ctrain_family_t.adam_beta2). */
     double weight_decay;
     void *impl; /* the kind's state: activation arena and offsets */
 

@@ -1,9 +1,12 @@
 /*
  * ctrain_temporal.c - the --model temporal family of ctrain_temporal.h: its descriptor, the
  * parameter table under the reference's names with PyTorch's initialisations, and the forward
- * and backward passes of a micro-batch on the CPU kernels; in --stage align the projector's
- * passes and the rows handed to the frozen LM (ctrain_lm.h runs it). Not here: the data, the
- * masks' draws, the LM's loading and evaluation (ctrain_temporal_task.c).
+ * and backward passes of a micro-batch on the op table (ct_ops.h: one code path for the CPU and
+ * CUDA backends, on the CPU the same bits as the CPU kernels called directly); in --stage align
+ * the projector's passes and the rows handed to the frozen LM (ctrain_lm.h runs it). A
+ * micro-batch's patches and masks are gathered on the host and copied to the backend; the
+ * embeddings' mean over the patches is taken on the host after the states' copy back. Not here:
+ * the data, the masks' draws, the LM's loading and evaluation (ctrain_temporal_task.c).
  */
 #include "ctrain_temporal.h"
 
@@ -39,15 +42,26 @@ typedef struct ctrain_temporal__acts {
 typedef struct ctrain_temporal__impl {
     size_t emb_w, emb_b, mask_tok, pos, norm_w, norm_b, rec_w, rec_b;
     ctrain_temporal__layer_off_t *lo;
+    /* backend memory (ct_ops.h): every buffer a pass reads or writes */
     ctrain_temporal__acts_t *a; /* num_blocks + 1 (the last holds only x: the encoder output) */
     float *patches, *emb, *x0, *lnf, *mf, *rf, *pred, *dpred; /* (R,P) (R,C) ... */
-    float *d0, *d1, *d2, *dqkv, *df, *dff, *scratch;
+    float *d0, *d1, *d2, *dqkv, *df, *dff, *scratch, *loss;
     int32_t *mask; /* (R) */
-    /* --stage align: the projector's offsets and activations (BK = B * K rows) */
+    void **held;   /* what o->alloc gave, for destroy */
+    int n_held;
+    /* host memory: a micro-batch's patches and masks before their copy, the embeddings' states
+     * after theirs */
+    float *h_patches, *h_lnf; /* (R,P), (R,C) */
+    int32_t *h_mask;          /* (R) */
+    /* --stage align: the projector's offsets and activations (BK = B * K rows) and the LM's
+     * rows (LM = K + n_prompt + text_cap tokens at most), backend; the rows' token ids (soft
+     * tokens' places included, their embeddings overwritten) and targets, host */
     size_t pq, pin_w, pin_b, pout_w, pout_b, pln_w, pln_b, p1_w, p1_b, p2_w, p2_b;
-    float *proj_mem; /* one allocation for the projector's buffers */
-    float *qp, *kp, *vp, *patt, *pao, *py, *pz, *pmu, *prs, *pu, *pg, *soft;
+    float *qp, *kp, *vp, *patt, *pao, *pqb, *py, *pz, *pmu, *prs, *pu, *pg, *soft;
     float *dqp, *dkp, *dvp, *dpao, *dpy, *dpz, *dpu, *dpg, *dsoft;
+    float *embeds, *dembeds; /* (max_batch, LM, H) */
+    int32_t *d_ids;          /* (max_batch, LM) */
+    int32_t *h_ids, *h_tgt;  /* (max_batch, LM) */
 } ctrain_temporal__impl_t;
 
 static const ctrain_temporal_spec_t *ctrain_temporal__spec(const ctrain_model_t *m)
@@ -55,19 +69,24 @@ static const ctrain_temporal_spec_t *ctrain_temporal__spec(const ctrain_model_t 
     return m->cfg.ext;
 }
 
-/* Gathers rows' patches and masks from the batch's ids (seq[r*n]) and mask (pos). */
-static void ctrain_temporal__gather(ctrain_model_t *m, const int32_t *ids, const int32_t *mask,
-                                    int B)
+/* Gathers rows' patches and masks from the batch's ids (ids[r*stride]) and mask (pos; NULL:
+ * nothing masked) on the host and copies them to the backend. */
+static void ctrain_temporal__gather(ctrain_model_t *m, const int32_t *ids, int stride,
+                                    const int32_t *mask, int B)
 {
     ctrain_temporal__impl_t *im = m->impl;
     const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
+    ct_ops_t *o = m->ops;
     const int n = m->cfg.maxlen, P = sp->patch_len;
     for (int r = 0; r < B; r++) {
-        memcpy(im->patches + (size_t)r * n * P, sp->patches + (size_t)ids[(size_t)r * n] * n * P,
+        memcpy(im->h_patches + (size_t)r * n * P,
+               sp->patches + (size_t)ids[(size_t)r * stride] * n * P,
                (size_t)n * P * sizeof(float));
         for (int j = 0; j < n; j++)
-            im->mask[(size_t)r * n + j] = mask[(size_t)r * n + j] != 0;
+            im->h_mask[(size_t)r * n + j] = mask ? mask[(size_t)r * n + j] != 0 : 0;
     }
+    o->copy(o, im->patches, im->h_patches, (size_t)B * n * P * sizeof(float), CT_COPY_H2D);
+    o->copy(o, im->mask, im->h_mask, (size_t)B * n * sizeof(int32_t), CT_COPY_H2D);
 }
 
 static ct_dropout_t ctrain_temporal__drop(const ctrain_model_t *m, bool train, uint64_t seed,
@@ -83,41 +102,42 @@ static void ctrain_temporal__forward(ctrain_model_t *m, int B, bool train, uint6
 {
     ctrain_temporal__impl_t *im = m->impl;
     const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
+    ct_ops_t *o = m->ops;
     const int n = m->cfg.maxlen, P = sp->patch_len, C = m->cfg.hidden, NH = m->cfg.num_heads;
     const int F = sp->ff_dim, R = B * n;
     const float *w = m->params_mem;
-    ct_linear_forward_cpu(im->emb, im->patches, w + im->emb_w, w + im->emb_b, R, P, C);
-    ct_mask_token_forward_cpu(im->x0, im->emb, w + im->mask_tok, im->mask, R, C);
-    ct_rows_broadcast_forward_cpu(im->a[0].x, w + im->pos, B, n, C);
-    ct_residual_forward_cpu(im->a[0].x, im->a[0].x, im->x0, (int64_t)R * C);
+    o->linear_forward(o, im->emb, im->patches, w + im->emb_w, w + im->emb_b, R, P, C);
+    o->mask_token_forward(o, im->x0, im->emb, w + im->mask_tok, im->mask, R, C);
+    o->rows_broadcast_forward(o, im->a[0].x, w + im->pos, B, n, C);
+    o->residual_forward(o, im->a[0].x, im->a[0].x, im->x0, (int64_t)R * C);
     for (int l = 0; l < m->cfg.num_blocks; l++) {
         ctrain_temporal__acts_t *a = &im->a[l];
-        const ctrain_temporal__layer_off_t *o = &im->lo[l];
+        const ctrain_temporal__layer_off_t *lo = &im->lo[l];
         const int site = 1 + 4 * l;
-        ct_layernorm_forward_cpu(a->ln1, a->m1, a->r1, a->x, w + o->n1_w, w + o->n1_b, R, C,
-                                 CTRAIN_TEMPORAL_LN_EPS);
-        ct_linear_forward_cpu(a->qkv, a->ln1, w + o->in_w, w + o->in_b, R, C, 3 * C);
-        ct_enc_attention_forward_cpu(
-            a->ao, a->att, im->scratch, a->qkv, B, n, C, NH,
+        o->layernorm_forward(o, a->ln1, a->m1, a->r1, a->x, w + lo->n1_w, w + lo->n1_b, R, C,
+                             CTRAIN_TEMPORAL_LN_EPS);
+        o->linear_forward(o, a->qkv, a->ln1, w + lo->in_w, w + lo->in_b, R, C, 3 * C);
+        o->enc_attention_forward(
+            o, a->ao, a->att, im->scratch, a->qkv, B, n, C, NH,
             ctrain_temporal__drop(m, train, seed, step, site, row0, (int64_t)NH * n * n));
-        ct_linear_forward_cpu(im->d0, a->ao, w + o->out_w, w + o->out_b, R, C, C);
-        ct_dropout_cpu(im->d0, im->d0, (int64_t)R * C,
-                       ctrain_temporal__drop(m, train, seed, step, site + 1, row0, (int64_t)n * C));
-        ct_residual_forward_cpu(a->x1, a->x, im->d0, (int64_t)R * C);
-        ct_layernorm_forward_cpu(a->ln2, a->m2, a->r2, a->x1, w + o->n2_w, w + o->n2_b, R, C,
-                                 CTRAIN_TEMPORAL_LN_EPS);
-        ct_linear_forward_cpu(a->f1, a->ln2, w + o->l1_w, w + o->l1_b, R, C, F);
-        ct_relu_forward_cpu(a->f1, a->f1, (int64_t)R * F);
-        ct_dropout_cpu(a->f1d, a->f1, (int64_t)R * F,
-                       ctrain_temporal__drop(m, train, seed, step, site + 2, row0, (int64_t)n * F));
-        ct_linear_forward_cpu(im->d0, a->f1d, w + o->l2_w, w + o->l2_b, R, F, C);
-        ct_dropout_cpu(im->d0, im->d0, (int64_t)R * C,
-                       ctrain_temporal__drop(m, train, seed, step, site + 3, row0, (int64_t)n * C));
-        ct_residual_forward_cpu(im->a[l + 1].x, a->x1, im->d0, (int64_t)R * C);
+        o->linear_forward(o, im->d0, a->ao, w + lo->out_w, w + lo->out_b, R, C, C);
+        o->dropout(o, im->d0, im->d0, (int64_t)R * C,
+                   ctrain_temporal__drop(m, train, seed, step, site + 1, row0, (int64_t)n * C));
+        o->residual_forward(o, a->x1, a->x, im->d0, (int64_t)R * C);
+        o->layernorm_forward(o, a->ln2, a->m2, a->r2, a->x1, w + lo->n2_w, w + lo->n2_b, R, C,
+                             CTRAIN_TEMPORAL_LN_EPS);
+        o->linear_forward(o, a->f1, a->ln2, w + lo->l1_w, w + lo->l1_b, R, C, F);
+        o->relu_forward(o, a->f1, a->f1, (int64_t)R * F);
+        o->dropout(o, a->f1d, a->f1, (int64_t)R * F,
+                   ctrain_temporal__drop(m, train, seed, step, site + 2, row0, (int64_t)n * F));
+        o->linear_forward(o, im->d0, a->f1d, w + lo->l2_w, w + lo->l2_b, R, F, C);
+        o->dropout(o, im->d0, im->d0, (int64_t)R * C,
+                   ctrain_temporal__drop(m, train, seed, step, site + 3, row0, (int64_t)n * C));
+        o->residual_forward(o, im->a[l + 1].x, a->x1, im->d0, (int64_t)R * C);
     }
-    ct_layernorm_forward_cpu(im->lnf, im->mf, im->rf, im->a[m->cfg.num_blocks].x, w + im->norm_w,
-                             w + im->norm_b, R, C, CTRAIN_TEMPORAL_LN_EPS);
-    ct_linear_forward_cpu(im->pred, im->lnf, w + im->rec_w, w + im->rec_b, R, C, P);
+    o->layernorm_forward(o, im->lnf, im->mf, im->rf, im->a[m->cfg.num_blocks].x, w + im->norm_w,
+                         w + im->norm_b, R, C, CTRAIN_TEMPORAL_LN_EPS);
+    o->linear_forward(o, im->pred, im->lnf, w + im->rec_w, w + im->rec_b, R, C, P);
 }
 
 /* The backward pass; from_proj: d1 already holds d(encoder output after its LayerNorm) and
@@ -127,6 +147,7 @@ static void ctrain_temporal__backward(ctrain_model_t *m, int B, uint64_t seed, i
 {
     ctrain_temporal__impl_t *im = m->impl;
     const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
+    ct_ops_t *o = m->ops;
     const int n = m->cfg.maxlen, P = sp->patch_len, C = m->cfg.hidden, NH = m->cfg.num_heads;
     const int F = sp->ff_dim, R = B * n;
     const size_t RC = (size_t)R * C;
@@ -134,56 +155,56 @@ static void ctrain_temporal__backward(ctrain_model_t *m, int B, uint64_t seed, i
     float *g = m->grads_mem;
     /* dx (d0) <- d(encoder output) */
     if (!from_proj) {
-        memset(im->d1, 0, RC * sizeof(float));
-        ct_linear_backward_cpu(im->d1, g + im->rec_w, g + im->rec_b, im->dpred, im->lnf,
-                               w + im->rec_w, R, C, P);
+        o->zero(o, im->d1, RC * sizeof(float));
+        o->linear_backward(o, im->d1, g + im->rec_w, g + im->rec_b, im->dpred, im->lnf,
+                           w + im->rec_w, R, C, P);
     }
-    memset(im->d0, 0, RC * sizeof(float));
-    ct_layernorm_backward_cpu(im->d0, g + im->norm_w, g + im->norm_b, im->d1,
-                              im->a[m->cfg.num_blocks].x, w + im->norm_w, im->mf, im->rf, R, C);
+    o->zero(o, im->d0, RC * sizeof(float));
+    o->layernorm_backward(o, im->d0, g + im->norm_w, g + im->norm_b, im->d1,
+                          im->a[m->cfg.num_blocks].x, w + im->norm_w, im->mf, im->rf, R, C);
     ctrain_model_grads_ready(m, m->cfg.num_blocks);
     for (int l = m->cfg.num_blocks - 1; l >= 0; l--) {
         ctrain_temporal__acts_t *a = &im->a[l];
-        const ctrain_temporal__layer_off_t *o = &im->lo[l];
+        const ctrain_temporal__layer_off_t *lo = &im->lo[l];
         const int site = 1 + 4 * l;
         /* feed-forward branch: d0 is d(x2) = d(x1) through the residual */
-        ct_dropout_cpu(im->d1, im->d0, (int64_t)RC,
-                       ctrain_temporal__drop(m, true, seed, step, site + 3, row0, (int64_t)n * C));
-        memset(im->df, 0, (size_t)R * F * sizeof(float));
-        ct_linear_backward_cpu(im->df, g + o->l2_w, g + o->l2_b, im->d1, a->f1d, w + o->l2_w, R, F,
-                               C);
-        ct_dropout_cpu(im->df, im->df, (int64_t)R * F,
-                       ctrain_temporal__drop(m, true, seed, step, site + 2, row0, (int64_t)n * F));
-        memset(im->dff, 0, (size_t)R * F * sizeof(float));
-        ct_relu_backward_cpu(im->dff, im->df, a->f1, (int64_t)R * F);
-        memset(im->d2, 0, RC * sizeof(float));
-        ct_linear_backward_cpu(im->d2, g + o->l1_w, g + o->l1_b, im->dff, a->ln2, w + o->l1_w, R, C,
-                               F);
-        ct_layernorm_backward_cpu(im->d0, g + o->n2_w, g + o->n2_b, im->d2, a->x1, w + o->n2_w,
-                                  a->m2, a->r2, R, C);
+        o->dropout(o, im->d1, im->d0, (int64_t)RC,
+                   ctrain_temporal__drop(m, true, seed, step, site + 3, row0, (int64_t)n * C));
+        o->zero(o, im->df, (size_t)R * F * sizeof(float));
+        o->linear_backward(o, im->df, g + lo->l2_w, g + lo->l2_b, im->d1, a->f1d, w + lo->l2_w, R,
+                           F, C);
+        o->dropout(o, im->df, im->df, (int64_t)R * F,
+                   ctrain_temporal__drop(m, true, seed, step, site + 2, row0, (int64_t)n * F));
+        o->zero(o, im->dff, (size_t)R * F * sizeof(float));
+        o->relu_backward(o, im->dff, im->df, a->f1, (int64_t)R * F);
+        o->zero(o, im->d2, RC * sizeof(float));
+        o->linear_backward(o, im->d2, g + lo->l1_w, g + lo->l1_b, im->dff, a->ln2, w + lo->l1_w, R,
+                           C, F);
+        o->layernorm_backward(o, im->d0, g + lo->n2_w, g + lo->n2_b, im->d2, a->x1, w + lo->n2_w,
+                              a->m2, a->r2, R, C);
         /* attention branch: d0 is now d(x1) */
-        ct_dropout_cpu(im->d1, im->d0, (int64_t)RC,
-                       ctrain_temporal__drop(m, true, seed, step, site + 1, row0, (int64_t)n * C));
-        memset(im->d2, 0, RC * sizeof(float));
-        ct_linear_backward_cpu(im->d2, g + o->out_w, g + o->out_b, im->d1, a->ao, w + o->out_w, R,
-                               C, C);
-        memset(im->dqkv, 0, 3 * RC * sizeof(float));
-        ct_enc_attention_backward_cpu(
-            im->dqkv, im->scratch, im->d2, a->att, a->qkv, B, n, C, NH,
+        o->dropout(o, im->d1, im->d0, (int64_t)RC,
+                   ctrain_temporal__drop(m, true, seed, step, site + 1, row0, (int64_t)n * C));
+        o->zero(o, im->d2, RC * sizeof(float));
+        o->linear_backward(o, im->d2, g + lo->out_w, g + lo->out_b, im->d1, a->ao, w + lo->out_w, R,
+                           C, C);
+        o->zero(o, im->dqkv, 3 * RC * sizeof(float));
+        o->enc_attention_backward(
+            o, im->dqkv, im->scratch, im->d2, a->att, a->qkv, B, n, C, NH,
             ctrain_temporal__drop(m, true, seed, step, site, row0, (int64_t)NH * n * n));
-        memset(im->d1, 0, RC * sizeof(float));
-        ct_linear_backward_cpu(im->d1, g + o->in_w, g + o->in_b, im->dqkv, a->ln1, w + o->in_w, R,
-                               C, 3 * C);
-        ct_layernorm_backward_cpu(im->d0, g + o->n1_w, g + o->n1_b, im->d1, a->x, w + o->n1_w,
-                                  a->m1, a->r1, R, C);
+        o->zero(o, im->d1, RC * sizeof(float));
+        o->linear_backward(o, im->d1, g + lo->in_w, g + lo->in_b, im->dqkv, a->ln1, w + lo->in_w, R,
+                           C, 3 * C);
+        o->layernorm_backward(o, im->d0, g + lo->n1_w, g + lo->n1_b, im->d1, a->x, w + lo->n1_w,
+                              a->m1, a->r1, R, C);
         ctrain_model_grads_ready(m, l);
     }
     /* x = where(mask, token, embed(patches)) + pos */
-    ct_rows_broadcast_backward_cpu(g + im->pos, im->d0, B, n, C);
-    memset(im->d1, 0, RC * sizeof(float));
-    ct_mask_token_backward_cpu(im->d1, g + im->mask_tok, im->d0, im->mask, R, C);
-    ct_linear_backward_cpu(NULL, g + im->emb_w, g + im->emb_b, im->d1, im->patches, w + im->emb_w,
-                           R, P, C);
+    o->rows_broadcast_backward(o, g + im->pos, im->d0, B, n, C);
+    o->zero(o, im->d1, RC * sizeof(float));
+    o->mask_token_backward(o, im->d1, g + im->mask_tok, im->d0, im->mask, R, C);
+    o->linear_backward(o, NULL, g + im->emb_w, g + im->emb_b, im->d1, im->patches, w + im->emb_w, R,
+                       P, C);
     ctrain_model_grads_ready(m, -1);
 }
 
@@ -199,54 +220,26 @@ static void ctrain_temporal__proj_forward(ctrain_model_t *m, int B)
 {
     ctrain_temporal__impl_t *im = m->impl;
     const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
+    ct_ops_t *o = m->ops;
     const int n = m->cfg.maxlen, C = m->cfg.hidden, NH = m->cfg.num_heads, K = sp->soft_tokens;
-    const int H = sp->lm_hidden, D = C / NH, BK = B * K;
+    const int H = sp->lm_hidden, BK = B * K;
     const float *w = m->params_mem;
-    const float scale = 1.0f / sqrtf((float)D);
     /* the queries' projection is the same for every row */
-    ct_linear_forward_cpu(im->qp, w + im->pq, w + im->pin_w, w + im->pin_b, K, C, C);
-    ct_linear_forward_cpu(im->kp, im->lnf, w + im->pin_w + (size_t)C * C, w + im->pin_b + C, B * n,
-                          C, C);
-    ct_linear_forward_cpu(im->vp, im->lnf, w + im->pin_w + 2 * (size_t)C * C, w + im->pin_b + 2 * C,
-                          B * n, C, C);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int k = 0; k < K; k++) {
-                float *p = im->patt + (((size_t)b * NH + h) * K + k) * n;
-                const float *q = im->qp + (size_t)k * C + h * D;
-                float mx = -INFINITY;
-                for (int j = 0; j < n; j++) {
-                    const float *kk = im->kp + ((size_t)b * n + j) * C + h * D;
-                    float sc = 0.0f;
-                    for (int e = 0; e < D; e++)
-                        sc += q[e] * kk[e];
-                    p[j] = sc * scale;
-                    mx = p[j] > mx ? p[j] : mx;
-                }
-                float sum = 0.0f;
-                for (int j = 0; j < n; j++) {
-                    p[j] = expf(p[j] - mx);
-                    sum += p[j];
-                }
-                float *o = im->pao + ((size_t)b * K + k) * C + h * D;
-                for (int e = 0; e < D; e++)
-                    o[e] = 0.0f;
-                for (int j = 0; j < n; j++) {
-                    p[j] /= sum;
-                    const float *v = im->vp + ((size_t)b * n + j) * C + h * D;
-                    for (int e = 0; e < D; e++)
-                        o[e] += p[j] * v[e];
-                }
-            }
-    ct_linear_forward_cpu(im->py, im->pao, w + im->pout_w, w + im->pout_b, BK, C, C);
-    for (int r = 0; r < BK; r++)
-        for (int c = 0; c < C; c++)
-            im->py[(size_t)r * C + c] += w[im->pq + (size_t)(r % K) * C + c];
-    ct_layernorm_forward_cpu(im->pz, im->pmu, im->prs, im->py, w + im->pln_w, w + im->pln_b, BK, C,
-                             CTRAIN_TEMPORAL_LN_EPS);
-    ct_linear_forward_cpu(im->pu, im->pz, w + im->p1_w, w + im->p1_b, BK, C, H);
-    ct_gelu_forward_cpu(im->pg, im->pu, (int64_t)BK * H, CT_GELU_ERF);
-    ct_linear_forward_cpu(im->soft, im->pg, w + im->p2_w, w + im->p2_b, BK, H, H);
+    o->linear_forward(o, im->qp, w + im->pq, w + im->pin_w, w + im->pin_b, K, C, C);
+    o->linear_forward(o, im->kp, im->lnf, w + im->pin_w + (size_t)C * C, w + im->pin_b + C, B * n,
+                      C, C);
+    o->linear_forward(o, im->vp, im->lnf, w + im->pin_w + 2 * (size_t)C * C, w + im->pin_b + 2 * C,
+                      B * n, C, C);
+    o->query_attention_forward(o, im->pao, im->patt, im->qp, im->kp, im->vp, B, K, n, C, NH);
+    o->linear_forward(o, im->py, im->pao, w + im->pout_w, w + im->pout_b, BK, C, C);
+    /* + the queries (row r's is query r % K) */
+    o->rows_broadcast_forward(o, im->pqb, w + im->pq, B, K, C);
+    o->residual_forward(o, im->py, im->py, im->pqb, (int64_t)BK * C);
+    o->layernorm_forward(o, im->pz, im->pmu, im->prs, im->py, w + im->pln_w, w + im->pln_b, BK, C,
+                         CTRAIN_TEMPORAL_LN_EPS);
+    o->linear_forward(o, im->pu, im->pz, w + im->p1_w, w + im->p1_b, BK, C, H);
+    o->gelu_forward(o, im->pg, im->pu, (int64_t)BK * H, CT_GELU_ERF);
+    o->linear_forward(o, im->soft, im->pg, w + im->p2_w, w + im->p2_b, BK, H, H);
 }
 
 /* d1 <- d(lnf) from dsoft, the projector's gradients added. */
@@ -254,80 +247,51 @@ static void ctrain_temporal__proj_backward(ctrain_model_t *m, int B)
 {
     ctrain_temporal__impl_t *im = m->impl;
     const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
+    ct_ops_t *o = m->ops;
     const int n = m->cfg.maxlen, C = m->cfg.hidden, NH = m->cfg.num_heads, K = sp->soft_tokens;
-    const int H = sp->lm_hidden, D = C / NH, BK = B * K;
+    const int H = sp->lm_hidden, BK = B * K;
     const float *w = m->params_mem;
     float *g = m->grads_mem;
-    const float scale = 1.0f / sqrtf((float)D);
-    memset(im->dpg, 0, (size_t)BK * H * sizeof(float));
-    ct_linear_backward_cpu(im->dpg, g + im->p2_w, g + im->p2_b, im->dsoft, im->pg, w + im->p2_w, BK,
-                           H, H);
-    memset(im->dpu, 0, (size_t)BK * H * sizeof(float));
-    ct_gelu_backward_cpu(im->dpu, im->dpg, im->pu, (int64_t)BK * H, CT_GELU_ERF);
-    memset(im->dpz, 0, (size_t)BK * C * sizeof(float));
-    ct_linear_backward_cpu(im->dpz, g + im->p1_w, g + im->p1_b, im->dpu, im->pz, w + im->p1_w, BK,
-                           C, H);
-    memset(im->dpy, 0, (size_t)BK * C * sizeof(float));
-    ct_layernorm_backward_cpu(im->dpy, g + im->pln_w, g + im->pln_b, im->dpz, im->py, w + im->pln_w,
-                              im->pmu, im->prs, BK, C);
+    o->zero(o, im->dpg, (size_t)BK * H * sizeof(float));
+    o->linear_backward(o, im->dpg, g + im->p2_w, g + im->p2_b, im->dsoft, im->pg, w + im->p2_w, BK,
+                       H, H);
+    o->zero(o, im->dpu, (size_t)BK * H * sizeof(float));
+    o->gelu_backward(o, im->dpu, im->dpg, im->pu, (int64_t)BK * H, CT_GELU_ERF);
+    o->zero(o, im->dpz, (size_t)BK * C * sizeof(float));
+    o->linear_backward(o, im->dpz, g + im->p1_w, g + im->p1_b, im->dpu, im->pz, w + im->p1_w, BK, C,
+                       H);
+    o->zero(o, im->dpy, (size_t)BK * C * sizeof(float));
+    o->layernorm_backward(o, im->dpy, g + im->pln_w, g + im->pln_b, im->dpz, im->py, w + im->pln_w,
+                          im->pmu, im->prs, BK, C);
     /* y = out_proj(attention) + queries */
-    for (int r = 0; r < BK; r++)
-        for (int c = 0; c < C; c++)
-            g[im->pq + (size_t)(r % K) * C + c] += im->dpy[(size_t)r * C + c];
-    memset(im->dpao, 0, (size_t)BK * C * sizeof(float));
-    ct_linear_backward_cpu(im->dpao, g + im->pout_w, g + im->pout_b, im->dpy, im->pao,
-                           w + im->pout_w, BK, C, C);
-    memset(im->dqp, 0, (size_t)K * C * sizeof(float));
-    memset(im->dkp, 0, (size_t)B * n * C * sizeof(float));
-    memset(im->dvp, 0, (size_t)B * n * C * sizeof(float));
-    float dp[CTRAIN_MODEL_MAX_LEN];
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int k = 0; k < K; k++) {
-                const float *p = im->patt + (((size_t)b * NH + h) * K + k) * n;
-                const float *dout = im->dpao + ((size_t)b * K + k) * C + h * D;
-                float dot = 0.0f;
-                for (int j = 0; j < n; j++) {
-                    const float *v = im->vp + ((size_t)b * n + j) * C + h * D;
-                    float *dv = im->dvp + ((size_t)b * n + j) * C + h * D;
-                    float s = 0.0f;
-                    for (int e = 0; e < D; e++) {
-                        s += dout[e] * v[e];
-                        dv[e] += p[j] * dout[e];
-                    }
-                    dp[j] = s;
-                    dot += p[j] * s;
-                }
-                const float *q = im->qp + (size_t)k * C + h * D;
-                float *dq = im->dqp + (size_t)k * C + h * D;
-                for (int j = 0; j < n; j++) {
-                    const float ds = p[j] * (dp[j] - dot) * scale;
-                    const float *kk = im->kp + ((size_t)b * n + j) * C + h * D;
-                    float *dk = im->dkp + ((size_t)b * n + j) * C + h * D;
-                    for (int e = 0; e < D; e++) {
-                        dq[e] += ds * kk[e];
-                        dk[e] += ds * q[e];
-                    }
-                }
-            }
+    o->rows_broadcast_backward(o, g + im->pq, im->dpy, B, K, C);
+    o->zero(o, im->dpao, (size_t)BK * C * sizeof(float));
+    o->linear_backward(o, im->dpao, g + im->pout_w, g + im->pout_b, im->dpy, im->pao,
+                       w + im->pout_w, BK, C, C);
+    o->zero(o, im->dqp, (size_t)K * C * sizeof(float));
+    o->zero(o, im->dkp, (size_t)B * n * C * sizeof(float));
+    o->zero(o, im->dvp, (size_t)B * n * C * sizeof(float));
+    o->query_attention_backward(o, im->dqp, im->dkp, im->dvp, im->dpao, im->patt, im->qp, im->kp,
+                                im->vp, B, K, n, C, NH);
     /* the in-projection: q from the queries, k and v from lnf */
-    ct_linear_backward_cpu(g + im->pq, g + im->pin_w, g + im->pin_b, im->dqp, w + im->pq,
-                           w + im->pin_w, K, C, C);
-    memset(im->d1, 0, (size_t)B * n * C * sizeof(float));
-    ct_linear_backward_cpu(im->d1, g + im->pin_w + (size_t)C * C, g + im->pin_b + C, im->dkp,
-                           im->lnf, w + im->pin_w + (size_t)C * C, B * n, C, C);
-    ct_linear_backward_cpu(im->d1, g + im->pin_w + 2 * (size_t)C * C, g + im->pin_b + 2 * C,
-                           im->dvp, im->lnf, w + im->pin_w + 2 * (size_t)C * C, B * n, C, C);
+    o->linear_backward(o, g + im->pq, g + im->pin_w, g + im->pin_b, im->dqp, w + im->pq,
+                       w + im->pin_w, K, C, C);
+    o->zero(o, im->d1, (size_t)B * n * C * sizeof(float));
+    o->linear_backward(o, im->d1, g + im->pin_w + (size_t)C * C, g + im->pin_b + C, im->dkp,
+                       im->lnf, w + im->pin_w + (size_t)C * C, B * n, C, C);
+    o->linear_backward(o, im->d1, g + im->pin_w + 2 * (size_t)C * C, g + im->pin_b + 2 * C, im->dvp,
+                       im->lnf, w + im->pin_w + 2 * (size_t)C * C, B * n, C, C);
 }
 
-/* Rows' LM inputs: soft tokens, the prompt's and the description's embeddings (text[r]'s),
- * targets on the description's tokens; returns the length L (the longest row's), *tokens the
- * targets' count. */
+/* Rows' LM inputs into embeds: the soft tokens, the prompt's and the description's embeddings
+ * (text[r]'s: the LM's table rows gathered on the backend), targets on the description's tokens
+ * (h_tgt); returns the length L (the longest row's), *tokens the targets' count. */
 static int ctrain_temporal__lm_rows(ctrain_model_t *m, const int32_t *text, int stride, int B,
                                     int64_t *tokens)
 {
     ctrain_temporal__impl_t *im = m->impl;
     const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
+    ct_ops_t *o = m->ops;
     const int K = sp->soft_tokens, H = sp->lm_hidden, head = K + sp->n_prompt;
     int T = 1;
     for (int r = 0; r < B; r++)
@@ -337,24 +301,26 @@ static int ctrain_temporal__lm_rows(ctrain_model_t *m, const int32_t *text, int 
     for (int i = 0; i < sp->lm->n_tensors; i++)
         if (sp->lm->tensors[i].role == CTRAIN_LM_T_WTE)
             wte = i;
-    const float *table = ctrain_lm_tensor(sp->lm, wte);
     *tokens = 0;
     for (int r = 0; r < B; r++) {
         const int32_t *ids = sp->text + (size_t)text[(size_t)r * stride] * sp->text_cap;
         const int len = sp->text_len[text[(size_t)r * stride]];
-        float *e = sp->embeds + (size_t)r * L * H;
-        int32_t *tg = sp->tgt + (size_t)r * L;
-        memcpy(e, im->soft + (size_t)r * K * H, (size_t)K * H * sizeof(float));
-        for (int t = K; t < L; t++) {
-            const int32_t id = t < head         ? sp->prompt[t - K]
-                               : t - head < len ? ids[t - head]
-                                                : ids[len - 1];
-            memcpy(e + (size_t)t * H, table + (size_t)id * H, (size_t)H * sizeof(float));
-        }
+        int32_t *row = im->h_ids + (size_t)r * L, *tg = im->h_tgt + (size_t)r * L;
+        for (int t = 0; t < L; t++)
+            row[t] = t < K            ? ids[0] /* a valid row; the soft token replaces it */
+                     : t < head       ? sp->prompt[t - K]
+                     : t - head < len ? ids[t - head]
+                                      : ids[len - 1];
         for (int t = 0; t < L; t++)
             tg[t] = t + 1 >= head && t + 1 - head < len ? ids[t + 1 - head] : -1;
         *tokens += len;
     }
+    o->copy(o, im->d_ids, im->h_ids, (size_t)B * L * sizeof(int32_t), CT_COPY_H2D);
+    o->lm_embed_forward(o, im->embeds, ctrain_lm_tensor(sp->lm, wte), NULL, im->d_ids, NULL, B * L,
+                        H);
+    for (int r = 0; r < B; r++)
+        o->copy(o, im->embeds + (size_t)r * L * H, im->soft + (size_t)r * K * H,
+                (size_t)K * H * sizeof(float), CT_COPY_D2D);
     return L;
 }
 
@@ -363,15 +329,16 @@ static int ctrain_temporal__align_fb(ctrain_model_t *m, const ctrain_model_batch
 {
     ctrain_temporal__impl_t *im = m->impl;
     const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
+    ct_ops_t *o = m->ops;
     const int n = m->cfg.maxlen, K = sp->soft_tokens, H = sp->lm_hidden, B = b->B;
-    ctrain_temporal__gather(m, b->seq, b->pos, B);
+    ctrain_temporal__gather(m, b->seq, n, b->pos, B);
     ctrain_temporal__forward(m, B, true, seed, step, b->row0);
     ctrain_temporal__proj_forward(m, B);
     int64_t tokens = 0;
     const int L = ctrain_temporal__lm_rows(m, b->seq, n, B, &tokens);
-    memset(sp->dembeds, 0, (size_t)B * L * H * sizeof(float));
+    o->zero(o, im->dembeds, (size_t)B * L * H * sizeof(float));
     ctrain_lm_batch_t lb = {
-        .B = B, .L = L, .embeds = sp->embeds, .tgt = sp->tgt, .dembeds = sp->dembeds};
+        .B = B, .L = L, .embeds = im->embeds, .tgt = im->h_tgt, .dembeds = im->dembeds};
     /* this micro-batch's token mean, weighted by its share of the step's curves (count) */
     const float denom = (float)((double)tokens * count / B);
     ct_errbuf_t eb;
@@ -379,11 +346,11 @@ static int ctrain_temporal__align_fb(ctrain_model_t *m, const ctrain_model_batch
     if (rc != 0)
         return rc;
     for (int r = 0; r < B; r++)
-        memcpy(im->dsoft + (size_t)r * K * H, sp->dembeds + (size_t)r * L * H,
-               (size_t)K * H * sizeof(float));
+        o->copy(o, im->dsoft + (size_t)r * K * H, im->dembeds + (size_t)r * L * H,
+                (size_t)K * H * sizeof(float), CT_COPY_D2D);
     ctrain_temporal__proj_backward(m, B);
     ctrain_temporal__backward(m, B, seed, step, b->row0, true);
-    return 0;
+    return o->sync(o);
 }
 
 int ctrain_temporal_align_eval(ctrain_model_t *m, const int32_t *curve, const int32_t *text, int B,
@@ -393,21 +360,24 @@ int ctrain_temporal_align_eval(ctrain_model_t *m, const int32_t *curve, const in
         return ct_errbuf_set(eb, -EINVAL, "temporal encoder: %d rows (up to %d)", B, m->max_batch);
     ctrain_temporal__impl_t *im = m->impl;
     const ctrain_temporal_spec_t *sp = ctrain_temporal__spec(m);
-    const int n = m->cfg.maxlen;
-    for (int r = 0; r < B; r++) {
-        memcpy(im->patches + (size_t)r * n * sp->patch_len,
-               sp->patches + (size_t)curve[r] * n * sp->patch_len,
-               (size_t)n * sp->patch_len * sizeof(float));
-    }
-    memset(im->mask, 0, (size_t)B * n * sizeof *im->mask);
+    ctrain_temporal__gather(m, curve, 1, NULL, B);
     ctrain_temporal__forward(m, B, false, 0, 0, 0);
     ctrain_temporal__proj_forward(m, B);
     const int L = ctrain_temporal__lm_rows(m, text, 1, B, tokens);
-    ctrain_lm_batch_t lb = {.B = B, .L = L, .embeds = sp->embeds, .tgt = sp->tgt};
+    ctrain_lm_batch_t lb = {.B = B, .L = L, .embeds = im->embeds, .tgt = im->h_tgt};
     float l = 0.0f;
     int rc = ctrain_lm_forward_backward(sp->lm, &lb, 1.0f, false, &l, eb);
     *sum = l;
     return rc;
+}
+
+/* The backend's status after a pass, as a one-line error for the evaluation's callers. */
+static int ctrain_temporal__status(ctrain_model_t *m, ct_errbuf_t *eb)
+{
+    const int rc = m->ops->sync(m->ops);
+    return rc == 0 ? 0
+                   : ct_errbuf_set(eb, rc, "temporal encoder: the %s backend failed a pass",
+                                   m->ops->name);
 }
 
 static int ctrain_temporal__forward_backward(ctrain_model_t *m, const ctrain_model_batch_t *b,
@@ -418,12 +388,14 @@ static int ctrain_temporal__forward_backward(ctrain_model_t *m, const ctrain_mod
     if (ctrain_temporal__spec(m)->stage == 1)
         return ctrain_temporal__align_fb(m, b, count, seed, step, loss);
     ctrain_temporal__impl_t *im = m->impl;
+    ct_ops_t *o = m->ops;
     const int n = m->cfg.maxlen, P = ctrain_temporal__spec(m)->patch_len;
-    ctrain_temporal__gather(m, b->seq, b->pos, b->B);
+    ctrain_temporal__gather(m, b->seq, n, b->pos, b->B);
     ctrain_temporal__forward(m, b->B, true, seed, step, b->row0);
-    ct_masked_mse_cpu(loss, im->dpred, im->pred, im->patches, im->mask, b->B * n, P, count);
+    o->masked_mse(o, im->loss, im->dpred, im->pred, im->patches, im->mask, b->B * n, P, count);
     ctrain_temporal__backward(m, b->B, seed, step, b->row0, false);
-    return 0;
+    o->copy(o, loss, im->loss, sizeof *loss, CT_COPY_D2H);
+    return o->sync(o);
 }
 
 int ctrain_temporal_eval(ctrain_model_t *m, const int32_t *ids, const int32_t *mask, int B,
@@ -432,13 +404,15 @@ int ctrain_temporal_eval(ctrain_model_t *m, const int32_t *ids, const int32_t *m
     if (ctrain_temporal__check_rows(m, B) != 0)
         return ct_errbuf_set(eb, -EINVAL, "temporal encoder: %d rows (up to %d)", B, m->max_batch);
     ctrain_temporal__impl_t *im = m->impl;
+    ct_ops_t *o = m->ops;
     const int n = m->cfg.maxlen, P = ctrain_temporal__spec(m)->patch_len;
-    ctrain_temporal__gather(m, ids, mask, B);
+    ctrain_temporal__gather(m, ids, n, mask, B);
     ctrain_temporal__forward(m, B, false, 0, 0, 0);
     float l = 0.0f;
-    ct_masked_mse_cpu(&l, NULL, im->pred, im->patches, im->mask, B * n, P, 1.0f);
+    o->masked_mse(o, im->loss, NULL, im->pred, im->patches, im->mask, B * n, P, 1.0f);
+    o->copy(o, &l, im->loss, sizeof l, CT_COPY_D2H);
     *sum = l;
-    return 0;
+    return ctrain_temporal__status(m, eb);
 }
 
 int ctrain_temporal_embed(ctrain_model_t *m, const int32_t *ids, const int32_t *zero_mask, int B,
@@ -448,13 +422,17 @@ int ctrain_temporal_embed(ctrain_model_t *m, const int32_t *ids, const int32_t *
         return ct_errbuf_set(eb, -EINVAL, "temporal encoder: %d rows (up to %d)", B, m->max_batch);
     ctrain_temporal__impl_t *im = m->impl;
     const int n = m->cfg.maxlen, C = m->cfg.hidden;
-    ctrain_temporal__gather(m, ids, zero_mask, B);
+    ctrain_temporal__gather(m, ids, n, zero_mask, B);
     ctrain_temporal__forward(m, B, false, 0, 0, 0);
+    m->ops->copy(m->ops, im->h_lnf, im->lnf, (size_t)B * n * C * sizeof(float), CT_COPY_D2H);
+    int rc = ctrain_temporal__status(m, eb);
+    if (rc != 0)
+        return rc;
     for (int r = 0; r < B; r++)
         for (int c = 0; c < C; c++) {
             double s = 0.0;
             for (int j = 0; j < n; j++)
-                s += im->lnf[((size_t)r * n + j) * C + c];
+                s += im->h_lnf[((size_t)r * n + j) * C + c];
             out[(size_t)r * C + c] = (float)(s / n);
         }
     return 0;
@@ -479,14 +457,16 @@ static void ctrain_temporal__destroy(ctrain_model_t *m)
     ctrain_temporal__impl_t *im = m->impl;
     if (!im)
         return;
-    if (im->a)
-        for (int l = 0; l <= m->cfg.num_blocks; l++)
-            free(im->a[l].x); /* one allocation per layer, x first */
+    for (int i = 0; i < im->n_held; i++)
+        m->ops->release(m->ops, im->held[i]);
+    free(im->held);
     free(im->a);
     free(im->lo);
-    free(im->patches); /* one allocation for the model-wide buffers */
-    free(im->mask);
-    free(im->proj_mem);
+    free(im->h_patches);
+    free(im->h_mask);
+    free(im->h_lnf);
+    free(im->h_ids);
+    free(im->h_tgt);
     free(im);
     m->impl = NULL;
 }
@@ -518,6 +498,17 @@ static float *ctrain_temporal__take(float **cur, size_t n)
     float *p = *cur;
     *cur += (n + 15) / 16 * 16;
     return p;
+}
+
+/* *p <- nfloats of backend memory, held for destroy; 0 or the backend's error. */
+static int ctrain_temporal__alloc(ctrain_model_t *m, void **p, size_t nfloats)
+{
+    ctrain_temporal__impl_t *im = m->impl;
+    int rc = m->ops->alloc(m->ops, p, nfloats * sizeof(float));
+    if (rc != 0)
+        return rc;
+    im->held[im->n_held++] = *p;
+    return 0;
 }
 
 static int ctrain_temporal__build(ctrain_model_t *m, ct_errbuf_t *eb)
@@ -596,14 +587,17 @@ static int ctrain_temporal__build(ctrain_model_t *m, ct_errbuf_t *eb)
 
     const size_t R = (size_t)m->max_batch * (size_t)n, RC = R * (size_t)C;
     im->a = calloc((size_t)NB + 1, sizeof *im->a);
-    if (!im->a)
+    im->held = calloc((size_t)NB + 8, sizeof *im->held);
+    if (!im->a || !im->held)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
     const size_t per_layer =
         16 * 16 + RC * 9 + 4 * R + R * (size_t)F * 2 + (size_t)m->max_batch * NH * n * n;
+    void *mem = NULL;
+    int rc;
     for (int l = 0; l <= NB; l++) {
-        float *cur = malloc((l < NB ? per_layer : RC + 16) * sizeof(float));
-        if (!cur)
-            return ct_errbuf_set(eb, -ENOMEM, "out of memory for the activations");
+        if ((rc = ctrain_temporal__alloc(m, &mem, l < NB ? per_layer : RC + 16)) != 0)
+            return ct_errbuf_set(eb, rc, "out of memory for the activations");
+        float *cur = mem;
         ctrain_temporal__acts_t *a = &im->a[l];
         a->x = ctrain_temporal__take(&cur, RC);
         if (l == NB)
@@ -622,14 +616,11 @@ static int ctrain_temporal__build(ctrain_model_t *m, ct_errbuf_t *eb)
         a->f1d = ctrain_temporal__take(&cur, R * (size_t)F);
     }
     const size_t RP = R * (size_t)P, RF = R * (size_t)F;
-    const size_t shared =
-        32 * 16 + RP * 3 + RC * 9 + 2 * R + RF * 2 + (size_t)n * 2 + (size_t)n * (C / NH);
-    float *cur = malloc(shared * sizeof(float));
-    im->mask = malloc(R * sizeof *im->mask);
-    if (!cur || !im->mask) {
-        free(cur);
-        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the activations");
-    }
+    const size_t att_scratch = CT_ENC_ATTENTION_BWD_SCRATCH(n, C, NH);
+    const size_t shared = 32 * 16 + RP * 3 + RC * 9 + 3 * R + RF * 2 + att_scratch + 1;
+    if ((rc = ctrain_temporal__alloc(m, &mem, shared)) != 0)
+        return ct_errbuf_set(eb, rc, "out of memory for the activations");
+    float *cur = mem;
     im->patches = ctrain_temporal__take(&cur, RP);
     im->emb = ctrain_temporal__take(&cur, RC);
     im->x0 = ctrain_temporal__take(&cur, RC);
@@ -644,16 +635,24 @@ static int ctrain_temporal__build(ctrain_model_t *m, ct_errbuf_t *eb)
     im->dqkv = ctrain_temporal__take(&cur, 3 * RC);
     im->df = ctrain_temporal__take(&cur, RF);
     im->dff = ctrain_temporal__take(&cur, RF);
-    im->scratch = ctrain_temporal__take(&cur, (size_t)n * 2 + (size_t)n * (C / NH));
+    im->scratch = ctrain_temporal__take(&cur, att_scratch);
+    im->loss = ctrain_temporal__take(&cur, 1);
+    im->mask = (int32_t *)ctrain_temporal__take(&cur, R); /* int32 in float-sized cells */
+    im->h_patches = malloc(RP * sizeof *im->h_patches);
+    im->h_mask = malloc(R * sizeof *im->h_mask);
+    im->h_lnf = malloc(RC * sizeof *im->h_lnf);
+    if (!im->h_patches || !im->h_mask || !im->h_lnf)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the activations");
     if (sp->stage != 1)
         return 0;
     const size_t BK = (size_t)m->max_batch * K, KC = (size_t)K * C, BKC = BK * C, BKH = BK * H;
     const size_t patt = (size_t)m->max_batch * NH * K * n;
-    im->proj_mem =
-        malloc((32 * 16 + 2 * KC + 4 * RC + patt + 7 * BKC + 2 * BK + 6 * BKH) * sizeof(float));
-    if (!im->proj_mem)
-        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the projector's activations");
-    cur = im->proj_mem;
+    const size_t LM = (size_t)K + (size_t)sp->n_prompt + (size_t)sp->text_cap;
+    const size_t cells = (size_t)m->max_batch * LM;
+    if ((rc = ctrain_temporal__alloc(
+             m, &mem, 32 * 16 + 2 * KC + 4 * RC + patt + 8 * BKC + 2 * BK + 6 * BKH)) != 0)
+        return ct_errbuf_set(eb, rc, "out of memory for the projector's activations");
+    cur = mem;
     im->qp = ctrain_temporal__take(&cur, KC);
     im->dqp = ctrain_temporal__take(&cur, KC);
     im->kp = ctrain_temporal__take(&cur, RC);
@@ -662,6 +661,7 @@ static int ctrain_temporal__build(ctrain_model_t *m, ct_errbuf_t *eb)
     im->dvp = ctrain_temporal__take(&cur, RC);
     im->patt = ctrain_temporal__take(&cur, patt);
     im->pao = ctrain_temporal__take(&cur, BKC);
+    im->pqb = ctrain_temporal__take(&cur, BKC);
     im->py = ctrain_temporal__take(&cur, BKC);
     im->pz = ctrain_temporal__take(&cur, BKC);
     im->dpao = ctrain_temporal__take(&cur, BKC);
@@ -675,6 +675,16 @@ static int ctrain_temporal__build(ctrain_model_t *m, ct_errbuf_t *eb)
     im->dpu = ctrain_temporal__take(&cur, BKH);
     im->dpg = ctrain_temporal__take(&cur, BKH);
     im->dsoft = ctrain_temporal__take(&cur, BKH);
+    if ((rc = ctrain_temporal__alloc(m, &mem, 2 * cells * (size_t)H + cells + 64)) != 0)
+        return ct_errbuf_set(eb, rc, "out of memory for the LM's inputs");
+    cur = mem;
+    im->embeds = ctrain_temporal__take(&cur, cells * (size_t)H);
+    im->dembeds = ctrain_temporal__take(&cur, cells * (size_t)H);
+    im->d_ids = (int32_t *)ctrain_temporal__take(&cur, cells); /* int32 in float-sized cells */
+    im->h_ids = malloc(cells * sizeof *im->h_ids);
+    im->h_tgt = malloc(cells * sizeof *im->h_tgt);
+    if (!im->h_ids || !im->h_tgt)
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory for the LM's inputs");
     return 0;
 }
 
@@ -704,10 +714,15 @@ static int ctrain_temporal__check_cfg(const ctrain_model_cfg_t *mc, ct_errbuf_t 
 static int ctrain_temporal__check_backend(const ctrain_model_cfg_t *mc, const ct_ops_t *ops,
                                           ct_errbuf_t *eb)
 {
-    (void)mc;
-    if (!ops->host_memory)
+    if (ops->limits.layernorm_max_c > 0 && mc->hidden > ops->limits.layernorm_max_c)
         return ct_errbuf_set(eb, CT_ERANGE_VALUE,
-                             "--model temporal runs on the CPU backend only (use --device cpu)");
+                             "--hidden_units %d: the %s backend's LayerNorm takes at most %d",
+                             mc->hidden, ops->name, ops->limits.layernorm_max_c);
+    if (ops->limits.enc_attention_max_l > 0 && mc->maxlen > ops->limits.enc_attention_max_l)
+        return ct_errbuf_set(eb, CT_ERANGE_VALUE,
+                             "temporal encoder: %d patches per curve; the %s backend's attention "
+                             "takes at most %d (raise --patch_len)",
+                             mc->maxlen, ops->name, ops->limits.enc_attention_max_l);
     return 0;
 }
 
@@ -732,5 +747,5 @@ const ctrain_family_t ctrain_temporal_family = {
     .takes_mhc = false,
     .own_weights = false,
     .adam_beta2 = 0.999, /* torch.optim.AdamW's default */
-    .cpu_only = true,
+    .cpu_only = false,
 };

@@ -20,8 +20,9 @@
  * tokens is the loss. A micro-batch's loss is its token mean weighted by its share of the
  * step's curves: the reference's mean of per-rank (and per-accumulation) token means.
  *
- * Runs on the CPU backend (check_backend refuses others). Not here: the data, the masks'
- * draws, evaluation and outputs (the trainer's task, ctrain_temporal_task.c).
+ * The passes run on the op table (ct_ops.h), the same code on every backend; the LM's rows are
+ * built on the backend (the model owns them). Not here: the data, the masks' draws, evaluation
+ * and outputs (the trainer's task, ctrain_temporal_task.c).
  */
 #ifndef CTRAIN_TEMPORAL_H
 #define CTRAIN_TEMPORAL_H
@@ -53,8 +54,6 @@ typedef struct ctrain_temporal_spec {
     int text_cap;            /* max_text_tokens */
     const int32_t *prompt;   /* (n_prompt) the prompt's ids */
     int n_prompt;
-    int32_t *tgt;            /* (max_batch, K + n_prompt + text_cap) host scratch, the task's */
-    float *embeds, *dembeds; /* (max_batch, K + n_prompt + text_cap, lm_hidden), the task's */
 } ctrain_temporal_spec_t;
 
 #define CTRAIN_TEMPORAL_LN_EPS 1e-5f /* torch.nn.LayerNorm's default */

@@ -430,7 +430,9 @@ static const char *ctrain_temporal_gen__num(int n)
 
 void ctrain_temporal_gen_describe(const ctrain_temporal_params_t *p, char *text)
 {
-    char parts[4][64];
+    /* sized so that no part can be cut whatever the compiler assumes of the lengths (the
+     * longest sentence is under 150 bytes) */
+    char parts[4][96];
     int np = 0;
     if (p->trend == 0)
         snprintf(parts[np++], sizeof parts[0], "a flat curve");
@@ -458,13 +460,18 @@ void ctrain_temporal_gen_describe(const ctrain_temporal_params_t *p, char *text)
     snprintf(parts[np++], sizeof parts[0], "%s spike%s", ctrain_temporal_gen__num(p->spikes),
              p->spikes == 1 ? "" : "s");
     /* "%s with %s, %s and %s noise." % (parts[0], ", ".join(parts[1:-1]), parts[-1], noise) */
-    char middle[136] = "";
+    char middle[2 * (96 + 2)] = "";
     for (int k = 1; k < np - 1; k++) {
         size_t len = strlen(middle);
         snprintf(middle + len, sizeof middle - len, "%s%s", k > 1 ? ", " : "", parts[k]);
     }
-    snprintf(text, CTRAIN_TEMPORAL_TEXT_MAX, "%s with %s, %s and %s noise.", parts[0], middle,
-             parts[np - 1], p->noise_high ? "high" : "low");
+    char full[96 + sizeof middle + 96 + 32];
+    snprintf(full, sizeof full, "%s with %s, %s and %s noise.", parts[0], middle, parts[np - 1],
+             p->noise_high ? "high" : "low");
+    size_t n = strlen(full);
+    n = n < CTRAIN_TEMPORAL_TEXT_MAX ? n : CTRAIN_TEMPORAL_TEXT_MAX - 1;
+    memcpy(text, full, n);
+    text[n] = '\0';
     text[0] = (char)(text[0] - 'a' + 'A'); /* every sentence opens with "a" */
 }
 
