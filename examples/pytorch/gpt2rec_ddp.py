@@ -609,7 +609,7 @@ def main():
         model.eval()
         val = evaluate(c, scorer(model), val_users, val_t, train_mat)
         last_line = "step=%d train_loss=%.4f %s" % (step, tr[0] / max(1, tr[1]), fmt(val))
-        log("epoch %d/%d %s time=%.1fs interactions_per_s=%.0f" % (
+        log("epoch %d/%d %s time=%.1fs interactions_per_s=%.1f" % (
             epoch, a.epochs, last_line, time.time() - t0, tr[1] / max(t_train, 1e-9)))
         if tb:
             tb.add_scalar("train/bpr_loss", tr[0] / max(1, tr[1]), epoch)

@@ -328,18 +328,71 @@ static int ctrain_gpt2rec_task__load_lm(ctrain_model_t *m, const char *dir, ct_e
     return ctrain_lm_load(ctrain_gpt2rec_lm(m), dir, eb);
 }
 
+/* --state_dict_path: every tensor of the file must be one of this model's parameters or a ctrain
+ * checkpoint's Adam moment (optimizer.*), so that a state dict of another text mode is refused
+ * rather than half loaded (the reference's load_state_dict is strict too); the parameters'
+ * presence and shapes are ctrain_model_load_params's check. One line naming the tensor. */
+static int ctrain_gpt2rec_task__check_names(ctrain_trainer_t *t, const char *path, ct_errbuf_t *eb)
+{
+    const ctrain_gpt2rec_task__state_t *s = t->task_state;
+    ct_st_file_t *f = NULL;
+    int rc = ct_st_open(&f, path, eb);
+    if (rc != 0)
+        return rc;
+    ct_tensor_view_t *views = calloc((size_t)t->model->n_params, sizeof *views);
+    if (!views) {
+        ct_st_close(f);
+        return ct_errbuf_set(eb, -ENOMEM, "out of memory");
+    }
+    const size_t n = ctrain_model_views(t->model, CTRAIN_MODEL_VIEW_PARAMS, views);
+    for (size_t k = 0; k < ct_st_count(f) && rc == 0; k++) {
+        const char *name = ct_st_tensor_at(f, k)->name;
+        bool known = strncmp(name, "optimizer.", 10) == 0;
+        for (size_t i = 0; i < n && !known; i++)
+            known = strcmp(name, views[i].name) == 0;
+        if (known)
+            continue;
+        const char *why;
+        if (strncmp(name, "module.", 7) == 0)
+            why = "DistributedDataParallel's prefix: examples/convert_pytorch_checkpoint.py "
+                  "strips it";
+        else if (strncmp(name, "gpt2.", 5) == 0 && s->spec.text_dim > 0)
+            why = "the LM fine-tuned with the recommender: load it with --text_mode dynamic";
+        else if (strncmp(name, "gpt2.", 5) == 0 || strncmp(name, "proj.", 5) == 0)
+            why = "a model with a text side: give --lm_dir and --item_text";
+        else
+            why = "not a tensor of this model";
+        rc = ct_errbuf_set(eb, CT_EMISMATCH, "%s: tensor \"%s\" is not part of this %s model (%s)",
+                           path, name,
+                           s->spec.text_dim == 0 ? "ID-only"
+                           : s->dynamic          ? "--text_mode dynamic"
+                                                 : "--text_mode cached",
+                           why);
+    }
+    free(views);
+    ct_st_close(f);
+    return rc;
+}
+
 static int ctrain_gpt2rec_task__init(ctrain_trainer_t *t, ct_errbuf_t *eb)
 {
     const ctrain_cfg_t *c = t->cfg;
     ctrain_gpt2rec_task__state_t *s = t->task_state;
     int rc;
+    bool lm_kept = false;
     if ((rc = ctrain_gpt2rec_init(t->model, c->seed)) != 0)
         return ct_errbuf_set(eb, rc, "initialising the model failed");
     if (s->dynamic && (rc = ctrain_gpt2rec_task__load_lm(t->model, c->lm_dir, eb)) != 0)
         return ct_errbuf_wrap(eb, rc, "--lm_dir");
     if (c->state_dict_path[0] != '\0' &&
-        (rc = ctrain_model_load_params(t->model, c->state_dict_path, eb)) != 0)
+        ((rc = ctrain_gpt2rec_task__check_names(t, c->state_dict_path, eb)) != 0 ||
+         (rc = ctrain_model_load_params_opt(t->model, c->state_dict_path,
+                                            s->dynamic ? "gpt2." : NULL, &lm_kept, eb)) != 0))
         return ct_errbuf_wrap(eb, rc, "--state_dict_path");
+    if (lm_kept)
+        ct_log_info("--state_dict_path %s holds no LM (a cached-mode or earlier state dict): the "
+                    "LM starts from --lm_dir %s",
+                    c->state_dict_path, c->lm_dir);
     if (s->spec.text_dim > 0 && !s->dynamic && (rc = ctrain_gpt2rec_task__text(t, eb)) != 0)
         return rc;
     s->items = malloc((size_t)s->spec.n_items * (size_t)s->spec.dim * sizeof *s->items);

@@ -19,6 +19,14 @@ GPT-2 (GPT2LMHeadModel, 2 layers, width 32) with a byte-level BPE tokenizer trai
   dynamic     the tiny GPT-2 fine-tuned with the recommender (the program without --use_cache,
               --text_lr; ctrain --text_mode dynamic --lm_lr): twenty steps' losses within 1e-4
               on 1 and 2 ranks, and the LM's weights must move;
+  convert     the program's own epoch checkpoints after two epochs (ID-only, cached, dynamic),
+              as saved and with DDP's "module." prefix, through
+              examples/convert_pytorch_checkpoint.py: ctrain --inference_only gives the
+              validation and test HR@10 and NDCG@10 of the program's evaluate() on the same
+              weights within 1e-5; a ctrain dynamic checkpoint turned into a .pt (--to-pth)
+              likewise; the cached file under --text_mode dynamic (the LM from --lm_dir, the
+              program's --init_from); a file of another mode, another embed_dim, a truncated
+              safetensors file and a truncated .pt: exit 1 and one line;
   resume      2 ranks under ctrun, 24 steps, checkpoints every 3 steps, a rank killed at step
               10 (ctrun --inject) and restarted: final.safetensors (weights and Adam moments)
               bit-identical to an uninterrupted run's;
@@ -36,6 +44,7 @@ import subprocess
 import sys
 
 try:
+    import numpy as np
     import torch
     import transformers
     from safetensors.torch import load_file
@@ -253,9 +262,135 @@ if not moved > 1e-4:
     sys.exit(1)
 print("  the LM's gpt2.h.0.attn.c_attn.weight moved by up to %.2e" % moved)
 
+# convert: the program's own checkpoints through examples/convert_pytorch_checkpoint.py
+print("convert")
+
+
+def ref_eval(state, text_dim=0, gpt2=None, cache=None):
+    """The program's evaluation (its evaluate() and scorer(), its data handling) of a state dict
+    ("module." prefix or not): {(split, metric): value}."""
+    raw_u, raw_i, times = gd.read_ratings(DATA)
+    _, users = np.unique(raw_u, return_inverse=True)
+    _, items = np.unique(raw_i, return_inverse=True)
+    part = gd.split_per_user(users, times, [0.8, 0.1, 0.1])
+    ut, it = torch.from_numpy(users), torch.from_numpy(items)
+    train_mat = torch.zeros((n_users, n_items), dtype=torch.bool)
+    train_mat[ut[part == 0], it[part == 0]] = True
+    val_mat = torch.zeros_like(train_mat)
+    val_mat[ut[part == 1], it[part == 1]] = True
+
+    def targets_of(p):
+        d = {}
+        for u, i in zip(users[part == p].tolist(), items[part == p].tolist()):
+            d.setdefault(u, []).append(i)
+        return {u: torch.tensor(sorted(set(v))) for u, v in d.items()}
+    z = torch.zeros(0)
+    model = gd.Recommender(n_users, n_items, DIM, text_dim, gpt2, tokens if gpt2 else z,
+                           tmask if gpt2 else z, cache if cache is not None else z)
+    model.load_state_dict(gd.dc.strip_module(state))
+    model.eval()
+    c, out = gd.dc.Ctx(), {}
+    for split, p, excl in (("valid", 1, train_mat), ("test", 2, train_mat | val_mat)):
+        t = targets_of(p)
+        m = gd.evaluate(c, gd.scorer(model), torch.tensor(sorted(t), dtype=torch.long), t, excl)
+        out[(split, "hr@10")], out[(split, "ndcg@10")] = m["HR@10"], m["NDCG@10"]
+    return out
+
+
+def summary(stdout):
+    line = [x for x in stdout.splitlines() if x.startswith("# summary: ")]
+    return json.loads(line[-1][len("# summary: "):])
+
+
+CONVERT = os.path.join(os.path.dirname(os.path.dirname(EXAMPLE)), "convert_pytorch_checkpoint.py")
+conv_modes = (("ID-only", ["--id_only"], []),
+              ("cached", ["--item_text", ITEMS, "--gpt2_path", lm, "--use_cache"],
+               ["--lm_dir", lm, "--item_text", ITEMS]),
+              ("dynamic", ["--item_text", ITEMS, "--gpt2_path", lm, "--text_lr", str(LM_LR)],
+               ["--lm_dir", lm, "--item_text", ITEMS, "--text_mode", "dynamic"]))
+converted = {}
+for mode, py_flags, c_flags in conv_modes:
+    sd_dir = os.path.join(ROOT, "py_conv_" + mode)
+    run([sys.executable, EXAMPLE, "--dataset", DATA, "--epochs", "2", "--embed_dim", str(DIM),
+         "--seed", str(SEED), "--batch_size", "512", "--lr", str(LR), "--save_dir", sd_dir,
+         "--cpu"] + py_flags)
+    ck_path = os.path.join(sd_dir, sorted(f for f in os.listdir(sd_dir)
+                                          if f.startswith("epoch_2_"))[0])
+    ck = torch.load(ck_path)
+    gpt2 = transformers.GPT2Model.from_pretrained(lm) if mode == "dynamic" else None
+    want = ref_eval(ck["model"], 0 if mode == "ID-only" else 32, gpt2,
+                    cache if mode == "cached" else None)
+    # the same weights under DistributedDataParallel's "module." names
+    ddp_path = os.path.join(ROOT, "conv_%s_ddp.pt" % mode)
+    torch.save(dict(ck, model={"module." + k: v for k, v in ck["model"].items()}), ddp_path)
+    for src in (ck_path, ddp_path):
+        dst = os.path.join(ROOT, os.path.basename(src) + "." + mode + ".safetensors")
+        out = run([sys.executable, CONVERT, src, dst])
+        if "gpt2rec, %s" % mode not in out:
+            print("FAIL: the converter did not recognise the %s checkpoint: %s" % (mode, out))
+            sys.exit(1)
+        out, _ = ctrain("c_conv", ["--state_dict_path", dst, "--inference_only"] + c_flags,
+                        512, 1)
+        got = summary(out)["metrics"]
+        for (split, metric), w in want.items():
+            close("%s %s%s %s" % (mode, "module. " if src == ddp_path else "", split, metric),
+                  got[split][metric], w, 1e-5)
+        converted[mode] = dst
+    states = globals().setdefault("states", {})
+    states[mode] = ck["model"]
+    # the other direction: ctrain's checkpoint as a .pt the program evaluates
+    if mode == "dynamic":
+        _, d = ctrain("c_conv_back", ["--state_dict_path", dst] + c_flags, 512, 1)
+        back = os.path.join(ROOT, "back.pt")
+        run([sys.executable, CONVERT, "--to-pth", os.path.join(d, "final.safetensors"), back])
+        want = ref_eval(torch.load(back), 32, transformers.GPT2Model.from_pretrained(lm))
+        out, _ = ctrain("c_conv", ["--state_dict_path", os.path.join(d, "final.safetensors"),
+                                   "--inference_only"] + c_flags, 512, 1)
+        got = summary(out)["metrics"]
+        for (split, metric), w in want.items():
+            close("ctrain -> .pt %s %s" % (split, metric), got[split][metric], w, 1e-5)
+
+# phase 1 -> phase 2: a cached-mode file starts the fine-tuning, the LM from --lm_dir (the
+# program's --init_from)
+gpt2 = transformers.GPT2Model.from_pretrained(lm)
+state = dict(states["cached"], **{"gpt2." + k: v for k, v in gpt2.state_dict().items()})
+want = ref_eval(state, 32, gpt2)
+out, _ = ctrain("c_conv", ["--state_dict_path", converted["cached"], "--inference_only"]
+                + conv_modes[2][2], 512, 1)
+got = summary(out)["metrics"]
+for (split, metric), w in want.items():
+    close("cached file, --text_mode dynamic %s %s" % (split, metric), got[split][metric], w, 1e-5)
+
+# a file of another mode, or a damaged one: exit 1 and one line naming the tensor or the file
+c_base = [CTRAIN, "--model", "gpt2rec", "--dataset", DATA, "--embed_dim", str(DIM),
+          "--inference_only", "--train_dir", os.path.join(ROOT, "c_conv_bad")]
+expect_fail(c_base + ["--state_dict_path", converted["dynamic"]] + conv_modes[1][2],
+            '"gpt2.')
+expect_fail(c_base + ["--state_dict_path", converted["cached"]], '"proj.')
+expect_fail(c_base + ["--state_dict_path", converted["ID-only"]] + conv_modes[1][2],
+            '"proj.weight"')
+expect_fail(c_base[:6] + ["32"] + c_base[7:] + ["--state_dict_path", converted["ID-only"]],
+            '"user.weight" has shape')
+with open(converted["cached"], "rb") as f:
+    blob = f.read()
+bad = os.path.join(ROOT, "truncated.safetensors")
+with open(bad, "wb") as f:
+    f.write(blob[: len(blob) - 100])
+expect_fail(c_base + ["--state_dict_path", bad] + conv_modes[1][2], bad)
+bad_pt = os.path.join(ROOT, "truncated.pt")
+with open(os.path.join(ROOT, "conv_cached_ddp.pt"), "rb") as f:
+    blob = f.read()
+with open(bad_pt, "wb") as f:
+    f.write(blob[: len(blob) // 2])
+expect_fail([sys.executable, CONVERT, bad_pt, os.path.join(ROOT, "never.safetensors")], bad_pt)
+if os.path.exists(os.path.join(ROOT, "never.safetensors")):
+    print("FAIL: the converter left a file behind for a damaged checkpoint")
+    sys.exit(1)
+
 # resume: a kill under ctrun, then the exact resume
 print("resume")
-base = ["--state_dict_path", init, "--lm_dir", lm, "--item_text", ITEMS,
+base = ["--state_dict_path", os.path.join(ROOT, "init_txt.safetensors"), "--lm_dir", lm,
+        "--item_text", ITEMS,
         "--ckpt_every_steps", "3"]
 ctrain("c_whole", base, 512, 3, ranks=2)
 d = os.path.join(ROOT, "c_killed")

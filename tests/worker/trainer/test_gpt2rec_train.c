@@ -1,8 +1,8 @@
 /*
  * test_gpt2rec_train.c - ctrain --model gpt2rec against examples/pytorch/gpt2rec_ddp.py, end to
  * end: runs gpt2rec_train.py (see its docstring: the same steps from the same weights, ID-only
- * and with cached text embeddings, on 1 and 2 ranks; a kill and exact resume under ctrun; bad
- * input) with the PyTorch 2.x interpreter, in a temporary folder removed at exit. Skips (77)
+ * and with cached text embeddings, on 1 and 2 ranks; the program's checkpoints through the
+ * converter; a kill and exact resume under ctrun; bad input) with the PyTorch 2.x interpreter, in a temporary folder removed at exit. Skips (77)
  * without that interpreter, or when it lacks torch, transformers, tokenizers or safetensors.
  *
  * Usage: test_gpt2rec_train GPT2REC_TRAIN_PY CTRAIN CTRUN EXAMPLE_PY

@@ -387,7 +387,15 @@ static void ctrain_model__shape_text(char *buf, size_t size, int ndim, const int
 
 int ctrain_model_load_params(ctrain_model_t *m, const char *path, ct_errbuf_t *eb)
 {
+    return ctrain_model_load_params_opt(m, path, NULL, NULL, eb);
+}
+
+int ctrain_model_load_params_opt(ctrain_model_t *m, const char *path, const char *optional_prefix,
+                                 bool *skipped, ct_errbuf_t *eb)
+{
     ct_st_file_t *f = NULL;
+    if (skipped)
+        *skipped = false;
     int rc = ct_st_open(&f, path, eb);
     if (rc != 0)
         return rc;
@@ -398,10 +406,31 @@ int ctrain_model_load_params(ctrain_model_t *m, const char *path, ct_errbuf_t *e
         return ct_errbuf_set(eb, -ENOMEM, "out of memory");
     }
     size_t n = ctrain_model_views(m, CTRAIN_MODEL_VIEW_PARAMS, views);
+    if (optional_prefix) {
+        const size_t plen = strlen(optional_prefix);
+        bool any = false;
+        for (size_t k = 0; k < ct_st_count(f) && !any; k++)
+            any = strncmp(ct_st_tensor_at(f, k)->name, optional_prefix, plen) == 0;
+        for (size_t i = 0; i < n && !any;)
+            if (strncmp(views[i].name, optional_prefix, plen) == 0) {
+                views[i] = views[--n];
+                if (skipped)
+                    *skipped = true;
+            } else {
+                i++;
+            }
+    }
+    const ctrain_family_t *fam = ctrain_family(m->cfg.kind);
+    const char *hint = fam ? fam->state_dict_hint : NULL;
     /* Check every tensor first, so the message names the first that does not fit. */
     for (size_t i = 0; i < n; i++) {
         const ct_st_tensor_t *t = ct_st_find(f, views[i].name);
         char want[64], got[64];
+        if (!t && hint) {
+            rc = ct_errbuf_set(eb, CT_EMISMATCH, "%s: no tensor \"%s\" (%s)", path, views[i].name,
+                               hint);
+            goto out;
+        }
         if (!t) {
             rc = ct_errbuf_set(eb, CT_EMISMATCH,
                                "%s: no tensor \"%s\" (is it a %s state dict with as many "
@@ -425,10 +454,11 @@ int ctrain_model_load_params(ctrain_model_t *m, const char *path, ct_errbuf_t *e
                           t->shape[0] > views[i].shape[0];
         if (!same && !longer_pos) {
             rc = ct_errbuf_set(eb, CT_EMISMATCH,
-                               "%s: tensor \"%s\" has shape %s, this model's is "
-                               "%s (check --model, --hidden_units, --maxlen, --layout, "
-                               "--time_span and the dataset)",
-                               path, views[i].name, got, want);
+                               "%s: tensor \"%s\" has shape %s, this model's is %s (%s)", path,
+                               views[i].name, got, want,
+                               hint ? hint
+                                    : "check --model, --hidden_units, --maxlen, --layout, "
+                                      "--time_span and the dataset");
             goto out;
         }
         if (longer_pos) {

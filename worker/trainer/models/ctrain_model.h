@@ -195,6 +195,9 @@ typedef struct ctrain_family {
     int batch_size;    /* --batch_size when not given; 0: ctrain's default */
     double adam_beta2; /* Adam's beta2; 0: SASRec's CT_SASREC_ADAM_BETA2 */
     bool cpu_only;     /* its passes run on host memory only: --device auto means the CPU */
+    /* What ctrain_model_load_params's errors advise checking when a state dict's tensor is
+     * missing or of another shape ("check --embed_dim, ..."); NULL: SASRec's flags. */
+    const char *state_dict_hint;
 } ctrain_family_t;
 
 /* The family of a kind, or NULL for an unknown kind. */
@@ -408,8 +411,14 @@ int ctrain_model_from_host(ctrain_model_t *m);
  * time_matrix_K_emb.weight (TiSASRec.pytorch sized it by the item count for a while; rows past
  * time_span are never indexed) may have more rows than this model uses: the first rows are
  * taken. Other tensors in the file (optimizer state) are ignored but CRC-checked. Errors name
- * the file and the tensor. */
+ * the file and the tensor, and say what to check (the family's state_dict_hint). */
 int ctrain_model_load_params(ctrain_model_t *m, const char *path, ct_errbuf_t *eb);
+/* The same, except that when the file has no tensor whose name starts with optional_prefix,
+ * the parameters under that prefix are not read and keep their values (the GPT-2 recommender's
+ * fine-tuned LM, "gpt2.", absent from a cached-mode state dict); *skipped (may be NULL) says
+ * whether they were. optional_prefix NULL: ctrain_model_load_params. */
+int ctrain_model_load_params_opt(ctrain_model_t *m, const char *path, const char *optional_prefix,
+                                 bool *skipped, ct_errbuf_t *eb);
 
 /* Reads what a SASRec or TiSASRec state dict says about its model: the kind (TiSASRec has
  * abs_pos_K_emb.weight), hidden_units (item_emb.weight's columns), num_items (its rows - 1),

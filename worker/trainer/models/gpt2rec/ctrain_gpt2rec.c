@@ -23,6 +23,7 @@
 
 #define CTRAIN_GPT2REC__PURPOSE_NEG  270u
 #define CTRAIN_GPT2REC__PURPOSE_INIT 271u
+#define CTRAIN_GPT2REC__GROUPS       4 /* LM passes per set of items, by token count */
 
 static const char *const ctrain_gpt2rec__genres[19] = {
     "unknown",     "Action", "Adventure", "Animation", "Children's", "Comedy",  "Crime",
@@ -640,9 +641,11 @@ typedef struct ctrain_gpt2rec__impl {
     /* dynamic mode */
     ctrain_lm_t *lm;
     size_t frozen_floats;
-    int32_t *rows; /* (max_u * L) host: the token ids of a pass */
-    float *dh;     /* (max_u * L * T) backend */
-    float *dtxt;   /* (max_u, T) backend: the gradient of the pass's texts */
+    int32_t *rows;      /* (max_u * L) host: the token ids of a pass */
+    int32_t *order;     /* (max_u) host: ctrain_gpt2rec__by_length's result */
+    int32_t *len_count; /* (L + 2) host */
+    float *dh;          /* (max_u * L * T) backend */
+    float *dtxt;        /* (max_u, T) backend: the gradient of the pass's texts */
 } ctrain_gpt2rec__impl_t;
 
 static const ctrain_gpt2rec_spec_t *ctrain_gpt2rec__spec(const ctrain_model_t *m)
@@ -675,7 +678,10 @@ static const int32_t *ctrain_gpt2rec__lens(ctrain_model_t *m, const int32_t *ite
 /* Dynamic mode: the LM on the texts of items[0..n) (host; n <= max_u, their token counts in
  * d_len, backend) into out (n, T, backend), the mean of the final hidden states over each item's
  * tokens; with dout, the backward pass from d loss / d out (gradients added to the LM's; the
- * forward runs again inside, as the LM's backward starts from its own forward). */
+ * forward runs again inside, as the LM's backward starts from its own forward). The items run in
+ * CTRAIN_GPT2REC__GROUPS consecutive groups, each padded only to its own longest text: with the
+ * items in order of token count (a training pass's are, see ctrain_gpt2rec__by_length) little
+ * of the work is padding, as in the reference's text(). */
 static int ctrain_gpt2rec__lm_pass(ctrain_model_t *m, const int32_t *items, const int32_t *d_len,
                                    int n, float *out, const float *dout)
 {
@@ -684,24 +690,56 @@ static int ctrain_gpt2rec__lm_pass(ctrain_model_t *m, const int32_t *items, cons
     ct_ops_t *o = m->ops;
     const int L = s->text_len, T = s->text_dim;
     ctrain_lm_t *lm = ctrain_gpt2rec_lm(m);
-    int Lc = 1;
-    for (int k = 0; k < n; k++)
-        Lc = s->tok_len[items[k]] > Lc ? s->tok_len[items[k]] : Lc;
-    for (int k = 0; k < n; k++)
-        memcpy(im->rows + (size_t)k * Lc, s->tokens + (size_t)items[k] * L,
-               (size_t)Lc * sizeof *im->rows);
-    ctrain_lm_batch_t b = {.B = n, .L = Lc, .ids = im->rows};
-    ct_errbuf_t eb;
-    float unused = 0.0f;
-    if (dout) {
-        o->mean_pool_backward(o, im->dh, dout, d_len, n, Lc, T);
-        return ctrain_lm_backward_hidden(lm, &b, im->dh, &eb);
+    const int per = (n + CTRAIN_GPT2REC__GROUPS - 1) / CTRAIN_GPT2REC__GROUPS;
+    for (int g0 = 0; g0 < n; g0 += per) {
+        const int gn = n - g0 < per ? n - g0 : per;
+        const int32_t *gi = items + g0;
+        int Lc = 1;
+        for (int k = 0; k < gn; k++)
+            Lc = s->tok_len[gi[k]] > Lc ? s->tok_len[gi[k]] : Lc;
+        for (int k = 0; k < gn; k++)
+            memcpy(im->rows + (size_t)k * Lc, s->tokens + (size_t)gi[k] * L,
+                   (size_t)Lc * sizeof *im->rows);
+        ctrain_lm_batch_t b = {.B = gn, .L = Lc, .ids = im->rows};
+        ct_errbuf_t eb;
+        float unused = 0.0f;
+        int rc;
+        if (dout) {
+            o->mean_pool_backward(o, im->dh, dout + (size_t)g0 * T, d_len + g0, gn, Lc, T);
+            if ((rc = ctrain_lm_backward_hidden(lm, &b, im->dh, &eb)) != 0)
+                return rc;
+            continue;
+        }
+        if ((rc = ctrain_lm_forward_backward(lm, &b, 1.0f, false, &unused, &eb)) != 0)
+            return rc;
+        o->mean_pool_forward(o, out + (size_t)g0 * T, ctrain_lm_hidden(lm), d_len + g0, gn, Lc, T);
     }
-    int rc = ctrain_lm_forward_backward(lm, &b, 1.0f, false, &unused, &eb);
-    if (rc != 0)
-        return rc;
-    o->mean_pool_forward(o, out, ctrain_lm_hidden(lm), d_len, n, Lc, T);
     return 0;
+}
+
+/* Dynamic mode: a pass's distinct items uniq[0..n) reordered by token count (a stable counting
+ * sort: deterministic); returns to (n), to[old index] = new index. im->map must be all -1. */
+static const int32_t *ctrain_gpt2rec__by_length(ctrain_model_t *m, int32_t *uniq, int n)
+{
+    const ctrain_gpt2rec_spec_t *s = ctrain_gpt2rec__spec(m);
+    ctrain_gpt2rec__impl_t *im = m->impl;
+    const int L = s->text_len;
+    int32_t *cnt = im->len_count, *to = im->order; /* to[old index] = new index */
+    for (int j = 0; j <= L + 1; j++)
+        cnt[j] = 0;
+    for (int k = 0; k < n; k++)
+        cnt[s->tok_len[uniq[k]] + 1]++;
+    for (int j = 1; j <= L + 1; j++)
+        cnt[j] += cnt[j - 1];
+    for (int k = 0; k < n; k++)
+        to[k] = cnt[s->tok_len[uniq[k]]]++;
+    for (int k = 0; k < n; k++) /* uniq's new order, through the map's slots */
+        im->map[to[k]] = uniq[k];
+    for (int k = 0; k < n; k++) {
+        uniq[k] = im->map[k];
+        im->map[k] = -1;
+    }
+    return to;
 }
 
 static int ctrain_gpt2rec__forward_backward(ctrain_model_t *m, const ctrain_model_batch_t *b,
@@ -745,6 +783,14 @@ static int ctrain_gpt2rec__forward_backward(ctrain_model_t *m, const ctrain_mode
     }
     for (int k = 0; k < n_u; k++)
         im->map[uniq[k]] = -1;
+    if (dyn) { /* the LM's groups by token count: the items in that order, the rows renumbered */
+        const int32_t *to = ctrain_gpt2rec__by_length(m, uniq, n_u);
+        for (int r = 0; r < B; r++) {
+            int32_t *x5 = idx + (size_t)r * CT_BPR_IDX;
+            x5[3] = to[x5[3]], x5[4] = to[x5[4]];
+            prow[2 * r] = x5[3], prow[2 * r + 1] = x5[4];
+        }
+    }
     o->copy(o, im->d_ix, im->ix,
             CTRAIN_GPT2REC__IX_UNIQ(mb) * sizeof(int32_t) + n_u * sizeof(int32_t), CT_COPY_H2D);
     const int32_t *d_uniq = im->d_ix + CTRAIN_GPT2REC__IX_UNIQ(mb);
@@ -823,6 +869,8 @@ static void ctrain_gpt2rec__destroy(ctrain_model_t *m)
     free(im->user_host);
     free(im->map);
     free(im->rows);
+    free(im->order);
+    free(im->len_count);
     free(im);
     m->impl = NULL;
 }
@@ -976,7 +1024,10 @@ static int ctrain_gpt2rec__build_lm(ctrain_model_t *m, ctrain_gpt2rec__impl_t *i
     }
     const size_t u = (size_t)im->max_u;
     im->rows = malloc(u * L * sizeof *im->rows);
-    if (!im->rows || o->alloc(o, (void **)&im->dh, u * L * T * sizeof(float)) != 0 ||
+    im->order = malloc(u * sizeof *im->order);
+    im->len_count = malloc(((size_t)L + 2) * sizeof *im->len_count);
+    if (!im->rows || !im->order || !im->len_count ||
+        o->alloc(o, (void **)&im->dh, u * L * T * sizeof(float)) != 0 ||
         o->alloc(o, (void **)&im->dtxt, u * T * sizeof(float)) != 0)
         return ct_errbuf_set(eb, -ENOMEM, "out of memory for the model");
     return 0;
@@ -1067,4 +1118,6 @@ const ctrain_family_t ctrain_gpt2rec_family = {
     .own_weights = false,
     .batch_size = 2048,
     .adam_beta2 = 0.999,
+    .state_dict_hint = "check --embed_dim, --lm_dir, --text_mode and the dataset; a checkpoint of "
+                       "gpt2rec_ddp.py loads after examples/convert_pytorch_checkpoint.py",
 };
