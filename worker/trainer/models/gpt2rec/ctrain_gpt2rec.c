@@ -796,9 +796,9 @@ static int ctrain_gpt2rec__forward_backward(ctrain_model_t *m, const ctrain_mode
     const int32_t *d_uniq = im->d_ix + CTRAIN_GPT2REC__IX_UNIQ(mb);
     int rc = 0;
     const float *W = NULL, *bias = NULL;
+    const int32_t *d_len = T > 0 && dyn ? ctrain_gpt2rec__lens(m, uniq, n_u) : NULL;
     if (T > 0) {
         /* the batch's distinct items: their texts (the cache's, or the LM's now) projected */
-        const int32_t *d_len = dyn ? ctrain_gpt2rec__lens(m, uniq, n_u) : NULL;
         if (dyn) {
             if ((rc = ctrain_gpt2rec__lm_pass(m, uniq, d_len, n_u, im->txt, NULL)) != 0)
                 return rc;
@@ -829,8 +829,7 @@ static int ctrain_gpt2rec__forward_backward(ctrain_model_t *m, const ctrain_mode
         o->linear_backward(o, dyn ? im->dtxt : NULL, m->grads_mem + m->params[2].offset,
                            m->grads_mem + m->params[3].offset, im->dpu, im->txt, W, n_u, T, D);
         if (dyn)
-            rc = ctrain_gpt2rec__lm_pass(m, uniq, ctrain_gpt2rec__lens(m, uniq, n_u), n_u, NULL,
-                                         im->dtxt);
+            rc = ctrain_gpt2rec__lm_pass(m, uniq, d_len, n_u, NULL, im->dtxt);
     }
     return rc;
 }
